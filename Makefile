@@ -1,0 +1,121 @@
+# zero-workbench: `make` builds every stage; `make stage-NN` one of them.
+# Libraries are found by compiling a small probe, not by asking a package
+# manager; the cuda parts are built only where nvcc is found (GPU=0 skips them).
+
+SHELL := /bin/bash
+BUILD := build
+GPU ?= 1
+NP ?= 4
+
+# ---- probes ---------------------------------------------------------------
+probe = $(shell bash scripts/probe.sh $(1))
+
+MPICC := $(shell command -v mpicc 2>/dev/null)
+HAVE_MPI := $(if $(MPICC),$(call probe,mpi $(MPICC)))
+BLAS_INC := $(firstword $(foreach d,/usr/include/x86_64-linux-gnu/openblas-pthread /usr/include/aarch64-linux-gnu/openblas-pthread /usr/include/openblas /usr/include,$(if $(wildcard $(d)/cblas.h),$(d))))
+HAVE_BLAS := $(call probe,blas gcc -I$(BLAS_INC))
+HAVE_AIO := $(call probe,aio gcc)
+HAVE_CMOCKA := $(call probe,cmocka gcc)
+NVCC := $(if $(filter 1,$(GPU)),$(shell command -v nvcc 2>/dev/null))
+CUDA_HOME ?= $(if $(NVCC),$(patsubst %/bin/nvcc,%,$(realpath $(NVCC))))
+HAVE_NCCL := $(if $(NVCC),$(call probe,nccl gcc -I$(CUDA_HOME)/include -L$(CUDA_HOME)/lib64))
+
+MISSING := $(if $(HAVE_MPI),,Open MPI) $(if $(HAVE_BLAS),,OpenBLAS) $(if $(HAVE_AIO),,libaio) $(if $(HAVE_CMOCKA),,cmocka)
+SKIPPED := $(if $(NVCC),$(if $(HAVE_NCCL),,nccl (nccl.h not found)),cuda device and NCCL ($(if $(filter 1,$(GPU)),nvcc not found,GPU=0)))
+
+# ---- flags ----------------------------------------------------------------
+CC := $(if $(MPICC),$(MPICC),cc)
+OPT ?= -O3 -march=native
+CFLAGS := $(OPT) -std=gnu11 -fopenmp -Wall -Wextra -Wno-unused-parameter -Icommon -I$(BLAS_INC) -MMD -MP
+LDLIBS := -lopenblas -laio -lm -fopenmp
+CUDA_ARCHS ?= 80 90
+ifneq ($(NVCC),)
+  CFLAGS += -DWB_HAVE_CUDA -I$(CUDA_HOME)/include $(if $(HAVE_NCCL),-DWB_HAVE_NCCL)
+  NVFLAGS := -O3 -std=c++17 -Icommon -DWB_HAVE_CUDA $(if $(HAVE_NCCL),-DWB_HAVE_NCCL) \
+             $(foreach a,$(CUDA_ARCHS),-gencode arch=compute_$(a),code=sm_$(a)) -Xcompiler -fopenmp -MMD -MP
+  LDLIBS += -L$(CUDA_HOME)/lib64 -Wl,-rpath,$(CUDA_HOME)/lib64 -lcublasLt -lcublas -lcudart $(if $(HAVE_NCCL),-lnccl) -lstdc++
+endif
+
+# ---- sources ----------------------------------------------------------------
+# common/*_cuda.c, *_nccl.c and *.cu are the cuda parts.
+CUDA_C_SRC := $(wildcard common/*_cuda.c common/*_nccl.c)
+COMMON_SRC := $(filter-out $(CUDA_C_SRC),$(wildcard common/*.c))
+COMMON_OBJ := $(COMMON_SRC:%.c=$(BUILD)/%.o)
+ifneq ($(NVCC),)
+  COMMON_OBJ += $(CUDA_C_SRC:%.c=$(BUILD)/%.o) $(patsubst %.cu,$(BUILD)/%.o,$(wildcard common/*.cu))
+endif
+LIB := $(BUILD)/libcommon.a
+
+# stage NN: binary name and sources (later stages link the pieces they build on)
+BIN_00 := memory_math
+BIN_01 := dp_baseline
+BIN_02 := zero1
+BIN_03 := zero2
+BIN_04 := zero3
+SRC_00 := $(wildcard 00_memory_math/*.c)
+SRC_01 := $(wildcard 01_dp_baseline/*.c)
+SRC_02 := $(wildcard 02_zero1/*.c)
+SRC_03 := $(wildcard 03_zero2/*.c) $(wildcard 02_zero1/shard_update.c)
+SRC_04 := $(wildcard 04_zero3/*.c) $(wildcard 03_zero2/grad_shard.c)
+STAGES := $(foreach n,00 01 02 03 04,$(if $(wildcard */$(BIN_$(n)).c),$(n)))
+BINS := $(foreach n,$(STAGES),$(BIN_$(n)))
+
+TEST_SRC := $(wildcard tests/test_*.c)
+TEST_BINS := $(TEST_SRC:tests/%.c=$(BUILD)/tests/%)
+
+.PHONY: all deps check-deps demo test bench clean help $(addprefix stage-,$(STAGES)) $(addprefix diff-,$(STAGES))
+all: check-deps $(BINS)
+	@echo "built: $(BINS)$(if $(strip $(SKIPPED)), | skipped: $(strip $(SKIPPED)))"
+
+help:
+	@echo "make            build every stage (binaries at the repository root)"
+	@echo "make stage-NN   build one stage (00 memory_math, 01 dp_baseline, 02 zero1, 03 zero2, 04 zero3)"
+	@echo "make deps       install the Debian packages the project needs"
+	@echo "make demo       install, build, run every stage on the same model with NP=$(NP) ranks, side by side"
+	@echo "make test       build and run the tests; ends with 'N passed, N failed'"
+	@echo "make bench      benchmarks, JSON in $(BUILD)/bench/"
+	@echo "make diff-NN    what stage NN adds over the stage before it"
+	@echo "make GPU=0      leave the cuda parts out"
+
+check-deps:
+	@if [ -n "$(strip $(MISSING))" ]; then echo "missing: $(strip $(MISSING)); run 'make deps' (installs the Debian packages)"; exit 2; fi
+
+deps:
+	@bash scripts/install-deps.sh
+
+$(foreach n,$(STAGES),$(eval stage-$(n): check-deps $(BIN_$(n))))
+$(foreach n,$(STAGES),$(eval $(BIN_$(n)): $(SRC_$(n):%.c=$(BUILD)/%.o) $(LIB) ; $$(CC) $$^ -o $$@ $$(LDLIBS)))
+
+$(LIB): $(COMMON_OBJ)
+	@rm -f $@
+	ar rcs $@ $^
+
+$(BUILD)/%.o: %.c
+	@mkdir -p $(dir $@)
+	$(CC) $(CFLAGS) -c $< -o $@
+
+$(BUILD)/%.o: %.cu
+	@mkdir -p $(dir $@)
+	$(NVCC) $(NVFLAGS) -c $< -o $@
+
+# tests link the core; tests of whole stages run the binaries
+$(BUILD)/tests/%: tests/%.c $(LIB)
+	@mkdir -p $(dir $@)
+	$(CC) $(CFLAGS) $< $(LIB) -o $@ -lcmocka $(LDLIBS)
+
+test: all $(TEST_BINS)
+	@bash tests/run.sh $(TEST_BINS)
+
+bench: all
+	@bash bench/run.sh
+
+demo:
+	@bash scripts/demo.sh $(NP)
+
+diff-%:
+	@bash scripts/stage-diff.sh $*
+
+clean:
+	rm -rf $(BUILD) $(foreach n,00 01 02 03 04,$(BIN_$(n)))
+
+-include $(shell find $(BUILD) -name '*.d' 2>/dev/null)

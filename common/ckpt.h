@@ -1,0 +1,45 @@
+// ckpt.h: sharded checkpoints. Each rank writes its own part; a manifest
+// records stage, ranks, step, data position and RNG state. Layout:
+//   DIR/step-00000010/rank-00000.bin ... manifest.txt
+//   DIR/latest           (text: the name of the newest complete step folder)
+// Every file is written to a temp name, fsynced and renamed; `latest` moves
+// only after every rank's part and the manifest are in place, so an
+// interrupted save never replaces the last good checkpoint. Each part carries
+// a header and a checksum (FNV-1a 64) that the manifest repeats.
+#pragma once
+#include <stddef.h>
+#include <stdint.h>
+#include "comm.h"
+#include "gpt.h"
+
+typedef struct CkptManifest {
+    char stage[32];      // "dp_baseline", "zero1", ...
+    int ranks;
+    long step;           // optimizer steps completed
+    uint64_t data_rows;  // training rows consumed (the data position)
+    uint64_t seed;       // init and data RNG seed
+    uint64_t rng_state;  // state of the trainer's RNG after `step` steps
+    GPTConfig cfg;
+    size_t num_params;
+    int batch, seq_len, grad_accum;
+} CkptManifest;
+
+typedef struct CkptTensor {
+    const char *name;  // "master", "adam_m", ...
+    void *host;        // host memory to write from / read into
+    size_t bytes;
+} CkptTensor;
+
+// Collective over `world`. Returns 0, or nonzero with the same one-line
+// message on every rank (e.g. the folder cannot be written); the previous
+// checkpoint stays the latest.
+int ckpt_save(Comm *world, const char *dir, const CkptManifest *m, const CkptTensor *t, int n,
+              char *err, size_t err_len);
+// Collective. Reads DIR/latest (or DIR itself if it is a step folder). Checks
+// the manifest against `expect` (stage, ranks, model shape, batch layout) and
+// every part's size and checksum. Returns 0 and fills t[] and *got, or
+// nonzero with the same one-line message on every rank naming what differs
+// or is corrupt and what to do (the trainer exits 2 with it).
+int ckpt_load(Comm *world, const char *dir, const CkptManifest *expect, CkptManifest *got,
+              CkptTensor *t, int n, char *err, size_t err_len);
+uint64_t fnv1a64(const void *data, size_t bytes, uint64_t h);  // h = 1469598103934665603 to start

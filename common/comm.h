@@ -1,0 +1,86 @@
+// comm.h: process groups and collectives, asynchronous with handles.
+// Backends: MPI (every buffer; bf16 sums through a user-defined MPI_Op; device
+// buffers staged through pinned host memory when MPI is not CUDA-aware) and
+// NCCL (one GPU per rank). Every call counts the bytes a bandwidth-optimal
+// (ring) algorithm moves per rank, so reports can set them beside the formula.
+#pragma once
+#include <mpi.h>
+#include <stddef.h>
+#include "device.h"
+
+typedef enum { DT_BF16, DT_F32, DT_F64, DT_I32, DT_U8 } DType;
+size_t dtype_bytes(DType t);
+
+typedef enum { COMM_MPI = 0, COMM_NCCL = 1 } CommBackend;
+
+typedef enum { OP_ALL_REDUCE, OP_REDUCE_SCATTER, OP_ALL_GATHER, OP_BROADCAST, OP_SEND, OP_RECV, OP_COUNT } CommOp;
+const char *comm_op_name(CommOp op);
+
+typedef struct CommStats {
+    double ring_bytes[OP_COUNT];  // per-rank bytes moved by a ring algorithm, summed over calls
+    double payload_bytes[OP_COUNT];  // bytes of the buffers handed to the calls
+    long calls[OP_COUNT];
+    double wait_us;       // time blocked in comm_wait / blocking calls (exposed communication)
+    double inflight_us;   // issue-to-completion time summed over calls
+} CommStats;
+
+typedef struct Comm {
+    MPI_Comm mpi;
+    int rank, size;
+    CommBackend backend;
+    void *nccl;          // ncclComm_t when backend == COMM_NCCL
+    Device *dev;         // where the buffers live (for staging and streams)
+    CommStats stats;
+    Trace *trace;
+    MPI_Op bf16_sum;     // created once at comm_world_init; shared by sub-groups
+    int owns_op;
+} Comm;
+
+typedef struct CommHandle {
+    MPI_Request req;
+    int active;
+    CommOp op;
+    double t_issue_us, bytes;
+    // staging for device buffers on the MPI path (unused on the cpu device)
+    Buf stage;
+    void *dst;
+    size_t dst_bytes;
+} CommHandle;
+
+// MPI_Init (with thread level FUNNELED) and the world group. Also sets
+// *local_rank, *local_size (ranks on this node, via MPI_Comm_split_type).
+void comm_world_init(Comm *world, int *argc, char ***argv, int *local_rank, int *local_size);
+// Attach the device and choose the backend ("auto", "mpi", "nccl"): usage error
+// when nccl is asked for but unavailable. Collective.
+void comm_setup(Comm *c, Device *dev, const char *backend, Trace *trace);
+// Sub-group (color/key as MPI_Comm_split). Collective over parent.
+void comm_split(Comm *parent, int color, int key, Comm *out);
+void comm_free(Comm *c);
+void comm_world_finalize(Comm *world);
+
+// All functions: h == NULL means blocking. With a handle, the call returns at
+// once and the buffers must not be touched until comm_wait(h).
+// In-place sum over the group.
+void comm_all_reduce_sum(Comm *c, void *buf, size_t count, DType t, CommHandle *h);
+// Sum over the group; rank r receives elements [displ_r, displ_r + recvcounts[r])
+// of the summed `send` (displ_r = sum of earlier counts) into `recv`.
+// Counts may differ and may be zero (a bucket spanning some ranks' shards).
+void comm_reduce_scatter_sum(Comm *c, const void *send, void *recv, const size_t *recvcounts,
+                             DType t, CommHandle *h);
+// In-place gather: rank r's part is buf[displs[r] .. + counts[r]) on entry;
+// on exit every rank holds all parts. Counts may differ and may be zero.
+void comm_all_gather(Comm *c, void *buf, const size_t *counts, const size_t *displs, DType t,
+                     CommHandle *h);
+void comm_broadcast(Comm *c, void *buf, size_t count, DType t, int root, CommHandle *h);
+void comm_send(Comm *c, const void *buf, size_t count, DType t, int peer, int tag, CommHandle *h);
+void comm_recv(Comm *c, void *buf, size_t count, DType t, int peer, int tag, CommHandle *h);
+void comm_wait(Comm *c, CommHandle *h);   // no-op on an inactive handle
+int comm_test(Comm *c, CommHandle *h);    // 1 when complete (then as comm_wait)
+// Lets MPI progress outstanding nonblocking collectives (MPI progresses them
+// only inside MPI calls); called from layer hooks so buckets move during backward.
+void comm_progress(Comm *c);
+void comm_barrier(Comm *c);
+// Small host-side reductions used by the trainer (losses, norms, max memory).
+double comm_sum_f64(Comm *c, double x);
+double comm_max_f64(Comm *c, double x);
+void comm_stats_reset(Comm *c);

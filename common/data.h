@@ -1,0 +1,34 @@
+// data.h: training data. Byte-level text (vocab 256) from a file or a folder
+// of files, or llm.c-format uint16 token shards (header of 256 int32:
+// magic 20240520, version 1, token count; then the tokens). Without --data a
+// built-in corpus is made from text every Debian/Ubuntu system ships (the
+// license texts), or, where none is found, a generated sequence task.
+//
+// Rows: row i of a split is the window of T+1 tokens starting at
+// (i * T) mod (n - T - 1). Global micro-batch j of the run holds rows
+// [j*G, (j+1)*G) with G = batch * ranks; rank r reads its B of them. So any
+// rank count sees the same data in the same order, and a run is resumable
+// from the row counter alone.
+#pragma once
+#include <stddef.h>
+#include <stdint.h>
+
+enum { SPLIT_TRAIN = 0, SPLIT_VAL = 1 };
+
+typedef struct DataSet {
+    uint16_t *tokens[2];  // train, val
+    size_t count[2];
+    int vocab;            // tokens are < vocab
+    char desc[256];       // one line: what was loaded ("built-in corpus: 17 license texts, 254 KB")
+} DataSet;
+
+// path NULL or "" = built-in corpus. Returns 0, or on bad input (missing
+// file, empty file, too few tokens for one row of T+1, token id >=
+// model_vocab, bad shard header) nonzero with one line in err naming the file
+// and what to do (the trainer exits 2 with it). The validation split: files
+// whose name contains "val" in a shard folder, else the last 10% of the tokens.
+int data_open(DataSet *ds, const char *path, int model_vocab, int T, char *err, size_t err_len);
+void data_free(DataSet *ds);
+// rows [row_begin, row_begin + rows) of a split; inputs/targets are rows*T int32
+void data_rows(const DataSet *ds, int split, uint64_t row_begin, int rows, int T,
+               int32_t *inputs, int32_t *targets);

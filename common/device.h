@@ -1,0 +1,87 @@
+// device.h: the device interface, chosen at run time (--device auto|cpu|cuda).
+// Memory is allocated by tier and category through buf_alloc, so every byte is
+// accounted (mem.h). Work is ordered on streams with events, so overlap is
+// expressed once: on the cpu device streams execute in issue order on the
+// calling thread; on cuda they are real streams.
+#pragma once
+#include <stddef.h>
+#include "mem.h"
+#include "trace.h"
+
+typedef enum { DEVICE_CPU = 0, DEVICE_CUDA = 1 } DeviceKind;
+
+typedef enum { STREAM_COMPUTE = 0, STREAM_COMM = 1, STREAM_COPY = 2, STREAM_COUNT } StreamId;
+
+// An event marks a point in a stream. On the cpu device it is already complete
+// when recorded; `t_us` is the host time of the record.
+typedef struct Event {
+    void *handle;  // backend object (cudaEvent_t), NULL on cpu
+    double t_us;
+} Event;
+
+typedef struct Buf {
+    void *ptr;
+    size_t bytes;
+    MemTier tier;
+    MemCategory cat;
+} Buf;
+
+struct KernelOps;
+struct Device;
+
+typedef struct DeviceOps {
+    void *(*alloc)(struct Device *d, MemTier tier, size_t bytes);  // NULL on failure
+    void (*free)(struct Device *d, MemTier tier, void *ptr, size_t bytes);
+    // copies between any two tiers (host, pinned, device), ordered on `stream`
+    void (*copy)(struct Device *d, void *dst, const void *src, size_t bytes, StreamId stream);
+    void (*memset0)(struct Device *d, void *dst, size_t bytes, StreamId stream);
+    void (*event_record)(struct Device *d, Event *e, StreamId stream);
+    void (*stream_wait_event)(struct Device *d, StreamId stream, Event *e);
+    void (*event_sync)(struct Device *d, Event *e);
+    void (*stream_sync)(struct Device *d, StreamId stream);
+    void (*event_create)(struct Device *d, Event *e);
+    void (*event_destroy)(struct Device *d, Event *e);
+    // bytes free and total as the driver sees them; 0,0 where not meaningful
+    void (*mem_get_info)(struct Device *d, size_t *free_bytes, size_t *total_bytes);
+    void (*destroy)(struct Device *d);
+} DeviceOps;
+
+typedef struct Device {
+    DeviceKind kind;
+    char name[128];          // "cpu (OpenBLAS, 2 threads)" or the GPU's name
+    int threads;             // host threads this rank uses for kernels
+    int act_bytes;           // bytes per activation element: 4 (fp32) on cpu, 2 (bf16) on cuda
+    double peak_flops;       // bf16/fp32 peak of the device for MFU, 0 = unknown
+    const char *peak_source; // where peak_flops comes from ("sgemm roof measured", "H100 SXM datasheet"), or "peak unknown"
+    MemCtx mem;
+    Trace *trace;            // may be NULL
+    const DeviceOps *ops;
+    const struct KernelOps *k;
+    void *impl;              // backend state
+    Buf scratch;             // kernel scratch (workspace), grown by device_scratch
+} Device;
+
+typedef struct DeviceOptions {
+    const char *kind;   // "auto", "cpu", "cuda"
+    double hbm_gb;      // device budget in GB (1e9 bytes); 0 = no budget on cpu, card size on cuda
+    int threads;        // 0 = cores / ranks on this node
+    int local_rank;     // rank within the node (picks the GPU)
+    int local_size;     // ranks on this node
+    Trace *trace;
+} DeviceOptions;
+
+// Fills *d or fails with a usage error ("--device cuda: no GPU visible; ...").
+void device_init(Device *d, const DeviceOptions *opt);
+void device_destroy(Device *d);
+// Is a CUDA device usable from this binary on this machine? (built with nvcc and a GPU present)
+int device_cuda_available(void);
+
+// Tracked allocation. `what` names it in an over-budget error.
+Buf buf_alloc(Device *d, MemTier tier, MemCategory cat, size_t bytes, const char *what);
+void buf_free(Device *d, Buf *b);  // no-op on an empty Buf; leaves it empty
+// Kernel scratch of at least `bytes` (category workspace, tier device), grown as needed.
+void *device_scratch(Device *d, size_t bytes);
+
+static inline void dev_copy(Device *d, void *dst, const void *src, size_t n, StreamId s) { d->ops->copy(d, dst, src, n, s); }
+static inline void dev_memset0(Device *d, void *dst, size_t n, StreamId s) { d->ops->memset0(d, dst, n, s); }
+static inline void dev_sync(Device *d, StreamId s) { d->ops->stream_sync(d, s); }

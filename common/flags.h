@@ -1,0 +1,30 @@
+// flags.h: the one long-option parser every binary uses. A binary describes
+// its flags in a table; --help prints them; an unknown flag or a bad value
+// exits 2 with one line that says what was wrong and what to do.
+#pragma once
+#include <stddef.h>
+
+typedef enum {
+    FLAG_INT,     // int
+    FLAG_DOUBLE,  // double
+    FLAG_COUNT,   // double, accepts 7.5e9, 7.5B, 350M, 12k (a parameter count)
+    FLAG_STRING,  // const char *
+    FLAG_BOOL,    // int set to 1, takes no value
+} FlagType;
+
+typedef struct FlagSpec {
+    const char *name;   // without the leading "--"
+    FlagType type;
+    void *dst;
+    const char *meta;   // value placeholder in --help ("N", "FILE"), NULL for bools
+    const char *help;   // one line; the default is printed after it
+    int seen;           // set by flags_parse when given on the command line
+} FlagSpec;
+
+// Parses --name value and --name=value. --help (or -h) prints `usage` (the
+// synopsis line and a paragraph), then the table with defaults, and exits 0
+// on rank 0 (other ranks exit 0 silently). Positional arguments are errors.
+void flags_parse(int argc, char **argv, FlagSpec *specs, int nspecs, const char *usage);
+const FlagSpec *flags_find(const FlagSpec *specs, int nspecs, const char *name);
+// Parses "7.5e9", "7.5B", "350M", "12k", "124000000"; returns 0 on success.
+int parse_count(const char *s, double *out);

@@ -1,0 +1,76 @@
+// kernels.h: the kernel API of the GPT-2 model and the optimizer. One table of
+// functions per device (kernels_cpu.c, kernels_cuda.cu); all run on the
+// compute stream of `d`.
+//
+// Types: parameters are bf16; parameter gradients are accumulated in fp32
+// (`float *d...` arguments, always +=); activations are `act` = void*, whose
+// element is fp32 on cpu and bf16 on cuda (d->act_bytes). Saved softmax
+// statistics (mean, rstd, attention probabilities, losses) are fp32.
+// Shapes: B batch, T sequence, C channels, OC output channels, NH heads,
+// V vocabulary, BT = B*T. Row-major throughout.
+#pragma once
+#include <stddef.h>
+#include <stdint.h>
+#include "bf16.h"
+#include "elementwise.h"
+#include "device.h"
+
+typedef void act;
+
+typedef struct KernelOps {
+    // out (B,T,C) = wte[tokens] + wpe[t]; tokens (B,T) int32 in device memory
+    void (*encoder_forward)(Device *d, act *out, const int32_t *tokens, const bf16 *wte,
+                            const bf16 *wpe, int B, int T, int C);
+    // dwte (V,C) += scatter of dout by token; dwpe (maxT,C) += sum over batch
+    void (*encoder_backward)(Device *d, float *dwte, float *dwpe, const act *dout,
+                             const int32_t *tokens, int B, int T, int C);
+    // out (BT,C); mean, rstd (BT) saved; eps 1e-5
+    void (*layernorm_forward)(Device *d, act *out, float *mean, float *rstd, const act *inp,
+                              const bf16 *w, const bf16 *b, int BT, int C);
+    // dinp (BT,C) += ; dw, db (C) +=
+    void (*layernorm_backward)(Device *d, act *dinp, float *dw, float *db, const act *dout,
+                               const act *inp, const bf16 *w, const float *mean,
+                               const float *rstd, int BT, int C);
+    // out (BT,OC) = inp (BT,C) @ w (OC,C)^T + bias (OC); bias may be NULL
+    void (*matmul_forward)(Device *d, act *out, const act *inp, const bf16 *w, const bf16 *bias,
+                           int BT, int C, int OC);
+    // dinp (BT,C) = dout @ w (overwritten; skipped when dinp is NULL);
+    // dw (OC,C) += dout^T @ inp; dbias (OC) += column sums of dout (skipped when NULL)
+    void (*matmul_backward)(Device *d, act *dinp, float *dw, float *dbias, const act *dout,
+                            const act *inp, const bf16 *w, int BT, int C, int OC);
+    // causal self-attention. qkv (B,T,3C) holds q,k,v each (B,T,NH,hs) with hs = C/NH;
+    // out (B,T,C); att (B,NH,T,T) saves the softmax probabilities (zero above the diagonal)
+    void (*attention_forward)(Device *d, act *out, float *att, const act *qkv, int B, int T,
+                              int C, int NH);
+    // dqkv (B,T,3C) overwritten
+    void (*attention_backward)(Device *d, act *dqkv, const act *dout, const act *qkv,
+                               const float *att, int B, int T, int C, int NH);
+    void (*gelu_forward)(Device *d, act *out, const act *inp, size_t n);
+    // dinp = gelu'(inp) * dout (overwritten)
+    void (*gelu_backward)(Device *d, act *dinp, const act *inp, const act *dout, size_t n);
+    // out = a + b (out may alias a)
+    void (*residual_forward)(Device *d, act *out, const act *a, const act *b, size_t n);
+    // Fused softmax + cross-entropy over logits (BT,V). losses (BT) = -log p[target].
+    // When dloss_scale != 0, logits are overwritten by dloss/dlogits =
+    // (softmax - onehot(target)) * dloss_scale (the scale is 1 / tokens in the global batch).
+    void (*softmax_crossentropy)(Device *d, float *losses, act *logits, const int32_t *targets,
+                                 int BT, int V, float dloss_scale);
+
+    // ---- gradients and optimizer (bf16 storage, fp32 math) ----
+    // dst = (accumulate ? dst : 0) + src, rounded to bf16
+    void (*grad_to_bf16)(Device *d, bf16 *dst, const float *src, size_t n, int accumulate);
+    // dst += src (bf16, fp32 sum, rounded)
+    void (*add_bf16)(Device *d, bf16 *dst, const bf16 *src, size_t n);
+    // sum of squares of a bf16 vector in double, returned to the host (synchronizes)
+    double (*sum_squares_bf16)(Device *d, const bf16 *x, size_t n);
+    // AdamW over n elements: master/m/v fp32, grad bf16; param = bf16(master) (param may be NULL)
+    void (*adamw)(Device *d, float *master, float *m, float *v, const bf16 *grad, bf16 *param,
+                  size_t n, const AdamWStep *s);
+    void (*f32_to_bf16)(Device *d, bf16 *dst, const float *src, size_t n);
+    void (*bf16_to_f32)(Device *d, float *dst, const bf16 *src, size_t n);
+} KernelOps;
+
+extern const KernelOps kernels_cpu;
+#ifdef WB_HAVE_CUDA
+extern const KernelOps kernels_cuda;
+#endif

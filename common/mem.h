@@ -1,0 +1,52 @@
+// mem.h: memory accounting by tier x category, current and peak bytes, and a
+// capacity budget per tier (the device budget is --hbm-gb). Backends allocate;
+// this module only counts and enforces.
+#pragma once
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+
+typedef enum { TIER_DEVICE, TIER_HOST, TIER_PINNED, TIER_NVME, TIER_COUNT } MemTier;
+
+typedef enum {
+    CAT_PARAMS,       // bf16 parameters
+    CAT_GRADS,        // bf16 gradients
+    CAT_MASTER,       // fp32 master weights
+    CAT_ADAM_M,       // fp32 Adam first moment
+    CAT_ADAM_V,       // fp32 Adam second moment
+    CAT_ACTIVATIONS,  // saved for backward
+    CAT_COMM,         // communication buffers (buckets, gathered layers, staging)
+    CAT_WORKSPACE,    // scratch (fp32 layer gradients, GEMM operands, backward temporaries)
+    CAT_COUNT
+} MemCategory;
+
+const char *mem_tier_name(MemTier t);          // "device", "host", "pinned", "nvme"
+const char *mem_category_name(MemCategory c);  // "params_bf16", "grads_bf16", "master_fp32", "adam_m", "adam_v", "activations", "comm_buffers", "workspace"
+
+// Called when an allocation would exceed a tier's budget, to append a line
+// that names the stage/rank count that would fit (from the memory math).
+typedef void (*MemFitHint)(void *arg, char *out, size_t out_len);
+
+typedef struct MemCtx {
+    size_t current[TIER_COUNT][CAT_COUNT];
+    size_t peak[TIER_COUNT][CAT_COUNT];
+    size_t tier_current[TIER_COUNT];
+    size_t tier_peak[TIER_COUNT];
+    size_t budget[TIER_COUNT];  // 0 = no budget
+    MemFitHint fit_hint;        // may be NULL
+    void *fit_hint_arg;
+} MemCtx;
+
+void mem_init(MemCtx *m);
+void mem_set_budget(MemCtx *m, MemTier t, size_t bytes);
+// Record an allocation. Over budget: prints one error line naming the tier,
+// the request and the budget (with the fit hint), then the breakdown, and
+// exits with status 2 (fail_rank). `what` names the buffer ("layer 3 activations").
+void mem_track_alloc(MemCtx *m, MemTier t, MemCategory c, size_t bytes, const char *what);
+void mem_track_free(MemCtx *m, MemTier t, MemCategory c, size_t bytes);
+// Would `bytes` more on tier t stay within its budget?
+int mem_fits(const MemCtx *m, MemTier t, size_t bytes);
+// Reset peaks to the current values (e.g. after set-up, to measure a step).
+void mem_reset_peaks(MemCtx *m);
+// Print the breakdown: one row per (tier, category) with any use, current and peak.
+void mem_print_breakdown(const MemCtx *m, FILE *out);

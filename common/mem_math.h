@@ -1,0 +1,54 @@
+// mem_math.h: the memory and communication formulas of the ZeRO paper
+// (Rajbhandari et al., 2020) and ZeRO-Offload/Infinity, per rank, with the
+// padding our partitioning adds; activation memory (Korthikanti et al., 2022)
+// beside what this trainer keeps. memory_math prints these; the trainers print
+// them beside what they measure.
+#pragma once
+#include <stddef.h>
+#include "mem.h"
+#include "states.h"
+
+typedef enum {
+    STAGE_DP = 0,     // 01_dp_baseline: 16Ψ
+    STAGE_ZERO1,      // 02_zero1: 4Ψ + 12Ψ/N
+    STAGE_ZERO2,      // 03_zero2: 2Ψ + 14Ψ/N
+    STAGE_ZERO3,      // 04_zero3: 16Ψ/N
+    STAGE_OFFLOAD,    // 05_cpu_offload: device 2Ψ, host 2Ψ/N + 12Ψ/N
+    STAGE_INFINITY,   // 06_infinity: device ≈ live layers, nvme 16Ψ/N
+    STAGE_COUNT
+} StageId;
+
+const char *stage_name(StageId s);     // "dp_baseline", "zero1", ...
+const char *stage_formula(StageId s);  // "16Ψ", "4Ψ + 12Ψ/N", ... (device tier for offload stages)
+StatesLayout stage_states_layout(StageId s);
+
+// Model-state bytes per rank by tier and category, exactly as states_alloc
+// allocates them for Ψ params on N ranks (padding included).
+typedef struct StateBytes {
+    double bytes[TIER_COUNT][CAT_COUNT];
+    double tier_total[TIER_COUNT];
+    double padding_params;  // Ψ_pad - Ψ
+} StateBytes;
+void stage_state_bytes(StageId s, size_t psi, int ranks, StateBytes *out);
+// The paper's figure without padding (what the formula text says), device+host+nvme total.
+double stage_formula_bytes(StageId s, double psi, int ranks);
+
+// Communication volume per rank per optimizer step, in elements of the
+// gradient/parameter dtype, as the ZeRO paper counts it with a ring:
+// DP, ZeRO-1, ZeRO-2: 2Ψ(N-1)/N (reduce-scatter + all-gather, or all-reduce);
+// ZeRO-3: 3Ψ(N-1)/N (all-gather forward, all-gather backward, reduce-scatter).
+// ZeRO-2/3 reduce-scatter every micro-batch, so grad_accum multiplies that part.
+double stage_comm_elems(StageId s, double psi, int ranks, int grad_accum);
+const char *stage_comm_formula(StageId s);  // "2Ψ(N-1)/N", ...
+
+// Activation memory of one transformer layer for micro-batch b, sequence s,
+// hidden h, heads a: Korthikanti et al. (16-bit activations, no recomputation):
+// s*b*h*(34 + 5*a*s/h) bytes.
+double korthikanti_layer_bytes(double s, double b, double h, double a);
+
+// Largest Ψ whose model states fit in `bytes` per rank for a stage at N ranks
+// (activations and buffers excluded).
+double stage_max_params(StageId s, double bytes_per_rank, int ranks);
+// One line: which stages/rank counts would fit Ψ in `budget_bytes`, e.g.
+// "fits: zero2 at 4 ranks (3.1 GB), zero3 at 2 ranks (...)".
+void stage_fit_hint(size_t psi, int ranks, double budget_bytes, char *out, size_t n);

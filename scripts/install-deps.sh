@@ -1,0 +1,18 @@
+#!/usr/bin/env bash
+# Installs the Debian packages zero-workbench needs, where they are missing.
+set -euo pipefail
+pkgs=(libopenmpi-dev openmpi-bin libopenblas-dev libaio-dev libcmocka-dev gnuplot-nox make gcc)
+missing=()
+for p in "${pkgs[@]}"; do
+    dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
+done
+if [ ${#missing[@]} -eq 0 ]; then
+    echo "deps: all present (${pkgs[*]})"
+    exit 0
+fi
+echo "deps: installing ${missing[*]}"
+sudo=""
+[ "$(id -u)" -eq 0 ] || sudo="sudo"
+$sudo apt-get update -qq
+DEBIAN_FRONTEND=noninteractive $sudo apt-get install -y -qq "${missing[@]}" >/dev/null
+echo "deps: installed ${missing[*]}"

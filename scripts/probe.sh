@@ -1,0 +1,24 @@
+#!/usr/bin/env bash
+# probe.sh NAME [COMPILER] [FLAGS...]: compiles and links a small program that
+# uses library NAME; prints 1 when it builds. The Makefile's way of finding
+# libraries without asking a package manager.
+name=$1; cc=${2:-cc}; shift 2 2>/dev/null; flags=("$@")
+case $name in
+  mpi)    src='#include <mpi.h>
+int main(void){MPI_Init(0,0);return MPI_Finalize();}'; libs=();;
+  blas)   src='#include <cblas.h>
+int main(void){openblas_set_num_threads(1);float a=1;cblas_sgemm(CblasRowMajor,CblasNoTrans,CblasNoTrans,1,1,1,1.f,&a,1,&a,1,0.f,&a,1);return 0;}'; libs=(-lopenblas);;
+  aio)    src='#include <libaio.h>
+int main(void){io_context_t c=0;return io_setup(1,&c);}'; libs=(-laio);;
+  cmocka) src='#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <setjmp.h>
+#include <cmocka.h>
+int main(void){return 0;}'; libs=(-lcmocka);;
+  nccl)   src='#include <nccl.h>
+int main(void){int v;return ncclGetVersion(&v);}'; libs=(-lnccl -lcudart);;
+  *) exit 0;;
+esac
+printf '%s\n' "$src" | $cc -x c - -o /dev/null "${flags[@]}" "${libs[@]}" >/dev/null 2>&1 && echo 1
+exit 0

@@ -1,0 +1,40 @@
+#!/usr/bin/env bash
+# run.sh TEST_BINARY...: runs each cmocka test binary and adds up the results.
+# A test source with a line "// mpirun: N" runs under mpirun with N ranks
+# (rank 0 reports). Ends with the line "N passed, N failed".
+set -u
+here=$(cd "$(dirname "$0")/.." && pwd)
+source "$here/scripts/mpi-env.sh"
+passed=0 failed=0 skipped=0
+failed_names=()
+for bin in "$@"; do
+    name=$(basename "$bin")
+    src="$here/tests/$name.c"
+    np=$(sed -n 's|^// mpirun: *\([0-9][0-9]*\).*|\1|p' "$src" 2>/dev/null | head -1)
+    log=$(mktemp)
+    start=$(date +%s)
+    if [ -n "$np" ]; then
+        (cd "$here" && timeout 900 mpirun -np "$np" "$bin") >"$log" 2>&1
+    else
+        (cd "$here" && timeout 900 "$bin") >"$log" 2>&1
+    fi
+    rc=$?
+    secs=$(( $(date +%s) - start ))
+    p=$(sed -n 's/^\[  PASSED  \] \([0-9]*\) test.*/\1/p' "$log" | tail -1)
+    f=$(sed -n 's/^\[  FAILED  \] \([0-9]*\) test.*/\1/p' "$log" | tail -1)
+    s=$(sed -n 's/^\[  SKIPPED \] \([0-9]*\) test.*/\1/p' "$log" | tail -1)
+    p=${p:-0} f=${f:-0} s=${s:-0}
+    if [ "$rc" -ne 0 ] && [ "$f" -eq 0 ]; then f=1; fi   # crashed or exited badly
+    cat "$log"
+    echo "-- $name: $p passed, $f failed, $s skipped (${secs}s${np:+, $np ranks})"
+    passed=$((passed + p)) failed=$((failed + f)) skipped=$((skipped + s))
+    [ "$f" -eq 0 ] || failed_names+=("$name")
+    rm -f "$log"
+done
+[ ${#failed_names[@]} -eq 0 ] || echo "failing: ${failed_names[*]}"
+if [ "$skipped" -gt 0 ]; then
+    echo "$passed passed, $failed failed, $skipped skipped"
+else
+    echo "$passed passed, $failed failed"
+fi
+[ "$failed" -eq 0 ]

@@ -1,0 +1,72 @@
+// testutil.h: what the cmocka tests share: includes, a seeded random fill,
+// relative-error comparison, running a command and capturing its output, and
+// the MPI wrapper for multi-rank tests (rank 0 reports, every rank runs).
+#pragma once
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <cmocka.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+static inline uint64_t test_rng_next(uint64_t *s) {  // xorshift64*
+    *s ^= *s >> 12; *s ^= *s << 25; *s ^= *s >> 27;
+    return *s * 2685821657736338717ull;
+}
+static inline float test_uniform(uint64_t *s, float lo, float hi) {
+    return lo + (hi - lo) * (float)((test_rng_next(s) >> 40) * (1.0 / 16777216.0));
+}
+static inline void test_fill(float *x, size_t n, uint64_t seed, float lo, float hi) {
+    uint64_t s = seed * 0x9E3779B97F4A7C15ull + 1;
+    for (size_t i = 0; i < n; i++) x[i] = test_uniform(&s, lo, hi);
+}
+// |a-b| <= atol + rtol*|b|
+static inline int test_close(double a, double b, double atol, double rtol) {
+    return fabs(a - b) <= atol + rtol * fabs(b);
+}
+
+// Runs `cmd` through the shell with the project's mpirun settings; captures
+// stdout+stderr into a malloc'd string (*out) and returns the exit status.
+static inline int test_run(const char *cmd, char **out) {
+    char full[8192];
+    snprintf(full, sizeof full,
+             "export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 "
+             "OMPI_MCA_rmaps_base_oversubscribe=1 OMPI_MCA_orte_execute_quiet=1 "
+             "OMPI_MCA_btl=self,vader OMPI_MCA_btl_vader_single_copy_mechanism=none; %s 2>&1", cmd);
+    FILE *p = popen(full, "r");
+    if (!p) return -1;
+    size_t cap = 1 << 16, len = 0;
+    char *buf = malloc(cap);
+    size_t got;
+    while ((got = fread(buf + len, 1, cap - len - 1, p)) > 0) {
+        len += got;
+        if (cap - len < 4096) buf = realloc(buf, cap *= 2);
+    }
+    buf[len] = 0;
+    int st = pclose(p);
+    if (out) *out = buf; else free(buf);
+    return WIFEXITED(st) ? WEXITSTATUS(st) : 128;
+}
+
+#ifdef TEST_WITH_MPI
+#include <mpi.h>
+// Every rank runs the group; ranks other than 0 send their output to
+// /dev/null, and a test that fails on any rank must fail on rank 0 too
+// (assert on values reduced with MPI_Allreduce).
+#define run_mpi_tests(tests)                                              \
+    ({                                                                    \
+        int rank_;                                                        \
+        MPI_Comm_rank(MPI_COMM_WORLD, &rank_);                            \
+        if (rank_ != 0) {                                                 \
+            if (!freopen("/dev/null", "w", stdout)) abort();              \
+            if (!freopen("/dev/null", "w", stderr)) abort();              \
+        }                                                                 \
+        int fails_ = cmocka_run_group_tests(tests, NULL, NULL);           \
+        int any_ = 0;                                                     \
+        MPI_Allreduce(&fails_, &any_, 1, MPI_INT, MPI_MAX, MPI_COMM_WORLD); \
+        any_;                                                             \
+    })
+#endif
