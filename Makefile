@@ -3,8 +3,8 @@
 # manager; the cuda parts are built only where nvcc is found (GPU=0 skips them).
 
 SHELL := /bin/bash
-BUILD := build
 GPU ?= 1
+BUILD := build$(if $(filter 0,$(GPU)),-nogpu)
 NP ?= 4
 
 # ---- probes ---------------------------------------------------------------
@@ -56,7 +56,7 @@ SRC_00 := $(wildcard 00_memory_math/*.c)
 SRC_01 := $(wildcard 01_dp_baseline/*.c)
 SRC_02 := $(wildcard 02_zero1/*.c)
 SRC_03 := $(wildcard 03_zero2/*.c) $(wildcard 02_zero1/shard_update.c)
-SRC_04 := $(wildcard 04_zero3/*.c) $(wildcard 03_zero2/grad_shard.c)
+SRC_04 := $(wildcard 04_zero3/*.c) $(wildcard 03_zero2/grad_shard.c 02_zero1/shard_update.c)
 STAGES := $(foreach n,00 01 02 03 04,$(if $(wildcard */$(BIN_$(n)).c),$(n)))
 BINS := $(foreach n,$(STAGES),$(BIN_$(n)))
 

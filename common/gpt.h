@@ -96,7 +96,6 @@ typedef struct GPT {
     Buf scratch;       // backward temporaries (workspace)
     Buf unit_grads;    // fp32 gradients of the unit being differentiated (workspace)
     Buf embed_grads;   // fp32 gradients of the embeddings, live through backward (tied wte)
-    Buf tokens;        // (B,T) inputs and targets, int32, device
     float *losses_host;
     // pointers into acts/scratch, set by gpt_alloc
     struct GPTActs *a;

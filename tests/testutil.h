@@ -70,3 +70,48 @@ static inline int test_run(const char *cmd, char **out) {
         any_;                                                             \
     })
 #endif
+
+// The value(s) of "key" in a one-line JSON object: a number, or an array of
+// numbers. Returns how many numbers were read (0 when the key is absent or
+// null). Enough for the trainers' --json records; not a general parser.
+static inline int json_numbers(const char *json, const char *key, double *out, int max) {
+    char pat[128];
+    snprintf(pat, sizeof pat, "\"%s\":", key);
+    const char *p = strstr(json, pat);
+    if (!p) return 0;
+    p += strlen(pat);
+    if (*p != '[') {
+        char *end;
+        double v = strtod(p, &end);
+        if (end == p) return 0;
+        if (max > 0) out[0] = v;
+        return 1;
+    }
+    int n = 0;
+    p++;
+    while (*p && *p != ']') {
+        char *end;
+        double v = strtod(p, &end);
+        if (end == p) break;
+        if (n < max) out[n] = v;
+        n++;
+        p = end;
+        if (*p == ',') p++;
+    }
+    return n;
+}
+
+// The last line of a file (a --json record), malloc'd; NULL if none.
+static inline char *last_line(const char *path) {
+    FILE *f = fopen(path, "r");
+    if (!f) return NULL;
+    char *line = NULL, *last = NULL;
+    size_t cap = 0;
+    while (getline(&line, &cap, f) > 0) {
+        free(last);
+        last = strdup(line);
+    }
+    free(line);
+    fclose(f);
+    return last;
+}

@@ -1,0 +1,27 @@
+// shard_update.c: the optimizer step on a shard (see shard_update.h).
+#include "shard_update.h"
+#include "kernels.h"
+
+double shard_grad_norm_sq(Trainer *t, const bf16 *grad_shard) {
+    double local = t->dev.k->sum_squares_bf16(&t->dev, grad_shard, t->part.shard);
+    return comm_sum_f64(&t->world, local);
+}
+
+void shard_adamw(Trainer *t, const bf16 *grad_shard, bf16 *param_shard, const AdamWStep *s) {
+    // padding past Ψ has zero gradient and zero master weight, so it stays zero
+    t->dev.k->adamw(&t->dev, t->st.master.ptr, t->st.m.ptr, t->st.v.ptr, grad_shard, param_shard,
+                    t->part.shard, s);
+}
+
+bf16 *own_param_slice(Trainer *t) { return (bf16 *)t->st.params.ptr + t->part.begin; }
+
+void all_gather_params(Trainer *t) {
+    int N = t->world.size;
+    size_t counts[N], displs[N];
+    for (int q = 0; q < N; q++) {
+        counts[q] = t->part.shard;
+        displs[q] = (size_t)q * t->part.shard;
+    }
+    dev_sync(&t->dev, STREAM_COMPUTE);  // the updated slice is written before it travels
+    comm_all_gather(&t->world, t->st.params.ptr, counts, displs, DT_BF16, NULL);
+}

@@ -1,0 +1,102 @@
+// grad_shard.c: bucketed, asynchronous reduce-scatter of gradients into
+// per-rank shards (see grad_shard.h).
+#include "grad_shard.h"
+#include <string.h>
+#include "check.h"
+#include "kernels.h"
+
+void grad_shard_init(GradShard *gs, Trainer *t) {
+    memset(gs, 0, sizeof *gs);
+    size_t cap = (size_t)(t->cfg.bucket_mb * 1e6 / sizeof(bf16));
+    if (cap > t->part.padded) cap = t->part.padded;
+    if (cap < 1) cap = 1;
+    gs->cap = cap;
+    size_t recv_cap = cap < t->part.shard ? cap : t->part.shard;
+    for (int i = 0; i < 2; i++) {
+        gs->bucket[i].send = buf_alloc(&t->dev, TIER_DEVICE, CAT_COMM, cap * sizeof(bf16), "gradient bucket");
+        gs->bucket[i].recv = buf_alloc(&t->dev, TIER_DEVICE, CAT_COMM, recv_cap * sizeof(bf16), "reduced bucket part");
+    }
+    gs->shard = t->st.grads.ptr;
+}
+
+void grad_shard_free(GradShard *gs, Trainer *t) {
+    for (int i = 0; i < 2; i++) {
+        comm_wait(&t->world, &gs->bucket[i].h);
+        buf_free(&t->dev, &gs->bucket[i].send);
+        buf_free(&t->dev, &gs->bucket[i].recv);
+    }
+}
+
+// Element x of the bucket's range lives at send[cap - (top - x)].
+static bf16 *bucket_at(const GradShard *gs, const Bucket *b, size_t x) {
+    return (bf16 *)b->send.ptr + (gs->cap - (b->top - x));
+}
+
+// Wait for a bucket's reduce-scatter and add its part to the shard: the
+// first micro-batch of a step writes, later ones accumulate.
+static void finish_bucket(GradShard *gs, Trainer *t, Bucket *b) {
+    if (!b->h.active) return;
+    comm_wait(&t->world, &b->h);
+    if (b->recv_count > 0) {
+        bf16 *dst = gs->shard + (b->recv_first - t->part.begin);
+        if (t->micro == 0) dev_copy(&t->dev, dst, b->recv.ptr, b->recv_count * sizeof(bf16), STREAM_COMPUTE);
+        else t->dev.k->add_bf16(&t->dev, dst, b->recv.ptr, b->recv_count);
+    }
+}
+
+// Reduce-scatter the filled range [lo, top): rank q receives the elements
+// that fall in its shard. The ranges are contiguous and in rank order, which
+// is exactly the layout MPI_Reduce_scatter's receive counts describe.
+static void launch_bucket(GradShard *gs, Trainer *t, Bucket *b) {
+    if (b->lo == b->top) return;
+    int N = t->world.size;
+    size_t counts[N];
+    Range r = {b->lo, b->top - b->lo};
+    for (int q = 0; q < N; q++) {
+        size_t first;
+        counts[q] = partition_overlap(&t->part, r, q, &first);
+        if (q == t->world.rank) b->recv_first = first;
+    }
+    b->recv_count = counts[t->world.rank];
+    dev_sync(&t->dev, STREAM_COMPUTE);  // bucket contents written before they travel
+    comm_reduce_scatter_sum(&t->world, bucket_at(gs, b, b->lo), b->recv.ptr, counts, DT_BF16, &b->h);
+    b->lo = b->top = 0;
+}
+
+// Send the current bucket and switch to the other one, first finishing what
+// that one still had in flight.
+static void swap_buckets(GradShard *gs, Trainer *t) {
+    launch_bucket(gs, t, &gs->bucket[gs->cur]);
+    gs->cur ^= 1;
+    finish_bucket(gs, t, &gs->bucket[gs->cur]);
+}
+
+void grad_shard_add_unit(GradShard *gs, Trainer *t, int u, const float *g) {
+    Range r = unit_range(t, u);
+    size_t hi = r.offset + r.count;  // fill downwards: [x_lo, hi) at a time
+    while (hi > r.offset) {
+        Bucket *b = &gs->bucket[gs->cur];
+        if (b->lo == b->top) b->lo = b->top = hi;  // empty: start at this unit's end
+        CHECK(b->lo == hi, "units must finish backward in reverse buffer order (bucket at %zu, unit ends at %zu)", b->lo, hi);
+        size_t room = gs->cap - (b->top - b->lo);
+        if (room == 0) {
+            swap_buckets(gs, t);
+            continue;
+        }
+        size_t take = hi - r.offset < room ? hi - r.offset : room;
+        size_t x_lo = hi - take;
+        t->dev.k->grad_to_bf16(&t->dev, bucket_at(gs, b, x_lo), g + (x_lo - r.offset), take, 0);
+        b->lo = x_lo;
+        hi = x_lo;
+    }
+}
+
+void grad_shard_flush(GradShard *gs, Trainer *t) {
+    swap_buckets(gs, t);
+    finish_bucket(gs, t, &gs->bucket[gs->cur ^ 1]);
+}
+
+void grad_shard_progress(GradShard *gs, Trainer *t) {
+    for (int i = 0; i < 2; i++)
+        if (gs->bucket[i].h.active) comm_progress(&t->world);
+}

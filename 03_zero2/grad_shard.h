@@ -1,0 +1,36 @@
+// grad_shard.h: ZeRO-2 gradient partitioning with buckets. Backward finishes
+// units from the end of the flat buffer towards its start, so their gradients
+// fill a bucket downwards as one contiguous range. A full bucket is
+// reduce-scattered asynchronously (rank q receives the part that falls in its
+// shard, possibly nothing) while backward goes on with earlier units in the
+// other bucket; the received part is added to the rank's gradient shard. No
+// rank ever holds the whole gradient: only the shard (2Ψ/N) and two buckets.
+#pragma once
+#include "trainer.h"
+
+typedef struct Bucket {
+    Buf send;          // bf16, capacity `cap` elements, filled from its end
+    Buf recv;          // bf16, this rank's part of the reduced bucket
+    size_t lo, top;    // flat range [lo, top) held; empty when lo == top
+    size_t recv_first, recv_count;  // where the received part goes (flat)
+    CommHandle h;
+} Bucket;
+
+typedef struct GradShard {
+    Bucket bucket[2];
+    int cur;           // the bucket being filled
+    size_t cap;        // elements per bucket
+    bf16 *shard;       // this rank's gradient shard (t->st.grads)
+} GradShard;
+
+// Allocates two buckets of --bucket-mb (capped at the padded model size).
+void grad_shard_init(GradShard *gs, Trainer *t);
+void grad_shard_free(GradShard *gs, Trainer *t);
+// Unit u's fp32 gradients for this micro-batch are complete: bucket them,
+// launching reduce-scatters as buckets fill.
+void grad_shard_add_unit(GradShard *gs, Trainer *t, int u, const float *g);
+// End of a micro-batch's backward: send the last bucket and wait for all, so
+// the shard holds the sum over ranks (and over micro-batches so far).
+void grad_shard_flush(GradShard *gs, Trainer *t);
+// Let MPI move the buckets in flight (called from the layer hooks).
+void grad_shard_progress(GradShard *gs, Trainer *t);

@@ -1,0 +1,110 @@
+// param_shard.c: gather-before-use, prefetch and release of sharded
+// parameters (see param_shard.h).
+#include "param_shard.h"
+#include <stdlib.h>
+#include "check.h"
+
+// Schedule entry e: forward of unit e for e < U, backward of unit 2U-1-e after.
+static int entry_unit(int U, int e) { return e < U ? e : 2 * U - 1 - e; }
+static int entry_of(int U, int u, int backward) { return backward ? 2 * U - 1 - u : u; }
+
+// Units entry e reads. The encoder's backward only scatters gradients into
+// wte rows: it reads no parameters, so nothing is gathered for it.
+static int entry_reads(const Trainer *t, int e, int out[2]) {
+    int U = t->layout.num_units, u = entry_unit(U, e);
+    if (e >= U && u == GPT_UNIT_EMBED) return 0;
+    return gpt_unit_reads(&t->layout, u, out);
+}
+
+void param_shard_init(ParamShard *ps, Trainer *t) {
+    ps->live = xcalloc((size_t)t->layout.num_units, sizeof(LiveUnit));
+    ps->prefetch = t->cfg.prefetch;
+    ps->num_entries = 2 * t->layout.num_units;
+}
+
+// Start the all-gather of unit u into a fresh live buffer: this rank copies
+// the slice of its shard that falls in the unit, then every rank's slice is
+// gathered in place. Slices are contiguous and in rank order; ranks whose
+// shard misses the unit contribute nothing.
+static void start_gather(ParamShard *ps, Trainer *t, int u) {
+    LiveUnit *lu = &ps->live[u];
+    if (lu->state != LIVE_NONE) return;
+    Range r = unit_range(t, u);
+    int N = t->world.size;
+    size_t counts[N], displs[N];
+    for (int q = 0; q < N; q++) {
+        size_t first = r.offset;
+        counts[q] = partition_overlap(&t->part, r, q, &first);
+        displs[q] = counts[q] ? first - r.offset : 0;
+    }
+    lu->buf = buf_alloc(&t->dev, TIER_DEVICE, CAT_PARAMS, r.count * sizeof(bf16), "gathered unit params");
+    int me = t->world.rank;
+    if (counts[me])
+        dev_copy(&t->dev, (bf16 *)lu->buf.ptr + displs[me],
+                 (const bf16 *)t->st.params.ptr + (r.offset + displs[me] - t->part.begin), counts[me] * sizeof(bf16),
+                 STREAM_COMPUTE);
+    dev_sync(&t->dev, STREAM_COMPUTE);
+    comm_all_gather(&t->world, lu->buf.ptr, counts, displs, DT_BF16, &lu->h);
+    lu->state = LIVE_GATHERING;
+}
+
+static void finish_gather(Trainer *t, LiveUnit *lu) {
+    if (lu->state != LIVE_GATHERING) return;
+    comm_wait(&t->world, &lu->h);
+    lu->state = LIVE_READY;
+}
+
+static void drop(Trainer *t, LiveUnit *lu) {
+    finish_gather(t, lu);
+    if (lu->state == LIVE_NONE) return;
+    buf_free(&t->dev, &lu->buf);
+    lu->state = LIVE_NONE;
+}
+
+// Prefetch stays inside one micro-batch's forward+backward: across the end
+// of backward lies the optimizer step, which changes the params.
+void param_shard_acquire(ParamShard *ps, Trainer *t, int u, int backward) {
+    int e = entry_of(t->layout.num_units, u, backward), reads[2];
+    int n = entry_reads(t, e, reads);
+    for (int i = 0; i < n; i++) start_gather(ps, t, reads[i]);
+    for (int k = 1; k <= ps->prefetch && e + k < ps->num_entries; k++) {
+        int m = entry_reads(t, e + k, reads);
+        for (int i = 0; i < m; i++) start_gather(ps, t, reads[i]);
+    }
+    n = entry_reads(t, e, reads);
+    for (int i = 0; i < n; i++) finish_gather(t, &ps->live[reads[i]]);
+    comm_progress(&t->world);
+}
+
+// Is unit v read by one of the entries after e within the prefetch window
+// (at least the next one)?
+static int read_soon(const ParamShard *ps, const Trainer *t, int e, int v) {
+    int window = ps->prefetch > 0 ? ps->prefetch : 1, reads[2];
+    for (int k = 1; k <= window && e + k < ps->num_entries; k++) {
+        int m = entry_reads(t, e + k, reads);
+        for (int i = 0; i < m; i++)
+            if (reads[i] == v) return 1;
+    }
+    return 0;
+}
+
+void param_shard_release(ParamShard *ps, Trainer *t, int u, int backward) {
+    int e = entry_of(t->layout.num_units, u, backward), reads[2];
+    int n = entry_reads(t, e, reads);
+    for (int i = 0; i < n; i++)
+        if (!read_soon(ps, t, e, reads[i])) drop(t, &ps->live[reads[i]]);
+}
+
+void param_shard_release_all(ParamShard *ps, Trainer *t) {
+    for (int u = 0; u < t->layout.num_units; u++) drop(t, &ps->live[u]);
+}
+
+const bf16 *param_shard_view(const ParamShard *ps, int u) {
+    CHECK(ps->live[u].state == LIVE_READY, "unit %d's params used before they were gathered", u);
+    return ps->live[u].buf.ptr;
+}
+
+void param_shard_free(ParamShard *ps, Trainer *t) {
+    param_shard_release_all(ps, t);
+    free(ps->live);
+}

@@ -1,0 +1,245 @@
+// report.c: the per-step line, the end-of-run table and the JSON record.
+// Measured figures come from the memory accounting (mem.h), the clocks around
+// each step and the comm statistics; formula figures from mem_math.h and
+// gpt.h, and every row says which it is.
+#include "report.h"
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include "check.h"
+#include "trainer.h"
+
+void report_init(Trainer *t) {
+    Report *r = &t->report;
+    memset(r, 0, sizeof *r);
+    r->cap = t->cfg.steps;
+    r->loss = xcalloc((size_t)r->cap, sizeof(double));
+    r->step_ms = xcalloc((size_t)r->cap, sizeof(double));
+    r->lr = xcalloc((size_t)r->cap, sizeof(double));
+    r->grad_norm = xcalloc((size_t)r->cap, sizeof(double));
+    r->comm_bytes = xcalloc((size_t)r->cap, sizeof(double));
+    r->first_step = t->step;
+    r->val_loss = NAN;
+    if (t->world.rank == 0 && !t->cfg.quiet) {
+        const GPTConfig *m = &t->layout.cfg;
+        printf("%s: %s | model %s (L=%d C=%d H=%d V=%d, %.2fM params) | %d ranks x batch %d x seq %d x accum %d = %d tokens/step\n",
+               t->strategy->name, t->dev.name, t->cfg.model, m->num_layers, m->channels, m->num_heads, m->vocab_size,
+               t->layout.num_params / 1e6, t->world.size, t->cfg.batch, t->cfg.seq_len, t->cfg.grad_accum,
+               t->world.size * t->cfg.batch * t->cfg.seq_len * t->cfg.grad_accum);
+        printf("data: %s\n", t->data.desc);
+    }
+}
+
+void report_free(Trainer *t) {
+    Report *r = &t->report;
+    free(r->loss); free(r->step_ms); free(r->lr); free(r->grad_norm); free(r->comm_bytes);
+}
+
+static double global_tokens_per_step(const Trainer *t) {
+    return (double)t->world.size * t->cfg.batch * t->cfg.seq_len * t->cfg.grad_accum;
+}
+
+void report_step(Trainer *t, double loss, double ms, double lr, double grad_norm, double comm_bytes) {
+    Report *r = &t->report;
+    CHECK(r->n < r->cap, "more steps than --steps");
+    r->loss[r->n] = loss; r->step_ms[r->n] = ms; r->lr[r->n] = lr;
+    r->grad_norm[r->n] = grad_norm; r->comm_bytes[r->n] = comm_bytes;
+    r->n++;
+    r->after_step = t->dev.mem;
+    if (t->world.rank != 0 || t->cfg.quiet) return;
+    const MemCtx *m = &t->dev.mem;
+    printf("step %4ld/%d | loss %.6f | lr %.2e | norm %7.4f | %8.1f ms | %9.0f tok/s | device mem %.1f MB (peak %.1f MB)\n",
+           t->step, t->cfg.steps, loss, lr, grad_norm, ms, global_tokens_per_step(t) / (ms / 1000.0),
+           m->tier_current[TIER_DEVICE] / 1e6, m->tier_peak[TIER_DEVICE] / 1e6);
+    fflush(stdout);
+}
+
+void report_eval(Trainer *t, double val_loss) {
+    t->report.val_loss = val_loss;
+    t->report.val_step = t->step;
+    if (t->world.rank == 0 && !t->cfg.quiet) {
+        printf("step %4ld/%d | val loss %.6f\n", t->step, t->cfg.steps, val_loss);
+        fflush(stdout);
+    }
+}
+
+static int cmp_double(const void *a, const void *b) {
+    double x = *(const double *)a, y = *(const double *)b;
+    return (x > y) - (x < y);
+}
+
+static double median(const double *x, long n) {
+    if (n == 0) return NAN;
+    double *s = xmalloc((size_t)n * sizeof(double));
+    memcpy(s, x, (size_t)n * sizeof(double));
+    qsort(s, (size_t)n, sizeof(double), cmp_double);
+    double m = n % 2 ? s[n / 2] : 0.5 * (s[n / 2 - 1] + s[n / 2]);
+    free(s);
+    return m;
+}
+
+// Figures of the run, reduced over ranks where they differ.
+typedef struct Summary {
+    double cur[TIER_COUNT][CAT_COUNT], peak[TIER_COUNT][CAT_COUNT];  // max over ranks
+    double tier_peak[TIER_COUNT];
+    StateBytes formula;
+    GPTActBytes acts;
+    double step_ms_median, tokens_per_s, flops_per_token, gflops_per_rank;
+    double comm_bytes_step, comm_formula_bytes, comm_wait_ms_step, comm_inflight_ms_step;
+    double driver_free, driver_total;
+} Summary;
+
+static void summarize(Trainer *t, Summary *s) {
+    const MemCtx *m = &t->dev.mem;
+    const MemCtx *steady = t->report.n ? &t->report.after_step : m;
+    Report *r = &t->report;
+    for (int i = 0; i < TIER_COUNT; i++)
+        for (int c = 0; c < CAT_COUNT; c++) {
+            s->cur[i][c] = (double)steady->current[i][c];
+            s->peak[i][c] = (double)m->peak[i][c];
+        }
+    for (int i = 0; i < TIER_COUNT; i++) s->tier_peak[i] = (double)m->tier_peak[i];
+    MPI_Allreduce(MPI_IN_PLACE, s->cur, TIER_COUNT * CAT_COUNT, MPI_DOUBLE, MPI_MAX, t->world.mpi);
+    MPI_Allreduce(MPI_IN_PLACE, s->peak, TIER_COUNT * CAT_COUNT, MPI_DOUBLE, MPI_MAX, t->world.mpi);
+    MPI_Allreduce(MPI_IN_PLACE, s->tier_peak, TIER_COUNT, MPI_DOUBLE, MPI_MAX, t->world.mpi);
+    stage_state_bytes(t->strategy->stage, t->layout.num_params, t->world.size, &s->formula);
+    s->acts = gpt_activation_bytes(&t->layout, t->cfg.batch, t->cfg.seq_len, t->dev.act_bytes);
+    s->step_ms_median = median(r->step_ms, r->n);
+    s->tokens_per_s = global_tokens_per_step(t) / (s->step_ms_median / 1000.0);
+    s->flops_per_token = gpt_flops_per_token(&t->layout, t->cfg.seq_len);
+    s->gflops_per_rank = s->flops_per_token * s->tokens_per_s / t->world.size / 1e9;
+    s->comm_bytes_step = r->n ? comm_max_f64(&t->world, median(r->comm_bytes, r->n)) : 0;
+    s->comm_formula_bytes = stage_comm_elems(t->strategy->stage, (double)t->layout.num_params, t->world.size,
+                                             t->cfg.grad_accum) * sizeof(bf16);
+    double steps = r->n ? (double)r->n : 1;
+    s->comm_wait_ms_step = comm_max_f64(&t->world, r->comm_wait_us / steps / 1000.0);
+    s->comm_inflight_ms_step = comm_max_f64(&t->world, r->comm_inflight_us / steps / 1000.0);
+    size_t fr = 0, tot = 0;
+    t->dev.ops->mem_get_info(&t->dev, &fr, &tot);
+    s->driver_free = (double)fr;
+    s->driver_total = (double)tot;
+}
+
+// Formula figure for a (tier, category) row, or NAN where no formula applies.
+static double formula_for(const Summary *s, int tier, int cat) {
+    if (cat <= CAT_ADAM_V) return s->formula.bytes[tier][cat];
+    if (tier == TIER_DEVICE && cat == CAT_ACTIVATIONS) return (double)s->acts.total_saved;
+    return NAN;
+}
+
+static void print_memory_table(const Trainer *t, const Summary *s) {
+    printf("\nmemory per rank (measured by the allocator, max over %d ranks; current = after the last step) beside the formula\n", t->world.size);
+    printf("  %-7s %-13s %12s %12s %12s\n", "tier", "category", "current MB", "peak MB", "formula MB");
+    for (int i = 0; i < TIER_COUNT; i++)
+        for (int c = 0; c < CAT_COUNT; c++) {
+            double f = formula_for(s, i, c);
+            if (s->peak[i][c] == 0 && !(f > 0)) continue;
+            char fs[32] = "-";
+            if (!isnan(f)) snprintf(fs, sizeof fs, "%.3f", f / 1e6);
+            printf("  %-7s %-13s %12.3f %12.3f %12s\n", mem_tier_name(i), mem_category_name(c), s->cur[i][c] / 1e6,
+                   s->peak[i][c] / 1e6, fs);
+        }
+    double states = 0, states_formula = s->formula.tier_total[TIER_DEVICE];
+    for (int c = 0; c <= CAT_ADAM_V; c++) states += s->cur[TIER_DEVICE][c];
+    printf("  device model states: %.3f MB measured, %.3f MB by %s (Psi=%zu, N=%d, padding %.0f params)\n",
+           states / 1e6, states_formula / 1e6, stage_formula(t->strategy->stage), t->layout.num_params,
+           t->world.size, s->formula.padding_params);
+    printf("  device peak: %.3f MB (all categories)", s->tier_peak[TIER_DEVICE] / 1e6);
+    if (s->driver_total > 0)
+        printf("; driver reports %.1f of %.1f GB free", s->driver_free / 1e9, s->driver_total / 1e9);
+    printf("\n  formulas: model states from mem_math; activations = what this trainer saves (16C act + 4 fp32 + NH*T fp32 per token per layer, plus embed/head)\n");
+}
+
+static void print_summary(const Trainer *t, const Summary *s) {
+    const Report *r = &t->report;
+    printf("\nthroughput (measured over %ld steps)\n", r->n);
+    printf("  step time median     %10.1f ms\n", s->step_ms_median);
+    printf("  tokens/s             %10.0f  (%0.f tokens per step / median step time)\n", s->tokens_per_s,
+           global_tokens_per_step(t));
+    printf("  achieved GFLOP/s     %10.2f per rank (model FLOPs %.3g per token = 6*Psi_matmul + 12*L*C*T, computed)\n",
+           s->gflops_per_rank, s->flops_per_token);
+    if (t->dev.peak_flops > 0)
+        printf("  MFU                  %10.1f %% of %.0f TFLOP/s (%s)\n", 100 * s->gflops_per_rank * 1e9 / t->dev.peak_flops,
+               t->dev.peak_flops / 1e12, t->dev.peak_source);
+    else
+        printf("  MFU                  %10s (%s)\n", "-", t->dev.peak_source ? t->dev.peak_source : "peak unknown");
+    printf("communication per step per rank\n");
+    printf("  bytes moved          %10.3f MB counted from the collectives issued (ring volume)\n", s->comm_bytes_step / 1e6);
+    printf("  formula              %10.3f MB = %s x 2 B (bf16)\n", s->comm_formula_bytes / 1e6, stage_comm_formula(t->strategy->stage));
+    printf("  time in flight       %10.2f ms (issue to completion, summed over calls)\n", s->comm_inflight_ms_step);
+    printf("  time waiting         %10.2f ms (compute blocked on communication)\n", s->comm_wait_ms_step);
+    double overlap = s->comm_inflight_ms_step - s->comm_wait_ms_step;
+    printf("  overlapped           %10.2f ms (in flight while computing)\n", overlap > 0 ? overlap : 0);
+    if (!isnan(r->val_loss)) printf("validation loss      %10.6f at step %ld\n", r->val_loss, r->val_step);
+}
+
+static void json_mem(FILE *f, const Summary *s) {
+    fprintf(f, "\"mem\":{");
+    for (int i = 0; i < TIER_COUNT; i++) {
+        fprintf(f, "%s\"%s\":{", i ? "," : "", mem_tier_name(i));
+        for (int c = 0; c < CAT_COUNT; c++)
+            fprintf(f, "%s\"%s\":{\"current\":%.0f,\"peak\":%.0f}", c ? "," : "", mem_category_name(c), s->cur[i][c],
+                    s->peak[i][c]);
+        fprintf(f, ",\"peak_total\":%.0f}", s->tier_peak[i]);
+    }
+    fprintf(f, "},\"mem_formula\":{");
+    for (int i = 0; i < TIER_COUNT; i++) {
+        fprintf(f, "%s\"%s\":{", i ? "," : "", mem_tier_name(i));
+        for (int c = 0; c <= CAT_ADAM_V; c++)
+            fprintf(f, "%s\"%s\":%.0f", c ? "," : "", mem_category_name(c), s->formula.bytes[i][c]);
+        fprintf(f, ",\"total\":%.0f}", s->formula.tier_total[i]);
+    }
+    fprintf(f, ",\"padding_params\":%.0f,\"activations\":%zu}", s->formula.padding_params, s->acts.total_saved);
+}
+
+static void json_array(FILE *f, const char *name, const double *x, long n) {
+    fprintf(f, "\"%s\":[", name);
+    for (long i = 0; i < n; i++) fprintf(f, "%s%.9g", i ? "," : "", x[i]);
+    fprintf(f, "]");
+}
+
+static void write_json(const Trainer *t, const Summary *s) {
+    FILE *f = fopen(t->cfg.json, "a");
+    if (!f) {
+        fprintf(stderr, "%s: warning: cannot append to --json %s; the run's record was not written\n",
+                t->strategy->name, t->cfg.json);
+        return;
+    }
+    const Report *r = &t->report;
+    const GPTConfig *m = &t->layout.cfg;
+    fprintf(f, "{\"stage\":\"%s\",\"ranks\":%d,\"device\":\"%s\",\"model\":\"%s\",\"layers\":%d,\"d_model\":%d,"
+               "\"heads\":%d,\"vocab\":%d,\"params\":%zu,\"batch\":%d,\"seq_len\":%d,\"grad_accum\":%d,"
+               "\"global_batch_tokens\":%.0f,\"first_step\":%ld,\"steps\":%ld,",
+            t->strategy->name, t->world.size, t->dev.name, t->cfg.model, m->num_layers, m->channels, m->num_heads,
+            m->vocab_size, t->layout.num_params, t->cfg.batch, t->cfg.seq_len, t->cfg.grad_accum,
+            global_tokens_per_step(t), r->first_step, r->n);
+    json_array(f, "losses", r->loss, r->n);
+    fprintf(f, ",");
+    json_array(f, "step_ms", r->step_ms, r->n);
+    fprintf(f, ",");
+    json_array(f, "grad_norms", r->grad_norm, r->n);
+    if (isnan(r->val_loss)) fprintf(f, ",\"val_loss\":null");
+    else fprintf(f, ",\"val_loss\":%.9g", r->val_loss);
+    fprintf(f, ",\"tokens_per_s\":%.3f,\"step_ms_median\":%.3f,\"flops_per_token\":%.6g,\"gflops_per_rank\":%.4f,",
+            s->tokens_per_s, s->step_ms_median, s->flops_per_token, s->gflops_per_rank);
+    if (t->dev.peak_flops > 0) fprintf(f, "\"mfu\":%.5f,", s->gflops_per_rank * 1e9 / t->dev.peak_flops);
+    else fprintf(f, "\"mfu\":null,");
+    json_mem(f, s);
+    fprintf(f, ",\"comm_bytes_per_step\":%.0f,\"comm_formula_bytes_per_step\":%.0f,\"comm_wait_ms_per_step\":%.4f,"
+               "\"comm_inflight_ms_per_step\":%.4f}\n",
+            s->comm_bytes_step, s->comm_formula_bytes, s->comm_wait_ms_step, s->comm_inflight_ms_step);
+    fclose(f);
+}
+
+void report_finish(Trainer *t) {
+    Summary s;
+    memset(&s, 0, sizeof s);
+    summarize(t, &s);
+    if (t->world.rank != 0) return;
+    if (!t->cfg.quiet) {
+        print_memory_table(t, &s);
+        print_summary(t, &s);
+    }
+    if (t->cfg.json) write_json(t, &s);
+}

@@ -1,0 +1,205 @@
+// trainer.c: the training loop every stage shares: set-up, micro-batches with
+// gradient accumulation, clipping by the global norm, the LR schedule, the
+// strategy's update, evaluation, checkpoints and the report.
+#include "trainer.h"
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include "check.h"
+
+// ---- hooks: the strategy's, wrapped so every unit's compute is on the trace ----
+
+static const bf16 *hook_params(void *ctx, int u) {
+    Trainer *t = ctx;
+    return t->strategy->hooks.params(t, u);
+}
+static void hook_before_forward(void *ctx, int u) {
+    Trainer *t = ctx;
+    t->strategy->hooks.before_forward(t, u);
+    t->unit_t0_us = now_us();
+}
+static void hook_after_forward(void *ctx, int u) {
+    Trainer *t = ctx;
+    trace_span(&t->trace, TRACE_TID_COMPUTE, "forward", t->unit_t0_us, now_us(), 0);
+    t->strategy->hooks.after_forward(t, u);
+}
+static void hook_before_backward(void *ctx, int u) {
+    Trainer *t = ctx;
+    t->strategy->hooks.before_backward(t, u);
+    t->unit_t0_us = now_us();
+}
+static void hook_grads_ready(void *ctx, int u, const float *g) {
+    Trainer *t = ctx;
+    trace_span(&t->trace, TRACE_TID_COMPUTE, "backward", t->unit_t0_us, now_us(), 0);
+    t->strategy->hooks.grads_ready(t, u, g);
+}
+static void hook_after_backward(void *ctx, int u) {
+    Trainer *t = ctx;
+    t->strategy->hooks.after_backward(t, u);
+}
+
+void hook_nothing(void *ctx, int u) {}
+
+// ---- set-up ----
+
+static void fit_hint(void *arg, char *out, size_t n) {
+    Trainer *t = arg;
+    stage_fit_hint(t->layout.num_params, t->world.size, t->cfg.hbm_gb * 1e9, out, n);
+}
+
+// The device bytes this run will need (model states on the device tier plus
+// activations and workspaces), checked before allocating so an over-budget
+// model is one clear line rather than a failure halfway through set-up.
+static void check_budget(Trainer *t) {
+    if (t->dev.mem.budget[TIER_DEVICE] == 0) return;
+    StateBytes sb;
+    stage_state_bytes(t->strategy->stage, t->layout.num_params, t->world.size, &sb);
+    GPTActBytes ab = gpt_activation_bytes(&t->layout, t->cfg.batch, t->cfg.seq_len, t->dev.act_bytes);
+    double need = sb.tier_total[TIER_DEVICE] + ab.total_saved + ab.backward_scratch + ab.grad_workspace;
+    double budget = (double)t->dev.mem.budget[TIER_DEVICE];
+    if (need <= budget) return;
+    char hint[512];
+    stage_fit_hint(t->layout.num_params, t->world.size, budget, hint, sizeof hint);
+    fail_usage("%s needs %.2f GB of device memory per rank (model states %.2f GB by %s, activations and "
+               "workspace %.2f GB) but --hbm-gb is %.2f; %s",
+               t->strategy->name, need / 1e9, sb.tier_total[TIER_DEVICE] / 1e9, stage_formula(t->strategy->stage),
+               (need - sb.tier_total[TIER_DEVICE]) / 1e9, budget / 1e9, hint);
+}
+
+static void resolve_batch(Trainer *t) {
+    TrainConfig *c = &t->cfg;
+    if (c->global_batch <= 0) return;
+    int per_micro = c->batch * t->world.size;
+    if (c->global_batch % per_micro != 0)
+        fail_usage("--global-batch %d does not divide by --batch %d x %d ranks = %d; pick a multiple of %d",
+                   c->global_batch, c->batch, t->world.size, per_micro, per_micro);
+    c->grad_accum = c->global_batch / per_micro;
+}
+
+static void setup(Trainer *t, int argc, char **argv, const Strategy *s) {
+    int local_rank, local_size;
+    memset(t, 0, sizeof *t);
+    t->strategy = s;
+    comm_world_init(&t->world, &argc, &argv, &local_rank, &local_size);
+    train_config_parse(&t->cfg, argc, argv, s);
+    GPTConfig mc;
+    train_config_model(&t->cfg, &mc);
+    gpt_layout(&t->layout, &mc);
+    resolve_batch(t);
+
+    double origin = now_us();
+    MPI_Bcast(&origin, 1, MPI_DOUBLE, 0, t->world.mpi);
+    trace_init(&t->trace, t->cfg.trace != NULL, origin);
+    DeviceOptions dopt = {.kind = t->cfg.device, .hbm_gb = t->cfg.hbm_gb, .local_rank = local_rank,
+                          .local_size = local_size, .trace = &t->trace};
+    device_init(&t->dev, &dopt);
+    t->dev.mem.fit_hint = fit_hint;
+    t->dev.mem.fit_hint_arg = t;
+    comm_setup(&t->world, &t->dev, t->cfg.comm, &t->trace);
+    check_budget(t);
+
+    char err[512];
+    if (data_open(&t->data, t->cfg.data, mc.vocab_size, t->cfg.seq_len, err, sizeof err)) fail_usage("%s", err);
+
+    partition_init(&t->part, t->layout.num_params, t->world.size, t->world.rank);
+    StatesLayout sl = stage_states_layout(s->stage);
+    states_alloc(&t->st, &t->dev, &sl, &t->part);
+    states_init(&t->st, &t->dev, &t->layout, (uint64_t)t->cfg.seed);
+    t->hooks = (GPTHooks){t, hook_params, hook_before_forward, hook_after_forward,
+                          hook_before_backward, hook_grads_ready, hook_after_backward};
+    s->setup(t);
+    gpt_alloc(&t->model, &t->layout, &t->dev, t->cfg.batch, t->cfg.seq_len);
+    if (t->cfg.resume) trainer_resume(t);
+    report_init(t);
+}
+
+// ---- the loop ----
+
+// Rows of global micro-batch `index` that this rank reads (see data.h).
+static void load_micro_batch(Trainer *t, int split, uint64_t index, int32_t *in, int32_t *tgt) {
+    uint64_t G = (uint64_t)t->cfg.batch * t->world.size;
+    data_rows(&t->data, split, index * G + (uint64_t)t->world.rank * t->cfg.batch, t->cfg.batch,
+              t->cfg.seq_len, in, tgt);
+}
+
+static double evaluate(Trainer *t, int32_t *in, int32_t *tgt) {
+    double sum = 0;
+    for (int j = 0; j < t->cfg.eval_batches; j++) {
+        load_micro_batch(t, SPLIT_VAL, (uint64_t)j, in, tgt);
+        sum += gpt_forward(&t->model, &t->hooks, in, tgt, 0.0f);
+    }
+    return comm_sum_f64(&t->world, sum / t->cfg.eval_batches) / t->world.size;
+}
+
+// One optimizer step: grad_accum micro-batches, reduction, clipping, update.
+static void train_step(Trainer *t, int32_t *in, int32_t *tgt) {
+    const TrainConfig *c = &t->cfg;
+    const Strategy *s = t->strategy;
+    double t0 = now_us();
+    double bytes0 = 0, wait0 = t->world.stats.wait_us, fly0 = t->world.stats.inflight_us;
+    for (int op = 0; op < OP_COUNT; op++) bytes0 += t->world.stats.ring_bytes[op];
+    // dloss/dlogits carries 1/(tokens in the global batch), so summing the
+    // ranks' gradients gives the gradient of the global mean loss
+    float dloss_scale = 1.0f / ((float)c->batch * c->seq_len * c->grad_accum * t->world.size);
+    double loss = 0;
+    for (t->micro = 0; t->micro < c->grad_accum; t->micro++) {
+        load_micro_batch(t, SPLIT_TRAIN, (uint64_t)t->step * c->grad_accum + t->micro, in, tgt);
+        loss += gpt_forward(&t->model, &t->hooks, in, tgt, dloss_scale);
+        gpt_backward(&t->model, &t->hooks);
+    }
+    s->reduce_grads(t);
+    double norm = sqrt(s->grad_norm_sq(t));
+    float clip = (c->grad_clip > 0 && norm > c->grad_clip) ? (float)(c->grad_clip / norm) : 1.0f;
+    AdamWStep hp = adamw_step_params(c, t->step, clip);
+    double tu = now_us();
+    s->update(t, &hp);
+    dev_sync(&t->dev, STREAM_COMPUTE);
+    trace_span(&t->trace, TRACE_TID_COMPUTE, "optimizer", tu, now_us(), 0);
+    double mean_loss = comm_sum_f64(&t->world, loss / c->grad_accum) / t->world.size;
+    double t1 = now_us();
+    trace_span(&t->trace, TRACE_TID_STEP, "step", t0, t1, 0);
+    double bytes1 = 0;
+    for (int op = 0; op < OP_COUNT; op++) bytes1 += t->world.stats.ring_bytes[op];
+    t->report.comm_wait_us += t->world.stats.wait_us - wait0;
+    t->report.comm_inflight_us += t->world.stats.inflight_us - fly0;
+    t->step++;
+    report_step(t, mean_loss, (t1 - t0) / 1000.0, hp.lr, norm, bytes1 - bytes0);
+}
+
+static uint64_t rows_consumed(const Trainer *t) {
+    return (uint64_t)t->step * t->cfg.grad_accum * t->cfg.batch * t->world.size;
+}
+
+int trainer_main(int argc, char **argv, const Strategy *s) {
+    Trainer *t = xcalloc(1, sizeof *t);
+    setup(t, argc, argv, s);
+    const TrainConfig *c = &t->cfg;
+    size_t BT = (size_t)c->batch * c->seq_len;
+    int32_t *in = xmalloc(BT * sizeof(int32_t)), *tgt = xmalloc(BT * sizeof(int32_t));
+    mem_reset_peaks(&t->dev.mem);
+    while (t->step < c->steps) {
+        train_step(t, in, tgt);
+        if (c->eval_every > 0 && t->step % c->eval_every == 0 && t->step < c->steps)
+            report_eval(t, evaluate(t, in, tgt));
+        if (c->save_every > 0 && t->step % c->save_every == 0 && t->step < c->steps)
+            trainer_save(t, rows_consumed(t));
+    }
+    report_eval(t, evaluate(t, in, tgt));
+    if (c->save) trainer_save(t, rows_consumed(t));
+    trace_write(&t->trace, c->trace);
+    report_finish(t);
+    free(in);
+    free(tgt);
+    s->teardown(t);
+    gpt_free(&t->model);
+    states_free(&t->st, &t->dev);
+    data_free(&t->data);
+    report_free(t);
+    trace_free(&t->trace);
+    comm_free(&t->world);
+    device_destroy(&t->dev);
+    comm_world_finalize(&t->world);
+    free(t);
+    return 0;
+}

@@ -1,0 +1,83 @@
+// trainer_ckpt.c: checkpoints of a training run. What a rank saves is the
+// optimizer state it owns (fp32 master weights, Adam m and v over its range);
+// bf16 parameters are bf16(master) and are rebuilt on resume, so every stage
+// saves and restores exactly the numbers its next step depends on.
+#include <string.h>
+#include "check.h"
+#include "ckpt.h"
+#include "trainer.h"
+
+// Replicated optimizer state (the dp baseline) is saved once, by rank 0.
+static int saves_optim(const Trainer *t) {
+    return t->st.layout.optim == STATE_SHARD || t->world.rank == 0;
+}
+
+static CkptManifest manifest_of(const Trainer *t, uint64_t data_rows) {
+    CkptManifest m;
+    memset(&m, 0, sizeof m);
+    snprintf(m.stage, sizeof m.stage, "%s", t->strategy->name);
+    m.ranks = t->world.size;
+    m.step = t->step;
+    m.data_rows = data_rows;
+    m.seed = (uint64_t)t->cfg.seed;
+    m.rng_state = data_rows;  // initial weights and data order are counter-based: the row counter is the whole RNG state
+    m.cfg = t->layout.cfg;
+    m.num_params = t->layout.num_params;
+    m.batch = t->cfg.batch;
+    m.seq_len = t->cfg.seq_len;
+    m.grad_accum = t->cfg.grad_accum;
+    return m;
+}
+
+// Host copies of master, m, v (the device may not be host-addressable).
+typedef struct HostOptim {
+    Buf host;
+    CkptTensor t[3];
+} HostOptim;
+
+static void host_optim_alloc(Trainer *t, HostOptim *h) {
+    size_t bytes = t->st.optim_count * sizeof(float);
+    h->host = buf_alloc(&t->dev, TIER_HOST, CAT_WORKSPACE, 3 * bytes, "checkpoint staging");
+    const char *names[3] = {"master", "adam_m", "adam_v"};
+    for (int i = 0; i < 3; i++) h->t[i] = (CkptTensor){names[i], (char *)h->host.ptr + i * bytes, bytes};
+}
+
+static Buf *optim_buf(Trainer *t, int i) { return i == 0 ? &t->st.master : (i == 1 ? &t->st.m : &t->st.v); }
+
+void trainer_save(Trainer *t, uint64_t data_rows) {
+    HostOptim h;
+    host_optim_alloc(t, &h);
+    for (int i = 0; i < 3; i++) dev_copy(&t->dev, h.t[i].host, optim_buf(t, i)->ptr, h.t[i].bytes, STREAM_COPY);
+    dev_sync(&t->dev, STREAM_COPY);
+    CkptManifest m = manifest_of(t, data_rows);
+    char err[512];
+    double t0 = now_us();
+    if (ckpt_save(&t->world, t->cfg.save, &m, h.t, saves_optim(t) ? 3 : 0, err, sizeof err))
+        fail_usage("checkpoint not saved: %s (the previous checkpoint in %s is unchanged)", err, t->cfg.save);
+    trace_span(&t->trace, TRACE_TID_IO, "checkpoint", t0, now_us(), 0);
+    if (t->world.rank == 0 && !t->cfg.quiet)
+        printf("saved checkpoint: %s, step %ld (%.0f ms)\n", t->cfg.save, t->step, (now_us() - t0) / 1000);
+    buf_free(&t->dev, &h.host);
+}
+
+void trainer_resume(Trainer *t) {
+    HostOptim h;
+    host_optim_alloc(t, &h);
+    CkptManifest expect = manifest_of(t, 0), got;
+    char err[512];
+    if (ckpt_load(&t->world, t->cfg.resume, &expect, &got, h.t, saves_optim(t) ? 3 : 0, err, sizeof err))
+        fail_usage("%s", err);
+    if (got.step >= t->cfg.steps)
+        fail_usage("--resume %s is at step %ld, not before --steps %d: ask for more steps", t->cfg.resume,
+                   got.step, t->cfg.steps);
+    if (t->st.layout.optim != STATE_SHARD)  // replicated: rank 0 read it, everyone gets it
+        for (int i = 0; i < 3; i++) comm_broadcast(&t->world, h.t[i].host, t->st.optim_count, DT_F32, 0, NULL);
+    for (int i = 0; i < 3; i++) dev_copy(&t->dev, optim_buf(t, i)->ptr, h.t[i].host, h.t[i].bytes, STREAM_COPY);
+    dev_sync(&t->dev, STREAM_COPY);
+    buf_free(&t->dev, &h.host);
+    t->step = got.step;
+    t->strategy->params_from_master(t);
+    if (t->world.rank == 0 && !t->cfg.quiet)
+        printf("resumed from %s at step %ld (data row %llu)\n", t->cfg.resume, got.step,
+               (unsigned long long)got.data_rows);
+}

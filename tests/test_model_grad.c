@@ -1,0 +1,131 @@
+// The whole model's gradients against finite differences of its loss, on the
+// `tiny` preset, through the same forward/backward and hooks the trainers use.
+#include "testutil.h"
+#include "bf16.h"
+#include "device.h"
+#include "gpt.h"
+
+typedef struct Full {
+    GPTLayout l;
+    bf16 *params;  // Ψ
+    float *grads;  // Ψ, fp32 (filled by grads_ready)
+} Full;
+
+static const bf16 *full_params(void *ctx, int u) {
+    Full *f = ctx;
+    return f->params + f->l.unit[u].offset;
+}
+static void full_grads_ready(void *ctx, int u, const float *g) {
+    Full *f = ctx;
+    memcpy(f->grads + f->l.unit[u].offset, g, f->l.unit[u].count * sizeof(float));
+}
+static void nothing(void *ctx, int u) {}
+
+enum { B = 2, T = 8 };
+
+static double loss_of(GPT *g, const GPTHooks *h, const int32_t *in, const int32_t *tgt) {
+    return gpt_forward(g, h, in, tgt, 0.0f);
+}
+
+// For each tensor of every unit, the entries with the largest analytic
+// gradients (where finite differences are far above float noise) are
+// compared with central differences. Parameters are bf16, so the step is
+// taken between bf16-representable values: p± = bf16(p ± h), divided by the
+// true distance p+ - p-. Tolerance: |fd - an| <= 2e-4 + 5% |an|; the loss is
+// a mean over 16 tokens accumulated in double from fp32 kernels.
+static void test_model_gradients_match_finite_differences(void **state) {
+    Device d;
+    DeviceOptions o = {.kind = "cpu", .local_size = 1};
+    device_init(&d, &o);
+    GPTConfig cfg;
+    assert_true(gpt_preset("tiny", &cfg));
+    Full f;
+    gpt_layout(&f.l, &cfg);
+    size_t n = f.l.num_params;
+    float *init = malloc(n * sizeof(float));
+    gpt_init_values(&f.l, 7, 0, n, init);
+    f.params = malloc(n * sizeof(bf16));
+    f.grads = calloc(n, sizeof(float));
+    for (size_t i = 0; i < n; i++) f.params[i] = f32_to_bf16(init[i] * 4.0f);  // larger weights: larger, clearer gradients
+    GPT g;
+    gpt_alloc(&g, &f.l, &d, B, T);
+    GPTHooks h = {&f, full_params, nothing, nothing, nothing, full_grads_ready, nothing};
+    int32_t in[B * T], tgt[B * T];
+    uint64_t s = 99;
+    for (int i = 0; i < B * T; i++) { in[i] = (int32_t)(test_rng_next(&s) % 256); tgt[i] = (int32_t)(test_rng_next(&s) % 256); }
+
+    gpt_forward(&g, &h, in, tgt, 1.0f / (B * T));
+    gpt_backward(&g, &h);
+
+    int checked = 0, bad = 0;
+    for (int u = 0; u < f.l.num_units; u++) {
+        Range r = f.l.unit[u];
+        // the 6 largest |grad| entries of the unit
+        size_t pick[6] = {0};
+        for (int k = 0; k < 6; k++) {
+            double best = -1;
+            for (size_t i = r.offset; i < r.offset + r.count; i++) {
+                int taken = 0;
+                for (int j = 0; j < k; j++) taken |= pick[j] == i;
+                if (!taken && fabs(f.grads[i]) > best) { best = fabs(f.grads[i]); pick[k] = i; }
+            }
+        }
+        for (int k = 0; k < 6; k++) {
+            size_t i = pick[k];
+            bf16 keep = f.params[i];
+            float p = bf16_to_f32(keep), step = fmaxf(0.005f, fabsf(p) * 0.02f);
+            f.params[i] = f32_to_bf16(p + step);
+            float hi = bf16_to_f32(f.params[i]);
+            double lhi = loss_of(&g, &h, in, tgt);
+            f.params[i] = f32_to_bf16(p - step);
+            float lo = bf16_to_f32(f.params[i]);
+            double llo = loss_of(&g, &h, in, tgt);
+            f.params[i] = keep;
+            double fd = (lhi - llo) / ((double)hi - lo), an = f.grads[i];
+            checked++;
+            if (!test_close(fd, an, 2e-4, 0.05)) {
+                bad++;
+                printf("unit %d param %zu: analytic %.6g finite-difference %.6g\n", u, i - r.offset, an, fd);
+            }
+        }
+    }
+    assert_int_equal(checked, 6 * f.l.num_units);
+    assert_int_equal(bad, 0);
+    gpt_free(&g);
+    free(init); free(f.params); free(f.grads);
+    device_destroy(&d);
+}
+
+// Initial weights depend only on (seed, index): any shard of any rank count
+// draws the same values as the whole buffer.
+static void test_init_is_rank_and_range_independent(void **state) {
+    GPTConfig cfg;
+    assert_true(gpt_preset("small", &cfg));
+    GPTLayout l;
+    gpt_layout(&l, &cfg);
+    size_t n = l.num_params;
+    float *all = malloc(n * sizeof(float)), *part = malloc(1000 * sizeof(float));
+    gpt_init_values(&l, 1337, 0, n, all);
+    size_t starts[3] = {0, n / 3 + 17, n - 1000};
+    for (int k = 0; k < 3; k++) {
+        gpt_init_values(&l, 1337, starts[k], starts[k] + 1000, part);
+        assert_memory_equal(part, all + starts[k], 1000 * sizeof(float));
+    }
+    // layernorm gains start at 1, biases at 0, weights are small and not all equal
+    size_t blk = l.unit[1].offset;
+    assert_true(all[blk + l.blk_off[BLK_LN1W]] == 1.0f);
+    assert_true(all[blk + l.blk_off[BLK_QKVB]] == 0.0f);
+    double sum2 = 0;
+    size_t qkv = blk + l.blk_off[BLK_QKVW], cnt = l.blk_off[BLK_QKVB] - l.blk_off[BLK_QKVW];
+    for (size_t i = 0; i < cnt; i++) sum2 += (double)all[qkv + i] * all[qkv + i];
+    assert_true(test_close(sqrt(sum2 / cnt), 0.02, 0, 0.05));  // std 0.02 within 5%
+    free(all); free(part);
+}
+
+int main(void) {
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_model_gradients_match_finite_differences),
+        cmocka_unit_test(test_init_is_rank_and_range_independent),
+    };
+    return cmocka_run_group_tests(tests, NULL, NULL);
+}
