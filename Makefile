@@ -112,8 +112,7 @@ bench: all
 demo:
 	@bash scripts/demo.sh $(NP)
 
-diff-%:
-	@bash scripts/stage-diff.sh $*
+$(foreach n,$(STAGES),$(eval diff-$(n): ; @bash scripts/stage-diff.sh $(n)))
 
 clean:
 	rm -rf $(BUILD) $(foreach n,00 01 02 03 04,$(BIN_$(n)))

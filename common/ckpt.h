@@ -42,4 +42,4 @@ int ckpt_save(Comm *world, const char *dir, const CkptManifest *m, const CkptTen
 // or is corrupt and what to do (the trainer exits 2 with it).
 int ckpt_load(Comm *world, const char *dir, const CkptManifest *expect, CkptManifest *got,
               CkptTensor *t, int n, char *err, size_t err_len);
-uint64_t fnv1a64(const void *data, size_t bytes, uint64_t h);  // h = 1469598103934665603 to start
+uint64_t fnv1a64(const void *data, size_t bytes, uint64_t h);  // start with h = 14695981039346656037 (0xcbf29ce484222325)

@@ -232,6 +232,18 @@ static void write_json(const Trainer *t, const Summary *s) {
     fclose(f);
 }
 
+// One line per run, so runs of different stages line up side by side.
+static void print_summary_line(const Trainer *t, const Summary *s) {
+    const Report *r = &t->report;
+    double states = 0;
+    for (int c = 0; c <= CAT_ADAM_V; c++) states += s->cur[TIER_DEVICE][c];
+    printf("summary %-12s N=%d | loss %.4f val %.4f | %8.0f tok/s | device model states %8.3f MB (formula %8.3f) | "
+           "device peak %8.3f MB | comm %7.3f MB/step (formula %7.3f)\n",
+           t->strategy->name, t->world.size, r->n ? r->loss[r->n - 1] : NAN, r->val_loss, s->tokens_per_s,
+           states / 1e6, s->formula.tier_total[TIER_DEVICE] / 1e6, s->tier_peak[TIER_DEVICE] / 1e6,
+           s->comm_bytes_step / 1e6, s->comm_formula_bytes / 1e6);
+}
+
 void report_finish(Trainer *t) {
     Summary s;
     memset(&s, 0, sizeof s);
@@ -241,5 +253,7 @@ void report_finish(Trainer *t) {
         print_memory_table(t, &s);
         print_summary(t, &s);
     }
+    print_summary_line(t, &s);
     if (t->cfg.json) write_json(t, &s);
+    fflush(stdout);
 }

@@ -1,0 +1,44 @@
+#!/usr/bin/env bash
+# make bench: measured in one run on this machine, written as JSON to
+# build/bench/results.json (one object) with the raw runs beside it.
+#   - the OpenBLAS sgemm roof (GFLOP/s), the cpu device's practical peak;
+#   - dp_baseline on gpt2-124m (micro-batch 4, seq 256) at 1 rank: tokens/s,
+#     achieved model GFLOP/s and its fraction of the roof (target >= 0.5);
+#   - dp_baseline on small at 1, 2, 4 ranks;
+#   - every stage at 4 ranks on small: tokens/s relative to dp_baseline
+#     (targets zero1 >= 0.95, zero2 >= 0.90, zero3 >= 0.80), peak device
+#     memory per rank and bytes communicated per step.
+# Stage runs are interleaved over several rounds and the median taken, since
+# this machine is shared and noisy.
+set -euo pipefail
+here=$(cd "$(dirname "$0")/.." && pwd)
+cd "$here"
+source scripts/mpi-env.sh
+out=build/bench
+mkdir -p "$out"
+rm -f "$out"/*.json
+rounds=${BENCH_ROUNDS:-3}
+
+echo "bench: sgemm roof"
+mpicc -O3 -march=native -fopenmp -I/usr/include/x86_64-linux-gnu/openblas-pthread bench/sgemm_roof.c -o "$out/sgemm_roof" -lopenblas -lm
+"$out/sgemm_roof" > "$out/sgemm.json"
+cat "$out/sgemm.json"
+
+echo "bench: dp_baseline gpt2-124m, micro-batch 4, seq 256, 1 rank"
+./dp_baseline --model gpt2-124m --batch 4 --seq-len 256 --steps 4 --warmup 1 --eval-batches 1 --quiet \
+    --json "$out/gpt2_124m.json"
+
+echo "bench: dp_baseline small at 1, 2, 4 ranks"
+for n in 1 2 4; do
+    mpirun -np "$n" ./dp_baseline --model small --batch $((16 / n)) --steps 20 --quiet --json "$out/small_dp_scaling.json"
+done
+
+echo "bench: stages at 4 ranks on small ($rounds interleaved rounds)"
+for r in $(seq "$rounds"); do
+    for s in dp_baseline zero1 zero2 zero3; do
+        mpirun -np 4 "./$s" --model small --batch 4 --steps 20 --quiet --json "$out/stages_$s.json"
+    done
+done
+
+python3 bench/summarize.py "$out" > "$out/results.json"
+cat "$out/results.json"
