@@ -45,6 +45,12 @@ typedef struct CommHandle {
     Buf stage;
     void *dst;
     size_t dst_bytes;
+    // int counts/displacements of a v-collective: MPI reads them until the
+    // nonblocking call completes, so they live as long as the handle
+    int *mpi_counts;
+    // NCCL path: cudaEvent_t recorded on the comm stream after the operation
+    // (comm_nccl.c); NULL on the MPI path
+    void *event;
 } CommHandle;
 
 // MPI_Init (with thread level FUNNELED) and the world group. Also sets

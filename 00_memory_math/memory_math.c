@@ -1,0 +1,153 @@
+// memory_math: the 2 + 2 + 12 = 16 bytes/param accounting of mixed-precision
+// Adam, and what each ZeRO stage keeps per rank (Rajbhandari et al., 2020);
+// activation memory (Korthikanti et al., 2022) beside what our trainer keeps;
+// communication volume; what fits in a device budget; and --measure, which
+// checks the formulas against the allocator the trainers use.
+#include <math.h>
+#include <stdio.h>
+#include <string.h>
+#include "check.h"
+#include "comm.h"
+#include "flags.h"
+#include "memory_math.h"
+
+static const char *usage =
+    "usage: memory_math [--params 7.5B | --model NAME] [--ranks N] [--batch B --seq-len T]\n"
+    "                   [--hbm-gb GB] [--measure] [--json]\n"
+    "\n"
+    "Per-rank memory of the ZeRO stages, computed from the formulas: model states\n"
+    "(16 bytes per parameter, and how ZeRO-1/2/3, Offload and Infinity split them over\n"
+    "N ranks and tiers), communication per step, activations of a --model, and with\n"
+    "--hbm-gb the largest model that fits. --measure (under mpirun -np N) allocates the\n"
+    "states with the trainers' allocator and compares the bytes with the formula.\n"
+    "Without --params or --model: the ZeRO paper's example, Ψ = 7.5B on N = 64.";
+
+typedef struct Flags {
+    double params, hbm_gb;
+    const char *model;
+    int ranks, batch, seq_len, grad_accum, measure, json;
+} Flags;
+
+enum { F_PARAMS, F_MODEL, F_RANKS, F_BATCH, F_SEQ_LEN, F_GRAD_ACCUM, F_HBM_GB, F_MEASURE, F_JSON, F_COUNT };
+
+static void parse_flags(int argc, char **argv, Flags *f, FlagSpec *specs) {
+    const FlagSpec table[F_COUNT] = {
+        [F_PARAMS] = {"params", FLAG_COUNT, &f->params, "COUNT", "parameters Ψ: 7.5e9, 7.5B, 350M", 0},
+        [F_MODEL] = {"model", FLAG_STRING, &f->model, "NAME", "take Ψ and shapes from a preset", 0},
+        [F_RANKS] = {"ranks", FLAG_INT, &f->ranks, "N", "data-parallel ranks (--measure: the MPI world size)", 0},
+        [F_BATCH] = {"batch", FLAG_INT, &f->batch, "B", "micro-batch per rank, for activations", 0},
+        [F_SEQ_LEN] = {"seq-len", FLAG_INT, &f->seq_len, "T", "sequence length; 0 = the model's context", 0},
+        [F_GRAD_ACCUM] = {"grad-accum", FLAG_INT, &f->grad_accum, "K", "micro-batches per optimizer step", 0},
+        [F_HBM_GB] = {"hbm-gb", FLAG_DOUBLE, &f->hbm_gb, "GB", "device memory per rank; 0 = skip what fits", 0},
+        [F_MEASURE] = {"measure", FLAG_BOOL, &f->measure, NULL, "allocate the states and compare", 0},
+        [F_JSON] = {"json", FLAG_BOOL, &f->json, NULL, "one JSON object on stdout instead of tables", 0},
+    };
+    memcpy(specs, table, sizeof table);
+    flags_parse(argc, argv, specs, F_COUNT, usage);
+}
+
+// Rajbhandari et al. (2020), Figure 1: Ψ = 7.5B on N = 64.
+static const char paper_example[] = "the ZeRO paper's example (no --params or --model)";
+
+// Ψ from --params, --model or the paper's example; bad input exits 2.
+static void choose_params(const Flags *f, const FlagSpec *specs, Inputs *in) {
+    if (specs[F_PARAMS].seen && f->model)
+        fail_usage("give --params or --model, not both (--model sets Ψ from the preset)");
+    if (specs[F_PARAMS].seen) {
+        if (f->params < 1 || f->params > 1e15)
+            fail_usage("--params must be between 1 and 1e15 parameters, got %g", f->params);
+        in->psi = floor(f->params + 0.5);
+        in->psi_source = "--params";
+    } else if (f->model) {
+        GPTConfig cfg;
+        if (!gpt_preset(f->model, &cfg))
+            fail_usage("unknown --model '%s'; choose one of: %s", f->model, gpt_preset_names());
+        gpt_layout(&in->layout, &cfg);
+        in->have_model = 1;
+        in->model = f->model;
+        in->psi = (double)in->layout.num_params;
+        in->psi_source = "--model";
+    } else if (f->measure) {
+        fail_usage("--measure needs --model NAME (e.g. --model small) or --params COUNT");
+    } else if (f->hbm_gb > 0) {
+        in->psi = 0;  // what fits in --hbm-gb needs no model
+        in->psi_source = "none given (--params or --model)";
+    } else {
+        in->psi = 7.5e9;
+        in->psi_source = paper_example;
+    }
+}
+
+static void choose_ranks(const Flags *f, const FlagSpec *specs, Inputs *in) {
+    if (specs[F_RANKS].seen && (f->ranks < 1 || f->ranks > (1 << 20)))
+        fail_usage("--ranks must be between 1 and 1048576, got %d", f->ranks);
+    if (f->measure) {
+        if (specs[F_RANKS].seen && f->ranks != in->world)
+            fail_usage("--measure runs on the MPI ranks: --ranks %d differs from mpirun -np %d "
+                       "(leave --ranks out)", f->ranks, in->world);
+        in->ranks = in->world;
+        in->ranks_source = "the MPI world size (--measure)";
+    } else if (specs[F_RANKS].seen) {
+        in->ranks = f->ranks;
+        in->ranks_source = "--ranks";
+    } else {
+        int paper = in->psi_source == paper_example;
+        in->ranks = paper ? 64 : 8;
+        in->ranks_source = paper ? "the ZeRO paper's example" : "default (set --ranks)";
+    }
+}
+
+static void check_shapes(const Flags *f, Inputs *in) {
+    if (f->batch < 1) fail_usage("--batch must be at least 1, got %d", f->batch);
+    if (f->seq_len < 0) fail_usage("--seq-len must be positive (0 = the model's context), got %d", f->seq_len);
+    if (f->grad_accum < 1) fail_usage("--grad-accum must be at least 1, got %d", f->grad_accum);
+    if (f->hbm_gb < 0 || !isfinite(f->hbm_gb))
+        fail_usage("--hbm-gb must be a positive number of GB (0 = skip), got %g", f->hbm_gb);
+    in->batch = f->batch;
+    in->grad_accum = f->grad_accum;
+    in->hbm_gb = f->hbm_gb;
+    in->seq_len = f->seq_len;
+    if (in->have_model) {
+        int context = in->layout.cfg.max_seq_len;
+        if (f->seq_len > context)
+            fail_usage("--seq-len %d is longer than %s's context of %d tokens", f->seq_len, in->model, context);
+        if (f->seq_len == 0) in->seq_len = context;
+    }
+}
+
+int main(int argc, char **argv) {
+    Comm world;
+    Inputs in;
+    memset(&in, 0, sizeof in);
+    comm_world_init(&world, &argc, &argv, &in.local_rank, &in.local_size);
+    in.world = world.size;
+    in.rank = world.rank;
+
+    Flags f = {.params = 0, .hbm_gb = 0, .model = NULL, .ranks = 8, .batch = 8, .seq_len = 0,
+               .grad_accum = 1, .measure = 0, .json = 0};
+    FlagSpec specs[F_COUNT];
+    parse_flags(argc, argv, &f, specs);
+    choose_params(&f, specs, &in);
+    choose_ranks(&f, specs, &in);
+    check_shapes(&f, &in);
+    in.measure = f.measure;
+    in.json = f.json;
+
+    Printer p;
+    printer_begin(&p, stdout, in.json, in.rank == 0);
+    if (!in.json && in.rank == 0)
+        printf("memory_math: per-rank memory of the ZeRO stages (Ψ parameters, N ranks)\n");
+    section_inputs(&p, &in);
+    int differ = 0;
+    if (in.measure) {
+        differ = section_measure(&p, &in);
+    } else {
+        if (in.psi > 0) section_model_states(&p, &in);
+        if (in.psi > 0) section_comm(&p, &in);
+        if (in.have_model) section_activations(&p, &in);
+        if (in.hbm_gb > 0) section_fit(&p, &in);
+    }
+    printer_end(&p);
+    comm_world_finalize(&world);
+    return differ ? 1 : 0;
+}

@@ -1,0 +1,31 @@
+// memory_math.h: what the sections of memory_math share: the checked inputs
+// and one function per section of the output.
+#pragma once
+#include "gpt.h"
+#include "mem_math.h"
+#include "printer.h"
+
+typedef struct Inputs {
+    double psi;               // Ψ, parameters (0: none given)
+    const char *psi_source;   // where Ψ came from, for the output
+    int ranks;                // N
+    const char *ranks_source;
+    int have_model;           // --model given: layout holds its shapes
+    const char *model;
+    GPTLayout layout;
+    int batch, seq_len, grad_accum;
+    double hbm_gb;            // 0: no --hbm-gb
+    int measure, json;
+    int world, rank;          // MPI world
+    int local_rank, local_size;
+} Inputs;
+
+// sections.c
+void section_inputs(Printer *p, const Inputs *in);
+void section_model_states(Printer *p, const Inputs *in);
+void section_comm(Printer *p, const Inputs *in);
+void section_activations(Printer *p, const Inputs *in);
+void section_fit(Printer *p, const Inputs *in);
+// measure.c: returns the number of (stage, tier, category) entries where the
+// measured bytes differ from the formula (0: all equal). Collective.
+int section_measure(Printer *p, const Inputs *in);

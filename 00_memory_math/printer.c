@@ -1,0 +1,221 @@
+// printer.c: text tables or one JSON object (see printer.h).
+#include "printer.h"
+#include <math.h>
+#include <stdarg.h>
+#include <string.h>
+#include "check.h"
+
+// Characters on screen, not bytes: "Ψ" is two bytes of UTF-8.
+static int display_width(const char *s) {
+    int w = 0;
+    for (; *s; s++) w += ((unsigned char)*s & 0xC0) != 0x80;
+    return w;
+}
+
+static void pad_text(FILE *f, const char *s, int width, int right_align) {
+    int gap = width - display_width(s);
+    if (right_align) for (int i = 0; i < gap; i++) fputc(' ', f);
+    fputs(s, f);
+    if (!right_align) for (int i = 0; i < gap; i++) fputc(' ', f);
+}
+
+const char *format_grouped(double v, char *buf, size_t n) {
+    if (isnan(v)) { snprintf(buf, n, "-"); return buf; }
+    if (isinf(v)) { snprintf(buf, n, "unbounded"); return buf; }
+    double cents = floor(fabs(v) * 100 + 0.5);  // rounded to two decimals
+    double whole = floor(cents / 100);
+    int frac = (int)(cents - whole * 100);
+    char digits[64], out[96];
+    snprintf(digits, sizeof digits, "%.0f", whole);
+    size_t len = strlen(digits), o = 0;
+    if (v < 0 && cents > 0) out[o++] = '-';
+    for (size_t i = 0; i < len; i++) {
+        if (i > 0 && (len - i) % 3 == 0) out[o++] = ',';
+        out[o++] = digits[i];
+    }
+    out[o] = 0;
+    if (frac) snprintf(buf, n, "%s.%02d", out, frac);
+    else snprintf(buf, n, "%s", out);
+    return buf;
+}
+
+static void json_string(FILE *f, const char *s) {
+    fputc('"', f);
+    for (; *s; s++) {
+        unsigned char c = (unsigned char)*s;
+        if (c == '"' || c == '\\') fprintf(f, "\\%c", c);
+        else if (c < 0x20) fprintf(f, "\\u%04x", c);
+        else fputc(c, f);
+    }
+    fputc('"', f);
+}
+
+static void json_number(FILE *f, double v) {
+    if (!isfinite(v)) fputs("null", f);
+    else if (v == floor(v) && fabs(v) < 9e15) fprintf(f, "%.0f", v);
+    else fprintf(f, "%.15g", v);
+}
+
+// Starts a member of the open JSON container: comma, then "key": when keyed.
+static void json_member(Printer *p, const char *key) {
+    if (p->count[p->depth]++ > 0) fputc(',', p->f);
+    if (key) {
+        json_string(p->f, key);
+        fputc(':', p->f);
+    }
+}
+
+static void json_open(Printer *p, const char *key, char bracket) {
+    json_member(p, key);
+    fputc(bracket, p->f);
+    CHECK(p->depth + 1 < PRINTER_MAX_DEPTH, "printer: nesting deeper than %d", PRINTER_MAX_DEPTH);
+    p->count[++p->depth] = 0;
+}
+
+static void json_close(Printer *p, char bracket) {
+    fputc(bracket, p->f);
+    p->depth--;
+}
+
+void printer_begin(Printer *p, FILE *f, int json, int enabled) {
+    memset(p, 0, sizeof *p);
+    p->f = f;
+    p->json = json;
+    p->enabled = enabled;
+    if (enabled && json) {
+        fputc('{', f);
+        p->depth = 0;
+        p->count[0] = 0;
+    }
+}
+
+void printer_end(Printer *p) {
+    if (!p->enabled) return;
+    fputs(p->json ? "}\n" : "", p->f);
+    fflush(p->f);
+}
+
+void printer_section(Printer *p, const char *key, const char *title) {
+    if (!p->enabled) return;
+    p->nnotes = 0;
+    if (p->json) json_open(p, key, '{');
+    else fprintf(p->f, "\n%s\n", title);
+}
+
+void printer_section_end(Printer *p) {
+    if (!p->enabled || !p->json) return;
+    if (p->nnotes) {
+        json_open(p, "notes", '[');
+        for (int i = 0; i < p->nnotes; i++) {
+            json_member(p, NULL);
+            json_string(p->f, p->notes[i]);
+        }
+        json_close(p, ']');
+    }
+    p->nnotes = 0;
+    json_close(p, '}');
+}
+
+static void text_number(char *buf, size_t n, double v, const char *fmt) {
+    if (isnan(v)) snprintf(buf, n, "-");
+    else if (isinf(v)) snprintf(buf, n, "unbounded");
+    else if (strcmp(fmt, PRINT_GROUPED) == 0) format_grouped(v, buf, n);
+    else snprintf(buf, n, fmt, v);
+}
+
+void printer_num(Printer *p, const char *key, const char *label, double v, const char *fmt,
+                 const char *unit) {
+    if (!p->enabled) return;
+    if (p->json) {
+        json_member(p, key);
+        json_number(p->f, v);
+        return;
+    }
+    char buf[64];
+    text_number(buf, sizeof buf, v, fmt);
+    fprintf(p->f, "  %s: %s%s%s\n", label, buf, unit ? " " : "", unit ? unit : "");
+}
+
+void printer_str(Printer *p, const char *key, const char *label, const char *s) {
+    if (!p->enabled) return;
+    if (p->json) {
+        json_member(p, key);
+        json_string(p->f, s);
+    } else {
+        fprintf(p->f, "  %s: %s\n", label, s);
+    }
+}
+
+void printer_bool(Printer *p, const char *key, const char *label, int v) {
+    if (!p->enabled) return;
+    if (p->json) {
+        json_member(p, key);
+        fputs(v ? "true" : "false", p->f);
+    } else {
+        fprintf(p->f, "  %s: %s\n", label, v ? "yes" : "no");
+    }
+}
+
+void printer_note(Printer *p, const char *fmt, ...) {
+    if (!p->enabled) return;
+    char buf[400];
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(buf, sizeof buf, fmt, ap);
+    va_end(ap);
+    if (!p->json) {
+        fprintf(p->f, "  %s\n", buf);
+    } else if (p->nnotes < PRINTER_MAX_NOTES) {
+        memcpy(p->notes[p->nnotes++], buf, sizeof buf);
+    }
+}
+
+void printer_table(Printer *p, const char *key, const Col *cols, int ncols) {
+    p->cols = cols;
+    p->ncols = ncols;
+    if (!p->enabled) return;
+    if (p->json) {
+        json_open(p, key, '[');
+        return;
+    }
+    int total = 0;
+    fputs("  ", p->f);
+    for (int i = 0; i < ncols; i++) {
+        int last = i + 1 == ncols;
+        pad_text(p->f, cols[i].header, last && !cols[i].fmt ? 0 : cols[i].width, cols[i].fmt != NULL);
+        fputs(i + 1 < ncols ? "  " : "\n", p->f);
+        total += cols[i].width + (i + 1 < ncols ? 2 : 0);
+    }
+    fputs("  ", p->f);
+    for (int i = 0; i < total; i++) fputc('-', p->f);
+    fputc('\n', p->f);
+}
+
+void printer_row(Printer *p, const Cell *cells) {
+    if (!p->enabled) return;
+    if (p->json) {
+        json_open(p, NULL, '{');
+        for (int i = 0; i < p->ncols; i++) {
+            json_member(p, p->cols[i].key);
+            if (cells[i].s) json_string(p->f, cells[i].s);
+            else json_number(p->f, cells[i].v);
+        }
+        json_close(p, '}');
+        return;
+    }
+    fputs("  ", p->f);
+    for (int i = 0; i < p->ncols; i++) {
+        char buf[64];
+        const char *text = cells[i].s;
+        if (!text) text_number(buf, sizeof buf, cells[i].v, p->cols[i].fmt ? p->cols[i].fmt : "%g");
+        int last = i + 1 == p->ncols;  // no trailing blanks after a left-aligned last column
+        pad_text(p->f, text ? text : buf, last && cells[i].s ? 0 : p->cols[i].width, cells[i].s == NULL);
+        fputs(i + 1 < p->ncols ? "  " : "\n", p->f);
+    }
+}
+
+void printer_table_end(Printer *p) {
+    if (p->enabled && p->json) json_close(p, ']');
+    p->cols = NULL;
+    p->ncols = 0;
+}

@@ -1,0 +1,104 @@
+// check.c: error reporting and exits that keep an MPI job tidy (see check.h).
+// The rule: an error every rank sees alike (a bad flag) is printed once by
+// rank 0 and every rank finalizes; an error only one rank sees aborts the job,
+// since the other ranks may be blocked in a collective waiting for it.
+#include "check.h"
+#include <mpi.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+
+// glibc's short program name (argv[0] without its directory)
+extern char *program_invocation_short_name;
+
+static int mpi_is_running(void) {
+    int initialized = 0, finalized = 0;
+    MPI_Initialized(&initialized);
+    MPI_Finalized(&finalized);
+    return initialized && !finalized;
+}
+
+int world_rank(void) {
+    if (!mpi_is_running()) return 0;
+    int rank = 0;
+    MPI_Comm_rank(MPI_COMM_WORLD, &rank);
+    return rank;
+}
+
+static int world_size(void) {
+    if (!mpi_is_running()) return 1;
+    int size = 1;
+    MPI_Comm_size(MPI_COMM_WORLD, &size);
+    return size;
+}
+
+void exit_all(int status) {
+    fflush(stdout);
+    fflush(stderr);
+    if (mpi_is_running()) MPI_Finalize();
+    exit(status);
+}
+
+// Ends the job from one rank. With other ranks alive only MPI_Abort is sure
+// to stop them (they may be waiting in a collective that will never finish).
+__attribute__((noreturn)) static void abort_job(int status) {
+    fflush(stdout);
+    fflush(stderr);
+    if (mpi_is_running() && world_size() > 1) MPI_Abort(MPI_COMM_WORLD, status);
+    exit(status);
+}
+
+// One line, written with a single fprintf so ranks' lines do not interleave.
+static void print_error_line(const char *prefix, const char *fmt, va_list ap) {
+    char msg[8192];  // room for a memory breakdown after the first line
+    vsnprintf(msg, sizeof msg, fmt, ap);
+    fprintf(stderr, "%s%s\n", prefix, msg);
+}
+
+void fail_usage(const char *fmt, ...) {
+    if (world_rank() == 0) {
+        char prefix[256];
+        snprintf(prefix, sizeof prefix, "%s: error: ", program_invocation_short_name);
+        va_list ap;
+        va_start(ap, fmt);
+        print_error_line(prefix, fmt, ap);
+        va_end(ap);
+    }
+    exit_all(EXIT_USAGE);
+}
+
+void fail_rank(int status, const char *fmt, ...) {
+    char prefix[256];
+    snprintf(prefix, sizeof prefix, "%s: rank %d: error: ", program_invocation_short_name,
+             world_rank());
+    va_list ap;
+    va_start(ap, fmt);
+    print_error_line(prefix, fmt, ap);
+    va_end(ap);
+    abort_job(status);
+}
+
+void fail_at(const char *file, int line, const char *fmt, ...) {
+    char prefix[512];
+    snprintf(prefix, sizeof prefix, "%s: rank %d: %s:%d: ", program_invocation_short_name,
+             world_rank(), file, line);
+    va_list ap;
+    va_start(ap, fmt);
+    print_error_line(prefix, fmt, ap);
+    va_end(ap);
+    abort_job(1);
+}
+
+void *xmalloc(size_t bytes) {
+    void *p = malloc(bytes ? bytes : 1);
+    if (!p) fail_at(__FILE__, __LINE__, "malloc of %zu bytes failed; hint: the host is out of memory", bytes);
+    return p;
+}
+
+void *xcalloc(size_t n, size_t size) {
+    void *p = calloc(n ? n : 1, size ? size : 1);
+    if (!p)
+        fail_at(__FILE__, __LINE__, "calloc of %zu x %zu bytes failed; hint: the host is out of memory",
+                n, size);
+    return p;
+}

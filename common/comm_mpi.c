@@ -1,0 +1,433 @@
+// comm_mpi.c: process groups and collectives over MPI (see comm.h).
+// Every call is counted twice: the payload handed in, and the bytes a
+// bandwidth-optimal ring moves per rank (Patarasuk & Yuan; the ZeRO paper's
+// accounting), so a report can set measured time beside the formula.
+#include <limits.h>
+#include <stdlib.h>
+#include <string.h>
+#include "bf16.h"
+#include "check.h"
+#include "comm.h"
+#include "comm_nccl.h"
+
+size_t dtype_bytes(DType t) {
+    switch (t) {
+    case DT_BF16: return 2;
+    case DT_F32: return 4;
+    case DT_F64: return 8;
+    case DT_I32: return 4;
+    case DT_U8: return 1;
+    }
+    fail_at(__FILE__, __LINE__, "dtype_bytes: unknown dtype %d", (int)t);
+}
+
+const char *comm_op_name(CommOp op) {
+    static const char *const names[OP_COUNT] = {"all_reduce", "reduce_scatter", "all_gather",
+                                                "broadcast",  "send",           "recv"};
+    return (op >= 0 && op < OP_COUNT) ? names[op] : "unknown_op";
+}
+
+// bf16 travels as raw 16-bit words; the sum is done by bf16_sum_op below
+static MPI_Datatype mpi_type(DType t) {
+    switch (t) {
+    case DT_BF16: return MPI_UINT16_T;
+    case DT_F32: return MPI_FLOAT;
+    case DT_F64: return MPI_DOUBLE;
+    case DT_I32: return MPI_INT;
+    case DT_U8: return MPI_UINT8_T;
+    }
+    fail_at(__FILE__, __LINE__, "mpi_type: unknown dtype %d", (int)t);
+}
+
+static MPI_Op sum_op(const Comm *c, DType t) { return t == DT_BF16 ? c->bf16_sum : MPI_SUM; }
+
+// The user-defined bf16 sum: each pair is added in fp32 and rounded back to
+// bf16 (round to nearest even), as a bf16 all-reduce on a GPU does.
+static void bf16_sum_op(void *in, void *inout, int *len, MPI_Datatype *type) {
+    (void)type;
+    const bf16 *a = in;
+    bf16 *b = inout;
+    for (int i = 0; i < *len; i++) b[i] = f32_to_bf16(bf16_to_f32(a[i]) + bf16_to_f32(b[i]));
+}
+
+// MPI counts are int; ours are size_t
+static int as_int(size_t n, const char *what) {
+    CHECK(n <= INT_MAX, "%s: %zu elements do not fit MPI's int count; hint: split the buffer "
+          "into chunks below 2^31 elements (smaller buckets)", what, n);
+    return (int)n;
+}
+
+// Bytes per rank a ring moves, as a fraction of the payload on N ranks.
+static double ring_factor(CommOp op, int n) {
+    switch (op) {
+    case OP_ALL_REDUCE: return 2.0 * (n - 1) / n;  // reduce-scatter + all-gather
+    case OP_REDUCE_SCATTER:
+    case OP_ALL_GATHER:
+    case OP_BROADCAST: return (double)(n - 1) / n;  // broadcast as scatter + all-gather, counted as one pass
+    default: return 1.0;                            // send, recv
+    }
+}
+
+// ---- issue and completion -------------------------------------------------
+
+// The handle a call works with: the caller's, or a local one when blocking.
+static CommHandle *begin_op(Comm *c, CommHandle *h, CommHandle *local, CommOp op, size_t payload) {
+    CHECK(c->mpi != MPI_COMM_NULL, "%s on a group this rank is not part of", comm_op_name(op));
+    CHECK(!h || !h->active, "%s: the handle is still in flight; hint: comm_wait it before reuse",
+          comm_op_name(op));
+    CommHandle *k = h ? h : local;
+    memset(k, 0, sizeof *k);
+    k->req = MPI_REQUEST_NULL;
+    k->active = 1;
+    k->op = op;
+    k->bytes = (double)payload;
+    k->t_issue_us = now_us();
+    c->stats.calls[op]++;
+    c->stats.payload_bytes[op] += (double)payload;
+    c->stats.ring_bytes[op] += (double)payload * ring_factor(op, c->size);
+    return k;
+}
+
+// After MPI is done with the buffers: copy a staged result back, free what
+// the call held, account the time and add the span to the timeline.
+static void complete_op(Comm *c, CommHandle *k) {
+    if (k->stage.ptr) {
+        if (k->dst_bytes) dev_copy(c->dev, k->dst, k->stage.ptr, k->dst_bytes, STREAM_COMPUTE);
+        dev_sync(c->dev, STREAM_COMPUTE);  // the copy reads the stage we free next
+        buf_free(c->dev, &k->stage);
+    }
+    free(k->mpi_counts);
+    k->mpi_counts = NULL;
+    double t_done_us = now_us();
+    c->stats.inflight_us += t_done_us - k->t_issue_us;
+    trace_span(c->trace, TRACE_TID_COMM, comm_op_name(k->op), k->t_issue_us, t_done_us, k->bytes);
+    k->active = 0;
+}
+
+// A blocking call is exposed communication from issue to return.
+static void finish_blocking(Comm *c, CommHandle *k) {
+    complete_op(c, k);
+    c->stats.wait_us += now_us() - k->t_issue_us;
+}
+
+void comm_wait(Comm *c, CommHandle *h) {
+    if (!h || !h->active) return;
+    double t0_us = now_us();
+#ifdef WB_HAVE_NCCL
+    if (h->event) comm_nccl_wait(c, h);  // the GPU waits; the host goes on
+#endif
+    mpiCheck(MPI_Wait(&h->req, MPI_STATUS_IGNORE));  // MPI_REQUEST_NULL on the NCCL path
+    complete_op(c, h);
+    c->stats.wait_us += now_us() - t0_us;
+}
+
+int comm_test(Comm *c, CommHandle *h) {
+    if (!h || !h->active) return 1;
+    int done = 0;
+#ifdef WB_HAVE_NCCL
+    if (h->event) {
+        done = comm_nccl_test(c, h);
+        if (done) complete_op(c, h);
+        return done;
+    }
+#endif
+    mpiCheck(MPI_Test(&h->req, &done, MPI_STATUS_IGNORE));
+    if (done) complete_op(c, h);
+    return done;
+}
+
+// Open MPI moves nonblocking collectives forward only while some MPI call is
+// inside its progress engine. MPI_Iprobe is about the cheapest call that
+// enters it; it matches nothing we rely on and receives nothing.
+void comm_progress(Comm *c) {
+    if (c->mpi == MPI_COMM_NULL) return;
+    int flag = 0;
+    mpiCheck(MPI_Iprobe(MPI_ANY_SOURCE, MPI_ANY_TAG, c->mpi, &flag, MPI_STATUS_IGNORE));
+}
+
+// ---- staging of device buffers --------------------------------------------
+
+// The MPI path assumes an MPI that is not CUDA-aware: on the cuda device the
+// call works on a pinned host copy. The stage gets `in_bytes` of `in` at
+// `in_offset`; on completion its first `back_bytes` go to `back`. The data
+// must be ready in compute-stream order (we copy and sync on that stream).
+// A fresh pinned buffer per call keeps this simple and accounted (CAT_COMM);
+// it costs a pinned allocation per call, which NCCL, the fast path, avoids.
+static int needs_staging(const Comm *c) { return c->dev && c->dev->kind == DEVICE_CUDA; }
+
+static char *stage_buffers(Comm *c, CommHandle *k, size_t stage_bytes, const void *in,
+                           size_t in_offset, size_t in_bytes, void *back, size_t back_bytes) {
+    k->stage = buf_alloc(c->dev, TIER_PINNED, CAT_COMM, stage_bytes, "MPI staging buffer");
+    if (in_bytes) dev_copy(c->dev, (char *)k->stage.ptr + in_offset, in, in_bytes, STREAM_COMPUTE);
+    dev_sync(c->dev, STREAM_COMPUTE);  // MPI reads the stage from the host
+    k->dst = back;
+    k->dst_bytes = back_bytes;
+    return k->stage.ptr;
+}
+
+// ---- collectives ------------------------------------------------------------
+
+void comm_all_reduce_sum(Comm *c, void *buf, size_t count, DType t, CommHandle *h) {
+    size_t bytes = count * dtype_bytes(t);
+    int n = as_int(count, "all-reduce");
+    CommHandle local, *k = begin_op(c, h, &local, OP_ALL_REDUCE, bytes);
+#ifdef WB_HAVE_NCCL
+    if (comm_nccl_owns(c, buf, NULL)) {
+        comm_nccl_all_reduce_sum(c, buf, count, t, k, !h);
+        if (!h) finish_blocking(c, k);
+        return;
+    }
+#endif
+    void *p = needs_staging(c) ? stage_buffers(c, k, bytes, buf, 0, bytes, buf, bytes) : buf;
+    if (h) {
+        mpiCheck(MPI_Iallreduce(MPI_IN_PLACE, p, n, mpi_type(t), sum_op(c, t), c->mpi, &k->req));
+    } else {
+        mpiCheck(MPI_Allreduce(MPI_IN_PLACE, p, n, mpi_type(t), sum_op(c, t), c->mpi));
+        finish_blocking(c, k);
+    }
+}
+
+void comm_reduce_scatter_sum(Comm *c, const void *send, void *recv, const size_t *recvcounts,
+                             DType t, CommHandle *h) {
+    size_t es = dtype_bytes(t), total = 0;
+    int *counts = xmalloc((size_t)c->size * sizeof *counts);
+    for (int r = 0; r < c->size; r++) {
+        counts[r] = as_int(recvcounts[r], "reduce-scatter");
+        total += recvcounts[r];
+    }
+    as_int(total, "reduce-scatter (all parts)");
+    size_t send_bytes = total * es, recv_bytes = recvcounts[c->rank] * es;
+    CommHandle local, *k = begin_op(c, h, &local, OP_REDUCE_SCATTER, send_bytes);
+    k->mpi_counts = counts;
+#ifdef WB_HAVE_NCCL
+    if (comm_nccl_owns(c, send, recvcounts[c->rank] ? recv : NULL)) {
+        comm_nccl_reduce_scatter_sum(c, send, recv, recvcounts, t, k, !h);
+        if (!h) finish_blocking(c, k);
+        return;
+    }
+#endif
+    const void *s = send;
+    void *r = recv;
+    if (needs_staging(c)) {  // stage layout: [recv part | send buffer]
+        char *st = stage_buffers(c, k, recv_bytes + send_bytes, send, recv_bytes, send_bytes, recv,
+                                 recv_bytes);
+        r = st;
+        s = st + recv_bytes;
+    }
+    if (h) {
+        mpiCheck(MPI_Ireduce_scatter(s, r, counts, mpi_type(t), sum_op(c, t), c->mpi, &k->req));
+    } else {
+        mpiCheck(MPI_Reduce_scatter(s, r, counts, mpi_type(t), sum_op(c, t), c->mpi));
+        finish_blocking(c, k);
+    }
+}
+
+void comm_all_gather(Comm *c, void *buf, const size_t *counts, const size_t *displs, DType t,
+                     CommHandle *h) {
+    size_t es = dtype_bytes(t), total = 0, extent = 0;
+    int *ints = xmalloc(2 * (size_t)c->size * sizeof *ints);  // counts, then displacements
+    for (int r = 0; r < c->size; r++) {
+        ints[r] = as_int(counts[r], "all-gather");
+        ints[c->size + r] = as_int(displs[r], "all-gather (displacement)");
+        total += counts[r];
+        if (displs[r] + counts[r] > extent) extent = displs[r] + counts[r];
+    }
+    CommHandle local, *k = begin_op(c, h, &local, OP_ALL_GATHER, total * es);
+    k->mpi_counts = ints;
+#ifdef WB_HAVE_NCCL
+    if (comm_nccl_owns(c, buf, NULL)) {
+        comm_nccl_all_gather(c, buf, counts, displs, t, k, !h);
+        if (!h) finish_blocking(c, k);
+        return;
+    }
+#endif
+    void *p = buf;
+    if (needs_staging(c)) {  // only this rank's part goes in; the whole extent comes back
+        size_t own_offset = displs[c->rank] * es;
+        p = stage_buffers(c, k, extent * es, (char *)buf + own_offset, own_offset,
+                          counts[c->rank] * es, buf, extent * es);
+    }
+    if (h) {
+        mpiCheck(MPI_Iallgatherv(MPI_IN_PLACE, 0, MPI_DATATYPE_NULL, p, ints, ints + c->size,
+                                 mpi_type(t), c->mpi, &k->req));
+    } else {
+        mpiCheck(MPI_Allgatherv(MPI_IN_PLACE, 0, MPI_DATATYPE_NULL, p, ints, ints + c->size,
+                                mpi_type(t), c->mpi));
+        finish_blocking(c, k);
+    }
+}
+
+void comm_broadcast(Comm *c, void *buf, size_t count, DType t, int root, CommHandle *h) {
+    CHECK(root >= 0 && root < c->size, "broadcast: root %d is not a rank of a group of %d", root,
+          c->size);
+    size_t bytes = count * dtype_bytes(t);
+    int n = as_int(count, "broadcast");
+    CommHandle local, *k = begin_op(c, h, &local, OP_BROADCAST, bytes);
+#ifdef WB_HAVE_NCCL
+    if (comm_nccl_owns(c, buf, NULL)) {
+        comm_nccl_broadcast(c, buf, count, t, root, k, !h);
+        if (!h) finish_blocking(c, k);
+        return;
+    }
+#endif
+    void *p = buf;
+    if (needs_staging(c)) {
+        int is_root = c->rank == root;
+        p = stage_buffers(c, k, bytes, buf, 0, is_root ? bytes : 0, buf, is_root ? 0 : bytes);
+    }
+    if (h) {
+        mpiCheck(MPI_Ibcast(p, n, mpi_type(t), root, c->mpi, &k->req));
+    } else {
+        mpiCheck(MPI_Bcast(p, n, mpi_type(t), root, c->mpi));
+        finish_blocking(c, k);
+    }
+}
+
+void comm_send(Comm *c, const void *buf, size_t count, DType t, int peer, int tag, CommHandle *h) {
+    CHECK(peer >= 0 && peer < c->size, "send: peer %d is not a rank of a group of %d", peer, c->size);
+    size_t bytes = count * dtype_bytes(t);
+    int n = as_int(count, "send");
+    CommHandle local, *k = begin_op(c, h, &local, OP_SEND, bytes);
+#ifdef WB_HAVE_NCCL
+    if (comm_nccl_owns(c, buf, NULL)) {  // NCCL has no tags: pairs match in issue order
+        comm_nccl_send(c, buf, count, t, peer, k, !h);
+        if (!h) finish_blocking(c, k);
+        return;
+    }
+#endif
+    const void *p = needs_staging(c) ? stage_buffers(c, k, bytes, buf, 0, bytes, NULL, 0) : buf;
+    if (h) {
+        mpiCheck(MPI_Isend(p, n, mpi_type(t), peer, tag, c->mpi, &k->req));
+    } else {
+        mpiCheck(MPI_Send(p, n, mpi_type(t), peer, tag, c->mpi));
+        finish_blocking(c, k);
+    }
+}
+
+void comm_recv(Comm *c, void *buf, size_t count, DType t, int peer, int tag, CommHandle *h) {
+    CHECK(peer >= 0 && peer < c->size, "recv: peer %d is not a rank of a group of %d", peer, c->size);
+    size_t bytes = count * dtype_bytes(t);
+    int n = as_int(count, "recv");
+    CommHandle local, *k = begin_op(c, h, &local, OP_RECV, bytes);
+#ifdef WB_HAVE_NCCL
+    if (comm_nccl_owns(c, buf, NULL)) {
+        comm_nccl_recv(c, buf, count, t, peer, k, !h);
+        if (!h) finish_blocking(c, k);
+        return;
+    }
+#endif
+    void *p = needs_staging(c) ? stage_buffers(c, k, bytes, NULL, 0, 0, buf, bytes) : buf;
+    if (h) {
+        mpiCheck(MPI_Irecv(p, n, mpi_type(t), peer, tag, c->mpi, &k->req));
+    } else {
+        mpiCheck(MPI_Recv(p, n, mpi_type(t), peer, tag, c->mpi, MPI_STATUS_IGNORE));
+        finish_blocking(c, k);
+    }
+}
+
+void comm_barrier(Comm *c) { mpiCheck(MPI_Barrier(c->mpi)); }
+
+// Host bookkeeping (losses, norms, memory maxima): a few doubles, left out of
+// the statistics so that they show only the training's communication.
+double comm_sum_f64(Comm *c, double x) {
+    double sum = 0;
+    mpiCheck(MPI_Allreduce(&x, &sum, 1, MPI_DOUBLE, MPI_SUM, c->mpi));
+    return sum;
+}
+
+double comm_max_f64(Comm *c, double x) {
+    double max = 0;
+    mpiCheck(MPI_Allreduce(&x, &max, 1, MPI_DOUBLE, MPI_MAX, c->mpi));
+    return max;
+}
+
+void comm_stats_reset(Comm *c) { memset(&c->stats, 0, sizeof c->stats); }
+
+// ---- groups -----------------------------------------------------------------
+
+void comm_world_init(Comm *world, int *argc, char ***argv, int *local_rank, int *local_size) {
+    // FUNNELED: OpenMP threads run kernels, only the main thread calls MPI
+    int provided = 0;
+    mpiCheck(MPI_Init_thread(argc, argv, MPI_THREAD_FUNNELED, &provided));
+    CHECK(provided >= MPI_THREAD_FUNNELED, "MPI provides thread level %d, below FUNNELED; hint: "
+          "use an MPI built with thread support", provided);
+    memset(world, 0, sizeof *world);
+    world->mpi = MPI_COMM_WORLD;
+    MPI_Comm_rank(MPI_COMM_WORLD, &world->rank);
+    MPI_Comm_size(MPI_COMM_WORLD, &world->size);
+    world->backend = COMM_MPI;
+    mpiCheck(MPI_Op_create(bf16_sum_op, 1, &world->bf16_sum));  // 1: commutative
+    world->owns_op = 1;
+
+    // ranks that share memory are the ranks on this node
+    MPI_Comm node;
+    mpiCheck(MPI_Comm_split_type(MPI_COMM_WORLD, MPI_COMM_TYPE_SHARED, world->rank, MPI_INFO_NULL,
+                                 &node));
+    MPI_Comm_rank(node, local_rank);
+    MPI_Comm_size(node, local_size);
+    MPI_Comm_free(&node);
+}
+
+void comm_setup(Comm *c, Device *dev, const char *backend, Trace *trace) {
+    c->dev = dev;
+    c->trace = trace;
+    const char *b = backend ? backend : "auto";
+    if (strcmp(b, "auto") == 0) {
+        // NCCL where every rank has a GPU of its own; otherwise MPI, which
+        // also lets several ranks share one GPU (staging through pinned memory)
+        c->backend = COMM_MPI;
+#ifdef WB_HAVE_NCCL
+        if (dev && dev->kind == DEVICE_CUDA && comm_nccl_supported(c)) comm_nccl_init(c);
+#endif
+    } else if (strcmp(b, "mpi") == 0) {
+        c->backend = COMM_MPI;
+    } else if (strcmp(b, "nccl") == 0) {
+        if (!dev || dev->kind != DEVICE_CUDA)
+            fail_usage("--comm nccl: NCCL needs the cuda device (this run uses the cpu device); "
+                       "use --comm mpi or --comm auto");
+#ifdef WB_HAVE_NCCL
+        comm_nccl_init(c);
+#else
+        fail_usage("--comm nccl: this binary was built without NCCL (nccl.h was not found); "
+                   "use --comm mpi or --comm auto");
+#endif
+    } else {
+        fail_usage("--comm %s: unknown backend; use auto, mpi or nccl", b);
+    }
+}
+
+void comm_split(Comm *parent, int color, int key, Comm *out) {
+    memset(out, 0, sizeof *out);
+    mpiCheck(MPI_Comm_split(parent->mpi, color, key, &out->mpi));
+    out->rank = -1;  // color MPI_UNDEFINED: this rank is in no group
+    if (out->mpi != MPI_COMM_NULL) {
+        MPI_Comm_rank(out->mpi, &out->rank);
+        MPI_Comm_size(out->mpi, &out->size);
+    }
+    out->backend = parent->backend;
+    out->dev = parent->dev;
+    out->trace = parent->trace;
+    out->bf16_sum = parent->bf16_sum;
+    out->owns_op = 0;
+#ifdef WB_HAVE_NCCL
+    if (parent->backend == COMM_NCCL) comm_nccl_split(parent, color, key, out);
+#endif
+}
+
+void comm_free(Comm *c) {
+#ifdef WB_HAVE_NCCL
+    comm_nccl_free(c);
+#endif
+    if (c->mpi != MPI_COMM_NULL && c->mpi != MPI_COMM_WORLD) MPI_Comm_free(&c->mpi);
+    if (c->owns_op && c->bf16_sum != MPI_OP_NULL) MPI_Op_free(&c->bf16_sum);
+    c->mpi = MPI_COMM_NULL;
+    c->bf16_sum = MPI_OP_NULL;
+    c->owns_op = 0;
+}
+
+void comm_world_finalize(Comm *world) {
+    comm_free(world);
+    int finalized = 0;
+    MPI_Finalized(&finalized);
+    if (!finalized) MPI_Finalize();
+}

@@ -1,0 +1,91 @@
+// device.c: the generic half of the device interface (see device.h): picks a
+// backend by --device, and routes every allocation through the memory
+// accounting so that no byte escapes the breakdown.
+#include "device.h"
+#include <string.h>
+#include "check.h"
+#include "device_backends.h"
+
+int device_cuda_available(void) {
+#ifdef WB_HAVE_CUDA
+    return device_cuda_count() > 0;
+#else
+    return 0;
+#endif
+}
+
+static void init_cuda(Device *d, const DeviceOptions *opt) {
+#ifdef WB_HAVE_CUDA
+    if (device_cuda_count() <= 0)
+        fail_usage("--device cuda: no GPU visible to this process (check nvidia-smi and "
+                   "CUDA_VISIBLE_DEVICES); use --device cpu");
+    device_cuda_init(d, opt);
+#else
+    (void)d;
+    (void)opt;
+    fail_usage("--device cuda: this binary was built without CUDA (nvcc was not found at build "
+               "time); use --device cpu or rebuild where nvcc is installed");
+#endif
+}
+
+void device_init(Device *d, const DeviceOptions *opt) {
+    memset(d, 0, sizeof *d);
+    mem_init(&d->mem);
+    d->trace = opt->trace;
+    const char *kind = opt->kind ? opt->kind : "auto";
+    if (strcmp(kind, "auto") == 0) {
+        if (device_cuda_available()) init_cuda(d, opt);
+        else device_cpu_init(d, opt);
+    } else if (strcmp(kind, "cpu") == 0) {
+        device_cpu_init(d, opt);
+    } else if (strcmp(kind, "cuda") == 0) {
+        init_cuda(d, opt);
+    } else {
+        fail_usage("--device %s: unknown device; use auto, cpu or cuda", kind);
+    }
+}
+
+void device_destroy(Device *d) {
+    buf_free(d, &d->scratch);
+    if (d->ops && d->ops->destroy) d->ops->destroy(d);
+    d->ops = NULL;
+    d->impl = NULL;
+}
+
+Buf buf_alloc(Device *d, MemTier tier, MemCategory cat, size_t bytes, const char *what) {
+    Buf b = {.ptr = NULL, .bytes = 0, .tier = tier, .cat = cat};
+    if (bytes == 0) return b;
+    // count first: going over the budget is the error a student should see,
+    // before the allocator itself runs out
+    mem_track_alloc(&d->mem, tier, cat, bytes, what);
+    b.ptr = d->ops->alloc(d, tier, bytes);
+    if (!b.ptr) {
+        mem_track_free(&d->mem, tier, cat, bytes);
+        fail_rank(EXIT_USAGE,
+                  "%s memory: the allocator refused %.3f GB for '%s' (%s) although the budget "
+                  "allows it; hint: set a smaller --hbm-gb than the machine really has, or use a "
+                  "stage that shards more state",
+                  mem_tier_name(tier), bytes / 1e9, what ? what : "?", mem_category_name(cat));
+    }
+    b.bytes = bytes;
+    return b;
+}
+
+void buf_free(Device *d, Buf *b) {
+    if (!b->ptr) return;
+    d->ops->free(d, b->tier, b->ptr, b->bytes);
+    mem_track_free(&d->mem, b->tier, b->cat, b->bytes);
+    b->ptr = NULL;
+    b->bytes = 0;
+}
+
+// Grows to exactly what is asked (the peak then shows the largest user);
+// contents are not kept across a grow.
+void *device_scratch(Device *d, size_t bytes) {
+    if (bytes <= d->scratch.bytes) return d->scratch.ptr;
+    // kernels queued on the compute stream may still read the old scratch
+    dev_sync(d, STREAM_COMPUTE);
+    buf_free(d, &d->scratch);
+    d->scratch = buf_alloc(d, TIER_DEVICE, CAT_WORKSPACE, bytes, "kernel scratch");
+    return d->scratch.ptr;
+}

@@ -1,0 +1,109 @@
+// device_cpu.c: the cpu device. "Device memory" is host memory under a
+// capacity budget (--hbm-gb), so a laptop hits the same out-of-memory wall a
+// GPU would. Streams run synchronously in issue order on the calling thread,
+// so events are complete when recorded and waits have nothing to wait for.
+#include <cblas.h>  // OpenBLAS's: declares openblas_set_num_threads
+#include <omp.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+#include "check.h"
+#include "device_backends.h"
+#include "kernels.h"
+
+#define CPU_ALIGN_BYTES 64  // a cache line, and the widest SIMD load (AVX-512)
+
+static void *cpu_alloc(Device *d, MemTier tier, size_t bytes) {
+    (void)d;
+    // "pinned" host memory exists to let a GPU DMA from it; on the cpu device
+    // it is ordinary host memory, kept as its own tier so the accounting
+    // matches what the cuda device would show.
+    CHECK(tier != TIER_NVME,
+          "the nvme tier cannot be allocated through the device; hint: the aio module owns "
+          "files on nvme (and accounts them with mem_track_alloc)");
+    void *p = NULL;
+    if (posix_memalign(&p, CPU_ALIGN_BYTES, bytes) != 0) return NULL;
+    return p;
+}
+
+static void cpu_free(Device *d, MemTier tier, void *ptr, size_t bytes) {
+    (void)d, (void)tier, (void)bytes;
+    free(ptr);
+}
+
+static void cpu_copy(Device *d, void *dst, const void *src, size_t bytes, StreamId s) {
+    (void)d, (void)s;
+    if (bytes) memcpy(dst, src, bytes);
+}
+
+static void cpu_memset0(Device *d, void *dst, size_t bytes, StreamId s) {
+    (void)d, (void)s;
+    if (bytes) memset(dst, 0, bytes);
+}
+
+static void cpu_event_record(Device *d, Event *e, StreamId s) {
+    (void)d, (void)s;
+    e->t_us = now_us();
+}
+
+static void cpu_stream_wait_event(Device *d, StreamId s, Event *e) { (void)d, (void)s, (void)e; }
+static void cpu_event_sync(Device *d, Event *e) { (void)d, (void)e; }
+static void cpu_stream_sync(Device *d, StreamId s) { (void)d, (void)s; }
+
+static void cpu_event_create(Device *d, Event *e) {
+    (void)d;
+    e->handle = NULL;
+    e->t_us = 0;
+}
+
+static void cpu_event_destroy(Device *d, Event *e) { (void)d, (void)e; }
+
+static void cpu_mem_get_info(Device *d, size_t *free_bytes, size_t *total_bytes) {
+    (void)d;
+    *free_bytes = 0;  // no driver to ask; the budget is the only limit
+    *total_bytes = 0;
+}
+
+static void cpu_destroy(Device *d) { (void)d; }
+
+static const DeviceOps cpu_ops = {
+    .alloc = cpu_alloc,
+    .free = cpu_free,
+    .copy = cpu_copy,
+    .memset0 = cpu_memset0,
+    .event_record = cpu_event_record,
+    .stream_wait_event = cpu_stream_wait_event,
+    .event_sync = cpu_event_sync,
+    .stream_sync = cpu_stream_sync,
+    .event_create = cpu_event_create,
+    .event_destroy = cpu_event_destroy,
+    .mem_get_info = cpu_mem_get_info,
+    .destroy = cpu_destroy,
+};
+
+// Ranks on one node share its cores: threads = cores / ranks on the node.
+static int cpu_threads(const DeviceOptions *opt) {
+    if (opt->threads > 0) return opt->threads;
+    long cores = sysconf(_SC_NPROCESSORS_ONLN);
+    int local_size = opt->local_size > 0 ? opt->local_size : 1;
+    int threads = (int)(cores / local_size);
+    return threads > 0 ? threads : 1;
+}
+
+void device_cpu_init(Device *d, const DeviceOptions *opt) {
+    if (opt->hbm_gb < 0) fail_usage("--hbm-gb %g: must be >= 0 (0 = no budget)", opt->hbm_gb);
+    d->kind = DEVICE_CPU;
+    d->threads = cpu_threads(opt);
+    openblas_set_num_threads(d->threads);
+    omp_set_num_threads(d->threads);
+    snprintf(d->name, sizeof d->name, "cpu (OpenBLAS sgemm, %d thread%s)", d->threads,
+             d->threads == 1 ? "" : "s");
+    d->act_bytes = 4;  // fp32 activations: the cpu kernels compute in fp32
+    d->peak_flops = 0;
+    d->peak_source = "peak unknown on cpu (make bench measures the sgemm roof)";
+    d->ops = &cpu_ops;
+    d->k = &kernels_cpu;
+    d->impl = NULL;
+    mem_set_budget(&d->mem, TIER_DEVICE, (size_t)(opt->hbm_gb * 1e9));  // GB = 1e9 bytes
+}

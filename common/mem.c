@@ -1,0 +1,121 @@
+// mem.c: memory accounting by tier x category (see mem.h). Pure bookkeeping:
+// backends allocate, this module counts, keeps peaks and enforces budgets.
+#include "mem.h"
+#include <stdlib.h>
+#include <string.h>
+#include "check.h"
+
+static const char *const tier_names[TIER_COUNT] = {"device", "host", "pinned", "nvme"};
+static const char *const category_names[CAT_COUNT] = {
+    "params_bf16", "grads_bf16", "master_fp32", "adam_m",
+    "adam_v",      "activations", "comm_buffers", "workspace"};
+
+const char *mem_tier_name(MemTier t) {
+    return (t >= 0 && t < TIER_COUNT) ? tier_names[t] : "unknown-tier";
+}
+
+const char *mem_category_name(MemCategory c) {
+    return (c >= 0 && c < CAT_COUNT) ? category_names[c] : "unknown-category";
+}
+
+void mem_init(MemCtx *m) { memset(m, 0, sizeof *m); }
+
+void mem_set_budget(MemCtx *m, MemTier t, size_t bytes) {
+    CHECK(t >= 0 && t < TIER_COUNT, "mem_set_budget: bad tier %d", (int)t);
+    m->budget[t] = bytes;
+}
+
+int mem_fits(const MemCtx *m, MemTier t, size_t bytes) {
+    if (m->budget[t] == 0) return 1;
+    return m->tier_current[t] <= m->budget[t] && bytes <= m->budget[t] - m->tier_current[t];
+}
+
+// "1.20 GB", "12.5 MB", "300 B": GB = 1e9 bytes, as --hbm-gb counts them.
+static void format_bytes(double bytes, char *out, size_t n) {
+    if (bytes >= 1e9) snprintf(out, n, "%.2f GB", bytes / 1e9);
+    else if (bytes >= 1e6) snprintf(out, n, "%.1f MB", bytes / 1e6);
+    else if (bytes >= 1e3) snprintf(out, n, "%.1f kB", bytes / 1e3);
+    else snprintf(out, n, "%.0f B", bytes);
+}
+
+// The budget of the device tier is the --hbm-gb flag; other tiers' budgets
+// are set by the code that owns them, so they are named by tier only.
+static const char *budget_name(MemTier t) {
+    return t == TIER_DEVICE ? "device memory over --hbm-gb" : NULL;
+}
+
+static void over_budget(const MemCtx *m, MemTier t, size_t bytes, const char *what) {
+    char req[32], after[32], budget[32], hint[512] = "";
+    format_bytes((double)bytes, req, sizeof req);
+    format_bytes((double)m->tier_current[t] + (double)bytes, after, sizeof after);
+    format_bytes((double)m->budget[t], budget, sizeof budget);
+    if (m->fit_hint) m->fit_hint(m->fit_hint_arg, hint, sizeof hint);
+    if (!hint[0])
+        snprintf(hint, sizeof hint, "hint: raise %s, or use a stage that shards more state "
+                 "(zero1 < zero2 < zero3) or more ranks", t == TIER_DEVICE ? "--hbm-gb" : "the budget");
+
+    char title[64];
+    if (budget_name(t)) snprintf(title, sizeof title, "%s", budget_name(t));
+    else snprintf(title, sizeof title, "%s memory over its budget", mem_tier_name(t));
+
+    // the breakdown goes into the same message so that the error line comes first
+    char *table = NULL;
+    size_t table_len = 0;
+    FILE *f = open_memstream(&table, &table_len);
+    if (f) {
+        mem_print_breakdown(m, f);
+        fclose(f);
+    }
+    fail_rank(EXIT_USAGE, "%s: allocating %s for '%s' would bring %s use to %s, budget %s; %s\n%s",
+              title, req, what ? what : "?", mem_tier_name(t), after, budget, hint,
+              table ? table : "");
+}
+
+void mem_track_alloc(MemCtx *m, MemTier t, MemCategory c, size_t bytes, const char *what) {
+    CHECK(t >= 0 && t < TIER_COUNT && c >= 0 && c < CAT_COUNT,
+          "mem_track_alloc: bad tier %d or category %d for '%s'", (int)t, (int)c, what ? what : "?");
+    if (!mem_fits(m, t, bytes)) over_budget(m, t, bytes, what);
+    m->current[t][c] += bytes;
+    m->tier_current[t] += bytes;
+    if (m->current[t][c] > m->peak[t][c]) m->peak[t][c] = m->current[t][c];
+    if (m->tier_current[t] > m->tier_peak[t]) m->tier_peak[t] = m->tier_current[t];
+}
+
+void mem_track_free(MemCtx *m, MemTier t, MemCategory c, size_t bytes) {
+    CHECK(t >= 0 && t < TIER_COUNT && c >= 0 && c < CAT_COUNT,
+          "mem_track_free: bad tier %d or category %d", (int)t, (int)c);
+    CHECK(bytes <= m->current[t][c],
+          "mem_track_free: freeing %zu bytes of %s/%s but only %zu are allocated; hint: a buffer "
+          "was freed twice or with another tier/category than it was allocated with",
+          bytes, mem_tier_name(t), mem_category_name(c), m->current[t][c]);
+    m->current[t][c] -= bytes;
+    m->tier_current[t] -= bytes;
+}
+
+void mem_reset_peaks(MemCtx *m) {
+    for (int t = 0; t < TIER_COUNT; t++) {
+        for (int c = 0; c < CAT_COUNT; c++) m->peak[t][c] = m->current[t][c];
+        m->tier_peak[t] = m->tier_current[t];
+    }
+}
+
+// One table, MB = 1e6 bytes:
+//   tier    category       current MB     peak MB
+//   device  params_bf16         248.1       248.1
+//   device  total               300.0       512.3   (budget 2000.0)
+// A tier's peak total is the peak of the sum, not the sum of the peaks.
+void mem_print_breakdown(const MemCtx *m, FILE *out) {
+    fprintf(out, "  %-7s %-13s %12s %12s\n", "tier", "category", "current MB", "peak MB");
+    for (int t = 0; t < TIER_COUNT; t++) {
+        if (m->tier_peak[t] == 0 && m->tier_current[t] == 0) continue;
+        for (int c = 0; c < CAT_COUNT; c++) {
+            if (m->current[t][c] == 0 && m->peak[t][c] == 0) continue;
+            fprintf(out, "  %-7s %-13s %12.1f %12.1f\n", tier_names[t], category_names[c],
+                    m->current[t][c] / 1e6, m->peak[t][c] / 1e6);
+        }
+        fprintf(out, "  %-7s %-13s %12.1f %12.1f", tier_names[t], "total",
+                m->tier_current[t] / 1e6, m->tier_peak[t] / 1e6);
+        if (m->budget[t]) fprintf(out, "   (budget %.1f)", m->budget[t] / 1e6);
+        fprintf(out, "\n");
+    }
+}
