@@ -1,0 +1,487 @@
+// ckpt.c: sharded, atomic, checksummed checkpoints (see ckpt.h).
+//
+// A part file (one per rank): PartHeader, then one PartEntry per tensor
+// (name, bytes, FNV-1a 64 of its data), then the tensors' bytes in order.
+// The part's checksum, which the manifest repeats, is FNV-1a 64 of the header
+// and entries: they hold every tensor's checksum, so it covers the whole file
+// while the data is hashed only once.
+//
+// Every step that can fail on some ranks ends in agree(): all ranks learn
+// whether any failed, and all return the message of the lowest failing rank.
+#include "ckpt.h"
+#include <errno.h>
+#include <fcntl.h>
+#include <inttypes.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+#include "check.h"
+
+#define PART_MAGIC "WBCKPT01"
+#define PART_VERSION 1
+#define NAME_BYTES 32
+#define MSG_BYTES 512
+#define PATH_BYTES 4096
+#define DIR_MAX_LEN (PATH_BYTES - 128)  // room for "/step-N/rank-N.bin.tmp" under DIR
+#define FNV_OFFSET 14695981039346656037ull  // FNV-1a 64 offset basis, 0xcbf29ce484222325
+#define FNV_PRIME 1099511628211ull
+
+typedef struct PartHeader {
+    char magic[8];  // PART_MAGIC
+    uint32_t version;
+    int32_t rank, ranks;
+    uint32_t ntensors;
+    int64_t step;
+} PartHeader;
+typedef struct PartEntry {
+    char name[NAME_BYTES];
+    uint64_t bytes, checksum;
+} PartEntry;
+_Static_assert(sizeof(PartHeader) == 32 && sizeof(PartEntry) == 48, "part layout has no padding");
+
+typedef struct PartInfo {
+    uint64_t checksum, bytes;  // as the manifest lists them; sent as 2 MPI_UINT64_T
+} PartInfo;
+
+// The manifest's numeric lines. int fields are signed; 8-byte ones (long,
+// uint64_t, size_t on LP64) unsigned. The group says what a mismatch means.
+enum { GROUP_RUN, GROUP_MODEL, GROUP_BATCH };
+typedef struct Field {
+    const char *key;
+    size_t off, size;
+    int group;
+} Field;
+#define FIELD(key, member, group) \
+    {key, offsetof(CkptManifest, member), sizeof(((CkptManifest *)0)->member), group}
+static const Field FIELDS[] = {
+    FIELD("ranks", ranks, GROUP_RUN),
+    FIELD("step", step, GROUP_RUN),
+    FIELD("data_rows", data_rows, GROUP_RUN),
+    FIELD("seed", seed, GROUP_RUN),
+    FIELD("rng_state", rng_state, GROUP_RUN),
+    FIELD("max_seq_len", cfg.max_seq_len, GROUP_MODEL),
+    FIELD("vocab_size", cfg.vocab_size, GROUP_MODEL),
+    FIELD("num_layers", cfg.num_layers, GROUP_MODEL),
+    FIELD("num_heads", cfg.num_heads, GROUP_MODEL),
+    FIELD("channels", cfg.channels, GROUP_MODEL),
+    FIELD("num_params", num_params, GROUP_MODEL),
+    FIELD("batch", batch, GROUP_BATCH),
+    FIELD("seq_len", seq_len, GROUP_BATCH),
+    FIELD("grad_accum", grad_accum, GROUP_BATCH),
+};
+#define NFIELDS ((int)(sizeof FIELDS / sizeof FIELDS[0]))
+_Static_assert(sizeof(long) == 8 && sizeof(size_t) == 8, "manifest fields assume LP64");
+
+static uint64_t field_get(const CkptManifest *m, int i) {
+    const char *p = (const char *)m + FIELDS[i].off;
+    if (FIELDS[i].size == sizeof(int)) return (uint64_t)(int64_t) * (const int *)p;
+    uint64_t v;
+    memcpy(&v, p, sizeof v);
+    return v;
+}
+
+// Parses the value text; 1 when it is not a whole number.
+static int field_set(CkptManifest *m, int i, const char *text) {
+    char *p = (char *)m + FIELDS[i].off, *end;
+    errno = 0;
+    if (FIELDS[i].size == sizeof(int)) *(int *)p = (int)strtol(text, &end, 10);
+    else *(uint64_t *)p = strtoull(text, &end, 10);
+    return end == text || *end != 0 || errno != 0;
+}
+
+static char *field_format(const CkptManifest *m, int i, char *buf) {  // buf of 32
+    if (FIELDS[i].size == sizeof(int)) snprintf(buf, 32, "%" PRId64, (int64_t)field_get(m, i));
+    else snprintf(buf, 32, "%" PRIu64, field_get(m, i));
+    return buf;
+}
+
+uint64_t fnv1a64(const void *data, size_t bytes, uint64_t h) {
+    const unsigned char *p = data;
+    for (size_t i = 0; i < bytes; i++) {
+        h ^= p[i];
+        h *= FNV_PRIME;
+    }
+    return h;
+}
+
+__attribute__((format(printf, 2, 3))) static int msgf(char *msg, const char *fmt, ...) {
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(msg, MSG_BYTES, fmt, ap);
+    va_end(ap);
+    return 1;
+}
+
+// Paths under DIR: they fit, as DIR is at most DIR_MAX_LEN long (dir_too_long).
+__attribute__((format(printf, 2, 3))) static void pathf(char *out, const char *fmt, ...) {
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(out, PATH_BYTES, fmt, ap);
+    va_end(ap);
+}
+
+static int dir_too_long(const char *dir, char *msg) {
+    if (strlen(dir) <= DIR_MAX_LEN) return 0;
+    return msgf(msg, "checkpoint folder name is %zu characters long; give one of at most %d",
+                strlen(dir), DIR_MAX_LEN);
+}
+
+// All ranks: 0 when no rank failed, else 1 with the lowest failing rank's msg in err.
+static int agree(Comm *world, int failed, char *msg, char *err, size_t err_len) {
+    int mine = failed ? world->rank : world->size, first;
+    mpiCheck(MPI_Allreduce(&mine, &first, 1, MPI_INT, MPI_MIN, world->mpi));
+    if (first == world->size) return 0;
+    msg[MSG_BYTES - 1] = 0;
+    mpiCheck(MPI_Bcast(msg, MSG_BYTES, MPI_CHAR, first, world->mpi));
+    snprintf(err, err_len, "%s", msg);
+    return 1;
+}
+
+// ---- writing ---------------------------------------------------------------
+
+static int mkdir_one(const char *path, char *msg) {
+    struct stat st;
+    if (mkdir(path, 0755) == 0) return 0;
+    if (errno == EEXIST && stat(path, &st) == 0 && S_ISDIR(st.st_mode)) return 0;
+    if (errno == EEXIST) errno = ENOTDIR;
+    return msgf(msg, "cannot create checkpoint folder %s: %s; choose a folder this job can write",
+                path, strerror(errno));
+}
+
+static int mkdir_p(const char *path, char *msg) {
+    char buf[PATH_BYTES];
+    pathf(buf, "%s", path);
+    for (char *p = buf + 1; *p; p++) {
+        if (*p != '/') continue;
+        *p = 0;
+        int rc = mkdir_one(buf, msg);
+        *p = '/';
+        if (rc) return rc;
+    }
+    return mkdir_one(buf, msg);
+}
+
+static int fsync_dir(const char *dir, char *msg) {
+    int fd = open(dir, O_RDONLY | O_DIRECTORY), bad = fd < 0 || fsync(fd) != 0;
+    if (bad) msgf(msg, "cannot sync checkpoint folder %s: %s", dir, strerror(errno));
+    if (fd >= 0) close(fd);
+    return bad;
+}
+
+static int write_all(int fd, const void *data, size_t bytes) {
+    const char *p = data;
+    while (bytes > 0) {
+        ssize_t w = write(fd, p, bytes > (1u << 30) ? (1u << 30) : bytes);
+        if (w < 0 && errno == EINTR) continue;
+        if (w <= 0) return 1;
+        p += w;
+        bytes -= (size_t)w;
+    }
+    return 0;
+}
+
+// dir/name written as dir/name.tmp, fsynced, renamed over dir/name, and the
+// rename made durable by fsyncing dir: a crash leaves the old file or the new.
+static int write_atomic(const char *dir, const char *name, const void *const *chunk,
+                        const size_t *bytes, int nchunks, char *msg) {
+    char tmp[PATH_BYTES], final[PATH_BYTES];
+    pathf(tmp, "%s/%s.tmp", dir, name);
+    pathf(final, "%s/%s", dir, name);
+    int fd = open(tmp, O_WRONLY | O_CREAT | O_TRUNC, 0644), bad = fd < 0;
+    for (int i = 0; i < nchunks && !bad; i++) bad = write_all(fd, chunk[i], bytes[i]);
+    if (!bad) bad = fsync(fd) != 0;
+    if (fd >= 0 && close(fd) != 0) bad = 1;
+    if (!bad) bad = rename(tmp, final) != 0;
+    if (bad) return msgf(msg, "cannot write checkpoint %s: %s; check the folder and free space",
+                         final, strerror(errno));
+    return fsync_dir(dir, msg);
+}
+
+static int write_part(Comm *world, const char *step_dir, long step, const CkptTensor *t, int n,
+                      PartInfo *info, char *msg) {
+    size_t head_bytes = sizeof(PartHeader) + (size_t)n * sizeof(PartEntry);
+    PartHeader *ph = xcalloc(1, head_bytes);
+    PartEntry *pe = (PartEntry *)(ph + 1);
+    memcpy(ph->magic, PART_MAGIC, sizeof ph->magic);
+    ph->version = PART_VERSION;
+    ph->rank = world->rank;
+    ph->ranks = world->size;
+    ph->ntensors = (uint32_t)n;
+    ph->step = step;
+    const void **chunk = xmalloc((size_t)(n + 1) * sizeof(void *));
+    size_t *bytes = xmalloc((size_t)(n + 1) * sizeof(size_t));
+    chunk[0] = ph;
+    bytes[0] = head_bytes;
+    info->bytes = head_bytes;
+    for (int i = 0; i < n; i++) {
+        CHECK(strlen(t[i].name) < NAME_BYTES, "checkpoint tensor name '%s' is longer than %d",
+              t[i].name, NAME_BYTES - 1);
+        strcpy(pe[i].name, t[i].name);
+        pe[i].bytes = t[i].bytes;
+        pe[i].checksum = fnv1a64(t[i].host, t[i].bytes, FNV_OFFSET);
+        chunk[i + 1] = t[i].host;
+        bytes[i + 1] = t[i].bytes;
+        info->bytes += t[i].bytes;
+    }
+    info->checksum = fnv1a64(ph, head_bytes, FNV_OFFSET);
+    char name[32];
+    snprintf(name, sizeof name, "rank-%05d.bin", world->rank);
+    int rc = write_atomic(step_dir, name, chunk, bytes, n + 1, msg);
+    free(chunk);
+    free(bytes);
+    free(ph);
+    return rc;
+}
+
+// Rank 0, after every part is in place: the manifest, then `latest` (the commit).
+static int commit(const char *dir, const char *step_dir, const CkptManifest *m, int ranks,
+                  const PartInfo *parts, char *msg) {
+    size_t cap = 4096 + 64 * (size_t)ranks, len = 0;
+    char *text = xmalloc(cap);
+    len += snprintf(text + len, cap - len, "# zero-workbench checkpoint manifest; a rank line "
+                    "is: part checksum (FNV-1a 64 of its header, hex), part bytes\n"
+                    "stage = %s\n", m->stage);
+    CkptManifest copy = *m;
+    copy.ranks = ranks;
+    for (int i = 0; i < NFIELDS; i++)
+        len += snprintf(text + len, cap - len, "%s = %s\n", FIELDS[i].key,
+                        field_format(&copy, i, (char[32]){0}));
+    for (int r = 0; r < ranks; r++)
+        len += snprintf(text + len, cap - len, "rank-%05d.bin = %016" PRIx64 " %" PRIu64 "\n", r,
+                        parts[r].checksum, parts[r].bytes);
+    char latest[32];
+    snprintf(latest, sizeof latest, "step-%08ld\n", m->step);
+    int rc = write_atomic(step_dir, "manifest.txt", (const void *[]){text}, &len, 1, msg);
+    if (!rc)
+        rc = write_atomic(dir, "latest", (const void *[]){latest}, (size_t[]){strlen(latest)}, 1,
+                          msg);
+    free(text);
+    return rc;
+}
+
+int ckpt_save(Comm *world, const char *dir, const CkptManifest *m, const CkptTensor *t, int n,
+              char *err, size_t err_len) {
+    char msg[MSG_BYTES] = "", step_dir[PATH_BYTES];
+    pathf(step_dir, "%s/step-%08ld", dir, m->step);
+    int failed = world->rank == 0 &&
+                 (dir_too_long(dir, msg) || mkdir_p(dir, msg) || mkdir_p(step_dir, msg));
+    if (agree(world, failed, msg, err, err_len)) return 1;
+
+    PartInfo mine = {0, 0};
+    failed = write_part(world, step_dir, m->step, t, n, &mine, msg);
+    if (agree(world, failed, msg, err, err_len)) return 1;
+
+    PartInfo *parts = world->rank == 0 ? xmalloc((size_t)world->size * sizeof(PartInfo)) : NULL;
+    mpiCheck(MPI_Gather(&mine, 2, MPI_UINT64_T, parts, 2, MPI_UINT64_T, 0, world->mpi));
+    failed = world->rank == 0 && commit(dir, step_dir, m, world->size, parts, msg);
+    free(parts);
+    return agree(world, failed, msg, err, err_len);
+}
+
+// ---- loading ---------------------------------------------------------------
+
+static char *read_text(const char *path, long *len) {
+    FILE *f = fopen(path, "rb");
+    if (!f) return NULL;
+    fseek(f, 0, SEEK_END);
+    *len = ftell(f);
+    rewind(f);
+    char *text = xmalloc((size_t)*len + 1);
+    if (fread(text, 1, (size_t)*len, f) != (size_t)*len) *len = 0;
+    text[*len] = 0;
+    fclose(f);
+    return text;
+}
+
+// Rank 0: DIR/latest names the step folder; without it DIR must be one.
+static int find_manifest(const char *dir, char *step_dir, char **text, long *len, char *msg) {
+    char path[PATH_BYTES], name[64] = "";
+    pathf(path, "%s/latest", dir);
+    FILE *f = fopen(path, "r");
+    int have_latest = f != NULL;
+    if (f) {
+        int ok = fscanf(f, "%63s", name) == 1 && strncmp(name, "step-", 5) == 0;
+        fclose(f);
+        if (!ok)
+            return msgf(msg, "checkpoint %s/latest is damaged (it should name a step folder); "
+                        "give one of the step folders instead", dir);
+        pathf(step_dir, "%s/%s", dir, name);
+    } else {
+        pathf(step_dir, "%s", dir);
+    }
+    pathf(path, "%s/manifest.txt", step_dir);
+    *text = read_text(path, len);
+    if (*text) return 0;
+    if (!have_latest)
+        return msgf(msg, "checkpoint %s: no checkpoint there (neither latest nor manifest.txt); "
+                    "give the folder a run saved into, or one of its step folders", dir);
+    return msgf(msg, "checkpoint %s: cannot read %s (%s); use an earlier step folder or start "
+                "fresh", dir, path, strerror(errno));
+}
+
+static int missing(const char *dir, const char *key, char *msg) {
+    return msgf(msg, "checkpoint %s: manifest.txt has no '%s' line: it is damaged or not a "
+                "zero-workbench checkpoint; use an earlier step folder or start fresh", dir, key);
+}
+
+// Fills *m and this rank's part line from the manifest text (which it edits).
+static int parse_manifest(char *text, const char *dir, int rank, CkptManifest *m,
+                          PartInfo *mine, char *msg) {
+    memset(m, 0, sizeof *m);
+    char my_key[32], *save = NULL;
+    snprintf(my_key, sizeof my_key, "rank-%05d.bin", rank);
+    unsigned seen = 0;
+    int have_stage = 0, have_part = 0;
+    for (char *line = strtok_r(text, "\n", &save); line; line = strtok_r(NULL, "\n", &save)) {
+        char *eq = strstr(line, " = ");
+        if (line[0] == '#' || !eq) continue;
+        *eq = 0;
+        const char *val = eq + 3;
+        if (strcmp(line, "stage") == 0) {
+            have_stage = snprintf(m->stage, sizeof m->stage, "%s", val) > 0;
+        } else if (strcmp(line, my_key) == 0) {
+            have_part = sscanf(val, "%" SCNx64 " %" SCNu64, &mine->checksum, &mine->bytes) == 2;
+        }
+        for (int i = 0; i < NFIELDS; i++) {
+            if (strcmp(line, FIELDS[i].key) == 0 && field_set(m, i, val) == 0) seen |= 1u << i;
+        }
+    }
+    if (!have_stage) return missing(dir, "stage", msg);
+    for (int i = 0; i < NFIELDS; i++)
+        if (!(seen & (1u << i))) return missing(dir, FIELDS[i].key, msg);
+    return have_part ? 0 : missing(dir, my_key, msg);
+}
+
+// expect == NULL checks the rank count only.
+static int check_manifest(const char *dir, const CkptManifest *got, const CkptManifest *expect,
+                          int ranks, char *msg) {
+    if (expect && strcmp(got->stage, expect->stage) != 0)
+        return msgf(msg, "checkpoint %s was written by %s; this is %s: resume with the same stage",
+                    dir, got->stage, expect->stage);
+    if (got->ranks != ranks)
+        return msgf(msg, "checkpoint %s has %d ranks' shards; this run has %d: resume with "
+                    "mpirun -np %d", dir, got->ranks, ranks, got->ranks);
+    for (int i = 0; expect && i < NFIELDS; i++) {
+        if (FIELDS[i].group == GROUP_RUN || field_get(got, i) == field_get(expect, i)) continue;
+        char a[32], b[32];
+        field_format(got, i, a);
+        field_format(expect, i, b);
+        if (FIELDS[i].group == GROUP_MODEL)
+            return msgf(msg, "checkpoint %s model differs: %s is %s there and %s in this run; "
+                        "resume with the same model", dir, FIELDS[i].key, a, b);
+        return msgf(msg, "checkpoint %s was saved with %s %s; this run has %s: resume with the "
+                    "same batch, seq_len and grad_accum", dir, FIELDS[i].key, a, b);
+    }
+    return 0;
+}
+
+static int corrupt(const char *part, const char *why, char *msg) {
+    return msgf(msg, "checkpoint %s is corrupt (%s): not loaded; use an earlier step folder or "
+                "start fresh", part, why);
+}
+
+// Reads the header and entries (into malloc'd *head) and checks them
+// against the manifest's line for this part.
+static int read_part_header(int fd, const char *part, const PartInfo *want, PartHeader **head,
+                            char *msg) {
+    struct stat st;
+    PartHeader ph;
+    if (fstat(fd, &st) != 0 || (uint64_t)st.st_size != want->bytes)
+        return corrupt(part, "its size differs from the manifest's", msg);
+    if (pread(fd, &ph, sizeof ph, 0) != (ssize_t)sizeof ph ||
+        sizeof ph + (uint64_t)ph.ntensors * sizeof(PartEntry) > want->bytes)
+        return corrupt(part, "bad header", msg);
+    size_t head_bytes = sizeof ph + ph.ntensors * sizeof(PartEntry);
+    *head = xmalloc(head_bytes);
+    if (pread(fd, *head, head_bytes, 0) != (ssize_t)head_bytes ||
+        fnv1a64(*head, head_bytes, FNV_OFFSET) != want->checksum)
+        return corrupt(part, "checksum mismatch", msg);
+    return 0;
+}
+
+// The header's identity and tensor list against this rank and t[].
+static int check_part_header(const PartHeader *ph, const char *part, uint64_t part_bytes,
+                             Comm *world, long step, const CkptTensor *t, int n, char *msg) {
+    if (memcmp(ph->magic, PART_MAGIC, 8) || ph->version != PART_VERSION ||
+        ph->rank != world->rank || ph->ranks != world->size || ph->step != step)
+        return corrupt(part, "its header names another rank, step or format", msg);
+    if ((int)ph->ntensors != n)
+        return msgf(msg, "checkpoint %s holds %u tensors; this run saves %d: resume with the "
+                    "same stage and flags", part, ph->ntensors, n);
+    const PartEntry *e = (const PartEntry *)(ph + 1);
+    uint64_t sum = sizeof *ph + (uint64_t)n * sizeof *e;
+    for (int i = 0; i < n; i++) {
+        if (strncmp(e[i].name, t[i].name, NAME_BYTES) != 0 || e[i].bytes != t[i].bytes)
+            return msgf(msg, "checkpoint %s holds %.31s of %" PRIu64 " bytes where this run "
+                        "expects %s of %zu bytes: resume with the same stage, model and ranks",
+                        part, e[i].name, e[i].bytes, t[i].name, t[i].bytes);
+        sum += e[i].bytes;
+    }
+    return sum == part_bytes ? 0 : corrupt(part, "its size differs from its header's", msg);
+}
+
+// Reads tensor e into `into` and compares its checksum with its entry.
+// (pread moves at most ~2 GB a call, hence the loop.)
+static int read_tensor(int fd, off_t off, const PartEntry *e, void *into, const char *part,
+                       char *msg) {
+    for (uint64_t done = 0; done < e->bytes;) {
+        ssize_t r = pread(fd, (char *)into + done, e->bytes - done, off + (off_t)done);
+        if (r < 0 && errno == EINTR) continue;
+        if (r <= 0) return corrupt(part, r < 0 ? strerror(errno) : "truncated", msg);
+        done += (uint64_t)r;
+    }
+    if (fnv1a64(into, e->bytes, FNV_OFFSET) != e->checksum)
+        return corrupt(part, "checksum mismatch", msg);
+    return 0;
+}
+
+// The header is checked before any data is read, so t[] is only written
+// within the sizes the caller gave.
+static int load_part(const char *part, const PartInfo *want, Comm *world, long step,
+                     CkptTensor *t, int n, char *msg) {
+    int fd = open(part, O_RDONLY);
+    if (fd < 0) return corrupt(part, strerror(errno), msg);
+    PartHeader *head = NULL;
+    int rc = read_part_header(fd, part, want, &head, msg);
+    if (!rc) rc = check_part_header(head, part, want->bytes, world, step, t, n, msg);
+    const PartEntry *e = rc ? NULL : (const PartEntry *)(head + 1);
+    off_t off = (off_t)(sizeof(PartHeader) + (size_t)n * sizeof(PartEntry));
+    for (int i = 0; i < n && !rc; i++) {
+        rc = read_tensor(fd, off, &e[i], t[i].host, part, msg);
+        off += (off_t)e[i].bytes;
+    }
+    free(head);
+    close(fd);
+    return rc;
+}
+
+int ckpt_load(Comm *world, const char *dir, const CkptManifest *expect, CkptManifest *got,
+              CkptTensor *t, int n, char *err, size_t err_len) {
+    char msg[MSG_BYTES] = "", step_dir[PATH_BYTES] = "", part[PATH_BYTES];
+    char *text = NULL;
+    long len = 0;
+    int failed = world->rank == 0 &&
+                 (dir_too_long(dir, msg) || find_manifest(dir, step_dir, &text, &len, msg));
+    if (agree(world, failed, msg, err, err_len)) return 1;
+
+    // rank 0 read the manifest; every rank parses the same text
+    mpiCheck(MPI_Bcast(step_dir, PATH_BYTES, MPI_CHAR, 0, world->mpi));
+    mpiCheck(MPI_Bcast(&len, 1, MPI_LONG, 0, world->mpi));
+    if (world->rank != 0) text = xmalloc((size_t)len + 1);
+    mpiCheck(MPI_Bcast(text, (int)len + 1, MPI_CHAR, 0, world->mpi));
+    CkptManifest m;
+    PartInfo mine;
+    failed = parse_manifest(text, dir, world->rank, &m, &mine, msg) ||
+             check_manifest(dir, &m, expect, world->size, msg);
+    free(text);
+    if (got) *got = m;
+    if (agree(world, failed, msg, err, err_len)) return 1;
+
+    pathf(part, "%s/rank-%05d.bin", step_dir, world->rank);
+    failed = load_part(part, &mine, world, m.step, t, n, msg);
+    return agree(world, failed, msg, err, err_len);
+}

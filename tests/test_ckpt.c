@@ -1,0 +1,433 @@
+// mpirun: 2
+// test_ckpt.c: sharded checkpoints on 2 ranks: bit-exact round trip, `latest`
+// moving, refusals (stage, ranks, model, batch, tensor shape), corruption
+// caught on every rank, and failed or interrupted saves leaving the last good
+// checkpoint in place. Every assertion is on values reduced over the ranks,
+// after all collectives, so no rank leaves a collective early.
+#define TEST_WITH_MPI
+#include <fcntl.h>
+#include <sys/stat.h>
+#include <unistd.h>
+#include "testutil.h"
+#include "ckpt.h"
+
+#define PATH_LEN 1024
+
+typedef struct Ctx {
+    Comm world;
+    char root[256];  // temp folder made by rank 0, shared by all ranks
+} Ctx;
+
+// This rank's tensors: sizes differ by rank; values depend on (rank, seed).
+typedef struct Tensors {
+    float *master, *moment;
+    CkptTensor t[2];
+} Tensors;
+
+static void tensors_make(Tensors *x, int rank, uint64_t seed) {
+    size_t n0 = 1000 + 37 * (size_t)rank, n1 = 257 + 500 * (size_t)rank;
+    x->master = malloc(n0 * sizeof(float));
+    x->moment = malloc(n1 * sizeof(float));
+    test_fill(x->master, n0, seed * 10 + (uint64_t)rank, -1, 1);
+    test_fill(x->moment, n1, seed * 10 + (uint64_t)rank + 5, 0, 3);
+    x->t[0] = (CkptTensor){"master", x->master, n0 * sizeof(float)};
+    x->t[1] = (CkptTensor){"adam_m", x->moment, n1 * sizeof(float)};
+}
+
+static void tensors_clear(Tensors *x) {  // same shapes, zero values
+    memset(x->master, 0, x->t[0].bytes);
+    memset(x->moment, 0, x->t[1].bytes);
+}
+
+static int tensors_equal(const Tensors *a, const Tensors *b) {
+    return memcmp(a->master, b->master, a->t[0].bytes) == 0 &&
+           memcmp(a->moment, b->moment, a->t[1].bytes) == 0;
+}
+
+static int tensors_zero(const Tensors *x) {
+    for (int i = 0; i < 2; i++)
+        for (size_t k = 0; k < x->t[i].bytes; k++)
+            if (((const unsigned char *)x->t[i].host)[k]) return 0;
+    return 1;
+}
+
+static void tensors_free(Tensors *x) {
+    free(x->master);
+    free(x->moment);
+}
+
+static CkptManifest manifest(long step, int ranks) {
+    CkptManifest m;
+    memset(&m, 0, sizeof m);
+    snprintf(m.stage, sizeof m.stage, "zero1");
+    m.ranks = ranks;
+    m.step = step;
+    m.data_rows = 64 * (uint64_t)step;
+    m.seed = 42;
+    m.rng_state = 0xdeadbeefcafebabeull;  // above 2^63: must survive the text manifest
+    m.cfg = (GPTConfig){.max_seq_len = 64, .vocab_size = 256, .num_layers = 2, .num_heads = 2,
+                        .channels = 32};
+    m.num_params = 12345;
+    m.batch = 4;
+    m.seq_len = 64;
+    m.grad_accum = 2;
+    return m;
+}
+
+static int all_ranks(Ctx *c, int ok) {
+    int all = 0;
+    MPI_Allreduce(&ok, &all, 1, MPI_INT, MPI_MIN, c->world.mpi);
+    return all;
+}
+
+// A subfolder of the temp root for one test (made by rank 0).
+static char *test_dir(Ctx *c, const char *name, char *out) {
+    assert_true(snprintf(out, PATH_LEN, "%s/%s", c->root, name) < PATH_LEN);
+    return out;
+}
+
+static void on_rank0(Ctx *c, const char *shell_cmd) {
+    int rc = c->world.rank == 0 ? system(shell_cmd) : 0;
+    assert_true(all_ranks(c, rc == 0));
+}
+
+static int save(Ctx *c, const char *dir, long step, Tensors *x, char *err) {
+    CkptManifest m = manifest(step, c->world.size);
+    return ckpt_save(&c->world, dir, &m, x->t, 2, err, 512);
+}
+
+// Loads into zeroed copies of this rank's tensors; reports the step and
+// whether the values equal `want`.
+static int load(Ctx *c, const char *dir, const CkptManifest *expect, const Tensors *want,
+                long *step, int *equal, char *err) {
+    Tensors got;
+    tensors_make(&got, c->world.rank, 0);
+    tensors_clear(&got);
+    CkptManifest m;
+    int rc = ckpt_load(&c->world, dir, expect, &m, got.t, 2, err, 512);
+    *step = rc == 0 ? m.step : -1;
+    *equal = rc == 0 ? tensors_equal(&got, want) : tensors_zero(&got);
+    tensors_free(&got);
+    return rc;
+}
+
+// FNV-1a 64 test vectors (offset basis 0xcbf29ce484222325 = 14695981039346656037)
+static void test_fnv1a64_reference_values(void **state) {
+    const uint64_t h0 = 14695981039346656037ull;
+    assert_true(fnv1a64("", 0, h0) == 0xcbf29ce484222325ull);
+    assert_true(fnv1a64("a", 1, h0) == 0xaf63dc4c8601ec8cull);
+    assert_true(fnv1a64("foobar", 6, h0) == 0x85944171f73967e8ull);
+    assert_true(fnv1a64("bar", 3, fnv1a64("foo", 3, h0)) == fnv1a64("foobar", 6, h0));
+}
+
+static void test_roundtrip_bit_exact(void **state) {
+    Ctx *c = *state;
+    char dir[PATH_LEN], err[512] = "", latest[64] = "";
+    test_dir(c, "roundtrip", dir);
+    Tensors x;
+    tensors_make(&x, c->world.rank, 1);
+    int saved = save(c, dir, 10, &x, err) == 0;
+
+    CkptManifest want = manifest(10, c->world.size), got;
+    Tensors y;
+    tensors_make(&y, c->world.rank, 0);
+    tensors_clear(&y);
+    int loaded = ckpt_load(&c->world, dir, &want, &got, y.t, 2, err, sizeof err) == 0;
+    int same_manifest = strcmp(got.stage, "zero1") == 0 && got.ranks == 2 && got.step == 10 &&
+                        got.data_rows == 640 && got.seed == 42 &&
+                        got.rng_state == 0xdeadbeefcafebabeull &&
+                        memcmp(&got.cfg, &want.cfg, sizeof got.cfg) == 0 &&
+                        got.num_params == 12345 && got.batch == 4 && got.seq_len == 64 &&
+                        got.grad_accum == 2;
+    char path[PATH_LEN + 16];
+    snprintf(path, sizeof path, "%s/latest", dir);
+    FILE *f = fopen(path, "r");
+    if (f) {
+        if (!fgets(latest, sizeof latest, f)) latest[0] = 0;
+        fclose(f);
+    }
+    assert_true(all_ranks(c, saved));
+    assert_true(all_ranks(c, loaded));
+    assert_true(all_ranks(c, same_manifest));
+    assert_true(all_ranks(c, tensors_equal(&x, &y)));
+    assert_string_equal(latest, "step-00000010\n");
+    tensors_free(&x);
+    tensors_free(&y);
+}
+
+static void test_second_save_moves_latest(void **state) {
+    Ctx *c = *state;
+    char dir[PATH_LEN], step10[PATH_LEN + 32], err[512] = "";
+    test_dir(c, "two_saves", dir);
+    snprintf(step10, sizeof step10, "%s/step-00000010", dir);
+    Tensors a, b;
+    tensors_make(&a, c->world.rank, 1);
+    tensors_make(&b, c->world.rank, 2);
+    int saved = save(c, dir, 10, &a, err) == 0 && save(c, dir, 20, &b, err) == 0;
+    long step_latest, step_old;
+    int eq_latest, eq_old;
+    int ok_latest = load(c, dir, NULL, &b, &step_latest, &eq_latest, err) == 0;
+    int ok_old = load(c, step10, NULL, &a, &step_old, &eq_old, err) == 0;  // a step folder itself
+    assert_true(all_ranks(c, saved && ok_latest && ok_old));
+    assert_true(all_ranks(c, step_latest == 20 && eq_latest));
+    assert_true(all_ranks(c, step_old == 10 && eq_old));
+    tensors_free(&a);
+    tensors_free(&b);
+}
+
+// Every rank must refuse, with the same one-line message containing `what`;
+// refusals from the manifest must also leave the caller's tensors untouched.
+static void expect_refused(Ctx *c, const char *dir, const CkptManifest *expect, const char *what,
+                           int untouched_too) {
+    Tensors x;
+    tensors_make(&x, c->world.rank, 1);
+    char err[512] = "", err0[512];
+    long step;
+    int untouched;
+    int rc = load(c, dir, expect, &x, &step, &untouched, err);
+    memcpy(err0, err, sizeof err);
+    MPI_Bcast(err0, sizeof err0, MPI_CHAR, 0, c->world.mpi);
+    int ok = rc != 0 && (untouched || !untouched_too) && strstr(err, what) &&
+             strcmp(err, err0) == 0 && !strchr(err, '\n');
+    if (!all_ranks(c, ok))
+        fail_msg("expected a refusal with '%s'; rank 0 got %d: '%s'", what, rc, err);
+    tensors_free(&x);
+}
+
+static void test_refuses_other_run_shapes(void **state) {
+    Ctx *c = *state;
+    char dir[PATH_LEN], err[512] = "";
+    test_dir(c, "refusals", dir);
+    Tensors x;
+    tensors_make(&x, c->world.rank, 1);
+    assert_true(all_ranks(c, save(c, dir, 10, &x, err) == 0));
+    tensors_free(&x);
+
+    CkptManifest e = manifest(0, c->world.size);
+    snprintf(e.stage, sizeof e.stage, "zero2");
+    expect_refused(c, dir, &e, "was written by zero1; this is zero2: resume with the same stage",
+                   1);
+    e = manifest(0, c->world.size);
+    e.cfg.num_layers = 3;
+    expect_refused(c, dir, &e, "model differs: num_layers is 2 there and 3 in this run", 1);
+    e = manifest(0, c->world.size);
+    e.num_params = 999;
+    expect_refused(c, dir, &e, "model differs: num_params is 12345 there and 999", 1);
+    e = manifest(0, c->world.size);
+    e.batch = 8;
+    expect_refused(c, dir, &e, "saved with batch 4; this run has 8", 1);
+    e = manifest(0, c->world.size);
+    e.grad_accum = 1;
+    expect_refused(c, dir, &e, "saved with grad_accum 2; this run has 1", 1);
+}
+
+// A checkpoint of 1 rank (rank 0 alone, over MPI_COMM_SELF) loaded by 2.
+static void test_refuses_other_rank_count(void **state) {
+    Ctx *c = *state;
+    char dir[PATH_LEN], err[512] = "";
+    test_dir(c, "one_rank", dir);
+    int saved = 1;
+    if (c->world.rank == 0) {
+        Comm self = {.mpi = MPI_COMM_SELF, .rank = 0, .size = 1};
+        Tensors x;
+        tensors_make(&x, 0, 1);
+        CkptManifest m = manifest(10, 1);
+        saved = ckpt_save(&self, dir, &m, x.t, 2, err, sizeof err) == 0;
+        tensors_free(&x);
+    }
+    assert_true(all_ranks(c, saved));
+    CkptManifest e = manifest(0, c->world.size);
+    expect_refused(c, dir, &e, "has 1 ranks' shards; this run has 2: resume with mpirun -np 1", 1);
+}
+
+static void test_refuses_other_tensor_shapes(void **state) {
+    Ctx *c = *state;
+    char dir[PATH_LEN], err[512] = "";
+    test_dir(c, "shapes", dir);
+    Tensors x;
+    tensors_make(&x, c->world.rank, 1);
+    int saved = save(c, dir, 10, &x, err) == 0;
+    x.t[1].bytes -= 4;  // one float fewer on every rank
+    CkptManifest m;
+    int rc = ckpt_load(&c->world, dir, NULL, &m, x.t, 2, err, sizeof err);
+    int ok = saved && rc != 0 && strstr(err, "rank-00000.bin holds adam_m of 1028 bytes where "
+                                        "this run expects adam_m of 1024 bytes");
+    if (!all_ranks(c, ok)) fail_msg("unexpected: %d '%s'", rc, err);
+    tensors_free(&x);
+}
+
+// Flips one byte of rank 1's part at `offset` (from the end when negative).
+static void corrupt_rank1(Ctx *c, const char *dir, long offset) {
+    int ok = 1;
+    if (c->world.rank == 0) {
+        char path[PATH_LEN + 32];
+        snprintf(path, sizeof path, "%s/step-00000010/rank-00001.bin", dir);
+        int fd = open(path, O_RDWR);
+        off_t at = offset >= 0 ? offset : lseek(fd, 0, SEEK_END) + offset;
+        unsigned char byte = 0;
+        ok = fd >= 0 && pread(fd, &byte, 1, at) == 1;
+        byte ^= 0x10;
+        ok = ok && pwrite(fd, &byte, 1, at) == 1 && close(fd) == 0;
+    }
+    assert_true(all_ranks(c, ok));
+}
+
+static void test_corrupt_part_refused_everywhere(void **state) {
+    Ctx *c = *state;
+    char dir[PATH_LEN], err[512] = "";
+    long offsets[] = {-100, 40};  // in the tensor data; in the header's first entry
+    for (int k = 0; k < 2; k++) {
+        char name[32];
+        snprintf(name, sizeof name, "corrupt%d", k);
+        test_dir(c, name, dir);
+        Tensors x;
+        tensors_make(&x, c->world.rank, 1);
+        assert_true(all_ranks(c, save(c, dir, 10, &x, err) == 0));
+        corrupt_rank1(c, dir, offsets[k]);
+        char what[PATH_LEN + 128];
+        snprintf(what, sizeof what, "checkpoint %s/step-00000010/rank-00001.bin is corrupt "
+                 "(checksum mismatch): not loaded; use an earlier step folder or start fresh", dir);
+        CkptManifest e = manifest(0, c->world.size);
+        expect_refused(c, dir, &e, what, 0);
+        tensors_free(&x);
+    }
+}
+
+static void test_truncated_part_refused(void **state) {
+    Ctx *c = *state;
+    char dir[PATH_LEN], err[512] = "", cmd[PATH_LEN + 64];
+    test_dir(c, "truncated", dir);
+    Tensors x;
+    tensors_make(&x, c->world.rank, 1);
+    assert_true(all_ranks(c, save(c, dir, 10, &x, err) == 0));
+    snprintf(cmd, sizeof cmd, "truncate -s -8 %s/step-00000010/rank-00000.bin", dir);
+    on_rank0(c, cmd);
+    CkptManifest e = manifest(0, c->world.size);
+    expect_refused(c, dir, &e, "rank-00000.bin is corrupt (its size differs", 0);
+    tensors_free(&x);
+}
+
+// Loads `dir` expecting step 10 with the values of seed 1.
+static int still_step10(Ctx *c, const char *dir) {
+    Tensors a;
+    tensors_make(&a, c->world.rank, 1);
+    char err[512] = "";
+    long step;
+    int equal, rc = load(c, dir, NULL, &a, &step, &equal, err);
+    tensors_free(&a);
+    return all_ranks(c, rc == 0 && step == 10 && equal);
+}
+
+static void test_failed_save_keeps_latest(void **state) {
+    Ctx *c = *state;
+    char dir[PATH_LEN], file[PATH_LEN], cmd[3 * PATH_LEN], err[512] = "";
+    Tensors a, b;
+    tensors_make(&a, c->world.rank, 1);
+    tensors_make(&b, c->world.rank, 2);
+
+    // the checkpoint folder is a regular file
+    test_dir(c, "a_file", file);
+    snprintf(cmd, sizeof cmd, "touch %s", file);
+    on_rank0(c, cmd);
+    int rc = save(c, file, 10, &a, err);
+    assert_true(all_ranks(c, rc != 0 && strstr(err, "cannot create checkpoint folder")));
+
+    // the step folder cannot be made: a file is in its place
+    test_dir(c, "failed_save", dir);
+    assert_true(all_ranks(c, save(c, dir, 10, &a, err) == 0));
+    snprintf(cmd, sizeof cmd, "touch %s/step-00000020", dir);
+    on_rank0(c, cmd);
+    rc = save(c, dir, 20, &b, err);
+    assert_true(all_ranks(c, rc != 0 && strstr(err, "step-00000020")));
+    assert_true(still_step10(c, dir));
+
+    // only rank 1 cannot write its part: everyone fails with rank 1's message
+    snprintf(cmd, sizeof cmd, "mkdir -p %s/step-00000030/rank-00001.bin.tmp", dir);
+    on_rank0(c, cmd);
+    rc = save(c, dir, 30, &b, err);
+    int ok = rc != 0 && strstr(err, "cannot write checkpoint") &&
+             strstr(err, "step-00000030/rank-00001.bin");
+    if (!all_ranks(c, ok)) fail_msg("unexpected: %d '%s'", rc, err);
+    assert_true(still_step10(c, dir));
+    tensors_free(&a);
+    tensors_free(&b);
+}
+
+// A crash mid-save leaves a step folder with partial or even complete parts
+// but no manifest and no new `latest`: loading must not notice it.
+static void test_interrupted_save_is_invisible(void **state) {
+    Ctx *c = *state;
+    char dir[PATH_LEN], cmd[3 * PATH_LEN], err[512] = "";
+    test_dir(c, "interrupted", dir);
+    Tensors a;
+    tensors_make(&a, c->world.rank, 1);
+    assert_true(all_ranks(c, save(c, dir, 10, &a, err) == 0));
+    assert_true(snprintf(cmd, sizeof cmd,
+             "mkdir -p %s/step-00000020"
+             " && head -c 100 /dev/urandom > %s/step-00000020/rank-00000.bin.tmp"
+             " && cp %s/step-00000010/rank-00001.bin %s/step-00000020/rank-00001.bin"
+             " && echo -n step-000 > %s/latest.tmp", dir, dir, dir, dir, dir) < (int)sizeof cmd);
+    on_rank0(c, cmd);
+    assert_true(still_step10(c, dir));
+    tensors_free(&a);
+}
+
+// dp_baseline saves its replicated state from rank 0 only: rank 1 has no tensors.
+static void test_rank_without_tensors(void **state) {
+    Ctx *c = *state;
+    char dir[PATH_LEN], err[512] = "", part[PATH_LEN + 32];
+    test_dir(c, "no_tensors", dir);
+    Tensors x, y;
+    tensors_make(&x, c->world.rank, 1);
+    tensors_make(&y, c->world.rank, 0);
+    tensors_clear(&y);
+    int n = c->world.rank == 0 ? 2 : 0;
+    CkptManifest m = manifest(10, c->world.size), got;
+    int saved = ckpt_save(&c->world, dir, &m, x.t, n, err, sizeof err) == 0;
+    int loaded = ckpt_load(&c->world, dir, &m, &got, y.t, n, err, sizeof err) == 0;
+    snprintf(part, sizeof part, "%s/step-00000010/rank-00001.bin", dir);
+    struct stat st;
+    int header_only = stat(part, &st) == 0 && st.st_size == 32;
+    int values = n == 0 ? tensors_zero(&y) : tensors_equal(&x, &y);
+    assert_true(all_ranks(c, saved && loaded && header_only && values));
+    tensors_free(&x);
+    tensors_free(&y);
+}
+
+int main(int argc, char **argv) {
+    MPI_Init(&argc, &argv);
+    Ctx c = {.world = {.mpi = MPI_COMM_WORLD}};
+    MPI_Comm_rank(MPI_COMM_WORLD, &c.world.rank);
+    MPI_Comm_size(MPI_COMM_WORLD, &c.world.size);
+    if (c.world.rank == 0) {
+        snprintf(c.root, sizeof c.root, "/tmp/wb_test_ckpt_XXXXXX");
+        if (!mkdtemp(c.root)) c.root[0] = 0;
+    }
+    MPI_Bcast(c.root, sizeof c.root, MPI_CHAR, 0, MPI_COMM_WORLD);
+    if (!c.root[0] || c.world.size != 2) {
+        if (c.world.rank == 0) fprintf(stderr, "test_ckpt needs 2 ranks and a temp folder\n");
+        MPI_Finalize();
+        return 1;
+    }
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_fnv1a64_reference_values),
+        cmocka_unit_test_prestate(test_roundtrip_bit_exact, &c),
+        cmocka_unit_test_prestate(test_second_save_moves_latest, &c),
+        cmocka_unit_test_prestate(test_refuses_other_run_shapes, &c),
+        cmocka_unit_test_prestate(test_refuses_other_rank_count, &c),
+        cmocka_unit_test_prestate(test_refuses_other_tensor_shapes, &c),
+        cmocka_unit_test_prestate(test_corrupt_part_refused_everywhere, &c),
+        cmocka_unit_test_prestate(test_truncated_part_refused, &c),
+        cmocka_unit_test_prestate(test_failed_save_keeps_latest, &c),
+        cmocka_unit_test_prestate(test_interrupted_save_is_invisible, &c),
+        cmocka_unit_test_prestate(test_rank_without_tensors, &c),
+    };
+    int failed = run_mpi_tests(tests);
+    if (c.world.rank == 0) {
+        char cmd[300];
+        snprintf(cmd, sizeof cmd, "rm -rf %s", c.root);
+        if (system(cmd) != 0) fprintf(stderr, "could not remove %s\n", c.root);
+    }
+    MPI_Finalize();
+    return failed;
+}
