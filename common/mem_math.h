@@ -32,12 +32,19 @@ typedef struct StateBytes {
 void stage_state_bytes(StageId s, size_t psi, int ranks, StateBytes *out);
 // The paper's figure without padding (what the formula text says), device+host+nvme total.
 double stage_formula_bytes(StageId s, double psi, int ranks);
+// (addition) The paper's figure by tier and category: the layout of
+// stage_state_bytes with Ψ_pad = Ψ and shards of Ψ/N (fractional; no padding).
+void stage_formula_state_bytes(StageId s, double psi, int ranks, StateBytes *out);
+// (addition) The formula text of one tier of a stage: "2Ψ" for cpu_offload's
+// device, "14Ψ/N" for its pinned host, "0" where the stage keeps nothing.
+const char *stage_tier_formula(StageId s, MemTier t);
 
 // Communication volume per rank per optimizer step, in elements of the
 // gradient/parameter dtype, as the ZeRO paper counts it with a ring:
 // DP, ZeRO-1, ZeRO-2: 2Ψ(N-1)/N (reduce-scatter + all-gather, or all-reduce);
 // ZeRO-3: 3Ψ(N-1)/N (all-gather forward, all-gather backward, reduce-scatter).
-// ZeRO-2/3 reduce-scatter every micro-batch, so grad_accum multiplies that part.
+// ZeRO-2/3 reduce-scatter every micro-batch, so grad_accum multiplies that part;
+// ZeRO-3 also gathers the parameters every micro-batch: 3kΨ(N-1)/N in all.
 double stage_comm_elems(StageId s, double psi, int ranks, int grad_accum);
 const char *stage_comm_formula(StageId s);  // "2Ψ(N-1)/N", ...
 

@@ -42,6 +42,11 @@ typedef struct ModelStates {
 } ModelStates;
 
 // Allocates (tracked) and zeroes nothing; states_init fills values.
+// A state on TIER_NVME is not allocated: its Buf is a descriptor (ptr NULL,
+// bytes = its size) for the aio module, which creates and accounts the file.
+// FULL params/grads are Ψ_pad long when the optimizer is sharded, exactly Ψ
+// when it is FULL too (dp_baseline). optim_count of a shard includes its
+// padding elements, which are zero and stay zero under AdamW.
 void states_alloc(ModelStates *s, Device *d, const StatesLayout *layout, const Partition *p);
 // master = init values (gpt_init_values) over the optimizer range, m = v = 0,
 // params = bf16(master) where both are present; FULL params on a sharded

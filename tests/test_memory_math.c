@@ -1,0 +1,274 @@
+// test_memory_math.c: the ZeRO formulas against hand-computed figures (the
+// paper's Ψ = 7.5B, N = 64 example), the partition's padding, stage_state_bytes
+// against what states_alloc really allocates, states_init's values, and the
+// memory_math binary (--measure under mpirun, --json, bad input).
+#include "testutil.h"
+#include "device.h"
+#include "gpt.h"
+#include "mem_math.h"
+#include "states.h"
+
+static void test_paper_example(void **state) {
+    (void)state;
+    // Rajbhandari et al. 2020, Figure 1: 120, 31.4, 16.6, 1.9 GB
+    const double psi = 7.5e9;
+    assert_true(test_close(stage_formula_bytes(STAGE_DP, psi, 64), 120e9, 0.5, 0));
+    assert_true(test_close(stage_formula_bytes(STAGE_ZERO1, psi, 64), 31.40625e9, 0.5, 0));   // 4Ψ + 12Ψ/64
+    assert_true(test_close(stage_formula_bytes(STAGE_ZERO2, psi, 64), 16.640625e9, 0.5, 0));  // 2Ψ + 14Ψ/64
+    assert_true(test_close(stage_formula_bytes(STAGE_ZERO3, psi, 64), 1.875e9, 0.5, 0));      // 16Ψ/64
+    assert_true(test_close(stage_formula_bytes(STAGE_OFFLOAD, psi, 64), 15e9 + 1.640625e9, 0.5, 0));
+    assert_true(test_close(stage_formula_bytes(STAGE_INFINITY, psi, 64), 1.875e9, 0.5, 0));
+    StateBytes b;
+    stage_formula_state_bytes(STAGE_OFFLOAD, psi, 64, &b);
+    assert_true(test_close(b.tier_total[TIER_DEVICE], 15e9, 0.5, 0));
+    assert_true(test_close(b.tier_total[TIER_PINNED], 1.640625e9, 0.5, 0));
+    stage_formula_state_bytes(STAGE_INFINITY, psi, 64, &b);
+    assert_true(b.tier_total[TIER_DEVICE] == 0 && b.tier_total[TIER_HOST] == 0);
+    assert_true(test_close(b.tier_total[TIER_NVME], 1.875e9, 0.5, 0));
+    assert_string_equal(stage_formula(STAGE_ZERO2), "2Ψ + 14Ψ/N");
+    assert_string_equal(stage_name(STAGE_OFFLOAD), "cpu_offload");
+}
+
+static void test_partition_padding(void **state) {
+    (void)state;
+    Partition p;
+    partition_init(&p, 1000, 4, 3);  // 1000 -> 1024 (multiple of 4 * 64)
+    assert_int_equal(p.padded, 1024);
+    assert_int_equal(p.shard, 256);
+    assert_int_equal(p.begin, 768);
+    assert_int_equal(p.end, 1024);
+    partition_init(&p, 1024, 4, 0);  // already a multiple: no padding
+    assert_int_equal(p.padded, 1024);
+    partition_init(&p, 1, 1, 0);
+    assert_int_equal(p.padded, 64);
+    partition_init(&p, 1000, 3, 1);  // 3 * 64 = 192: 1000 -> 1152, shards of 384
+    assert_int_equal(p.padded, 1152);
+    assert_int_equal(p.shard, 384);
+    assert_int_equal(p.begin, 384);
+    partition_init(&p, 7500000000ull, 64, 63);  // 7.5e9 / 4096 = 1831054.6875 -> 1831055 * 4096
+    assert_int_equal(p.padded, 7500001280ull);
+    assert_int_equal(p.shard, 117187520ull);
+    assert_int_equal(p.end, p.padded);
+
+    partition_init(&p, 1000, 4, 0);
+    Range r = {200, 100};  // [200, 300) spans shards 0 [0,256) and 1 [256,512)
+    size_t first = 0;
+    assert_int_equal(partition_overlap(&p, r, 0, &first), 56);
+    assert_int_equal(first, 200);
+    assert_int_equal(partition_overlap(&p, r, 1, &first), 44);
+    assert_int_equal(first, 256);
+    assert_int_equal(partition_overlap(&p, r, 2, NULL), 0);
+}
+
+static Device cpu_device(void) {
+    Device d;
+    DeviceOptions opt = {.kind = "cpu", .hbm_gb = 0, .threads = 1, .local_rank = 0, .local_size = 1};
+    device_init(&d, &opt);
+    return d;
+}
+
+// stage_state_bytes must equal, byte for byte, what the tracker counts when
+// states_alloc runs for any rank of any rank count (padding included).
+static void test_state_bytes_equal_alloc(void **state) {
+    (void)state;
+    Device d = cpu_device();
+    const size_t psis[] = {834304, 1000, 123457, 64, 5, 7500001};
+    const int ranks[] = {4, 3, 7, 1, 8, 64};
+    for (size_t i = 0; i < sizeof psis / sizeof psis[0]; i++) {
+        for (int rank = 0; rank < ranks[i]; rank += ranks[i] > 2 ? ranks[i] - 1 : 1) {
+            Partition p;
+            partition_init(&p, psis[i], ranks[i], rank);
+            for (int s = STAGE_DP; s <= STAGE_OFFLOAD; s++) {
+                StatesLayout l = stage_states_layout((StageId)s);
+                StateBytes f;
+                stage_state_bytes((StageId)s, psis[i], ranks[i], &f);
+                ModelStates st;
+                states_alloc(&st, &d, &l, &p);
+                for (int t = 0; t < TIER_COUNT; t++)
+                    for (int c = 0; c < CAT_COUNT; c++) {
+                        if ((double)d.mem.current[t][c] != f.bytes[t][c])
+                            fail_msg("Ψ %zu N %d rank %d %s %s %s: measured %zu, formula %.1f", psis[i],
+                                     ranks[i], rank, stage_name((StageId)s), mem_tier_name((MemTier)t),
+                                     mem_category_name((MemCategory)c), d.mem.current[t][c], f.bytes[t][c]);
+                    }
+                size_t want_begin = l.optim == STATE_SHARD ? (size_t)rank * p.shard : 0;
+                assert_int_equal(st.optim_begin, want_begin);
+                assert_int_equal(st.optim_count, l.optim == STATE_SHARD ? p.shard : psis[i]);
+                states_free(&st, &d);
+                for (int t = 0; t < TIER_COUNT; t++) assert_int_equal(d.mem.tier_current[t], 0);
+            }
+        }
+    }
+    device_destroy(&d);
+}
+
+// Infinity's states live on NVMe: states_alloc hands back descriptors of the
+// formula's sizes and allocates nothing through the device.
+static void test_infinity_descriptors(void **state) {
+    (void)state;
+    Device d = cpu_device();
+    Partition p;
+    partition_init(&p, 1000, 3, 2);
+    StatesLayout l = stage_states_layout(STAGE_INFINITY);
+    ModelStates st;
+    states_alloc(&st, &d, &l, &p);
+    StateBytes f;
+    stage_state_bytes(STAGE_INFINITY, 1000, 3, &f);
+    assert_null(st.params.ptr);
+    assert_int_equal(st.params.bytes, f.bytes[TIER_NVME][CAT_PARAMS]);
+    assert_int_equal(st.master.bytes + st.m.bytes + st.v.bytes,
+                     f.bytes[TIER_NVME][CAT_MASTER] * 3);
+    assert_int_equal(d.mem.tier_current[TIER_DEVICE] + d.mem.tier_current[TIER_HOST], 0);
+    states_free(&st, &d);
+    assert_int_equal(st.params.bytes, 0);
+    device_destroy(&d);
+}
+
+static void check_init(StageId s, int ranks, int rank) {
+    GPTConfig cfg;
+    assert_true(gpt_preset("tiny", &cfg));
+    GPTLayout gl;
+    gpt_layout(&gl, &cfg);
+    Device d = cpu_device();
+    Partition p;
+    partition_init(&p, gl.num_params, ranks, rank);
+    StatesLayout l = stage_states_layout(s);
+    ModelStates st;
+    states_alloc(&st, &d, &l, &p);
+    states_init(&st, &d, &gl, 1234);
+    float *want = malloc(gl.num_params * sizeof(float));
+    gpt_init_values(&gl, 1234, 0, gl.num_params, want);
+    const float *master = st.master.ptr;
+    for (size_t i = 0; i < st.optim_count; i++) {
+        size_t g = st.optim_begin + i;
+        assert_true(master[i] == (g < gl.num_params ? want[g] : 0.0f));
+        assert_true(((float *)st.m.ptr)[i] == 0.0f && ((float *)st.v.ptr)[i] == 0.0f);
+    }
+    const bf16 *params = st.params.ptr;
+    size_t pbegin = l.params == STATE_SHARD ? p.begin : 0;
+    for (size_t i = 0; i < st.params.bytes / sizeof(bf16); i++) {
+        size_t g = pbegin + i;
+        assert_int_equal(params[i], f32_to_bf16(g < gl.num_params ? want[g] : 0.0f));
+    }
+    const bf16 *grads = st.grads.ptr;
+    for (size_t i = 0; i < st.grads.bytes / sizeof(bf16); i++) assert_int_equal(grads[i], 0);
+    free(want);
+    states_free(&st, &d);
+    device_destroy(&d);
+}
+
+static void test_states_init_values(void **state) {
+    (void)state;
+    check_init(STAGE_DP, 1, 0);
+    check_init(STAGE_ZERO1, 3, 2);  // last shard: holds the padding
+    check_init(STAGE_ZERO2, 3, 0);
+    check_init(STAGE_ZERO3, 3, 2);
+    check_init(STAGE_OFFLOAD, 4, 1);
+}
+
+static void test_comm_elems(void **state) {
+    (void)state;
+    // Ψ = 1000 on N = 4: one ring reduce-scatter or all-gather moves 750 per rank
+    assert_true(stage_comm_elems(STAGE_DP, 1000, 4, 1) == 1500);
+    assert_true(stage_comm_elems(STAGE_ZERO1, 1000, 4, 1) == 1500);
+    assert_true(stage_comm_elems(STAGE_ZERO2, 1000, 4, 1) == 1500);
+    assert_true(stage_comm_elems(STAGE_ZERO3, 1000, 4, 1) == 2250);
+    // k = 4 micro-batches: dp/zero1 still once; zero2 reduce-scatters 4x; zero3 all 3 parts 4x
+    assert_true(stage_comm_elems(STAGE_DP, 1000, 4, 4) == 1500);
+    assert_true(stage_comm_elems(STAGE_ZERO1, 1000, 4, 4) == 1500);
+    assert_true(stage_comm_elems(STAGE_ZERO2, 1000, 4, 4) == 3750);
+    assert_true(stage_comm_elems(STAGE_ZERO3, 1000, 4, 4) == 9000);
+    assert_true(stage_comm_elems(STAGE_ZERO3, 1000, 1, 1) == 0);  // one rank talks to no one
+}
+
+static void test_korthikanti(void **state) {
+    (void)state;
+    // s b h (34 + 5 a s / h) = 1024 * 8 * 768 * (34 + 80)
+    assert_true(korthikanti_layer_bytes(1024, 8, 768, 12) == 717225984.0);
+}
+
+static void test_max_params_round_trip(void **state) {
+    (void)state;
+    const int ranks[] = {1, 8, 64};
+    assert_true(test_close(stage_max_params(STAGE_DP, 80e9, 8), 5e9, 1, 0));  // 80 GB / 16
+    for (int s = STAGE_DP; s <= STAGE_OFFLOAD; s++)
+        for (int i = 0; i < 3; i++) {
+            double psi = stage_max_params((StageId)s, 80e9, ranks[i]);
+            StateBytes b;
+            stage_formula_state_bytes((StageId)s, psi, ranks[i], &b);
+            assert_true(test_close(b.tier_total[TIER_DEVICE], 80e9, 0, 1e-12));
+        }
+    assert_true(isinf(stage_max_params(STAGE_INFINITY, 80e9, 8)));
+}
+
+static void test_fit_hint(void **state) {
+    (void)state;
+    // Ψ = 1e8, budget 0.6 GB at 4 ranks: zero2 0.55 GB, zero3 0.4 GB fit; dp 1.6 GB
+    // never; zero1 = 4Ψ + 12Ψ/N needs N >= 6, so 8 ranks
+    char hint[512];
+    stage_fit_hint(100000000, 4, 0.6e9, hint, sizeof hint);
+    assert_non_null(strstr(hint, "fits at 4 ranks: zero2 (0.55 GB), zero3 (0.4 GB)"));
+    assert_non_null(strstr(hint, "dp_baseline needs 1.6 GB at any rank count"));
+    assert_non_null(strstr(hint, "zero1 fits from 8 ranks"));
+    stage_fit_hint(100000000, 4, 2e6, hint, sizeof hint);  // zero3 at 1024 ranks: 1.56 MB
+    assert_non_null(strstr(hint, "no stage"));
+    assert_non_null(strstr(hint, "zero3 fits from 1024 ranks"));
+}
+
+static void test_binary_measure(void **state) {
+    (void)state;
+    const char *cmds[] = {"mpirun -np 4 ./memory_math --measure --model small --json",
+                          "mpirun -np 3 ./memory_math --measure --model small --json"};  // with padding
+    for (int i = 0; i < 2; i++) {
+        char *out = NULL;
+        int rc = test_run(cmds[i], &out);
+        if (rc != 0 || !strstr(out, "\"all_equal\":true") || strstr(out, "DIFFERENT"))
+            fail_msg("%s: exit %d, output:\n%s", cmds[i], rc, out);
+        free(out);
+    }
+}
+
+static void test_binary_paper_json(void **state) {
+    (void)state;
+    char *out = NULL;
+    int rc = test_run("./memory_math --params 7.5B --ranks 64 --json", &out);
+    assert_int_equal(rc, 0);
+    assert_non_null(strstr(out, "\"formula_bytes\":120000000000"));
+    assert_non_null(strstr(out, "\"formula_bytes\":31406250000"));
+    assert_non_null(strstr(out, "\"formula_bytes\":16640625000"));
+    assert_non_null(strstr(out, "\"formula_bytes\":1875000000"));
+    assert_non_null(strstr(out, "\"params_padded\":7500001280"));
+    free(out);
+}
+
+static void test_binary_bad_input(void **state) {
+    (void)state;
+    const char *cmds[] = {"./memory_math --bogus", "./memory_math --ranks 0", "./memory_math --params -5",
+                          "./memory_math --model nope"};
+    for (int i = 0; i < 4; i++) {
+        char *out = NULL;
+        int rc = test_run(cmds[i], &out);
+        int lines = 0;
+        for (char *c = out; *c; c++) lines += *c == '\n';
+        if (rc != 2 || lines != 1) fail_msg("%s: exit %d, %d lines:\n%s", cmds[i], rc, lines, out);
+        free(out);
+    }
+}
+
+int main(void) {
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_paper_example),
+        cmocka_unit_test(test_partition_padding),
+        cmocka_unit_test(test_state_bytes_equal_alloc),
+        cmocka_unit_test(test_infinity_descriptors),
+        cmocka_unit_test(test_states_init_values),
+        cmocka_unit_test(test_comm_elems),
+        cmocka_unit_test(test_korthikanti),
+        cmocka_unit_test(test_max_params_round_trip),
+        cmocka_unit_test(test_fit_hint),
+        cmocka_unit_test(test_binary_measure),
+        cmocka_unit_test(test_binary_paper_json),
+        cmocka_unit_test(test_binary_bad_input),
+    };
+    return cmocka_run_group_tests(tests, NULL, NULL);
+}
