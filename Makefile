@@ -28,11 +28,14 @@ CC := $(if $(MPICC),$(MPICC),cc)
 OPT ?= -O3 -march=native
 CFLAGS := $(OPT) -std=gnu11 -fopenmp -Wall -Wextra -Wno-unused-parameter -Icommon -I$(BLAS_INC) -MMD -MP
 LDLIBS := -lopenblas -laio -lm -fopenmp
-CUDA_ARCHS ?= 80 90
+# sm_80 and sm_90, the visible GPU's own architecture, and PTX for newer ones
+GPU_ARCH := $(if $(NVCC),$(shell nvidia-smi --query-gpu=compute_cap --format=csv,noheader 2>/dev/null | head -1 | tr -d '.'))
+CUDA_ARCHS ?= $(sort 80 90 $(GPU_ARCH))
 ifneq ($(NVCC),)
   CFLAGS += -DWB_HAVE_CUDA -I$(CUDA_HOME)/include $(if $(HAVE_NCCL),-DWB_HAVE_NCCL)
   NVFLAGS := -O3 -std=c++17 -Icommon -DWB_HAVE_CUDA $(if $(HAVE_NCCL),-DWB_HAVE_NCCL) \
-             $(foreach a,$(CUDA_ARCHS),-gencode arch=compute_$(a),code=sm_$(a)) -Xcompiler -fopenmp -MMD -MP
+             $(foreach a,$(CUDA_ARCHS),-gencode arch=compute_$(a),code=sm_$(a)) \
+             -gencode arch=compute_$(lastword $(CUDA_ARCHS)),code=compute_$(lastword $(CUDA_ARCHS)) -Xcompiler -fopenmp -MMD -MP
   LDLIBS += -L$(CUDA_HOME)/lib64 -Wl,-rpath,$(CUDA_HOME)/lib64 -lcublasLt -lcublas -lcudart $(if $(HAVE_NCCL),-lnccl) -lstdc++
 endif
 

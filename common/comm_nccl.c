@@ -1,0 +1,257 @@
+// comm_nccl.c: the NCCL backend (see comm_nccl.h). NCCL moves device buffers
+// GPU to GPU (NVLink, PCIe, InfiniBand) with kernels on a CUDA stream, so a
+// collective is asynchronous by nature: issuing it queues work on the comm
+// stream, and completion is an event that other streams can wait for.
+#include "comm_nccl.h"
+
+#ifdef WB_HAVE_NCCL
+#include <nccl.h>
+#include "device_cuda.h"
+
+#define ncclCheck(call)                                                                     \
+    do {                                                                                    \
+        ncclResult_t nccl_status_ = (call);                                                 \
+        if (nccl_status_ != ncclSuccess)                                                    \
+            fail_at(__FILE__, __LINE__, "NCCL error %d (%s) in %s; hint: rerun with "       \
+                    "NCCL_DEBUG=WARN to see why, and check that every rank issues the same " \
+                    "collectives in the same order", (int)nccl_status_,                     \
+                    ncclGetErrorString(nccl_status_), #call);                               \
+    } while (0)
+
+static ncclComm_t nccl_of(const Comm *c) { return (ncclComm_t)c->nccl; }
+
+static ncclDataType_t nccl_type(DType t) {
+    switch (t) {
+    case DT_BF16: return ncclBfloat16;  // summed in bf16 pairwise, as the MPI op does
+    case DT_F32: return ncclFloat32;
+    case DT_F64: return ncclFloat64;
+    case DT_I32: return ncclInt32;
+    case DT_U8: return ncclUint8;
+    }
+    fail_at(__FILE__, __LINE__, "nccl_type: unknown dtype %d", (int)t);
+}
+
+// ---- groups -------------------------------------------------------------------
+
+// Ranks on one node compare the UUIDs of their GPUs: a repeat means two ranks
+// would drive one GPU, which NCCL refuses.
+int comm_nccl_supported(Comm *c) {
+    if (!c->dev || c->dev->kind != DEVICE_CUDA) return 0;
+    struct cudaDeviceProp prop;
+    cudaCheck(cudaGetDeviceProperties(&prop, cuda_impl(c->dev)->ordinal));
+    MPI_Comm node;
+    mpiCheck(MPI_Comm_split_type(c->mpi, MPI_COMM_TYPE_SHARED, c->rank, MPI_INFO_NULL, &node));
+    int n = 0;
+    MPI_Comm_size(node, &n);
+    char *uuids = xmalloc((size_t)n * sizeof prop.uuid);
+    mpiCheck(MPI_Allgather(&prop.uuid, (int)sizeof prop.uuid, MPI_BYTE, uuids,
+                           (int)sizeof prop.uuid, MPI_BYTE, node));
+    int own_gpu = 1;
+    for (int i = 0; i < n && own_gpu; i++)
+        for (int j = i + 1; j < n && own_gpu; j++)
+            if (memcmp(uuids + i * sizeof prop.uuid, uuids + j * sizeof prop.uuid,
+                       sizeof prop.uuid) == 0)
+                own_gpu = 0;
+    free(uuids);
+    MPI_Comm_free(&node);
+    int all = 0;  // every node must agree
+    mpiCheck(MPI_Allreduce(&own_gpu, &all, 1, MPI_INT, MPI_MIN, c->mpi));
+    return all;
+}
+
+void comm_nccl_init(Comm *c) {
+    if (!c->dev || c->dev->kind != DEVICE_CUDA)
+        fail_usage("--comm nccl: NCCL needs the cuda device; use --comm mpi");
+    if (!comm_nccl_supported(c))
+        fail_usage("--comm nccl: some ranks share a GPU (more ranks than GPUs on a node); NCCL "
+                   "needs one GPU per rank: use --comm mpi, or at most one rank per GPU");
+    ncclUniqueId id;
+    if (c->rank == 0) ncclCheck(ncclGetUniqueId(&id));
+    mpiCheck(MPI_Bcast(&id, (int)sizeof id, MPI_BYTE, 0, c->mpi));
+    ncclComm_t comm;
+    cudaCheck(cudaSetDevice(cuda_impl(c->dev)->ordinal));  // NCCL binds to the current device
+    ncclCheck(ncclCommInitRank(&comm, c->size, id, c->rank));
+    c->nccl = comm;
+    c->backend = COMM_NCCL;
+}
+
+void comm_nccl_split(Comm *parent, int color, int key, Comm *out) {
+    // MPI_UNDEFINED (no group for this rank) is NCCL_SPLIT_NOCOLOR to NCCL;
+    // every rank of the parent still takes part in the split
+    int nccl_color = color < 0 ? NCCL_SPLIT_NOCOLOR : color;
+    ncclComm_t comm = NULL;
+    ncclCheck(ncclCommSplit(nccl_of(parent), nccl_color, key, &comm, NULL));
+    out->nccl = comm;
+    if (!comm) return;
+    int rank = -1;
+    ncclCheck(ncclCommUserRank(comm, &rank));
+    CHECK(rank == out->rank, "NCCL split gave rank %d where MPI gave %d; hint: both order ranks "
+          "by key, then parent rank", rank, out->rank);
+}
+
+void comm_nccl_free(Comm *c) {
+    if (!c->nccl) return;
+    cudaCheck(cudaStreamSynchronize(cuda_stream(c->dev, STREAM_COMM)));
+    ncclCheck(ncclCommDestroy(nccl_of(c)));
+    c->nccl = NULL;
+}
+
+int comm_nccl_owns(const Comm *c, const void *a, const void *b) {
+    if (c->backend != COMM_NCCL || !c->nccl) return 0;
+    const void *ptrs[2] = {a, b};
+    for (int i = 0; i < 2; i++) {
+        if (i == 1 && !b) break;
+        struct cudaPointerAttributes attr;
+        if (!ptrs[i] || cudaPointerGetAttributes(&attr, ptrs[i]) != cudaSuccess) {
+            (void)cudaGetLastError();  // not a pointer CUDA knows: not device memory
+            return 0;
+        }
+        if (attr.type != cudaMemoryTypeDevice && attr.type != cudaMemoryTypeManaged) return 0;
+    }
+    return 1;
+}
+
+// ---- issue and completion ---------------------------------------------------------
+
+// The comm stream first waits for everything issued on the compute stream so
+// far: the kernels that wrote the buffer, and those still reading a buffer the
+// collective is about to overwrite.
+static cudaStream_t begin_nccl(Comm *c) {
+    cudaStream_t comm_stream = cuda_stream(c->dev, STREAM_COMM);
+    cudaEvent_t ready;
+    cudaCheck(cudaEventCreateWithFlags(&ready, cudaEventDisableTiming));
+    cudaCheck(cudaEventRecord(ready, cuda_stream(c->dev, STREAM_COMPUTE)));
+    cudaCheck(cudaStreamWaitEvent(comm_stream, ready, 0));
+    cudaCheck(cudaEventDestroy(ready));  // released once the wait has been satisfied
+    return comm_stream;
+}
+
+// The event after the operation marks its completion on the comm stream.
+static void end_nccl(Comm *c, CommHandle *k, int blocking) {
+    cudaEvent_t done;
+    cudaCheck(cudaEventCreateWithFlags(&done, cudaEventDisableTiming));
+    cudaCheck(cudaEventRecord(done, cuda_stream(c->dev, STREAM_COMM)));
+    if (blocking) {
+        // blocking means the host waits: comm_mpi.c then counts the time as exposed
+        cudaCheck(cudaEventSynchronize(done));
+        cudaCheck(cudaEventDestroy(done));
+        k->event = NULL;
+    } else {
+        k->event = done;
+    }
+}
+
+void comm_nccl_wait(Comm *c, CommHandle *k) {
+    if (!k->event) return;
+    cudaEvent_t done = (cudaEvent_t)k->event;
+    cudaCheck(cudaStreamWaitEvent(cuda_stream(c->dev, STREAM_COMPUTE), done, 0));
+    // the copy stream too: the offload stages copy reduced gradients to the host on it
+    cudaCheck(cudaStreamWaitEvent(cuda_stream(c->dev, STREAM_COPY), done, 0));
+    cudaCheck(cudaEventDestroy(done));
+    k->event = NULL;
+}
+
+int comm_nccl_test(Comm *c, CommHandle *k) {
+    if (!k->event) return 1;
+    cudaError_t st = cudaEventQuery((cudaEvent_t)k->event);
+    if (st == cudaErrorNotReady) return 0;
+    cudaCheck(st);
+    comm_nccl_wait(c, k);
+    return 1;
+}
+
+// ---- collectives ---------------------------------------------------------------------
+
+void comm_nccl_all_reduce_sum(Comm *c, void *buf, size_t count, DType t, CommHandle *k,
+                              int blocking) {
+    cudaStream_t s = begin_nccl(c);
+    ncclCheck(ncclAllReduce(buf, buf, count, nccl_type(t), ncclSum, nccl_of(c), s));
+    end_nccl(c, k, blocking);
+}
+
+static int counts_equal(const size_t *counts, int n) {
+    for (int r = 1; r < n; r++)
+        if (counts[r] != counts[0]) return 0;
+    return 1;
+}
+
+// ncclReduceScatter needs equal parts. Parts of different sizes (a gradient
+// bucket that covers some ranks' shards more than others) become one
+// ncclReduce per rank with a nonzero part, rooted at that rank, fused by
+// ncclGroupStart/End into a single launch: rank r receives the sum of its
+// part, and each element still crosses the ring once, as in a reduce-scatter.
+void comm_nccl_reduce_scatter_sum(Comm *c, const void *send, void *recv, const size_t *recvcounts,
+                                  DType t, CommHandle *k, int blocking) {
+    cudaStream_t s = begin_nccl(c);
+    ncclDataType_t nt = nccl_type(t);
+    if (counts_equal(recvcounts, c->size)) {
+        if (recvcounts[0] > 0)
+            ncclCheck(ncclReduceScatter(send, recv, recvcounts[0], nt, ncclSum, nccl_of(c), s));
+    } else {
+        size_t es = dtype_bytes(t), displ = 0;
+        ncclCheck(ncclGroupStart());
+        for (int r = 0; r < c->size; r++) {
+            if (recvcounts[r] > 0) {
+                // recvbuff is read only on the root; the others pass NULL
+                ncclCheck(ncclReduce((const char *)send + displ * es, r == c->rank ? recv : NULL,
+                                     recvcounts[r], nt, ncclSum, r, nccl_of(c), s));
+            }
+            displ += recvcounts[r];
+        }
+        ncclCheck(ncclGroupEnd());
+    }
+    end_nccl(c, k, blocking);
+}
+
+static int parts_packed_in_order(const size_t *counts, const size_t *displs, int n) {
+    for (int r = 0; r < n; r++)
+        if (counts[r] != counts[0] || displs[r] != (size_t)r * counts[0]) return 0;
+    return 1;
+}
+
+// In place. Equal parts packed in rank order are ncclAllGather's layout;
+// anything else is one in-place ncclBroadcast per rank with a nonzero part,
+// fused in one group (the same bytes per rank as an all-gather).
+void comm_nccl_all_gather(Comm *c, void *buf, const size_t *counts, const size_t *displs, DType t,
+                          CommHandle *k, int blocking) {
+    cudaStream_t s = begin_nccl(c);
+    ncclDataType_t nt = nccl_type(t);
+    size_t es = dtype_bytes(t);
+    if (parts_packed_in_order(counts, displs, c->size)) {
+        if (counts[0] > 0) {
+            const char *own = (const char *)buf + (size_t)c->rank * counts[0] * es;
+            ncclCheck(ncclAllGather(own, buf, counts[0], nt, nccl_of(c), s));
+        }
+    } else {
+        ncclCheck(ncclGroupStart());
+        for (int r = 0; r < c->size; r++) {
+            if (counts[r] == 0) continue;
+            char *part = (char *)buf + displs[r] * es;
+            ncclCheck(ncclBroadcast(part, part, counts[r], nt, r, nccl_of(c), s));
+        }
+        ncclCheck(ncclGroupEnd());
+    }
+    end_nccl(c, k, blocking);
+}
+
+void comm_nccl_broadcast(Comm *c, void *buf, size_t count, DType t, int root, CommHandle *k,
+                         int blocking) {
+    cudaStream_t s = begin_nccl(c);
+    ncclCheck(ncclBroadcast(buf, buf, count, nccl_type(t), root, nccl_of(c), s));
+    end_nccl(c, k, blocking);
+}
+
+void comm_nccl_send(Comm *c, const void *buf, size_t count, DType t, int peer, CommHandle *k,
+                    int blocking) {
+    cudaStream_t s = begin_nccl(c);
+    ncclCheck(ncclSend(buf, count, nccl_type(t), peer, nccl_of(c), s));
+    end_nccl(c, k, blocking);
+}
+
+void comm_nccl_recv(Comm *c, void *buf, size_t count, DType t, int peer, CommHandle *k,
+                    int blocking) {
+    cudaStream_t s = begin_nccl(c);
+    ncclCheck(ncclRecv(buf, count, nccl_type(t), peer, nccl_of(c), s));
+    end_nccl(c, k, blocking);
+}
+#endif

@@ -1,0 +1,49 @@
+// comm_nccl.h: the NCCL backend of comm (comm.h), one GPU per rank. comm_mpi.c
+// owns groups, handles and statistics; when a group's backend is COMM_NCCL
+// and the buffers are device memory, its collectives hand the transfer to the
+// functions below. Every operation runs on the device's comm stream, after
+// the work already issued on the compute stream (that is what produced the
+// buffer); its completion is a cudaEvent in CommHandle.event.
+#pragma once
+#include "comm.h"
+
+#ifdef WB_HAVE_NCCL
+// Collective over c->mpi: does every rank of the group have a GPU of its own?
+// (NCCL cannot run two ranks on one GPU; the MPI backend can.)
+int comm_nccl_supported(Comm *c);
+// Collective over c->mpi: rank 0 makes the ncclUniqueId, MPI_Bcast carries it,
+// ncclCommInitRank joins. Sets c->nccl and c->backend = COMM_NCCL. Usage error
+// when the device is not cuda or ranks share a GPU.
+void comm_nccl_init(Comm *c);
+// After comm_split made out->mpi: the matching NCCL communicator (ncclCommSplit,
+// collective over parent's NCCL communicator; ranks ordered as MPI_Comm_split's).
+void comm_nccl_split(Comm *parent, int color, int key, Comm *out);
+void comm_nccl_free(Comm *c);
+
+// Should this call go to NCCL? backend is NCCL and `a` (and `b` unless NULL)
+// is device memory. Host buffers (losses, small host-side values) stay on MPI.
+int comm_nccl_owns(const Comm *c, const void *a, const void *b);
+
+// The collectives of comm.h on NCCL. `k` is the handle comm_mpi.c set up
+// (its own local one for a blocking call); with `blocking` the call returns
+// once the transfer is complete, otherwise at once with k->event recorded.
+void comm_nccl_all_reduce_sum(Comm *c, void *buf, size_t count, DType t, CommHandle *k,
+                              int blocking);
+void comm_nccl_reduce_scatter_sum(Comm *c, const void *send, void *recv, const size_t *recvcounts,
+                                  DType t, CommHandle *k, int blocking);
+void comm_nccl_all_gather(Comm *c, void *buf, const size_t *counts, const size_t *displs, DType t,
+                          CommHandle *k, int blocking);
+void comm_nccl_broadcast(Comm *c, void *buf, size_t count, DType t, int root, CommHandle *k,
+                         int blocking);
+// NCCL has no tags: sends and receives between two ranks match in issue order.
+void comm_nccl_send(Comm *c, const void *buf, size_t count, DType t, int peer, CommHandle *k,
+                    int blocking);
+void comm_nccl_recv(Comm *c, void *buf, size_t count, DType t, int peer, CommHandle *k,
+                    int blocking);
+
+// Completion of a handle with k->event set: the compute and copy streams wait
+// for the event (on the GPU; the host goes on), and the event is released.
+void comm_nccl_wait(Comm *c, CommHandle *k);
+// 1 when the transfer has finished (then as comm_nccl_wait), 0 otherwise.
+int comm_nccl_test(Comm *c, CommHandle *k);
+#endif

@@ -1,0 +1,262 @@
+// device_cuda.cu: the cuda device. Memory tiers map to cudaMalloc (device),
+// cudaHostAlloc (pinned host: the GPU DMAs from it at full speed) and malloc
+// (host); compute, comm and copy are three real CUDA streams, so work issued on
+// different streams overlaps on the GPU and events order it where it must.
+#include <omp.h>
+#include <unistd.h>
+#include "device_cuda.h"
+extern "C" {
+#include "device_backends.h"
+#include "kernels.h"
+}
+
+#define HOST_ALIGN_BYTES 64  // a cache line, and the widest SIMD load (the CPU Adam)
+
+// ---- memory -----------------------------------------------------------------
+
+static void *cuda_alloc(Device *d, MemTier tier, size_t bytes) {
+    (void)d;
+    void *p = NULL;
+    cudaError_t st = cudaSuccess;
+    switch (tier) {
+    case TIER_DEVICE: st = cudaMalloc(&p, bytes); break;
+    case TIER_PINNED: st = cudaHostAlloc(&p, bytes, cudaHostAllocPortable); break;
+    case TIER_HOST:
+        if (posix_memalign(&p, HOST_ALIGN_BYTES, bytes) != 0) p = NULL;
+        break;
+    default:
+        fail_at(__FILE__, __LINE__, "the nvme tier cannot be allocated through the device; hint: "
+                "the aio module owns files on nvme (and accounts them with mem_track_alloc)");
+    }
+    if (st != cudaSuccess) {
+        // out of memory is reported by buf_alloc; clear the error so that the
+        // next cudaGetLastError() does not blame an unrelated kernel
+        (void)cudaGetLastError();
+        return NULL;
+    }
+    return p;
+}
+
+static void cuda_free(Device *d, MemTier tier, void *ptr, size_t bytes) {
+    (void)d, (void)bytes;
+    switch (tier) {
+    case TIER_DEVICE: cudaCheck(cudaFree(ptr)); break;
+    case TIER_PINNED: cudaCheck(cudaFreeHost(ptr)); break;
+    default: free(ptr); break;
+    }
+}
+
+// cudaMemcpyDefault reads the direction from the pointers (unified addressing),
+// so one call serves every pair of tiers.
+static void cuda_copy(Device *d, void *dst, const void *src, size_t bytes, StreamId s) {
+    if (bytes == 0) return;
+    cudaCheck(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDefault, cuda_stream(d, s)));
+}
+
+static int is_host_memory(const void *p) {
+    cudaPointerAttributes attr;
+    if (cudaPointerGetAttributes(&attr, p) != cudaSuccess) {
+        (void)cudaGetLastError();  // unknown to CUDA: plain host memory
+        return 1;
+    }
+    return attr.type == cudaMemoryTypeHost || attr.type == cudaMemoryTypeUnregistered;
+}
+
+static void cuda_memset0(Device *d, void *dst, size_t bytes, StreamId s) {
+    if (bytes == 0) return;
+    if (is_host_memory(dst)) {
+        // host memory: wait for what the stream still does with it, then clear it here
+        cudaCheck(cudaStreamSynchronize(cuda_stream(d, s)));
+        memset(dst, 0, bytes);
+        return;
+    }
+    cudaCheck(cudaMemsetAsync(dst, 0, bytes, cuda_stream(d, s)));
+}
+
+static void cuda_mem_get_info(Device *d, size_t *free_bytes, size_t *total_bytes) {
+    (void)d;
+    cudaCheck(cudaMemGetInfo(free_bytes, total_bytes));
+}
+
+// ---- streams and events -------------------------------------------------------
+
+static void cuda_event_create(Device *d, Event *e) {
+    (void)d;
+    cudaEvent_t ev;
+    // no timing: timing events cost a little on every record, and t_us below
+    // already gives the host-side time the trace needs
+    cudaCheck(cudaEventCreateWithFlags(&ev, cudaEventDisableTiming));
+    e->handle = (void *)ev;
+    e->t_us = 0;
+}
+
+static void cuda_event_destroy(Device *d, Event *e) {
+    (void)d;
+    if (e->handle) cudaCheck(cudaEventDestroy((cudaEvent_t)e->handle));
+    e->handle = NULL;
+}
+
+static void cuda_event_record(Device *d, Event *e, StreamId s) {
+    if (!e->handle) cuda_event_create(d, e);  // an Event zeroed but never created still works
+    cudaCheck(cudaEventRecord((cudaEvent_t)e->handle, cuda_stream(d, s)));
+    e->t_us = now_us();
+}
+
+static void cuda_stream_wait_event(Device *d, StreamId s, Event *e) {
+    if (!e->handle) return;  // never recorded: nothing to wait for
+    cudaCheck(cudaStreamWaitEvent(cuda_stream(d, s), (cudaEvent_t)e->handle, 0));
+}
+
+static void cuda_event_sync(Device *d, Event *e) {
+    (void)d;
+    if (e->handle) cudaCheck(cudaEventSynchronize((cudaEvent_t)e->handle));
+}
+
+static void cuda_stream_sync(Device *d, StreamId s) {
+    cudaCheck(cudaStreamSynchronize(cuda_stream(d, s)));
+}
+
+static void cuda_destroy(Device *d) {
+    CudaImpl *impl = cuda_impl(d);
+    if (!impl) return;
+    cudaCheck(cudaDeviceSynchronize());
+    buf_free(d, &impl->lt_workspace);
+    buf_free(d, &impl->host_result);
+    cublasCheck(cublasLtDestroy(impl->lt));
+    for (int s = 0; s < STREAM_COUNT; s++) cudaCheck(cudaStreamDestroy(impl->stream[s]));
+    free(impl);
+    d->impl = NULL;
+}
+
+static const DeviceOps cuda_ops = {
+    cuda_alloc,         cuda_free,          cuda_copy,       cuda_memset0,
+    cuda_event_record,  cuda_stream_wait_event, cuda_event_sync, cuda_stream_sync,
+    cuda_event_create,  cuda_event_destroy, cuda_mem_get_info, cuda_destroy,
+};
+
+// ---- what the GPU is ---------------------------------------------------------------
+
+// Dense bf16 tensor-core peaks from NVIDIA's datasheets (the sparsity figures
+// are twice these). Matched by substring of the device name, first match wins,
+// so the more specific names come first.
+typedef struct GpuPeak {
+    const char *name_part;
+    double flops;
+    const char *source;
+} GpuPeak;
+
+static const GpuPeak gpu_peaks[] = {
+    {"GH200", 989.4e12, "GH200 datasheet, dense bf16"},
+    {"H100 PCIe", 756e12, "H100 PCIe datasheet, dense bf16"},
+    {"H100 NVL", 835e12, "H100 NVL datasheet, dense bf16"},
+    {"H100", 989.4e12, "H100 SXM datasheet, dense bf16"},
+    {"H200 NVL", 835e12, "H200 NVL datasheet, dense bf16"},
+    {"H200", 989.4e12, "H200 SXM datasheet, dense bf16"},
+    {"A100", 312e12, "A100 datasheet, dense bf16"},
+    {"L40S", 362e12, "L40S datasheet, dense bf16"},
+    {"L40", 181e12, "L40 datasheet, dense bf16"},
+    {"L4", 121e12, "L4 datasheet, dense bf16"},
+    {"A10G", 0, "peak unknown"},  // no NVIDIA datasheet; keeps the A10 row from matching
+    {"A10", 125e12, "A10 datasheet, dense bf16"},
+};
+
+static void set_peak(Device *d, const char *name) {
+    d->peak_flops = 0;
+    d->peak_source = "peak unknown";
+    for (size_t i = 0; i < sizeof gpu_peaks / sizeof gpu_peaks[0]; i++) {
+        if (strstr(name, gpu_peaks[i].name_part)) {
+            d->peak_flops = gpu_peaks[i].flops;
+            d->peak_source = gpu_peaks[i].source;
+            return;
+        }
+    }
+}
+
+// Ranks on one node share its cores (the CPU Adam of the offload stages runs here).
+static int host_threads(const DeviceOptions *opt) {
+    if (opt->threads > 0) return opt->threads;
+    long cores = sysconf(_SC_NPROCESSORS_ONLN);
+    int local_size = opt->local_size > 0 ? opt->local_size : 1;
+    int threads = (int)(cores / local_size);
+    return threads > 0 ? threads : 1;
+}
+
+// ---- entry points (device_backends.h) ------------------------------------------------
+
+// A binary built with nvcc must still run where there is no driver or no GPU:
+// every error here means "no GPU", not a failure.
+extern "C" int device_cuda_count(void) {
+    int n = 0;
+    if (cudaGetDeviceCount(&n) != cudaSuccess) {
+        (void)cudaGetLastError();
+        return 0;
+    }
+    return n;
+}
+
+// An empty kernel: asking for its attributes tells whether this binary holds
+// code the GPU can run (a build for sm_80/sm_90 has none for a newer major).
+__global__ void probe_kernel(void) {}
+
+static void check_kernel_image(const cudaDeviceProp *prop) {
+    cudaFuncAttributes attr;
+    cudaError_t st = cudaFuncGetAttributes(&attr, probe_kernel);
+    if (st == cudaErrorNoKernelImageForDevice || st == cudaErrorInvalidDeviceFunction) {
+        (void)cudaGetLastError();
+        fail_usage("--device cuda: this binary has no kernels for %s (sm_%d%d); rebuild with "
+                   "make CUDA_ARCHS=%d%d, or use --device cpu", prop->name, prop->major,
+                   prop->minor, prop->major, prop->minor);
+    }
+    cudaCheck(st);
+}
+
+static void create_streams(CudaImpl *impl) {
+    // collectives get the higher priority: their few small kernels then start
+    // as soon as a slot frees, instead of queuing behind a long GEMM
+    int lowest = 0, highest = 0;
+    cudaCheck(cudaDeviceGetStreamPriorityRange(&lowest, &highest));
+    for (int s = 0; s < STREAM_COUNT; s++) {
+        int prio = s == STREAM_COMM ? highest : lowest;
+        cudaCheck(cudaStreamCreateWithPriority(&impl->stream[s], cudaStreamDefault, prio));
+    }
+}
+
+extern "C" void device_cuda_init(Device *d, const DeviceOptions *opt) {
+    if (opt->hbm_gb < 0)
+        fail_usage("--hbm-gb %g: must be >= 0 (0 = the card's memory)", opt->hbm_gb);
+    int count = device_cuda_count();
+    if (count <= 0) fail_usage("--device cuda: no GPU visible to this process; use --device cpu");
+    int local_rank = opt->local_rank > 0 ? opt->local_rank : 0;
+    int ordinal = local_rank % count;  // ranks beyond the GPU count share GPUs (MPI backend)
+    cudaCheck(cudaSetDevice(ordinal));
+    cudaDeviceProp prop;
+    cudaCheck(cudaGetDeviceProperties(&prop, ordinal));
+    if (prop.major < 8)
+        fail_usage("--device cuda: %s has compute capability %d.%d; the cuda kernels need bf16 "
+                   "tensor cores (8.0 or newer); use --device cpu", prop.name, prop.major,
+                   prop.minor);
+    check_kernel_image(&prop);
+
+    CudaImpl *impl = (CudaImpl *)xcalloc(1, sizeof *impl);
+    impl->ordinal = ordinal;
+    impl->sm_count = prop.multiProcessorCount;
+    create_streams(impl);
+    cublasCheck(cublasLtCreate(&impl->lt));
+
+    d->kind = DEVICE_CUDA;
+    snprintf(d->name, sizeof d->name, "%.96s (cuda:%d, sm_%d%d)", prop.name, ordinal, prop.major,
+             prop.minor);
+    d->threads = host_threads(opt);
+    omp_set_num_threads(d->threads);
+    d->act_bytes = 2;  // bf16 activations
+    set_peak(d, prop.name);
+    d->ops = &cuda_ops;
+    d->k = &kernels_cuda;
+    d->impl = impl;
+    size_t budget = opt->hbm_gb > 0 ? (size_t)(opt->hbm_gb * 1e9) : prop.totalGlobalMem;
+    mem_set_budget(&d->mem, TIER_DEVICE, budget);
+
+    impl->lt_workspace = buf_alloc(d, TIER_DEVICE, CAT_WORKSPACE, CUDA_LT_WORKSPACE_BYTES,
+                                   "cuBLASLt workspace");
+    impl->host_result = buf_alloc(d, TIER_PINNED, CAT_WORKSPACE, 64, "reduction read-back");
+}

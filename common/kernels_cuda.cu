@@ -1,0 +1,256 @@
+// kernels_cuda.cu: the cuda kernel table (kernels.h) and its element-wise and
+// row-wise kernels: encoder, GELU, residual, softmax-cross-entropy, and the
+// bf16 gradient/optimizer ops. Activations are bf16, math is fp32 (the shared
+// formulas of elementwise.h). The GEMM-based kernels live in
+// kernels_cuda_matmul.cu and kernels_cuda_attention.cu, layernorm in
+// kernels_cuda_layernorm.cu. Everything runs on the device's compute stream.
+//
+// Determinism: every sum runs in a fixed order except the token scatter of
+// the encoder backward, which adds with atomics (positions holding the same
+// token race); that is the one place where two runs may differ in the last bit.
+#include "kernels_cuda.h"
+
+#define BLOCK 256
+#define SUMSQ_BLOCKS 1024  // fixed grid of sum_squares: the sum order does not depend on the GPU
+
+static cudaStream_t compute(Device *d) { return cuda_stream(d, STREAM_COMPUTE); }
+
+// ---- encoder ------------------------------------------------------------------
+
+// out (B,T,C) = wte[tokens] + wpe[t]
+__global__ void encoder_forward_kernel(floatX *out, const int32_t *tokens, const floatX *wte,
+                                       const floatX *wpe, int T, int C, size_t n) {
+    FOR_EACH_ELEMENT(i, n) {
+        size_t bt = i / C;
+        int c = (int)(i % C), t = (int)(bt % T);
+        out[i] = to_bf16(to_f32(wte[(size_t)tokens[bt] * C + c]) + to_f32(wpe[(size_t)t * C + c]));
+    }
+}
+
+// dwte (V,C) += dout scattered by token
+__global__ void encoder_backward_wte_kernel(float *dwte, const floatX *dout, const int32_t *tokens,
+                                            int C, size_t n) {
+    FOR_EACH_ELEMENT(i, n) {
+        size_t bt = i / C;
+        atomicAdd(&dwte[(size_t)tokens[bt] * C + i % C], to_f32(dout[i]));
+    }
+}
+
+// dwpe (T,C) += sum over the batch of dout; one thread per (t,c), b in order
+__global__ void encoder_backward_wpe_kernel(float *dwpe, const floatX *dout, int B, int T, int C) {
+    size_t TC = (size_t)T * C;
+    FOR_EACH_ELEMENT(i, TC) {
+        float s = 0.0f;
+        for (int b = 0; b < B; b++) s += to_f32(dout[b * TC + i]);
+        dwpe[i] += s;
+    }
+}
+
+static void encoder_forward(Device *d, act *out, const int32_t *tokens, const bf16 *wte,
+                            const bf16 *wpe, int B, int T, int C) {
+    size_t n = (size_t)B * T * C;
+    encoder_forward_kernel<<<grid_for(n, BLOCK), BLOCK, 0, compute(d)>>>(
+        (floatX *)out, tokens, (const floatX *)wte, (const floatX *)wpe, T, C, n);
+    LAUNCH_CHECK();
+}
+
+static void encoder_backward(Device *d, float *dwte, float *dwpe, const act *dout,
+                             const int32_t *tokens, int B, int T, int C) {
+    size_t n = (size_t)B * T * C;
+    encoder_backward_wte_kernel<<<grid_for(n, BLOCK), BLOCK, 0, compute(d)>>>(
+        dwte, (const floatX *)dout, tokens, C, n);
+    LAUNCH_CHECK();
+    encoder_backward_wpe_kernel<<<grid_for((size_t)T * C, BLOCK), BLOCK, 0, compute(d)>>>(
+        dwpe, (const floatX *)dout, B, T, C);
+    LAUNCH_CHECK();
+}
+
+// ---- GELU and residual ------------------------------------------------------------
+
+__global__ void gelu_forward_kernel(floatX *out, const floatX *inp, size_t n) {
+    FOR_EACH_ELEMENT(i, n) out[i] = to_bf16(gelu_f32(to_f32(inp[i])));
+}
+
+__global__ void gelu_backward_kernel(floatX *dinp, const floatX *inp, const floatX *dout,
+                                     size_t n) {
+    FOR_EACH_ELEMENT(i, n) dinp[i] = to_bf16(gelu_grad_f32(to_f32(inp[i])) * to_f32(dout[i]));
+}
+
+__global__ void residual_forward_kernel(floatX *out, const floatX *a, const floatX *b, size_t n) {
+    FOR_EACH_ELEMENT(i, n) out[i] = to_bf16(to_f32(a[i]) + to_f32(b[i]));
+}
+
+static void gelu_forward(Device *d, act *out, const act *inp, size_t n) {
+    gelu_forward_kernel<<<grid_for(n, BLOCK), BLOCK, 0, compute(d)>>>((floatX *)out,
+                                                                      (const floatX *)inp, n);
+    LAUNCH_CHECK();
+}
+
+static void gelu_backward(Device *d, act *dinp, const act *inp, const act *dout, size_t n) {
+    gelu_backward_kernel<<<grid_for(n, BLOCK), BLOCK, 0, compute(d)>>>(
+        (floatX *)dinp, (const floatX *)inp, (const floatX *)dout, n);
+    LAUNCH_CHECK();
+}
+
+static void residual_forward(Device *d, act *out, const act *a, const act *b, size_t n) {
+    residual_forward_kernel<<<grid_for(n, BLOCK), BLOCK, 0, compute(d)>>>(
+        (floatX *)out, (const floatX *)a, (const floatX *)b, n);
+    LAUNCH_CHECK();
+}
+
+// ---- softmax + cross-entropy ------------------------------------------------------
+// loss = logsumexp(z) - z[target];  dloss/dz = (softmax(z) - onehot(target)) * scale
+// One block per row. The max and the sum come from one pass over the row
+// ("online softmax", Milakov & Gimelshein 2018): each thread keeps a running
+// max m and the sum s of exp(z - m), rescaling s when m grows.
+
+__global__ void softmax_crossentropy_kernel(float *losses, floatX *logits, const int32_t *targets,
+                                            int V, float dloss_scale) {
+    floatX *z = logits + (size_t)blockIdx.x * V;
+    int target = targets[blockIdx.x];
+    float zt = to_f32(z[target]);  // read before the gradient pass overwrites the row
+    float m = -INFINITY, s = 0.0f;
+    for (int i = threadIdx.x; i < V; i += blockDim.x) {
+        float x = to_f32(z[i]);
+        if (x > m) {
+            s = s * expf(m - x) + 1.0f;
+            m = x;
+        } else {
+            s += expf(x - m);
+        }
+    }
+    float maxv = block_max(m);
+    float sum = block_sum(m == -INFINITY ? 0.0f : s * expf(m - maxv));
+    if (threadIdx.x == 0) losses[blockIdx.x] = logf(sum) + maxv - zt;
+    if (dloss_scale == 0.0f) return;
+    // every read of pass one finished before the barriers inside block_sum
+    float k = dloss_scale / sum;
+    for (int i = threadIdx.x; i < V; i += blockDim.x) {
+        float g = expf(to_f32(z[i]) - maxv) * k;
+        if (i == target) g -= dloss_scale;
+        z[i] = to_bf16(g);
+    }
+}
+
+void softmax_crossentropy_cuda(Device *d, float *losses, act *logits, const int32_t *targets,
+                               int BT, int V, float dloss_scale) {
+    int block = V >= 4096 ? 1024 : BLOCK;
+    softmax_crossentropy_kernel<<<BT, block, 0, compute(d)>>>(losses, (floatX *)logits, targets, V,
+                                                              dloss_scale);
+    LAUNCH_CHECK();
+}
+
+// ---- bf16 gradients and the optimizer ----------------------------------------------
+
+__global__ void grad_to_bf16_kernel(floatX *dst, const float *src, size_t n, int accumulate) {
+    FOR_EACH_ELEMENT(i, n) dst[i] = to_bf16(accumulate ? to_f32(dst[i]) + src[i] : src[i]);
+}
+
+__global__ void add_bf16_kernel(floatX *dst, const floatX *src, size_t n) {
+    FOR_EACH_ELEMENT(i, n) dst[i] = to_bf16(to_f32(dst[i]) + to_f32(src[i]));
+}
+
+__global__ void f32_to_bf16_kernel(floatX *dst, const float *src, size_t n) {
+    FOR_EACH_ELEMENT(i, n) dst[i] = to_bf16(src[i]);
+}
+
+__global__ void bf16_to_f32_kernel(float *dst, const floatX *src, size_t n) {
+    FOR_EACH_ELEMENT(i, n) dst[i] = to_f32(src[i]);
+}
+
+// Each block sums its grid-stride share in double, then one block adds the
+// SUMSQ_BLOCKS partials in a fixed tree order.
+__global__ void sum_squares_partials_kernel(double *part, const floatX *x, size_t n) {
+    double s = 0.0;
+    FOR_EACH_ELEMENT(i, n) {
+        double v = to_f32(x[i]);
+        s += v * v;
+    }
+    s = block_sum_f64(s);
+    if (threadIdx.x == 0) part[blockIdx.x] = s;
+}
+
+__global__ void sum_partials_f64_kernel(double *out, const double *part) {
+    double s = block_sum_f64(part[threadIdx.x]);  // blockDim.x == SUMSQ_BLOCKS
+    if (threadIdx.x == 0) *out = s;
+}
+
+__global__ void adamw_kernel(float *master, float *m, float *v, const floatX *grad, floatX *param,
+                             size_t n, AdamWStep s) {
+    FOR_EACH_ELEMENT(i, n) {
+        float w = master[i], mi = m[i], vi = v[i];
+        float w_new = adamw_element(&w, &mi, &vi, to_f32(grad[i]), &s);
+        master[i] = w_new;
+        m[i] = mi;
+        v[i] = vi;
+        if (param) param[i] = to_bf16(w_new);
+    }
+}
+
+static void grad_to_bf16(Device *d, bf16 *dst, const float *src, size_t n, int accumulate) {
+    grad_to_bf16_kernel<<<grid_for(n, BLOCK), BLOCK, 0, compute(d)>>>((floatX *)dst, src, n,
+                                                                      accumulate);
+    LAUNCH_CHECK();
+}
+
+static void add_bf16(Device *d, bf16 *dst, const bf16 *src, size_t n) {
+    add_bf16_kernel<<<grid_for(n, BLOCK), BLOCK, 0, compute(d)>>>((floatX *)dst,
+                                                                  (const floatX *)src, n);
+    LAUNCH_CHECK();
+}
+
+static void f32_to_bf16_cuda(Device *d, bf16 *dst, const float *src, size_t n) {
+    f32_to_bf16_kernel<<<grid_for(n, BLOCK), BLOCK, 0, compute(d)>>>((floatX *)dst, src, n);
+    LAUNCH_CHECK();
+}
+
+static void bf16_to_f32_cuda(Device *d, float *dst, const bf16 *src, size_t n) {
+    bf16_to_f32_kernel<<<grid_for(n, BLOCK), BLOCK, 0, compute(d)>>>(dst, (const floatX *)src, n);
+    LAUNCH_CHECK();
+}
+
+static double sum_squares_bf16(Device *d, const bf16 *x, size_t n) {
+    if (n == 0) return 0.0;
+    double *part = (double *)device_scratch(d, (SUMSQ_BLOCKS + 1) * sizeof(double));
+    double *total = part + SUMSQ_BLOCKS;
+    sum_squares_partials_kernel<<<SUMSQ_BLOCKS, BLOCK, 0, compute(d)>>>(part, (const floatX *)x, n);
+    LAUNCH_CHECK();
+    sum_partials_f64_kernel<<<1, SUMSQ_BLOCKS, 0, compute(d)>>>(total, part);
+    LAUNCH_CHECK();
+    double *host = (double *)cuda_impl(d)->host_result.ptr;
+    cudaCheck(cudaMemcpyAsync(host, total, sizeof(double), cudaMemcpyDeviceToHost, compute(d)));
+    cudaCheck(cudaStreamSynchronize(compute(d)));
+    return *host;
+}
+
+static void adamw(Device *d, float *master, float *m, float *v, const bf16 *grad, bf16 *param,
+                  size_t n, const AdamWStep *s) {
+    adamw_kernel<<<grid_for(n, BLOCK), BLOCK, 0, compute(d)>>>(
+        master, m, v, (const floatX *)grad, (floatX *)param, n, *s);
+    LAUNCH_CHECK();
+}
+
+// ---- the table ------------------------------------------------------------------------
+// C linkage: the C code reads it through kernels.h. Positional initializers
+// (C++17 has no designated ones), in the order of KernelOps.
+
+extern "C" const KernelOps kernels_cuda = {
+    encoder_forward,             // encoder_forward
+    encoder_backward,            // encoder_backward
+    layernorm_forward_cuda,      // layernorm_forward
+    layernorm_backward_cuda,     // layernorm_backward
+    matmul_forward_cuda,         // matmul_forward
+    matmul_backward_cuda,        // matmul_backward
+    attention_forward_cuda,      // attention_forward
+    attention_backward_cuda,     // attention_backward
+    gelu_forward,                // gelu_forward
+    gelu_backward,               // gelu_backward
+    residual_forward,            // residual_forward
+    softmax_crossentropy_cuda,   // softmax_crossentropy
+    grad_to_bf16,                // grad_to_bf16
+    add_bf16,                    // add_bf16
+    sum_squares_bf16,            // sum_squares_bf16
+    adamw,                       // adamw
+    f32_to_bf16_cuda,            // f32_to_bf16
+    bf16_to_f32_cuda,            // bf16_to_f32
+};

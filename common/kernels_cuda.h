@@ -1,0 +1,133 @@
+// kernels_cuda.h: what the kernels_cuda*.cu files share: the activation type,
+// launch helpers, warp/block reductions, the row-major bf16 GEMM on cuBLASLt,
+// and the kernels that live outside kernels_cuda.cu so its table can name them.
+// Internal to the cuda kernels (C++); everything else uses `kernels_cuda`.
+#pragma once
+#include <cuda_bf16.h>
+#include <cuda_runtime.h>
+#include "device_cuda.h"
+extern "C" {
+#include "kernels.h"
+}
+
+// Activations on the cuda device are bf16 (d->act_bytes == 2). kernels.h's
+// `bf16` is the same 16 bits as a uint16_t; device code reinterprets it.
+typedef __nv_bfloat16 floatX;
+
+#define WARP_SIZE 32
+#define FULL_MASK 0xffffffffu
+
+static inline size_t ceil_div(size_t a, size_t b) { return (a + b - 1) / b; }
+
+// Blocks for a grid-stride loop over n elements: enough to fill the GPU,
+// capped so that huge n (a 1.5B-parameter AdamW) still launches.
+static inline unsigned grid_for(size_t n, int block) {
+    size_t g = ceil_div(n, (size_t)block);
+    if (g > 65536) g = 65536;
+    return g > 0 ? (unsigned)g : 1u;
+}
+
+#define LAUNCH_CHECK() cudaCheck(cudaGetLastError())
+
+// grid-stride loop: `i` visits [0, n) across the whole grid
+#define FOR_EACH_ELEMENT(i, n)                                                       \
+    for (size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x; i < (n);          \
+         i += (size_t)gridDim.x * blockDim.x)
+
+__device__ inline float to_f32(floatX x) { return __bfloat162float(x); }
+__device__ inline floatX to_bf16(float x) { return __float2bfloat16_rn(x); }
+
+__device__ inline float warp_sum(float x) {
+    for (int o = WARP_SIZE / 2; o > 0; o >>= 1) x += __shfl_xor_sync(FULL_MASK, x, o);
+    return x;
+}
+__device__ inline double warp_sum_f64(double x) {
+    for (int o = WARP_SIZE / 2; o > 0; o >>= 1) x += __shfl_xor_sync(FULL_MASK, x, o);
+    return x;
+}
+__device__ inline float warp_max(float x) {
+    for (int o = WARP_SIZE / 2; o > 0; o >>= 1) x = fmaxf(x, __shfl_xor_sync(FULL_MASK, x, o));
+    return x;
+}
+
+// Sum (max) over a block of 32..1024 threads (a multiple of 32); every thread
+// gets the result. The leading barrier lets a kernel call it more than once.
+__device__ inline float block_sum(float x) {
+    __shared__ float part[WARP_SIZE];
+    int lane = threadIdx.x % WARP_SIZE, warp = threadIdx.x / WARP_SIZE;
+    x = warp_sum(x);
+    __syncthreads();
+    if (lane == 0) part[warp] = x;
+    __syncthreads();
+    x = lane < (int)(blockDim.x / WARP_SIZE) ? part[lane] : 0.0f;
+    return warp_sum(x);
+}
+__device__ inline double block_sum_f64(double x) {
+    __shared__ double part[WARP_SIZE];
+    int lane = threadIdx.x % WARP_SIZE, warp = threadIdx.x / WARP_SIZE;
+    x = warp_sum_f64(x);
+    __syncthreads();
+    if (lane == 0) part[warp] = x;
+    __syncthreads();
+    x = lane < (int)(blockDim.x / WARP_SIZE) ? part[lane] : 0.0;
+    return warp_sum_f64(x);
+}
+__device__ inline float block_max(float x) {
+    __shared__ float part[WARP_SIZE];
+    int lane = threadIdx.x % WARP_SIZE, warp = threadIdx.x / WARP_SIZE;
+    x = warp_max(x);
+    __syncthreads();
+    if (lane == 0) part[warp] = x;
+    __syncthreads();
+    x = lane < (int)(blockDim.x / WARP_SIZE) ? part[lane] : -INFINITY;
+    return warp_max(x);
+}
+
+// ---- GEMM (kernels_cuda_matmul.cu) ----------------------------------------------
+
+// One row-major GEMM, or `batch` of them at fixed strides (elements):
+//   C (M,N) = alpha * op(A) (M,K) @ op(B) (K,N) + beta * C  [+ bias (N) on every row]
+// A is stored (M,K), or (K,M) when transA; B is stored (K,N), or (N,K) when
+// transB; all densely packed. A, B, bias bf16; C bf16 or fp32 (c_f32);
+// products accumulate in fp32.
+typedef struct GemmArgs {
+    int M, N, K;
+    const void *A;
+    int transA;
+    long long strideA;
+    const void *B;
+    int transB;
+    long long strideB;
+    void *C;
+    int c_f32;
+    long long strideC;
+    float alpha, beta;
+    int batch;         // 1 for a single GEMM
+    const void *bias;  // NULL for none; only with batch == 1
+} GemmArgs;
+
+void gemm_bf16(Device *d, const GemmArgs *g);
+
+// acc[c] += sum over r of partials[r*cols + c], r in order (deterministic column sums)
+void column_partials_accumulate(Device *d, float *acc, const float *partials, int rows, int cols);
+// rows of a column-sum partial: each block sums this many rows of its columns
+#define COLSUM_ROWS_PER_PART 64
+#define COLSUM_BLOCK_ROWS 8   // threadIdx.y extent of the column-sum kernels
+
+// ---- the kernels that live outside kernels_cuda.cu -------------------------------
+
+void matmul_forward_cuda(Device *d, act *out, const act *inp, const bf16 *w, const bf16 *bias,
+                         int BT, int C, int OC);
+void matmul_backward_cuda(Device *d, act *dinp, float *dw, float *dbias, const act *dout,
+                          const act *inp, const bf16 *w, int BT, int C, int OC);
+void attention_forward_cuda(Device *d, act *out, float *att, const act *qkv, int B, int T, int C,
+                            int NH);
+void attention_backward_cuda(Device *d, act *dqkv, const act *dout, const act *qkv,
+                             const float *att, int B, int T, int C, int NH);
+void layernorm_forward_cuda(Device *d, act *out, float *mean, float *rstd, const act *inp,
+                            const bf16 *w, const bf16 *b, int BT, int C);
+void layernorm_backward_cuda(Device *d, act *dinp, float *dw, float *db, const act *dout,
+                             const act *inp, const bf16 *w, const float *mean, const float *rstd,
+                             int BT, int C);
+void softmax_crossentropy_cuda(Device *d, float *losses, act *logits, const int32_t *targets,
+                               int BT, int V, float dloss_scale);
