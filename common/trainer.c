@@ -59,12 +59,14 @@ static void check_budget(Trainer *t) {
     double need = sb.tier_total[TIER_DEVICE] + ab.total_saved + ab.backward_scratch + ab.grad_workspace;
     double budget = (double)t->dev.mem.budget[TIER_DEVICE];
     if (need <= budget) return;
-    char hint[512];
-    stage_fit_hint(t->layout.num_params, t->world.size, budget, hint, sizeof hint);
+    double other = need - sb.tier_total[TIER_DEVICE];  // activations and workspace, whatever the stage
+    char hint[512] = "lower --batch or --seq-len: activations alone exceed the budget";
+    if (other < budget)
+        stage_fit_hint(t->layout.num_params, t->world.size, budget - other, hint, sizeof hint);
     fail_usage("%s needs %.2f GB of device memory per rank (model states %.2f GB by %s, activations and "
-               "workspace %.2f GB) but --hbm-gb is %.2f; %s",
+               "workspace %.2f GB) but --hbm-gb is %.2f; with %.2f GB left for model states: %s",
                t->strategy->name, need / 1e9, sb.tier_total[TIER_DEVICE] / 1e9, stage_formula(t->strategy->stage),
-               (need - sb.tier_total[TIER_DEVICE]) / 1e9, budget / 1e9, hint);
+               other / 1e9, budget / 1e9, budget > other ? (budget - other) / 1e9 : 0.0, hint);
 }
 
 static void resolve_batch(Trainer *t) {

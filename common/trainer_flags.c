@@ -65,9 +65,18 @@ void train_config_parse(TrainConfig *c, int argc, char **argv, const Strategy *s
     FlagSpec specs[sizeof all / sizeof all[0]];
     int m = 0;
     for (int i = 0; i < n; i++) {
-        if (!strcmp(all[i].name, "bucket-mb") && !(s->flags & STRATEGY_FLAG_BUCKET)) continue;
-        if (!strcmp(all[i].name, "prefetch") && !(s->flags & STRATEGY_FLAG_PREFETCH)) continue;
-        specs[m++] = all[i];
+        const char *owner = NULL;
+        if (!strcmp(all[i].name, "bucket-mb") && !(s->flags & STRATEGY_FLAG_BUCKET)) owner = "zero2 and later stages";
+        if (!strcmp(all[i].name, "prefetch") && !(s->flags & STRATEGY_FLAG_PREFETCH)) owner = "zero3 and later stages";
+        if (!owner) {
+            specs[m++] = all[i];
+            continue;
+        }
+        size_t len = strlen(all[i].name);
+        for (int a = 1; a < argc; a++)
+            if (!strncmp(argv[a], "--", 2) && !strncmp(argv[a] + 2, all[i].name, len) &&
+                (argv[a][2 + len] == 0 || argv[a][2 + len] == '='))
+                fail_usage("--%s is not an option of %s: it tunes %s", all[i].name, s->name, owner);
     }
     char usage[512];
     snprintf(usage, sizeof usage,
