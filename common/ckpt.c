@@ -72,6 +72,9 @@ static const Field FIELDS[] = {
     FIELD("batch", batch, GROUP_BATCH),
     FIELD("seq_len", seq_len, GROUP_BATCH),
     FIELD("grad_accum", grad_accum, GROUP_BATCH),
+    FIELD("total_steps", total_steps, GROUP_RUN),
+    FIELD("warmup", warmup, GROUP_RUN),
+    FIELD("lr_nano", lr_nano, GROUP_RUN),
 };
 #define NFIELDS ((int)(sizeof FIELDS / sizeof FIELDS[0]))
 _Static_assert(sizeof(long) == 8 && sizeof(size_t) == 8, "manifest fields assume LP64");

@@ -22,6 +22,10 @@ typedef struct CkptManifest {
     GPTConfig cfg;
     size_t num_params;
     int batch, seq_len, grad_accum;
+    // the LR schedule of the run that saved (recorded, not enforced: the
+    // trainer says when a resumed run's schedule differs)
+    int total_steps, warmup;
+    uint64_t lr_nano;    // peak learning rate x 1e9, rounded
 } CkptManifest;
 
 typedef struct CkptTensor {

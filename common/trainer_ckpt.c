@@ -2,6 +2,7 @@
 // optimizer state it owns (fp32 master weights, Adam m and v over its range);
 // bf16 parameters are bf16(master) and are rebuilt on resume, so every stage
 // saves and restores exactly the numbers its next step depends on.
+#include <math.h>
 #include <string.h>
 #include "check.h"
 #include "ckpt.h"
@@ -26,6 +27,9 @@ static CkptManifest manifest_of(const Trainer *t, uint64_t data_rows) {
     m.batch = t->cfg.batch;
     m.seq_len = t->cfg.seq_len;
     m.grad_accum = t->cfg.grad_accum;
+    m.total_steps = t->cfg.steps;
+    m.warmup = t->cfg.warmup;
+    m.lr_nano = (uint64_t)llround(t->cfg.lr * 1e9);
     return m;
 }
 
@@ -80,4 +84,9 @@ void trainer_resume(Trainer *t) {
     if (t->world.rank == 0 && !t->cfg.quiet)
         printf("resumed from %s at step %ld (data row %llu)\n", t->cfg.resume, got.step,
                (unsigned long long)got.data_rows);
+    if (t->world.rank == 0 && (got.total_steps != expect.total_steps || got.warmup != expect.warmup ||
+                               got.lr_nano != expect.lr_nano))
+        printf("note: the checkpoint's run had --steps %d --warmup %d --lr %g; this run's LR schedule "
+               "differs, so from step %ld on it is not the run that saved\n",
+               got.total_steps, got.warmup, got.lr_nano / 1e9, got.step + 1);
 }
