@@ -26,7 +26,7 @@ SKIPPED := $(if $(NVCC),$(if $(HAVE_NCCL),,nccl (nccl.h not found)),cuda device 
 # ---- flags ----------------------------------------------------------------
 CC := $(if $(MPICC),$(MPICC),cc)
 OPT ?= -O3 -march=native
-CFLAGS := $(OPT) -std=gnu11 -fopenmp -Wall -Wextra -Wno-unused-parameter -Icommon -I$(BLAS_INC) -MMD -MP
+CFLAGS := $(OPT) -fno-math-errno -std=gnu11 -fopenmp -Wall -Wextra -Wno-unused-parameter -Icommon -I$(BLAS_INC) -MMD -MP
 LDLIBS := -lopenblas -laio -lm -fopenmp
 # sm_80 and sm_90, the visible GPU's own architecture, and PTX for newer ones
 GPU_ARCH := $(if $(NVCC),$(shell nvidia-smi --query-gpu=compute_cap --format=csv,noheader 2>/dev/null | head -1 | tr -d '.'))

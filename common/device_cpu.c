@@ -95,9 +95,12 @@ void device_cpu_init(Device *d, const DeviceOptions *opt) {
     if (opt->hbm_gb < 0) fail_usage("--hbm-gb %g: must be >= 0 (0 = no budget)", opt->hbm_gb);
     d->kind = DEVICE_CPU;
     d->threads = cpu_threads(opt);
-    openblas_set_num_threads(d->threads);
+    // OpenMP owns the cores: big GEMMs are split by rows over the OpenMP
+    // threads, each calling a single-threaded sgemm; two thread pools
+    // spinning on the same cores would slow both (kernels_cpu_matmul.c)
+    openblas_set_num_threads(1);
     omp_set_num_threads(d->threads);
-    snprintf(d->name, sizeof d->name, "cpu (OpenBLAS sgemm, %d thread%s)", d->threads,
+    snprintf(d->name, sizeof d->name, "cpu (OpenBLAS sgemm, %d OpenMP thread%s)", d->threads,
              d->threads == 1 ? "" : "s");
     d->act_bytes = 4;  // fp32 activations: the cpu kernels compute in fp32
     d->peak_flops = 0;

@@ -1,0 +1,267 @@
+// kernels_cpu.c: the cpu kernel table (kernels.h) and its element-wise and
+// row-wise kernels: encoder, layernorm, GELU, residual, softmax-cross-entropy,
+// and the bf16 gradient/optimizer ops. Activations are fp32 here. The GEMM
+// kernels live in kernels_cpu_matmul.c and kernels_cpu_attention.c.
+//
+// Determinism: every sum runs in a fixed order that does not depend on the
+// thread count (row sums inside one row; column sums per column chunk, rows in
+// order; sum_squares over fixed blocks), so the same input gives the same bits.
+#include <math.h>
+#include <string.h>
+#include "kernels_cpu.h"
+
+#define COL_CHUNK 64       // columns per OpenMP task in the column-sum kernels
+#define SUMSQ_BLOCKS 256   // fixed partition of sum_squares, independent of threads
+
+void bf16_to_f32_cpu(Device *d, float *dst, const bf16 *src, size_t n) {
+#pragma omp parallel for simd schedule(static)
+    for (size_t i = 0; i < n; i++) dst[i] = bf16_to_f32(src[i]);
+}
+
+static void f32_to_bf16_cpu(Device *d, bf16 *dst, const float *src, size_t n) {
+#pragma omp parallel for simd schedule(static)
+    for (size_t i = 0; i < n; i++) dst[i] = f32_to_bf16(src[i]);
+}
+
+// ---- encoder ----------------------------------------------------------------
+
+static void encoder_forward(Device *d, act *out_, const int32_t *tokens, const bf16 *wte,
+                            const bf16 *wpe, int B, int T, int C) {
+    float *out = out_;  // (B,T,C)
+#pragma omp parallel for schedule(static)
+    for (int bt = 0; bt < B * T; bt++) {
+        const bf16 *te = wte + (size_t)tokens[bt] * C;  // (C)
+        const bf16 *pe = wpe + (size_t)(bt % T) * C;    // (C)
+        float *o = out + (size_t)bt * C;
+        for (int c = 0; c < C; c++) o[c] = bf16_to_f32(te[c]) + bf16_to_f32(pe[c]);
+    }
+}
+
+// Scatter-add by token. Tasks own column chunks, so two positions with the
+// same token never race and each column is summed in (b,t) order.
+static void encoder_backward(Device *d, float *dwte, float *dwpe, const act *dout_,
+                             const int32_t *tokens, int B, int T, int C) {
+    const float *dout = dout_;  // (B,T,C)
+#pragma omp parallel for schedule(static)
+    for (int c0 = 0; c0 < C; c0 += COL_CHUNK) {
+        int n = C - c0 < COL_CHUNK ? C - c0 : COL_CHUNK;
+        for (int bt = 0; bt < B * T; bt++) {
+            const float *g = dout + (size_t)bt * C + c0;
+            float *te = dwte + (size_t)tokens[bt] * C + c0;
+            float *pe = dwpe + (size_t)(bt % T) * C + c0;
+            for (int j = 0; j < n; j++) {
+                te[j] += g[j];
+                pe[j] += g[j];
+            }
+        }
+    }
+}
+
+// ---- layernorm (Ba et al. 2016; GPT-2 puts it before each sublayer) ------------
+// y = (x - mean) * rstd * w + b,  rstd = 1 / sqrt(var + eps),  var biased (1/C)
+
+static void layernorm_forward(Device *d, act *out_, float *mean, float *rstd, const act *inp_,
+                              const bf16 *w, const bf16 *b, int BT, int C) {
+    float *out = out_;        // (BT,C)
+    const float *inp = inp_;  // (BT,C)
+    float *wf = device_scratch(d, 2 * (size_t)C * sizeof(float));  // w, b as fp32 (C) each
+    float *bf = wf + C;
+    for (int c = 0; c < C; c++) {
+        wf[c] = bf16_to_f32(w[c]);
+        bf[c] = bf16_to_f32(b[c]);
+    }
+#pragma omp parallel for schedule(static)
+    for (int r = 0; r < BT; r++) {
+        const float *x = inp + (size_t)r * C;
+        float *y = out + (size_t)r * C;
+        float sum = 0.0f;
+#pragma omp simd reduction(+ : sum)
+        for (int c = 0; c < C; c++) sum += x[c];
+        float m = sum / C;
+        float var = 0.0f;  // two passes: no cancellation in E[x^2] - m^2
+#pragma omp simd reduction(+ : var)
+        for (int c = 0; c < C; c++) var += (x[c] - m) * (x[c] - m);
+        float s = 1.0f / sqrtf(var / C + 1e-5f);
+#pragma omp simd
+        for (int c = 0; c < C; c++) y[c] = (x[c] - m) * s * wf[c] + bf[c];
+        mean[r] = m;
+        rstd[r] = s;
+    }
+}
+
+// With xhat = (x - mean) * rstd and g = dout * w:
+//   dx = rstd * (g - mean(g) - xhat * mean(g * xhat))      (+= into dinp)
+//   dw += sum over rows of dout * xhat,   db += sum over rows of dout
+static void layernorm_backward(Device *d, act *dinp_, float *dw, float *db, const act *dout_,
+                               const act *inp_, const bf16 *w, const float *mean,
+                               const float *rstd, int BT, int C) {
+    float *dinp = dinp_;        // (BT,C)
+    const float *dout = dout_;  // (BT,C)
+    const float *inp = inp_;    // (BT,C)
+    float *wf = device_scratch(d, (size_t)C * sizeof(float));
+    for (int c = 0; c < C; c++) wf[c] = bf16_to_f32(w[c]);
+#pragma omp parallel for schedule(static)
+    for (int r = 0; r < BT; r++) {
+        const float *x = inp + (size_t)r * C, *g = dout + (size_t)r * C;
+        float *dx = dinp + (size_t)r * C;
+        float m = mean[r], s = rstd[r], gsum = 0.0f, gxsum = 0.0f;
+#pragma omp simd reduction(+ : gsum, gxsum)
+        for (int c = 0; c < C; c++) {
+            float gw = g[c] * wf[c];
+            gsum += gw;
+            gxsum += gw * (x[c] - m) * s;
+        }
+        float gmean = gsum / C, gxmean = gxsum / C;
+#pragma omp simd
+        for (int c = 0; c < C; c++)
+            dx[c] += s * (g[c] * wf[c] - gmean - (x[c] - m) * s * gxmean);
+    }
+#pragma omp parallel for schedule(static)
+    for (int c0 = 0; c0 < C; c0 += COL_CHUNK) {
+        int n = C - c0 < COL_CHUNK ? C - c0 : COL_CHUNK;
+        float accw[COL_CHUNK] = {0}, accb[COL_CHUNK] = {0};
+        for (int r = 0; r < BT; r++) {
+            const float *x = inp + (size_t)r * C + c0, *g = dout + (size_t)r * C + c0;
+            float m = mean[r], s = rstd[r];
+            for (int j = 0; j < n; j++) {
+                accw[j] += g[j] * (x[j] - m) * s;
+                accb[j] += g[j];
+            }
+        }
+        for (int j = 0; j < n; j++) {
+            dw[c0 + j] += accw[j];
+            db[c0 + j] += accb[j];
+        }
+    }
+}
+
+// ---- GELU and residual ------------------------------------------------------------
+
+static void gelu_forward(Device *d, act *out_, const act *inp_, size_t n) {
+    float *out = out_;
+    const float *inp = inp_;
+#pragma omp parallel for simd schedule(static)
+    for (size_t i = 0; i < n; i++) out[i] = gelu_f32(inp[i]);
+}
+
+static void gelu_backward(Device *d, act *dinp_, const act *inp_, const act *dout_, size_t n) {
+    float *dinp = dinp_;
+    const float *inp = inp_, *dout = dout_;
+#pragma omp parallel for simd schedule(static)
+    for (size_t i = 0; i < n; i++) dinp[i] = gelu_grad_f32(inp[i]) * dout[i];
+}
+
+static void residual_forward(Device *d, act *out_, const act *a_, const act *b_, size_t n) {
+    float *out = out_;
+    const float *a = a_, *b = b_;
+#pragma omp parallel for simd schedule(static)
+    for (size_t i = 0; i < n; i++) out[i] = a[i] + b[i];
+}
+
+// ---- softmax + cross-entropy ----------------------------------------------------
+// loss = logsumexp(z) - z[target];  dloss/dz = softmax(z) - onehot(target)
+// The row maximum is subtracted before exp, so exp never overflows.
+
+static void softmax_crossentropy(Device *d, float *losses, act *logits_, const int32_t *targets,
+                                 int BT, int V, float dloss_scale) {
+    float *logits = logits_;  // (BT,V)
+#pragma omp parallel for schedule(static)
+    for (int r = 0; r < BT; r++) {
+        float *z = logits + (size_t)r * V;
+        float zt = z[targets[r]];
+        float maxv = -INFINITY;
+#pragma omp simd reduction(max : maxv)
+        for (int i = 0; i < V; i++) maxv = z[i] > maxv ? z[i] : maxv;
+        float sum = 0.0f;
+        if (dloss_scale != 0.0f) {
+            // keep exp(z - max) in place; the gradient pass only scales it
+            for (int i = 0; i < V; i++) {
+                z[i] = expf(z[i] - maxv);
+                sum += z[i];
+            }
+            float k = dloss_scale / sum;
+#pragma omp simd
+            for (int i = 0; i < V; i++) z[i] *= k;
+            z[targets[r]] -= dloss_scale;
+        } else {
+            for (int i = 0; i < V; i++) sum += expf(z[i] - maxv);
+        }
+        losses[r] = logf(sum) + (maxv - zt);  // max - z[t] first: exact for nearby values
+    }
+}
+
+// ---- bf16 gradients and the optimizer ---------------------------------------------
+
+static void grad_to_bf16(Device *d, bf16 *dst, const float *src, size_t n, int accumulate) {
+    if (!accumulate) {
+        f32_to_bf16_cpu(d, dst, src, n);
+        return;
+    }
+#pragma omp parallel for simd schedule(static)
+    for (size_t i = 0; i < n; i++) dst[i] = f32_to_bf16(bf16_to_f32(dst[i]) + src[i]);
+}
+
+static void add_bf16(Device *d, bf16 *dst, const bf16 *src, size_t n) {
+#pragma omp parallel for simd schedule(static)
+    for (size_t i = 0; i < n; i++) dst[i] = f32_to_bf16(bf16_to_f32(dst[i]) + bf16_to_f32(src[i]));
+}
+
+// Sum over SUMSQ_BLOCKS fixed index blocks, each in double and in index order,
+// then the block sums in block order: the result does not depend on threads.
+static double sum_squares_bf16(Device *d, const bf16 *x, size_t n) {
+    double part[SUMSQ_BLOCKS];
+    size_t per = (n + SUMSQ_BLOCKS - 1) / SUMSQ_BLOCKS;
+#pragma omp parallel for schedule(static)
+    for (int blk = 0; blk < SUMSQ_BLOCKS; blk++) {
+        size_t lo = blk * per, hi = lo + per < n ? lo + per : n;
+        double s = 0.0;
+        for (size_t i = lo; i < hi; i++) {
+            double v = bf16_to_f32(x[i]);
+            s += v * v;
+        }
+        part[blk] = s;
+    }
+    double total = 0.0;
+    for (int blk = 0; blk < SUMSQ_BLOCKS; blk++) total += part[blk];
+    return total;
+}
+
+// Every element gets adamw_element (elementwise.h), the formula the cuda
+// kernel uses: `omp simd` vectorizes it across i and runs the same function on
+// the scalar remainder. It vectorizes only under -fno-math-errno (sqrtf must
+// not set errno); otherwise the loop runs scalar, about 3x slower.
+static void adamw(Device *d, float *master, float *m, float *v, const bf16 *grad, bf16 *param,
+                  size_t n, const AdamWStep *s) {
+    AdamWStep st = *s;
+    if (param) {
+#pragma omp parallel for simd schedule(static)
+        for (size_t i = 0; i < n; i++)
+            param[i] =
+                f32_to_bf16(adamw_element(master + i, m + i, v + i, bf16_to_f32(grad[i]), &st));
+    } else {
+#pragma omp parallel for simd schedule(static)
+        for (size_t i = 0; i < n; i++)
+            adamw_element(master + i, m + i, v + i, bf16_to_f32(grad[i]), &st);
+    }
+}
+
+const KernelOps kernels_cpu = {
+    .encoder_forward = encoder_forward,
+    .encoder_backward = encoder_backward,
+    .layernorm_forward = layernorm_forward,
+    .layernorm_backward = layernorm_backward,
+    .matmul_forward = matmul_forward_cpu,
+    .matmul_backward = matmul_backward_cpu,
+    .attention_forward = attention_forward_cpu,
+    .attention_backward = attention_backward_cpu,
+    .gelu_forward = gelu_forward,
+    .gelu_backward = gelu_backward,
+    .residual_forward = residual_forward,
+    .softmax_crossentropy = softmax_crossentropy,
+    .grad_to_bf16 = grad_to_bf16,
+    .add_bf16 = add_bf16,
+    .sum_squares_bf16 = sum_squares_bf16,
+    .adamw = adamw,
+    .f32_to_bf16 = f32_to_bf16_cpu,
+    .bf16_to_f32 = bf16_to_f32_cpu,
+};

@@ -1,0 +1,33 @@
+// kernels_cpu.h: the cpu kernels that live outside kernels_cpu.c (the GEMM
+// based ones), so that the table in kernels_cpu.c can name them. Internal to
+// the cpu kernels; everything else goes through `kernels_cpu` (kernels.h).
+//
+// Threads: OpenMP owns the cores and OpenBLAS runs single-threaded inside
+// OpenMP threads (openblas_set_num_threads(1) at device init): GEMMs are split
+// by rows over the threads, attention runs one head per thread. Letting
+// OpenBLAS's own pool and OpenMP's take turns on the same cores makes each
+// spin while the other works. Where OpenBLAS was left multithreaded, the GEMM
+// loops run on one OpenMP thread instead, so the pools never run at once
+// (measured on 2 cores, a GPT-2 124M step at B=4, T=256: 170 GFLOP/s with
+// OpenBLAS single-threaded, 125-140 GFLOP/s with its 2 threads).
+#pragma once
+#include <cblas.h>
+#include "kernels.h"
+
+static inline int blas_single_threaded(void) { return openblas_get_num_threads() == 1; }
+
+// kernels_cpu_matmul.c
+void matmul_forward_cpu(Device *d, act *out, const act *inp, const bf16 *w, const bf16 *bias,
+                        int BT, int C, int OC);
+void matmul_backward_cpu(Device *d, act *dinp, float *dw, float *dbias, const act *dout,
+                         const act *inp, const bf16 *w, int BT, int C, int OC);
+
+// kernels_cpu_attention.c
+void attention_forward_cpu(Device *d, act *out, float *att, const act *qkv, int B, int T, int C,
+                           int NH);
+void attention_backward_cpu(Device *d, act *dqkv, const act *dout, const act *qkv,
+                            const float *att, int B, int T, int C, int NH);
+
+// Converts a bf16 tensor to fp32 (OpenMP over elements); shared by the GEMM
+// kernels, which hand fp32 operands to sgemm.
+void bf16_to_f32_cpu(Device *d, float *dst, const bf16 *src, size_t n);
