@@ -17,7 +17,7 @@ static void test_cpu_device_describes_itself(void **state) {
     init_cpu(&d, 0, 3);
     assert_int_equal(d.kind, DEVICE_CPU);
     assert_int_equal(d.threads, 3);
-    assert_non_null(strstr(d.name, "3 threads"));
+    assert_non_null(strstr(d.name, "3 OpenMP threads"));
     assert_int_equal(d.act_bytes, 4);
     assert_true(d.peak_flops == 0);
     assert_non_null(d.k);
