@@ -7,11 +7,11 @@
 #include <dirent.h>
 #include <sys/stat.h>
 #include <unistd.h>
-#include "testutil.h"
+#include "runs.h"
 
 #define PATH_LEN 512
 #define CMD_LEN 2048
-#define MAX_STEPS 64
+#define MAX_STEPS RUN_MAX_STEPS
 #define MAX_FILES 16
 
 typedef struct Ctx {
@@ -20,49 +20,6 @@ typedef struct Ctx {
 } Ctx;
 
 // ---- helpers ----
-
-static int count_lines(const char *s) {
-    int n = 0;
-    for (; *s; s++) n += *s == '\n';
-    return n;
-}
-
-// Runs a trainer that must succeed and returns the --json record it wrote
-// (malloc'd); a failure shows the command and its output.
-static char *train(const char *cmd, const char *json_path) {
-    char *out = NULL;
-    int rc = test_run(cmd, &out);
-    if (rc != 0) fail_msg("%s: exit %d, output:\n%s", cmd, rc, out);
-    free(out);
-    char *json = last_line(json_path);
-    if (!json) fail_msg("%s: no --json record in %s", cmd, json_path);
-    return json;
-}
-
-// The "losses" array of a record; fails unless it holds `want` numbers.
-static void losses_of(const char *json, double *out, int want) {
-    int n = json_numbers(json, "losses", out, MAX_STEPS);
-    if (n != want) fail_msg("expected %d losses in the record, found %d:\n%s", want, n, json);
-}
-
-static double number_of(const char *json, const char *key) {
-    double v = NAN;
-    if (json_numbers(json, key, &v, 1) != 1) fail_msg("no number \"%s\" in the record:\n%s", key, json);
-    return v;
-}
-
-// A command that must be refused: exit status 2 and exactly one line of
-// output containing "error" (and `also`, when given). Returns the output.
-static char *expect_refusal(const char *cmd, const char *also) {
-    char *out = NULL;
-    int rc = test_run(cmd, &out);
-    int lines = count_lines(out);
-    int ok = rc == 2 && lines == 1 && out[strlen(out) - 1] == '\n' && strstr(out, "error") &&
-             (!also || strstr(out, also));
-    if (!ok) fail_msg("%s: expected exit 2 and one line with \"error\"%s%s; got exit %d, %d lines:\n%s", cmd,
-                      also ? " and " : "", also ? also : "", rc, lines, out);
-    return out;
-}
 
 // dp_baseline on small, 20 steps, global batch 8 at `ranks` ranks (cached).
 static const char *dp_small(Ctx *c, int ranks) {

@@ -7,11 +7,11 @@
 // (tests/run.sh does) after `make GPU=0`; everything is written under one
 // mkdtemp folder, removed at the end.
 #include <unistd.h>
-#include "testutil.h"
+#include "runs.h"
 
 #define PATH_LEN 512
 #define CMD_LEN 2048
-#define MAX_STEPS 64
+#define MAX_STEPS RUN_MAX_STEPS
 #define SHARD_ALIGN 64  // states.h: the padded Ψ divides by ranks x 64
 
 enum { DP, Z1, Z2, Z3, NSTAGES };
@@ -28,34 +28,6 @@ typedef struct Ctx {
 } Ctx;
 
 // ---- helpers ----
-
-static int count_lines(const char *s) {
-    int n = 0;
-    for (; *s; s++) n += *s == '\n';
-    return n;
-}
-
-// Runs a trainer that must succeed; returns its --json record (malloc'd).
-static char *train(const char *cmd, const char *json_path) {
-    char *out = NULL;
-    int rc = test_run(cmd, &out);
-    if (rc != 0) fail_msg("%s: exit %d, output:\n%s", cmd, rc, out);
-    free(out);
-    char *json = last_line(json_path);
-    if (!json) fail_msg("%s: no --json record in %s", cmd, json_path);
-    return json;
-}
-
-static void losses_of(const char *json, double *out, int want) {
-    int n = json_numbers(json, "losses", out, MAX_STEPS);
-    if (n != want) fail_msg("expected %d losses in the record, found %d:\n%s", want, n, json);
-}
-
-static double number_of(const char *json, const char *key) {
-    double v = NAN;
-    if (json_numbers(json, key, &v, 1) != 1) fail_msg("no number \"%s\" in:\n%.300s", key, json);
-    return v;
-}
 
 // The first "key" after the text `within` (a nested object of the record).
 static double nested(const char *json, const char *within, const char *key) {
@@ -362,14 +334,10 @@ static void test_resume_exact(void **state) {
 
 // Exit 2 and one line; returns what follows "error" in it (malloc'd).
 static char *refused(const char *cmd) {
-    char *out = NULL;
-    int rc = test_run(cmd, &out);
-    char *msg = strstr(out, "error");
-    if (rc != 2 || count_lines(out) != 1 || !msg)
-        fail_msg("%s: expected exit 2 and one error line; exit %d:\n%s", cmd, rc, out);
-    char *copy = strdup(msg);
-    free(out);
-    return copy;
+    char *out = expect_refusal(cmd, NULL);
+    size_t at = (size_t)(strstr(out, "error") - out);  // expect_refusal checked it is there
+    memmove(out, out + at, strlen(out + at) + 1);
+    return out;
 }
 
 static void test_refusals(void **state) {
