@@ -37,7 +37,7 @@ static __attribute__((unused)) double number_of(const char *json, const char *ke
 
 // A command that must be refused: exit status 2 and exactly one line of
 // output containing "error" (and `also`, when given). Returns the output (malloc'd).
-static __attribute__((unused)) char *expect_refusal(const char *cmd, const char *also) {
+static __attribute__((unused, noinline)) char *expect_refusal(const char *cmd, const char *also) {
     char *out = NULL;
     int rc = test_run(cmd, &out);
     int lines = count_lines(out);
