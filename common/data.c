@@ -357,17 +357,36 @@ void data_free(DataSet *ds) {
     memset(ds, 0, sizeof *ds);
 }
 
-void data_rows(const DataSet *ds, int split, uint64_t row_begin, int rows, int T,
-               int32_t *inputs, int32_t *targets) {
+static uint64_t gcd_u64(uint64_t a, uint64_t b) {
+    while (b) {
+        uint64_t r = a % b;
+        a = b;
+        b = r;
+    }
+    return a;
+}
+
+// Row i reads window k = (a * (i mod W)) mod W of the W windows that start
+// at multiples of T. With a coprime to W this visits every window once per
+// pass; a near W/golden-ratio puts consecutive rows far apart, so a batch
+// mixes documents instead of reading one text in order.
+uint64_t data_row_start(const DataSet *ds, int split, uint64_t row, int T) {
     CHECK(split == SPLIT_TRAIN || split == SPLIT_VAL, "data_rows: bad split %d", split);
     size_t n = ds->count[split];
     CHECK(T > 0 && n >= (size_t)T + 2, "data_rows: split %d has %zu tokens, too few for T=%d "
           "(data_open was given a different T?)", split, n, T);
-    uint64_t starts = n - (uint64_t)T - 1;  // window starts 0 .. n-T-2
+    uint64_t windows = (n - (uint64_t)T - 1) / (uint64_t)T + 1;  // start k*T needs k*T + T + 1 <= n
+    uint64_t a = (uint64_t)((double)windows * 0.6180339887498949) | 1;
+    while (gcd_u64(a, windows) != 1) a++;
+    uint64_t k = (unsigned __int128)a * (row % windows) % windows;
+    return k * (uint64_t)T;
+}
+
+void data_rows(const DataSet *ds, int split, uint64_t row_begin, int rows, int T,
+               int32_t *inputs, int32_t *targets) {
     const uint16_t *tok = ds->tokens[split];
     for (int r = 0; r < rows; r++) {
-        uint64_t start = ((row_begin + (uint64_t)r) % starts) * (uint64_t)T % starts;
-        const uint16_t *w = tok + start;
+        const uint16_t *w = tok + data_row_start(ds, split, row_begin + (uint64_t)r, T);
         int32_t *in = inputs + (size_t)r * T, *tg = targets + (size_t)r * T;
         for (int t = 0; t < T; t++) {
             in[t] = w[t];

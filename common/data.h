@@ -4,11 +4,13 @@
 // built-in corpus is made from text every Debian/Ubuntu system ships (the
 // license texts), or, where none is found, a generated sequence task.
 //
-// Rows: row i of a split is the window of T+1 tokens starting at
-// (i * T) mod (n - T - 1). Global micro-batch j of the run holds rows
-// [j*G, (j+1)*G) with G = batch * ranks; rank r reads its B of them. So any
-// rank count sees the same data in the same order, and a run is resumable
-// from the row counter alone.
+// Rows: the tokens of a split are cut into W windows of T+1 tokens that
+// start at multiples of T; row i reads window (a * i) mod W for a fixed a
+// coprime to W (data_row_start), so consecutive rows come from far apart and
+// every window is read once per pass. Global micro-batch j of the run holds
+// rows [j*G, (j+1)*G) with G = batch * ranks; rank r reads its B of them. So
+// any rank count sees the same data in the same order, and a run is
+// resumable from the row counter alone.
 #pragma once
 #include <stddef.h>
 #include <stdint.h>
@@ -29,6 +31,8 @@ typedef struct DataSet {
 // whose name contains "val" in a shard folder, else the last 10% of the tokens.
 int data_open(DataSet *ds, const char *path, int model_vocab, int T, char *err, size_t err_len);
 void data_free(DataSet *ds);
+// Where row `row` of a split starts (token index).
+uint64_t data_row_start(const DataSet *ds, int split, uint64_t row, int T);
 // rows [row_begin, row_begin + rows) of a split; inputs/targets are rows*T int32
 void data_rows(const DataSet *ds, int split, uint64_t row_begin, int rows, int T,
                int32_t *inputs, int32_t *targets);

@@ -18,17 +18,22 @@ echo
 echo "== 00 memory_math --measure: the stages' allocator against the formulas"
 mpirun -np "$np" ./memory_math --measure --model "$model"
 
+mkdir -p runs
+json=runs/demo.json
+rm -f "$json"
 summaries=()
 for stage in dp_baseline zero1 zero2 zero3; do
     [ -x "./$stage" ] || continue
     echo
     echo "== $stage: mpirun -np $np ./$stage --model $model --batch 4 --steps $steps"
     log=$(mktemp)
-    mpirun -np "$np" "./$stage" --model "$model" --batch 4 --steps "$steps" --eval-every 10 | tee "$log"
+    mpirun -np "$np" "./$stage" --model "$model" --batch 4 --steps "$steps" --eval-every 10 --json "$json" | tee "$log"
     summaries+=("$(grep '^summary ' "$log")")
     rm -f "$log"
 done
 
+echo
+bash scripts/plot_losses.sh "$json" runs/demo_losses.png
 echo
 echo "== side by side ($np ranks, $model, same seed and data: the losses agree; memory and traffic do not)"
 printf '%s\n' "${summaries[@]}"

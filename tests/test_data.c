@@ -243,13 +243,12 @@ static void test_row_formula_and_shift(void **state) {
     open_distinct(state, "rows_formula", 10000, &ds);
     const int T = 16, rows = 5;
     int32_t in[5 * 16], tgt[5 * 16];
-    uint64_t firsts[] = {0, 1, 561, 562, 1000000000000ull};  // 562*16 wraps n-T-1 = 8983
+    uint64_t firsts[] = {0, 1, 561, 562, 1000000000000ull};  // 562 rows pass the 562 windows of the train split
     for (int s = 0; s < 2; s++) {
-        uint64_t m = ds.count[s] - T - 1;
         for (int k = 0; k < 5; k++) {
             data_rows(&ds, s, firsts[k], rows, T, in, tgt);
             for (int r = 0; r < rows; r++) {
-                uint64_t start = ((firsts[k] + r) % m) * T % m;
+                uint64_t start = data_row_start(&ds, s, firsts[k] + r, T);
                 for (int t = 0; t < T; t++) {
                     assert_int_equal(in[r * T + t], ds.tokens[s][start + t]);
                     assert_int_equal(tgt[r * T + t], ds.tokens[s][start + t + 1]);
@@ -257,6 +256,32 @@ static void test_row_formula_and_shift(void **state) {
                 }
             }
         }
+    }
+    data_free(&ds);
+}
+
+// One pass of W rows reads every window (start a multiple of T, T+1 tokens
+// inside the split) exactly once; the next pass repeats it; consecutive rows
+// are not neighbouring windows (the batch mixes the text).
+static void test_rows_visit_every_window_once_per_pass(void **state) {
+    DataSet ds;
+    open_distinct(state, "rows_perm", 10000, &ds);
+    const int T = 16;
+    for (int s = 0; s < 2; s++) {
+        uint64_t n = ds.count[s], W = (n - T - 1) / T + 1;
+        char *seen = calloc(W, 1);
+        int adjacent = 0;
+        for (uint64_t i = 0; i < W; i++) {
+            uint64_t start = data_row_start(&ds, s, i, T);
+            assert_int_equal(start % T, 0);
+            assert_true(start + T + 1 <= n);
+            assert_int_equal(seen[start / T], 0);
+            seen[start / T] = 1;
+            assert_int_equal(data_row_start(&ds, s, i + W, T), start);
+            if (i > 0 && (data_row_start(&ds, s, i - 1, T) + T == start)) adjacent++;
+        }
+        assert_true(adjacent <= 1);
+        free(seen);
     }
     data_free(&ds);
 }
@@ -372,6 +397,7 @@ int main(void) {
         cmocka_unit_test_prestate(test_shard_folder_with_val, root),
         cmocka_unit_test_prestate(test_make_shard_script, root),
         cmocka_unit_test_prestate(test_row_formula_and_shift, root),
+        cmocka_unit_test_prestate(test_rows_visit_every_window_once_per_pass, root),
         cmocka_unit_test_prestate(test_rows_same_for_any_rank_count, root),
         cmocka_unit_test_prestate(test_error_missing_and_empty, root),
         cmocka_unit_test_prestate(test_error_too_short, root),

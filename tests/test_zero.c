@@ -202,10 +202,16 @@ static void test_grad_accum(void **state) {
     for (int s = 0; s < NSTAGES; s++) assert_int_equal((int)number_of(json[s], "grad_accum"), 4);
     for (int s = Z1; s <= Z3; s++) {
         double d = max_loss_diff(json[s], json[DP], 20);
-        // Measured: zero1 0; zero2 and zero3 2.2e-4, as they reduce every
-        // micro-batch and add the reduced shards in bf16, where dp_baseline
-        // adds locally and reduces once. 1e-3 leaves a 4.6x margin.
-        if (d > 1e-3) fail_msg("%s with --grad-accum 4: max |loss diff| %.3g > 1e-3", STAGE[s], d);
+        // zero1 accumulates and reduces exactly as dp_baseline does: measured
+        // 0, held to 1e-3. zero2 and zero3 reduce every micro-batch and add
+        // the reduced shards in bf16 (two roundings per micro-batch where
+        // dp_baseline has one, plus one at the end), and Adam amplifies the
+        // difference in small gradients: measured 1.1e-3 to 4.4e-3 over seeds
+        // 1-3 and this one (dp_baseline itself differs by up to 1.8e-3 between
+        // 1 and 2 ranks at the same global batch). Held to 1e-2; a gradient
+        // dropped or counted twice moves the loss by more than 0.05.
+        double tol = s == Z1 ? 1e-3 : 1e-2;
+        if (d > tol) fail_msg("%s with --grad-accum 4: max |loss diff| %.3g > %g", STAGE[s], d, tol);
     }
     for (int s = 0; s < NSTAGES; s++) free(json[s]);
 }
