@@ -32,9 +32,14 @@ static void cpu_free(Device *d, MemTier tier, void *ptr, size_t bytes) {
     free(ptr);
 }
 
+// Copies run on the calling thread; on the trace they sit on the copy row
+// (tokens in, losses out, checkpoint staging, shard slices).
 static void cpu_copy(Device *d, void *dst, const void *src, size_t bytes, StreamId s) {
-    (void)d, (void)s;
-    if (bytes) memcpy(dst, src, bytes);
+    (void)s;
+    if (!bytes) return;
+    double t0 = d->trace && d->trace->enabled ? now_us() : 0;
+    memcpy(dst, src, bytes);
+    if (t0 > 0) trace_span(d->trace, TRACE_TID_COPY, "copy", t0, now_us(), (double)bytes);
 }
 
 static void cpu_memset0(Device *d, void *dst, size_t bytes, StreamId s) {
