@@ -32,6 +32,10 @@ const FlagSpec *flags_find(const FlagSpec *specs, int nspecs, const char *name) 
 }
 
 static void print_default(const FlagSpec *f) {
+    if (f->shown_default) {
+        if (*f->shown_default) printf(" (default %s)", f->shown_default);
+        return;
+    }
     switch (f->type) {
     case FLAG_INT: printf(" (default %d)", *(int *)f->dst); break;
     case FLAG_DOUBLE: printf(" (default %g)", *(double *)f->dst); break;

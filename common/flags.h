@@ -19,6 +19,7 @@ typedef struct FlagSpec {
     const char *meta;   // value placeholder in --help ("N", "FILE"), NULL for bools
     const char *help;   // one line; the default is printed after it
     int seen;           // set by flags_parse when given on the command line
+    const char *shown_default;  // --help shows this instead of the value; "" shows none
 } FlagSpec;
 
 // Parses --name value and --name=value. --help (or -h) prints `usage` (the
