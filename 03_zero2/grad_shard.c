@@ -7,7 +7,12 @@
 
 void grad_shard_init(GradShard *gs, Trainer *t) {
     memset(gs, 0, sizeof *gs);
-    size_t cap = (size_t)(t->cfg.bucket_mb * 1e6 / sizeof(bf16));
+    // Default: an eighth of the gradients, so the two buckets stay a quarter
+    // of what ZeRO-1 keeps, and at most 25 MB, so large models still send
+    // several buckets while backward runs.
+    size_t cap = t->cfg.bucket_mb > 0 ? (size_t)(t->cfg.bucket_mb * 1e6 / sizeof(bf16))
+                                      : t->part.padded / 8;
+    if (t->cfg.bucket_mb == 0 && cap > 25 * 1000 * 1000 / sizeof(bf16)) cap = 25 * 1000 * 1000 / sizeof(bf16);
     if (cap > t->part.padded) cap = t->part.padded;
     if (cap < 1) cap = 1;
     gs->cap = cap;

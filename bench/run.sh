@@ -8,8 +8,8 @@
 #   - every stage at 4 ranks on small: tokens/s relative to dp_baseline
 #     (targets zero1 >= 0.95, zero2 >= 0.90, zero3 >= 0.80), peak device
 #     memory per rank and bytes communicated per step.
-# Stage runs are interleaved over several rounds and the median taken, since
-# this machine is shared and noisy.
+# Stage runs are interleaved over several rounds and their steps pooled for
+# the median, since this machine is shared and noisy.
 set -euo pipefail
 here=$(cd "$(dirname "$0")/.." && pwd)
 cd "$here"
@@ -17,7 +17,7 @@ source scripts/mpi-env.sh
 out=build/bench
 mkdir -p "$out"
 rm -f "$out"/*.json
-rounds=${BENCH_ROUNDS:-3}
+rounds=${BENCH_ROUNDS:-5}
 
 echo "bench: sgemm roof"
 mpicc -O3 -march=native -fopenmp -I/usr/include/x86_64-linux-gnu/openblas-pthread bench/sgemm_roof.c -o "$out/sgemm_roof" -lopenblas -lm
@@ -36,7 +36,7 @@ done
 echo "bench: stages at 4 ranks on small ($rounds interleaved rounds)"
 for r in $(seq "$rounds"); do
     for s in dp_baseline zero1 zero2 zero3; do
-        mpirun -np 4 "./$s" --model small --batch 4 --steps 20 --quiet --json "$out/stages_$s.json"
+        mpirun -np 4 "./$s" --model small --batch 4 --steps 30 --quiet --json "$out/stages_$s.json"
     done
 done
 

@@ -39,9 +39,13 @@ targets = {"zero1": 0.95, "zero2": 0.90, "zero3": 0.80}
 stages = {}
 for s in ["dp_baseline", "zero1", "zero2", "zero3"]:
     runs = records(f"stages_{s}.json")
+    # every step of every round, less each run's first two (warm-up), pooled:
+    # the median step is robust to the other tenants of a shared machine
+    steps_ms = [ms for r in runs for ms in r["step_ms"][2:]]
     stages[s] = {
-        "tokens_per_s_median": statistics.median(r["tokens_per_s"] for r in runs),
+        "tokens_per_s_median": runs[0]["global_batch_tokens"] / (statistics.median(steps_ms) / 1000.0),
         "rounds": len(runs),
+        "steps_pooled": len(steps_ms),
         "peak_device_bytes_per_rank": runs[-1]["mem"]["device"]["peak_total"],
         "model_state_bytes_formula": runs[-1]["mem_formula"]["device"]["total"],
         "comm_bytes_per_step": runs[-1]["comm_bytes_per_step"],

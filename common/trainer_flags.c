@@ -23,7 +23,7 @@ static void set_defaults(TrainConfig *c) {
     c->grad_clip = 1.0;
     c->device = "auto";
     c->comm = "auto";
-    c->bucket_mb = 25.0;
+    c->bucket_mb = 0;  // auto: see grad_shard_init
     c->prefetch = 1;
 }
 
@@ -57,7 +57,7 @@ void train_config_parse(TrainConfig *c, int argc, char **argv, const Strategy *s
         {"save-every", FLAG_INT, &c->save_every, "N", "checkpoint every N steps (needs --save)", 0, NULL},
         {"resume", FLAG_STRING, &c->resume, "DIR", "continue from the checkpoint in DIR (same stage, ranks and model)", 0, NULL},
         {"quiet", FLAG_BOOL, &c->quiet, NULL, "no per-step lines", 0, NULL},
-        {"bucket-mb", FLAG_DOUBLE, &c->bucket_mb, "MB", "gradient bucket size for the asynchronous reduce-scatter", 0, NULL},
+        {"bucket-mb", FLAG_DOUBLE, &c->bucket_mb, "MB", "gradient bucket size for the asynchronous reduce-scatter", 0, "an eighth of the bf16 gradients, at most 25 MB"},
         {"prefetch", FLAG_INT, &c->prefetch, "N", "units whose parameters are gathered ahead of use", 0, NULL},
     };
     int n = (int)(sizeof all / sizeof all[0]);
@@ -95,7 +95,7 @@ void train_config_parse(TrainConfig *c, int argc, char **argv, const Strategy *s
     if (!(c->lr > 0)) fail_usage("--lr %g: the learning rate must be positive", c->lr);
     if (c->hbm_gb < 0) fail_usage("--hbm-gb %g: the budget cannot be negative", c->hbm_gb);
     if (c->save_every > 0 && !c->save) fail_usage("--save-every %d needs --save DIR to say where", c->save_every);
-    if (!(c->bucket_mb > 0)) fail_usage("--bucket-mb %g: the bucket must be larger than 0", c->bucket_mb);
+    if (c->bucket_mb < 0) fail_usage("--bucket-mb %g: the bucket must be larger than 0 (or 0 for the default)", c->bucket_mb);
     if (c->prefetch < 0) fail_usage("--prefetch %d: must be 0 (no prefetch) or more", c->prefetch);
     if (strcmp(c->device, "auto") && strcmp(c->device, "cpu") && strcmp(c->device, "cuda"))
         fail_usage("--device %s: choose auto, cpu or cuda", c->device);
