@@ -214,10 +214,14 @@ void comm_reduce_scatter_sum(Comm *c, const void *send, void *recv, const size_t
         r = st;
         s = st + recv_bytes;
     }
-    if (h) {
-        mpiCheck(MPI_Ireduce_scatter(s, r, counts, mpi_type(t), sum_op(c, t), c->mpi, &k->req));
-    } else {
-        mpiCheck(MPI_Reduce_scatter(s, r, counts, mpi_type(t), sum_op(c, t), c->mpi));
+    // One schedule for every reduce-scatter: a blocking call runs the
+    // nonblocking algorithm and waits. Open MPI picks different algorithms
+    // for MPI_Reduce_scatter and MPI_Ireduce_scatter, and bf16 sums taken in
+    // another order round differently; this way ZeRO-1's one reduce-scatter
+    // adds the ranks' contributions in the order ZeRO-2's buckets do.
+    mpiCheck(MPI_Ireduce_scatter(s, r, counts, mpi_type(t), sum_op(c, t), c->mpi, &k->req));
+    if (!h) {
+        mpiCheck(MPI_Wait(&k->req, MPI_STATUS_IGNORE));
         finish_blocking(c, k);
     }
 }
