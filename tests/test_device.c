@@ -93,34 +93,6 @@ static void test_cpu_streams_are_synchronous(void **state) {
 
 // ---- error paths, each in a child process -------------------------------
 
-typedef void (*ChildFn)(void);
-
-// Runs fn in a child; returns its exit status, and its stderr in *err (malloc'd).
-static int run_child(ChildFn fn, char **err) {
-    int fds[2];
-    assert_int_equal(pipe(fds), 0);
-    fflush(stdout);
-    fflush(stderr);
-    pid_t pid = fork();
-    assert_true(pid >= 0);
-    if (pid == 0) {
-        dup2(fds[1], 2);
-        close(fds[0]);
-        fn();
-        _exit(0);
-    }
-    close(fds[1]);
-    size_t cap = 1 << 16, len = 0;
-    char *buf = calloc(1, cap);
-    ssize_t got;
-    while ((got = read(fds[0], buf + len, cap - len - 1)) > 0) len += (size_t)got;
-    close(fds[0]);
-    int status = 0;
-    waitpid(pid, &status, 0);
-    *err = buf;
-    return WIFEXITED(status) ? WEXITSTATUS(status) : 128;
-}
-
 static void over_hbm_budget(void) {
     Device d;
     init_cpu(&d, 0.001, 1);  // 1 MB

@@ -84,43 +84,22 @@ static void fits_hint(void *arg, char *out, size_t n) {
     snprintf(out, n, "fits: %s", (const char *)arg);
 }
 
-// Runs an over-budget allocation in a child; returns its exit status and its
-// stderr (malloc'd) in *err.
-static int over_budget_child(char **err) {
-    int fds[2];
-    assert_int_equal(pipe(fds), 0);
-    fflush(stdout);
-    fflush(stderr);
-    pid_t pid = fork();
-    assert_true(pid >= 0);
-    if (pid == 0) {
-        dup2(fds[1], 2);
-        close(fds[0]);
-        MemCtx m;
-        mem_init(&m);
-        mem_set_budget(&m, TIER_DEVICE, 2000000000);  // 2 GB
-        m.fit_hint = fits_hint;
-        m.fit_hint_arg = "zero3 at 4 ranks";
-        mem_track_alloc(&m, TIER_DEVICE, CAT_PARAMS, 1500000000, "params");
-        mem_track_alloc(&m, TIER_DEVICE, CAT_MASTER, 1200000000, "master");
-        _exit(0);  // not reached when the budget is enforced
-    }
-    close(fds[1]);
-    size_t cap = 1 << 16, len = 0;
-    char *buf = calloc(1, cap);
-    ssize_t got;
-    while ((got = read(fds[0], buf + len, cap - len - 1)) > 0) len += (size_t)got;
-    close(fds[0]);
-    int status = 0;
-    waitpid(pid, &status, 0);
-    *err = buf;
-    return WIFEXITED(status) ? WEXITSTATUS(status) : 128;
+// An allocation over the budget, in a child process (run_child): it must end it.
+static void over_budget_child(void) {
+    MemCtx m;
+    mem_init(&m);
+    mem_set_budget(&m, TIER_DEVICE, 2000000000);  // 2 GB
+    m.fit_hint = fits_hint;
+    m.fit_hint_arg = "zero3 at 4 ranks";
+    mem_track_alloc(&m, TIER_DEVICE, CAT_PARAMS, 1500000000, "params");
+    mem_track_alloc(&m, TIER_DEVICE, CAT_MASTER, 1200000000, "master");
+    _exit(0);  // not reached when the budget is enforced
 }
 
 static void test_over_budget_exits_2_with_clear_first_line(void **state) {
     (void)state;
     char *err = NULL;
-    int rc = over_budget_child(&err);
+    int rc = run_child(over_budget_child, &err);
     assert_int_equal(rc, 2);
     char *newline = strchr(err, '\n');
     assert_non_null(newline);

@@ -11,6 +11,8 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/wait.h>
+#include <unistd.h>
 
 static inline uint64_t test_rng_next(uint64_t *s) {  // xorshift64*
     *s ^= *s >> 12; *s ^= *s << 25; *s ^= *s >> 27;
@@ -116,3 +118,33 @@ static inline char *last_line(const char *path) {
     fclose(f);
     return last;
 }
+
+// For error paths that end the process: runs fn in a forked child.
+typedef void (*ChildFn)(void);
+
+// Runs fn in a child; returns its exit status, and its stderr in *err (malloc'd).
+static inline int run_child(ChildFn fn, char **err) {
+    int fds[2];
+    assert_int_equal(pipe(fds), 0);
+    fflush(stdout);
+    fflush(stderr);
+    pid_t pid = fork();
+    assert_true(pid >= 0);
+    if (pid == 0) {
+        dup2(fds[1], 2);
+        close(fds[0]);
+        fn();
+        _exit(0);
+    }
+    close(fds[1]);
+    size_t cap = 1 << 16, len = 0;
+    char *buf = calloc(1, cap);
+    ssize_t got;
+    while ((got = read(fds[0], buf + len, cap - len - 1)) > 0) len += (size_t)got;
+    close(fds[0]);
+    int status = 0;
+    waitpid(pid, &status, 0);
+    *err = buf;
+    return WIFEXITED(status) ? WEXITSTATUS(status) : 128;
+}
+
