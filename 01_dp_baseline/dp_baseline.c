@@ -6,17 +6,9 @@
 #include "kernels.h"
 #include "trainer.h"
 
-static const bf16 *dp_params(void *ctx, int u) {
-    Trainer *t = ctx;
-    return (const bf16 *)t->st.params.ptr + unit_range(t, u).offset;
-}
-
-// Fold this micro-batch's fp32 unit gradients into the bf16 gradient buffer.
-static void dp_grads_ready(void *ctx, int u, const float *g) {
-    Trainer *t = ctx;
-    Range r = unit_range(t, u);
-    t->dev.k->grad_to_bf16(&t->dev, (bf16 *)t->st.grads.ptr + r.offset, g, r.count, t->micro > 0);
-}
+// Params and grads are whole on every rank: the shared replicated hooks
+// (common/trainer.c) hand out slices of the full buffers, and each unit's
+// gradients are accumulated there over the micro-batches.
 
 static void dp_reduce_grads(Trainer *t) {
     dev_sync(&t->dev, STREAM_COMPUTE);  // gradients complete before they travel
@@ -45,7 +37,8 @@ static const Strategy DP_BASELINE = {
     .summary = "Replicated data parallel: every rank holds all model states (16 bytes/param) and\n"
                "all-reduces the gradients after backward.",
     .setup = dp_nothing,
-    .hooks = {NULL, dp_params, hook_nothing, hook_nothing, hook_nothing, dp_grads_ready, hook_nothing},
+    .hooks = {NULL, hook_replicated_params, hook_nothing, hook_nothing, hook_nothing, hook_replicated_grads_ready,
+              hook_nothing},
     .reduce_grads = dp_reduce_grads,
     .grad_norm_sq = dp_grad_norm_sq,
     .update = dp_update,

@@ -20,17 +20,8 @@ static void zero1_setup(Trainer *t) {
     t->sctx = z;
 }
 
-static const bf16 *zero1_params(void *ctx, int u) {
-    Trainer *t = ctx;
-    return (const bf16 *)t->st.params.ptr + unit_range(t, u).offset;
-}
-
-// Gradients accumulate over micro-batches in the full replicated buffer.
-static void zero1_grads_ready(void *ctx, int u, const float *g) {
-    Trainer *t = ctx;
-    Range r = unit_range(t, u);
-    t->dev.k->grad_to_bf16(&t->dev, (bf16 *)t->st.grads.ptr + r.offset, g, r.count, t->micro > 0);
-}
+// bf16 params and grads stay whole, as in dp_baseline (the replicated hooks):
+// gradients accumulate over micro-batches in the full buffer.
 
 static void zero1_reduce_grads(Trainer *t) {
     Zero1 *z = t->sctx;
@@ -65,7 +56,8 @@ static const Strategy ZERO1 = {
     .summary = "ZeRO-1: optimizer states (fp32 master, m, v) sharded over the ranks; gradients\n"
                "reduce-scattered, each rank updates its shard, bf16 params all-gathered.",
     .setup = zero1_setup,
-    .hooks = {NULL, zero1_params, hook_nothing, hook_nothing, hook_nothing, zero1_grads_ready, hook_nothing},
+    .hooks = {NULL, hook_replicated_params, hook_nothing, hook_nothing, hook_nothing, hook_replicated_grads_ready,
+              hook_nothing},
     .reduce_grads = zero1_reduce_grads,
     .grad_norm_sq = zero1_grad_norm_sq,
     .update = zero1_update,

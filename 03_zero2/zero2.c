@@ -17,11 +17,6 @@ static void zero2_setup(Trainer *t) {
     t->sctx = gs;
 }
 
-static const bf16 *zero2_params(void *ctx, int u) {
-    Trainer *t = ctx;
-    return (const bf16 *)t->st.params.ptr + unit_range(t, u).offset;
-}
-
 static void zero2_before_backward(void *ctx, int u) {
     Trainer *t = ctx;
     grad_shard_progress(t->sctx, t);
@@ -65,7 +60,7 @@ static const Strategy ZERO2 = {
                "reduce-scattered asynchronously during backward; bf16 params all-gathered.",
     .flags = STRATEGY_FLAG_BUCKET,
     .setup = zero2_setup,
-    .hooks = {NULL, zero2_params, hook_nothing, hook_nothing, zero2_before_backward, zero2_grads_ready,
+    .hooks = {NULL, hook_replicated_params, hook_nothing, hook_nothing, zero2_before_backward, zero2_grads_ready,
               zero2_after_backward},
     .reduce_grads = zero2_reduce_grads,
     .grad_norm_sq = zero2_grad_norm_sq,

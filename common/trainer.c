@@ -7,6 +7,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include "check.h"
+#include "kernels.h"
 
 // ---- hooks: the strategy's, wrapped so every unit's compute is on the trace ----
 
@@ -40,6 +41,17 @@ static void hook_after_backward(void *ctx, int u) {
 }
 
 void hook_nothing(void *ctx, int u) {}
+
+const bf16 *hook_replicated_params(void *ctx, int u) {
+    Trainer *t = ctx;
+    return (const bf16 *)t->st.params.ptr + unit_range(t, u).offset;
+}
+
+void hook_replicated_grads_ready(void *ctx, int u, const float *g) {
+    Trainer *t = ctx;
+    Range r = unit_range(t, u);
+    t->dev.k->grad_to_bf16(&t->dev, (bf16 *)t->st.grads.ptr + r.offset, g, r.count, t->micro > 0);
+}
 
 // ---- set-up ----
 

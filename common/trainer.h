@@ -75,6 +75,12 @@ typedef struct Trainer {
 int trainer_main(int argc, char **argv, const Strategy *s);
 // For hooks a strategy does not need.
 void hook_nothing(void *ctx, int u);
+// Hooks of the stages that keep the bf16 params (and grads) whole on every
+// rank: unit u's params are a slice of the full buffer, and its fp32
+// gradients are folded into the full bf16 gradient buffer, written by the
+// first micro-batch of a step and accumulated by the others.
+const bf16 *hook_replicated_params(void *ctx, int u);
+void hook_replicated_grads_ready(void *ctx, int u, const float *g);
 // Flat parameter buffer offset and length of unit u.
 static inline Range unit_range(const struct Trainer *t, int u) { return t->layout.unit[u]; }
 
