@@ -37,51 +37,37 @@ static inline unsigned grid_for(size_t n, int block) {
 __device__ inline float to_f32(floatX x) { return __bfloat162float(x); }
 __device__ inline floatX to_bf16(float x) { return __float2bfloat16_rn(x); }
 
-__device__ inline float warp_sum(float x) {
-    for (int o = WARP_SIZE / 2; o > 0; o >>= 1) x += __shfl_xor_sync(FULL_MASK, x, o);
-    return x;
-}
-__device__ inline double warp_sum_f64(double x) {
-    for (int o = WARP_SIZE / 2; o > 0; o >>= 1) x += __shfl_xor_sync(FULL_MASK, x, o);
-    return x;
-}
-__device__ inline float warp_max(float x) {
-    for (int o = WARP_SIZE / 2; o > 0; o >>= 1) x = fmaxf(x, __shfl_xor_sync(FULL_MASK, x, o));
+// Reductions over a warp and over a block: a sum (float or double) or a max (float).
+struct SumOp {
+    template <class T> __device__ static T apply(T a, T b) { return a + b; }
+};
+struct MaxOp {
+    __device__ static float apply(float a, float b) { return fmaxf(a, b); }
+};
+
+template <class Op, class T> __device__ inline T warp_reduce(T x) {
+    for (int o = WARP_SIZE / 2; o > 0; o >>= 1) x = Op::apply(x, __shfl_xor_sync(FULL_MASK, x, o));
     return x;
 }
 
-// Sum (max) over a block of 32..1024 threads (a multiple of 32); every thread
-// gets the result. The leading barrier lets a kernel call it more than once.
-__device__ inline float block_sum(float x) {
-    __shared__ float part[WARP_SIZE];
+// Over a block of 32..1024 threads (a multiple of 32); every thread gets the
+// result. The leading barrier lets a kernel call it more than once.
+template <class Op, class T> __device__ inline T block_reduce(T x, T identity) {
+    __shared__ T part[WARP_SIZE];
     int lane = threadIdx.x % WARP_SIZE, warp = threadIdx.x / WARP_SIZE;
-    x = warp_sum(x);
+    x = warp_reduce<Op>(x);
     __syncthreads();
     if (lane == 0) part[warp] = x;
     __syncthreads();
-    x = lane < (int)(blockDim.x / WARP_SIZE) ? part[lane] : 0.0f;
-    return warp_sum(x);
+    x = lane < (int)(blockDim.x / WARP_SIZE) ? part[lane] : identity;
+    return warp_reduce<Op>(x);
 }
-__device__ inline double block_sum_f64(double x) {
-    __shared__ double part[WARP_SIZE];
-    int lane = threadIdx.x % WARP_SIZE, warp = threadIdx.x / WARP_SIZE;
-    x = warp_sum_f64(x);
-    __syncthreads();
-    if (lane == 0) part[warp] = x;
-    __syncthreads();
-    x = lane < (int)(blockDim.x / WARP_SIZE) ? part[lane] : 0.0;
-    return warp_sum_f64(x);
-}
-__device__ inline float block_max(float x) {
-    __shared__ float part[WARP_SIZE];
-    int lane = threadIdx.x % WARP_SIZE, warp = threadIdx.x / WARP_SIZE;
-    x = warp_max(x);
-    __syncthreads();
-    if (lane == 0) part[warp] = x;
-    __syncthreads();
-    x = lane < (int)(blockDim.x / WARP_SIZE) ? part[lane] : -INFINITY;
-    return warp_max(x);
-}
+
+__device__ inline float warp_sum(float x) { return warp_reduce<SumOp>(x); }
+__device__ inline float warp_max(float x) { return warp_reduce<MaxOp>(x); }
+__device__ inline float block_sum(float x) { return block_reduce<SumOp>(x, 0.0f); }
+__device__ inline double block_sum_f64(double x) { return block_reduce<SumOp>(x, 0.0); }
+__device__ inline float block_max(float x) { return block_reduce<MaxOp>(x, -INFINITY); }
 
 // ---- GEMM (kernels_cuda_matmul.cu) ----------------------------------------------
 
