@@ -21,7 +21,6 @@ void grad_shard_init(GradShard *gs, Trainer *t) {
         gs->bucket[i].send = buf_alloc(&t->dev, TIER_DEVICE, CAT_COMM, cap * sizeof(bf16), "gradient bucket");
         gs->bucket[i].recv = buf_alloc(&t->dev, TIER_DEVICE, CAT_COMM, recv_cap * sizeof(bf16), "reduced bucket part");
     }
-    gs->shard = t->st.grads.ptr;
 }
 
 void grad_shard_free(GradShard *gs, Trainer *t) {
@@ -39,11 +38,11 @@ static bf16 *bucket_at(const GradShard *gs, const Bucket *b, size_t x) {
 
 // Wait for a bucket's reduce-scatter and add its part to the shard: the
 // first micro-batch of a step writes, later ones accumulate.
-static void finish_bucket(GradShard *gs, Trainer *t, Bucket *b) {
+static void finish_bucket(Trainer *t, Bucket *b) {
     if (!b->h.active) return;
     comm_wait(&t->world, &b->h);
     if (b->recv_count > 0) {
-        bf16 *dst = gs->shard + (b->recv_first - t->part.begin);
+        bf16 *dst = (bf16 *)t->st.grads.ptr + (b->recv_first - t->part.begin);
         if (t->micro == 0) dev_copy(&t->dev, dst, b->recv.ptr, b->recv_count * sizeof(bf16), STREAM_COMPUTE);
         else t->dev.k->add_bf16(&t->dev, dst, b->recv.ptr, b->recv_count);
     }
@@ -73,7 +72,7 @@ static void launch_bucket(GradShard *gs, Trainer *t, Bucket *b) {
 static void swap_buckets(GradShard *gs, Trainer *t) {
     launch_bucket(gs, t, &gs->bucket[gs->cur]);
     gs->cur ^= 1;
-    finish_bucket(gs, t, &gs->bucket[gs->cur]);
+    finish_bucket(t, &gs->bucket[gs->cur]);
 }
 
 void grad_shard_add_unit(GradShard *gs, Trainer *t, int u, const float *g) {
@@ -98,7 +97,7 @@ void grad_shard_add_unit(GradShard *gs, Trainer *t, int u, const float *g) {
 
 void grad_shard_flush(GradShard *gs, Trainer *t) {
     swap_buckets(gs, t);
-    finish_bucket(gs, t, &gs->bucket[gs->cur ^ 1]);
+    finish_bucket(t, &gs->bucket[gs->cur ^ 1]);
 }
 
 void grad_shard_progress(GradShard *gs, Trainer *t) {

@@ -20,14 +20,14 @@ typedef struct GradShard {
     Bucket bucket[2];
     int cur;           // the bucket being filled
     size_t cap;        // elements per bucket
-    bf16 *shard;       // this rank's gradient shard (t->st.grads)
 } GradShard;
 
 // Allocates two buckets of --bucket-mb (capped at the padded model size).
 void grad_shard_init(GradShard *gs, Trainer *t);
 void grad_shard_free(GradShard *gs, Trainer *t);
 // Unit u's fp32 gradients for this micro-batch are complete: bucket them,
-// launching reduce-scatters as buckets fill.
+// launching reduce-scatters as buckets fill; the received parts land in the
+// rank's gradient shard, t->st.grads.
 void grad_shard_add_unit(GradShard *gs, Trainer *t, int u, const float *g);
 // End of a micro-batch's backward: send the last bucket and wait for all, so
 // the shard holds the sum over ranks (and over micro-batches so far).

@@ -5,6 +5,7 @@
 #include "check.h"
 
 // Schedule entry e: forward of unit e for e < U, backward of unit 2U-1-e after.
+static int num_entries(const Trainer *t) { return 2 * t->layout.num_units; }
 static int entry_unit(int U, int e) { return e < U ? e : 2 * U - 1 - e; }
 static int entry_of(int U, int u, int backward) { return backward ? 2 * U - 1 - u : u; }
 
@@ -19,7 +20,6 @@ static int entry_reads(const Trainer *t, int e, int out[2]) {
 void param_shard_init(ParamShard *ps, Trainer *t) {
     ps->live = xcalloc((size_t)t->layout.num_units, sizeof(LiveUnit));
     ps->prefetch = t->cfg.prefetch;
-    ps->num_entries = 2 * t->layout.num_units;
 }
 
 // Start the all-gather of unit u into a fresh live buffer: this rank copies
@@ -67,7 +67,7 @@ void param_shard_acquire(ParamShard *ps, Trainer *t, int u, int backward) {
     int e = entry_of(t->layout.num_units, u, backward), reads[2];
     int n = entry_reads(t, e, reads);
     for (int i = 0; i < n; i++) start_gather(ps, t, reads[i]);
-    for (int k = 1; k <= ps->prefetch && e + k < ps->num_entries; k++) {
+    for (int k = 1; k <= ps->prefetch && e + k < num_entries(t); k++) {
         int m = entry_reads(t, e + k, reads);
         for (int i = 0; i < m; i++) start_gather(ps, t, reads[i]);
     }
@@ -80,7 +80,7 @@ void param_shard_acquire(ParamShard *ps, Trainer *t, int u, int backward) {
 // (at least the next one)?
 static int read_soon(const ParamShard *ps, const Trainer *t, int e, int v) {
     int window = ps->prefetch > 0 ? ps->prefetch : 1, reads[2];
-    for (int k = 1; k <= window && e + k < ps->num_entries; k++) {
+    for (int k = 1; k <= window && e + k < num_entries(t); k++) {
         int m = entry_reads(t, e + k, reads);
         for (int i = 0; i < m; i++)
             if (reads[i] == v) return 1;

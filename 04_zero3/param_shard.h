@@ -18,7 +18,6 @@ typedef struct LiveUnit {
 typedef struct ParamShard {
     LiveUnit *live;  // [num_units]
     int prefetch;    // entries of the schedule gathered ahead
-    int num_entries; // 2 * num_units: forward, then backward
 } ParamShard;
 
 void param_shard_init(ParamShard *ps, Trainer *t);
