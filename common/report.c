@@ -219,6 +219,8 @@ static void write_json(const Trainer *t, const Summary *s) {
     json_array(f, "step_ms", r->step_ms, r->n);
     fprintf(f, ",");
     json_array(f, "grad_norms", r->grad_norm, r->n);
+    fprintf(f, ",");
+    json_array(f, "lrs", r->lr, r->n);
     if (isnan(r->val_loss)) fprintf(f, ",\"val_loss\":null");
     else fprintf(f, ",\"val_loss\":%.9g", r->val_loss);
     fprintf(f, ",\"tokens_per_s\":%.3f,\"step_ms_median\":%.3f,\"flops_per_token\":%.6g,\"gflops_per_rank\":%.4f,",
