@@ -28,8 +28,9 @@ typedef struct GPTActs {
     int32_t *inputs, *targets;    // (BT)
 } GPTActs;
 
-// Hands out consecutive pieces of one allocation. Every piece is a multiple
-// of 4 bytes (and of 16 for the (BT,C) activations when C is a multiple of 8).
+// Hands out consecutive pieces of one allocation. A bf16 activation piece
+// (cuda) may be 2 mod 4 bytes long (BT*V*2 with BT and V odd), so the fp32 and
+// int32 pieces come before any such piece and are checked to be 4-aligned.
 typedef struct Carver {
     char *at;
     size_t left;
@@ -40,6 +41,13 @@ static void *carve(Carver *c, size_t bytes) {
     void *p = c->at;
     c->at += bytes;
     c->left -= bytes;
+    return p;
+}
+
+// a piece read as fp32 or int32 by the kernels
+static void *carve_words(Carver *c, size_t bytes) {
+    void *p = carve(c, bytes);
+    CHECK(((uintptr_t)p & 3) == 0, "activation layout: a 4-byte piece at a 2-byte offset; hint: carve odd-sized bf16 pieces last in gpt_alloc");
     return p;
 }
 
@@ -61,8 +69,7 @@ void gpt_alloc(GPT *g, const GPTLayout *l, Device *dev, int B, int T) {
     g->acts = buf_alloc(dev, TIER_DEVICE, CAT_ACTIVATIONS, sizes.total_saved, "activations");
     Carver ca = {g->acts.ptr, g->acts.bytes};
     GPTActs *a = g->a;
-    a->x0 = carve(&ca, BT * C * ab);
-    for (size_t i = 0; i < NL; i++) {
+    for (size_t i = 0; i < NL; i++) {  // 32*BT*C bytes of bf16 pieces keep the fp32 ones aligned
         LayerActs *la = &a->layer[i];
         la->ln1 = carve(&ca, BT * C * ab);
         la->qkv = carve(&ca, BT * 3 * C * ab);
@@ -72,18 +79,21 @@ void gpt_alloc(GPT *g, const GPTLayout *l, Device *dev, int B, int T) {
         la->fch = carve(&ca, BT * 4 * C * ab);
         la->fch_gelu = carve(&ca, BT * 4 * C * ab);
         la->x3 = carve(&ca, BT * C * ab);
-        la->ln1_mean = carve(&ca, BT * fb);
-        la->ln1_rstd = carve(&ca, BT * fb);
-        la->ln2_mean = carve(&ca, BT * fb);
-        la->ln2_rstd = carve(&ca, BT * fb);
-        la->att = carve(&ca, (size_t)B * NH * T * T * fb);
+        la->ln1_mean = carve_words(&ca, BT * fb);
+        la->ln1_rstd = carve_words(&ca, BT * fb);
+        la->ln2_mean = carve_words(&ca, BT * fb);
+        la->ln2_rstd = carve_words(&ca, BT * fb);
+        la->att = carve_words(&ca, (size_t)B * NH * T * T * fb);
     }
+    a->lnf_mean = carve_words(&ca, BT * fb);
+    a->lnf_rstd = carve_words(&ca, BT * fb);
+    a->losses = carve_words(&ca, BT * fb);
+    a->inputs = carve_words(&ca, BT * sizeof(int32_t));
+    a->targets = carve_words(&ca, BT * sizeof(int32_t));
+    a->x0 = carve(&ca, BT * C * ab);
     a->lnf = carve(&ca, BT * C * ab);
-    a->lnf_mean = carve(&ca, BT * fb);
-    a->lnf_rstd = carve(&ca, BT * fb);
-    a->logits = carve(&ca, BT * V * ab);
-    a->losses = carve(&ca, BT * fb);
     a->tmp = carve(&ca, BT * C * ab);
+    a->logits = carve(&ca, BT * V * ab);
 
     g->scratch = buf_alloc(dev, TIER_DEVICE, CAT_WORKSPACE, sizes.backward_scratch, "backward scratch");
     Carver cs = {g->scratch.ptr, g->scratch.bytes};
@@ -95,8 +105,6 @@ void gpt_alloc(GPT *g, const GPTLayout *l, Device *dev, int B, int T) {
     size_t block = l->unit[1].count, head = l->unit[gpt_unit_head(l)].count;
     g->unit_grads = buf_alloc(dev, TIER_DEVICE, CAT_WORKSPACE, (block > head ? block : head) * fb, "fp32 unit gradients");
     g->embed_grads = buf_alloc(dev, TIER_DEVICE, CAT_WORKSPACE, l->unit[GPT_UNIT_EMBED].count * fb, "fp32 embedding gradients");
-    a->inputs = carve(&ca, BT * sizeof(int32_t));
-    a->targets = carve(&ca, BT * sizeof(int32_t));
     g->losses_host = xmalloc(BT * fb);
 }
 

@@ -122,10 +122,41 @@ static void test_init_is_rank_and_range_independent(void **state) {
     free(all); free(part);
 }
 
+// The cuda device keeps activations in bf16, so an odd B*T*V makes the logits
+// 2 mod 4 bytes long. gpt_alloc must still place every fp32 and int32 piece
+// (losses, tokens, layernorm statistics, attention) on a 4-byte boundary
+// (it exits otherwise), with the same total as the formula.
+static void alloc_bf16_odd_shape(void) {
+    Device d;
+    DeviceOptions o = {.kind = "cpu", .local_size = 1};
+    device_init(&d, &o);
+    d.act_bytes = 2;  // as on the cuda device; only the layout is exercised
+    GPTConfig cfg;
+    gpt_preset("small", &cfg);
+    cfg.vocab_size = 257;
+    GPTLayout l;
+    gpt_layout(&l, &cfg);
+    GPT g;
+    gpt_alloc(&g, &l, &d, 1, 63);
+    GPTActBytes want = gpt_activation_bytes(&l, 1, 63, 2);
+    if (g.acts.bytes != want.total_saved) _exit(3);
+    gpt_free(&g);
+    device_destroy(&d);
+}
+
+static void test_bf16_layout_keeps_words_aligned(void **state) {
+    char *err = NULL;
+    int status = run_child(alloc_bf16_odd_shape, &err);
+    if (status != 0) print_message("%s", err);
+    assert_int_equal(status, 0);
+    free(err);
+}
+
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_model_gradients_match_finite_differences),
         cmocka_unit_test(test_init_is_rank_and_range_independent),
+        cmocka_unit_test(test_bf16_layout_keeps_words_aligned),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
