@@ -164,6 +164,12 @@ static void train_step(Trainer *t, int32_t *in, int32_t *tgt) {
     }
     s->reduce_grads(t);
     double norm = sqrt(s->grad_norm_sq(t));
+    if (!isfinite(norm)) {  // the same on every rank; stop before the update writes NaN into the states
+        if (t->world.rank == 0)
+            fprintf(stderr, "%s: error: step %ld: the gradient norm is %g; training diverged (hint: lower --lr, "
+                    "raise --warmup, or set --grad-clip)\n", s->name, t->step + 1, norm);
+        exit_all(EXIT_FAILURE);
+    }
     float clip = (c->grad_clip > 0 && norm > c->grad_clip) ? (float)(c->grad_clip / norm) : 1.0f;
     AdamWStep hp = adamw_step_params(c, t->step, clip);
     double tu = now_us();

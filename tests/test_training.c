@@ -149,6 +149,21 @@ static void test_over_budget(void **state) {
     free(out);
 }
 
+// A learning rate of 1e30 sends the weights to inf after the first update; the
+// run must stop at the first non-finite gradient norm, with one line (not one
+// per rank) and a failing exit status, rather than go on printing NaN losses.
+static void test_divergence_stops(void **state) {
+    (void)state;
+    const char *cmd = "mpirun -np 2 ./zero2 --model tiny --steps 5 --lr 1e30 --quiet";
+    char *out = NULL;
+    int rc = test_run(cmd, &out);
+    if (rc != 1) fail_msg("%s: exit %d, expected 1:\n%s", cmd, rc, out);
+    const char *line = strstr(out, "zero2: error: step 2: the gradient norm is");
+    if (!line || strstr(line + 1, "zero2: error:")) fail_msg("%s: expected one divergence line:\n%s", cmd, out);
+    if (strstr(out, "summary")) fail_msg("%s: a diverged run must not print its summary:\n%s", cmd, out);
+    free(out);
+}
+
 // A 2-rank checkpoint of tiny after 2 steps in root/name.
 static void save_tiny_checkpoint(Ctx *c, const char *name, char *dir) {
     snprintf(dir, PATH_LEN, "%s/%s", c->root, name);
@@ -338,6 +353,7 @@ int main(void) {
         cmocka_unit_test(test_resume_exact),
         cmocka_unit_test(test_bad_flags),
         cmocka_unit_test(test_over_budget),
+        cmocka_unit_test(test_divergence_stops),
         cmocka_unit_test(test_corrupt_checkpoint),
         cmocka_unit_test(test_resume_other_rank_count),
         cmocka_unit_test(test_help),
