@@ -1,5 +1,5 @@
 // elementwise.h: per-element math that the cpu loops and the cuda kernels share
-// (GELU and its derivative, one AdamW element update).
+// (GELU and its derivative, the cross-entropy of one row, one AdamW element update).
 #pragma once
 #include <math.h>
 #include "bf16.h"
@@ -15,6 +15,13 @@ WB_HOSTDEV static inline float gelu_grad_f32(float x) {
     float t = tanhf(GELU_SCALE * (x + cube));
     float sech2 = 1.0f - t * t;
     return 0.5f * (1.0f + t) + 0.5f * x * sech2 * GELU_SCALE * (1.0f + 3.0f * 0.044715f * x * x);
+}
+
+// Cross-entropy of one row from its softmax statistics: -log p[t] =
+// log(sum exp(z - max)) + max - z[t], with max - z[t] taken first, which is
+// exact for nearby values: a confident token (z[t] = max) keeps its small loss.
+WB_HOSTDEV static inline float crossentropy_f32(float sum_exp, float maxv, float zt) {
+    return logf(sum_exp) + (maxv - zt);
 }
 
 // AdamW on one element (Loshchilov & Hutter): decoupled weight decay.

@@ -186,7 +186,7 @@ static void softmax_crossentropy(Device *d, float *losses, act *logits_, const i
         } else {
             for (int i = 0; i < V; i++) sum += expf(z[i] - maxv);
         }
-        losses[r] = logf(sum) + (maxv - zt);  // max - z[t] first: exact for nearby values
+        losses[r] = crossentropy_f32(sum, maxv, zt);
     }
 }
 

@@ -121,7 +121,7 @@ __global__ void softmax_crossentropy_kernel(float *losses, floatX *logits, const
     }
     float maxv = block_max(m);
     float sum = block_sum(m == -INFINITY ? 0.0f : s * expf(m - maxv));
-    if (threadIdx.x == 0) losses[blockIdx.x] = logf(sum) + maxv - zt;
+    if (threadIdx.x == 0) losses[blockIdx.x] = crossentropy_f32(sum, maxv, zt);
     if (dloss_scale == 0.0f) return;
     // every read of pass one finished before the barriers inside block_sum
     float k = dloss_scale / sum;

@@ -99,6 +99,12 @@ void column_partials_accumulate(Device *d, float *acc, const float *partials, in
 // rows of a column-sum partial: each block sums this many rows of its columns
 #define COLSUM_ROWS_PER_PART 64
 #define COLSUM_BLOCK_ROWS 8   // threadIdx.y extent of the column-sum kernels
+// Partials for `rows` rows: one per COLSUM_ROWS_PER_PART, at most the grid's y limit.
+static inline int colsum_parts(int rows) {
+    int parts = (int)ceil_div(rows, COLSUM_ROWS_PER_PART);
+    CHECK(parts <= 65535, "column sums: %d row parts exceed the grid's y limit of 65535; hint: fewer tokens per micro-batch", parts);
+    return parts;
+}
 
 // ---- the kernels that live outside kernels_cuda.cu -------------------------------
 

@@ -110,7 +110,7 @@ void layernorm_backward_cuda(Device *d, act *dinp, float *dw, float *db, const a
         BT, C);
     LAUNCH_CHECK();
 
-    int parts = (int)ceil_div(BT, COLSUM_ROWS_PER_PART);
+    int parts = colsum_parts(BT);
     float *part_w = (float *)device_scratch(d, 2 * (size_t)parts * C * sizeof(float));
     float *part_b = part_w + (size_t)parts * C;
     dim3 pgrid((unsigned)ceil_div(C, WARP_SIZE), (unsigned)parts);

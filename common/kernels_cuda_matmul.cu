@@ -144,7 +144,7 @@ __global__ void bias_grad_partials_kernel(float *partials, const floatX *dout, i
 
 // dbias (OC) += column sums of dout (BT,OC)
 static void bias_grad(Device *d, float *dbias, const floatX *dout, int BT, int OC) {
-    int parts = (int)ceil_div(BT, COLSUM_ROWS_PER_PART);
+    int parts = colsum_parts(BT);
     float *partials = (float *)device_scratch(d, (size_t)parts * OC * sizeof(float));
     dim3 grid((unsigned)ceil_div(OC, WARP_SIZE), (unsigned)parts);
     dim3 block(WARP_SIZE, COLSUM_BLOCK_ROWS);
@@ -154,17 +154,18 @@ static void bias_grad(Device *d, float *dbias, const floatX *dout, int BT, int O
     column_partials_accumulate(d, dbias, partials, parts, OC);
 }
 
-// out (BT,OC) += bias (OC), for a bias the GEMM epilogue cannot read
-__global__ void add_bias_kernel(floatX *out, const floatX *bias, size_t n, int OC) {
-    FOR_EACH_ELEMENT(i, n) out[i] = to_bf16(to_f32(out[i]) + to_f32(bias[i % OC]));
+// out (BT,OC) = bias (OC) in every row, for a bias the GEMM epilogue cannot read
+__global__ void broadcast_bias_kernel(floatX *out, const floatX *bias, size_t n, int OC) {
+    FOR_EACH_ELEMENT(i, n) out[i] = bias[i % OC];
 }
 
 // ---- the linear layer ---------------------------------------------------------------------
 
 void matmul_forward_cuda(Device *d, act *out, const act *inp, const bf16 *w, const bf16 *bias,
                          int BT, int C, int OC) {
-    // the epilogue reads the bias with vector loads; an odd offset in the flat
-    // parameter buffer gets a separate (exact same result) add instead
+    // the epilogue reads the bias with vector loads; at an odd offset in the
+    // flat parameter buffer the bias is first copied into every row of out and
+    // the GEMM adds onto it (beta = 1): one rounding to bf16 either way
     int epilogue_bias = bias && ((uintptr_t)bias % 16 == 0);
     // out (BT,OC) = inp (BT,C) @ w^T, w stored (OC,C)
     GemmArgs g = {};
@@ -174,13 +175,14 @@ void matmul_forward_cuda(Device *d, act *out, const act *inp, const bf16 *w, con
     g.C = out, g.c_f32 = 0;
     g.alpha = 1.0f, g.beta = 0.0f, g.batch = 1;
     g.bias = epilogue_bias ? bias : NULL;
-    gemm_bf16(d, &g);
     if (bias && !epilogue_bias) {
         size_t n = (size_t)BT * OC;
-        add_bias_kernel<<<grid_for(n, 256), 256, 0, cuda_stream(d, STREAM_COMPUTE)>>>(
+        broadcast_bias_kernel<<<grid_for(n, 256), 256, 0, cuda_stream(d, STREAM_COMPUTE)>>>(
             (floatX *)out, (const floatX *)bias, n, OC);
         LAUNCH_CHECK();
+        g.beta = 1.0f;
     }
+    gemm_bf16(d, &g);
 }
 
 void matmul_backward_cuda(Device *d, act *dinp, float *dw, float *dbias, const act *dout,

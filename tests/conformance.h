@@ -1,0 +1,194 @@
+// conformance.h: what the cuda conformance tests share (test_cuda_kernels.c,
+// test_cuda_optim.c): every kernel of kernels.h runs on the cuda device and
+// on the cpu device, from the same inputs. Inputs are drawn in fp32 and
+// rounded to bf16 first, so both devices start from identical numbers: the cpu
+// computes in fp32 with fp32 activations, the cuda device with bf16
+// activations and fp32 accumulation. Tolerances (|cuda - cpu| <= atol + rtol
+// |cpu|, atol a fraction of the largest |cpu| value) follow from that:
+//   - a result rounded once to bf16 (8 mantissa bits): rtol 2^-7 (two ulps);
+//   - sums of many bf16-rounded terms (GEMMs, attention): atol 1-3% of the max,
+//     because rounding errors add up where terms cancel;
+//   - fp32 results from identical inputs (weight gradients, statistics,
+//     losses, AdamW states): only the summation order differs, 1e-5 or less;
+//   - conversions and bf16 adds: bit-exact (both round to nearest even).
+// Where no GPU is visible (or the binary has no CUDA) every test is skipped.
+#pragma once
+#include "testutil.h"
+#include "bf16.h"
+#include "check.h"
+#include "device.h"
+#include "kernels.h"
+
+typedef struct Devices {
+    Device cpu, gpu;
+} Devices;
+
+typedef struct Tol {
+    double atol_of_max, rtol;
+} Tol;
+
+static const Tol TOL_BF16_ONCE = {1e-3, 8e-3};  // fp32 math, one bf16 rounding
+static const Tol TOL_GEMM = {1e-2, 8e-3};       // bf16 operands, output rounded to bf16
+static const Tol TOL_ATTN_BWD = {3e-2, 2e-2};   // P and dS rounded to bf16 between GEMMs
+static const Tol TOL_F32_SUM = {1e-5, 1e-5};    // fp32, summation order only
+static const Tol TOL_F32_GEMM = {1e-4, 1e-4};   // fp32 out of tensor-core accumulation
+
+static inline int group_setup(void **state) {
+    *state = NULL;
+    if (!device_cuda_available()) return 0;
+    Devices *dv = xcalloc(1, sizeof *dv);
+    DeviceOptions cpu_opt = {.kind = "cpu", .local_size = 1};
+    DeviceOptions gpu_opt = {.kind = "cuda", .local_size = 1};
+    device_init(&dv->cpu, &cpu_opt);
+    device_init(&dv->gpu, &gpu_opt);
+    print_message("comparing %s against %s\n", dv->gpu.name, dv->cpu.name);
+    *state = dv;
+    return 0;
+}
+
+static inline int group_teardown(void **state) {
+    Devices *dv = *state;
+    if (dv) {
+        device_destroy(&dv->gpu);
+        device_destroy(&dv->cpu);
+        free(dv);
+    }
+    return 0;
+}
+
+static inline Devices *devices_or_skip(void **state) {
+    if (!*state) {
+#ifdef WB_HAVE_CUDA
+        print_message("no GPU visible: skipped\n");
+#else
+        print_message("no GPU visible (built without CUDA): skipped\n");
+#endif
+        skip();
+    }
+    return *state;
+}
+
+// ---- buffers: one arena per test and device, freed at the end ----------------------
+
+#define ARENA_MAX 32
+typedef struct Arena {
+    Device *d;
+    Buf buf[ARENA_MAX];
+    int n;
+} Arena;
+
+static inline void *arena_alloc(Arena *a, size_t bytes) {
+    assert_true(a->n < ARENA_MAX);
+    a->buf[a->n] = buf_alloc(a->d, TIER_DEVICE, CAT_WORKSPACE, bytes, "conformance test");
+    return a->buf[a->n++].ptr;
+}
+
+static inline void arena_free(Arena *a) {
+    for (int i = 0; i < a->n; i++) buf_free(a->d, &a->buf[i]);
+    a->n = 0;
+}
+
+// Uniform values in [lo, hi) that are exact in bf16.
+static inline float *rand_values(size_t n, uint64_t seed, float lo, float hi) {
+    float *x = xmalloc(n * sizeof *x);
+    test_fill(x, n, seed, lo, hi);
+    for (size_t i = 0; i < n; i++) x[i] = bf16_to_f32(f32_to_bf16(x[i]));
+    return x;
+}
+
+static inline void *put_bytes(Arena *a, const void *src, size_t bytes) {
+    void *p = arena_alloc(a, bytes);
+    dev_copy(a->d, p, src, bytes, STREAM_COMPUTE);
+    dev_sync(a->d, STREAM_COMPUTE);
+    return p;
+}
+
+static inline float *put_f32(Arena *a, const float *x, size_t n) { return put_bytes(a, x, n * 4); }
+
+static inline bf16 *put_bf16(Arena *a, const float *x, size_t n) {
+    bf16 *h = xmalloc(n * sizeof *h);
+    for (size_t i = 0; i < n; i++) h[i] = f32_to_bf16(x[i]);
+    bf16 *p = put_bytes(a, h, n * sizeof *h);
+    free(h);
+    return p;
+}
+
+// an activation: fp32 on the cpu device, bf16 on cuda (d->act_bytes)
+static inline act *put_act(Arena *a, const float *x, size_t n) {
+    return a->d->act_bytes == 4 ? (act *)put_f32(a, x, n) : (act *)put_bf16(a, x, n);
+}
+
+static inline act *alloc_act(Arena *a, size_t n) { return arena_alloc(a, n * a->d->act_bytes); }
+
+static inline void *get_bytes(Device *d, const void *p, size_t bytes) {
+    void *h = xmalloc(bytes);
+    dev_copy(d, h, p, bytes, STREAM_COMPUTE);
+    dev_sync(d, STREAM_COMPUTE);
+    return h;
+}
+
+static inline float *get_f32(Device *d, const float *p, size_t n) { return get_bytes(d, p, n * 4); }
+
+static inline float *get_bf16_as_f32(Device *d, const void *p, size_t n) {
+    bf16 *h = get_bytes(d, p, n * sizeof(bf16));
+    float *x = xmalloc(n * sizeof *x);
+    for (size_t i = 0; i < n; i++) x[i] = bf16_to_f32(h[i]);
+    free(h);
+    return x;
+}
+
+static inline bf16 *get_bf16_raw(Device *d, const bf16 *p, size_t n) { return get_bytes(d, p, n * 2); }
+
+static inline float *get_act(Device *d, const act *p, size_t n) {
+    return d->act_bytes == 4 ? get_f32(d, p, n) : get_bf16_as_f32(d, p, n);
+}
+
+// ---- comparisons ------------------------------------------------------------------------
+
+static inline void expect_close(const char *what, const float *cuda, const float *cpu, size_t n, Tol tol) {
+    double maxabs = 0.0;
+    for (size_t i = 0; i < n; i++) maxabs = fmax(maxabs, fabs(cpu[i]));
+    double atol = tol.atol_of_max * maxabs;
+    size_t bad = 0, worst = 0;
+    double worst_excess = -1.0;
+    for (size_t i = 0; i < n; i++) {
+        double err = fabs((double)cuda[i] - cpu[i]), lim = atol + tol.rtol * fabs(cpu[i]);
+        if (err <= lim) continue;  // NaN fails here too
+        bad++;
+        double excess = isnan(err) ? INFINITY : err - lim;
+        if (excess > worst_excess) worst_excess = excess, worst = i;
+    }
+    if (bad) {
+        print_error("%s: %zu of %zu elements off; worst [%zu] cuda %.7g cpu %.7g (atol %.3g, "
+                    "rtol %.3g)\n", what, bad, n, worst, cuda[worst], cpu[worst], atol, tol.rtol);
+        fail();
+    }
+}
+
+static inline void expect_bits_equal(const char *what, const bf16 *cuda, const bf16 *cpu, size_t n) {
+    for (size_t i = 0; i < n; i++) {
+        if (cuda[i] != cpu[i]) {
+            print_error("%s: [%zu] cuda 0x%04x (%g) cpu 0x%04x (%g)\n", what, i, cuda[i],
+                        bf16_to_f32(cuda[i]), cpu[i], bf16_to_f32(cpu[i]));
+            fail();
+        }
+    }
+}
+
+
+static inline int32_t *rand_tokens(size_t n, int V, uint64_t seed) {
+    uint64_t s = seed * 0x9E3779B97F4A7C15ull + 1;
+    int32_t *t = xmalloc(n * sizeof *t);
+    for (size_t i = 0; i < n; i++) t[i] = (int32_t)(test_rng_next(&s) % (uint64_t)V);
+    return t;
+}
+
+// Each test runs the kernel once per device: index 0 the cpu, 1 the cuda device.
+#define FOR_BOTH_DEVICES(dv, k, d) \
+    for (int k = 0; k < 2; k++)    \
+        for (Device *d = k ? &(dv)->gpu : &(dv)->cpu; d; d = NULL)
+
+static inline void free_pair(float *x[2]) {
+    free(x[0]);
+    free(x[1]);
+}

@@ -1,0 +1,131 @@
+// test_cuda_optim.c: gradient rounding, the gradient norm, AdamW and the
+// bf16 conversions on the cuda device against the cpu device; tolerances and
+// their reasons in conformance.h. Where no GPU is visible every test is skipped.
+#include "conformance.h"
+
+// ---- gradients, optimizer, conversions ---------------------------------------------------------
+
+static void test_grad_to_bf16_and_add(void **state) {
+    Devices *dv = devices_or_skip(state);
+    size_t n = 4099;
+    float *src = xmalloc(n * sizeof *src);  // arbitrary fp32: exercises the rounding
+    test_fill(src, n, 51, -1, 1);
+    float *dst0 = rand_values(n, 52, -1, 1), *other = rand_values(n, 53, -1, 1);
+    bf16 *set[2], *acc[2], *sum[2];
+    FOR_BOTH_DEVICES(dv, k, d) {
+        Arena a = {.d = d};
+        float *s = put_f32(&a, src, n);
+        bf16 *x = put_bf16(&a, dst0, n), *y = put_bf16(&a, dst0, n), *o = put_bf16(&a, other, n);
+        d->k->grad_to_bf16(d, x, s, n, 0);
+        d->k->grad_to_bf16(d, y, s, n, 1);
+        set[k] = get_bf16_raw(d, x, n);
+        acc[k] = get_bf16_raw(d, y, n);
+        d->k->add_bf16(d, y, o, n);
+        sum[k] = get_bf16_raw(d, y, n);
+        arena_free(&a);
+    }
+    expect_bits_equal("grad_to_bf16 (set)", set[1], set[0], n);
+    expect_bits_equal("grad_to_bf16 (accumulate)", acc[1], acc[0], n);
+    expect_bits_equal("add_bf16", sum[1], sum[0], n);
+    for (int k = 0; k < 2; k++) free(set[k]), free(acc[k]), free(sum[k]);
+    free(src), free(dst0), free(other);
+}
+
+static void test_sum_squares(void **state) {
+    Devices *dv = devices_or_skip(state);
+    size_t n = 100003;
+    float *x = rand_values(n, 54, -3, 3);
+    double ss[2];
+    FOR_BOTH_DEVICES(dv, k, d) {
+        Arena a = {.d = d};
+        bf16 *xi = put_bf16(&a, x, n);
+        ss[k] = d->k->sum_squares_bf16(d, xi, n);
+        arena_free(&a);
+    }
+    if (!test_close(ss[1], ss[0], 0, 1e-10)) {
+        print_error("sum_squares_bf16: cuda %.17g cpu %.17g\n", ss[1], ss[0]);
+        fail();
+    }
+    free(x);
+}
+
+static void check_adamw(Devices *dv, int with_param) {
+    size_t n = 5003;
+    float *master = xmalloc(n * sizeof(float));
+    test_fill(master, n, 61, -1, 1);
+    float *m = rand_values(n, 62, -0.1f, 0.1f), *v = rand_values(n, 63, 0, 0.01f);
+    float *g = rand_values(n, 64, -1, 1);
+    AdamWStep s = {.lr = 1e-3f, .beta1 = 0.9f, .beta2 = 0.95f, .eps = 1e-8f,
+                   .weight_decay = 0.1f, .grad_scale = 0.5f};
+    s.bias_corr1 = 1.0f - powf(s.beta1, 3);
+    s.bias_corr2 = 1.0f - powf(s.beta2, 3);
+    float *mw[2], *mm[2], *vv[2], *p[2] = {NULL, NULL};
+    FOR_BOTH_DEVICES(dv, k, d) {
+        Arena a = {.d = d};
+        float *mi = put_f32(&a, master, n), *m1 = put_f32(&a, m, n), *v1 = put_f32(&a, v, n);
+        bf16 *gi = put_bf16(&a, g, n), *pi = with_param ? put_bf16(&a, g, n) : NULL;
+        d->k->adamw(d, mi, m1, v1, gi, pi, n, &s);
+        mw[k] = get_f32(d, mi, n);
+        mm[k] = get_f32(d, m1, n);
+        vv[k] = get_f32(d, v1, n);
+        if (pi) p[k] = get_bf16_as_f32(d, pi, n);
+        arena_free(&a);
+    }
+    Tol tight = {1e-6, 1e-6};  // same formula (elementwise.h); FMA contraction may differ
+    expect_close("adamw master", mw[1], mw[0], n, tight);
+    expect_close("adamw m", mm[1], mm[0], n, tight);
+    expect_close("adamw v", vv[1], vv[0], n, tight);
+    // a master one fp32 ulp apart may round to the neighbouring bf16
+    if (with_param) expect_close("adamw param", p[1], p[0], n, (Tol){0, 8e-3});
+    free_pair(mw), free_pair(mm), free_pair(vv), free_pair(p);
+    free(master), free(m), free(v), free(g);
+}
+
+static void test_adamw(void **state) {
+    Devices *dv = devices_or_skip(state);
+    check_adamw(dv, 1);
+    check_adamw(dv, 0);  // param NULL (sharded optimizer without a local bf16 copy)
+}
+
+static void check_conversions(Devices *dv, size_t n) {
+    float *x = xmalloc(n * sizeof *x);
+    test_fill(x, n, 71, -100, 100);
+    x[0] = 1.0f + 1.0f / 256;  // exactly halfway between two bf16: ties to even (down)
+    x[1] = 1.0f + 3.0f / 256;  // halfway, rounds up to the even neighbour
+    x[2] = -0.0f, x[3] = 3.0e38f, x[4] = 1e-40f;  // signed zero, near max, subnormal
+    bf16 *h[2];
+    float *back[2];
+    FOR_BOTH_DEVICES(dv, k, d) {
+        Arena a = {.d = d};
+        float *xi = put_f32(&a, x, n), *yi = arena_alloc(&a, n * sizeof(float));
+        bf16 *hi = arena_alloc(&a, n * sizeof(bf16));
+        d->k->f32_to_bf16(d, hi, xi, n);
+        d->k->bf16_to_f32(d, yi, hi, n);
+        h[k] = get_bf16_raw(d, hi, n);
+        back[k] = get_f32(d, yi, n);
+        arena_free(&a);
+    }
+    expect_bits_equal("f32_to_bf16", h[1], h[0], n);
+    expect_close("bf16_to_f32", back[1], back[0], n, (Tol){0, 0});
+    for (int k = 0; k < 2; k++) free(h[k]);
+    free_pair(back);
+    free(x);
+}
+
+static void test_conversions(void **state) {
+    Devices *dv = devices_or_skip(state);
+    check_conversions(dv, 4096);
+    // more elements than a capped grid has threads (65536 blocks x 256):
+    // the grid-stride loops make a second pass
+    check_conversions(dv, (size_t)65536 * 256 + 4099);
+}
+
+int main(void) {
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_grad_to_bf16_and_add),
+        cmocka_unit_test(test_sum_squares),
+        cmocka_unit_test(test_adamw),
+        cmocka_unit_test(test_conversions),
+    };
+    return cmocka_run_group_tests(tests, group_setup, group_teardown);
+}
