@@ -21,7 +21,7 @@ CUDA_HOME ?= $(if $(NVCC),$(patsubst %/bin/nvcc,%,$(realpath $(NVCC))))
 HAVE_NCCL := $(if $(NVCC),$(call probe,nccl gcc -I$(CUDA_HOME)/include -L$(CUDA_HOME)/lib64))
 
 MISSING := $(if $(HAVE_MPI),,Open MPI) $(if $(HAVE_BLAS),,OpenBLAS) $(if $(HAVE_AIO),,libaio) $(if $(HAVE_CMOCKA),,cmocka)
-SKIPPED := $(if $(NVCC),$(if $(HAVE_NCCL),,nccl (nccl.h not found)),cuda device and NCCL ($(if $(filter 1,$(GPU)),nvcc not found,GPU=0)))
+SKIPPED := $(if $(NVCC),$(if $(HAVE_NCCL),,nccl (no nccl.h of NCCL 2.18 or newer)),cuda device and NCCL ($(if $(filter 1,$(GPU)),nvcc not found,GPU=0)))
 
 # ---- flags ----------------------------------------------------------------
 CC := $(if $(MPICC),$(MPICC),cc)
@@ -29,8 +29,9 @@ OPT ?= -O3 -march=native
 CFLAGS := $(OPT) -fno-math-errno -std=gnu11 -fopenmp -Wall -Wextra -Wno-unused-parameter -Icommon -I$(BLAS_INC) -MMD -MP
 LDLIBS := -lopenblas -laio -lm -fopenmp
 # sm_80 and sm_90, the visible GPU's own architecture, and PTX for newer ones
-GPU_ARCH := $(if $(NVCC),$(shell nvidia-smi --query-gpu=compute_cap --format=csv,noheader 2>/dev/null | head -1 | tr -d '.'))
-CUDA_ARCHS ?= $(sort 80 90 $(GPU_ARCH))
+# (only a "major.minor" answer counts: a failing nvidia-smi prints prose)
+GPU_ARCH := $(if $(NVCC),$(shell nvidia-smi --query-gpu=compute_cap --format=csv,noheader 2>/dev/null | grep -E '^[0-9]+\.[0-9]+$$' | head -1 | tr -d '.'))
+CUDA_ARCHS ?= $(shell printf '%s\n' 80 90 $(GPU_ARCH) | sort -n -u)
 ifneq ($(NVCC),)
   CFLAGS += -DWB_HAVE_CUDA -I$(CUDA_HOME)/include $(if $(HAVE_NCCL),-DWB_HAVE_NCCL)
   NVFLAGS := -O3 -std=c++17 -Icommon -DWB_HAVE_CUDA $(if $(HAVE_NCCL),-DWB_HAVE_NCCL) \

@@ -57,7 +57,6 @@ static void finish_gather(Trainer *t, LiveUnit *lu) {
 static void drop(Trainer *t, LiveUnit *lu) {
     finish_gather(t, lu);
     if (lu->state == LIVE_NONE) return;
-    dev_sync(&t->dev, STREAM_COMPUTE);  // kernels queued on the unit may still read it (cuda)
     buf_free(&t->dev, &lu->buf);
     lu->state = LIVE_NONE;
 }

@@ -154,7 +154,10 @@ void comm_nccl_wait(Comm *c, CommHandle *k) {
 int comm_nccl_test(Comm *c, CommHandle *k) {
     if (!k->event) return 1;
     cudaError_t st = cudaEventQuery((cudaEvent_t)k->event);
-    if (st == cudaErrorNotReady) return 0;
+    if (st == cudaErrorNotReady) {
+        (void)cudaGetLastError();  // NotReady is also recorded as the last error: the next launch check would blame its kernel
+        return 0;
+    }
     cudaCheck(st);
     comm_nccl_wait(c, k);
     return 1;

@@ -8,7 +8,21 @@
 
 int device_cuda_available(void) {
 #ifdef WB_HAVE_CUDA
-    return device_cuda_count() > 0;
+    return device_cuda_count(NULL, 0) > 0;
+#else
+    return 0;
+#endif
+}
+
+// --device auto: cuda where a GPU is usable, else cpu; a GPU that is there
+// but unusable (driver too old) is worth one line, not a silent cpu run.
+static int auto_picks_cuda(void) {
+#ifdef WB_HAVE_CUDA
+    char why[256];
+    int count = device_cuda_count(why, sizeof why);
+    if (count < 0 && world_rank() == 0)
+        fprintf(stderr, "warning: --device auto: %s; running on the cpu device\n", why);
+    return count > 0;
 #else
     return 0;
 #endif
@@ -16,9 +30,6 @@ int device_cuda_available(void) {
 
 static void init_cuda(Device *d, const DeviceOptions *opt) {
 #ifdef WB_HAVE_CUDA
-    if (device_cuda_count() <= 0)
-        fail_usage("--device cuda: no GPU visible to this process (check nvidia-smi and "
-                   "CUDA_VISIBLE_DEVICES); use --device cpu");
     device_cuda_init(d, opt);
 #else
     (void)d;
@@ -34,7 +45,7 @@ void device_init(Device *d, const DeviceOptions *opt) {
     d->trace = opt->trace;
     const char *kind = opt->kind ? opt->kind : "auto";
     if (strcmp(kind, "auto") == 0) {
-        if (device_cuda_available()) init_cuda(d, opt);
+        if (auto_picks_cuda()) init_cuda(d, opt);
         else device_cpu_init(d, opt);
     } else if (strcmp(kind, "cpu") == 0) {
         device_cpu_init(d, opt);

@@ -7,5 +7,8 @@
 void device_cpu_init(Device *d, const DeviceOptions *opt);
 #ifdef WB_HAVE_CUDA
 void device_cuda_init(Device *d, const DeviceOptions *opt);  // device_cuda.cu
-int device_cuda_count(void);  // GPUs visible to this process (0 when none or no driver)
+// GPUs visible to this process. When there are none, `why` (may be NULL) says
+// why in a few words, and the result is -1 where a GPU driver is installed
+// but unusable (too old for this binary, or failing): worth a warning.
+int device_cuda_count(char *why, size_t why_bytes);
 #endif

@@ -40,7 +40,10 @@ static void *cuda_alloc(Device *d, MemTier tier, size_t bytes) {
 static void cuda_free(Device *d, MemTier tier, void *ptr, size_t bytes) {
     (void)d, (void)bytes;
     switch (tier) {
-    case TIER_DEVICE: cudaCheck(cudaFree(ptr)); break;
+    // cudaFree only "may" synchronize; kernels and collectives still queued
+    // on any stream may read the buffer (a ZeRO-3 unit released after its
+    // backward was issued), so the device finishes first
+    case TIER_DEVICE: cudaCheck(cudaDeviceSynchronize()); cudaCheck(cudaFree(ptr)); break;
     case TIER_PINNED: cudaCheck(cudaFreeHost(ptr)); break;
     default: free(ptr); break;
     }
@@ -184,14 +187,32 @@ static int host_threads(const DeviceOptions *opt) {
 // ---- entry points (device_backends.h) ------------------------------------------------
 
 // A binary built with nvcc must still run where there is no driver or no GPU:
-// every error here means "no GPU", not a failure.
-extern "C" int device_cuda_count(void) {
-    int n = 0;
-    if (cudaGetDeviceCount(&n) != cudaSuccess) {
-        (void)cudaGetLastError();
-        return 0;
+// every error here means "no GPU", not a failure. A driver older than the
+// runtime this binary was built with gives the same error as no driver at
+// all, so the driver's version tells the two apart.
+extern "C" int device_cuda_count(char *why, size_t why_bytes) {
+    int n = 0, driver = 0, runtime = 0;
+    cudaError_t st = cudaGetDeviceCount(&n);
+    if (st == cudaSuccess && n > 0) return n;
+    (void)cudaGetLastError();
+    (void)cudaDriverGetVersion(&driver);  // 0 = no driver installed
+    (void)cudaRuntimeGetVersion(&runtime);
+    char text[256];
+    int unusable = 0;
+    if (st == cudaSuccess || st == cudaErrorNoDevice) {
+        snprintf(text, sizeof text, "no GPU visible to this process (check nvidia-smi and CUDA_VISIBLE_DEVICES)");
+    } else if (driver == 0) {
+        snprintf(text, sizeof text, "no NVIDIA driver is installed");
+    } else if (st == cudaErrorInsufficientDriver) {
+        snprintf(text, sizeof text, "the driver supports CUDA %d.%d but this binary needs %d.%d (update the driver)",
+                 driver / 1000, driver % 1000 / 10, runtime / 1000, runtime % 1000 / 10);
+        unusable = 1;
+    } else {
+        snprintf(text, sizeof text, "the driver reports %s (%s)", cudaGetErrorName(st), cudaGetErrorString(st));
+        unusable = 1;
     }
-    return n;
+    if (why && why_bytes) snprintf(why, why_bytes, "%s", text);
+    return unusable ? -1 : 0;
 }
 
 // An empty kernel: asking for its attributes tells whether this binary holds
@@ -224,8 +245,9 @@ static void create_streams(CudaImpl *impl) {
 extern "C" void device_cuda_init(Device *d, const DeviceOptions *opt) {
     if (opt->hbm_gb < 0)
         fail_usage("--hbm-gb %g: must be >= 0 (0 = the card's memory)", opt->hbm_gb);
-    int count = device_cuda_count();
-    if (count <= 0) fail_usage("--device cuda: no GPU visible to this process; use --device cpu");
+    char why[256];
+    int count = device_cuda_count(why, sizeof why);
+    if (count <= 0) fail_usage("--device cuda: %s; use --device cpu", why);
     int local_rank = opt->local_rank > 0 ? opt->local_rank : 0;
     int ordinal = local_rank % count;  // ranks beyond the GPU count share GPUs (MPI backend)
     cudaCheck(cudaSetDevice(ordinal));

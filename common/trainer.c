@@ -61,14 +61,16 @@ static void fit_hint(void *arg, char *out, size_t n) {
 }
 
 // The device bytes this run will need (model states on the device tier plus
-// activations and workspaces), checked before allocating so an over-budget
-// model is one clear line rather than a failure halfway through set-up.
+// activations and workspaces, on top of what the device already holds, such
+// as cuBLASLt's workspace), checked before allocating so an over-budget model
+// is one clear line rather than a failure halfway through set-up.
 static void check_budget(Trainer *t) {
     if (t->dev.mem.budget[TIER_DEVICE] == 0) return;
     StateBytes sb;
     stage_state_bytes(t->strategy->stage, t->layout.num_params, t->world.size, &sb);
     GPTActBytes ab = gpt_activation_bytes(&t->layout, t->cfg.batch, t->cfg.seq_len, t->dev.act_bytes);
-    double need = sb.tier_total[TIER_DEVICE] + ab.total_saved + ab.backward_scratch + ab.grad_workspace;
+    double need = sb.tier_total[TIER_DEVICE] + ab.total_saved + ab.backward_scratch + ab.grad_workspace +
+                  (double)t->dev.mem.tier_current[TIER_DEVICE];
     double budget = (double)t->dev.mem.budget[TIER_DEVICE];
     if (need <= budget) return;
     double other = need - sb.tier_total[TIER_DEVICE];  // activations and workspace, whatever the stage

@@ -51,6 +51,7 @@ static Buf *optim_buf(Trainer *t, int i) { return i == 0 ? &t->st.master : (i ==
 void trainer_save(Trainer *t, uint64_t data_rows) {
     HostOptim h;
     host_optim_alloc(t, &h);
+    dev_sync(&t->dev, STREAM_COMPUTE);  // the update wrote the states on the compute stream
     for (int i = 0; i < 3; i++) dev_copy(&t->dev, h.t[i].host, optim_buf(t, i)->ptr, h.t[i].bytes, STREAM_COPY);
     dev_sync(&t->dev, STREAM_COPY);
     CkptManifest m = manifest_of(t, data_rows);

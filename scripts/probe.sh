@@ -17,6 +17,9 @@ int main(void){io_context_t c=0;return io_setup(1,&c);}'; libs=(-laio);;
 #include <cmocka.h>
 int main(void){return 0;}'; libs=(-lcmocka);;
   nccl)   src='#include <nccl.h>
+#if NCCL_VERSION_CODE < NCCL_VERSION(2, 18, 0)
+#error "ncclCommSplit needs NCCL 2.18 or newer"
+#endif
 int main(void){int v;return ncclGetVersion(&v);}'; libs=(-lnccl -lcudart);;
   *) exit 0;;
 esac
