@@ -25,7 +25,7 @@ int world_rank(void) {
     return rank;
 }
 
-static int world_size(void) {
+int world_size(void) {
     if (!mpi_is_running()) return 1;
     int size = 1;
     MPI_Comm_size(MPI_COMM_WORLD, &size);
@@ -46,6 +46,14 @@ __attribute__((noreturn)) static void abort_job(int status) {
     fflush(stderr);
     if (mpi_is_running() && world_size() > 1) MPI_Abort(MPI_COMM_WORLD, status);
     exit(status);
+}
+
+void mpi_fail_at(const char *file, int line, int code, const char *call) {
+    char text[MPI_MAX_ERROR_STRING] = "";
+    int len = 0;
+    if (MPI_Error_string(code, text, &len) != MPI_SUCCESS) snprintf(text, sizeof text, "code %d", code);
+    fail_at(file, line, "MPI call failed (%s): %s; hint: check that every rank calls the same collectives "
+            "in the same order, with matching counts", text, call);
 }
 
 // One line, written with a single fprintf so ranks' lines do not interleave.

@@ -29,19 +29,21 @@ __attribute__((noreturn, format(printf, 3, 4))) void fail_at(const char *file, i
         if (!(cond)) fail_at(__FILE__, __LINE__, __VA_ARGS__); \
     } while (0)
 
-#define mpiCheck(call)                                                               \
-    do {                                                                             \
-        int mpi_status_ = (call);                                                    \
-        if (mpi_status_ != 0)                                                        \
-            fail_at(__FILE__, __LINE__, "MPI call failed (code %d): %s; hint: check " \
-                    "that every rank calls the same collectives in the same order",  \
-                    mpi_status_, #call);                                             \
+// MPI errors return to the caller (MPI_ERRORS_RETURN, set by comm_world_init)
+// so that this check, not MPI's own abort banner, reports them.
+#define mpiCheck(call)                                                  \
+    do {                                                                \
+        int mpi_status_ = (call);                                       \
+        if (mpi_status_ != 0) mpi_fail_at(__FILE__, __LINE__, mpi_status_, #call); \
     } while (0)
+__attribute__((noreturn)) void mpi_fail_at(const char *file, int line, int code, const char *call);
 
 // malloc that cannot return NULL (ordinary host memory, not tracked by mem;
 // use buf_alloc for anything that counts as model or training memory)
 void *xmalloc(size_t bytes);
 void *xcalloc(size_t n, size_t size);
 
-// This process's rank in MPI_COMM_WORLD, or 0 before MPI_Init/after finalize.
+// This process's rank in MPI_COMM_WORLD and the world's size, or 0 and 1
+// before MPI_Init or after MPI_Finalize.
 int world_rank(void);
+int world_size(void);

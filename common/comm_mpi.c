@@ -355,10 +355,13 @@ void comm_world_init(Comm *world, int *argc, char ***argv, int *local_rank, int 
     mpiCheck(MPI_Init_thread(argc, argv, MPI_THREAD_FUNNELED, &provided));
     CHECK(provided >= MPI_THREAD_FUNNELED, "MPI provides thread level %d, below FUNNELED; hint: "
           "use an MPI built with thread support", provided);
+    // errors come back to mpiCheck (file:line and a hint) instead of aborting
+    // inside MPI; communicators split from the world inherit the handler
+    mpiCheck(MPI_Comm_set_errhandler(MPI_COMM_WORLD, MPI_ERRORS_RETURN));
     memset(world, 0, sizeof *world);
     world->mpi = MPI_COMM_WORLD;
-    MPI_Comm_rank(MPI_COMM_WORLD, &world->rank);
-    MPI_Comm_size(MPI_COMM_WORLD, &world->size);
+    mpiCheck(MPI_Comm_rank(MPI_COMM_WORLD, &world->rank));
+    mpiCheck(MPI_Comm_size(MPI_COMM_WORLD, &world->size));
     world->backend = COMM_MPI;
     mpiCheck(MPI_Op_create(bf16_sum_op, 1, &world->bf16_sum));  // 1: commutative
     world->owns_op = 1;
@@ -367,9 +370,9 @@ void comm_world_init(Comm *world, int *argc, char ***argv, int *local_rank, int 
     MPI_Comm node;
     mpiCheck(MPI_Comm_split_type(MPI_COMM_WORLD, MPI_COMM_TYPE_SHARED, world->rank, MPI_INFO_NULL,
                                  &node));
-    MPI_Comm_rank(node, local_rank);
-    MPI_Comm_size(node, local_size);
-    MPI_Comm_free(&node);
+    mpiCheck(MPI_Comm_rank(node, local_rank));
+    mpiCheck(MPI_Comm_size(node, local_size));
+    mpiCheck(MPI_Comm_free(&node));
 }
 
 void comm_setup(Comm *c, Device *dev, const char *backend, Trace *trace) {
@@ -405,8 +408,8 @@ void comm_split(Comm *parent, int color, int key, Comm *out) {
     mpiCheck(MPI_Comm_split(parent->mpi, color, key, &out->mpi));
     out->rank = -1;  // color MPI_UNDEFINED: this rank is in no group
     if (out->mpi != MPI_COMM_NULL) {
-        MPI_Comm_rank(out->mpi, &out->rank);
-        MPI_Comm_size(out->mpi, &out->size);
+        mpiCheck(MPI_Comm_rank(out->mpi, &out->rank));
+        mpiCheck(MPI_Comm_size(out->mpi, &out->size));
     }
     out->backend = parent->backend;
     out->dev = parent->dev;
@@ -422,8 +425,8 @@ void comm_free(Comm *c) {
 #ifdef WB_HAVE_NCCL
     comm_nccl_free(c);
 #endif
-    if (c->mpi != MPI_COMM_NULL && c->mpi != MPI_COMM_WORLD) MPI_Comm_free(&c->mpi);
-    if (c->owns_op && c->bf16_sum != MPI_OP_NULL) MPI_Op_free(&c->bf16_sum);
+    if (c->mpi != MPI_COMM_NULL && c->mpi != MPI_COMM_WORLD) mpiCheck(MPI_Comm_free(&c->mpi));
+    if (c->owns_op && c->bf16_sum != MPI_OP_NULL) mpiCheck(MPI_Op_free(&c->bf16_sum));
     c->mpi = MPI_COMM_NULL;
     c->bf16_sum = MPI_OP_NULL;
     c->owns_op = 0;

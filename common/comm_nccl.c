@@ -42,7 +42,7 @@ int comm_nccl_supported(Comm *c) {
     MPI_Comm node;
     mpiCheck(MPI_Comm_split_type(c->mpi, MPI_COMM_TYPE_SHARED, c->rank, MPI_INFO_NULL, &node));
     int n = 0;
-    MPI_Comm_size(node, &n);
+    mpiCheck(MPI_Comm_size(node, &n));
     char *uuids = xmalloc((size_t)n * sizeof prop.uuid);
     mpiCheck(MPI_Allgather(&prop.uuid, (int)sizeof prop.uuid, MPI_BYTE, uuids,
                            (int)sizeof prop.uuid, MPI_BYTE, node));
@@ -53,7 +53,7 @@ int comm_nccl_supported(Comm *c) {
                        sizeof prop.uuid) == 0)
                 own_gpu = 0;
     free(uuids);
-    MPI_Comm_free(&node);
+    mpiCheck(MPI_Comm_free(&node));
     int all = 0;  // every node must agree
     mpiCheck(MPI_Allreduce(&own_gpu, &all, 1, MPI_INT, MPI_MIN, c->mpi));
     return all;

@@ -130,20 +130,9 @@ static void write_trace_file(const char *path, const PackedSpan *all, const Rank
         fail_rank(EXIT_USAGE, "--trace %s: writing failed: %s", path, strerror(errno));
 }
 
-static int mpi_is_running(void) {
-    int initialized = 0, finalized = 0;
-    MPI_Initialized(&initialized);
-    MPI_Finalized(&finalized);
-    return initialized && !finalized;
-}
-
 void trace_write(Trace *t, const char *path) {
     if (!t->enabled) return;
-    int rank = 0, nranks = 1;
-    if (mpi_is_running()) {
-        MPI_Comm_rank(MPI_COMM_WORLD, &rank);
-        MPI_Comm_size(MPI_COMM_WORLD, &nranks);
-    }
+    int rank = world_rank(), nranks = world_size();
     RankHeader mine = {t->count, t->dropped};
     RankHeader *hdr = xcalloc(nranks, sizeof *hdr);
     PackedSpan *packed = pack_spans(t);
@@ -169,7 +158,7 @@ void trace_write(Trace *t, const char *path) {
         all = rank == 0 ? xcalloc(total, sizeof *all) : NULL;
         mpiCheck(MPI_Gatherv(packed, (int)t->count, span_type, all, counts, displs, span_type, 0,
                              MPI_COMM_WORLD));
-        MPI_Type_free(&span_type);
+        mpiCheck(MPI_Type_free(&span_type));
         free(counts);
         free(displs);
     } else {

@@ -105,7 +105,7 @@ static void setup(Trainer *t, int argc, char **argv, const Strategy *s) {
     resolve_batch(t);
 
     double origin = now_us();
-    MPI_Bcast(&origin, 1, MPI_DOUBLE, 0, t->world.mpi);
+    mpiCheck(MPI_Bcast(&origin, 1, MPI_DOUBLE, 0, t->world.mpi));
     trace_init(&t->trace, t->cfg.trace != NULL, origin);
     DeviceOptions dopt = {.kind = t->cfg.device, .hbm_gb = t->cfg.hbm_gb, .local_rank = local_rank,
                           .local_size = local_size, .trace = &t->trace};
