@@ -24,6 +24,11 @@ typedef struct CommStats {
     double inflight_us;   // issue-to-completion time summed over calls
 } CommStats;
 
+// Pinned staging buffers kept for reuse on the MPI path of the cuda device:
+// pinning memory is slow (it maps every page), so a finished call's stage
+// waits here for the next call that fits in it.
+#define COMM_STAGE_POOL 4
+
 typedef struct Comm {
     MPI_Comm mpi;
     int rank, size;
@@ -34,6 +39,8 @@ typedef struct Comm {
     Trace *trace;
     MPI_Op bf16_sum;     // created once at comm_world_init; shared by sub-groups
     int owns_op;
+    Buf stage_pool[COMM_STAGE_POOL];  // idle pinned stages (empty Buf = free slot)
+    int stage_always;    // stage even on the cpu device: lets the cpu tests run the cuda MPI path
 } Comm;
 
 typedef struct CommHandle {
@@ -45,6 +52,7 @@ typedef struct CommHandle {
     Buf stage;
     void *dst;
     size_t dst_bytes;
+    size_t gather_elem_bytes;  // all-gather: copy back only the ranks' parts (mpi_counts), not the gaps
     // int counts/displacements of a v-collective: MPI reads them until the
     // nonblocking call completes, so they live as long as the handle
     int *mpi_counts;

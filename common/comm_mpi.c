@@ -68,6 +68,67 @@ static double ring_factor(CommOp op, int n) {
     }
 }
 
+// ---- staging of device buffers --------------------------------------------
+
+// The MPI path assumes an MPI that is not CUDA-aware: on the cuda device the
+// call works on a pinned host copy. The stage gets `in_bytes` of `in` at
+// `in_offset`; on completion its first `back_bytes` go to `back`. The data
+// must be ready in compute-stream order (we copy and sync on that stream).
+// Stages are pinned (CAT_COMM) and come from the group's pool when one fits.
+static int needs_staging(const Comm *c) { return c->dev && (c->dev->kind == DEVICE_CUDA || c->stage_always); }
+
+static Buf take_stage(Comm *c, size_t bytes) {
+    int best = -1;
+    for (int i = 0; i < COMM_STAGE_POOL; i++) {
+        size_t have = c->stage_pool[i].bytes;
+        if (c->stage_pool[i].ptr && have >= bytes && (best < 0 || have < c->stage_pool[best].bytes)) best = i;
+    }
+    if (best < 0) return buf_alloc(c->dev, TIER_PINNED, CAT_COMM, bytes, "MPI staging buffer");
+    Buf b = c->stage_pool[best];
+    c->stage_pool[best] = (Buf){0};
+    return b;
+}
+
+// Back to the pool, in place of a free slot or of a smaller stage.
+static void return_stage(Comm *c, Buf *b) {
+    int slot = 0;
+    for (int i = 1; i < COMM_STAGE_POOL; i++)
+        if (c->stage_pool[i].bytes < c->stage_pool[slot].bytes) slot = i;
+    if (c->stage_pool[slot].bytes < b->bytes) {
+        buf_free(c->dev, &c->stage_pool[slot]);
+        c->stage_pool[slot] = *b;
+        *b = (Buf){0};
+    } else {
+        buf_free(c->dev, b);
+    }
+}
+
+static char *stage_buffers(Comm *c, CommHandle *k, size_t stage_bytes, const void *in,
+                           size_t in_offset, size_t in_bytes, void *back, size_t back_bytes) {
+    k->stage = take_stage(c, stage_bytes);
+    if (in_bytes) dev_copy(c->dev, (char *)k->stage.ptr + in_offset, in, in_bytes, STREAM_COMPUTE);
+    dev_sync(c->dev, STREAM_COMPUTE);  // MPI reads the stage from the host
+    k->dst = back;
+    k->dst_bytes = back_bytes;
+    return k->stage.ptr;
+}
+
+// A finished call's stage: its result back to the device buffer (for an
+// all-gather only the ranks' parts, so gaps between them stay untouched).
+static void unstage(Comm *c, CommHandle *k) {
+    if (k->gather_elem_bytes) {
+        size_t es = k->gather_elem_bytes;
+        const int *counts = k->mpi_counts, *displs = k->mpi_counts + c->size;
+        for (int r = 0; r < c->size; r++)
+            dev_copy(c->dev, (char *)k->dst + displs[r] * es, (char *)k->stage.ptr + displs[r] * es, counts[r] * es,
+                     STREAM_COMPUTE);
+    } else if (k->dst_bytes) {
+        dev_copy(c->dev, k->dst, k->stage.ptr, k->dst_bytes, STREAM_COMPUTE);
+    }
+    dev_sync(c->dev, STREAM_COMPUTE);  // the copies read the stage the next call may take
+    return_stage(c, &k->stage);
+}
+
 // ---- issue and completion -------------------------------------------------
 
 // The handle a call works with: the caller's, or a local one when blocking.
@@ -91,11 +152,7 @@ static CommHandle *begin_op(Comm *c, CommHandle *h, CommHandle *local, CommOp op
 // After MPI is done with the buffers: copy a staged result back, free what
 // the call held, account the time and add the span to the timeline.
 static void complete_op(Comm *c, CommHandle *k) {
-    if (k->stage.ptr) {
-        if (k->dst_bytes) dev_copy(c->dev, k->dst, k->stage.ptr, k->dst_bytes, STREAM_COMPUTE);
-        dev_sync(c->dev, STREAM_COMPUTE);  // the copy reads the stage we free next
-        buf_free(c->dev, &k->stage);
-    }
+    if (k->stage.ptr) unstage(c, k);
     free(k->mpi_counts);
     k->mpi_counts = NULL;
     double t_done_us = now_us();
@@ -143,26 +200,6 @@ void comm_progress(Comm *c) {
     if (c->mpi == MPI_COMM_NULL) return;
     int flag = 0;
     mpiCheck(MPI_Iprobe(MPI_ANY_SOURCE, MPI_ANY_TAG, c->mpi, &flag, MPI_STATUS_IGNORE));
-}
-
-// ---- staging of device buffers --------------------------------------------
-
-// The MPI path assumes an MPI that is not CUDA-aware: on the cuda device the
-// call works on a pinned host copy. The stage gets `in_bytes` of `in` at
-// `in_offset`; on completion its first `back_bytes` go to `back`. The data
-// must be ready in compute-stream order (we copy and sync on that stream).
-// A fresh pinned buffer per call keeps this simple and accounted (CAT_COMM);
-// it costs a pinned allocation per call, which NCCL, the fast path, avoids.
-static int needs_staging(const Comm *c) { return c->dev && c->dev->kind == DEVICE_CUDA; }
-
-static char *stage_buffers(Comm *c, CommHandle *k, size_t stage_bytes, const void *in,
-                           size_t in_offset, size_t in_bytes, void *back, size_t back_bytes) {
-    k->stage = buf_alloc(c->dev, TIER_PINNED, CAT_COMM, stage_bytes, "MPI staging buffer");
-    if (in_bytes) dev_copy(c->dev, (char *)k->stage.ptr + in_offset, in, in_bytes, STREAM_COMPUTE);
-    dev_sync(c->dev, STREAM_COMPUTE);  // MPI reads the stage from the host
-    k->dst = back;
-    k->dst_bytes = back_bytes;
-    return k->stage.ptr;
 }
 
 // ---- collectives ------------------------------------------------------------
@@ -246,10 +283,11 @@ void comm_all_gather(Comm *c, void *buf, const size_t *counts, const size_t *dis
     }
 #endif
     void *p = buf;
-    if (needs_staging(c)) {  // only this rank's part goes in; the whole extent comes back
+    if (needs_staging(c)) {  // only this rank's part goes in; every rank's part comes back
         size_t own_offset = displs[c->rank] * es;
         p = stage_buffers(c, k, extent * es, (char *)buf + own_offset, own_offset,
                           counts[c->rank] * es, buf, extent * es);
+        k->gather_elem_bytes = es;
     }
     if (h) {
         mpiCheck(MPI_Iallgatherv(MPI_IN_PLACE, 0, MPI_DATATYPE_NULL, p, ints, ints + c->size,
@@ -422,6 +460,7 @@ void comm_split(Comm *parent, int color, int key, Comm *out) {
 }
 
 void comm_free(Comm *c) {
+    for (int i = 0; i < COMM_STAGE_POOL; i++) buf_free(c->dev, &c->stage_pool[i]);
 #ifdef WB_HAVE_NCCL
     comm_nccl_free(c);
 #endif

@@ -1,7 +1,9 @@
 // mpirun: 4
 // test_comm.c: every collective of the MPI backend on the cpu device, blocking
 // and asynchronous, with unequal and zero counts; sub-groups; the ring-bytes
-// statistics; the trace gathered from every rank. Each rank checks its own
+// statistics; the trace gathered from every rank. The collectives run twice:
+// on the buffers themselves, and through pinned stages as on the cuda device's
+// MPI path (Comm.stage_always), reusing the stages from the group's pool. Each rank checks its own
 // result; the verdicts are reduced so rank 0 asserts the global truth.
 #define TEST_WITH_MPI
 #include <unistd.h>
@@ -130,6 +132,49 @@ static void test_all_gather_in_place_unequal(void **state) {
         ok &= buf[total] == -1;
         assert_true(all_ranks(c, ok));
     }
+}
+
+// Parts with gaps between them: the gaps keep their values (on the staged
+// path too, where the stage holds the whole extent).
+static void test_all_gather_leaves_gaps(void **state) {
+    Comm *c = &((Fixture *)*state)->world;
+    size_t counts[64], displs[64], extent = 0;
+    for (int r = 0; r < c->size; r++) {
+        counts[r] = (size_t)(r % 3) + 1;
+        displs[r] = extent + 1;  // one element of gap before each part
+        extent = displs[r] + counts[r];
+    }
+    int32_t buf[256];
+    CommHandle h = {0};
+    for (int i = 0; i < 256; i++) buf[i] = -7;
+    for (size_t j = 0; j < counts[c->rank]; j++) buf[displs[c->rank] + j] = c->rank * 10 + (int)j;
+    comm_all_gather(c, buf, counts, displs, DT_I32, &h);
+    comm_wait(c, &h);
+    int ok = 1;
+    for (int r = 0; r < c->size; r++) {
+        ok &= buf[displs[r] - 1] == -7;
+        for (size_t j = 0; j < counts[r]; j++) ok &= buf[displs[r] + j] == r * 10 + (int)j;
+    }
+    ok &= buf[extent] == -7;
+    assert_true(all_ranks(c, ok));
+}
+
+// Pinning is slow, so finished stages wait in the group's pool: repeated
+// calls of one size pin once; a larger call pins a second stage beside it.
+static void test_stage_pool_reuse(void **state) {
+    Comm *c = &((Fixture *)*state)->world;
+    MemCtx *m = &c->dev->mem;
+    for (int i = 0; i < COMM_STAGE_POOL; i++) buf_free(c->dev, &c->stage_pool[i]);  // the earlier tests' stages
+    float buf[256];
+    for (int i = 0; i < 256; i++) buf[i] = 1.0f;
+    comm_all_reduce_sum(c, buf, 64, DT_F32, NULL);
+    size_t after_one = m->tier_current[TIER_PINNED];
+    for (int k = 0; k < 10; k++) comm_all_reduce_sum(c, buf, 64, DT_F32, NULL);
+    int ok = m->tier_current[TIER_PINNED] == after_one && after_one >= 64 * sizeof(float);
+    comm_all_reduce_sum(c, buf, 256, DT_F32, NULL);
+    ok &= m->tier_current[TIER_PINNED] >= after_one + 256 * sizeof(float);
+    ok &= buf[0] == (float)pow(c->size, 12) && buf[255] == (float)c->size;
+    assert_true(all_ranks(c, ok));
 }
 
 static void test_broadcast_from_rank_2(void **state) {
@@ -322,6 +367,7 @@ int main(int argc, char **argv) {
         cmocka_unit_test_prestate(test_all_reduce_bf16_rounds, &fixture),
         cmocka_unit_test_prestate(test_reduce_scatter_unequal, &fixture),
         cmocka_unit_test_prestate(test_all_gather_in_place_unequal, &fixture),
+        cmocka_unit_test_prestate(test_all_gather_leaves_gaps, &fixture),
         cmocka_unit_test_prestate(test_broadcast_from_rank_2, &fixture),
         cmocka_unit_test_prestate(test_send_recv_ring, &fixture),
         cmocka_unit_test_prestate(test_split_into_two_groups, &fixture),
@@ -331,6 +377,23 @@ int main(int argc, char **argv) {
         cmocka_unit_test_prestate(test_trace_gathers_every_rank, &fixture),
     };
     int failed = run_mpi_tests(tests);
+
+    Fixture staged = fixture;  // the same group and device (world.dev), its own stage pool
+    staged.world.stage_always = 1;
+    staged.world.owns_op = 0;  // the world frees the bf16 op
+    const struct CMUnitTest through_pinned_stages[] = {
+        cmocka_unit_test_prestate(test_all_reduce_f32, &staged),
+        cmocka_unit_test_prestate(test_all_reduce_bf16, &staged),
+        cmocka_unit_test_prestate(test_reduce_scatter_unequal, &staged),
+        cmocka_unit_test_prestate(test_all_gather_in_place_unequal, &staged),
+        cmocka_unit_test_prestate(test_all_gather_leaves_gaps, &staged),
+        cmocka_unit_test_prestate(test_broadcast_from_rank_2, &staged),
+        cmocka_unit_test_prestate(test_send_recv_ring, &staged),
+        cmocka_unit_test_prestate(test_stage_pool_reuse, &staged),
+    };
+    failed |= run_mpi_tests(through_pinned_stages);
+
+    comm_free(&staged.world);  // its stages go back to the device before the device goes
     device_destroy(&fixture.dev);
     comm_world_finalize(&fixture.world);
     return failed ? 1 : 0;
