@@ -67,6 +67,9 @@ void comm_world_init(Comm *world, int *argc, char ***argv, int *local_rank, int 
 // Attach the device and choose the backend ("auto", "mpi", "nccl"): usage error
 // when nccl is asked for but unavailable. Collective.
 void comm_setup(Comm *c, Device *dev, const char *backend, Trace *trace);
+// Ranks on this rank's node whose device is this rank's GPU, by UUID (1 on
+// the cpu device). Collective over c.
+int comm_device_sharers(Comm *c);
 // Sub-group (color/key as MPI_Comm_split). Collective over parent.
 void comm_split(Comm *parent, int color, int key, Comm *out);
 void comm_free(Comm *c);

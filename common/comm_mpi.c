@@ -413,6 +413,22 @@ void comm_world_init(Comm *world, int *argc, char ***argv, int *local_rank, int 
     mpiCheck(MPI_Comm_free(&node));
 }
 
+int comm_device_sharers(Comm *c) {
+    if (!c->dev || c->dev->kind != DEVICE_CUDA) return 1;
+    enum { ID = sizeof c->dev->uuid };
+    MPI_Comm node;
+    mpiCheck(MPI_Comm_split_type(c->mpi, MPI_COMM_TYPE_SHARED, c->rank, MPI_INFO_NULL, &node));
+    int n = 0;
+    mpiCheck(MPI_Comm_size(node, &n));
+    unsigned char *ids = xmalloc((size_t)n * ID);
+    mpiCheck(MPI_Allgather(c->dev->uuid, ID, MPI_BYTE, ids, ID, MPI_BYTE, node));
+    int same = 0;
+    for (int i = 0; i < n; i++) same += memcmp(ids + (size_t)i * ID, c->dev->uuid, ID) == 0;
+    free(ids);
+    mpiCheck(MPI_Comm_free(&node));
+    return same;
+}
+
 void comm_setup(Comm *c, Device *dev, const char *backend, Trace *trace) {
     c->dev = dev;
     c->trace = trace;

@@ -33,28 +33,11 @@ static ncclDataType_t nccl_type(DType t) {
 
 // ---- groups -------------------------------------------------------------------
 
-// Ranks on one node compare the UUIDs of their GPUs: a repeat means two ranks
-// would drive one GPU, which NCCL refuses.
+// NCCL drives one GPU per rank: a GPU that two ranks share rules it out
+// (for every rank, so all agree).
 int comm_nccl_supported(Comm *c) {
     if (!c->dev || c->dev->kind != DEVICE_CUDA) return 0;
-    struct cudaDeviceProp prop;
-    cudaCheck(cudaGetDeviceProperties(&prop, cuda_impl(c->dev)->ordinal));
-    MPI_Comm node;
-    mpiCheck(MPI_Comm_split_type(c->mpi, MPI_COMM_TYPE_SHARED, c->rank, MPI_INFO_NULL, &node));
-    int n = 0;
-    mpiCheck(MPI_Comm_size(node, &n));
-    char *uuids = xmalloc((size_t)n * sizeof prop.uuid);
-    mpiCheck(MPI_Allgather(&prop.uuid, (int)sizeof prop.uuid, MPI_BYTE, uuids,
-                           (int)sizeof prop.uuid, MPI_BYTE, node));
-    int own_gpu = 1;
-    for (int i = 0; i < n && own_gpu; i++)
-        for (int j = i + 1; j < n && own_gpu; j++)
-            if (memcmp(uuids + i * sizeof prop.uuid, uuids + j * sizeof prop.uuid,
-                       sizeof prop.uuid) == 0)
-                own_gpu = 0;
-    free(uuids);
-    mpiCheck(MPI_Comm_free(&node));
-    int all = 0;  // every node must agree
+    int own_gpu = comm_device_sharers(c) == 1, all = 0;
     mpiCheck(MPI_Allreduce(&own_gpu, &all, 1, MPI_INT, MPI_MIN, c->mpi));
     return all;
 }

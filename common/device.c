@@ -39,8 +39,16 @@ static void init_cuda(Device *d, const DeviceOptions *opt) {
 #endif
 }
 
+void device_share(Device *d, int sharers, int budget_given) {
+    if (d->kind != DEVICE_CUDA || sharers <= 1) return;
+    d->sharers = sharers;
+    d->peak_flops /= sharers;
+    if (!budget_given) mem_set_budget(&d->mem, TIER_DEVICE, d->mem.budget[TIER_DEVICE] / (size_t)sharers);
+}
+
 void device_init(Device *d, const DeviceOptions *opt) {
     memset(d, 0, sizeof *d);
+    d->sharers = 1;
     mem_init(&d->mem);
     d->trace = opt->trace;
     const char *kind = opt->kind ? opt->kind : "auto";

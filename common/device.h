@@ -53,6 +53,8 @@ typedef struct Device {
     int act_bytes;           // bytes per activation element: 4 (fp32) on cpu, 2 (bf16) on cuda
     double peak_flops;       // bf16/fp32 peak of the device for MFU, 0 = unknown
     const char *peak_source; // where peak_flops comes from ("sgemm roof measured", "H100 SXM datasheet"), or "peak unknown"
+    unsigned char uuid[16];  // the GPU's UUID (cuda); all zero on cpu
+    int sharers;             // ranks on this node driving this GPU (1 unless they share it)
     MemCtx mem;
     Trace *trace;            // may be NULL
     const DeviceOps *ops;
@@ -75,6 +77,9 @@ void device_init(Device *d, const DeviceOptions *opt);
 void device_destroy(Device *d);
 // Is a CUDA device usable from this binary on this machine? (built with nvcc and a GPU present)
 int device_cuda_available(void);
+// `sharers` ranks drive this one GPU (the MPI path): each gets 1/sharers of
+// its peak for MFU and, unless --hbm-gb was given, of its memory budget.
+void device_share(Device *d, int sharers, int budget_given);
 
 // Tracked allocation. `what` names it in an over-budget error.
 Buf buf_alloc(Device *d, MemTier tier, MemCategory cat, size_t bytes, const char *what);

@@ -266,6 +266,7 @@ extern "C" void device_cuda_init(Device *d, const DeviceOptions *opt) {
     cublasCheck(cublasLtCreate(&impl->lt));
 
     d->kind = DEVICE_CUDA;
+    memcpy(d->uuid, prop.uuid.bytes, sizeof d->uuid);
     snprintf(d->name, sizeof d->name, "%.96s (cuda:%d, sm_%d%d)", prop.name, ordinal, prop.major,
              prop.minor);
     d->threads = host_threads(opt);

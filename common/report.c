@@ -160,8 +160,8 @@ static void print_summary(const Trainer *t, const Summary *s) {
     printf("  achieved GFLOP/s     %10.2f per rank (model FLOPs %.3g per token = 6*Psi_matmul + 12*L*C*T, computed)\n",
            s->gflops_per_rank, s->flops_per_token);
     if (t->dev.peak_flops > 0)
-        printf("  MFU                  %10.1f %% of %.0f TFLOP/s (%s)\n", 100 * s->gflops_per_rank * 1e9 / t->dev.peak_flops,
-               t->dev.peak_flops / 1e12, t->dev.peak_source);
+        printf("  MFU                  %10.1f %% of %.0f TFLOP/s (%s%s)\n", 100 * s->gflops_per_rank * 1e9 / t->dev.peak_flops,
+               t->dev.peak_flops / 1e12, t->dev.peak_source, t->dev.sharers > 1 ? ", split among the ranks sharing the GPU" : "");
     else
         printf("  MFU                  %10s (%s)\n", "-", t->dev.peak_source ? t->dev.peak_source : "peak unknown");
     printf("communication per step per rank\n");

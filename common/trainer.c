@@ -113,6 +113,7 @@ static void setup(Trainer *t, int argc, char **argv, const Strategy *s) {
     t->dev.mem.fit_hint = fit_hint;
     t->dev.mem.fit_hint_arg = t;
     comm_setup(&t->world, &t->dev, t->cfg.comm, &t->trace);
+    device_share(&t->dev, comm_device_sharers(&t->world), t->cfg.hbm_gb > 0);
     check_budget(t);
 
     char err[512];

@@ -50,7 +50,7 @@ void train_config_parse(TrainConfig *c, int argc, char **argv, const Strategy *s
         {"eval-batches", FLAG_INT, &c->eval_batches, "N", "global micro-batches of held-out data per validation", 0, NULL},
         {"device", FLAG_STRING, &c->device, "auto|cpu|cuda", "where the model runs", 0, NULL},
         {"comm", FLAG_STRING, &c->comm, "auto|mpi|nccl", "collectives backend", 0, NULL},
-        {"hbm-gb", FLAG_DOUBLE, &c->hbm_gb, "GB", "device memory budget per rank in GB (1e9 bytes); 0 = none on cpu, the card on cuda", 0, NULL},
+        {"hbm-gb", FLAG_DOUBLE, &c->hbm_gb, "GB", "device memory budget per rank in GB (1e9 bytes); 0 = none on cpu, on cuda the card (shared equally by ranks on one GPU)", 0, NULL},
         {"json", FLAG_STRING, &c->json, "FILE", "append one JSON object for this run", 0, NULL},
         {"trace", FLAG_STRING, &c->trace, "FILE", "write every rank's timeline as Chrome-trace JSON (Perfetto opens it)", 0, NULL},
         {"save", FLAG_STRING, &c->save, "DIR", "write a sharded checkpoint at the end (and every --save-every steps)", 0, NULL},
