@@ -41,6 +41,7 @@ typedef struct Comm {
     int owns_op;
     Buf stage_pool[COMM_STAGE_POOL];  // idle pinned stages (empty Buf = free slot)
     int stage_always;    // stage even on the cpu device: lets the cpu tests run the cuda MPI path
+    void *nccl_timing;   // NCCL path: events of waited handles, timed at comm_settle_stats (comm_nccl.c)
 } Comm;
 
 typedef struct CommHandle {
@@ -56,9 +57,9 @@ typedef struct CommHandle {
     // int counts/displacements of a v-collective: MPI reads them until the
     // nonblocking call completes, so they live as long as the handle
     int *mpi_counts;
-    // NCCL path: cudaEvent_t recorded on the comm stream after the operation
-    // (comm_nccl.c); NULL on the MPI path
-    void *event;
+    // NCCL path: cudaEvent_t recorded on the comm stream before and after the
+    // operation (comm_nccl.c); NULL on the MPI path
+    void *event_start, *event;
 } CommHandle;
 
 // MPI_Init (with thread level FUNNELED) and the world group. Also sets
@@ -100,4 +101,8 @@ void comm_barrier(Comm *c);
 // Small host-side reductions used by the trainer (losses, norms, max memory).
 double comm_sum_f64(Comm *c, double x);
 double comm_max_f64(Comm *c, double x);
+// On NCCL a nonblocking call completes on the GPU, not on the host: its time
+// in flight and the compute stream's wait for it are read off CUDA events once
+// the GPU has passed them. Call after a device sync, before reading stats.
+void comm_settle_stats(Comm *c);
 void comm_stats_reset(Comm *c);

@@ -150,32 +150,47 @@ static CommHandle *begin_op(Comm *c, CommHandle *h, CommHandle *local, CommOp op
 }
 
 // After MPI is done with the buffers: copy a staged result back, free what
-// the call held, account the time and add the span to the timeline.
-static void complete_op(Comm *c, CommHandle *k) {
+// the call held, account the time and add the span to the timeline. A call
+// that completes on the GPU (NCCL, nonblocking) is timed by comm_settle_stats.
+static void complete_op(Comm *c, CommHandle *k, int host_timed) {
     if (k->stage.ptr) unstage(c, k);
     free(k->mpi_counts);
     k->mpi_counts = NULL;
-    double t_done_us = now_us();
-    c->stats.inflight_us += t_done_us - k->t_issue_us;
-    trace_span(c->trace, TRACE_TID_COMM, comm_op_name(k->op), k->t_issue_us, t_done_us, k->bytes);
+    if (host_timed) {
+        double t_done_us = now_us();
+        c->stats.inflight_us += t_done_us - k->t_issue_us;
+        trace_span(c->trace, TRACE_TID_COMM, comm_op_name(k->op), k->t_issue_us, t_done_us, k->bytes);
+    }
     k->active = 0;
 }
 
 // A blocking call is exposed communication from issue to return.
 static void finish_blocking(Comm *c, CommHandle *k) {
-    complete_op(c, k);
+    complete_op(c, k, 1);
     c->stats.wait_us += now_us() - k->t_issue_us;
 }
 
 void comm_wait(Comm *c, CommHandle *h) {
     if (!h || !h->active) return;
-    double t0_us = now_us();
 #ifdef WB_HAVE_NCCL
-    if (h->event) comm_nccl_wait(c, h);  // the GPU waits; the host goes on
+    if (h->event) {  // the GPU waits; the host goes on
+        comm_nccl_wait(c, h);
+        complete_op(c, h, 0);
+        return;
+    }
 #endif
-    mpiCheck(MPI_Wait(&h->req, MPI_STATUS_IGNORE));  // MPI_REQUEST_NULL on the NCCL path
-    complete_op(c, h);
+    double t0_us = now_us();
+    mpiCheck(MPI_Wait(&h->req, MPI_STATUS_IGNORE));
+    complete_op(c, h, 1);
     c->stats.wait_us += now_us() - t0_us;
+}
+
+void comm_settle_stats(Comm *c) {
+#ifdef WB_HAVE_NCCL
+    comm_nccl_settle(c);
+#else
+    (void)c;
+#endif
 }
 
 int comm_test(Comm *c, CommHandle *h) {
@@ -184,12 +199,12 @@ int comm_test(Comm *c, CommHandle *h) {
 #ifdef WB_HAVE_NCCL
     if (h->event) {
         done = comm_nccl_test(c, h);
-        if (done) complete_op(c, h);
+        if (done) complete_op(c, h, 0);
         return done;
     }
 #endif
     mpiCheck(MPI_Test(&h->req, &done, MPI_STATUS_IGNORE));
-    if (done) complete_op(c, h);
+    if (done) complete_op(c, h, 1);
     return done;
 }
 

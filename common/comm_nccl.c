@@ -31,6 +31,19 @@ static ncclDataType_t nccl_type(DType t) {
     fail_at(__FILE__, __LINE__, "nccl_type: unknown dtype %d", (int)t);
 }
 
+// A waited handle's events, kept until the GPU has passed them: start and
+// done on the comm stream, `reached` where the compute stream came to the wait.
+typedef struct NcclTiming {
+    cudaEvent_t start, done, reached;
+    double t_issue_us, bytes;
+    CommOp op;
+} NcclTiming;
+
+typedef struct NcclTimings {
+    NcclTiming *item;
+    int n, cap;
+} NcclTimings;
+
 // ---- groups -------------------------------------------------------------------
 
 // NCCL drives one GPU per rank: a GPU that two ranks share rules it out
@@ -75,6 +88,10 @@ void comm_nccl_split(Comm *parent, int color, int key, Comm *out) {
 void comm_nccl_free(Comm *c) {
     if (!c->nccl) return;
     cudaCheck(cudaStreamSynchronize(cuda_stream(c->dev, STREAM_COMM)));
+    comm_nccl_settle(c);
+    if (c->nccl_timing) free(((NcclTimings *)c->nccl_timing)->item);
+    free(c->nccl_timing);
+    c->nccl_timing = NULL;
     ncclCheck(ncclCommDestroy(nccl_of(c)));
     c->nccl = NULL;
 }
@@ -98,40 +115,84 @@ int comm_nccl_owns(const Comm *c, const void *a, const void *b) {
 
 // The comm stream first waits for everything issued on the compute stream so
 // far: the kernels that wrote the buffer, and those still reading a buffer the
-// collective is about to overwrite.
-static cudaStream_t begin_nccl(Comm *c) {
+// collective is about to overwrite. Then an event marks the operation's start.
+static cudaStream_t begin_nccl(Comm *c, CommHandle *k) {
     cudaStream_t comm_stream = cuda_stream(c->dev, STREAM_COMM);
-    cudaEvent_t ready;
+    cudaEvent_t ready, start;
     cudaCheck(cudaEventCreateWithFlags(&ready, cudaEventDisableTiming));
     cudaCheck(cudaEventRecord(ready, cuda_stream(c->dev, STREAM_COMPUTE)));
     cudaCheck(cudaStreamWaitEvent(comm_stream, ready, 0));
     cudaCheck(cudaEventDestroy(ready));  // released once the wait has been satisfied
+    cudaCheck(cudaEventCreate(&start));
+    cudaCheck(cudaEventRecord(start, comm_stream));
+    k->event_start = start;
     return comm_stream;
 }
 
 // The event after the operation marks its completion on the comm stream.
 static void end_nccl(Comm *c, CommHandle *k, int blocking) {
     cudaEvent_t done;
-    cudaCheck(cudaEventCreateWithFlags(&done, cudaEventDisableTiming));
+    cudaCheck(cudaEventCreate(&done));
     cudaCheck(cudaEventRecord(done, cuda_stream(c->dev, STREAM_COMM)));
     if (blocking) {
         // blocking means the host waits: comm_mpi.c then counts the time as exposed
         cudaCheck(cudaEventSynchronize(done));
         cudaCheck(cudaEventDestroy(done));
-        k->event = NULL;
+        cudaCheck(cudaEventDestroy((cudaEvent_t)k->event_start));
+        k->event = k->event_start = NULL;
     } else {
         k->event = done;
     }
 }
 
+static void keep_timing(Comm *c, const NcclTiming *t) {
+    NcclTimings *l = c->nccl_timing;
+    if (!l) l = c->nccl_timing = xcalloc(1, sizeof *l);
+    if (l->n == l->cap) {
+        l->cap = l->cap ? 2 * l->cap : 64;
+        l->item = realloc(l->item, (size_t)l->cap * sizeof *l->item);
+        CHECK(l->item, "out of host memory for %d NCCL timing events", l->cap);
+    }
+    l->item[l->n++] = *t;
+}
+
 void comm_nccl_wait(Comm *c, CommHandle *k) {
     if (!k->event) return;
-    cudaEvent_t done = (cudaEvent_t)k->event;
-    cudaCheck(cudaStreamWaitEvent(cuda_stream(c->dev, STREAM_COMPUTE), done, 0));
+    NcclTiming t = {(cudaEvent_t)k->event_start, (cudaEvent_t)k->event, NULL, k->t_issue_us, k->bytes, k->op};
+    cudaStream_t compute = cuda_stream(c->dev, STREAM_COMPUTE);
+    cudaCheck(cudaEventCreate(&t.reached));
+    cudaCheck(cudaEventRecord(t.reached, compute));
+    cudaCheck(cudaStreamWaitEvent(compute, t.done, 0));
     // the copy stream too: the offload stages copy reduced gradients to the host on it
-    cudaCheck(cudaStreamWaitEvent(cuda_stream(c->dev, STREAM_COPY), done, 0));
-    cudaCheck(cudaEventDestroy(done));
-    k->event = NULL;
+    cudaCheck(cudaStreamWaitEvent(cuda_stream(c->dev, STREAM_COPY), t.done, 0));
+    keep_timing(c, &t);
+    k->event = k->event_start = NULL;
+}
+
+static double elapsed_us(cudaEvent_t from, cudaEvent_t to) {
+    float ms = 0.0f;
+    cudaCheck(cudaEventElapsedTime(&ms, from, to));
+    return 1000.0 * ms;
+}
+
+// In flight: start to done on the comm stream. Waiting: how long the compute
+// stream stood at the wait before done (zero when done came first: overlap).
+// The timeline gets the span at its host issue time, with the GPU's duration.
+void comm_nccl_settle(Comm *c) {
+    NcclTimings *l = c->nccl_timing;
+    for (int i = 0; l && i < l->n; i++) {
+        NcclTiming *t = &l->item[i];
+        cudaCheck(cudaEventSynchronize(t->done));
+        cudaCheck(cudaEventSynchronize(t->reached));
+        double flight = elapsed_us(t->start, t->done), stall = elapsed_us(t->reached, t->done);
+        c->stats.inflight_us += flight;
+        if (stall > 0) c->stats.wait_us += stall;
+        trace_span(c->trace, TRACE_TID_COMM, comm_op_name(t->op), t->t_issue_us, t->t_issue_us + flight, t->bytes);
+        cudaCheck(cudaEventDestroy(t->start));
+        cudaCheck(cudaEventDestroy(t->done));
+        cudaCheck(cudaEventDestroy(t->reached));
+    }
+    if (l) l->n = 0;
 }
 
 int comm_nccl_test(Comm *c, CommHandle *k) {
@@ -150,7 +211,7 @@ int comm_nccl_test(Comm *c, CommHandle *k) {
 
 void comm_nccl_all_reduce_sum(Comm *c, void *buf, size_t count, DType t, CommHandle *k,
                               int blocking) {
-    cudaStream_t s = begin_nccl(c);
+    cudaStream_t s = begin_nccl(c, k);
     ncclCheck(ncclAllReduce(buf, buf, count, nccl_type(t), ncclSum, nccl_of(c), s));
     end_nccl(c, k, blocking);
 }
@@ -168,7 +229,7 @@ static int counts_equal(const size_t *counts, int n) {
 // part, and each element still crosses the ring once, as in a reduce-scatter.
 void comm_nccl_reduce_scatter_sum(Comm *c, const void *send, void *recv, const size_t *recvcounts,
                                   DType t, CommHandle *k, int blocking) {
-    cudaStream_t s = begin_nccl(c);
+    cudaStream_t s = begin_nccl(c, k);
     ncclDataType_t nt = nccl_type(t);
     if (counts_equal(recvcounts, c->size)) {
         if (recvcounts[0] > 0)
@@ -200,7 +261,7 @@ static int parts_packed_in_order(const size_t *counts, const size_t *displs, int
 // fused in one group (the same bytes per rank as an all-gather).
 void comm_nccl_all_gather(Comm *c, void *buf, const size_t *counts, const size_t *displs, DType t,
                           CommHandle *k, int blocking) {
-    cudaStream_t s = begin_nccl(c);
+    cudaStream_t s = begin_nccl(c, k);
     ncclDataType_t nt = nccl_type(t);
     size_t es = dtype_bytes(t);
     if (parts_packed_in_order(counts, displs, c->size)) {
@@ -222,21 +283,21 @@ void comm_nccl_all_gather(Comm *c, void *buf, const size_t *counts, const size_t
 
 void comm_nccl_broadcast(Comm *c, void *buf, size_t count, DType t, int root, CommHandle *k,
                          int blocking) {
-    cudaStream_t s = begin_nccl(c);
+    cudaStream_t s = begin_nccl(c, k);
     ncclCheck(ncclBroadcast(buf, buf, count, nccl_type(t), root, nccl_of(c), s));
     end_nccl(c, k, blocking);
 }
 
 void comm_nccl_send(Comm *c, const void *buf, size_t count, DType t, int peer, CommHandle *k,
                     int blocking) {
-    cudaStream_t s = begin_nccl(c);
+    cudaStream_t s = begin_nccl(c, k);
     ncclCheck(ncclSend(buf, count, nccl_type(t), peer, nccl_of(c), s));
     end_nccl(c, k, blocking);
 }
 
 void comm_nccl_recv(Comm *c, void *buf, size_t count, DType t, int peer, CommHandle *k,
                     int blocking) {
-    cudaStream_t s = begin_nccl(c);
+    cudaStream_t s = begin_nccl(c, k);
     ncclCheck(ncclRecv(buf, count, nccl_type(t), peer, nccl_of(c), s));
     end_nccl(c, k, blocking);
 }

@@ -42,8 +42,11 @@ void comm_nccl_recv(Comm *c, void *buf, size_t count, DType t, int peer, CommHan
                     int blocking);
 
 // Completion of a handle with k->event set: the compute and copy streams wait
-// for the event (on the GPU; the host goes on), and the event is released.
+// for the event (on the GPU; the host goes on); its events are kept for
+// comm_nccl_settle.
 void comm_nccl_wait(Comm *c, CommHandle *k);
+// Adds the kept events' times to c->stats (GPU has passed them: after a sync).
+void comm_nccl_settle(Comm *c);
 // 1 when the transfer has finished (then as comm_nccl_wait), 0 otherwise.
 int comm_nccl_test(Comm *c, CommHandle *k);
 #endif

@@ -167,8 +167,10 @@ static void print_summary(const Trainer *t, const Summary *s) {
     printf("communication per step per rank\n");
     printf("  bytes moved          %10.3f MB counted from the collectives issued (ring volume)\n", s->comm_bytes_step / 1e6);
     printf("  formula              %10.3f MB = %s x 2 B (bf16)\n", s->comm_formula_bytes / 1e6, stage_comm_formula(t->strategy->stage));
-    printf("  time in flight       %10.2f ms (issue to completion, summed over calls)\n", s->comm_inflight_ms_step);
-    printf("  time waiting         %10.2f ms (compute blocked on communication)\n", s->comm_wait_ms_step);
+    // NCCL's nonblocking calls are timed on the GPU (events), the rest on the host clock
+    const char *clock = t->world.backend == COMM_NCCL ? "CUDA events for nonblocking NCCL calls" : "host clock";
+    printf("  time in flight       %10.2f ms (issue to completion, summed over calls; %s)\n", s->comm_inflight_ms_step, clock);
+    printf("  time waiting         %10.2f ms (compute blocked on communication; %s)\n", s->comm_wait_ms_step, clock);
     double overlap = s->comm_inflight_ms_step - s->comm_wait_ms_step;
     printf("  overlapped           %10.2f ms (in flight while computing)\n", overlap > 0 ? overlap : 0);
     if (!isnan(r->val_loss)) printf("validation loss      %10.6f at step %ld\n", r->val_loss, r->val_step);

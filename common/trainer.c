@@ -178,6 +178,7 @@ static void train_step(Trainer *t, int32_t *in, int32_t *tgt) {
     double tu = now_us();
     s->update(t, &hp);
     dev_sync(&t->dev, STREAM_COMPUTE);
+    comm_settle_stats(&t->world);
     trace_span(&t->trace, TRACE_TID_COMPUTE, "optimizer", tu, now_us(), 0);
     double mean_loss = comm_sum_f64(&t->world, loss / c->grad_accum) / t->world.size;
     double t1 = now_us();
