@@ -7,7 +7,8 @@
 #   - dp_baseline on small at 1, 2, 4 ranks;
 #   - every stage at 4 ranks on small: tokens/s relative to dp_baseline
 #     (targets zero1 >= 0.95, zero2 >= 0.90, zero3 >= 0.80), peak device
-#     memory per rank and bytes communicated per step.
+#     memory per rank and bytes communicated per step;
+#   - where a GPU is usable, the cuda part (bench/cuda.sh).
 # Stage runs are interleaved over several rounds and their steps pooled for
 # the median, since this machine is shared and noisy.
 set -euo pipefail
@@ -42,3 +43,9 @@ done
 
 python3 bench/summarize.py "$out" > "$out/results.json"
 cat "$out/results.json"
+
+if ./dp_baseline --device cuda --model tiny --steps 1 --quiet > /dev/null 2>&1; then
+    bash bench/cuda.sh
+else
+    echo "bench: cuda part skipped: no usable GPU (make bench-cuda says why)"
+fi
