@@ -20,10 +20,9 @@ for bin in "$@"; do
     fi
     rc=$?
     secs=$(( $(date +%s) - start ))
-    p=$(sed -n 's/^\[  PASSED  \] \([0-9]*\) test.*/\1/p' "$log" | tail -1)
-    f=$(sed -n 's/^\[  FAILED  \] \([0-9]*\) test.*/\1/p' "$log" | tail -1)
-    s=$(sed -n 's/^\[  SKIPPED \] \([0-9]*\) test.*/\1/p' "$log" | tail -1)
-    p=${p:-0} f=${f:-0} s=${s:-0}
+    # a binary may run several groups: add up every group's counts
+    count() { sed -n "s/^\[  $1 \] \([0-9][0-9]*\) test.*/\1/p" "$log" | awk '{n += $1} END {print n + 0}'; }
+    p=$(count "PASSED ") f=$(count "FAILED ") s=$(count "SKIPPED")
     if [ "$rc" -ne 0 ] && [ "$f" -eq 0 ]; then f=1; fi   # crashed or exited badly
     cat "$log"
     echo "-- $name: $p passed, $f failed, $s skipped (${secs}s${np:+, $np ranks})"
