@@ -18,7 +18,7 @@ typedef struct GPTActs {
     LayerActs *layer;             // [L]
     act *lnf;                     // (BT,C)
     float *lnf_mean, *lnf_rstd;   // (BT)
-    act *logits;                  // (BT,V); holds dlogits after forward with a loss scale
+    act *logits;                  // (BT,V), rows Vp apart; holds dlogits after forward with a loss scale
     float *losses;                // (BT)
     act *tmp;                     // (BT,C) projection outputs before the residual add
     // backward temporaries (scratch)
@@ -60,7 +60,7 @@ void gpt_alloc(GPT *g, const GPTLayout *l, Device *dev, int B, int T) {
     g->dev = dev;
     g->B = B;
     g->T = T;
-    size_t BT = (size_t)B * T, C = c->channels, V = c->vocab_size, NH = c->num_heads, NL = c->num_layers;
+    size_t BT = (size_t)B * T, C = c->channels, Vp = (size_t)gpt_logits_stride(c), NH = c->num_heads, NL = c->num_layers;
     size_t ab = dev->act_bytes, fb = sizeof(float);
     GPTActBytes sizes = gpt_activation_bytes(l, B, T, dev->act_bytes);
 
@@ -93,7 +93,7 @@ void gpt_alloc(GPT *g, const GPTLayout *l, Device *dev, int B, int T) {
     a->x0 = carve(&ca, BT * C * ab);
     a->lnf = carve(&ca, BT * C * ab);
     a->tmp = carve(&ca, BT * C * ab);
-    a->logits = carve(&ca, BT * V * ab);
+    a->logits = carve(&ca, BT * Vp * ab);
 
     g->scratch = buf_alloc(dev, TIER_DEVICE, CAT_WORKSPACE, sizes.backward_scratch, "backward scratch");
     Carver cs = {g->scratch.ptr, g->scratch.bytes};
@@ -128,14 +128,14 @@ static void block_forward(GPT *g, const bf16 *p, LayerActs *la, const act *x) {
     const size_t *o = g->L.blk_off;
     int B = g->B, T = g->T, C = g->L.cfg.channels, NH = g->L.cfg.num_heads, BT = B * T;
     k->layernorm_forward(d, la->ln1, la->ln1_mean, la->ln1_rstd, x, p + o[BLK_LN1W], p + o[BLK_LN1B], BT, C);
-    k->matmul_forward(d, la->qkv, la->ln1, p + o[BLK_QKVW], p + o[BLK_QKVB], BT, C, 3 * C);
+    k->matmul_forward(d, la->qkv, la->ln1, p + o[BLK_QKVW], p + o[BLK_QKVB], BT, C, 3 * C, 3 * C);
     k->attention_forward(d, la->atty, la->att, la->qkv, B, T, C, NH);
-    k->matmul_forward(d, g->a->tmp, la->atty, p + o[BLK_ATTPROJW], p + o[BLK_ATTPROJB], BT, C, C);
+    k->matmul_forward(d, g->a->tmp, la->atty, p + o[BLK_ATTPROJW], p + o[BLK_ATTPROJB], BT, C, C, C);
     k->residual_forward(d, la->x2, x, g->a->tmp, (size_t)BT * C);
     k->layernorm_forward(d, la->ln2, la->ln2_mean, la->ln2_rstd, la->x2, p + o[BLK_LN2W], p + o[BLK_LN2B], BT, C);
-    k->matmul_forward(d, la->fch, la->ln2, p + o[BLK_FCW], p + o[BLK_FCB], BT, C, 4 * C);
+    k->matmul_forward(d, la->fch, la->ln2, p + o[BLK_FCW], p + o[BLK_FCB], BT, C, 4 * C, 4 * C);
     k->gelu_forward(d, la->fch_gelu, la->fch, (size_t)BT * 4 * C);
-    k->matmul_forward(d, g->a->tmp, la->fch_gelu, p + o[BLK_FCPROJW], p + o[BLK_FCPROJB], BT, 4 * C, C);
+    k->matmul_forward(d, g->a->tmp, la->fch_gelu, p + o[BLK_FCPROJW], p + o[BLK_FCPROJB], BT, 4 * C, C, C);
     k->residual_forward(d, la->x3, la->x2, g->a->tmp, (size_t)BT * C);
 }
 
@@ -170,8 +170,9 @@ double gpt_forward(GPT *g, const GPTHooks *h, const int32_t *inputs, const int32
     const bf16 *wte = h->params(h->ctx, GPT_UNIT_EMBED) + l->emb_off[EMB_WTE];
     k->layernorm_forward(d, a->lnf, a->lnf_mean, a->lnf_rstd, block_input(g, l->cfg.num_layers),
                          ph + l->head_off[HEAD_LNFW], ph + l->head_off[HEAD_LNFB], BT, C);
-    k->matmul_forward(d, a->logits, a->lnf, wte, NULL, BT, C, V);  // logits = lnf @ wte^T (tied)
-    k->softmax_crossentropy(d, a->losses, a->logits, a->targets, BT, V, dloss_scale);
+    int Vp = gpt_logits_stride(&l->cfg);
+    k->matmul_forward(d, a->logits, a->lnf, wte, NULL, BT, C, V, Vp);  // logits = lnf @ wte^T (tied)
+    k->softmax_crossentropy(d, a->losses, a->logits, a->targets, BT, V, Vp, dloss_scale);
     h->after_forward(h->ctx, hu);
 
     dev_copy(d, g->losses_host, a->losses, (size_t)BT * sizeof(float), STREAM_COMPUTE);
@@ -190,15 +191,15 @@ static void block_backward(GPT *g, const bf16 *p, float *dp, const LayerActs *la
     GPTActs *a = g->a;
     int B = g->B, T = g->T, C = g->L.cfg.channels, NH = g->L.cfg.num_heads, BT = B * T;
     // x3 = x2 + fcproj(gelu(fc(ln2(x2))))
-    k->matmul_backward(d, a->d4a, dp + o[BLK_FCPROJW], dp + o[BLK_FCPROJB], a->dres, la->fch_gelu, p + o[BLK_FCPROJW], BT, 4 * C, C);
+    k->matmul_backward(d, a->d4a, dp + o[BLK_FCPROJW], dp + o[BLK_FCPROJB], a->dres, la->fch_gelu, p + o[BLK_FCPROJW], BT, 4 * C, C, C);
     k->gelu_backward(d, a->d4b, la->fch, a->d4a, (size_t)BT * 4 * C);
-    k->matmul_backward(d, a->dc, dp + o[BLK_FCW], dp + o[BLK_FCB], a->d4b, la->ln2, p + o[BLK_FCW], BT, C, 4 * C);
+    k->matmul_backward(d, a->dc, dp + o[BLK_FCW], dp + o[BLK_FCB], a->d4b, la->ln2, p + o[BLK_FCW], BT, C, 4 * C, 4 * C);
     k->layernorm_backward(d, a->dres, dp + o[BLK_LN2W], dp + o[BLK_LN2B], a->dc, la->x2, p + o[BLK_LN2W], la->ln2_mean, la->ln2_rstd, BT, C);
     // x2 = x + attproj(attention(qkv(ln1(x))))
-    k->matmul_backward(d, a->dc, dp + o[BLK_ATTPROJW], dp + o[BLK_ATTPROJB], a->dres, la->atty, p + o[BLK_ATTPROJW], BT, C, C);
+    k->matmul_backward(d, a->dc, dp + o[BLK_ATTPROJW], dp + o[BLK_ATTPROJB], a->dres, la->atty, p + o[BLK_ATTPROJW], BT, C, C, C);
     act *dqkv = a->d4a;
     k->attention_backward(d, dqkv, a->dc, la->qkv, la->att, B, T, C, NH);
-    k->matmul_backward(d, a->dc, dp + o[BLK_QKVW], dp + o[BLK_QKVB], dqkv, la->ln1, p + o[BLK_QKVW], BT, C, 3 * C);
+    k->matmul_backward(d, a->dc, dp + o[BLK_QKVW], dp + o[BLK_QKVB], dqkv, la->ln1, p + o[BLK_QKVW], BT, C, 3 * C, 3 * C);
     k->layernorm_backward(d, a->dres, dp + o[BLK_LN1W], dp + o[BLK_LN1B], a->dc, x, p + o[BLK_LN1W], la->ln1_mean, la->ln1_rstd, BT, C);
 }
 
@@ -219,7 +220,8 @@ void gpt_backward(GPT *g, const GPTHooks *h) {
     const bf16 *wte = h->params(h->ctx, GPT_UNIT_EMBED) + l->emb_off[EMB_WTE];
     dev_memset0(d, eg, g->embed_grads.bytes, STREAM_COMPUTE);
     dev_memset0(d, ug, l->unit[hu].count * sizeof(float), STREAM_COMPUTE);
-    k->matmul_backward(d, a->dc, eg + l->emb_off[EMB_WTE], NULL, a->logits, a->lnf, wte, BT, C, V);
+    k->matmul_backward(d, a->dc, eg + l->emb_off[EMB_WTE], NULL, a->logits, a->lnf, wte, BT, C, V,
+                       gpt_logits_stride(&l->cfg));
     dev_memset0(d, a->dres, dres_bytes, STREAM_COMPUTE);
     k->layernorm_backward(d, a->dres, ug + l->head_off[HEAD_LNFW], ug + l->head_off[HEAD_LNFB], a->dc,
                           block_input(g, l->cfg.num_layers), ph + l->head_off[HEAD_LNFW], a->lnf_mean, a->lnf_rstd, BT, C);

@@ -67,6 +67,12 @@ void gpt_init_values(const GPTLayout *l, uint64_t seed, size_t begin, size_t end
 // (Ψ_matmul: weights that enter a GEMM, including the tied output projection).
 double gpt_flops_per_token(const GPTLayout *l, int T);
 
+// Row stride of the logits (BT, V): V rounded up to a multiple of 64, so that
+// every row starts 128-byte aligned in bf16 and the head's GEMMs can use the
+// tensor cores' vector loads (GPT-2's V = 50257 would leave rows 2-byte
+// aligned). The padding columns are never read or written.
+static inline int gpt_logits_stride(const GPTConfig *c) { return (c->vocab_size + 63) / 64 * 64; }
+
 // Activation bytes this trainer keeps for one micro-batch (per layer and total)
 // and the backward scratch; used by the report and memory_math.
 typedef struct GPTActBytes {

@@ -162,14 +162,14 @@ double gpt_flops_per_token(const GPTLayout *l, int T) {
 
 GPTActBytes gpt_activation_bytes(const GPTLayout *l, int B, int T, int act_bytes) {
     const GPTConfig *c = &l->cfg;
-    size_t BT = (size_t)B * T, C = c->channels, NH = c->num_heads, V = c->vocab_size;
+    size_t BT = (size_t)B * T, C = c->channels, NH = c->num_heads, Vp = (size_t)gpt_logits_stride(c);
     GPTActBytes r;
     // per layer: ln1 C, qkv 3C, atty C, x2 C, ln2 C, fch 4C, fch_gelu 4C, x3 C = 16C
     // activations; fp32 mean and rstd of both layernorms; fp32 attention probabilities NH·T
     r.per_layer = BT * (16 * C * act_bytes + 4 * sizeof(float)) + (size_t)B * NH * T * T * sizeof(float);
-    // embedding output x0 C, lnf C, logits V, one (BT,C) temporary; lnf mean/rstd
-    // and losses fp32; input and target token ids int32
-    r.embed_and_head = BT * ((3 * C + V) * act_bytes + 3 * sizeof(float) + 2 * sizeof(int32_t));
+    // embedding output x0 C, lnf C, logits Vp (V padded), one (BT,C) temporary;
+    // lnf mean/rstd and losses fp32; input and target token ids int32
+    r.embed_and_head = BT * ((3 * C + Vp) * act_bytes + 3 * sizeof(float) + 2 * sizeof(int32_t));
     r.total_saved = r.per_layer * c->num_layers + r.embed_and_head;
     // backward: residual gradient C, one C-wide and two 4C-wide temporaries
     r.backward_scratch = BT * 10 * C * act_bytes;

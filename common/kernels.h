@@ -31,13 +31,16 @@ typedef struct KernelOps {
     void (*layernorm_backward)(Device *d, act *dinp, float *dw, float *db, const act *dout,
                                const act *inp, const bf16 *w, const float *mean,
                                const float *rstd, int BT, int C);
-    // out (BT,OC) = inp (BT,C) @ w (OC,C)^T + bias (OC); bias may be NULL
+    // out (BT,OC) = inp (BT,C) @ w (OC,C)^T + bias (OC); bias may be NULL.
+    // ldo >= OC is the row stride of out (and of dout below): the head pads
+    // its rows so they stay aligned for the GEMM (gpt_logits_stride); columns
+    // OC..ldo-1 are neither read nor written.
     void (*matmul_forward)(Device *d, act *out, const act *inp, const bf16 *w, const bf16 *bias,
-                           int BT, int C, int OC);
+                           int BT, int C, int OC, int ldo);
     // dinp (BT,C) = dout @ w (overwritten; skipped when dinp is NULL);
     // dw (OC,C) += dout^T @ inp; dbias (OC) += column sums of dout (skipped when NULL)
     void (*matmul_backward)(Device *d, act *dinp, float *dw, float *dbias, const act *dout,
-                            const act *inp, const bf16 *w, int BT, int C, int OC);
+                            const act *inp, const bf16 *w, int BT, int C, int OC, int ldo);
     // causal self-attention. qkv (B,T,3C) holds q,k,v each (B,T,NH,hs) with hs = C/NH;
     // out (B,T,C); att (B,NH,T,T) saves the softmax probabilities (zero above the diagonal)
     void (*attention_forward)(Device *d, act *out, float *att, const act *qkv, int B, int T,
@@ -50,11 +53,12 @@ typedef struct KernelOps {
     void (*gelu_backward)(Device *d, act *dinp, const act *inp, const act *dout, size_t n);
     // out = a + b (out may alias a)
     void (*residual_forward)(Device *d, act *out, const act *a, const act *b, size_t n);
-    // Fused softmax + cross-entropy over logits (BT,V). losses (BT) = -log p[target].
-    // When dloss_scale != 0, logits are overwritten by dloss/dlogits =
-    // (softmax - onehot(target)) * dloss_scale (the scale is 1 / tokens in the global batch).
+    // Fused softmax + cross-entropy over logits (BT,V), rows ld >= V apart.
+    // losses (BT) = -log p[target]. When dloss_scale != 0, logits are
+    // overwritten by dloss/dlogits = (softmax - onehot(target)) * dloss_scale
+    // (the scale is 1 / tokens in the global batch).
     void (*softmax_crossentropy)(Device *d, float *losses, act *logits, const int32_t *targets,
-                                 int BT, int V, float dloss_scale);
+                                 int BT, int V, int ld, float dloss_scale);
 
     // ---- gradients and optimizer (bf16 storage, fp32 math) ----
     // dst = (accumulate ? dst : 0) + src, rounded to bf16

@@ -163,11 +163,11 @@ static void residual_forward(Device *d, act *out_, const act *a_, const act *b_,
 // The row maximum is subtracted before exp, so exp never overflows.
 
 static void softmax_crossentropy(Device *d, float *losses, act *logits_, const int32_t *targets,
-                                 int BT, int V, float dloss_scale) {
-    float *logits = logits_;  // (BT,V)
+                                 int BT, int V, int ld, float dloss_scale) {
+    float *logits = logits_;  // (BT,V), rows ld apart
 #pragma omp parallel for schedule(static)
     for (int r = 0; r < BT; r++) {
-        float *z = logits + (size_t)r * V;
+        float *z = logits + (size_t)r * ld;
         float zt = z[targets[r]];
         float maxv = -INFINITY;
 #pragma omp simd reduction(max : maxv)

@@ -18,9 +18,9 @@ static inline int blas_single_threaded(void) { return openblas_get_num_threads()
 
 // kernels_cpu_matmul.c
 void matmul_forward_cpu(Device *d, act *out, const act *inp, const bf16 *w, const bf16 *bias,
-                        int BT, int C, int OC);
+                        int BT, int C, int OC, int ldo);
 void matmul_backward_cpu(Device *d, act *dinp, float *dw, float *dbias, const act *dout,
-                         const act *inp, const bf16 *w, int BT, int C, int OC);
+                         const act *inp, const bf16 *w, int BT, int C, int OC, int ldo);
 
 // kernels_cpu_attention.c
 void attention_forward_cpu(Device *d, act *out, float *att, const act *qkv, int B, int T, int C,

@@ -34,8 +34,8 @@ static void sgemm_rows(int transA, int transB, int M, int N, int K, float alpha,
 #define DBIAS_COLS 64
 
 void matmul_forward_cpu(Device *d, act *out_, const act *inp_, const bf16 *w, const bf16 *bias,
-                        int BT, int C, int OC) {
-    float *out = out_;        // (BT,OC)
+                        int BT, int C, int OC, int ldo) {
+    float *out = out_;        // (BT,OC), rows ldo apart
     const float *inp = inp_;  // (BT,C)
     size_t wn = (size_t)OC * C;
     float *wf = device_scratch(d, (wn + OC) * sizeof(float));  // w as fp32 (OC,C), then bias (OC)
@@ -46,21 +46,21 @@ void matmul_forward_cpu(Device *d, act *out_, const act *inp_, const bf16 *w, co
         // out starts as the bias broadcast over rows; the GEMM adds onto it (beta = 1)
         for (int o = 0; o < OC; o++) bf[o] = bf16_to_f32(bias[o]);
 #pragma omp parallel for schedule(static)
-        for (int r = 0; r < BT; r++) memcpy(out + (size_t)r * OC, bf, (size_t)OC * sizeof(float));
+        for (int r = 0; r < BT; r++) memcpy(out + (size_t)r * ldo, bf, (size_t)OC * sizeof(float));
         beta = 1.0f;
     }
     // out (BT,OC) = inp (BT,C) @ w^T (C,OC) [+ out]
-    sgemm_rows(0, 1, BT, OC, C, 1.0f, inp, C, wf, C, beta, out, OC);
+    sgemm_rows(0, 1, BT, OC, C, 1.0f, inp, C, wf, C, beta, out, ldo);
 }
 
-// dbias (OC) += sum over rows of dout (BT,OC)
-static void bias_grad(float *dbias, const float *dout, int BT, int OC) {
+// dbias (OC) += sum over rows of dout (BT,OC), rows ldo apart
+static void bias_grad(float *dbias, const float *dout, int BT, int OC, int ldo) {
 #pragma omp parallel for schedule(static)
     for (int c0 = 0; c0 < OC; c0 += DBIAS_COLS) {
         int n = OC - c0 < DBIAS_COLS ? OC - c0 : DBIAS_COLS;
         float acc[DBIAS_COLS] = {0};
         for (int r = 0; r < BT; r++) {
-            const float *row = dout + (size_t)r * OC + c0;
+            const float *row = dout + (size_t)r * ldo + c0;
             for (int j = 0; j < n; j++) acc[j] += row[j];
         }
         for (int j = 0; j < n; j++) dbias[c0 + j] += acc[j];
@@ -68,18 +68,18 @@ static void bias_grad(float *dbias, const float *dout, int BT, int OC) {
 }
 
 void matmul_backward_cpu(Device *d, act *dinp_, float *dw, float *dbias, const act *dout_,
-                         const act *inp_, const bf16 *w, int BT, int C, int OC) {
+                         const act *inp_, const bf16 *w, int BT, int C, int OC, int ldo) {
     float *dinp = dinp_;        // (BT,C)
-    const float *dout = dout_;  // (BT,OC)
+    const float *dout = dout_;  // (BT,OC), rows ldo apart
     const float *inp = inp_;    // (BT,C)
     if (dinp) {
         size_t wn = (size_t)OC * C;
         float *wf = device_scratch(d, wn * sizeof(float));  // w as fp32 (OC,C)
         bf16_to_f32_cpu(d, wf, w, wn);
         // dinp (BT,C) = dout (BT,OC) @ w (OC,C)
-        sgemm_rows(0, 0, BT, C, OC, 1.0f, dout, OC, wf, C, 0.0f, dinp, C);
+        sgemm_rows(0, 0, BT, C, OC, 1.0f, dout, ldo, wf, C, 0.0f, dinp, C);
     }
     // dw (OC,C) += dout^T (OC,BT) @ inp (BT,C)
-    sgemm_rows(1, 0, OC, C, BT, 1.0f, dout, OC, inp, C, 1.0f, dw, C);
-    if (dbias) bias_grad(dbias, dout, BT, OC);
+    sgemm_rows(1, 0, OC, C, BT, 1.0f, dout, ldo, inp, C, 1.0f, dw, C);
+    if (dbias) bias_grad(dbias, dout, BT, OC, ldo);
 }

@@ -105,8 +105,8 @@ static void residual_forward(Device *d, act *out, const act *a, const act *b, si
 // max m and the sum s of exp(z - m), rescaling s when m grows.
 
 __global__ void softmax_crossentropy_kernel(float *losses, floatX *logits, const int32_t *targets,
-                                            int V, float dloss_scale) {
-    floatX *z = logits + (size_t)blockIdx.x * V;
+                                            int V, int ld, float dloss_scale) {
+    floatX *z = logits + (size_t)blockIdx.x * ld;
     int target = targets[blockIdx.x];
     float zt = to_f32(z[target]);  // read before the gradient pass overwrites the row
     float m = -INFINITY, s = 0.0f;
@@ -133,10 +133,10 @@ __global__ void softmax_crossentropy_kernel(float *losses, floatX *logits, const
 }
 
 void softmax_crossentropy_cuda(Device *d, float *losses, act *logits, const int32_t *targets,
-                               int BT, int V, float dloss_scale) {
+                               int BT, int V, int ld, float dloss_scale) {
     int block = V >= 4096 ? 1024 : BLOCK;
     softmax_crossentropy_kernel<<<BT, block, 0, compute(d)>>>(losses, (floatX *)logits, targets, V,
-                                                              dloss_scale);
+                                                              ld, dloss_scale);
     LAUNCH_CHECK();
 }
 

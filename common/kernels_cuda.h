@@ -74,10 +74,11 @@ __device__ inline float block_max(float x) { return block_reduce<MaxOp>(x, -INFI
 // One row-major GEMM, or `batch` of them at fixed strides (elements):
 //   C (M,N) = alpha * op(A) (M,K) @ op(B) (K,N) + beta * C  [+ bias (N) on every row]
 // A is stored (M,K), or (K,M) when transA; B is stored (K,N), or (N,K) when
-// transB; all densely packed. A, B, bias bf16; C bf16 or fp32 (c_f32);
-// products accumulate in fp32.
+// transB; rows lda, ldb, ldc apart (0 = densely packed). A, B, bias bf16;
+// C bf16 or fp32 (c_f32); products accumulate in fp32.
 typedef struct GemmArgs {
     int M, N, K;
+    int lda, ldb, ldc;
     const void *A;
     int transA;
     long long strideA;
@@ -109,9 +110,9 @@ static inline int colsum_parts(int rows) {
 // ---- the kernels that live outside kernels_cuda.cu -------------------------------
 
 void matmul_forward_cuda(Device *d, act *out, const act *inp, const bf16 *w, const bf16 *bias,
-                         int BT, int C, int OC);
+                         int BT, int C, int OC, int ldo);
 void matmul_backward_cuda(Device *d, act *dinp, float *dw, float *dbias, const act *dout,
-                          const act *inp, const bf16 *w, int BT, int C, int OC);
+                          const act *inp, const bf16 *w, int BT, int C, int OC, int ldo);
 void attention_forward_cuda(Device *d, act *out, float *att, const act *qkv, int B, int T, int C,
                             int NH);
 void attention_backward_cuda(Device *d, act *dqkv, const act *dout, const act *qkv,
@@ -122,4 +123,4 @@ void layernorm_backward_cuda(Device *d, act *dinp, float *dw, float *db, const a
                              const act *inp, const bf16 *w, const float *mean, const float *rstd,
                              int BT, int C);
 void softmax_crossentropy_cuda(Device *d, float *losses, act *logits, const int32_t *targets,
-                               int BT, int V, float dloss_scale);
+                               int BT, int V, int ld, float dloss_scale);

@@ -9,9 +9,10 @@
 // ---- row-major GEMM on cuBLASLt -----------------------------------------------------
 
 // cuBLASLt picks kernels assuming 256-byte aligned buffers unless told
-// otherwise; a weight inside the flat parameter buffer may be less aligned.
-static uint32_t alignment_of(const void *p, long long stride_bytes) {
-    uintptr_t x = (uintptr_t)p | (uintptr_t)stride_bytes;
+// otherwise; a weight inside the flat parameter buffer may be less aligned,
+// and so may the rows after the first when the row stride is odd.
+static uint32_t alignment_of(const void *p, long long stride_bytes, long long ld_bytes) {
+    uintptr_t x = (uintptr_t)p | (uintptr_t)stride_bytes | (uintptr_t)ld_bytes;
     uint32_t a = 256;
     while (a > 1 && (x & (a - 1))) a >>= 1;
     return a;
@@ -66,13 +67,16 @@ void gemm_bf16(Device *d, const GemmArgs *g) {
     }
     // layouts of the stored matrices (before op): B (K,N) row-major is (N,K)
     // column-major with ld N; B stored transposed, (N,K) row-major, is (K,N) with ld K
+    int ldb = g->ldb ? g->ldb : (g->transB ? K : N);
+    int lda = g->lda ? g->lda : (g->transA ? M : K);
+    int ldc = g->ldc ? g->ldc : N;
     cublasLtMatrixLayout_t lay_first =
-        g->transB ? make_layout(CUDA_R_16BF, K, N, K, g->batch, g->strideB)
-                  : make_layout(CUDA_R_16BF, N, K, N, g->batch, g->strideB);
+        g->transB ? make_layout(CUDA_R_16BF, K, N, ldb, g->batch, g->strideB)
+                  : make_layout(CUDA_R_16BF, N, K, ldb, g->batch, g->strideB);
     cublasLtMatrixLayout_t lay_second =
-        g->transA ? make_layout(CUDA_R_16BF, M, K, M, g->batch, g->strideA)
-                  : make_layout(CUDA_R_16BF, K, M, K, g->batch, g->strideA);
-    cublasLtMatrixLayout_t lay_c = make_layout(c_type, N, M, N, g->batch, g->strideC);
+        g->transA ? make_layout(CUDA_R_16BF, M, K, lda, g->batch, g->strideA)
+                  : make_layout(CUDA_R_16BF, K, M, lda, g->batch, g->strideA);
+    cublasLtMatrixLayout_t lay_c = make_layout(c_type, N, M, ldc, g->batch, g->strideC);
 
     cublasLtMatmulPreference_t pref;
     cublasCheck(cublasLtMatmulPreferenceCreate(&pref));
@@ -81,10 +85,11 @@ void gemm_bf16(Device *d, const GemmArgs *g) {
         pref, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES, &ws_bytes, sizeof ws_bytes));
     long long sB = g->batch > 1 ? g->strideB * 2 : 0, sA = g->batch > 1 ? g->strideA * 2 : 0;
     long long sC = g->batch > 1 ? g->strideC * (long long)c_bytes : 0;
-    set_min_alignment(pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_A_BYTES, alignment_of(g->B, sB));
-    set_min_alignment(pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_B_BYTES, alignment_of(g->A, sA));
-    set_min_alignment(pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_C_BYTES, alignment_of(g->C, sC));
-    set_min_alignment(pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_D_BYTES, alignment_of(g->C, sC));
+    long long ldb_bytes = 2LL * ldb, lda_bytes = 2LL * lda, ldc_bytes = (long long)c_bytes * ldc;
+    set_min_alignment(pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_A_BYTES, alignment_of(g->B, sB, ldb_bytes));
+    set_min_alignment(pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_B_BYTES, alignment_of(g->A, sA, lda_bytes));
+    set_min_alignment(pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_C_BYTES, alignment_of(g->C, sC, ldc_bytes));
+    set_min_alignment(pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_D_BYTES, alignment_of(g->C, sC, ldc_bytes));
 
     cublasLtMatmulHeuristicResult_t heur;
     int found = 0;
@@ -125,7 +130,8 @@ void column_partials_accumulate(Device *d, float *acc, const float *partials, in
 // One block per (32 columns, COLSUM_ROWS_PER_PART rows): threadIdx.x picks the
 // column (adjacent threads read adjacent bf16, coalesced), threadIdx.y strides
 // the rows; the block then sums its rows in a fixed tree order.
-__global__ void bias_grad_partials_kernel(float *partials, const floatX *dout, int BT, int OC) {
+__global__ void bias_grad_partials_kernel(float *partials, const floatX *dout, int BT, int OC,
+                                          int ldo) {
     __shared__ float tile[COLSUM_BLOCK_ROWS][WARP_SIZE];
     int c = blockIdx.x * WARP_SIZE + threadIdx.x;
     int r0 = blockIdx.y * COLSUM_ROWS_PER_PART;
@@ -133,7 +139,7 @@ __global__ void bias_grad_partials_kernel(float *partials, const floatX *dout, i
     float s = 0.0f;
     if (c < OC)
         for (int r = r0 + threadIdx.y; r < r1; r += COLSUM_BLOCK_ROWS)
-            s += to_f32(dout[(size_t)r * OC + c]);
+            s += to_f32(dout[(size_t)r * ldo + c]);
     tile[threadIdx.y][threadIdx.x] = s;
     __syncthreads();
     if (threadIdx.y == 0 && c < OC) {
@@ -142,34 +148,35 @@ __global__ void bias_grad_partials_kernel(float *partials, const floatX *dout, i
     }
 }
 
-// dbias (OC) += column sums of dout (BT,OC)
-static void bias_grad(Device *d, float *dbias, const floatX *dout, int BT, int OC) {
+// dbias (OC) += column sums of dout (BT,OC), rows ldo apart
+static void bias_grad(Device *d, float *dbias, const floatX *dout, int BT, int OC, int ldo) {
     int parts = colsum_parts(BT);
     float *partials = (float *)device_scratch(d, (size_t)parts * OC * sizeof(float));
     dim3 grid((unsigned)ceil_div(OC, WARP_SIZE), (unsigned)parts);
     dim3 block(WARP_SIZE, COLSUM_BLOCK_ROWS);
     bias_grad_partials_kernel<<<grid, block, 0, cuda_stream(d, STREAM_COMPUTE)>>>(partials, dout,
-                                                                                BT, OC);
+                                                                                BT, OC, ldo);
     LAUNCH_CHECK();
     column_partials_accumulate(d, dbias, partials, parts, OC);
 }
 
-// out (BT,OC) = bias (OC) in every row, for a bias the GEMM epilogue cannot read
-__global__ void broadcast_bias_kernel(floatX *out, const floatX *bias, size_t n, int OC) {
-    FOR_EACH_ELEMENT(i, n) out[i] = bias[i % OC];
+// out (BT,OC), rows ldo apart, = bias (OC) in every row, for a bias the GEMM
+// epilogue cannot read
+__global__ void broadcast_bias_kernel(floatX *out, const floatX *bias, size_t n, int OC, int ldo) {
+    FOR_EACH_ELEMENT(i, n) out[i / OC * ldo + i % OC] = bias[i % OC];
 }
 
 // ---- the linear layer ---------------------------------------------------------------------
 
 void matmul_forward_cuda(Device *d, act *out, const act *inp, const bf16 *w, const bf16 *bias,
-                         int BT, int C, int OC) {
+                         int BT, int C, int OC, int ldo) {
     // the epilogue reads the bias with vector loads; at an odd offset in the
     // flat parameter buffer the bias is first copied into every row of out and
     // the GEMM adds onto it (beta = 1): one rounding to bf16 either way
     int epilogue_bias = bias && ((uintptr_t)bias % 16 == 0);
     // out (BT,OC) = inp (BT,C) @ w^T, w stored (OC,C)
     GemmArgs g = {};
-    g.M = BT, g.N = OC, g.K = C;
+    g.M = BT, g.N = OC, g.K = C, g.ldc = ldo;
     g.A = inp, g.transA = 0;
     g.B = w, g.transB = 1;
     g.C = out, g.c_f32 = 0;
@@ -178,7 +185,7 @@ void matmul_forward_cuda(Device *d, act *out, const act *inp, const bf16 *w, con
     if (bias && !epilogue_bias) {
         size_t n = (size_t)BT * OC;
         broadcast_bias_kernel<<<grid_for(n, 256), 256, 0, cuda_stream(d, STREAM_COMPUTE)>>>(
-            (floatX *)out, (const floatX *)bias, n, OC);
+            (floatX *)out, (const floatX *)bias, n, OC, ldo);
         LAUNCH_CHECK();
         g.beta = 1.0f;
     }
@@ -186,11 +193,11 @@ void matmul_forward_cuda(Device *d, act *out, const act *inp, const bf16 *w, con
 }
 
 void matmul_backward_cuda(Device *d, act *dinp, float *dw, float *dbias, const act *dout,
-                          const act *inp, const bf16 *w, int BT, int C, int OC) {
+                          const act *inp, const bf16 *w, int BT, int C, int OC, int ldo) {
     if (dinp) {
         // dinp (BT,C) = dout (BT,OC) @ w (OC,C), overwritten
         GemmArgs g = {};
-        g.M = BT, g.N = C, g.K = OC;
+        g.M = BT, g.N = C, g.K = OC, g.lda = ldo;
         g.A = dout, g.transA = 0;
         g.B = w, g.transB = 0;
         g.C = dinp, g.c_f32 = 0;
@@ -199,11 +206,11 @@ void matmul_backward_cuda(Device *d, act *dinp, float *dw, float *dbias, const a
     }
     // dw (OC,C) += dout^T (OC,BT) @ inp (BT,C): fp32 out, beta = 1 accumulates
     GemmArgs g = {};
-    g.M = OC, g.N = C, g.K = BT;
+    g.M = OC, g.N = C, g.K = BT, g.lda = ldo;  // dout stored (BT,OC): (K,M) with rows ldo apart
     g.A = dout, g.transA = 1;
     g.B = inp, g.transB = 0;
     g.C = dw, g.c_f32 = 1;
     g.alpha = 1.0f, g.beta = 1.0f, g.batch = 1;
     gemm_bf16(d, &g);
-    if (dbias) bias_grad(d, dbias, (const floatX *)dout, BT, OC);
+    if (dbias) bias_grad(d, dbias, (const floatX *)dout, BT, OC, ldo);
 }

@@ -129,29 +129,35 @@ typedef struct MatmulCase {
     int with_bias;     // forward: bias; backward: dbias
     int odd_bias;      // bias at an odd element offset (2-byte aligned, as in a flat buffer)
     int with_dinp;     // backward: dinp (NULL skips it)
+    int ldo;           // row stride of out/dout (0: OC, packed); the padding keeps its values
 } MatmulCase;
 
+static int row_stride(MatmulCase mc) { return mc.ldo ? mc.ldo : mc.OC; }
+
 static void check_matmul_forward(Devices *dv, MatmulCase mc) {
-    size_t ni = (size_t)mc.BT * mc.C, no = (size_t)mc.BT * mc.OC, nw = (size_t)mc.OC * mc.C;
+    int ldo = row_stride(mc);
+    size_t ni = (size_t)mc.BT * mc.C, no = (size_t)mc.BT * ldo, nw = (size_t)mc.OC * mc.C;
     float *x = rand_values(ni, 21, -1, 1), *w = rand_values(nw, 22, -0.5f, 0.5f);
     float *bias = rand_values((size_t)mc.OC + 1, 23, -1, 1);  // bias[0] is padding
+    float *prefill = rand_values(no, 20, -9, 9);  // overwritten but for the padding columns
     float *out[2];
     FOR_BOTH_DEVICES(dv, k, d) {
         Arena a = {.d = d};
-        act *xi = put_act(&a, x, ni), *o = alloc_act(&a, no);
+        act *xi = put_act(&a, x, ni), *o = put_act(&a, prefill, no);
         bf16 *wi = put_bf16(&a, w, nw), *bi = put_bf16(&a, bias, (size_t)mc.OC + 1);
         const bf16 *b = mc.with_bias ? (mc.odd_bias ? bi + 1 : bi) : NULL;
-        d->k->matmul_forward(d, o, xi, wi, b, mc.BT, mc.C, mc.OC);
+        d->k->matmul_forward(d, o, xi, wi, b, mc.BT, mc.C, mc.OC, ldo);
         out[k] = get_act(d, o, no);
         arena_free(&a);
     }
     expect_close("matmul_forward out", out[1], out[0], no, TOL_GEMM);
     free_pair(out);
-    free(x), free(w), free(bias);
+    free(x), free(w), free(bias), free(prefill);
 }
 
 static void check_matmul_backward(Devices *dv, MatmulCase mc) {
-    size_t ni = (size_t)mc.BT * mc.C, no = (size_t)mc.BT * mc.OC, nw = (size_t)mc.OC * mc.C;
+    int ldo = row_stride(mc);
+    size_t ni = (size_t)mc.BT * mc.C, no = (size_t)mc.BT * ldo, nw = (size_t)mc.OC * mc.C;
     float *x = rand_values(ni, 24, -1, 1), *w = rand_values(nw, 25, -0.5f, 0.5f);
     float *g = rand_values(no, 26, -1, 1), *dw0 = rand_values(nw, 27, -1, 1);
     float *db0 = rand_values(mc.OC, 28, -1, 1), *dx0 = rand_values(ni, 29, -9, 9);
@@ -163,7 +169,7 @@ static void check_matmul_backward(Devices *dv, MatmulCase mc) {
         bf16 *wi = put_bf16(&a, w, nw);
         float *dwi = put_f32(&a, dw0, nw);
         float *dbi = mc.with_bias ? put_f32(&a, db0, mc.OC) : NULL;
-        d->k->matmul_backward(d, dxi, dwi, dbi, gi, xi, wi, mc.BT, mc.C, mc.OC);
+        d->k->matmul_backward(d, dxi, dwi, dbi, gi, xi, wi, mc.BT, mc.C, mc.OC, ldo);
         if (dxi) dx[k] = get_act(d, dxi, ni);
         dw[k] = get_f32(d, dwi, nw);
         if (dbi) db[k] = get_f32(d, dbi, mc.OC);
@@ -188,6 +194,16 @@ static void test_matmul_forward_odd(void **state) {
     check_matmul_forward(dv, (MatmulCase){.BT = 30, .C = 36, .OC = 20, .with_bias = 1,
                                           .odd_bias = 1});
     check_matmul_forward(dv, (MatmulCase){.BT = 7, .C = 12, .OC = 5, .with_bias = 1});
+}
+
+// the head's layout: an odd vocabulary in rows padded to a multiple of 64
+static void test_matmul_row_stride(void **state) {
+    Devices *dv = devices_or_skip(state);
+    check_matmul_forward(dv, (MatmulCase){.BT = 48, .C = 64, .OC = 257, .ldo = 320});
+    check_matmul_forward(dv, (MatmulCase){.BT = 48, .C = 64, .OC = 257, .ldo = 320, .with_bias = 1,
+                                          .odd_bias = 1});
+    check_matmul_backward(dv, (MatmulCase){.BT = 48, .C = 64, .OC = 257, .ldo = 320, .with_dinp = 1,
+                                           .with_bias = 1});
 }
 
 static void test_matmul_backward(void **state) {
@@ -294,19 +310,21 @@ static void test_residual(void **state) {
 // adding log(sum) (the other order is off by 9e-6 or more here). The devices
 // then differ only in how each sums V exponentials near 1.0 in fp32: at most
 // V-1 roundings of 2^-24 each, so 2 (V-1) 2^-24 < 2e-6 between them.
-static void check_softmax_crossentropy(Devices *dv, int BT, int V, float scale, int confident) {
-    size_t n = (size_t)BT * V;
+static void check_softmax_crossentropy(Devices *dv, int BT, int V, int ld, float scale, int confident) {
+    size_t n = (size_t)BT * ld;
     float *z = rand_values(n, 45, -4, 4);
+    for (size_t i = 0; i < n; i++)  // padding columns: zeros that must stay (and not set the tolerance)
+        if ((int)(i % ld) >= V) z[i] = 0.0f;
     int32_t *tgt = rand_tokens(BT, V, 46);
-    for (size_t i = 0; confident && i < n; i++) z[i] = 504.0f - 2.0f * (float)(i / V % 3);  // bf16-exact
-    for (int r = 0; confident && r < BT; r++) z[(size_t)r * V + tgt[r]] = 512.0f;
+    for (size_t i = 0; confident && i < n; i++) z[i] = 504.0f - 2.0f * (float)(i / ld % 3);  // bf16-exact
+    for (int r = 0; confident && r < BT; r++) z[(size_t)r * ld + tgt[r]] = 512.0f;
     float *loss[2], *dz[2];
     FOR_BOTH_DEVICES(dv, k, d) {
         Arena a = {.d = d};
         act *zi = put_act(&a, z, n);
         int32_t *ti = put_bytes(&a, tgt, BT * sizeof *tgt);
         float *li = arena_alloc(&a, BT * sizeof(float));
-        d->k->softmax_crossentropy(d, li, zi, ti, BT, V, scale);
+        d->k->softmax_crossentropy(d, li, zi, ti, BT, V, ld, scale);
         loss[k] = get_f32(d, li, BT);
         dz[k] = get_act(d, zi, n);
         arena_free(&a);
@@ -331,10 +349,10 @@ static void check_softmax_crossentropy(Devices *dv, int BT, int V, float scale, 
 
 static void test_softmax_crossentropy(void **state) {
     Devices *dv = devices_or_skip(state);
-    check_softmax_crossentropy(dv, 48, 256, 1.0f / 48, 0);   // byte-level vocabulary
-    check_softmax_crossentropy(dv, 16, 5003, 1.0f / 64, 0);  // wide rows: the 1024-thread blocks
-    check_softmax_crossentropy(dv, 8, 100, 0.0f, 0);         // loss only
-    check_softmax_crossentropy(dv, 48, 16, 1.0f / 48, 1);    // confident: max - z[t] taken first
+    check_softmax_crossentropy(dv, 48, 256, 256, 1.0f / 48, 0);   // byte-level vocabulary
+    check_softmax_crossentropy(dv, 16, 5003, 5056, 1.0f / 64, 0); // wide rows (1024-thread blocks), padded
+    check_softmax_crossentropy(dv, 8, 100, 100, 0.0f, 0);         // loss only
+    check_softmax_crossentropy(dv, 48, 16, 16, 1.0f / 48, 1);     // confident: max - z[t] taken first
 }
 
 int main(void) {
@@ -345,6 +363,7 @@ int main(void) {
         cmocka_unit_test(test_layernorm_backward),
         cmocka_unit_test(test_matmul_forward),
         cmocka_unit_test(test_matmul_forward_odd),
+        cmocka_unit_test(test_matmul_row_stride),
         cmocka_unit_test(test_matmul_backward),
         cmocka_unit_test(test_attention),
         cmocka_unit_test(test_gelu),

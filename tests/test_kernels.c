@@ -191,7 +191,7 @@ typedef struct MmCtx {
 
 static double mm_objective(Device *d, void *p) {
     MmCtx *c = p;
-    d->k->matmul_forward(d, c->out, c->inp, c->w, c->bias, c->BT, c->C, c->OC);
+    d->k->matmul_forward(d, c->out, c->inp, c->w, c->bias, c->BT, c->C, c->OC, c->OC);
     return weighted_sum(c->out, c->R, (size_t)c->BT * c->OC);
 }
 
@@ -231,21 +231,21 @@ static void check_matmul(Device *d) {
                 want_w[o * C + c] += (double)R[r * OC + o] * inp[r * C + c];
         }
     }
-    d->k->matmul_backward(d, dinp, dw, db, R, inp, w, BT, C, OC);
+    d->k->matmul_backward(d, dinp, dw, db, R, inp, w, BT, C, OC, OC);
     assert_int_equal(check_close(dw, want_w, OC * C, 1e-5, 1e-5, "mm dw"), 0);
     assert_int_equal(check_close(db, want_b, OC, 1e-5, 1e-5, "mm dbias"), 0);
     // out is linear in inp: the difference is exact but for fp32 rounding (|L| ~ 10, h = 1e-2)
     assert_int_equal(
         check_fd(d, inp, dinp, BT * C, 1e-2f, mm_objective, &ctx, 1e-3, 1e-3, "mm dinp"), 0);
     float dw0[OC * C] = {0}, db0[OC] = {0};
-    d->k->matmul_backward(d, NULL, dw0, db0, R, inp, w, BT, C, OC);  // dinp NULL: skipped
+    d->k->matmul_backward(d, NULL, dw0, db0, R, inp, w, BT, C, OC, OC);  // dinp NULL: skipped
     assert_int_equal(check_fd_bf16(d, w, dw0, OC * C, mm_objective, &ctx, 1e-3, 1e-3, "mm dw fd"),
                      0);
     assert_int_equal(check_fd_bf16(d, bias, db0, OC, mm_objective, &ctx, 1e-3, 1e-3, "mm db fd"),
                      0);
     float dw1[OC * C];
     memcpy(dw1, dw0, sizeof dw0);
-    d->k->matmul_backward(d, NULL, dw0, NULL, R, inp, w, BT, C, OC);  // dbias NULL: skipped
+    d->k->matmul_backward(d, NULL, dw0, NULL, R, inp, w, BT, C, OC, OC);  // dbias NULL: skipped
     for (int i = 0; i < OC * C; i++) assert_true(test_close(dw0[i], 2.0 * dw1[i], 1e-6, 1e-6));
 }
 
@@ -325,6 +325,39 @@ static void check_attention(Device *d) {
 }
 
 static void test_matmul(void **state) { check_matmul(*state); }
+
+// Rows ldo apart (the head's padded logits): the same numbers as packed rows,
+// and the padding columns neither read (NaN there must not leak) nor written.
+static void test_row_strides(void **state) {
+    Device *d = *state;
+    enum { BT = 6, C = 8, OC = 37, LD = 64 };
+    float inp[BT * C], packed[BT * OC], strided[BT * LD], dinp_p[BT * C], dinp_s[BT * C];
+    float dw_p[OC * C] = {0}, dw_s[OC * C] = {0}, db_p[OC] = {0}, db_s[OC] = {0}, losses_p[BT], losses_s[BT];
+    bf16 w[OC * C], bias[OC];
+    int32_t targets[BT] = {0, 36, 5, 5, 17, 30};
+    test_fill(inp, BT * C, 80, -1, 1);
+    fill_grid_bf16(w, OC * C, 81);
+    fill_grid_bf16(bias, OC, 82);
+    for (int i = 0; i < BT * LD; i++) strided[i] = NAN;
+    d->k->matmul_forward(d, packed, inp, w, bias, BT, C, OC, OC);
+    d->k->matmul_forward(d, strided, inp, w, bias, BT, C, OC, LD);
+    for (int r = 0; r < BT; r++) {
+        for (int o = 0; o < OC; o++) assert_true(test_close(strided[r * LD + o], packed[r * OC + o], 1e-6, 1e-6));
+        for (int o = OC; o < LD; o++) assert_true(isnan(strided[r * LD + o]));
+    }
+    d->k->softmax_crossentropy(d, losses_p, packed, targets, BT, OC, OC, 1.0f / BT);
+    d->k->softmax_crossentropy(d, losses_s, strided, targets, BT, OC, LD, 1.0f / BT);
+    for (int r = 0; r < BT; r++) {
+        assert_true(test_close(losses_s[r], losses_p[r], 1e-6, 1e-6));
+        for (int o = 0; o < OC; o++) assert_true(test_close(strided[r * LD + o], packed[r * OC + o], 1e-6, 1e-6));
+        for (int o = OC; o < LD; o++) assert_true(isnan(strided[r * LD + o]));
+    }
+    d->k->matmul_backward(d, dinp_p, dw_p, db_p, packed, inp, w, BT, C, OC, OC);
+    d->k->matmul_backward(d, dinp_s, dw_s, db_s, strided, inp, w, BT, C, OC, LD);
+    for (int i = 0; i < BT * C; i++) assert_true(test_close(dinp_s[i], dinp_p[i], 1e-6, 1e-6));
+    for (int i = 0; i < OC * C; i++) assert_true(test_close(dw_s[i], dw_p[i], 1e-6, 1e-6));
+    for (int i = 0; i < OC; i++) assert_true(test_close(db_s[i], db_p[i], 1e-6, 1e-6));
+}
 static void test_attention(void **state) { check_attention(*state); }
 
 // The kernels run GEMMs on OpenMP threads when OpenBLAS is single-threaded
@@ -393,7 +426,7 @@ typedef struct CeCtx {
 static double ce_objective(Device *d, void *p) {
     CeCtx *c = p;
     memcpy(c->work, c->logits, (size_t)c->BT * c->V * sizeof(float));
-    d->k->softmax_crossentropy(d, c->losses, c->work, c->targets, c->BT, c->V, 0.0f);
+    d->k->softmax_crossentropy(d, c->losses, c->work, c->targets, c->BT, c->V, c->V, 0.0f);
     double s = 0;
     for (int r = 0; r < c->BT; r++) s += c->losses[r];
     return s / c->BT;
@@ -409,7 +442,7 @@ static void test_softmax_crossentropy(void **state) {
     CeCtx ctx = {losses, logits, work, targets, BT, V};
 
     memcpy(work, logits, sizeof work);
-    d->k->softmax_crossentropy(d, losses, work, targets, BT, V, 0.0f);
+    d->k->softmax_crossentropy(d, losses, work, targets, BT, V, V, 0.0f);
     assert_memory_equal(work, logits, sizeof work);  // dloss_scale 0: logits untouched
     for (int r = 0; r < BT; r++) {
         double maxv = -INFINITY, sum = 0;
@@ -420,7 +453,7 @@ static void test_softmax_crossentropy(void **state) {
     }
 
     memcpy(grad, logits, sizeof grad);
-    d->k->softmax_crossentropy(d, losses, grad, targets, BT, V, 1.0f / BT);
+    d->k->softmax_crossentropy(d, losses, grad, targets, BT, V, V, 1.0f / BT);
     // d(mean loss)/dlogit ~ 1e-2; rounding of the mean ~ 3e-7 / 2h = 2e-5 at h = 1e-2
     assert_int_equal(check_fd(d, logits, grad, N, 1e-2f, ce_objective, &ctx, 5e-5, 1e-2, "dlogits"),
                      0);
@@ -485,13 +518,13 @@ static void run_chain(Device *d, DetBufs *o, const DetInputs *in) {
     const KernelOps *k = d->k;
     k->encoder_forward(d, o->x, in->tokens, in->wte, in->wpe, DB, DT, DC);
     k->layernorm_forward(d, o->ln, o->mean, o->rstd, o->x, in->w, in->w + DC, DBT, DC);
-    k->matmul_forward(d, o->qkv, o->ln, in->w, in->w, DBT, DC, 3 * DC);
+    k->matmul_forward(d, o->qkv, o->ln, in->w, in->w, DBT, DC, 3 * DC, 3 * DC);
     k->attention_forward(d, o->y, o->att, o->qkv, DB, DT, DC, DNH);
-    k->matmul_forward(d, o->logits, o->y, in->wte, NULL, DBT, DC, DV);
-    k->softmax_crossentropy(d, o->losses, o->logits, in->tokens, DBT, DV, 1.0f / DBT);
-    k->matmul_backward(d, o->dx, o->dwte, NULL, o->logits, o->y, in->wte, DBT, DC, DV);
+    k->matmul_forward(d, o->logits, o->y, in->wte, NULL, DBT, DC, DV, DV);
+    k->softmax_crossentropy(d, o->losses, o->logits, in->tokens, DBT, DV, DV, 1.0f / DBT);
+    k->matmul_backward(d, o->dx, o->dwte, NULL, o->logits, o->y, in->wte, DBT, DC, DV, DV);
     k->attention_backward(d, o->dqkv, o->dx, o->qkv, o->att, DB, DT, DC, DNH);
-    k->matmul_backward(d, o->dln, o->dw, o->db, o->dqkv, o->ln, in->w, DBT, DC, 3 * DC);
+    k->matmul_backward(d, o->dln, o->dw, o->db, o->dqkv, o->ln, in->w, DBT, DC, 3 * DC, 3 * DC);
     memset(o->dx, 0, sizeof o->dx);
     k->layernorm_backward(d, o->dx, o->dlnw, o->dlnb, o->dln, o->x, in->w, o->mean, o->rstd, DBT,
                           DC);
@@ -507,8 +540,8 @@ static void run_unsplit(Device *d, DetBufs *o, const DetBufs *c, const DetInputs
     k->attention_forward(d, o->y, o->att, c->qkv, DB, DT, DC, DNH);
     k->attention_backward(d, o->dqkv, c->y, c->qkv, c->att, DB, DT, DC, DNH);
     memcpy(o->logits, c->logits, sizeof o->logits);
-    k->softmax_crossentropy(d, o->losses, o->logits, in->tokens, DBT, DV, 1.0f / DBT);
-    k->matmul_backward(d, NULL, o->dw, o->db, c->dqkv, c->ln, in->w, DBT, DC, 3 * DC);
+    k->softmax_crossentropy(d, o->losses, o->logits, in->tokens, DBT, DV, DV, 1.0f / DBT);
+    k->matmul_backward(d, NULL, o->dw, o->db, c->dqkv, c->ln, in->w, DBT, DC, 3 * DC, 3 * DC);
     memset(o->dw, 0, sizeof o->dw);  // the GEMM part; only dbias is compared
     k->layernorm_backward(d, o->dx, o->dlnw, o->dlnb, c->dln, c->x, in->w, c->mean, c->rstd, DBT,
                           DC);
@@ -567,6 +600,7 @@ int main(void) {
         cmocka_unit_test(test_encoder),
         cmocka_unit_test(test_layernorm),
         cmocka_unit_test(test_matmul),
+        cmocka_unit_test(test_row_strides),
         cmocka_unit_test(test_attention),
         cmocka_unit_test(test_gemm_kernels_blas_single),
         cmocka_unit_test(test_gelu),

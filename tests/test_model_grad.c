@@ -33,12 +33,13 @@ static double loss_of(GPT *g, const GPTHooks *h, const int32_t *in, const int32_
 // taken between bf16-representable values: p± = bf16(p ± h), divided by the
 // true distance p+ - p-. Tolerance: |fd - an| <= 2e-4 + 5% |an|; the loss is
 // a mean over 16 tokens accumulated in double from fp32 kernels.
-static void test_model_gradients_match_finite_differences(void **state) {
+static void gradients_match_finite_differences(int vocab) {
     Device d;
     DeviceOptions o = {.kind = "cpu", .local_size = 1};
     device_init(&d, &o);
     GPTConfig cfg;
     assert_true(gpt_preset("tiny", &cfg));
+    cfg.vocab_size = vocab;
     Full f;
     gpt_layout(&f.l, &cfg);
     size_t n = f.l.num_params;
@@ -52,7 +53,7 @@ static void test_model_gradients_match_finite_differences(void **state) {
     GPTHooks h = {&f, full_params, nothing, nothing, nothing, full_grads_ready, nothing};
     int32_t in[B * T], tgt[B * T];
     uint64_t s = 99;
-    for (int i = 0; i < B * T; i++) { in[i] = (int32_t)(test_rng_next(&s) % 256); tgt[i] = (int32_t)(test_rng_next(&s) % 256); }
+    for (int i = 0; i < B * T; i++) { in[i] = (int32_t)(test_rng_next(&s) % vocab); tgt[i] = (int32_t)(test_rng_next(&s) % vocab); }
 
     gpt_forward(&g, &h, in, tgt, 1.0f / (B * T));
     gpt_backward(&g, &h);
@@ -95,6 +96,11 @@ static void test_model_gradients_match_finite_differences(void **state) {
     free(init); free(f.params); free(f.grads);
     device_destroy(&d);
 }
+
+static void test_model_gradients_match_finite_differences(void **state) { gradients_match_finite_differences(256); }
+
+// 250 tokens: the logits' rows are padded to 256 (gpt_logits_stride)
+static void test_gradients_with_padded_logits(void **state) { gradients_match_finite_differences(250); }
 
 // Initial weights depend only on (seed, index): any shard of any rank count
 // draws the same values as the whole buffer.
@@ -155,6 +161,7 @@ static void test_bf16_layout_keeps_words_aligned(void **state) {
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_model_gradients_match_finite_differences),
+        cmocka_unit_test(test_gradients_with_padded_logits),
         cmocka_unit_test(test_init_is_rank_and_range_independent),
         cmocka_unit_test(test_bf16_layout_keeps_words_aligned),
     };
