@@ -55,7 +55,7 @@ void section_activations(Printer *p, const Inputs *in) {
                     "on both devices (Korthikanti: 2 + 1 + 2 bytes for softmax, mask, dropout output).");
     printer_note(p, "this trainer also saves the GELU input and output, the layernorm mean and rstd "
                     "(fp32, per token) and the residual stream; its saved total adds the embedding output, "
-                    "the final layernorm, the logits (B, T, V) and the token ids.");
+                    "the final layernorm, the logits (B, T, V, rows padded to a multiple of 64) and the token ids.");
     printer_note(p, "backward scratch and the fp32 gradient workspace of one unit are live during "
                     "backward only; they are counted by the trainers as workspace, not activations.");
     printer_section_end(p);
