@@ -399,10 +399,7 @@ int main(int argc, char **argv) {
     Ctx c = {.world = {.mpi = MPI_COMM_WORLD}};
     MPI_Comm_rank(MPI_COMM_WORLD, &c.world.rank);
     MPI_Comm_size(MPI_COMM_WORLD, &c.world.size);
-    if (c.world.rank == 0) {
-        snprintf(c.root, sizeof c.root, "/tmp/wb_test_ckpt_XXXXXX");
-        if (!mkdtemp(c.root)) c.root[0] = 0;
-    }
+    if (c.world.rank == 0 && test_make_dir(c.root, sizeof c.root, "test-ckpt")) c.root[0] = 0;
     MPI_Bcast(c.root, sizeof c.root, MPI_CHAR, 0, MPI_COMM_WORLD);
     if (!c.root[0] || c.world.size != 2) {
         if (c.world.rank == 0) fprintf(stderr, "test_ckpt needs 2 ranks and a temp folder\n");
@@ -423,11 +420,7 @@ int main(int argc, char **argv) {
         cmocka_unit_test_prestate(test_rank_without_tensors, &c),
     };
     int failed = run_mpi_tests(tests);
-    if (c.world.rank == 0) {
-        char cmd[300];
-        snprintf(cmd, sizeof cmd, "rm -rf %s", c.root);
-        if (system(cmd) != 0) fprintf(stderr, "could not remove %s\n", c.root);
-    }
+    if (c.world.rank == 0) test_remove_dir(c.root);
     MPI_Finalize();
     return failed;
 }

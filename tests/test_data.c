@@ -386,8 +386,8 @@ static void test_error_token_outside_vocab(void **state) {
 }
 
 int main(void) {
-    char root[] = "/tmp/wb_test_data_XXXXXX";
-    if (!mkdtemp(root)) return 1;
+    char root[64];
+    if (test_make_dir(root, sizeof root, "test-data")) return 1;
     const struct CMUnitTest tests[] = {
         cmocka_unit_test_prestate(test_builtin_corpus, root),
         cmocka_unit_test_prestate(test_text_file, root),
@@ -405,8 +405,6 @@ int main(void) {
         cmocka_unit_test_prestate(test_error_token_outside_vocab, root),
     };
     int failed = cmocka_run_group_tests(tests, NULL, NULL);
-    char cmd[128];
-    snprintf(cmd, sizeof cmd, "rm -rf %s", root);
-    if (system(cmd) != 0) fprintf(stderr, "could not remove %s\n", root);
+    test_remove_dir(root);
     return failed;
 }

@@ -330,17 +330,14 @@ static int group_setup(void **state) {
         return 1;
     }
     Ctx *c = calloc(1, sizeof *c);
-    snprintf(c->root, sizeof c->root, "/tmp/wb-test-training-XXXXXX");
-    if (!mkdtemp(c->root)) return 1;
+    if (test_make_dir(c->root, sizeof c->root, "test-training")) return 1;
     *state = c;
     return 0;
 }
 
 static int group_teardown(void **state) {
     Ctx *c = *state;
-    char cmd[128];
-    snprintf(cmd, sizeof cmd, "rm -rf %s", c->root);
-    int rc = test_run(cmd, NULL);
+    int rc = test_remove_dir(c->root);
     for (int i = 0; i < 3; i++) free(c->small[i]);
     free(c);
     return rc;

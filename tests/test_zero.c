@@ -377,17 +377,14 @@ static int group_setup(void **state) {
         }
     }
     Ctx *c = calloc(1, sizeof *c);
-    snprintf(c->root, sizeof c->root, "/tmp/wb-test-stages-XXXXXX");
-    if (!mkdtemp(c->root)) return 1;
+    if (test_make_dir(c->root, sizeof c->root, "test-stages")) return 1;
     *state = c;
     return 0;
 }
 
 static int group_teardown(void **state) {
     Ctx *c = *state;
-    char cmd[128];
-    snprintf(cmd, sizeof cmd, "rm -rf %s", c->root);
-    int rc = test_run(cmd, NULL);
+    int rc = test_remove_dir(c->root);
     for (int m = 0; m < 2; m++)
         for (int r = 0; r < 2; r++)
             for (int s = 0; s < NSTAGES; s++) free(c->run[m][r][s]);

@@ -54,6 +54,20 @@ static inline int test_run(const char *cmd, char **out) {
     return WIFEXITED(st) ? WEXITSTATUS(st) : 128;
 }
 
+// A fresh folder /tmp/wb-NAME-XXXXXX for a test's files, in root (>= 64
+// bytes); 0 on success. test_remove_dir takes it away again (0 on success).
+static inline int test_make_dir(char *root, size_t bytes, const char *name) {
+    snprintf(root, bytes, "/tmp/wb-%s-XXXXXX", name);
+    return mkdtemp(root) ? 0 : -1;
+}
+static inline int test_remove_dir(const char *root) {
+    char cmd[512];
+    snprintf(cmd, sizeof cmd, "rm -rf '%s'", root);
+    int rc = system(cmd);
+    if (rc != 0) fprintf(stderr, "could not remove %s\n", root);
+    return rc;
+}
+
 #ifdef TEST_WITH_MPI
 #include <mpi.h>
 // Every rank runs the group; ranks other than 0 send their output to
