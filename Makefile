@@ -26,7 +26,11 @@ SKIPPED := $(if $(NVCC),$(if $(HAVE_NCCL),,nccl (no nccl.h of NCCL 2.18 or newer
 # ---- flags ----------------------------------------------------------------
 CC := $(if $(MPICC),$(MPICC),cc)
 OPT ?= -O3 -march=native
-CFLAGS := $(OPT) -fno-math-errno -std=gnu11 -fopenmp -Wall -Wextra -Wno-unused-parameter -Icommon -I$(BLAS_INC) -MMD -MP
+# common/ is grouped by layer (runtime, device, comm, model, training); every
+# folder is on the include path, so a stage includes "trainer.h" by name alone
+COMMON_DIRS := $(patsubst %/,%,$(sort $(dir $(wildcard common/*/*))))
+COMMON_INC := $(addprefix -I,$(COMMON_DIRS))
+CFLAGS := $(OPT) -fno-math-errno -std=gnu11 -fopenmp -Wall -Wextra -Wno-unused-parameter $(COMMON_INC) -I$(BLAS_INC) -MMD -MP
 LDLIBS := -lopenblas -laio -lm -fopenmp
 # sm_80 and sm_90, the visible GPU's own architecture, and PTX for newer ones
 # (only a "major.minor" answer counts: a failing nvidia-smi prints prose)
@@ -34,19 +38,19 @@ GPU_ARCH := $(if $(NVCC),$(shell nvidia-smi --query-gpu=compute_cap --format=csv
 CUDA_ARCHS ?= $(shell printf '%s\n' 80 90 $(GPU_ARCH) | sort -n -u)
 ifneq ($(NVCC),)
   CFLAGS += -DWB_HAVE_CUDA -I$(CUDA_HOME)/include $(if $(HAVE_NCCL),-DWB_HAVE_NCCL)
-  NVFLAGS := -O3 -std=c++17 -Icommon -DWB_HAVE_CUDA $(if $(HAVE_NCCL),-DWB_HAVE_NCCL) \
+  NVFLAGS := -O3 -std=c++17 $(COMMON_INC) -DWB_HAVE_CUDA $(if $(HAVE_NCCL),-DWB_HAVE_NCCL) \
              $(foreach a,$(CUDA_ARCHS),-gencode arch=compute_$(a),code=sm_$(a)) \
              -gencode arch=compute_$(lastword $(CUDA_ARCHS)),code=compute_$(lastword $(CUDA_ARCHS)) -Xcompiler -fopenmp -MMD -MP
   LDLIBS += -L$(CUDA_HOME)/lib64 -Wl,-rpath,$(CUDA_HOME)/lib64 -lcublasLt -lcublas -lcudart $(if $(HAVE_NCCL),-lnccl) -lstdc++
 endif
 
 # ---- sources ----------------------------------------------------------------
-# common/*_cuda.c, *_nccl.c and *.cu are the cuda parts.
-CUDA_C_SRC := $(wildcard common/*_cuda.c common/*_nccl.c)
-COMMON_SRC := $(filter-out $(CUDA_C_SRC),$(wildcard common/*.c))
+# common/*/*_cuda.c, *_nccl.c and *.cu are the cuda parts.
+CUDA_C_SRC := $(wildcard common/*/*_cuda.c common/*/*_nccl.c)
+COMMON_SRC := $(filter-out $(CUDA_C_SRC),$(wildcard common/*/*.c))
 COMMON_OBJ := $(COMMON_SRC:%.c=$(BUILD)/%.o)
 ifneq ($(NVCC),)
-  COMMON_OBJ += $(CUDA_C_SRC:%.c=$(BUILD)/%.o) $(patsubst %.cu,$(BUILD)/%.o,$(wildcard common/*.cu))
+  COMMON_OBJ += $(CUDA_C_SRC:%.c=$(BUILD)/%.o) $(patsubst %.cu,$(BUILD)/%.o,$(wildcard common/*/*.cu))
 endif
 LIB := $(BUILD)/libcommon.a
 

@@ -1,6 +1,6 @@
 // sections.c: the calculator sections of memory_math: inputs, model states
 // per stage and tier, communication volume. Every number here is computed
-// from a formula in common/mem_math.c, and the section titles say so.
+// from a formula in common/model/mem_math.c, and the section titles say so.
 #include <math.h>
 #include <stdio.h>
 #include "memory_math.h"

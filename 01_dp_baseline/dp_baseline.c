@@ -7,7 +7,7 @@
 #include "trainer.h"
 
 // Params and grads are whole on every rank: the shared replicated hooks
-// (common/trainer.c) hand out slices of the full buffers, and each unit's
+// (common/training/trainer.c) hand out slices of the full buffers, and each unit's
 // gradients are accumulated there over the micro-batches.
 
 static void dp_reduce_grads(Trainer *t) {
