@@ -47,7 +47,9 @@ endif
 # ---- sources ----------------------------------------------------------------
 # common/*/*_cuda.c, *_nccl.c and *.cu are the cuda parts.
 CUDA_C_SRC := $(wildcard common/*/*_cuda.c common/*/*_nccl.c)
-COMMON_SRC := $(filter-out $(CUDA_C_SRC),$(wildcard common/*/*.c))
+# stage_main.c is every trainer's main(), compiled once per stage (below)
+STAGE_MAIN := common/training/stage_main.c
+COMMON_SRC := $(filter-out $(CUDA_C_SRC) $(STAGE_MAIN),$(wildcard common/*/*.c))
 COMMON_OBJ := $(COMMON_SRC:%.c=$(BUILD)/%.o)
 ifneq ($(NVCC),)
   COMMON_OBJ += $(CUDA_C_SRC:%.c=$(BUILD)/%.o) $(patsubst %.cu,$(BUILD)/%.o,$(wildcard common/*/*.cu))
@@ -60,13 +62,17 @@ BIN_01 := dp_baseline
 BIN_02 := zero1
 BIN_03 := zero2
 BIN_04 := zero3
-SRC_00 := $(wildcard 00_memory_math/*.c)
 SRC_01 := $(wildcard 01_dp_baseline/*.c)
 SRC_02 := $(wildcard 02_zero1/*.c)
 SRC_03 := $(wildcard 03_zero2/*.c) $(wildcard 02_zero1/shard_update.c)
 SRC_04 := $(wildcard 04_zero3/*.c) $(wildcard 03_zero2/grad_shard.c 02_zero1/shard_update.c)
 STAGES := $(foreach n,00 01 02 03 04,$(if $(wildcard */$(BIN_$(n)).c),$(n)))
+TRAINERS := $(filter-out 00,$(STAGES))
 BINS := $(foreach n,$(STAGES),$(BIN_$(n)))
+# memory_math links every trainer's strategy to read what each stage keeps
+SRC_00 := $(wildcard 00_memory_math/*.c) $(sort $(foreach n,$(TRAINERS),$(SRC_$(n))))
+# a trainer's main: stage_main.c naming its strategy, strategy_<binary>
+MAIN_OBJ = $(BUILD)/main/$(1).o
 
 TEST_SRC := $(wildcard tests/test_*.c)
 TEST_BINS := $(TEST_SRC:tests/%.c=$(BUILD)/tests/%)
@@ -93,7 +99,13 @@ deps:
 	@bash scripts/install-deps.sh
 
 $(foreach n,$(STAGES),$(eval stage-$(n): check-deps $(BIN_$(n))))
-$(foreach n,$(STAGES),$(eval $(BIN_$(n)): $(SRC_$(n):%.c=$(BUILD)/%.o) $(LIB) ; $$(CC) $$^ -o $$@ $$(LDLIBS)))
+$(BIN_00): $(SRC_00:%.c=$(BUILD)/%.o) $(LIB)
+	$(CC) $^ -o $@ $(LDLIBS)
+$(foreach n,$(TRAINERS),$(eval $(BIN_$(n)): $(call MAIN_OBJ,$(BIN_$(n))) $(SRC_$(n):%.c=$(BUILD)/%.o) $(LIB) ; $$(CC) $$^ -o $$@ $$(LDLIBS)))
+
+$(BUILD)/main/%.o: $(STAGE_MAIN)
+	@mkdir -p $(dir $@)
+	$(CC) $(CFLAGS) -DSTAGE_STRATEGY=strategy_$* -c $< -o $@
 
 $(LIB): $(COMMON_OBJ)
 	@rm -f $@

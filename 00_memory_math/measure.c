@@ -8,23 +8,26 @@
 #include "check.h"
 #include "device.h"
 #include "memory_math.h"
+#include "trainer.h"
 
 #define NSLOTS (TIER_COUNT * CAT_COUNT)
-// Stages whose tiers the cpu device has (infinity's NVMe tier belongs to
-// stage 06's aio files).
-static const StageId measured_stages[] = {STAGE_DP, STAGE_ZERO1, STAGE_ZERO2, STAGE_ZERO3, STAGE_OFFLOAD};
+// Every stage's own strategy declares what it keeps (its .states); memory_math
+// links the stages and allocates exactly that. Stages whose tiers the cpu
+// device has (infinity's NVMe tier belongs to stage 06's aio files).
+extern const Strategy strategy_dp_baseline, strategy_zero1, strategy_zero2, strategy_zero3;
+static const Strategy *const measured_stages[] = {&strategy_dp_baseline, &strategy_zero1, &strategy_zero2,
+                                                  &strategy_zero3};
 static const MemCategory state_cats[] = {CAT_PARAMS, CAT_GRADS, CAT_MASTER, CAT_ADAM_M, CAT_ADAM_V};
 
 // Bytes by tier x category that states_alloc added on this rank, reduced to
 // the maximum and minimum over ranks.
-static void measure_stage(Device *d, StageId s, const Inputs *in, double *max_bytes, double *min_bytes) {
+static void measure_stage(Device *d, const Strategy *s, const Inputs *in, double *max_bytes, double *min_bytes) {
     Partition part;
     partition_init(&part, (size_t)llround(in->psi), in->world, in->rank);
-    StatesLayout layout = stage_states_layout(s);
     size_t before[TIER_COUNT][CAT_COUNT];
     memcpy(before, d->mem.current, sizeof before);
     ModelStates st;
-    states_alloc(&st, d, &layout, &part);
+    states_alloc(&st, d, &s->states, &part);
     double local[NSLOTS];
     for (int t = 0; t < TIER_COUNT; t++)
         for (int c = 0; c < CAT_COUNT; c++)
@@ -91,7 +94,7 @@ int section_measure(Printer *p, const Inputs *in) {
     for (size_t i = 0; i < sizeof measured_stages / sizeof measured_stages[0]; i++) {
         double mx[NSLOTS], mn[NSLOTS];
         measure_stage(&d, measured_stages[i], in, mx, mn);
-        differ += stage_rows(p, in, measured_stages[i], mx, mn);
+        differ += stage_rows(p, in, measured_stages[i]->formula, mx, mn);
     }
     printer_table_end(p);
     printer_bool(p, "all_equal", "measured equals formula everywhere", differ == 0);

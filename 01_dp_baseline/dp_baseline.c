@@ -3,47 +3,45 @@
 // bf16 grads (2Ψ), fp32 master weights, Adam m and v (12Ψ) = 16Ψ bytes --
 // computes gradients on its rows of the batch, all-reduces them (a sum in
 // bf16), and applies the same AdamW update, so the replicas stay identical.
+// The trainer's main (common/training/stage_main.c) runs this strategy.
 #include "kernels.h"
 #include "trainer.h"
 
 // Params and grads are whole on every rank: the shared replicated hooks
-// (common/training/trainer.c) hand out slices of the full buffers, and each unit's
-// gradients are accumulated there over the micro-batches.
+// (common/training/trainer.c) hand out slices of the full buffers, and each
+// unit's gradients are accumulated there over the micro-batches.
 
-static void dp_reduce_grads(Trainer *t) {
+static void reduce_grads(Trainer *t) {
     dev_sync(&t->dev, STREAM_COMPUTE);  // gradients complete before they travel
     comm_all_reduce_sum(&t->world, t->st.grads.ptr, t->layout.num_params, DT_BF16, NULL);
 }
 
 // Every rank holds the whole reduced gradient, so the norm needs no communication.
-static double dp_grad_norm_sq(Trainer *t) {
+static double grad_norm_sq(Trainer *t) {
     return t->dev.k->sum_squares_bf16(&t->dev, t->st.grads.ptr, t->layout.num_params);
 }
 
-static void dp_update(Trainer *t, const AdamWStep *s) {
+static void update(Trainer *t, const AdamWStep *s) {
     t->dev.k->adamw(&t->dev, t->st.master.ptr, t->st.m.ptr, t->st.v.ptr, t->st.grads.ptr, t->st.params.ptr,
                     t->layout.num_params, s);
 }
 
-static void dp_params_from_master(Trainer *t) {
+static void params_from_master(Trainer *t) {
     t->dev.k->f32_to_bf16(&t->dev, t->st.params.ptr, t->st.master.ptr, t->layout.num_params);
 }
 
-static void dp_nothing(Trainer *t) {}
-
-static const Strategy DP_BASELINE = {
+const Strategy strategy_dp_baseline = {
     .name = "dp_baseline",
-    .stage = STAGE_DP,
     .summary = "Replicated data parallel: every rank holds all model states (16 bytes/param) and\n"
                "all-reduces the gradients after backward.",
-    .setup = dp_nothing,
-    .hooks = {NULL, hook_replicated_params, hook_nothing, hook_nothing, hook_nothing, hook_replicated_grads_ready,
-              hook_nothing},
-    .reduce_grads = dp_reduce_grads,
-    .grad_norm_sq = dp_grad_norm_sq,
-    .update = dp_update,
-    .params_from_master = dp_params_from_master,
-    .teardown = dp_nothing,
+    .formula = STAGE_DP,
+    // everything whole, everything on the device
+    .states = {.params = STATE_FULL, .grads = STATE_FULL, .optim = STATE_FULL,
+               .params_tier = TIER_DEVICE, .grads_tier = TIER_DEVICE, .optim_tier = TIER_DEVICE},
+    .unit_params = replicated_unit_params,
+    .grads_ready = replicated_grads_ready,
+    .reduce_grads = reduce_grads,
+    .grad_norm_sq = grad_norm_sq,
+    .update = update,
+    .params_from_master = params_from_master,
 };
-
-int main(int argc, char **argv) { return trainer_main(argc, argv, &DP_BASELINE); }

@@ -5,14 +5,22 @@
 #include "check.h"
 #include "kernels.h"
 
-void grad_shard_init(GradShard *gs, Trainer *t) {
+FlagSpec grad_shard_flag(double *bucket_mb) {
+    *bucket_mb = 0;  // the default below
+    return (FlagSpec){"bucket-mb", FLAG_DOUBLE, bucket_mb, "MB",
+                      "gradient bucket size for the asynchronous reduce-scatter", 0,
+                      "an eighth of the bf16 gradients, at most 25 MB"};
+}
+
+void grad_shard_init(GradShard *gs, Trainer *t, double bucket_mb) {
     memset(gs, 0, sizeof *gs);
+    if (!(bucket_mb >= 0) || bucket_mb > 1e6)
+        fail_usage("--bucket-mb %g: give a size in MB between 0 and 1e6 (0 for the default)", bucket_mb);
     // Default: an eighth of the gradients, so the two buckets stay a quarter
     // of what ZeRO-1 keeps, and at most 25 MB, so large models still send
     // several buckets while backward runs.
-    size_t cap = t->cfg.bucket_mb > 0 ? (size_t)(t->cfg.bucket_mb * 1e6 / sizeof(bf16))
-                                      : t->part.padded / 8;
-    if (t->cfg.bucket_mb == 0 && cap > 25 * 1000 * 1000 / sizeof(bf16)) cap = 25 * 1000 * 1000 / sizeof(bf16);
+    size_t cap = bucket_mb > 0 ? (size_t)(bucket_mb * 1e6 / sizeof(bf16)) : t->part.padded / 8;
+    if (bucket_mb == 0 && cap > 25 * 1000 * 1000 / sizeof(bf16)) cap = 25 * 1000 * 1000 / sizeof(bf16);
     if (cap > t->part.padded) cap = t->part.padded;
     if (cap < 1) cap = 1;
     gs->cap = cap;

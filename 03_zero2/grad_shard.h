@@ -22,8 +22,12 @@ typedef struct GradShard {
     size_t cap;        // elements per bucket
 } GradShard;
 
-// Allocates two buckets of --bucket-mb (capped at the padded model size).
-void grad_shard_init(GradShard *gs, Trainer *t);
+// The --bucket-mb flag of the stages that bucket their gradients (its
+// default, 0, picks the size in grad_shard_init).
+FlagSpec grad_shard_flag(double *bucket_mb);
+// Allocates two buckets of bucket_mb (0: the default; capped at the padded
+// model size); a bad size exits 2.
+void grad_shard_init(GradShard *gs, Trainer *t, double bucket_mb);
 void grad_shard_free(GradShard *gs, Trainer *t);
 // Unit u's fp32 gradients for this micro-batch are complete: bucket them,
 // launching reduce-scatters as buckets fill; the received parts land in the

@@ -17,9 +17,17 @@ static int entry_reads(const Trainer *t, int e, int out[2]) {
     return gpt_unit_reads(&t->layout, u, out);
 }
 
-void param_shard_init(ParamShard *ps, Trainer *t) {
+FlagSpec param_shard_flag(int *prefetch) {
+    *prefetch = 1;
+    return (FlagSpec){"prefetch", FLAG_INT, prefetch, "N", "units whose parameters are gathered ahead of use", 0, NULL};
+}
+
+void param_shard_init(ParamShard *ps, Trainer *t, int prefetch) {
+    if (prefetch < 0 || prefetch > t->layout.num_units)
+        fail_usage("--prefetch %d: give 0 (no prefetch) up to %d, the units of this model", prefetch,
+                   t->layout.num_units);
     ps->live = xcalloc((size_t)t->layout.num_units, sizeof(LiveUnit));
-    ps->prefetch = t->cfg.prefetch;
+    ps->prefetch = prefetch;
 }
 
 // Start the all-gather of unit u into a fresh live buffer: this rank copies

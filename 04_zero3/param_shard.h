@@ -20,7 +20,10 @@ typedef struct ParamShard {
     int prefetch;    // entries of the schedule gathered ahead
 } ParamShard;
 
-void param_shard_init(ParamShard *ps, Trainer *t);
+// The --prefetch flag (default 1).
+FlagSpec param_shard_flag(int *prefetch);
+// A bad prefetch depth exits 2.
+void param_shard_init(ParamShard *ps, Trainer *t, int prefetch);
 void param_shard_free(ParamShard *ps, Trainer *t);
 // Before unit u computes (backward = 0 or 1): its params (and those it
 // reads) are gathered and complete; the next `prefetch` units' gathers start.

@@ -4,97 +4,107 @@
 // its backward (the next units' gathers prefetched meanwhile) and released
 // after use, so only a few units are ever whole. Gradients leave in buckets
 // as in ZeRO-2. Traffic: 3Ψ per step (two gathers and a reduce-scatter).
-#include <stdlib.h>
 #include "../02_zero1/shard_update.h"
 #include "../03_zero2/grad_shard.h"
-#include "check.h"
 #include "kernels.h"
 #include "param_shard.h"
 #include "trainer.h"
 
-typedef struct Zero3 {
-    ParamShard params;
-    GradShard grads;
-} Zero3;
+typedef struct Stage {
+    double bucket_mb;   // --bucket-mb
+    int prefetch;       // --prefetch
+    GradShard grads;    // the two buckets
+    ParamShard params;  // the units gathered now
+} Stage;
 
-static void zero3_setup(Trainer *t) {
-    Zero3 *z = xcalloc(1, sizeof *z);
-    param_shard_init(&z->params, t);
-    grad_shard_init(&z->grads, t);
-    t->sctx = z;
+static int flags(void *ctx, FlagSpec *out) {
+    Stage *z = ctx;
+    out[0] = grad_shard_flag(&z->bucket_mb);
+    out[1] = param_shard_flag(&z->prefetch);
+    return 2;
 }
 
-static const bf16 *zero3_params(void *ctx, int u) {
-    Trainer *t = ctx;
-    return param_shard_view(&((Zero3 *)t->sctx)->params, u);
+static void setup(Trainer *t) {
+    Stage *z = t->sctx;
+    grad_shard_init(&z->grads, t, z->bucket_mb);
+    param_shard_init(&z->params, t, z->prefetch);
 }
 
-static void zero3_before_forward(void *ctx, int u) {
-    Trainer *t = ctx;
-    param_shard_acquire(&((Zero3 *)t->sctx)->params, t, u, 0);
+static const bf16 *unit_params(Trainer *t, int u) {
+    Stage *z = t->sctx;
+    return param_shard_view(&z->params, u);
 }
 
-static void zero3_after_forward(void *ctx, int u) {
-    Trainer *t = ctx;
-    param_shard_release(&((Zero3 *)t->sctx)->params, t, u, 0);
+static void before_forward(Trainer *t, int u) {
+    Stage *z = t->sctx;
+    param_shard_acquire(&z->params, t, u, 0);
 }
 
-static void zero3_before_backward(void *ctx, int u) {
-    Trainer *t = ctx;
-    Zero3 *z = t->sctx;
+static void after_forward(Trainer *t, int u) {
+    Stage *z = t->sctx;
+    param_shard_release(&z->params, t, u, 0);
+}
+
+static void before_backward(Trainer *t, int u) {
+    Stage *z = t->sctx;
     param_shard_acquire(&z->params, t, u, 1);
     grad_shard_progress(&z->grads, t);
 }
 
-static void zero3_grads_ready(void *ctx, int u, const float *g) {
-    Trainer *t = ctx;
-    grad_shard_add_unit(&((Zero3 *)t->sctx)->grads, t, u, g);
+static void grads_ready(Trainer *t, int u, const float *g) {
+    Stage *z = t->sctx;
+    grad_shard_add_unit(&z->grads, t, u, g);
 }
 
-static void zero3_after_backward(void *ctx, int u) {
-    Trainer *t = ctx;
-    Zero3 *z = t->sctx;
+static void after_backward(Trainer *t, int u) {
+    Stage *z = t->sctx;
     param_shard_release(&z->params, t, u, 1);
     if (u == GPT_UNIT_EMBED) grad_shard_flush(&z->grads, t);
 }
 
-static void zero3_reduce_grads(Trainer *t) {}
+// Every micro-batch was reduced as it finished: no reduce_grads step.
 
-static double zero3_grad_norm_sq(Trainer *t) { return shard_grad_norm_sq(t, t->st.grads.ptr); }
+static double grad_norm_sq(Trainer *t) { return shard_grad_norm_sq(t, t->st.grads.ptr); }
 
 // The shard's new bf16 values are all this rank keeps: nothing to gather
 // until the next forward asks for a unit.
-static void zero3_update(Trainer *t, const AdamWStep *s) {
-    param_shard_release_all(&((Zero3 *)t->sctx)->params, t);
+static void update(Trainer *t, const AdamWStep *s) {
+    Stage *z = t->sctx;
+    param_shard_release_all(&z->params, t);
     shard_adamw(t, t->st.grads.ptr, t->st.params.ptr, s);
 }
 
-static void zero3_params_from_master(Trainer *t) {
-    param_shard_release_all(&((Zero3 *)t->sctx)->params, t);
+static void params_from_master(Trainer *t) {
+    Stage *z = t->sctx;
+    param_shard_release_all(&z->params, t);
     t->dev.k->f32_to_bf16(&t->dev, t->st.params.ptr, t->st.master.ptr, t->part.shard);
 }
 
-static void zero3_teardown(Trainer *t) {
-    Zero3 *z = t->sctx;
+static void teardown(Trainer *t) {
+    Stage *z = t->sctx;
     param_shard_free(&z->params, t);
     grad_shard_free(&z->grads, t);
-    free(z);
 }
 
-static const Strategy ZERO3 = {
+const Strategy strategy_zero3 = {
     .name = "zero3",
-    .stage = STAGE_ZERO3,
     .summary = "ZeRO-3: params, gradients and optimizer states all sharded (16 bytes/param / N);\n"
                "each unit's params all-gathered before use (prefetched) and released after.",
-    .flags = STRATEGY_FLAG_BUCKET | STRATEGY_FLAG_PREFETCH,
-    .setup = zero3_setup,
-    .hooks = {NULL, zero3_params, zero3_before_forward, zero3_after_forward, zero3_before_backward,
-              zero3_grads_ready, zero3_after_backward},
-    .reduce_grads = zero3_reduce_grads,
-    .grad_norm_sq = zero3_grad_norm_sq,
-    .update = zero3_update,
-    .params_from_master = zero3_params_from_master,
-    .teardown = zero3_teardown,
+    .formula = STAGE_ZERO3,
+    // the bf16 params are sharded too: every state is 1/N per rank
+    .states = {.params = STATE_SHARD, .grads = STATE_SHARD, .optim = STATE_SHARD,
+               .params_tier = TIER_DEVICE, .grads_tier = TIER_DEVICE, .optim_tier = TIER_DEVICE},
+    .context_bytes = sizeof(Stage),
+    .flags = flags,
+    .setup = setup,
+    .unit_params = unit_params,
+    .before_forward = before_forward,
+    .after_forward = after_forward,
+    .before_backward = before_backward,
+    .grads_ready = grads_ready,
+    .after_backward = after_backward,
+    .grad_norm_sq = grad_norm_sq,
+    .update = update,
+    .params_from_master = params_from_master,
+    .teardown = teardown,
 };
-
-int main(int argc, char **argv) { return trainer_main(argc, argv, &ZERO3); }

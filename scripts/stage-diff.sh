@@ -1,22 +1,40 @@
 #!/usr/bin/env bash
-# make diff-NN: what stage NN adds over the stage before it: the diff of the
-# two trainers' main files, then the files the new stage adds in full
-# (the technique, without the shared core).
+# make diff-NN: what stage NN adds over the stage before it. Every trainer's
+# strategy file uses the same names (Stage, setup, the hooks, reduce_grads,
+# update, ...), so the diff of the two strategy files is the technique; the
+# files a stage adds (its machinery, reused by later stages) follow in full.
 set -euo pipefail
 n=$1
 here=$(cd "$(dirname "$0")/.." && pwd)
 cd "$here"
 cur=$(ls -d "${n}"_* 2>/dev/null | head -1)
-[ -n "$cur" ] || { echo "diff-$n: no stage folder ${n}_*; stages: $(ls -d [0-9][0-9]_* | tr '\n' ' ')" >&2; exit 2; }
+if [ -z "$cur" ]; then
+    echo "diff-$n: no stage folder ${n}_*; stages: $(ls -d [0-9][0-9]_* | tr '\n' ' ')" >&2
+    exit 2
+fi
+# the file that defines the stage's strategy (const Strategy strategy_<name>)
+strategy_of() { grep -l '^const Strategy strategy_' "$1"/*.c 2>/dev/null | head -1 || true; }
+if [ "$n" = "00" ]; then
+    echo "# $cur is the calculator, not a trainer: it adds no technique, so there is nothing to diff."
+    echo "# It prints the formulas every later stage is checked against; run ./memory_math --help."
+    exit 0
+fi
+mine=$(strategy_of "$cur")
 prev_n=$(printf '%02d' $((10#$n - 1)))
 prev=$(ls -d "${prev_n}"_* 2>/dev/null | head -1)
-[ -n "$prev" ] || { echo "diff-$n: $cur is the first stage; nothing before it to compare" >&2; exit 2; }
-main_of() { grep -l '^int main(' "$1"/*.c | head -1; }
+theirs=$([ -n "$prev" ] && strategy_of "$prev" || true)
+if [ -z "$theirs" ]; then
+    echo "# $cur is the first trainer: the shared loop (common/training/trainer.c) plus this strategy,"
+    echo "# shown in full; every later stage is a diff against it."
+    echo
+    cat "$mine"
+    exit 0
+fi
 echo "# what $cur adds over $prev"
-echo "# 1. the trainer: $(main_of "$prev") -> $(main_of "$cur")"
-diff -u --label "$(main_of "$prev")" --label "$(main_of "$cur")" "$(main_of "$prev")" "$(main_of "$cur")" || true
+echo "# 1. the strategy: $theirs -> $mine"
+diff -u --label "$theirs" --label "$mine" "$theirs" "$mine" || true
 for f in "$cur"/*.c "$cur"/*.h; do
-    [ -e "$f" ] && [ "$f" != "$(main_of "$cur")" ] || continue
+    [ -e "$f" ] && [ "$f" != "$mine" ] || continue
     echo
     echo "# new in $cur: $f"
     diff -u /dev/null "$f" | tail -n +3 || true

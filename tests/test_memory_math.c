@@ -1,6 +1,6 @@
 // test_memory_math.c: the ZeRO formulas against hand-computed figures (the
-// paper's Ψ = 7.5B, N = 64 example), the partition's padding, stage_state_bytes
-// against what states_alloc really allocates, states_init's values, and the
+// paper's Ψ = 7.5B, N = 64 example), the partition's padding, the closed
+// forms against what states_alloc really allocates, states_init's values, and the
 // memory_math binary (--measure under mpirun, --json, bad input).
 #include "testutil.h"
 #include "device.h"
@@ -67,39 +67,86 @@ static Device cpu_device(void) {
     return d;
 }
 
-// stage_state_bytes must equal, byte for byte, what the tracker counts when
-// states_alloc runs for any rank of any rank count (padding included).
-static void test_state_bytes_equal_alloc(void **state) {
+// What each stage declares in its strategy (.states); the trainers' own
+// declarations are checked against the closed forms by memory_math --measure
+// (test_binary_measure). These copies let the tests below run states_alloc.
+#define LAYOUT(p, g, o, pt, gt, ot) \
+    ((StatesLayout){.params = p, .grads = g, .optim = o, .params_tier = pt, .grads_tier = gt, .optim_tier = ot})
+static StatesLayout layout_of(StageId s) {
+    const MemTier D = TIER_DEVICE, P = TIER_PINNED, NV = TIER_NVME;
+    switch (s) {
+    case STAGE_DP: return LAYOUT(STATE_FULL, STATE_FULL, STATE_FULL, D, D, D);
+    case STAGE_ZERO1: return LAYOUT(STATE_FULL, STATE_FULL, STATE_SHARD, D, D, D);
+    case STAGE_ZERO2: return LAYOUT(STATE_FULL, STATE_SHARD, STATE_SHARD, D, D, D);
+    case STAGE_ZERO3: return LAYOUT(STATE_SHARD, STATE_SHARD, STATE_SHARD, D, D, D);
+    case STAGE_OFFLOAD: return LAYOUT(STATE_FULL, STATE_SHARD, STATE_SHARD, D, P, P);
+    default: return LAYOUT(STATE_SHARD, STATE_SHARD, STATE_SHARD, NV, NV, NV);
+    }
+}
+
+// Bytes states_alloc counts for a layout on one rank.
+static void alloc_bytes(Device *d, const StatesLayout *l, size_t psi, int ranks, int rank,
+                        double out[TIER_COUNT][CAT_COUNT]) {
+    Partition p;
+    partition_init(&p, psi, ranks, rank);
+    ModelStates st;
+    states_alloc(&st, d, l, &p);
+    for (int t = 0; t < TIER_COUNT; t++)
+        for (int c = 0; c < CAT_COUNT; c++) out[t][c] = (double)d->mem.current[t][c];
+    states_free(&st, d);
+    for (int t = 0; t < TIER_COUNT; t++) assert_int_equal(d->mem.tier_current[t], 0);
+}
+
+static int same_bytes(double a[TIER_COUNT][CAT_COUNT], const StateBytes *f) {
+    for (int t = 0; t < TIER_COUNT; t++)
+        for (int c = 0; c < CAT_COUNT; c++)
+            if (a[t][c] != f->bytes[t][c]) return 0;
+    return 1;
+}
+
+// The closed forms (with the stated padding) equal what states_alloc
+// allocates for each stage's layout, on every rank, padding included; and
+// they are a real check: a layout that keeps one state differently (whole
+// instead of sharded, or on another tier) disagrees with them.
+static void test_closed_forms_check_the_allocator(void **state) {
     (void)state;
     Device d = cpu_device();
     const size_t psis[] = {834304, 1000, 123457, 64, 5, 7500001};
     const int ranks[] = {4, 3, 7, 1, 8, 64};
-    for (size_t i = 0; i < sizeof psis / sizeof psis[0]; i++) {
-        for (int rank = 0; rank < ranks[i]; rank += ranks[i] > 2 ? ranks[i] - 1 : 1) {
-            Partition p;
-            partition_init(&p, psis[i], ranks[i], rank);
+    for (size_t i = 0; i < sizeof psis / sizeof psis[0]; i++)
+        for (int rank = 0; rank < ranks[i]; rank += ranks[i] > 2 ? ranks[i] - 1 : 1)
             for (int s = STAGE_DP; s <= STAGE_OFFLOAD; s++) {
-                StatesLayout l = stage_states_layout((StageId)s);
+                StatesLayout l = layout_of((StageId)s);
                 StateBytes f;
                 stage_state_bytes((StageId)s, psis[i], ranks[i], &f);
-                ModelStates st;
-                states_alloc(&st, &d, &l, &p);
-                for (int t = 0; t < TIER_COUNT; t++)
-                    for (int c = 0; c < CAT_COUNT; c++) {
-                        if ((double)d.mem.current[t][c] != f.bytes[t][c])
-                            fail_msg("Ψ %zu N %d rank %d %s %s %s: measured %zu, formula %.1f", psis[i],
-                                     ranks[i], rank, stage_name((StageId)s), mem_tier_name((MemTier)t),
-                                     mem_category_name((MemCategory)c), d.mem.current[t][c], f.bytes[t][c]);
-                    }
-                size_t want_begin = l.optim == STATE_SHARD ? (size_t)rank * p.shard : 0;
-                assert_int_equal(st.optim_begin, want_begin);
-                assert_int_equal(st.optim_count, l.optim == STATE_SHARD ? p.shard : psis[i]);
-                states_free(&st, &d);
-                for (int t = 0; t < TIER_COUNT; t++) assert_int_equal(d.mem.tier_current[t], 0);
+                double got[TIER_COUNT][CAT_COUNT];
+                alloc_bytes(&d, &l, psis[i], ranks[i], rank, got);
+                if (!same_bytes(got, &f))
+                    fail_msg("Ψ %zu N %d rank %d %s: states_alloc differs from the closed form", psis[i], ranks[i],
+                             rank, stage_name((StageId)s));
+                if (ranks[i] == 1) continue;  // at N = 1 a shard is the whole buffer
+                StatesLayout wrong[3] = {l, l, l};
+                wrong[0].grads = l.grads == STATE_FULL ? STATE_SHARD : STATE_FULL;
+                wrong[1].optim = l.optim == STATE_FULL ? STATE_SHARD : STATE_FULL;
+                wrong[2].optim_tier = l.optim_tier == TIER_DEVICE ? TIER_PINNED : TIER_DEVICE;
+                for (int w = 0; w < 3; w++) {
+                    alloc_bytes(&d, &wrong[w], psis[i], ranks[i], rank, got);
+                    if (same_bytes(got, &f))
+                        fail_msg("%s: a changed layout (%d) still matches the closed form", stage_name((StageId)s), w);
+                }
             }
-        }
-    }
     device_destroy(&d);
+}
+
+// The padding rule the closed forms state, against the partition's own.
+static void test_padding_rule(void **state) {
+    (void)state;
+    for (size_t psi = 1; psi < 5000; psi += 37)
+        for (int n = 1; n <= 9; n++) {
+            Partition p;
+            partition_init(&p, psi, n, 0);
+            assert_true(padded_params((double)psi, n) == (double)p.padded);
+        }
 }
 
 // Infinity's states live on NVMe: states_alloc hands back descriptors of the
@@ -109,7 +156,7 @@ static void test_infinity_descriptors(void **state) {
     Device d = cpu_device();
     Partition p;
     partition_init(&p, 1000, 3, 2);
-    StatesLayout l = stage_states_layout(STAGE_INFINITY);
+    StatesLayout l = layout_of(STAGE_INFINITY);
     ModelStates st;
     states_alloc(&st, &d, &l, &p);
     StateBytes f;
@@ -132,7 +179,7 @@ static void check_init(StageId s, int ranks, int rank) {
     Device d = cpu_device();
     Partition p;
     partition_init(&p, gl.num_params, ranks, rank);
-    StatesLayout l = stage_states_layout(s);
+    StatesLayout l = layout_of(s);
     ModelStates st;
     states_alloc(&st, &d, &l, &p);
     states_init(&st, &d, &gl, 1234);
@@ -217,9 +264,13 @@ static void test_fit_hint(void **state) {
 
 static void test_binary_measure(void **state) {
     (void)state;
+    // the stages' own declared layouts against the closed forms, with and
+    // without padding, through the binary that links every strategy
     const char *cmds[] = {"mpirun -np 4 ./memory_math --measure --model small --json",
-                          "mpirun -np 3 ./memory_math --measure --model small --json"};  // with padding
-    for (int i = 0; i < 2; i++) {
+                          "mpirun -np 3 ./memory_math --measure --model small --json",
+                          "mpirun -np 5 ./memory_math --measure --params 123457 --json",
+                          "mpirun -np 2 ./memory_math --measure --params 5 --json"};
+    for (int i = 0; i < 4; i++) {
         char *out = NULL;
         int rc = test_run(cmds[i], &out);
         if (rc != 0 || !strstr(out, "\"all_equal\":true") || strstr(out, "DIFFERENT"))
@@ -259,7 +310,8 @@ int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_paper_example),
         cmocka_unit_test(test_partition_padding),
-        cmocka_unit_test(test_state_bytes_equal_alloc),
+        cmocka_unit_test(test_closed_forms_check_the_allocator),
+        cmocka_unit_test(test_padding_rule),
         cmocka_unit_test(test_infinity_descriptors),
         cmocka_unit_test(test_states_init_values),
         cmocka_unit_test(test_comm_elems),

@@ -14,73 +14,105 @@
 static const char *const names[STAGE_COUNT] = {
     "dp_baseline", "zero1", "zero2", "zero3", "cpu_offload", "infinity",
 };
-static const char *const formulas[STAGE_COUNT] = {
-    "16Ψ", "4Ψ + 12Ψ/N", "2Ψ + 14Ψ/N", "16Ψ/N", "2Ψ (device) + 14Ψ/N (host)", "16Ψ/N (nvme)",
-};
 
 const char *stage_name(StageId s) { return s >= 0 && s < STAGE_COUNT ? names[s] : "?"; }
-const char *stage_formula(StageId s) { return s >= 0 && s < STAGE_COUNT ? formulas[s] : "?"; }
+
+// The closed forms: for each model state, its tier and its bytes per rank as
+// a·Ψ + b·Ψ/N (a: the state is whole on every rank; b: it is split in N
+// shards). 2 + 2 + 12 = 16 bytes per parameter (ZeRO, section 3.1); ZeRO-1
+// splits the 12 optimizer bytes, ZeRO-2 the gradients' 2 too, ZeRO-3 all 16
+// (ZeRO, Figure 1). ZeRO-Offload (Ren et al., 2021) moves the fp32 states and
+// the update to the host; here its gradient shard lives there too, beside
+// the CPU Adam that reads it (the paper counts it on the device: 2Ψ + 2Ψ/N).
+// ZeRO-Infinity (Rajbhandari et al., 2021) moves every state to NVMe.
+typedef struct StateForm {
+    MemTier tier;
+    double whole, shard;  // bytes per parameter: a and b of a·Ψ + b·Ψ/N
+} StateForm;
+
+static const MemCategory STATE_CATS[5] = {CAT_PARAMS, CAT_GRADS, CAT_MASTER, CAT_ADAM_M, CAT_ADAM_V};
+
+#define DEV(a, b) {TIER_DEVICE, a, b}
+#define PIN(a, b) {TIER_PINNED, a, b}
+#define NVME(a, b) {TIER_NVME, a, b}
+static const StateForm FORMS[STAGE_COUNT][5] = {  // params, grads, master, m, v
+    [STAGE_DP] = {DEV(2, 0), DEV(2, 0), DEV(4, 0), DEV(4, 0), DEV(4, 0)},
+    [STAGE_ZERO1] = {DEV(2, 0), DEV(2, 0), DEV(0, 4), DEV(0, 4), DEV(0, 4)},
+    [STAGE_ZERO2] = {DEV(2, 0), DEV(0, 2), DEV(0, 4), DEV(0, 4), DEV(0, 4)},
+    [STAGE_ZERO3] = {DEV(0, 2), DEV(0, 2), DEV(0, 4), DEV(0, 4), DEV(0, 4)},
+    [STAGE_OFFLOAD] = {DEV(2, 0), PIN(0, 2), PIN(0, 4), PIN(0, 4), PIN(0, 4)},
+    [STAGE_INFINITY] = {NVME(0, 2), NVME(0, 2), NVME(0, 4), NVME(0, 4), NVME(0, 4)},
+};
+#undef DEV
+#undef PIN
+#undef NVME
+
+static void check_stage(StageId s) { CHECK(s >= 0 && s < STAGE_COUNT, "mem_math: no stage %d", (int)s); }
+
+// "2Ψ + 14Ψ/N", "16Ψ", "16Ψ/N" or "0" from the summed coefficients.
+static void form_text(double whole, double shard, char *out, size_t n) {
+    if (whole > 0 && shard > 0) snprintf(out, n, "%gΨ + %gΨ/N", whole, shard);
+    else if (whole > 0) snprintf(out, n, "%gΨ", whole);
+    else if (shard > 0) snprintf(out, n, "%gΨ/N", shard);
+    else snprintf(out, n, "0");
+}
 
 const char *stage_tier_formula(StageId s, MemTier t) {
-    switch (s) {
-    case STAGE_OFFLOAD:
-        return t == TIER_DEVICE ? "2Ψ" : t == TIER_PINNED ? "14Ψ/N" : "0";
-    case STAGE_INFINITY:
-        return t == TIER_NVME ? "16Ψ/N" : "0";
-    default:
-        return t == TIER_DEVICE ? stage_formula(s) : "0";
+    static char text[STAGE_COUNT][TIER_COUNT][64];
+    check_stage(s);
+    double whole = 0, shard = 0;
+    for (int i = 0; i < 5; i++)
+        if (FORMS[s][i].tier == t) whole += FORMS[s][i].whole, shard += FORMS[s][i].shard;
+    form_text(whole, shard, text[s][t], sizeof text[s][t]);
+    return text[s][t];
+}
+
+// One tier: its closed form; several: each with its tier, "2Ψ (device) + 14Ψ/N (pinned)".
+const char *stage_formula(StageId s) {
+    static char text[STAGE_COUNT][96];
+    check_stage(s);
+    int tiers = 0;
+    char *out = text[s];
+    out[0] = 0;
+    for (int t = 0; t < TIER_COUNT; t++) {
+        const char *f = stage_tier_formula(s, (MemTier)t);
+        if (strcmp(f, "0") == 0) continue;
+        size_t len = strlen(out);
+        snprintf(out + len, sizeof text[s] - len, "%s%s (%s)", tiers++ ? " + " : "", f, mem_tier_name((MemTier)t));
     }
+    if (tiers == 1) snprintf(out, sizeof text[s], "%s", stage_tier_formula(s, FORMS[s][0].tier));
+    return out;
 }
 
-StatesLayout stage_states_layout(StageId s) {
-    // extents: params, grads, optim; tiers: params, grads, optim
-    static const StatesLayout layouts[STAGE_COUNT] = {
-        [STAGE_DP] = {STATE_FULL, STATE_FULL, STATE_FULL, TIER_DEVICE, TIER_DEVICE, TIER_DEVICE},
-        [STAGE_ZERO1] = {STATE_FULL, STATE_FULL, STATE_SHARD, TIER_DEVICE, TIER_DEVICE, TIER_DEVICE},
-        [STAGE_ZERO2] = {STATE_FULL, STATE_SHARD, STATE_SHARD, TIER_DEVICE, TIER_DEVICE, TIER_DEVICE},
-        [STAGE_ZERO3] = {STATE_SHARD, STATE_SHARD, STATE_SHARD, TIER_DEVICE, TIER_DEVICE, TIER_DEVICE},
-        // ZeRO-Offload keeps the reduce-scattered gradient shard on the host,
-        // where the CPU Adam reads it (Ren et al. keep it in a device buffer
-        // on its way out, hence the paper's device 2Ψ + 2Ψ/N; here the
-        // device side of that transfer is a comm buffer, not a model state).
-        [STAGE_OFFLOAD] = {STATE_FULL, STATE_SHARD, STATE_SHARD, TIER_DEVICE, TIER_PINNED, TIER_PINNED},
-        [STAGE_INFINITY] = {STATE_SHARD, STATE_SHARD, STATE_SHARD, TIER_NVME, TIER_NVME, TIER_NVME},
-    };
-    CHECK(s >= 0 && s < STAGE_COUNT, "stage_states_layout: no stage %d", (int)s);
-    return layouts[s];
+// Ψ_pad: Ψ rounded up to a multiple of N x 64 (the padding the sharded
+// stages add so that every shard is equal and 64-element aligned).
+double padded_params(double psi, int ranks) {
+    double unit = 64.0 * ranks;
+    return ceil(psi / unit) * unit;
 }
 
-// Bytes of a layout given the element counts of a FULL state (padded or not)
-// and of a shard. states_alloc's rule: FULL is padded unless the optimizer is
-// FULL too (the unpartitioned baseline), which keeps exactly Ψ.
-static void layout_bytes(const StatesLayout *l, double psi, double psi_pad, double shard,
-                         StateBytes *out) {
+static void closed_form(StageId s, double whole_elems, double shard_elems, StateBytes *out) {
+    check_stage(s);
     memset(out, 0, sizeof *out);
-    double full = l->optim == STATE_FULL ? psi : psi_pad;
-    double elems[3];
-    const StateExtent ext[3] = {l->params, l->grads, l->optim};
-    for (int i = 0; i < 3; i++)
-        elems[i] = ext[i] == STATE_FULL ? full : ext[i] == STATE_SHARD ? shard : 0;
-    out->bytes[l->params_tier][CAT_PARAMS] += 2 * elems[0];
-    out->bytes[l->grads_tier][CAT_GRADS] += 2 * elems[1];
-    out->bytes[l->optim_tier][CAT_MASTER] += 4 * elems[2];
-    out->bytes[l->optim_tier][CAT_ADAM_M] += 4 * elems[2];
-    out->bytes[l->optim_tier][CAT_ADAM_V] += 4 * elems[2];
+    for (int i = 0; i < 5; i++) {
+        const StateForm *f = &FORMS[s][i];
+        out->bytes[f->tier][STATE_CATS[i]] = f->whole * whole_elems + f->shard * shard_elems;
+    }
     for (int t = 0; t < TIER_COUNT; t++)
         for (int c = 0; c < CAT_COUNT; c++) out->tier_total[t] += out->bytes[t][c];
-    out->padding_params = l->optim == STATE_FULL ? 0 : psi_pad - psi;
 }
 
+// The sharded stages pad: whole buffers hold Ψ_pad elements and shards
+// Ψ_pad/N, so that in-place collectives see equal shards; dp_baseline has no
+// shards to line up and keeps exactly Ψ.
 void stage_state_bytes(StageId s, size_t psi, int ranks, StateBytes *out) {
-    Partition p;
-    partition_init(&p, psi, ranks, 0);  // every rank's shard has the same size
-    StatesLayout l = stage_states_layout(s);
-    layout_bytes(&l, (double)psi, (double)p.padded, (double)p.shard, out);
+    double pad = s == STAGE_DP ? (double)psi : padded_params((double)psi, ranks);
+    closed_form(s, pad, pad / ranks, out);
+    out->padding_params = pad - (double)psi;
 }
 
 void stage_formula_state_bytes(StageId s, double psi, int ranks, StateBytes *out) {
-    StatesLayout l = stage_states_layout(s);
-    layout_bytes(&l, psi, psi, psi / ranks, out);
+    closed_form(s, psi, psi / ranks, out);
 }
 
 double stage_formula_bytes(StageId s, double psi, int ranks) {

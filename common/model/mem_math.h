@@ -19,25 +19,29 @@ typedef enum {
 } StageId;
 
 const char *stage_name(StageId s);     // "dp_baseline", "zero1", ...
-const char *stage_formula(StageId s);  // "16Ψ", "4Ψ + 12Ψ/N", ... (device tier for offload stages)
-StatesLayout stage_states_layout(StageId s);
+// The closed form of a stage's model states per rank: "16Ψ", "4Ψ + 12Ψ/N", ...,
+// with the tier named where the stage uses several ("2Ψ (device) + 14Ψ/N (pinned)").
+const char *stage_formula(StageId s);
+// The closed form of one tier: "2Ψ" for cpu_offload's device, "0" where the stage keeps nothing.
+const char *stage_tier_formula(StageId s, MemTier t);
 
-// Model-state bytes per rank by tier and category, exactly as states_alloc
-// allocates them for Ψ params on N ranks (padding included).
+// Model-state bytes per rank by tier and category, evaluated from the
+// closed forms (mem_math.c), never from the allocation code: the trainers
+// and memory_math --measure set these beside what the allocator counted.
 typedef struct StateBytes {
     double bytes[TIER_COUNT][CAT_COUNT];
     double tier_total[TIER_COUNT];
     double padding_params;  // Ψ_pad - Ψ
 } StateBytes;
+// Ψ rounded up to a multiple of 64·N: the padding the sharded stages state.
+double padded_params(double psi, int ranks);
+// The closed forms with the stated padding (whole buffers of the sharded
+// stages Ψ_pad long, shards Ψ_pad/N; dp_baseline exactly Ψ).
 void stage_state_bytes(StageId s, size_t psi, int ranks, StateBytes *out);
-// The paper's figure without padding (what the formula text says), device+host+nvme total.
-double stage_formula_bytes(StageId s, double psi, int ranks);
-// (addition) The paper's figure by tier and category: the layout of
-// stage_state_bytes with Ψ_pad = Ψ and shards of Ψ/N (fractional; no padding).
+// The papers' figures: no padding, shards of Ψ/N (fractional).
 void stage_formula_state_bytes(StageId s, double psi, int ranks, StateBytes *out);
-// (addition) The formula text of one tier of a stage: "2Ψ" for cpu_offload's
-// device, "14Ψ/N" for its pinned host, "0" where the stage keeps nothing.
-const char *stage_tier_formula(StageId s, MemTier t);
+// Their total over the tiers.
+double stage_formula_bytes(StageId s, double psi, int ranks);
 
 // Communication volume per rank per optimizer step, in elements of the
 // gradient/parameter dtype, as the ZeRO paper counts it with a ring:

@@ -103,14 +103,14 @@ static void summarize(Trainer *t, Summary *s) {
     mpiCheck(MPI_Allreduce(MPI_IN_PLACE, s->cur, TIER_COUNT * CAT_COUNT, MPI_DOUBLE, MPI_MAX, t->world.mpi));
     mpiCheck(MPI_Allreduce(MPI_IN_PLACE, s->peak, TIER_COUNT * CAT_COUNT, MPI_DOUBLE, MPI_MAX, t->world.mpi));
     mpiCheck(MPI_Allreduce(MPI_IN_PLACE, s->tier_peak, TIER_COUNT, MPI_DOUBLE, MPI_MAX, t->world.mpi));
-    stage_state_bytes(t->strategy->stage, t->layout.num_params, t->world.size, &s->formula);
+    stage_state_bytes(t->strategy->formula, t->layout.num_params, t->world.size, &s->formula);
     s->acts = gpt_activation_bytes(&t->layout, t->cfg.batch, t->cfg.seq_len, t->dev.act_bytes);
     s->step_ms_median = median(r->step_ms, r->n);
     s->tokens_per_s = global_tokens_per_step(t) / (s->step_ms_median / 1000.0);
     s->flops_per_token = gpt_flops_per_token(&t->layout, t->cfg.seq_len);
     s->gflops_per_rank = s->flops_per_token * s->tokens_per_s / t->world.size / 1e9;
     s->comm_bytes_step = r->n ? comm_max_f64(&t->world, median(r->comm_bytes, r->n)) : 0;
-    s->comm_formula_bytes = stage_comm_elems(t->strategy->stage, (double)t->layout.num_params, t->world.size,
+    s->comm_formula_bytes = stage_comm_elems(t->strategy->formula, (double)t->layout.num_params, t->world.size,
                                              t->cfg.grad_accum) * sizeof(bf16);
     double steps = r->n ? (double)r->n : 1;
     s->comm_wait_ms_step = comm_max_f64(&t->world, r->comm_wait_us / steps / 1000.0);
@@ -143,7 +143,7 @@ static void print_memory_table(const Trainer *t, const Summary *s) {
     double states = 0, states_formula = s->formula.tier_total[TIER_DEVICE];
     for (int c = 0; c <= CAT_ADAM_V; c++) states += s->cur[TIER_DEVICE][c];
     printf("  device model states: %.3f MB measured, %.3f MB by %s (Psi=%zu, N=%d, padding %.0f params)\n",
-           states / 1e6, states_formula / 1e6, stage_formula(t->strategy->stage), t->layout.num_params,
+           states / 1e6, states_formula / 1e6, stage_formula(t->strategy->formula), t->layout.num_params,
            t->world.size, s->formula.padding_params);
     printf("  device peak: %.3f MB (all categories)", s->tier_peak[TIER_DEVICE] / 1e6);
     if (s->driver_total > 0)
@@ -166,7 +166,7 @@ static void print_summary(const Trainer *t, const Summary *s) {
         printf("  MFU                  %10s (%s)\n", "-", t->dev.peak_source ? t->dev.peak_source : "peak unknown");
     printf("communication per step per rank\n");
     printf("  bytes moved          %10.3f MB counted from the collectives issued (ring volume)\n", s->comm_bytes_step / 1e6);
-    printf("  formula              %10.3f MB = %s x 2 B (bf16)\n", s->comm_formula_bytes / 1e6, stage_comm_formula(t->strategy->stage));
+    printf("  formula              %10.3f MB = %s x 2 B (bf16)\n", s->comm_formula_bytes / 1e6, stage_comm_formula(t->strategy->formula));
     // NCCL's nonblocking calls are timed on the GPU (events), the rest on the host clock
     const char *clock = t->world.backend == COMM_NCCL ? "CUDA events for nonblocking NCCL calls" : "host clock";
     printf("  time in flight       %10.2f ms (issue to completion, summed over calls; %s)\n", s->comm_inflight_ms_step, clock);

@@ -13,42 +13,38 @@
 
 static const bf16 *hook_params(void *ctx, int u) {
     Trainer *t = ctx;
-    return t->strategy->hooks.params(t, u);
+    return t->strategy->unit_params(t, u);
 }
 static void hook_before_forward(void *ctx, int u) {
     Trainer *t = ctx;
-    t->strategy->hooks.before_forward(t, u);
+    if (t->strategy->before_forward) t->strategy->before_forward(t, u);
     t->unit_t0_us = now_us();
 }
 static void hook_after_forward(void *ctx, int u) {
     Trainer *t = ctx;
     trace_span(&t->trace, TRACE_TID_COMPUTE, "forward", t->unit_t0_us, now_us(), 0);
-    t->strategy->hooks.after_forward(t, u);
+    if (t->strategy->after_forward) t->strategy->after_forward(t, u);
 }
 static void hook_before_backward(void *ctx, int u) {
     Trainer *t = ctx;
-    t->strategy->hooks.before_backward(t, u);
+    if (t->strategy->before_backward) t->strategy->before_backward(t, u);
     t->unit_t0_us = now_us();
 }
 static void hook_grads_ready(void *ctx, int u, const float *g) {
     Trainer *t = ctx;
     trace_span(&t->trace, TRACE_TID_COMPUTE, "backward", t->unit_t0_us, now_us(), 0);
-    t->strategy->hooks.grads_ready(t, u, g);
+    t->strategy->grads_ready(t, u, g);
 }
 static void hook_after_backward(void *ctx, int u) {
     Trainer *t = ctx;
-    t->strategy->hooks.after_backward(t, u);
+    if (t->strategy->after_backward) t->strategy->after_backward(t, u);
 }
 
-void hook_nothing(void *ctx, int u) {}
-
-const bf16 *hook_replicated_params(void *ctx, int u) {
-    Trainer *t = ctx;
+const bf16 *replicated_unit_params(Trainer *t, int u) {
     return (const bf16 *)t->st.params.ptr + unit_range(t, u).offset;
 }
 
-void hook_replicated_grads_ready(void *ctx, int u, const float *g) {
-    Trainer *t = ctx;
+void replicated_grads_ready(Trainer *t, int u, const float *g) {
     Range r = unit_range(t, u);
     t->dev.k->grad_to_bf16(&t->dev, (bf16 *)t->st.grads.ptr + r.offset, g, r.count, t->micro > 0);
 }
@@ -67,7 +63,7 @@ static void fit_hint(void *arg, char *out, size_t n) {
 static void check_budget(Trainer *t) {
     if (t->dev.mem.budget[TIER_DEVICE] == 0) return;
     StateBytes sb;
-    stage_state_bytes(t->strategy->stage, t->layout.num_params, t->world.size, &sb);
+    stage_state_bytes(t->strategy->formula, t->layout.num_params, t->world.size, &sb);
     GPTActBytes ab = gpt_activation_bytes(&t->layout, t->cfg.batch, t->cfg.seq_len, t->dev.act_bytes);
     double need = sb.tier_total[TIER_DEVICE] + ab.total_saved + ab.backward_scratch + ab.grad_workspace +
                   (double)t->dev.mem.tier_current[TIER_DEVICE];
@@ -79,7 +75,7 @@ static void check_budget(Trainer *t) {
         stage_fit_hint(t->layout.num_params, t->world.size, budget - other, hint, sizeof hint);
     fail_usage("%s needs %.2f GB of device memory per rank (model states %.2f GB by %s, activations and "
                "workspace %.2f GB) but --hbm-gb is %.2f; with %.2f GB left for model states: %s",
-               t->strategy->name, need / 1e9, sb.tier_total[TIER_DEVICE] / 1e9, stage_formula(t->strategy->stage),
+               t->strategy->name, need / 1e9, sb.tier_total[TIER_DEVICE] / 1e9, stage_formula(t->strategy->formula),
                other / 1e9, budget / 1e9, budget > other ? (budget - other) / 1e9 : 0.0, hint);
 }
 
@@ -98,7 +94,8 @@ static void setup(Trainer *t, int argc, char **argv, const Strategy *s) {
     memset(t, 0, sizeof *t);
     t->strategy = s;
     comm_world_init(&t->world, &argc, &argv, &local_rank, &local_size);
-    train_config_parse(&t->cfg, argc, argv, s);
+    if (s->context_bytes) t->sctx = xcalloc(1, s->context_bytes);
+    train_config_parse(&t->cfg, t->sctx, argc, argv, s);
     GPTConfig mc;
     train_config_model(&t->cfg, &mc);
     gpt_layout(&t->layout, &mc);
@@ -120,12 +117,12 @@ static void setup(Trainer *t, int argc, char **argv, const Strategy *s) {
     if (data_open(&t->data, t->cfg.data, mc.vocab_size, t->cfg.seq_len, err, sizeof err)) fail_usage("%s", err);
 
     partition_init(&t->part, t->layout.num_params, t->world.size, t->world.rank);
-    StatesLayout sl = stage_states_layout(s->stage);
-    states_alloc(&t->st, &t->dev, &sl, &t->part);
+    states_alloc(&t->st, &t->dev, &s->states, &t->part);
     states_init(&t->st, &t->dev, &t->layout, (uint64_t)t->cfg.seed);
-    t->hooks = (GPTHooks){t, hook_params, hook_before_forward, hook_after_forward,
-                          hook_before_backward, hook_grads_ready, hook_after_backward};
-    s->setup(t);
+    t->hooks = (GPTHooks){.ctx = t, .params = hook_params, .before_forward = hook_before_forward,
+                          .after_forward = hook_after_forward, .before_backward = hook_before_backward,
+                          .grads_ready = hook_grads_ready, .after_backward = hook_after_backward};
+    if (s->setup) s->setup(t);
     gpt_alloc(&t->model, &t->layout, &t->dev, t->cfg.batch, t->cfg.seq_len);
     if (t->cfg.resume) trainer_resume(t);
     report_init(t);
@@ -165,7 +162,7 @@ static void train_step(Trainer *t, int32_t *in, int32_t *tgt) {
         loss += gpt_forward(&t->model, &t->hooks, in, tgt, dloss_scale);
         gpt_backward(&t->model, &t->hooks);
     }
-    s->reduce_grads(t);
+    if (s->reduce_grads) s->reduce_grads(t);
     double norm = sqrt(s->grad_norm_sq(t));
     if (!isfinite(norm)) {  // the same on every rank; stop before the update writes NaN into the states
         if (t->world.rank == 0)
@@ -215,7 +212,8 @@ int trainer_main(int argc, char **argv, const Strategy *s) {
     report_finish(t);
     free(in);
     free(tgt);
-    s->teardown(t);
+    if (s->teardown) s->teardown(t);
+    free(t->sctx);
     gpt_free(&t->model);
     states_free(&t->st, &t->dev);
     data_free(&t->data);

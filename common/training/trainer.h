@@ -7,6 +7,7 @@
 #include "data.h"
 #include "device.h"
 #include "elementwise.h"
+#include "flags.h"
 #include "gpt.h"
 #include "mem_math.h"
 #include "report.h"
@@ -23,24 +24,36 @@ typedef struct TrainConfig {
     double hbm_gb;
     const char *json, *trace, *save, *resume;
     int save_every, quiet;
-    double bucket_mb;  // zero2, zero3: gradient bucket size
-    int prefetch;      // zero3: units gathered ahead
 } TrainConfig;
-
-// Flags a strategy opts into beyond the shared ones.
-enum { STRATEGY_FLAG_BUCKET = 1, STRATEGY_FLAG_PREFETCH = 2 };
 
 struct Trainer;
 
+// Most flags a stage adds to the shared ones.
+#define STRATEGY_MAX_FLAGS 16
+
+// A stage: what it keeps of the model states and what it does around each
+// unit and at the optimizer step. Every stage's file defines one with the
+// same field (and function) names, so that `make diff-NN` shows only the
+// technique. A NULL hook does nothing.
 typedef struct Strategy {
     const char *name;       // binary and checkpoint stage name: "zero2"
-    StageId stage;          // for the formulas
-    const char *summary;    // one line for --help
-    unsigned flags;         // STRATEGY_FLAG_*
+    const char *summary;    // one paragraph for --help
+    StageId formula;        // the closed form of mem_math that this stage is checked against
+    StatesLayout states;    // which states are whole or sharded, and on which tier
+    size_t context_bytes;   // the stage's own struct (its options and buffers), zeroed, at t->sctx
+    // Stage-only flags: write their defaults into the context and their specs
+    // into out[]; returns how many (at most STRATEGY_MAX_FLAGS).
+    int (*flags)(void *ctx, FlagSpec *out);
     // After the model states are allocated and initialized: the stage's own buffers.
     void (*setup)(struct Trainer *t);
-    // Around each unit; ctx is the Trainer. params/grads_ready as in gpt.h.
-    GPTHooks hooks;
+    // bf16 parameters of unit u, valid between before_* and after_* of a unit that reads it
+    const bf16 *(*unit_params)(struct Trainer *t, int u);
+    void (*before_forward)(struct Trainer *t, int u);
+    void (*after_forward)(struct Trainer *t, int u);
+    void (*before_backward)(struct Trainer *t, int u);
+    // all fp32 gradients of unit u for this micro-batch are in g (unit-sized)
+    void (*grads_ready)(struct Trainer *t, int u, const float *g);
+    void (*after_backward)(struct Trainer *t, int u);
     // After the last micro-batch's backward: finish the gradient reduction.
     void (*reduce_grads)(struct Trainer *t);
     // Squared global gradient norm over all ranks (for clipping).
@@ -56,7 +69,7 @@ typedef struct Strategy {
 typedef struct Trainer {
     TrainConfig cfg;
     const Strategy *strategy;
-    void *sctx;              // the strategy's own state
+    void *sctx;              // the strategy's own struct (context_bytes), or NULL
     Comm world;
     Device dev;
     Trace trace;
@@ -65,7 +78,7 @@ typedef struct Trainer {
     Partition part;
     ModelStates st;
     DataSet data;
-    GPTHooks hooks;          // strategy->hooks with ctx = this trainer
+    GPTHooks hooks;          // calls the strategy's hooks with this trainer
     int micro;               // micro-batch index within the step, 0..grad_accum-1
     long step;               // optimizer steps completed
     double unit_t0_us;       // start of the unit being computed (for the trace)
@@ -73,14 +86,12 @@ typedef struct Trainer {
 } Trainer;
 
 int trainer_main(int argc, char **argv, const Strategy *s);
-// For hooks a strategy does not need.
-void hook_nothing(void *ctx, int u);
 // Hooks of the stages that keep the bf16 params (and grads) whole on every
 // rank: unit u's params are a slice of the full buffer, and its fp32
 // gradients are folded into the full bf16 gradient buffer, written by the
 // first micro-batch of a step and accumulated by the others.
-const bf16 *hook_replicated_params(void *ctx, int u);
-void hook_replicated_grads_ready(void *ctx, int u, const float *g);
+const bf16 *replicated_unit_params(struct Trainer *t, int u);
+void replicated_grads_ready(struct Trainer *t, int u, const float *g);
 // Flat parameter buffer offset and length of unit u.
 static inline Range unit_range(const struct Trainer *t, int u) { return t->layout.unit[u]; }
 
@@ -90,8 +101,9 @@ double lr_at(const TrainConfig *c, long step);
 // AdamW hyper-parameters for the step (bias corrections for t = step + 1).
 AdamWStep adamw_step_params(const TrainConfig *c, long step, float grad_scale);
 
-// Parses the shared flags (plus the strategy's) into *cfg; bad input exits 2.
-void train_config_parse(TrainConfig *cfg, int argc, char **argv, const Strategy *s);
+// Parses the shared flags into *cfg and the strategy's into its context
+// (stage_ctx, may be NULL when it has none); bad input exits 2.
+void train_config_parse(TrainConfig *cfg, void *stage_ctx, int argc, char **argv, const Strategy *s);
 // Resolves the model shape from --model and the overrides.
 void train_config_model(TrainConfig *cfg, GPTConfig *out);  // also settles --seq-len
 

@@ -23,13 +23,11 @@ static void set_defaults(TrainConfig *c) {
     c->grad_clip = 1.0;
     c->device = "auto";
     c->comm = "auto";
-    c->bucket_mb = 0;  // auto: see grad_shard_init
-    c->prefetch = 1;
 }
 
-void train_config_parse(TrainConfig *c, int argc, char **argv, const Strategy *s) {
+void train_config_parse(TrainConfig *c, void *stage_ctx, int argc, char **argv, const Strategy *s) {
     set_defaults(c);
-    FlagSpec all[] = {
+    FlagSpec shared[] = {
         {"model", FLAG_STRING, &c->model, "NAME", "model preset: tiny, small, gpt2-124m, gpt2-350m, gpt2-774m, gpt2-1558m", 0, NULL},
         {"layers", FLAG_INT, &c->layers, "N", "override the preset's transformer blocks", 0, "the preset's"},
         {"d-model", FLAG_INT, &c->d_model, "N", "override the preset's channels", 0, "the preset's"},
@@ -57,34 +55,21 @@ void train_config_parse(TrainConfig *c, int argc, char **argv, const Strategy *s
         {"save-every", FLAG_INT, &c->save_every, "N", "checkpoint every N steps (needs --save)", 0, NULL},
         {"resume", FLAG_STRING, &c->resume, "DIR", "continue from the checkpoint in DIR (same stage, ranks and model)", 0, NULL},
         {"quiet", FLAG_BOOL, &c->quiet, NULL, "no per-step lines", 0, NULL},
-        {"bucket-mb", FLAG_DOUBLE, &c->bucket_mb, "MB", "gradient bucket size for the asynchronous reduce-scatter", 0, "an eighth of the bf16 gradients, at most 25 MB"},
-        {"prefetch", FLAG_INT, &c->prefetch, "N", "units whose parameters are gathered ahead of use", 0, NULL},
     };
-    int n = (int)(sizeof all / sizeof all[0]);
-    // keep only the stage flags this strategy takes
-    FlagSpec specs[sizeof all / sizeof all[0]];
-    int m = 0;
-    for (int i = 0; i < n; i++) {
-        const char *owner = NULL;
-        if (!strcmp(all[i].name, "bucket-mb") && !(s->flags & STRATEGY_FLAG_BUCKET)) owner = "zero2 and later stages";
-        if (!strcmp(all[i].name, "prefetch") && !(s->flags & STRATEGY_FLAG_PREFETCH)) owner = "zero3 and later stages";
-        if (!owner) {
-            specs[m++] = all[i];
-            continue;
-        }
-        size_t len = strlen(all[i].name);
-        for (int a = 1; a < argc; a++)
-            if (!strncmp(argv[a], "--", 2) && !strncmp(argv[a] + 2, all[i].name, len) &&
-                (argv[a][2 + len] == 0 || argv[a][2 + len] == '='))
-                fail_usage("--%s is not an option of %s: it tunes %s", all[i].name, s->name, owner);
-    }
+    enum { NSHARED = sizeof shared / sizeof shared[0] };
+    // the stage's own flags follow the shared ones (the core knows none by name)
+    FlagSpec specs[NSHARED + STRATEGY_MAX_FLAGS];
+    memcpy(specs, shared, sizeof shared);
+    int nstage = s->flags ? s->flags(stage_ctx, specs + NSHARED) : 0;
+    CHECK(nstage >= 0 && nstage <= STRATEGY_MAX_FLAGS, "%s declares %d flags; at most %d", s->name, nstage,
+          STRATEGY_MAX_FLAGS);
     char usage[512];
     snprintf(usage, sizeof usage,
              "usage: mpirun -np N ./%s [options]\n\n%s\n"
              "Every rank trains the same GPT-2 model on its rows of the same global batch;\n"
              "rank 0 prints a line per step and, at the end, measured memory beside the formula.",
              s->name, s->summary);
-    flags_parse(argc, argv, specs, m, usage);
+    flags_parse(argc, argv, specs, NSHARED + nstage, usage);
 
     if (c->batch < 1) fail_usage("--batch %d: need at least 1 sequence per rank", c->batch);
     if (c->seq_len < 0) fail_usage("--seq-len %d: need at least 1 token", c->seq_len);
@@ -95,8 +80,6 @@ void train_config_parse(TrainConfig *c, int argc, char **argv, const Strategy *s
     if (!(c->lr > 0)) fail_usage("--lr %g: the learning rate must be positive", c->lr);
     if (c->hbm_gb < 0) fail_usage("--hbm-gb %g: the budget cannot be negative", c->hbm_gb);
     if (c->save_every > 0 && !c->save) fail_usage("--save-every %d needs --save DIR to say where", c->save_every);
-    if (c->bucket_mb < 0) fail_usage("--bucket-mb %g: the bucket must be larger than 0 (or 0 for the default)", c->bucket_mb);
-    if (c->prefetch < 0) fail_usage("--prefetch %d: must be 0 (no prefetch) or more", c->prefetch);
     if (strcmp(c->device, "auto") && strcmp(c->device, "cpu") && strcmp(c->device, "cuda"))
         fail_usage("--device %s: choose auto, cpu or cuda", c->device);
     if (strcmp(c->comm, "auto") && strcmp(c->comm, "mpi") && strcmp(c->comm, "nccl"))
