@@ -22,8 +22,10 @@ static double grad_norm_sq(Trainer *t) {
 }
 
 static void update(Trainer *t, const AdamWStep *s) {
+    double t0 = now_us();
     t->dev.k->adamw(&t->dev, t->st.master.ptr, t->st.m.ptr, t->st.v.ptr, t->st.grads.ptr, t->st.params.ptr,
                     t->layout.num_params, s);
+    compute_span(t, "optimizer", t0);
 }
 
 static void params_from_master(Trainer *t) {

@@ -8,9 +8,11 @@ double shard_grad_norm_sq(Trainer *t, const bf16 *grad_shard) {
 }
 
 void shard_adamw(Trainer *t, const bf16 *grad_shard, bf16 *param_shard, const AdamWStep *s) {
+    double t0 = now_us();
     // padding past Ψ has zero gradient and zero master weight, so it stays zero
     t->dev.k->adamw(&t->dev, t->st.master.ptr, t->st.m.ptr, t->st.v.ptr, grad_shard, param_shard,
                     t->part.shard, s);
+    compute_span(t, "optimizer", t0);
 }
 
 bf16 *own_param_slice(Trainer *t) { return (bf16 *)t->st.params.ptr + t->part.begin; }

@@ -259,10 +259,18 @@ static void test_ring_bytes_formula(void **state) {
     Comm *c = &((Fixture *)*state)->world;
     int n = c->size;
     comm_stats_reset(c);
+    Trace tr;
+    trace_init(&tr, 0, now_us());  // not written: its timeline records the calls
+    Trace *saved = c->trace;
+    c->trace = &tr;
     float buf[1000];
     for (int i = 0; i < 1000; i++) buf[i] = 1;
+    double t0 = now_us();
     comm_all_reduce_sum(c, buf, 1000, DT_F32, NULL);
-    int ok = c->stats.wait_us > 0 && c->stats.inflight_us > 0;  // a blocking call is all exposed
+    double t1 = now_us();
+    // a blocking call is all exposed: in flight and waiting over the same interval
+    double fly = timeline_union_us(&tr.tl, TRACE_TID_COMM, t0, t1), wait = timeline_union_us(&tr.tl, TRACE_TID_WAIT, t0, t1);
+    int ok = fly > 0 && wait > 0 && fabs(fly - wait) < 1e-6 && fly <= t1 - t0;
     CommHandle h = {0};
     comm_all_reduce_sum(c, buf, 1000, DT_F32, &h);
     comm_wait(c, &h);
@@ -281,7 +289,11 @@ static void test_ring_bytes_formula(void **state) {
     ok &= test_close(c->stats.ring_bytes[OP_REDUCE_SCATTER], rs, 0, 1e-12);
     ok &= n != 4 || c->stats.ring_bytes[OP_ALL_REDUCE] == 12000;  // 2 x 1.5 x 4000
     ok &= c->stats.calls[OP_ALL_GATHER] == 0;
-    ok &= c->stats.wait_us <= c->stats.inflight_us + 1;  // blocked time is part of in-flight time
+    double t2 = now_us();  // blocked time is part of in-flight time, which is part of the window
+    ok &= timeline_union_us(&tr.tl, TRACE_TID_WAIT, t0, t2) <= timeline_union_us(&tr.tl, TRACE_TID_COMM, t0, t2);
+    ok &= timeline_union_us(&tr.tl, TRACE_TID_COMM, t0, t2) <= t2 - t0;
+    c->trace = saved;
+    trace_free(&tr);
     assert_true(all_ranks(c, ok));
 }
 
@@ -324,7 +336,7 @@ static void test_trace_gathers_every_rank(void **state) {
     comm_all_reduce_sum(c, &x, 1, DT_F32, NULL);
     c->trace = saved;
     trace_span(&t, TRACE_TID_COMPUTE, "matmul_forward", now_us(), now_us() + 5, 0);
-    int ok = t.count == 2;
+    int ok = t.count == 3;  // the all-reduce in flight, its wait (it blocked), the compute span
 
     char path[256] = "/tmp/test_comm_trace_XXXXXX";
     if (c->rank == 0) close(mkstemp(path));

@@ -313,6 +313,37 @@ static void test_comm_bytes(void **state) {
         }
 }
 
+// ---- 6b. time: overlap is an intersection of intervals ----
+
+// The report's per-step times: hidden <= in flight <= step, hidden <= compute,
+// exposed <= in flight. Before they were measured as intervals, zero3 at
+// --prefetch 2 reported more time "overlapped" than the step lasted.
+static void check_times(const char *what, const char *json) {
+    const char *tm = strstr(json, "\"times_ms_per_step\":{");
+    if (!tm) fail_msg("%s: no times_ms_per_step in the record", what);
+    double step = number_of(tm, "step"), compute = number_of(tm, "compute"), comm = number_of(tm, "comm");
+    double exposed = number_of(tm, "comm_exposed"), hidden = number_of(tm, "comm_hidden");
+    const double eps = 1e-3;  // the record prints 4 decimals of a ms
+    if (!(step > 0 && compute > 0 && compute <= step + eps && comm <= step + eps && hidden <= comm + eps &&
+          hidden <= compute + eps && exposed <= comm + eps))
+        fail_msg("%s: step %.3f compute %.3f comm %.3f exposed %.3f hidden %.3f ms break the bounds", what, step,
+                 compute, comm, exposed, hidden);
+}
+
+static void test_overlap_bounds(void **state) {
+    Ctx *c = *state;
+    for (int s = 0; s < NSTAGES; s++) check_times(STAGE[s], main_run(c, 1, 1, s));
+    for (int p = 0; p <= 2; p += 2) {
+        char cmd[CMD_LEN], path[PATH_LEN];
+        snprintf(path, sizeof path, "%s/prefetch-%d.json", c->root, p);
+        snprintf(cmd, sizeof cmd, "mpirun -np 4 ./zero3 --model small --batch 2 --steps 6 --prefetch %d --quiet "
+                 "--json %s", p, path);
+        char *json = train(cmd, path);
+        check_times(p ? "zero3 --prefetch 2" : "zero3 --prefetch 0", json);
+        free(json);
+    }
+}
+
 // ---- 7. resume ----
 
 static void test_resume_exact(void **state) {
@@ -398,6 +429,7 @@ int main(void) {
         cmocka_unit_test(test_final_params_match),
         cmocka_unit_test(test_grad_accum),
         cmocka_unit_test(test_padded_params),
+        cmocka_unit_test(test_overlap_bounds),
         cmocka_unit_test(test_memory_formula),
         cmocka_unit_test(test_memory_order),
         cmocka_unit_test(test_comm_bytes),

@@ -20,8 +20,8 @@ typedef struct CommStats {
     double ring_bytes[OP_COUNT];  // per-rank bytes moved by a ring algorithm, summed over calls
     double payload_bytes[OP_COUNT];  // bytes of the buffers handed to the calls
     long calls[OP_COUNT];
-    double wait_us;       // time blocked in comm_wait / blocking calls (exposed communication)
-    double inflight_us;   // issue-to-completion time summed over calls
+    // times are on the trace's timeline: rows comm (issue to completion) and
+    // wait (blocked in comm_wait or a blocking call: exposed communication)
 } CommStats;
 
 // Pinned staging buffers kept for reuse on the MPI path of the cuda device:

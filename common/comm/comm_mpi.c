@@ -152,22 +152,21 @@ static CommHandle *begin_op(Comm *c, CommHandle *h, CommHandle *local, CommOp op
 // After MPI is done with the buffers: copy a staged result back, free what
 // the call held, account the time and add the span to the timeline. A call
 // that completes on the GPU (NCCL, nonblocking) is timed by comm_settle_stats.
-static void complete_op(Comm *c, CommHandle *k, int host_timed) {
+// Returns the completion time.
+static double complete_op(Comm *c, CommHandle *k, int host_timed) {
     if (k->stage.ptr) unstage(c, k);
     free(k->mpi_counts);
     k->mpi_counts = NULL;
-    if (host_timed) {
-        double t_done_us = now_us();
-        c->stats.inflight_us += t_done_us - k->t_issue_us;
-        trace_span(c->trace, TRACE_TID_COMM, comm_op_name(k->op), k->t_issue_us, t_done_us, k->bytes);
-    }
+    double t_done_us = now_us();
+    if (host_timed) trace_span(c->trace, TRACE_TID_COMM, comm_op_name(k->op), k->t_issue_us, t_done_us, k->bytes);
     k->active = 0;
+    return t_done_us;
 }
 
 // A blocking call is exposed communication from issue to return.
 static void finish_blocking(Comm *c, CommHandle *k) {
-    complete_op(c, k, 1);
-    c->stats.wait_us += now_us() - k->t_issue_us;
+    double t_done_us = complete_op(c, k, 1);
+    trace_span(c->trace, TRACE_TID_WAIT, "wait", k->t_issue_us, t_done_us, 0);
 }
 
 void comm_wait(Comm *c, CommHandle *h) {
@@ -181,8 +180,7 @@ void comm_wait(Comm *c, CommHandle *h) {
 #endif
     double t0_us = now_us();
     mpiCheck(MPI_Wait(&h->req, MPI_STATUS_IGNORE));
-    complete_op(c, h, 1);
-    c->stats.wait_us += now_us() - t0_us;
+    trace_span(c->trace, TRACE_TID_WAIT, "wait", t0_us, complete_op(c, h, 1), 0);
 }
 
 void comm_settle_stats(Comm *c) {

@@ -185,9 +185,9 @@ void comm_nccl_settle(Comm *c) {
         cudaCheck(cudaEventSynchronize(t->done));
         cudaCheck(cudaEventSynchronize(t->reached));
         double flight = elapsed_us(t->start, t->done), stall = elapsed_us(t->reached, t->done);
-        c->stats.inflight_us += flight;
-        if (stall > 0) c->stats.wait_us += stall;
-        trace_span(c->trace, TRACE_TID_COMM, comm_op_name(t->op), t->t_issue_us, t->t_issue_us + flight, t->bytes);
+        double done_us = t->t_issue_us + flight;
+        trace_span(c->trace, TRACE_TID_COMM, comm_op_name(t->op), t->t_issue_us, done_us, t->bytes);
+        if (stall > 0) trace_span(c->trace, TRACE_TID_WAIT, "wait", done_us - stall, done_us, 0);
         cudaCheck(cudaEventDestroy(t->start));
         cudaCheck(cudaEventDestroy(t->done));
         cudaCheck(cudaEventDestroy(t->reached));

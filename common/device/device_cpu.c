@@ -37,7 +37,7 @@ static void cpu_free(Device *d, MemTier tier, void *ptr, size_t bytes) {
 static void cpu_copy(Device *d, void *dst, const void *src, size_t bytes, StreamId s) {
     (void)s;
     if (!bytes) return;
-    double t0 = d->trace && d->trace->enabled ? now_us() : 0;
+    double t0 = d->trace ? now_us() : 0;
     memcpy(dst, src, bytes);
     if (t0 > 0) trace_span(d->trace, TRACE_TID_COPY, "copy", t0, now_us(), (double)bytes);
 }

@@ -10,6 +10,8 @@
 #include <time.h>
 #include "check.h"
 
+_Static_assert(TRACE_TIDS <= TIMELINE_ROWS, "every trace row has a timeline row");
+
 #define TRACE_DEFAULT_MAX_SPANS 1000000
 #define TRACE_NAME_BYTES 32
 
@@ -27,7 +29,9 @@ void trace_init(Trace *t, int enabled, double origin_us) {
 }
 
 void trace_span(Trace *t, int tid, const char *name, double t0_us, double t1_us, double bytes) {
-    if (!t || !t->enabled) return;
+    if (!t) return;
+    timeline_add(&t->tl, tid, t0_us, t1_us);
+    if (!t->enabled) return;
     if (t->count >= t->max_spans) {
         t->dropped++;
         return;
@@ -44,6 +48,7 @@ void trace_span(Trace *t, int tid, const char *name, double t0_us, double t1_us,
 }
 
 void trace_free(Trace *t) {
+    timeline_free(&t->tl);
     free(t->spans);
     t->spans = NULL;
     t->count = t->cap = 0;
@@ -86,12 +91,13 @@ static void write_json_string(FILE *f, const char *s) {
 }
 
 static void write_metadata(FILE *f, int nranks, const RankHeader *hdr) {
-    static const char *const tid_names[] = {"compute", "comm", "copy", "io", "step"};
+    static const char *const tid_names[TRACE_TIDS] = {"compute", "comm", "copy", "io", "step", "host optimizer",
+                                                      "waiting on comm"};
     for (int r = 0; r < nranks; r++) {
         fprintf(f, "{\"name\":\"process_name\",\"ph\":\"M\",\"pid\":%d,\"args\":{\"name\":\"rank %d", r, r);
         if (hdr[r].dropped) fprintf(f, " (%llu spans dropped past the cap)", hdr[r].dropped);
         fprintf(f, "\"}},\n");
-        for (int tid = 0; tid <= TRACE_TID_STEP; tid++)
+        for (int tid = 0; tid < TRACE_TIDS; tid++)
             fprintf(f, "{\"name\":\"thread_name\",\"ph\":\"M\",\"pid\":%d,\"tid\":%d,"
                        "\"args\":{\"name\":\"%s\"}},\n", r, tid, tid_names[tid]);
     }

@@ -1,8 +1,11 @@
 // trace.h: a per-rank timeline of spans (compute, communication, copies, I/O)
 // written as Chrome-trace JSON that Perfetto and chrome://tracing open.
-// pid = rank, tid = stream, so overlap between streams is visible.
+// pid = rank, tid = row, so overlap between rows is visible. Every span also
+// goes to the always-on Timeline, from which the report measures overlap
+// (with or without --trace). Spans are recorded by the main thread only.
 #pragma once
 #include <stddef.h>
+#include "timeline.h"
 
 typedef struct TraceSpan {
     const char *name;  // static string (kernel or collective name)
@@ -11,7 +14,14 @@ typedef struct TraceSpan {
     double bytes;      // payload of a collective/copy, 0 for compute
 } TraceSpan;
 
-enum { TRACE_TID_COMPUTE = 0, TRACE_TID_COMM = 1, TRACE_TID_COPY = 2, TRACE_TID_IO = 3, TRACE_TID_STEP = 4 };
+// Rows: compute (forward, backward and optimizer kernels; nothing else),
+// communication in flight (issue to completion), copies between tiers, file
+// I/O, whole steps, the host optimizer (CPU Adam), and waiting (the compute
+// stream blocked on communication: exposed communication).
+enum {
+    TRACE_TID_COMPUTE = 0, TRACE_TID_COMM = 1, TRACE_TID_COPY = 2, TRACE_TID_IO = 3, TRACE_TID_STEP = 4,
+    TRACE_TID_HOST = 5, TRACE_TID_WAIT = 6, TRACE_TIDS
+};
 
 typedef struct Trace {
     int enabled;
@@ -19,6 +29,7 @@ typedef struct Trace {
     size_t count, cap;  // spans past max_spans are dropped and counted
     size_t max_spans, dropped;
     double origin_us;   // wall-clock origin shared by all ranks (set at init via MPI barrier)
+    Timeline tl;        // every span, enabled or not, until the report has measured it
 } Trace;
 
 double now_us(void);  // monotonic wall clock in microseconds

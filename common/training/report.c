@@ -21,7 +21,7 @@ void report_init(Trainer *t) {
     r->comm_bytes = xcalloc((size_t)r->cap, sizeof(double));
     r->first_step = t->step;
     r->val_loss = NAN;
-    if (t->world.rank == 0 && !t->cfg.quiet) {
+    if (t->world.rank == 0) {  // --quiet drops only the per-step lines
         const GPTConfig *m = &t->layout.cfg;
         printf("%s: %s | model %s (L=%d C=%d H=%d V=%d, %.2fM params) | %d ranks x batch %d x seq %d x accum %d = %d tokens/step\n",
                t->strategy->name, t->dev.name, t->cfg.model, m->num_layers, m->channels, m->num_heads, m->vocab_size,
@@ -40,13 +40,45 @@ static double global_tokens_per_step(const Trainer *t) {
     return (double)t->world.size * t->cfg.batch * t->cfg.seq_len * t->cfg.grad_accum;
 }
 
-void report_step(Trainer *t, double loss, double ms, double lr, double grad_norm, double comm_bytes) {
+// Measures the window of the step before: every row's union and its
+// intersection with compute, then forgets what cannot reach a later window.
+static void measure_window(Trainer *t) {
+    Report *r = &t->report;
+    double w0 = r->window_t0_us, w1 = r->window_t1_us;
+    if (w1 <= w0) return;
+    const Timeline *tl = &t->trace.tl;
+    StepTimes x;
+    x.step = (w1 - w0) / 1000.0;
+    x.compute = timeline_union_us(tl, TRACE_TID_COMPUTE, w0, w1) / 1000.0;
+    x.comm = timeline_union_us(tl, TRACE_TID_COMM, w0, w1) / 1000.0;
+    x.exposed = timeline_union_us(tl, TRACE_TID_WAIT, w0, w1) / 1000.0;
+    x.comm_hidden = timeline_overlap_us(tl, TRACE_TID_COMM, TRACE_TID_COMPUTE, w0, w1) / 1000.0;
+    x.copy = timeline_union_us(tl, TRACE_TID_COPY, w0, w1) / 1000.0;
+    x.copy_hidden = timeline_overlap_us(tl, TRACE_TID_COPY, TRACE_TID_COMPUTE, w0, w1) / 1000.0;
+    x.host = timeline_union_us(tl, TRACE_TID_HOST, w0, w1) / 1000.0;
+    x.host_hidden = timeline_overlap_us(tl, TRACE_TID_HOST, TRACE_TID_COMPUTE, w0, w1) / 1000.0;
+    x.io = timeline_union_us(tl, TRACE_TID_IO, w0, w1) / 1000.0;
+    x.io_hidden = timeline_overlap_us(tl, TRACE_TID_IO, TRACE_TID_COMPUTE, w0, w1) / 1000.0;
+    double *sum = (double *)&r->times_sum;
+    const double *add = (const double *)&x;
+    for (size_t i = 0; i < sizeof x / sizeof(double); i++) sum[i] += add[i];
+    r->times_n++;
+    r->window_t1_us = 0;
+}
+
+void report_step(Trainer *t, double loss, double t0_us, double t1_us, double lr, double grad_norm,
+                 double comm_bytes) {
     Report *r = &t->report;
     CHECK(r->n < r->cap, "more steps than --steps");
+    double ms = (t1_us - t0_us) / 1000.0;
     r->loss[r->n] = loss; r->step_ms[r->n] = ms; r->lr[r->n] = lr;
     r->grad_norm[r->n] = grad_norm; r->comm_bytes[r->n] = comm_bytes;
     r->n++;
     r->after_step = t->dev.mem;
+    measure_window(t);
+    timeline_prune(&t->trace.tl, t0_us);  // this step's window needs nothing that ended before it
+    r->window_t0_us = t0_us;
+    r->window_t1_us = t1_us;
     if (t->world.rank != 0 || t->cfg.quiet) return;
     const MemCtx *m = &t->dev.mem;
     printf("step %4ld/%d | loss %.6f | lr %.2e | norm %7.4f | %8.1f ms | %9.0f tok/s | device mem %.1f MB (peak %.1f MB)\n",
@@ -86,7 +118,8 @@ typedef struct Summary {
     StateBytes formula;
     GPTActBytes acts;
     double step_ms_median, tokens_per_s, flops_per_token, gflops_per_rank;
-    double comm_bytes_step, comm_formula_bytes, comm_wait_ms_step, comm_inflight_ms_step;
+    double comm_bytes_step, comm_formula_bytes;
+    StepTimes times;  // mean per step over ranks' worst (max over ranks)
     double driver_free, driver_total;
 } Summary;
 
@@ -112,9 +145,13 @@ static void summarize(Trainer *t, Summary *s) {
     s->comm_bytes_step = r->n ? comm_max_f64(&t->world, median(r->comm_bytes, r->n)) : 0;
     s->comm_formula_bytes = stage_comm_elems(t->strategy->formula, (double)t->layout.num_params, t->world.size,
                                              t->cfg.grad_accum) * sizeof(bf16);
-    double steps = r->n ? (double)r->n : 1;
-    s->comm_wait_ms_step = comm_max_f64(&t->world, r->comm_wait_us / steps / 1000.0);
-    s->comm_inflight_ms_step = comm_max_f64(&t->world, r->comm_inflight_us / steps / 1000.0);
+    measure_window(t);  // the last step
+    double *mean = (double *)&s->times;
+    const double *sum = (const double *)&r->times_sum;
+    for (size_t i = 0; i < sizeof s->times / sizeof(double); i++)
+        mean[i] = r->times_n ? sum[i] / r->times_n : 0;
+    mpiCheck(MPI_Allreduce(MPI_IN_PLACE, mean, (int)(sizeof s->times / sizeof(double)), MPI_DOUBLE, MPI_MAX,
+                           t->world.mpi));
     size_t fr = 0, tot = 0;
     t->dev.ops->mem_get_info(&t->dev, &fr, &tot);
     s->driver_free = (double)fr;
@@ -168,11 +205,20 @@ static void print_summary(const Trainer *t, const Summary *s) {
     printf("  bytes moved          %10.3f MB counted from the collectives issued (ring volume)\n", s->comm_bytes_step / 1e6);
     printf("  formula              %10.3f MB = %s x 2 B (bf16)\n", s->comm_formula_bytes / 1e6, stage_comm_formula(t->strategy->formula));
     // NCCL's nonblocking calls are timed on the GPU (events), the rest on the host clock
+    const StepTimes *x = &s->times;
     const char *clock = t->world.backend == COMM_NCCL ? "CUDA events for nonblocking NCCL calls" : "host clock";
-    printf("  time in flight       %10.2f ms (issue to completion, summed over calls; %s)\n", s->comm_inflight_ms_step, clock);
-    printf("  time waiting         %10.2f ms (compute blocked on communication; %s)\n", s->comm_wait_ms_step, clock);
-    double overlap = s->comm_inflight_ms_step - s->comm_wait_ms_step;
-    printf("  overlapped           %10.2f ms (in flight while computing)\n", overlap > 0 ? overlap : 0);
+    printf("  exposed comm %.2f ms of step %.2f ms (compute blocked on communication; mean per step, max over ranks; %s)\n",
+           x->exposed, x->step, clock);
+    printf("  in flight            %10.2f ms (wall-clock union of issue-to-completion intervals)\n", x->comm);
+    printf("  overlapped           %10.2f ms (in flight while computing: comm intervals ∩ compute intervals;\n"
+           "                                  compute %.2f ms)\n", x->comm_hidden, x->compute);
+    if (t->dev.kind == DEVICE_CPU && t->world.size > 1)
+        printf("  note: on the cpu device MPI moves a nonblocking collective only inside MPI calls (no progress\n"
+               "        thread), so \"overlapped\" is time in flight, not time spent transferring\n");
+    if (x->copy > 0 || x->host > 0 || x->io > 0) printf("other work per step (mean, wall-clock; hidden = ∩ compute)\n");
+    if (x->copy > 0) printf("  copies between tiers %10.2f ms, hidden %.2f ms\n", x->copy, x->copy_hidden);
+    if (x->host > 0) printf("  host optimizer       %10.2f ms, hidden %.2f ms\n", x->host, x->host_hidden);
+    if (x->io > 0) printf("  file I/O             %10.2f ms, hidden %.2f ms\n", x->io, x->io_hidden);
     if (!isnan(r->val_loss)) printf("validation loss      %10.6f at step %ld\n", r->val_loss, r->val_step);
 }
 
@@ -232,9 +278,14 @@ static void write_json(const Trainer *t, const Summary *s) {
     if (t->dev.peak_flops > 0) fprintf(f, "\"mfu\":%.5f,", s->gflops_per_rank * 1e9 / t->dev.peak_flops);
     else fprintf(f, "\"mfu\":null,");
     json_mem(f, s);
-    fprintf(f, ",\"comm_bytes_per_step\":%.0f,\"comm_formula_bytes_per_step\":%.0f,\"comm_wait_ms_per_step\":%.4f,"
-               "\"comm_inflight_ms_per_step\":%.4f}\n",
-            s->comm_bytes_step, s->comm_formula_bytes, s->comm_wait_ms_step, s->comm_inflight_ms_step);
+    const StepTimes *x = &s->times;
+    fprintf(f, ",\"comm_bytes_per_step\":%.0f,\"comm_formula_bytes_per_step\":%.0f,", s->comm_bytes_step,
+            s->comm_formula_bytes);
+    fprintf(f, "\"times_ms_per_step\":{\"step\":%.4f,\"compute\":%.4f,\"comm\":%.4f,\"comm_exposed\":%.4f,"
+               "\"comm_hidden\":%.4f,\"copy\":%.4f,\"copy_hidden\":%.4f,\"host_optimizer\":%.4f,"
+               "\"host_optimizer_hidden\":%.4f,\"io\":%.4f,\"io_hidden\":%.4f}}\n",
+            x->step, x->compute, x->comm, x->exposed, x->comm_hidden, x->copy, x->copy_hidden, x->host,
+            x->host_hidden, x->io, x->io_hidden);
     fclose(f);
 }
 
@@ -255,10 +306,8 @@ void report_finish(Trainer *t) {
     memset(&s, 0, sizeof s);
     summarize(t, &s);
     if (t->world.rank != 0) return;
-    if (!t->cfg.quiet) {
-        print_memory_table(t, &s);
-        print_summary(t, &s);
-    }
+    print_memory_table(t, &s);
+    print_summary(t, &s);
     print_summary_line(t, &s);
     if (t->cfg.json) write_json(t, &s);
     fflush(stdout);

@@ -8,6 +8,15 @@
 
 struct Trainer;
 
+// Wall-clock time of one step's window by timeline row, in ms: each row's
+// union, and its intersection with compute ("hidden": it ran while the
+// compute stream was busy). exposed = the compute stream blocked on
+// communication. So hidden <= the row's time <= step, and hidden <= compute.
+typedef struct StepTimes {
+    double step, compute, comm, exposed, comm_hidden;
+    double copy, copy_hidden, host, host_hidden, io, io_hidden;
+} StepTimes;
+
 typedef struct Report {
     double *loss, *step_ms, *lr, *grad_norm;  // one per step of this run
     double *comm_bytes;                       // ring bytes per rank counted in each step
@@ -15,7 +24,12 @@ typedef struct Report {
     long first_step;                          // step number of loss[0] (after a resume)
     double val_loss;                          // last validation loss, NAN if none
     long val_step;
-    double comm_wait_us, comm_inflight_us;    // summed over the steps
+    // A step's window is measured one step later (report_step) or at the end
+    // (report_finish): by then whatever ran in it (a collective, the host
+    // optimizer of a delayed update) has completed and is on the timeline.
+    double window_t0_us, window_t1_us;        // the step not yet measured (t1 = 0: none)
+    StepTimes times_sum;                      // summed over the measured steps
+    long times_n;
     MemCtx after_step;                        // memory right after the last optimizer step (steady state)
 } Report;
 
@@ -23,7 +37,8 @@ void report_init(struct Trainer *t);
 void report_free(struct Trainer *t);
 // Record step results (rank 0 prints the step line unless --quiet) and
 // snapshot the memory accounting: the table's "current" is this snapshot.
-void report_step(struct Trainer *t, double loss, double ms, double lr, double grad_norm,
+// The step ran over [t0_us, t1_us) on the host clock.
+void report_step(struct Trainer *t, double loss, double t0_us, double t1_us, double lr, double grad_norm,
                  double comm_bytes);
 void report_eval(struct Trainer *t, double val_loss);
 // Collective: reduces memory over ranks; rank 0 prints the table and appends JSON.

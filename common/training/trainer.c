@@ -40,6 +40,10 @@ static void hook_after_backward(void *ctx, int u) {
     if (t->strategy->after_backward) t->strategy->after_backward(t, u);
 }
 
+void compute_span(Trainer *t, const char *what, double t0_us) {
+    trace_span(&t->trace, TRACE_TID_COMPUTE, what, t0_us, now_us(), 0);
+}
+
 const bf16 *replicated_unit_params(Trainer *t, int u) {
     return (const bf16 *)t->st.params.ptr + unit_range(t, u).offset;
 }
@@ -151,7 +155,7 @@ static void train_step(Trainer *t, int32_t *in, int32_t *tgt) {
     const TrainConfig *c = &t->cfg;
     const Strategy *s = t->strategy;
     double t0 = now_us();
-    double bytes0 = 0, wait0 = t->world.stats.wait_us, fly0 = t->world.stats.inflight_us;
+    double bytes0 = 0;
     for (int op = 0; op < OP_COUNT; op++) bytes0 += t->world.stats.ring_bytes[op];
     // dloss/dlogits carries 1/(tokens in the global batch), so summing the
     // ranks' gradients gives the gradient of the global mean loss
@@ -172,20 +176,16 @@ static void train_step(Trainer *t, int32_t *in, int32_t *tgt) {
     }
     float clip = (c->grad_clip > 0 && norm > c->grad_clip) ? (float)(c->grad_clip / norm) : 1.0f;
     AdamWStep hp = adamw_step_params(c, t->step, clip);
-    double tu = now_us();
     s->update(t, &hp);
     dev_sync(&t->dev, STREAM_COMPUTE);
     comm_settle_stats(&t->world);
-    trace_span(&t->trace, TRACE_TID_COMPUTE, "optimizer", tu, now_us(), 0);
     double mean_loss = comm_sum_f64(&t->world, loss / c->grad_accum) / t->world.size;
     double t1 = now_us();
     trace_span(&t->trace, TRACE_TID_STEP, "step", t0, t1, 0);
     double bytes1 = 0;
     for (int op = 0; op < OP_COUNT; op++) bytes1 += t->world.stats.ring_bytes[op];
-    t->report.comm_wait_us += t->world.stats.wait_us - wait0;
-    t->report.comm_inflight_us += t->world.stats.inflight_us - fly0;
     t->step++;
-    report_step(t, mean_loss, (t1 - t0) / 1000.0, hp.lr, norm, bytes1 - bytes0);
+    report_step(t, mean_loss, t0, t1, hp.lr, norm, bytes1 - bytes0);
 }
 
 static uint64_t rows_consumed(const Trainer *t) {

@@ -86,6 +86,10 @@ typedef struct Trainer {
 } Trainer;
 
 int trainer_main(int argc, char **argv, const Strategy *s);
+// Puts [t0_us, now) on the compute row: a stage marks its optimizer kernels
+// with it (the hooks mark forward and backward). Only compute goes there, so
+// that overlap with communication, copies or I/O means what it says.
+void compute_span(struct Trainer *t, const char *what, double t0_us);
 // Hooks of the stages that keep the bf16 params (and grads) whole on every
 // rank: unit u's params are a slice of the full buffer, and its fp32
 // gradients are folded into the full bf16 gradient buffer, written by the

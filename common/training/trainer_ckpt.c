@@ -60,7 +60,7 @@ void trainer_save(Trainer *t, uint64_t data_rows) {
     if (ckpt_save(&t->world, t->cfg.save, &m, h.t, saves_optim(t) ? 3 : 0, err, sizeof err))
         fail_usage("checkpoint not saved: %s (the previous checkpoint in %s is unchanged)", err, t->cfg.save);
     trace_span(&t->trace, TRACE_TID_IO, "checkpoint", t0, now_us(), 0);
-    if (t->world.rank == 0 && !t->cfg.quiet)
+    if (t->world.rank == 0)
         printf("saved checkpoint: %s, step %ld (%.0f ms)\n", t->cfg.save, t->step, (now_us() - t0) / 1000);
     buf_free(&t->dev, &h.host);
 }
@@ -82,7 +82,7 @@ void trainer_resume(Trainer *t) {
     buf_free(&t->dev, &h.host);
     t->step = got.step;
     t->strategy->params_from_master(t);
-    if (t->world.rank == 0 && !t->cfg.quiet)
+    if (t->world.rank == 0)
         printf("resumed from %s at step %ld (data row %llu)\n", t->cfg.resume, got.step,
                (unsigned long long)got.data_rows);
     if (t->world.rank == 0 && (got.total_steps != expect.total_steps || got.warmup != expect.warmup ||

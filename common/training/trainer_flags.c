@@ -54,7 +54,7 @@ void train_config_parse(TrainConfig *c, void *stage_ctx, int argc, char **argv, 
         {"save", FLAG_STRING, &c->save, "DIR", "write a sharded checkpoint at the end (and every --save-every steps)", 0, NULL},
         {"save-every", FLAG_INT, &c->save_every, "N", "checkpoint every N steps (needs --save)", 0, NULL},
         {"resume", FLAG_STRING, &c->resume, "DIR", "continue from the checkpoint in DIR (same stage, ranks and model)", 0, NULL},
-        {"quiet", FLAG_BOOL, &c->quiet, NULL, "no per-step lines", 0, NULL},
+        {"quiet", FLAG_BOOL, &c->quiet, NULL, "no per-step lines (the header, the end-of-run tables and the summary stay)", 0, NULL},
     };
     enum { NSHARED = sizeof shared / sizeof shared[0] };
     // the stage's own flags follow the shared ones (the core knows none by name)
