@@ -10,6 +10,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include "check.h"
 #include "trace.h"
 
 #define AIO_MAX_QUEUE_DEPTH 1024
@@ -212,7 +213,9 @@ static int submit_batch(Aio *aio, int n) {
 
 // Keeps the queue full: submit what fits, reap at least one completion, and
 // go round again, so a finished block is replaced at once (not a batch at a
-// time). Sleeps only when nothing is queued and nothing is in flight.
+// time). Sleeps only when nothing is queued and nothing is in flight. A
+// request that arrives while blocks are in flight gets its first block into
+// the kernel at the next completion, however many slots are free.
 static void *io_thread_main(void *arg) {
     Aio *aio = arg;
     int in_kernel = 0;
@@ -232,6 +235,8 @@ static void *io_thread_main(void *arg) {
         if (in_kernel > 0) {
             do got = io_getevents(aio->ctx, 1, aio->queue_depth, aio->events, NULL);
             while (got == -EINTR);
+            CHECK(got >= 0, "io_getevents: %s; hint: a bug in the aio context's set-up",
+                  strerror(-got));
         }
         pthread_mutex_lock(&aio->lock);
         if (in_kernel > aio->stats.max_blocks_in_flight) aio->stats.max_blocks_in_flight = in_kernel;
