@@ -8,6 +8,10 @@
 #   - every stage at 4 ranks on small: tokens/s relative to dp_baseline
 #     (targets zero1 >= 0.95, zero2 >= 0.90, zero3 >= 0.80), peak device
 #     memory per rank and bytes communicated per step;
+#   - the aio module against fio (bench/aio.sh, its own build/bench/aio.json):
+#     read and write GB/s over block sizes 128 KiB..8 MiB and queue depths
+#     1..64 on a 1 GiB file in $AIO_DIR (default build/bench/aio-files; point
+#     it at the disk stage 06 would use), the defaults it recommends;
 #   - where a GPU is usable, the cuda part (bench/cuda.sh).
 # Stage runs are interleaved over several rounds and their steps pooled for
 # the median, since this machine is shared and noisy.
@@ -43,6 +47,11 @@ done
 
 python3 bench/summarize.py "$out" > "$out/results.json"
 cat "$out/results.json"
+
+# 49 points x read, write x ours, fio x 3 rounds of 1 GiB = 588 GiB moved:
+# about 5 minutes at 2 GB/s, 10 at 1 GB/s (AIO_* in bench/aio.sh narrow it)
+echo "bench: aio against fio (a few minutes: 588 GiB through the disk)"
+bash bench/aio.sh "${AIO_DIR:-build/bench/aio-files}"
 
 if ./dp_baseline --device cuda --model tiny --steps 1 --quiet > /dev/null 2>&1; then
     bash bench/cuda.sh

@@ -22,8 +22,11 @@ static void *cpu_alloc(Device *d, MemTier tier, size_t bytes) {
     CHECK(tier != TIER_NVME,
           "the nvme tier cannot be allocated through the device; hint: the aio module owns "
           "files on nvme (and accounts them with mem_track_alloc)");
+    // pinned buffers are page-aligned, as cudaHostAlloc's are: the aio module
+    // reads and writes them with O_DIRECT, which needs that alignment
+    size_t align_bytes = tier == TIER_PINNED ? (size_t)sysconf(_SC_PAGESIZE) : CPU_ALIGN_BYTES;
     void *p = NULL;
-    if (posix_memalign(&p, CPU_ALIGN_BYTES, bytes) != 0) return NULL;
+    if (posix_memalign(&p, align_bytes, bytes) != 0) return NULL;
     return p;
 }
 
