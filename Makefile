@@ -115,6 +115,10 @@ $(BUILD)/%.o: %.c
 	@mkdir -p $(dir $@)
 	$(CC) $(CFLAGS) -c $< -o $@
 
+# the CPU Adam's scalar path stays scalar: it is the reference the SIMD paths
+# are measured against, so the compiler must not vectorize it on its own
+$(BUILD)/common/device/cpu_adam_scalar.o: CFLAGS += -fno-tree-loop-vectorize -fno-tree-slp-vectorize
+
 $(BUILD)/%.o: %.cu
 	@mkdir -p $(dir $@)
 	$(NVCC) $(NVFLAGS) -c $< -o $@

@@ -74,12 +74,13 @@ static void test_adamw_matches_reference(void **state) {
 }
 
 // The kernel applies adamw_element (elementwise.h), the per-element update
-// the cuda kernel also uses; the scalar loop here must agree to fp32 rounding
-// (the vectorized loop may contract multiply-adds differently).
+// the cuda kernel also uses. Its operation order is pinned (explicit fmaf, no
+// multiply left for the compiler to contract), so the kernel's vector code
+// and this scalar loop agree to the bit.
 static void test_adamw_matches_element(void **state) {
     Device *d = *state;
     static float master[N], m[N], v[N], em[N], ev[N], emaster[N], gf[N];
-    static bf16 grad[N];
+    static bf16 grad[N], param[N], eparam[N];
     test_fill(master, N, 7, -1, 1);
     test_fill(m, N, 8, -0.1f, 0.1f);
     test_fill(v, N, 9, 0.0f, 0.01f);
@@ -88,13 +89,43 @@ static void test_adamw_matches_element(void **state) {
     memcpy(emaster, master, sizeof master);
     memcpy(em, m, sizeof m);
     memcpy(ev, v, sizeof v);
-    AdamWStep s = {.lr = 3e-4f, .beta1 = 0.9f, .beta2 = 0.999f, .eps = 1e-8f, .weight_decay = 0.0f,
+    AdamWStep s = {.lr = 3e-4f, .beta1 = 0.9f, .beta2 = 0.999f, .eps = 1e-8f, .weight_decay = 0.1f,
                    .bias_corr1 = 0.19f, .bias_corr2 = 0.002f, .grad_scale = 0.25f};
-    d->k->adamw(d, master, m, v, grad, NULL, N, &s);
+    d->k->adamw(d, master, m, v, grad, param, N, &s);
+    for (int i = 0; i < N; i++)
+        eparam[i] = f32_to_bf16(adamw_element(&emaster[i], &em[i], &ev[i], bf16_to_f32(grad[i]), &s));
+    assert_memory_equal(master, emaster, sizeof master);
+    assert_memory_equal(m, em, sizeof m);
+    assert_memory_equal(v, ev, sizeof v);
+    assert_memory_equal(param, eparam, sizeof param);
+}
+
+// The order adamw_element promises, written out here from its comment: any
+// other rounding order (a multiply-add left to the compiler to contract, or
+// not) changes the last bit of some of these elements.
+static float pinned_order_master(float w, float *m, float *v, float grad, const AdamWStep *s) {
+    float g = grad * s->grad_scale;
+    *m = fmaf(s->beta1, *m, (1.0f - s->beta1) * g);
+    *v = fmaf(s->beta2, *v, ((1.0f - s->beta2) * g) * g);
+    float step_dir = (*m / s->bias_corr1) / (sqrtf(*v / s->bias_corr2) + s->eps);
+    return fmaf(-s->lr, fmaf(s->weight_decay, w, step_dir), w);
+}
+
+static void test_adamw_element_order_is_pinned(void **state) {
+    static float master[N], m[N], v[N], gf[N];
+    test_fill(master, N, 11, -1, 1);
+    test_fill(m, N, 12, -0.1f, 0.1f);
+    test_fill(v, N, 13, 0.0f, 0.01f);
+    test_fill(gf, N, 14, -1, 1);
+    AdamWStep s = {.lr = 3e-2f, .beta1 = 0.9f, .beta2 = 0.95f, .eps = 1e-8f, .weight_decay = 0.1f,
+                   .bias_corr1 = 0.271f, .bias_corr2 = 0.142625f, .grad_scale = 0.75f};
     for (int i = 0; i < N; i++) {
-        adamw_element(&emaster[i], &em[i], &ev[i], bf16_to_f32(grad[i]), &s);
-        assert_true(test_close(master[i], emaster[i], 1e-7, 1e-6));
-        assert_true(test_close(m[i], em[i], 1e-9, 1e-6) && test_close(v[i], ev[i], 1e-12, 1e-6));
+        float em = m[i], ev = v[i];
+        float expect = pinned_order_master(master[i], &em, &ev, gf[i], &s);
+        adamw_element(&master[i], &m[i], &v[i], gf[i], &s);
+        if (memcmp(&master[i], &expect, 4) || memcmp(&m[i], &em, 4) || memcmp(&v[i], &ev, 4))
+            fail_msg("[%d] master %a vs %a, m %a vs %a, v %a vs %a", i, master[i], expect, m[i],
+                     em, v[i], ev);
     }
 }
 
@@ -115,6 +146,7 @@ int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_adamw_matches_reference),
         cmocka_unit_test(test_adamw_matches_element),
+        cmocka_unit_test(test_adamw_element_order_is_pinned),
     };
     return cmocka_run_group_tests(tests, setup, teardown);
 }
