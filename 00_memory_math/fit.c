@@ -9,7 +9,7 @@
 #define GB 1e9
 
 static const Col max_cols[] = {
-    {"stage", "stage", 11, NULL},
+    {"stage", "stage", 17, NULL},
     {"device_formula", "device bytes", 12, NULL},
     {"max_params", "largest Ψ (params)", 26, PRINT_GROUPED},
     {"max_params_billions", "billions", 10, "%.2f"},

@@ -14,9 +14,9 @@
 // Every stage's own strategy declares what it keeps (its .states); memory_math
 // links the stages and allocates exactly that. Stages whose tiers the cpu
 // device has (infinity's NVMe tier belongs to stage 06's aio files).
-extern const Strategy strategy_dp_baseline, strategy_zero1, strategy_zero2, strategy_zero3;
+extern const Strategy strategy_dp_baseline, strategy_zero1, strategy_zero2, strategy_zero3, strategy_cpu_offload;
 static const Strategy *const measured_stages[] = {&strategy_dp_baseline, &strategy_zero1, &strategy_zero2,
-                                                  &strategy_zero3};
+                                                  &strategy_zero3, &strategy_cpu_offload};
 static const MemCategory state_cats[] = {CAT_PARAMS, CAT_GRADS, CAT_MASTER, CAT_ADAM_M, CAT_ADAM_V};
 
 // Bytes by tier x category that states_alloc added on this rank, reduced to
@@ -38,7 +38,7 @@ static void measure_stage(Device *d, const Strategy *s, const Inputs *in, double
 }
 
 static const Col measure_cols[] = {
-    {"stage", "stage", 11, NULL},
+    {"stage", "stage", 17, NULL},
     {"tier", "tier", 6, NULL},
     {"category", "category", 11, NULL},
     {"paper_bytes", "paper formula", 14, PRINT_GROUPED},

@@ -32,15 +32,24 @@ enum { F_PARAMS, F_MODEL, F_RANKS, F_BATCH, F_SEQ_LEN, F_GRAD_ACCUM, F_HBM_GB, F
 
 static void parse_flags(int argc, char **argv, Flags *f, FlagSpec *specs) {
     const FlagSpec table[F_COUNT] = {
-        [F_PARAMS] = {"params", FLAG_COUNT, &f->params, "COUNT", "parameters Ψ: 7.5e9, 7.5B, 350M", 0},
-        [F_MODEL] = {"model", FLAG_STRING, &f->model, "NAME", "take Ψ and shapes from a preset", 0},
-        [F_RANKS] = {"ranks", FLAG_INT, &f->ranks, "N", "data-parallel ranks (--measure: the MPI world size)", 0},
-        [F_BATCH] = {"batch", FLAG_INT, &f->batch, "B", "micro-batch per rank, for activations", 0},
-        [F_SEQ_LEN] = {"seq-len", FLAG_INT, &f->seq_len, "T", "sequence length; 0 = the model's context", 0},
-        [F_GRAD_ACCUM] = {"grad-accum", FLAG_INT, &f->grad_accum, "K", "micro-batches per optimizer step", 0},
-        [F_HBM_GB] = {"hbm-gb", FLAG_DOUBLE, &f->hbm_gb, "GB", "device memory per rank; 0 = skip what fits", 0},
-        [F_MEASURE] = {"measure", FLAG_BOOL, &f->measure, NULL, "allocate the states and compare", 0},
-        [F_JSON] = {"json", FLAG_BOOL, &f->json, NULL, "one JSON object on stdout instead of tables", 0},
+        [F_PARAMS] = {.name = "params", .type = FLAG_COUNT, .dst = &f->params, .meta = "COUNT",
+                      .help = "parameters Ψ: 7.5e9, 7.5B, 350M"},
+        [F_MODEL] = {.name = "model", .type = FLAG_STRING, .dst = &f->model, .meta = "NAME",
+                     .help = "take Ψ and shapes from a preset"},
+        [F_RANKS] = {.name = "ranks", .type = FLAG_INT, .dst = &f->ranks, .meta = "N",
+                     .help = "data-parallel ranks (--measure: the MPI world size)"},
+        [F_BATCH] = {.name = "batch", .type = FLAG_INT, .dst = &f->batch, .meta = "B",
+                     .help = "micro-batch per rank, for activations"},
+        [F_SEQ_LEN] = {.name = "seq-len", .type = FLAG_INT, .dst = &f->seq_len, .meta = "T",
+                       .help = "sequence length; 0 = the model's context"},
+        [F_GRAD_ACCUM] = {.name = "grad-accum", .type = FLAG_INT, .dst = &f->grad_accum, .meta = "K",
+                          .help = "micro-batches per optimizer step"},
+        [F_HBM_GB] = {.name = "hbm-gb", .type = FLAG_DOUBLE, .dst = &f->hbm_gb, .meta = "GB",
+                      .help = "device memory per rank; 0 = skip what fits"},
+        [F_MEASURE] = {.name = "measure", .type = FLAG_BOOL, .dst = &f->measure,
+                       .help = "allocate the states and compare"},
+        [F_JSON] = {.name = "json", .type = FLAG_BOOL, .dst = &f->json,
+                    .help = "one JSON object on stdout instead of tables"},
     };
     memcpy(specs, table, sizeof table);
     flags_parse(argc, argv, specs, F_COUNT, usage);

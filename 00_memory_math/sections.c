@@ -39,19 +39,21 @@ static const StateRow state_rows[] = {
     {STAGE_ZERO3, TIER_DEVICE, "device"},
     {STAGE_OFFLOAD, TIER_DEVICE, "device"},
     {STAGE_OFFLOAD, TIER_PINNED, "host"},
+    {STAGE_OFFLOAD_DPU, TIER_DEVICE, "device"},
+    {STAGE_OFFLOAD_DPU, TIER_PINNED, "host"},
     {STAGE_INFINITY, TIER_DEVICE, "device"},
     {STAGE_INFINITY, TIER_HOST, "host"},
     {STAGE_INFINITY, TIER_NVME, "nvme"},
 };
 
 static const Col state_cols[] = {
-    {"stage", "stage", 11, NULL},
+    {"stage", "stage", 17, NULL},
     {"tier", "tier", 6, NULL},
     {"formula", "formula", 10, NULL},
     {"formula_gb", "GB (1e9)", 9, "%.3f"},
     {"formula_gib", "GiB (2^30)", 10, "%.3f"},
     {"formula_bytes", "formula bytes", 17, PRINT_GROUPED},
-    {"allocated_bytes", "allocated (padded) bytes", 24, PRINT_GROUPED},
+    {"padded_bytes", "with padding (bytes)", 21, PRINT_GROUPED},
 };
 
 static void padding_values(Printer *p, const Inputs *in) {
@@ -85,22 +87,30 @@ void section_model_states(Printer *p, const Inputs *in) {
     printer_table_end(p);
     printer_note(p, "formula: Rajbhandari et al., ZeRO (2020); the paper's example Ψ = 7.5B, N = 64 gives "
                     "120, 31.4, 16.6 and 1.9 GB for dp_baseline, zero1, zero2, zero3.");
-    printer_note(p, "allocated: what states_alloc allocates: shards of Ψ_pad/N, and full bf16 buffers of "
-                    "Ψ_pad in the partitioned stages (equal shards for in-place collectives); "
-                    "dp_baseline has no shards and no padding.");
+    printer_note(p, "with padding: the same closed forms with shards of Ψ_pad/N and full bf16 buffers of "
+                    "Ψ_pad in the partitioned stages (equal shards for in-place collectives); dp_baseline has no "
+                    "shards and no padding. --measure sets what the allocator really allocates beside them.");
     printer_note(p, "cpu_offload keeps its reduce-scattered gradient shard (2Ψ/N) in pinned host memory "
-                    "beside the CPU Adam; ZeRO-Offload's device 2Ψ + 2Ψ/N counts it on the device.");
+                    "beside the CPU Adam; ZeRO-Offload's device 2Ψ + 2Ψ/N counts it on the device. With "
+                    "--dpu it keeps two (the CPU Adam applies step i's while step i+1's arrive).");
     printer_note(p, "infinity keeps every model state on NVMe; device and host hold only the live layers "
                     "and staging buffers (not model states; stage 06 measures them).");
     printer_section_end(p);
 }
 
 static const Col comm_cols[] = {
-    {"stage", "stage", 11, NULL},
+    {"stage", "stage", 17, NULL},
     {"formula", "formula (elements)", 18, NULL},
     {"elements", "elements", 17, PRINT_GROUPED},
     {"bytes_bf16", "bytes (bf16)", 17, PRINT_GROUPED},
     {"gb_bf16", "GB (bf16)", 9, "%.3f"},
+};
+
+static const Col xfer_cols[] = {
+    {"stage", "stage", 17, NULL},
+    {"direction", "between tiers", 14, NULL},
+    {"formula", "formula (bytes)", 15, NULL},
+    {"bytes", "bytes", 17, PRINT_GROUPED},
 };
 
 void section_comm(Printer *p, const Inputs *in) {
@@ -121,6 +131,20 @@ void section_comm(Printer *p, const Inputs *in) {
                     "(it frees the grads it does not own) and all-gathers once; zero3 gathers the "
                     "parameters in forward and in backward and reduce-scatters, every micro-batch.");
     printer_note(p, "cpu_offload and infinity move the same bytes between ranks as zero2 and zero3; "
-                    "their PCIe and NVMe traffic is not counted here.");
+                    "their traffic between tiers is the next table.");
+    printer_table(p, "transfers", xfer_cols, 4);
+    for (int s = 0; s < STAGE_COUNT; s++) {
+        double b[XFER_COUNT];
+        stage_transfer_bytes((StageId)s, in->psi, in->ranks, in->grad_accum, b);
+        for (int x = 0; x < XFER_COUNT; x++) {
+            if (b[x] == 0) continue;
+            Cell row[4] = {cell_str(stage_name((StageId)s)), cell_str(transfer_name((Transfer)x)),
+                           cell_str(stage_transfer_formula((StageId)s, (Transfer)x)), cell_num(b[x])};
+            printer_row(p, row);
+        }
+    }
+    printer_table_end(p);
+    printer_note(p, "transfers: bytes per rank per step between tiers (mean over ranks); Ψ_pad = Ψ rounded up to "
+                    "a multiple of 64·N.");
     printer_section_end(p);
 }

@@ -7,9 +7,9 @@
 
 FlagSpec grad_shard_flag(double *bucket_mb) {
     *bucket_mb = 0;  // the default below
-    return (FlagSpec){"bucket-mb", FLAG_DOUBLE, bucket_mb, "MB",
-                      "gradient bucket size for the asynchronous reduce-scatter", 0,
-                      "an eighth of the bf16 gradients, at most 25 MB"};
+    return (FlagSpec){.name = "bucket-mb", .type = FLAG_DOUBLE, .dst = bucket_mb, .meta = "MB",
+                      .help = "gradient bucket size for the asynchronous reduce-scatter",
+                      .shown_default = "an eighth of the bf16 gradients, at most 25 MB"};
 }
 
 void grad_shard_init(GradShard *gs, Trainer *t, double bucket_mb) {
@@ -28,6 +28,7 @@ void grad_shard_init(GradShard *gs, Trainer *t, double bucket_mb) {
     for (int i = 0; i < 2; i++) {
         gs->bucket[i].send = buf_alloc(&t->dev, TIER_DEVICE, CAT_COMM, cap * sizeof(bf16), "gradient bucket");
         gs->bucket[i].recv = buf_alloc(&t->dev, TIER_DEVICE, CAT_COMM, recv_cap * sizeof(bf16), "reduced bucket part");
+        t->dev.ops->event_create(&t->dev, &gs->bucket[i].drained);
     }
 }
 
@@ -36,6 +37,7 @@ void grad_shard_free(GradShard *gs, Trainer *t) {
         comm_wait(&t->world, &gs->bucket[i].h);
         buf_free(&t->dev, &gs->bucket[i].send);
         buf_free(&t->dev, &gs->bucket[i].recv);
+        t->dev.ops->event_destroy(&t->dev, &gs->bucket[i].drained);
     }
 }
 
@@ -46,14 +48,18 @@ static bf16 *bucket_at(const GradShard *gs, const Bucket *b, size_t x) {
 
 // Wait for a bucket's reduce-scatter and add its part to the shard: the
 // first micro-batch of a step writes, later ones accumulate.
-static void finish_bucket(Trainer *t, Bucket *b) {
+static void finish_bucket(GradShard *gs, Trainer *t, Bucket *b) {
     if (!b->h.active) return;
     comm_wait(&t->world, &b->h);
-    if (b->recv_count > 0) {
-        bf16 *dst = (bf16 *)t->st.grads.ptr + (b->recv_first - t->part.begin);
-        if (t->micro == 0) dev_copy(&t->dev, dst, b->recv.ptr, b->recv_count * sizeof(bf16), STREAM_COMPUTE);
-        else t->dev.k->add_bf16(&t->dev, dst, b->recv.ptr, b->recv_count);
+    if (b->recv_count == 0) return;
+    if (gs->sink) {
+        gs->sink(t, b->recv_first, b->recv.ptr, b->recv_count, gs->sink_arg);
+        t->dev.ops->event_record(&t->dev, &b->drained, STREAM_COPY);
+        return;
     }
+    bf16 *dst = (bf16 *)t->st.grads.ptr + (b->recv_first - t->part.begin);
+    if (t->micro == 0) dev_copy(&t->dev, dst, b->recv.ptr, b->recv_count * sizeof(bf16), STREAM_COMPUTE);
+    else t->dev.k->add_bf16(&t->dev, dst, b->recv.ptr, b->recv_count);
 }
 
 // Reduce-scatter the filled range [lo, top): rank q receives the elements
@@ -70,6 +76,10 @@ static void launch_bucket(GradShard *gs, Trainer *t, Bucket *b) {
         if (q == t->world.rank) b->recv_first = first;
     }
     b->recv_count = counts[t->world.rank];
+    if (gs->sink) {  // the sink's copy of the last part out of `recv` comes first
+        t->dev.ops->stream_wait_event(&t->dev, STREAM_COMPUTE, &b->drained);
+        t->dev.ops->stream_wait_event(&t->dev, STREAM_COMM, &b->drained);
+    }
     dev_sync(&t->dev, STREAM_COMPUTE);  // bucket contents written before they travel
     comm_reduce_scatter_sum(&t->world, bucket_at(gs, b, b->lo), b->recv.ptr, counts, DT_BF16, &b->h);
     b->lo = b->top = 0;
@@ -80,7 +90,7 @@ static void launch_bucket(GradShard *gs, Trainer *t, Bucket *b) {
 static void swap_buckets(GradShard *gs, Trainer *t) {
     launch_bucket(gs, t, &gs->bucket[gs->cur]);
     gs->cur ^= 1;
-    finish_bucket(t, &gs->bucket[gs->cur]);
+    finish_bucket(gs, t, &gs->bucket[gs->cur]);
 }
 
 void grad_shard_add_unit(GradShard *gs, Trainer *t, int u, const float *g) {
@@ -105,7 +115,7 @@ void grad_shard_add_unit(GradShard *gs, Trainer *t, int u, const float *g) {
 
 void grad_shard_flush(GradShard *gs, Trainer *t) {
     swap_buckets(gs, t);
-    finish_bucket(t, &gs->bucket[gs->cur ^ 1]);
+    finish_bucket(gs, t, &gs->bucket[gs->cur ^ 1]);
 }
 
 void grad_shard_progress(GradShard *gs, Trainer *t) {

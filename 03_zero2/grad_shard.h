@@ -14,12 +14,22 @@ typedef struct Bucket {
     size_t lo, top;    // flat range [lo, top) held; empty when lo == top
     size_t recv_first, recv_count;  // where the received part goes (flat)
     CommHandle h;
+    Event drained;     // recorded after the sink read `recv`: the next reduce-scatter into it waits
 } Bucket;
+
+// Where a bucket's reduced part goes once it has arrived: `count` elements
+// of flat index `first` onwards (all in this rank's shard), written for the
+// first micro-batch of a step and added for the others. NULL: into the
+// rank's gradient shard on the device, t->st.grads (zero2, zero3);
+// cpu_offload copies them to the host instead.
+typedef void (*GradSink)(Trainer *t, size_t first, const bf16 *part, size_t count, void *arg);
 
 typedef struct GradShard {
     Bucket bucket[2];
     int cur;           // the bucket being filled
     size_t cap;        // elements per bucket
+    GradSink sink;     // set after grad_shard_init; NULL for the device shard
+    void *sink_arg;
 } GradShard;
 
 // The --bucket-mb flag of the stages that bucket their gradients (its

@@ -19,7 +19,8 @@ static int entry_reads(const Trainer *t, int e, int out[2]) {
 
 FlagSpec param_shard_flag(int *prefetch) {
     *prefetch = 1;
-    return (FlagSpec){"prefetch", FLAG_INT, prefetch, "N", "units whose parameters are gathered ahead of use", 0, NULL};
+    return (FlagSpec){.name = "prefetch", .type = FLAG_INT, .dst = prefetch, .meta = "N",
+                      .help = "units whose parameters are gathered ahead of use"};
 }
 
 void param_shard_init(ParamShard *ps, Trainer *t, int prefetch) {

@@ -12,7 +12,7 @@
 #include "check.h"
 
 static const char *const names[STAGE_COUNT] = {
-    "dp_baseline", "zero1", "zero2", "zero3", "cpu_offload", "infinity",
+    "dp_baseline", "zero1", "zero2", "zero3", "cpu_offload", "cpu_offload --dpu", "infinity",
 };
 
 const char *stage_name(StageId s) { return s >= 0 && s < STAGE_COUNT ? names[s] : "?"; }
@@ -41,6 +41,8 @@ static const StateForm FORMS[STAGE_COUNT][5] = {  // params, grads, master, m, v
     [STAGE_ZERO2] = {DEV(2, 0), DEV(0, 2), DEV(0, 4), DEV(0, 4), DEV(0, 4)},
     [STAGE_ZERO3] = {DEV(0, 2), DEV(0, 2), DEV(0, 4), DEV(0, 4), DEV(0, 4)},
     [STAGE_OFFLOAD] = {DEV(2, 0), PIN(0, 2), PIN(0, 4), PIN(0, 4), PIN(0, 4)},
+    // the delayed update reads step i's gradients while step i+1's arrive
+    [STAGE_OFFLOAD_DPU] = {DEV(2, 0), PIN(0, 4), PIN(0, 4), PIN(0, 4), PIN(0, 4)},
     [STAGE_INFINITY] = {NVME(0, 2), NVME(0, 2), NVME(0, 4), NVME(0, 4), NVME(0, 4)},
 };
 #undef DEV
@@ -123,6 +125,29 @@ double stage_formula_bytes(StageId s, double psi, int ranks) {
     return total;
 }
 
+const char *transfer_name(Transfer x) {
+    static const char *const n[XFER_COUNT] = {"device -> host", "host -> device", "nvme read", "nvme write"};
+    return x >= 0 && x < XFER_COUNT ? n[x] : "?";
+}
+
+void stage_transfer_bytes(StageId s, double psi, int ranks, int grad_accum, double out[XFER_COUNT]) {
+    check_stage(s);
+    for (int x = 0; x < XFER_COUNT; x++) out[x] = 0;
+    if (s == STAGE_OFFLOAD || s == STAGE_OFFLOAD_DPU) {
+        out[XFER_D2H] = 2.0 * grad_accum * psi / ranks;
+        out[XFER_H2D] = 2.0 * padded_params(psi, ranks) / ranks;
+    }
+}
+
+const char *stage_transfer_formula(StageId s, Transfer x) {
+    check_stage(s);
+    if (s == STAGE_OFFLOAD || s == STAGE_OFFLOAD_DPU) {
+        if (x == XFER_D2H) return "2kΨ/N";
+        if (x == XFER_H2D) return "2Ψ_pad/N";
+    }
+    return "0";
+}
+
 double stage_comm_elems(StageId s, double psi, int ranks, int grad_accum) {
     double ring = psi * (ranks - 1) / ranks;  // one reduce-scatter or one all-gather of Ψ
     int k = grad_accum > 0 ? grad_accum : 1;
@@ -132,6 +157,7 @@ double stage_comm_elems(StageId s, double psi, int ranks, int grad_accum) {
         return 2 * ring;
     case STAGE_ZERO2:  // grads leave every micro-batch (the non-owned ones are freed)
     case STAGE_OFFLOAD:
+    case STAGE_OFFLOAD_DPU:
         return k * ring + ring;
     case STAGE_ZERO3:  // gather in forward, gather in backward, reduce-scatter: every micro-batch
     case STAGE_INFINITY:
@@ -146,7 +172,8 @@ const char *stage_comm_formula(StageId s) {
     case STAGE_DP: return "2Ψ(N-1)/N";
     case STAGE_ZERO1: return "2Ψ(N-1)/N";
     case STAGE_ZERO2:
-    case STAGE_OFFLOAD: return "(k+1)Ψ(N-1)/N";
+    case STAGE_OFFLOAD:
+    case STAGE_OFFLOAD_DPU: return "(k+1)Ψ(N-1)/N";
     case STAGE_ZERO3:
     case STAGE_INFINITY: return "3kΨ(N-1)/N";
     default: return "?";

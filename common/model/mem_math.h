@@ -13,7 +13,8 @@ typedef enum {
     STAGE_ZERO1,      // 02_zero1: 4Ψ + 12Ψ/N
     STAGE_ZERO2,      // 03_zero2: 2Ψ + 14Ψ/N
     STAGE_ZERO3,      // 04_zero3: 16Ψ/N
-    STAGE_OFFLOAD,    // 05_cpu_offload: device 2Ψ, host 2Ψ/N + 12Ψ/N
+    STAGE_OFFLOAD,    // 05_cpu_offload: device 2Ψ, pinned host 2Ψ/N + 12Ψ/N
+    STAGE_OFFLOAD_DPU,  // 05_cpu_offload --dpu: the gradient shard twice (one being applied)
     STAGE_INFINITY,   // 06_infinity: device ≈ live layers, nvme 16Ψ/N
     STAGE_COUNT
 } StageId;
@@ -51,6 +52,15 @@ double stage_formula_bytes(StageId s, double psi, int ranks);
 // ZeRO-3 also gathers the parameters every micro-batch: 3kΨ(N-1)/N in all.
 double stage_comm_elems(StageId s, double psi, int ranks, int grad_accum);
 const char *stage_comm_formula(StageId s);  // "2Ψ(N-1)/N", ...
+
+// Bytes moved between tiers per rank per optimizer step (mean over ranks),
+// the closed forms: cpu_offload sends each micro-batch's reduced gradient
+// part down (2kΨ/N; the padding is never sent) and the updated bf16 shard up
+// (2Ψ_pad/N). Zero for the stages that keep everything on the device.
+typedef enum { XFER_D2H, XFER_H2D, XFER_NVME_READ, XFER_NVME_WRITE, XFER_COUNT } Transfer;
+const char *transfer_name(Transfer x);  // "device -> host", ...
+void stage_transfer_bytes(StageId s, double psi, int ranks, int grad_accum, double out[XFER_COUNT]);
+const char *stage_transfer_formula(StageId s, Transfer x);  // "2kΨ/N", or "0"
 
 // Activation memory of one transformer layer for micro-batch b, sequence s,
 // hidden h, heads a: Korthikanti et al. (16-bit activations, no recomputation):

@@ -86,6 +86,7 @@ static void set_value(FlagSpec *f, const char *v) {
     case FLAG_BOOL: *(int *)f->dst = 1; break;
     }
     f->seen = 1;
+    if (f->given) *f->given = 1;
 }
 
 void flags_parse(int argc, char **argv, FlagSpec *specs, int nspecs, const char *usage) {

@@ -20,6 +20,8 @@ typedef struct FlagSpec {
     const char *help;   // one line; the default is printed after it
     int seen;           // set by flags_parse when given on the command line
     const char *shown_default;  // --help shows this instead of the value; "" shows none
+    int *given;                 // optional: set to 1 when the flag appears (a stage's own flags
+                                // cannot see `seen`: the parser works on a copy of their specs)
 } FlagSpec;
 
 // Parses --name value and --name=value. --help (or -h) prints `usage` (the

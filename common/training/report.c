@@ -19,6 +19,7 @@ void report_init(Trainer *t) {
     r->lr = xcalloc((size_t)r->cap, sizeof(double));
     r->grad_norm = xcalloc((size_t)r->cap, sizeof(double));
     r->comm_bytes = xcalloc((size_t)r->cap, sizeof(double));
+    for (int x = 0; x < XFER_COUNT; x++) r->xfer[x] = xcalloc((size_t)r->cap, sizeof(double));
     r->first_step = t->step;
     r->val_loss = NAN;
     if (t->world.rank == 0) {  // --quiet drops only the per-step lines
@@ -34,6 +35,7 @@ void report_init(Trainer *t) {
 void report_free(Trainer *t) {
     Report *r = &t->report;
     free(r->loss); free(r->step_ms); free(r->lr); free(r->grad_norm); free(r->comm_bytes);
+    for (int x = 0; x < XFER_COUNT; x++) free(r->xfer[x]);
 }
 
 static double global_tokens_per_step(const Trainer *t) {
@@ -64,6 +66,12 @@ static void measure_window(Trainer *t) {
     for (size_t i = 0; i < sizeof x / sizeof(double); i++) sum[i] += add[i];
     r->times_n++;
     r->window_t1_us = 0;
+}
+
+void report_transfers(Trainer *t, const double bytes[XFER_COUNT]) {
+    Report *r = &t->report;
+    CHECK(r->n < r->cap, "more steps than --steps");
+    for (int x = 0; x < XFER_COUNT; x++) r->xfer[x][r->n] = bytes[x];
 }
 
 void report_step(Trainer *t, double loss, double t0_us, double t1_us, double lr, double grad_norm,
@@ -119,7 +127,8 @@ typedef struct Summary {
     GPTActBytes acts;
     double step_ms_median, tokens_per_s, flops_per_token, gflops_per_rank;
     double comm_bytes_step, comm_formula_bytes;
-    StepTimes times;  // mean per step over ranks' worst (max over ranks)
+    double xfer_step[XFER_COUNT], xfer_formula[XFER_COUNT];  // mean over ranks of each rank's median step
+    StepTimes times;  // mean per step, over steps and ranks
     double driver_free, driver_total;
 } Summary;
 
@@ -136,22 +145,29 @@ static void summarize(Trainer *t, Summary *s) {
     mpiCheck(MPI_Allreduce(MPI_IN_PLACE, s->cur, TIER_COUNT * CAT_COUNT, MPI_DOUBLE, MPI_MAX, t->world.mpi));
     mpiCheck(MPI_Allreduce(MPI_IN_PLACE, s->peak, TIER_COUNT * CAT_COUNT, MPI_DOUBLE, MPI_MAX, t->world.mpi));
     mpiCheck(MPI_Allreduce(MPI_IN_PLACE, s->tier_peak, TIER_COUNT, MPI_DOUBLE, MPI_MAX, t->world.mpi));
-    stage_state_bytes(t->strategy->formula, t->layout.num_params, t->world.size, &s->formula);
+    stage_state_bytes(t->formula, t->layout.num_params, t->world.size, &s->formula);
     s->acts = gpt_activation_bytes(&t->layout, t->cfg.batch, t->cfg.seq_len, t->dev.act_bytes);
     s->step_ms_median = median(r->step_ms, r->n);
     s->tokens_per_s = global_tokens_per_step(t) / (s->step_ms_median / 1000.0);
     s->flops_per_token = gpt_flops_per_token(&t->layout, t->cfg.seq_len);
     s->gflops_per_rank = s->flops_per_token * s->tokens_per_s / t->world.size / 1e9;
     s->comm_bytes_step = r->n ? comm_max_f64(&t->world, median(r->comm_bytes, r->n)) : 0;
-    s->comm_formula_bytes = stage_comm_elems(t->strategy->formula, (double)t->layout.num_params, t->world.size,
+    s->comm_formula_bytes = stage_comm_elems(t->formula, (double)t->layout.num_params, t->world.size,
                                              t->cfg.grad_accum) * sizeof(bf16);
+    stage_transfer_bytes(t->formula, (double)t->layout.num_params, t->world.size, t->cfg.grad_accum,
+                         s->xfer_formula);
+    for (int x = 0; x < XFER_COUNT; x++)
+        s->xfer_step[x] = comm_sum_f64(&t->world, r->n ? median(r->xfer[x], r->n) : 0) / t->world.size;
     measure_window(t);  // the last step
     double *mean = (double *)&s->times;
     const double *sum = (const double *)&r->times_sum;
     for (size_t i = 0; i < sizeof s->times / sizeof(double); i++)
         mean[i] = r->times_n ? sum[i] / r->times_n : 0;
-    mpiCheck(MPI_Allreduce(MPI_IN_PLACE, mean, (int)(sizeof s->times / sizeof(double)), MPI_DOUBLE, MPI_MAX,
+    // the mean over ranks too: a mean keeps every bound the ranks' own figures
+    // obey (exposed + compute <= step), where a maximum per row would not
+    mpiCheck(MPI_Allreduce(MPI_IN_PLACE, mean, (int)(sizeof s->times / sizeof(double)), MPI_DOUBLE, MPI_SUM,
                            t->world.mpi));
+    for (size_t i = 0; i < sizeof s->times / sizeof(double); i++) mean[i] /= t->world.size;
     size_t fr = 0, tot = 0;
     t->dev.ops->mem_get_info(&t->dev, &fr, &tot);
     s->driver_free = (double)fr;
@@ -177,11 +193,14 @@ static void print_memory_table(const Trainer *t, const Summary *s) {
             printf("  %-7s %-13s %12.3f %12.3f %12s\n", mem_tier_name(i), mem_category_name(c), s->cur[i][c] / 1e6,
                    s->peak[i][c] / 1e6, fs);
         }
-    double states = 0, states_formula = s->formula.tier_total[TIER_DEVICE];
-    for (int c = 0; c <= CAT_ADAM_V; c++) states += s->cur[TIER_DEVICE][c];
-    printf("  device model states: %.3f MB measured, %.3f MB by %s (Psi=%zu, N=%d, padding %.0f params)\n",
-           states / 1e6, states_formula / 1e6, stage_formula(t->strategy->formula), t->layout.num_params,
-           t->world.size, s->formula.padding_params);
+    for (int i = 0; i < TIER_COUNT; i++) {
+        double states = 0, states_formula = s->formula.tier_total[i];
+        for (int c = 0; c <= CAT_ADAM_V; c++) states += s->cur[i][c];
+        if (states == 0 && states_formula == 0 && i != TIER_DEVICE) continue;
+        printf("  %s model states: %.3f MB measured, %.3f MB by %s (Psi=%zu, N=%d, padding %.0f params)\n",
+               mem_tier_name((MemTier)i), states / 1e6, states_formula / 1e6, stage_tier_formula(t->formula, (MemTier)i),
+               t->layout.num_params, t->world.size, s->formula.padding_params);
+    }
     printf("  device peak: %.3f MB (all categories)", s->tier_peak[TIER_DEVICE] / 1e6);
     if (s->driver_total > 0)
         printf("; driver reports %.1f of %.1f GB free", s->driver_free / 1e9, s->driver_total / 1e9);
@@ -203,11 +222,11 @@ static void print_summary(const Trainer *t, const Summary *s) {
         printf("  MFU                  %10s (%s)\n", "-", t->dev.peak_source ? t->dev.peak_source : "peak unknown");
     printf("communication per step per rank\n");
     printf("  bytes moved          %10.3f MB counted from the collectives issued (ring volume)\n", s->comm_bytes_step / 1e6);
-    printf("  formula              %10.3f MB = %s x 2 B (bf16)\n", s->comm_formula_bytes / 1e6, stage_comm_formula(t->strategy->formula));
+    printf("  formula              %10.3f MB = %s x 2 B (bf16)\n", s->comm_formula_bytes / 1e6, stage_comm_formula(t->formula));
     // NCCL's nonblocking calls are timed on the GPU (events), the rest on the host clock
     const StepTimes *x = &s->times;
     const char *clock = t->world.backend == COMM_NCCL ? "CUDA events for nonblocking NCCL calls" : "host clock";
-    printf("  exposed comm %.2f ms of step %.2f ms (compute blocked on communication; mean per step, max over ranks; %s)\n",
+    printf("  exposed comm %.2f ms of step %.2f ms (compute blocked on communication; mean over steps and ranks; %s)\n",
            x->exposed, x->step, clock);
     printf("  in flight            %10.2f ms (wall-clock union of issue-to-completion intervals)\n", x->comm);
     printf("  overlapped           %10.2f ms (in flight while computing: comm intervals ∩ compute intervals;\n"
@@ -215,6 +234,13 @@ static void print_summary(const Trainer *t, const Summary *s) {
     if (t->dev.kind == DEVICE_CPU && t->world.size > 1)
         printf("  note: on the cpu device MPI moves a nonblocking collective only inside MPI calls (no progress\n"
                "        thread), so \"overlapped\" is time in flight, not time spent transferring\n");
+    int xfers = 0;
+    for (int k = 0; k < XFER_COUNT; k++) xfers += s->xfer_step[k] > 0 || s->xfer_formula[k] > 0;
+    if (xfers) printf("between tiers per step per rank (counted by the stage, mean over ranks) beside the formula\n");
+    for (int k = 0; k < XFER_COUNT && xfers; k++)
+        if (s->xfer_step[k] > 0 || s->xfer_formula[k] > 0)
+            printf("  %-16s %12.3f MB, formula %s = %.3f MB\n", transfer_name((Transfer)k), s->xfer_step[k] / 1e6,
+                   stage_transfer_formula(t->formula, (Transfer)k), s->xfer_formula[k] / 1e6);
     if (x->copy > 0 || x->host > 0 || x->io > 0) printf("other work per step (mean, wall-clock; hidden = ∩ compute)\n");
     if (x->copy > 0) printf("  copies between tiers %10.2f ms, hidden %.2f ms\n", x->copy, x->copy_hidden);
     if (x->host > 0) printf("  host optimizer       %10.2f ms, hidden %.2f ms\n", x->host, x->host_hidden);
@@ -246,6 +272,8 @@ static void json_array(FILE *f, const char *name, const double *x, long n) {
     for (long i = 0; i < n; i++) fprintf(f, "%s%.9g", i ? "," : "", x[i]);
     fprintf(f, "]");
 }
+
+static const char *const xfer_key[XFER_COUNT] = {"d2h", "h2d", "nvme_read", "nvme_write"};
 
 static void write_json(const Trainer *t, const Summary *s) {
     FILE *f = fopen(t->cfg.json, "a");
@@ -281,6 +309,11 @@ static void write_json(const Trainer *t, const Summary *s) {
     const StepTimes *x = &s->times;
     fprintf(f, ",\"comm_bytes_per_step\":%.0f,\"comm_formula_bytes_per_step\":%.0f,", s->comm_bytes_step,
             s->comm_formula_bytes);
+    fprintf(f, "\"transfer_bytes_per_step\":{");
+    for (int k = 0; k < XFER_COUNT; k++)
+        fprintf(f, "%s\"%s\":{\"counted\":%.0f,\"formula\":%.0f}", k ? "," : "", xfer_key[k], s->xfer_step[k],
+                s->xfer_formula[k]);
+    fprintf(f, "},");
     fprintf(f, "\"times_ms_per_step\":{\"step\":%.4f,\"compute\":%.4f,\"comm\":%.4f,\"comm_exposed\":%.4f,"
                "\"comm_hidden\":%.4f,\"copy\":%.4f,\"copy_hidden\":%.4f,\"host_optimizer\":%.4f,"
                "\"host_optimizer_hidden\":%.4f,\"io\":%.4f,\"io_hidden\":%.4f}}\n",

@@ -5,6 +5,7 @@
 #pragma once
 #include <stddef.h>
 #include "mem.h"
+#include "mem_math.h"
 
 struct Trainer;
 
@@ -20,6 +21,7 @@ typedef struct StepTimes {
 typedef struct Report {
     double *loss, *step_ms, *lr, *grad_norm;  // one per step of this run
     double *comm_bytes;                       // ring bytes per rank counted in each step
+    double *xfer[XFER_COUNT];                 // bytes between tiers counted in each step (count_transfer)
     long n, cap;
     long first_step;                          // step number of loss[0] (after a resume)
     double val_loss;                          // last validation loss, NAN if none
@@ -41,5 +43,7 @@ void report_free(struct Trainer *t);
 void report_step(struct Trainer *t, double loss, double t0_us, double t1_us, double lr, double grad_norm,
                  double comm_bytes);
 void report_eval(struct Trainer *t, double val_loss);
+// The step's bytes between tiers (call before report_step).
+void report_transfers(struct Trainer *t, const double bytes[XFER_COUNT]);
 // Collective: reduces memory over ranks; rank 0 prints the table and appends JSON.
 void report_finish(struct Trainer *t);

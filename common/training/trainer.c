@@ -67,7 +67,7 @@ static void fit_hint(void *arg, char *out, size_t n) {
 static void check_budget(Trainer *t) {
     if (t->dev.mem.budget[TIER_DEVICE] == 0) return;
     StateBytes sb;
-    stage_state_bytes(t->strategy->formula, t->layout.num_params, t->world.size, &sb);
+    stage_state_bytes(t->formula, t->layout.num_params, t->world.size, &sb);
     GPTActBytes ab = gpt_activation_bytes(&t->layout, t->cfg.batch, t->cfg.seq_len, t->dev.act_bytes);
     double need = sb.tier_total[TIER_DEVICE] + ab.total_saved + ab.backward_scratch + ab.grad_workspace +
                   (double)t->dev.mem.tier_current[TIER_DEVICE];
@@ -79,7 +79,7 @@ static void check_budget(Trainer *t) {
         stage_fit_hint(t->layout.num_params, t->world.size, budget - other, hint, sizeof hint);
     fail_usage("%s needs %.2f GB of device memory per rank (model states %.2f GB by %s, activations and "
                "workspace %.2f GB) but --hbm-gb is %.2f; with %.2f GB left for model states: %s",
-               t->strategy->name, need / 1e9, sb.tier_total[TIER_DEVICE] / 1e9, stage_formula(t->strategy->formula),
+               t->strategy->name, need / 1e9, sb.tier_total[TIER_DEVICE] / 1e9, stage_formula(t->formula),
                other / 1e9, budget / 1e9, budget > other ? (budget - other) / 1e9 : 0.0, hint);
 }
 
@@ -100,6 +100,7 @@ static void setup(Trainer *t, int argc, char **argv, const Strategy *s) {
     comm_world_init(&t->world, &argc, &argv, &local_rank, &local_size);
     if (s->context_bytes) t->sctx = xcalloc(1, s->context_bytes);
     train_config_parse(&t->cfg, t->sctx, argc, argv, s);
+    t->formula = s->formula_of ? s->formula_of(t->sctx) : s->formula;
     GPTConfig mc;
     train_config_model(&t->cfg, &mc);
     gpt_layout(&t->layout, &mc);
@@ -184,6 +185,8 @@ static void train_step(Trainer *t, int32_t *in, int32_t *tgt) {
     trace_span(&t->trace, TRACE_TID_STEP, "step", t0, t1, 0);
     double bytes1 = 0;
     for (int op = 0; op < OP_COUNT; op++) bytes1 += t->world.stats.ring_bytes[op];
+    report_transfers(t, t->xfer_bytes);
+    for (int x = 0; x < XFER_COUNT; x++) t->xfer_bytes[x] = 0;
     t->step++;
     report_step(t, mean_loss, t0, t1, hp.lr, norm, bytes1 - bytes0);
 }
@@ -206,6 +209,7 @@ int trainer_main(int argc, char **argv, const Strategy *s) {
         if (c->save_every > 0 && t->step % c->save_every == 0 && t->step < c->steps)
             trainer_save(t, rows_consumed(t));
     }
+    if (s->finish_update) s->finish_update(t, 1);  // the last update reaches the device params
     report_eval(t, evaluate(t, in, tgt));
     if (c->save) trainer_save(t, rows_consumed(t));
     trace_write(&t->trace, c->trace);

@@ -3,6 +3,7 @@
 // optimizer step); its main() is one call to trainer_main.
 #pragma once
 #include <stdint.h>
+#include "ckpt.h"
 #include "comm.h"
 #include "data.h"
 #include "device.h"
@@ -28,8 +29,9 @@ typedef struct TrainConfig {
 
 struct Trainer;
 
-// Most flags a stage adds to the shared ones.
+// Most flags a stage adds to the shared ones, and tensors to its checkpoints.
 #define STRATEGY_MAX_FLAGS 16
+#define STRATEGY_MAX_CKPT 4
 
 // A stage: what it keeps of the model states and what it does around each
 // unit and at the optimizer step. Every stage's file defines one with the
@@ -39,6 +41,8 @@ typedef struct Strategy {
     const char *name;       // binary and checkpoint stage name: "zero2"
     const char *summary;    // one paragraph for --help
     StageId formula;        // the closed form of mem_math that this stage is checked against
+    // where a stage option picks another closed form (cpu_offload --dpu): which
+    StageId (*formula_of)(const void *ctx);
     StatesLayout states;    // which states are whole or sharded, and on which tier
     size_t context_bytes;   // the stage's own struct (its options and buffers), zeroed, at t->sctx
     // Stage-only flags: write their defaults into the context and their specs
@@ -63,6 +67,16 @@ typedef struct Strategy {
     void (*update)(struct Trainer *t, const AdamWStep *s);
     // After loading master weights from a checkpoint: params = bf16(master) everywhere.
     void (*params_from_master)(struct Trainer *t);
+    // An update still running (cpu_offload --dpu): finish it before the states
+    // are saved or evaluated; `to_device` also brings the device's params up
+    // to date (at the end of the run), which a run going on must not do.
+    void (*finish_update)(struct Trainer *t, int to_device);
+    // Checkpoints hold master, m and v. A stage whose next step depends on
+    // more (the lagging device params of a delayed update) names those
+    // tensors: host buffers it fills (saving) or that the loader fills, then
+    // ckpt_restore applies them. Returns how many (at most STRATEGY_MAX_CKPT).
+    int (*ckpt_extra)(struct Trainer *t, CkptTensor *out, int saving);
+    void (*ckpt_restore)(struct Trainer *t, const CkptTensor *in, int n);
     void (*teardown)(struct Trainer *t);
 } Strategy;
 
@@ -70,6 +84,7 @@ typedef struct Trainer {
     TrainConfig cfg;
     const Strategy *strategy;
     void *sctx;              // the strategy's own struct (context_bytes), or NULL
+    StageId formula;         // strategy->formula, or what formula_of picked for the options
     Comm world;
     Device dev;
     Trace trace;
@@ -82,8 +97,13 @@ typedef struct Trainer {
     int micro;               // micro-batch index within the step, 0..grad_accum-1
     long step;               // optimizer steps completed
     double unit_t0_us;       // start of the unit being computed (for the trace)
+    double xfer_bytes[XFER_COUNT];  // bytes moved between tiers, counted by the stage (count_transfer)
     Report report;
 } Trainer;
+
+// A stage counts what it moves between tiers; the report sets the bytes per
+// step beside stage_transfer_bytes (mem_math.h).
+static inline void count_transfer(Trainer *t, Transfer x, double bytes) { t->xfer_bytes[x] += bytes; }
 
 int trainer_main(int argc, char **argv, const Strategy *s);
 // Puts [t0_us, now) on the compute row: a stage marks its optimizer kernels

@@ -48,16 +48,34 @@ static void host_optim_alloc(Trainer *t, HostOptim *h) {
 
 static Buf *optim_buf(Trainer *t, int i) { return i == 0 ? &t->st.master : (i == 1 ? &t->st.m : &t->st.v); }
 
+// The tensors of this rank's part: master, m, v where it saves them, then
+// the stage's own (ckpt_extra); returns how many.
+static int part_tensors(Trainer *t, HostOptim *h, CkptTensor *all, int saving) {
+    int n = 0;
+    if (saves_optim(t))
+        for (int i = 0; i < 3; i++) all[n++] = h->t[i];
+    if (t->strategy->ckpt_extra) {
+        int extra = t->strategy->ckpt_extra(t, all + n, saving);
+        CHECK(extra >= 0 && extra <= STRATEGY_MAX_CKPT, "%s: %d extra checkpoint tensors", t->strategy->name, extra);
+        n += extra;
+    }
+    return n;
+}
+
 void trainer_save(Trainer *t, uint64_t data_rows) {
+    // an update still running first completes: the states saved are whole
+    if (t->strategy->finish_update) t->strategy->finish_update(t, 0);
     HostOptim h;
     host_optim_alloc(t, &h);
     dev_sync(&t->dev, STREAM_COMPUTE);  // the update wrote the states on the compute stream
     for (int i = 0; i < 3; i++) dev_copy(&t->dev, h.t[i].host, optim_buf(t, i)->ptr, h.t[i].bytes, STREAM_COPY);
     dev_sync(&t->dev, STREAM_COPY);
+    CkptTensor all[3 + STRATEGY_MAX_CKPT];
+    int n = part_tensors(t, &h, all, 1);
     CkptManifest m = manifest_of(t, data_rows);
     char err[512];
     double t0 = now_us();
-    if (ckpt_save(&t->world, t->cfg.save, &m, h.t, saves_optim(t) ? 3 : 0, err, sizeof err))
+    if (ckpt_save(&t->world, t->cfg.save, &m, all, n, err, sizeof err))
         fail_usage("checkpoint not saved: %s (the previous checkpoint in %s is unchanged)", err, t->cfg.save);
     trace_span(&t->trace, TRACE_TID_IO, "checkpoint", t0, now_us(), 0);
     if (t->world.rank == 0)
@@ -69,8 +87,10 @@ void trainer_resume(Trainer *t) {
     HostOptim h;
     host_optim_alloc(t, &h);
     CkptManifest expect = manifest_of(t, 0), got;
+    CkptTensor all[3 + STRATEGY_MAX_CKPT];
+    int n = part_tensors(t, &h, all, 0);
     char err[512];
-    if (ckpt_load(&t->world, t->cfg.resume, &expect, &got, h.t, saves_optim(t) ? 3 : 0, err, sizeof err))
+    if (ckpt_load(&t->world, t->cfg.resume, &expect, &got, all, n, err, sizeof err))
         fail_usage("%s", err);
     if (got.step >= t->cfg.steps)
         fail_usage("--resume %s is at step %ld, not before --steps %d: ask for more steps", t->cfg.resume,
@@ -82,6 +102,8 @@ void trainer_resume(Trainer *t) {
     buf_free(&t->dev, &h.host);
     t->step = got.step;
     t->strategy->params_from_master(t);
+    int first_extra = saves_optim(t) ? 3 : 0;
+    if (t->strategy->ckpt_restore) t->strategy->ckpt_restore(t, all + first_extra, n - first_extra);
     if (t->world.rank == 0)
         printf("resumed from %s at step %ld (data row %llu)\n", t->cfg.resume, got.step,
                (unsigned long long)got.data_rows);
