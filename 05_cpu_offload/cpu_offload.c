@@ -1,0 +1,316 @@
+// cpu_offload: ZeRO-Offload (Ren et al., ATC 2021) on top of ZeRO-2. The bf16
+// params stay on the device (2Ψ); the fp32 master, m and v of the rank's
+// shard (12Ψ/N) and its reduced gradient shard (2Ψ/N) live in pinned host
+// memory, where a SIMD CPU Adam updates them. Gradients leave in zero2's
+// buckets; as each bucket's reduce-scatter finishes, this rank's part is
+// copied down to the host while backward goes on. After the update the new
+// bf16 shard goes up and is all-gathered.
+//
+// --dpu, the paper's one-step delayed parameter update: after --dpu-warmup
+// ordinary steps, the CPU Adam of step i runs on a host thread while the
+// device computes step i+1 with the parameters of step i-1. Master, m and v
+// stay exact; only the device copy lags one step. Step i+1's gradients
+// arrive in a second host shard while step i's are being applied.
+#include <omp.h>
+#include "../02_zero1/shard_update.h"
+#include "../03_zero2/grad_shard.h"
+#include "check.h"
+#include "cpu_adam.h"
+#include "host_worker.h"
+#include "kernels.h"
+#include "trainer.h"
+
+#define DPU_WARMUP_DEFAULT 40  // the paper's: the first steps change the params fastest
+
+// One optimizer step of the CPU Adam over this rank's shard.
+typedef struct AdamJob {
+    float *master, *m, *v;
+    const bf16 *grads;  // the gradient shard this step applies
+    bf16 *params_out;   // the new bf16 shard, on its way up
+    size_t n;
+    AdamWStep step;
+    CpuAdamPath path;
+    int threads;
+} AdamJob;
+
+typedef struct Stage {
+    double bucket_mb;                 // --bucket-mb
+    int dpu, dpu_warmup, dpu_serial;  // --dpu, --dpu-warmup, --dpu-serial
+    int host_threads;                 // --host-threads
+    int warmup_given, threads_given;
+    GradShard grads;                  // zero2's buckets, delivering to the host (deliver_grads)
+    Buf accum;                        // pinned: a reduced part to add (micro-batches after the first)
+    Buf params_out;                   // pinned: the updated bf16 shard, on its way up
+    Buf grads_next;                   // --dpu: the shard the next step fills while t->st.grads is applied
+    Buf ckpt_params;                  // host: the lagging device shard, for a checkpoint
+    Event uploaded;                   // the copy of params_out up has finished
+    AdamJob job;                      // the update in flight (--dpu)
+    HostWorker worker;
+    int pending;                      // a job was started and not collected
+    int upload_due;                   // params_out is newer than the device's params
+} Stage;
+
+static void run_adam(void *arg) {
+    AdamJob *j = arg;
+    cpu_adam_step(j->path, j->threads, j->master, j->m, j->v, j->grads, j->params_out, j->n, &j->step);
+}
+
+// ---- flags and set-up ----
+
+static int flags(void *ctx, FlagSpec *out) {
+    Stage *z = ctx;
+    z->dpu_warmup = DPU_WARMUP_DEFAULT;
+    z->host_threads = 0;
+    out[0] = grad_shard_flag(&z->bucket_mb);
+    out[1] = (FlagSpec){.name = "dpu", .type = FLAG_BOOL, .dst = &z->dpu,
+                        .help = "one-step delayed parameter update: the CPU Adam of step i runs during step i+1"};
+    out[2] = (FlagSpec){.name = "dpu-warmup", .type = FLAG_INT, .dst = &z->dpu_warmup, .meta = "N",
+                        .help = "ordinary steps before the update is delayed", .given = &z->warmup_given};
+    out[3] = (FlagSpec){.name = "dpu-serial", .type = FLAG_BOOL, .dst = &z->dpu_serial,
+                        .help = "run the delayed update on the main thread (the reference the threaded one equals)"};
+    out[4] = (FlagSpec){.name = "host-threads", .type = FLAG_INT, .dst = &z->host_threads, .meta = "N",
+                        .help = "OpenMP threads of the CPU Adam",
+                        .shown_default = "all of the rank's cores; with --dpu on the cpu device half of them, the rest compute",
+                        .given = &z->threads_given};
+    return 5;
+}
+
+// The threaded delayed update keeps a second gradient shard.
+static StageId formula_of(const void *ctx) {
+    const Stage *z = ctx;
+    return z->dpu && !z->dpu_serial ? STAGE_OFFLOAD_DPU : STAGE_OFFLOAD;
+}
+
+static void check_flags(const Stage *z) {
+    if (z->dpu_warmup < 0) fail_usage("--dpu-warmup %d: give 0 or more ordinary steps", z->dpu_warmup);
+    if (!z->dpu && (z->warmup_given || z->dpu_serial))
+        fail_usage("--%s tunes the delayed update: add --dpu", z->dpu_serial ? "dpu-serial" : "dpu-warmup");
+    if (z->threads_given && (z->host_threads < 1 || z->host_threads > 1024))
+        fail_usage("--host-threads %d: give 1 to 1024 threads", z->host_threads);
+}
+
+// The cores: on the cpu device the delayed update's host thread and the
+// compute threads share them, so --dpu splits the rank's threads; on a GPU
+// the host has them all.
+static void split_threads(Trainer *t, Stage *z) {
+    int cores = t->dev.threads;
+    int sharing = z->dpu && t->dev.kind == DEVICE_CPU;
+    if (!z->threads_given) z->host_threads = sharing ? (cores + 1) / 2 : cores;
+    if (sharing && cores > 1) {
+        int compute = cores - z->host_threads > 0 ? cores - z->host_threads : 1;
+        t->dev.threads = compute;
+        omp_set_num_threads(compute);
+    }
+}
+
+// ---- gradients: down to the host as each bucket arrives ----
+
+// zero2's bucket sink: this rank's reduced part of a bucket goes down on the
+// copy stream (ordered after the reduce-scatter by comm_wait) straight into
+// the host shard; later micro-batches of the step land in a staging buffer
+// and are added there (the same bf16 sum zero2 does on the device).
+static void deliver_grads(Trainer *t, size_t first, const bf16 *part, size_t count, void *arg) {
+    Stage *z = arg;
+    bf16 *dst = (bf16 *)t->st.grads.ptr + (first - t->part.begin);
+    size_t bytes = count * sizeof(bf16);
+    if (t->micro == 0) {
+        dev_copy(&t->dev, dst, part, bytes, STREAM_COPY);
+    } else {
+        dev_copy(&t->dev, z->accum.ptr, part, bytes, STREAM_COPY);
+        dev_sync(&t->dev, STREAM_COPY);  // the host reads it next
+        kernels_cpu.add_bf16(&t->dev, dst, z->accum.ptr, count);
+    }
+    count_transfer(t, XFER_D2H, (double)bytes);
+}
+
+static void setup(Trainer *t) {
+    Stage *z = t->sctx;
+    check_flags(z);
+    split_threads(t, z);
+    grad_shard_init(&z->grads, t, z->bucket_mb);
+    z->grads.sink = deliver_grads;
+    z->grads.sink_arg = z;
+    size_t part = z->grads.cap < t->part.shard ? z->grads.cap : t->part.shard;
+    z->accum = buf_alloc(&t->dev, TIER_PINNED, CAT_COMM, part * sizeof(bf16), "reduced part to accumulate");
+    z->params_out = buf_alloc(&t->dev, TIER_PINNED, CAT_COMM, t->part.shard * sizeof(bf16), "updated bf16 shard");
+    if (z->dpu && !z->dpu_serial) {
+        z->grads_next = buf_alloc(&t->dev, TIER_PINNED, CAT_GRADS, t->part.shard * sizeof(bf16),
+                                  "second gradient shard (--dpu)");
+        dev_memset0(&t->dev, z->grads_next.ptr, z->grads_next.bytes, STREAM_COPY);
+        host_worker_init(&z->worker);
+    }
+    t->dev.ops->event_create(&t->dev, &z->uploaded);
+    dev_sync(&t->dev, STREAM_COPY);
+}
+
+static void before_backward(Trainer *t, int u) {
+    Stage *z = t->sctx;
+    grad_shard_progress(&z->grads, t);
+}
+
+static void grads_ready(Trainer *t, int u, const float *g) {
+    Stage *z = t->sctx;
+    grad_shard_add_unit(&z->grads, t, u, g);
+}
+
+static void after_backward(Trainer *t, int u) {
+    Stage *z = t->sctx;
+    if (u == GPT_UNIT_EMBED) grad_shard_flush(&z->grads, t);
+}
+
+// The shard is on the host: its squares are summed there (the cpu kernel
+// sums in fixed blocks, the same bits on any thread count).
+static double grad_norm_sq(Trainer *t) {
+    dev_sync(&t->dev, STREAM_COPY);  // every reduced part has arrived
+    double local = kernels_cpu.sum_squares_bf16(&t->dev, t->st.grads.ptr, t->part.shard);
+    return comm_sum_f64(&t->world, local);
+}
+
+// ---- the update on the host, and the new shard up ----
+
+static AdamJob adam_job(Trainer *t, Stage *z, const bf16 *grads, const AdamWStep *s) {
+    return (AdamJob){.master = t->st.master.ptr, .m = t->st.m.ptr, .v = t->st.v.ptr, .grads = grads,
+                     .params_out = z->params_out.ptr, .n = t->part.shard, .step = *s,
+                     .path = cpu_adam_best_path(), .threads = z->host_threads};
+}
+
+// The new bf16 shard goes up into this rank's slice of the device params on
+// the copy stream; the compute stream waits for it, then all ranks gather.
+static void upload_params(Trainer *t, Stage *z) {
+    size_t bytes = t->part.shard * sizeof(bf16);
+    dev_copy(&t->dev, own_param_slice(t), z->params_out.ptr, bytes, STREAM_COPY);
+    t->dev.ops->event_record(&t->dev, &z->uploaded, STREAM_COPY);
+    t->dev.ops->stream_wait_event(&t->dev, STREAM_COMPUTE, &z->uploaded);
+    count_transfer(t, XFER_H2D, (double)bytes);
+    all_gather_params(t);
+    z->upload_due = 0;
+}
+
+// The job started at the last step (--dpu): wait for it and put it on the
+// host optimizer's row of the timeline.
+static void collect_job(Trainer *t, Stage *z) {
+    if (!z->pending) return;
+    double t0, t1;
+    host_worker_wait(&z->worker, &t0, &t1);
+    trace_span(&t->trace, TRACE_TID_HOST, "cpu adam (delayed)", t0, t1, 0);
+    z->pending = 0;
+    z->upload_due = 1;
+}
+
+// The CPU Adam on this thread, now.
+static void run_adam_here(Trainer *t, Stage *z, const AdamWStep *s) {
+    z->job = adam_job(t, z, t->st.grads.ptr, s);
+    double t0 = now_us();
+    run_adam(&z->job);
+    trace_span(&t->trace, TRACE_TID_HOST, "cpu adam", t0, now_us(), 0);
+}
+
+static void update(Trainer *t, const AdamWStep *s) {
+    Stage *z = t->sctx;
+    dev_sync(&t->dev, STREAM_COPY);  // the whole gradient shard is on the host
+    if (!z->dpu || t->step < z->dpu_warmup) {
+        run_adam_here(t, z, s);
+        upload_params(t, z);
+        return;
+    }
+    // Delayed: the device gets step i-1's params now, for step i+1, and
+    // step i's update is held back until the next step ends.
+    if (z->dpu_serial) {  // the reference: apply now, show one step later
+        if (z->upload_due) upload_params(t, z);
+        run_adam_here(t, z, s);
+        z->upload_due = 1;
+        return;
+    }
+    // Threaded: step i-1's update ran during this step; step i's runs on
+    // the host thread during step i+1, on these gradients, while the next
+    // step's arrive in the other shard.
+    collect_job(t, z);
+    if (z->upload_due) upload_params(t, z);  // returns with the copy done: params_out is free
+    z->job = adam_job(t, z, t->st.grads.ptr, s);
+    Buf applied = t->st.grads;
+    t->st.grads = z->grads_next;
+    z->grads_next = applied;
+    z->pending = 1;
+    host_worker_start(&z->worker, run_adam, &z->job);
+}
+
+static void finish_update(Trainer *t, int to_device) {
+    Stage *z = t->sctx;
+    collect_job(t, z);
+    if (to_device && z->upload_due) upload_params(t, z);
+}
+
+static void params_from_master(Trainer *t) {
+    Stage *z = t->sctx;
+    kernels_cpu.f32_to_bf16(&t->dev, z->params_out.ptr, t->st.master.ptr, t->part.shard);
+    upload_params(t, z);
+}
+
+// ---- checkpoints: under --dpu the device's params lag the master by a step ----
+
+static int ckpt_extra(Trainer *t, CkptTensor *out, int saving) {
+    Stage *z = t->sctx;
+    if (!z->dpu) return 0;
+    size_t bytes = t->part.shard * sizeof(bf16);
+    if (!z->ckpt_params.ptr) z->ckpt_params = buf_alloc(&t->dev, TIER_HOST, CAT_WORKSPACE, bytes, "checkpoint staging");
+    if (saving) {
+        dev_sync(&t->dev, STREAM_COMPUTE);
+        dev_copy(&t->dev, z->ckpt_params.ptr, own_param_slice(t), bytes, STREAM_COPY);
+        dev_sync(&t->dev, STREAM_COPY);
+    }
+    out[0] = (CkptTensor){"device_params", z->ckpt_params.ptr, bytes};
+    return 1;
+}
+
+// Resume: the device gets the params it had (bf16 of the master a step
+// back); params_out holds bf16 of the master, due to go up after the next
+// step, exactly where the uninterrupted run stood once its save had waited
+// for the update in flight.
+static void ckpt_restore(Trainer *t, const CkptTensor *in, int n) {
+    Stage *z = t->sctx;
+    if (n == 0) return;
+    dev_copy(&t->dev, own_param_slice(t), in[0].host, in[0].bytes, STREAM_COPY);
+    dev_sync(&t->dev, STREAM_COPY);
+    all_gather_params(t);
+    z->upload_due = t->step > z->dpu_warmup;
+}
+
+static void teardown(Trainer *t) {
+    Stage *z = t->sctx;
+    if (z->dpu && !z->dpu_serial) {
+        collect_job(t, z);
+        host_worker_free(&z->worker);
+        buf_free(&t->dev, &z->grads_next);
+    }
+    grad_shard_free(&z->grads, t);
+    buf_free(&t->dev, &z->accum);
+    buf_free(&t->dev, &z->params_out);
+    buf_free(&t->dev, &z->ckpt_params);
+    t->dev.ops->event_destroy(&t->dev, &z->uploaded);
+}
+
+const Strategy strategy_cpu_offload = {
+    .name = "cpu_offload",
+    .summary = "ZeRO-Offload on top of ZeRO-2: fp32 master, m, v and the gradient shard in pinned host\n"
+               "memory, updated by a SIMD CPU Adam; bf16 params on the device. --dpu delays the update by\n"
+               "one step so the CPU Adam runs while the device computes the next step.",
+    .formula = STAGE_OFFLOAD,
+    .formula_of = formula_of,
+    // the optimizer states and the gradient shard leave the device for pinned host memory
+    .states = {.params = STATE_FULL, .grads = STATE_SHARD, .optim = STATE_SHARD,
+               .params_tier = TIER_DEVICE, .grads_tier = TIER_PINNED, .optim_tier = TIER_PINNED},
+    .context_bytes = sizeof(Stage),
+    .flags = flags,
+    .setup = setup,
+    .unit_params = replicated_unit_params,
+    .before_backward = before_backward,
+    .grads_ready = grads_ready,
+    .after_backward = after_backward,
+    .grad_norm_sq = grad_norm_sq,
+    .update = update,
+    .params_from_master = params_from_master,
+    .finish_update = finish_update,
+    .ckpt_extra = ckpt_extra,
+    .ckpt_restore = ckpt_restore,
+    .teardown = teardown,
+};
