@@ -72,6 +72,19 @@ static void test_random_rows_obey_the_bounds(void **state) {
     }
 }
 
+// I/O hidden behind "compute or the host optimizer": the intersection with
+// the union of two rows, not the sum of two intersections.
+static void test_overlap_with_a_union_of_rows(void **state) {
+    (void)state;
+    Timeline tl = {0};
+    timeline_add(&tl, 0, 0, 100);   // I/O
+    timeline_add(&tl, 1, 10, 40);   // compute
+    timeline_add(&tl, 2, 30, 60);   // host optimizer, overlapping compute over [30, 40)
+    assert_true(timeline_overlap_any_us(&tl, 0, (1u << 1) | (1u << 2), 0, 100) == 50);  // [10, 60)
+    assert_true(timeline_overlap_us(&tl, 0, 1, 0, 100) + timeline_overlap_us(&tl, 0, 2, 0, 100) == 60);
+    timeline_free(&tl);
+}
+
 static void test_prune_keeps_what_can_reach_later(void **state) {
     (void)state;
     Timeline tl = {0};
@@ -90,6 +103,7 @@ int main(void) {
         cmocka_unit_test(test_union_merges_concurrent_intervals),
         cmocka_unit_test(test_overlap_is_an_intersection),
         cmocka_unit_test(test_random_rows_obey_the_bounds),
+        cmocka_unit_test(test_overlap_with_a_union_of_rows),
         cmocka_unit_test(test_prune_keeps_what_can_reach_later),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);

@@ -22,16 +22,21 @@ static int by_start(const void *a, const void *b) {
     return (x > y) - (x < y);
 }
 
-// The row's intervals clipped to [w0, w1), sorted and merged into disjoint
-// ones; returns their number (the caller frees *out).
-static size_t merged(const Timeline *tl, int row, double w0, double w1, Interval **out) {
-    CHECK(row >= 0 && row < TIMELINE_ROWS, "timeline: no row %d", row);
-    Interval *m = xmalloc((tl->n[row] + 1) * sizeof *m);
+// The intervals of the rows in `mask` clipped to [w0, w1), sorted and
+// merged into disjoint ones; returns their number (the caller frees *out).
+static size_t merged_rows(const Timeline *tl, unsigned mask, double w0, double w1, Interval **out) {
+    size_t total = 1;
+    for (int r = 0; r < TIMELINE_ROWS; r++)
+        if (mask >> r & 1) total += tl->n[r];
+    Interval *m = xmalloc(total * sizeof *m);
     size_t k = 0;
-    for (size_t i = 0; i < tl->n[row]; i++) {
-        double a = tl->iv[row][i].t0_us > w0 ? tl->iv[row][i].t0_us : w0;
-        double b = tl->iv[row][i].t1_us < w1 ? tl->iv[row][i].t1_us : w1;
-        if (b > a) m[k++] = (Interval){a, b};
+    for (int r = 0; r < TIMELINE_ROWS; r++) {
+        if (!(mask >> r & 1)) continue;
+        for (size_t i = 0; i < tl->n[r]; i++) {
+            double a = tl->iv[r][i].t0_us > w0 ? tl->iv[r][i].t0_us : w0;
+            double b = tl->iv[r][i].t1_us < w1 ? tl->iv[r][i].t1_us : w1;
+            if (b > a) m[k++] = (Interval){a, b};
+        }
     }
     qsort(m, k, sizeof *m, by_start);
     size_t d = 0;
@@ -46,6 +51,11 @@ static size_t merged(const Timeline *tl, int row, double w0, double w1, Interval
     return d;
 }
 
+static size_t merged(const Timeline *tl, int row, double w0, double w1, Interval **out) {
+    CHECK(row >= 0 && row < TIMELINE_ROWS, "timeline: no row %d", row);
+    return merged_rows(tl, 1u << row, w0, w1, out);
+}
+
 double timeline_union_us(const Timeline *tl, int row, double w0_us, double w1_us) {
     Interval *m;
     size_t n = merged(tl, row, w0_us, w1_us, &m);
@@ -56,8 +66,13 @@ double timeline_union_us(const Timeline *tl, int row, double w0_us, double w1_us
 }
 
 double timeline_overlap_us(const Timeline *tl, int a, int b, double w0_us, double w1_us) {
+    CHECK(b >= 0 && b < TIMELINE_ROWS, "timeline: no row %d", b);
+    return timeline_overlap_any_us(tl, a, 1u << b, w0_us, w1_us);
+}
+
+double timeline_overlap_any_us(const Timeline *tl, int a, unsigned mask, double w0_us, double w1_us) {
     Interval *x, *y;
-    size_t nx = merged(tl, a, w0_us, w1_us, &x), ny = merged(tl, b, w0_us, w1_us, &y);
+    size_t nx = merged(tl, a, w0_us, w1_us, &x), ny = merged_rows(tl, mask, w0_us, w1_us, &y);
     double sum = 0;
     // two sorted lists of disjoint intervals: walk both, adding each meeting
     for (size_t i = 0, j = 0; i < nx && j < ny;) {

@@ -22,6 +22,8 @@ void timeline_add(Timeline *tl, int row, double t0_us, double t1_us);
 double timeline_union_us(const Timeline *tl, int row, double w0_us, double w1_us);
 // |(∪ row a) ∩ (∪ row b)| within [w0, w1); never more than either union
 double timeline_overlap_us(const Timeline *tl, int a, int b, double w0_us, double w1_us);
+// |(∪ row a) ∩ (∪ of the rows in mask, bit r for row r)| within [w0, w1)
+double timeline_overlap_any_us(const Timeline *tl, int a, unsigned mask, double w0_us, double w1_us);
 // Forgets the intervals that end before t (they cannot touch a later window).
 void timeline_prune(Timeline *tl, double t_us);
 void timeline_free(Timeline *tl);

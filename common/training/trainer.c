@@ -101,6 +101,7 @@ static void setup(Trainer *t, int argc, char **argv, const Strategy *s) {
     if (s->context_bytes) t->sctx = xcalloc(1, s->context_bytes);
     train_config_parse(&t->cfg, t->sctx, argc, argv, s);
     t->formula = s->formula_of ? s->formula_of(t->sctx) : s->formula;
+    t->states = s->states_of ? s->states_of(t->sctx) : s->states;
     GPTConfig mc;
     train_config_model(&t->cfg, &mc);
     gpt_layout(&t->layout, &mc);
@@ -122,7 +123,7 @@ static void setup(Trainer *t, int argc, char **argv, const Strategy *s) {
     if (data_open(&t->data, t->cfg.data, mc.vocab_size, t->cfg.seq_len, err, sizeof err)) fail_usage("%s", err);
 
     partition_init(&t->part, t->layout.num_params, t->world.size, t->world.rank);
-    states_alloc(&t->st, &t->dev, &s->states, &t->part);
+    states_alloc(&t->st, &t->dev, &t->states, &t->part);
     states_init(&t->st, &t->dev, &t->layout, (uint64_t)t->cfg.seed);
     t->hooks = (GPTHooks){.ctx = t, .params = hook_params, .before_forward = hook_before_forward,
                           .after_forward = hook_after_forward, .before_backward = hook_before_backward,

@@ -44,6 +44,8 @@ typedef struct Strategy {
     // where a stage option picks another closed form (cpu_offload --dpu): which
     StageId (*formula_of)(const void *ctx);
     StatesLayout states;    // which states are whole or sharded, and on which tier
+    // where a stage option moves a state to another tier (infinity --offload-params): the layout
+    StatesLayout (*states_of)(const void *ctx);
     size_t context_bytes;   // the stage's own struct (its options and buffers), zeroed, at t->sctx
     // Stage-only flags: write their defaults into the context and their specs
     // into out[]; returns how many (at most STRATEGY_MAX_FLAGS).
@@ -85,6 +87,7 @@ typedef struct Trainer {
     const Strategy *strategy;
     void *sctx;              // the strategy's own struct (context_bytes), or NULL
     StageId formula;         // strategy->formula, or what formula_of picked for the options
+    StatesLayout states;     // strategy->states, or what states_of picked
     Comm world;
     Device dev;
     Trace trace;
