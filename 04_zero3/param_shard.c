@@ -48,9 +48,12 @@ static void start_gather(ParamShard *ps, Trainer *t, int u) {
     }
     lu->buf = buf_alloc(&t->dev, TIER_DEVICE, CAT_PARAMS, r.count * sizeof(bf16), "gathered unit params");
     int me = t->world.rank;
-    if (counts[me])
-        dev_copy(&t->dev, (bf16 *)lu->buf.ptr + displs[me],
-                 (const bf16 *)t->st.params.ptr + (r.offset + displs[me] - t->part.begin), counts[me] * sizeof(bf16),
+    bf16 *own = (bf16 *)lu->buf.ptr + displs[me];
+    size_t first = r.offset + displs[me];
+    if (counts[me] && ps->source)
+        ps->source(t, u, own, first, counts[me], ps->source_arg);
+    else if (counts[me])
+        dev_copy(&t->dev, own, (const bf16 *)t->st.params.ptr + (first - t->part.begin), counts[me] * sizeof(bf16),
                  STREAM_COMPUTE);
     dev_sync(&t->dev, STREAM_COMPUTE);
     comm_all_gather(&t->world, lu->buf.ptr, counts, displs, DT_BF16, &lu->h);
@@ -106,6 +109,11 @@ void param_shard_release(ParamShard *ps, Trainer *t, int u, int backward) {
 
 void param_shard_release_all(ParamShard *ps, Trainer *t) {
     for (int u = 0; u < t->layout.num_units; u++) drop(t, &ps->live[u]);
+}
+
+int param_shard_upcoming(const Trainer *t, int u, int backward, int ahead, int out[2]) {
+    int e = entry_of(t->layout.num_units, u, backward) + ahead;
+    return e >= 0 && e < num_entries(t) ? entry_reads(t, e, out) : 0;
 }
 
 const bf16 *param_shard_view(const ParamShard *ps, int u) {

@@ -76,8 +76,7 @@ void states_alloc(ModelStates *s, Device *d, const StatesLayout *layout, const P
     s->optim_count = no;
 }
 
-// out[i] = initial value of flat element begin + i; 0 in the padding past Ψ.
-static void init_values_padded(const GPTLayout *l, uint64_t seed, size_t begin, size_t n, float *out) {
+void states_init_values(const GPTLayout *l, uint64_t seed, size_t begin, size_t n, float *out) {
     size_t real_end = begin + n < l->num_params ? begin + n : l->num_params;
     size_t real = real_end > begin ? real_end - begin : 0;
     if (real) gpt_init_values(l, seed, begin, real_end, out);
@@ -91,7 +90,7 @@ static void write_init(Device *d, Buf *b, int as_bf16, const GPTLayout *l, uint6
                        size_t begin, size_t n, float *tmp, bf16 *tmp16) {
     for (size_t done = 0; done < n; done += INIT_CHUNK) {
         size_t k = n - done < INIT_CHUNK ? n - done : INIT_CHUNK;
-        init_values_padded(l, seed, begin + done, k, tmp);
+        states_init_values(l, seed, begin + done, k, tmp);
         if (as_bf16) {
             for (size_t i = 0; i < k; i++) tmp16[i] = f32_to_bf16(tmp[i]);
             dev_copy(d, (bf16 *)b->ptr + done, tmp16, k * sizeof(bf16), STREAM_COPY);

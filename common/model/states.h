@@ -52,4 +52,8 @@ void states_alloc(ModelStates *s, Device *d, const StatesLayout *layout, const P
 // params = bf16(master) where both are present; FULL params on a sharded
 // optimizer are filled from gpt_init_values directly (same values).
 void states_init(ModelStates *s, Device *d, const GPTLayout *l, uint64_t seed);
+// out[i] = initial value of flat element begin + i (gpt_init_values), 0 in
+// the padding past Ψ: what states_init writes, for a stage that writes its
+// NVMe states itself.
+void states_init_values(const GPTLayout *l, uint64_t seed, size_t begin, size_t n, float *out);
 void states_free(ModelStates *s, Device *d);

@@ -123,6 +123,7 @@ static void setup(Trainer *t, int argc, char **argv, const Strategy *s) {
     if (data_open(&t->data, t->cfg.data, mc.vocab_size, t->cfg.seq_len, err, sizeof err)) fail_usage("%s", err);
 
     partition_init(&t->part, t->layout.num_params, t->world.size, t->world.rank);
+    if (s->check) s->check(t);
     states_alloc(&t->st, &t->dev, &t->states, &t->part);
     states_init(&t->st, &t->dev, &t->layout, (uint64_t)t->cfg.seed);
     t->hooks = (GPTHooks){.ctx = t, .params = hook_params, .before_forward = hook_before_forward,
@@ -159,6 +160,8 @@ static void train_step(Trainer *t, int32_t *in, int32_t *tgt) {
     double t0 = now_us();
     double bytes0 = 0;
     for (int op = 0; op < OP_COUNT; op++) bytes0 += t->world.stats.ring_bytes[op];
+    // what set-up or an evaluation moved between tiers is not this step's
+    for (int x = 0; x < XFER_COUNT; x++) t->xfer_bytes[x] = 0;
     // dloss/dlogits carries 1/(tokens in the global batch), so summing the
     // ranks' gradients gives the gradient of the global mean loss
     float dloss_scale = 1.0f / ((float)c->batch * c->seq_len * c->grad_accum * t->world.size);
@@ -187,7 +190,6 @@ static void train_step(Trainer *t, int32_t *in, int32_t *tgt) {
     double bytes1 = 0;
     for (int op = 0; op < OP_COUNT; op++) bytes1 += t->world.stats.ring_bytes[op];
     report_transfers(t, t->xfer_bytes);
-    for (int x = 0; x < XFER_COUNT; x++) t->xfer_bytes[x] = 0;
     t->step++;
     report_step(t, mean_loss, t0, t1, hp.lr, norm, bytes1 - bytes0);
 }
