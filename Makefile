@@ -131,6 +131,11 @@ $(BUILD)/tests/%: tests/%.c $(LIB)
 	@mkdir -p $(dir $@)
 	$(CC) $(CFLAGS) $< $(LIB) -o $@ -lcmocka $(LDLIBS)
 
+# benchmarks built against the core (bench/*.sh build and run them)
+$(BUILD)/bench/%: bench/%.c $(LIB)
+	@mkdir -p $(dir $@)
+	$(CC) $(CFLAGS) $< $(LIB) -o $@ $(LDLIBS)
+
 test: all $(TEST_BINS)
 	@bash tests/run.sh $(TEST_BINS)
 

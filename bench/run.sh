@@ -2,6 +2,9 @@
 # make bench: measured in one run on this machine, written as JSON to
 # build/bench/results.json (one object) with the raw runs beside it.
 #   - the OpenBLAS sgemm roof (GFLOP/s), the cpu device's practical peak;
+#   - the CPU Adam (64M parameters) beside a STREAM triad and the scalar
+#     loop: GB/s, parameters/s, ratios against the targets (adam/triad >= 0.80,
+#     SIMD/scalar >= 5), in build/bench/cpu_adam.json;
 #   - dp_baseline on gpt2-124m (micro-batch 4, seq 256) at 1 rank: tokens/s,
 #     achieved model GFLOP/s and its fraction of the roof (target >= 0.5);
 #   - dp_baseline on small at 1, 2, 4 ranks;
@@ -28,6 +31,10 @@ echo "bench: sgemm roof"
 mpicc -O3 -march=native -fopenmp -I/usr/include/x86_64-linux-gnu/openblas-pthread bench/sgemm_roof.c -o "$out/sgemm_roof" -lopenblas -lm
 "$out/sgemm_roof" > "$out/sgemm.json"
 cat "$out/sgemm.json"
+
+echo "bench: cpu_adam, 64M parameters, beside a STREAM triad and the scalar loop"
+bash bench/cpu_adam.sh --params 64M > "$out/cpu_adam.json"
+cat "$out/cpu_adam.json"
 
 echo "bench: dp_baseline gpt2-124m, micro-batch 4, seq 256, 1 rank"
 ./dp_baseline --model gpt2-124m --batch 4 --seq-len 256 --steps 4 --warmup 1 --eval-batches 1 --quiet \

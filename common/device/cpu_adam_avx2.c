@@ -46,7 +46,8 @@ AVX2_FN void cpu_adam_tile_avx2(float *master, float *m, float *v, const bf16 *g
     const __m256 grad_scale = _mm256_set1_ps(s->grad_scale);
     const __m256 beta1 = _mm256_set1_ps(s->beta1), one_minus_beta1 = _mm256_set1_ps(1.0f - s->beta1);
     const __m256 beta2 = _mm256_set1_ps(s->beta2), one_minus_beta2 = _mm256_set1_ps(1.0f - s->beta2);
-    const __m256 bias_corr1 = _mm256_set1_ps(s->bias_corr1), bias_corr2 = _mm256_set1_ps(s->bias_corr2);
+    const __m256 bias_corr1 = _mm256_set1_ps(s->bias_corr1);
+    const __m256 bias_corr2 = _mm256_set1_ps(s->bias_corr2);
     const __m256 eps = _mm256_set1_ps(s->eps), weight_decay = _mm256_set1_ps(s->weight_decay);
     const __m256 neg_lr = _mm256_set1_ps(-s->lr);
     const __m256 canonical_nan = _mm256_set1_ps(adamw_nan_canonical(NAN));

@@ -38,7 +38,8 @@ AVX512_FN void cpu_adam_tile_avx512(float *master, float *m, float *v, const bf1
     const __m512 grad_scale = _mm512_set1_ps(s->grad_scale);
     const __m512 beta1 = _mm512_set1_ps(s->beta1), one_minus_beta1 = _mm512_set1_ps(1.0f - s->beta1);
     const __m512 beta2 = _mm512_set1_ps(s->beta2), one_minus_beta2 = _mm512_set1_ps(1.0f - s->beta2);
-    const __m512 bias_corr1 = _mm512_set1_ps(s->bias_corr1), bias_corr2 = _mm512_set1_ps(s->bias_corr2);
+    const __m512 bias_corr1 = _mm512_set1_ps(s->bias_corr1);
+    const __m512 bias_corr2 = _mm512_set1_ps(s->bias_corr2);
     const __m512 eps = _mm512_set1_ps(s->eps), weight_decay = _mm512_set1_ps(s->weight_decay);
     const __m512 neg_lr = _mm512_set1_ps(-s->lr);
     const __m512 canonical_nan = _mm512_set1_ps(adamw_nan_canonical(NAN));

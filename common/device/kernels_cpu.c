@@ -8,6 +8,7 @@
 // order; sum_squares over fixed blocks), so the same input gives the same bits.
 #include <math.h>
 #include <string.h>
+#include "cpu_adam.h"
 #include "kernels_cpu.h"
 
 #define COL_CHUNK 64       // columns per OpenMP task in the column-sum kernels
@@ -226,23 +227,12 @@ static double sum_squares_bf16(Device *d, const bf16 *x, size_t n) {
     return total;
 }
 
-// Every element gets adamw_element (elementwise.h), the formula the cuda
-// kernel uses: `omp simd` vectorizes it across i and runs the same function on
-// the scalar remainder. It vectorizes only under -fno-math-errno (sqrtf must
-// not set errno); otherwise the loop runs scalar, about 3x slower.
+// AdamW is the CPU Adam (cpu_adam.h) on the widest SIMD path this CPU has:
+// the bits of adamw_element (elementwise.h), the formula the cuda kernel uses,
+// on every path and thread count.
 static void adamw(Device *d, float *master, float *m, float *v, const bf16 *grad, bf16 *param,
                   size_t n, const AdamWStep *s) {
-    AdamWStep st = *s;
-    if (param) {
-#pragma omp parallel for simd schedule(static)
-        for (size_t i = 0; i < n; i++)
-            param[i] =
-                f32_to_bf16(adamw_element(master + i, m + i, v + i, bf16_to_f32(grad[i]), &st));
-    } else {
-#pragma omp parallel for simd schedule(static)
-        for (size_t i = 0; i < n; i++)
-            adamw_element(master + i, m + i, v + i, bf16_to_f32(grad[i]), &st);
-    }
+    cpu_adam_step(cpu_adam_best_path(), d->threads, master, m, v, grad, param, n, s);
 }
 
 const KernelOps kernels_cpu = {
