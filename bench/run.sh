@@ -36,6 +36,10 @@ echo "bench: cpu_adam, 64M parameters, beside a STREAM triad and the scalar loop
 bash bench/cpu_adam.sh --params 64M > "$out/cpu_adam.json"
 cat "$out/cpu_adam.json"
 
+echo "bench: cpu_offload with and without --dpu (small; gpt2-124m at micro-batch 1, seq 64)"
+bash bench/offload.sh "$out" > "$out/offload.json"
+cat "$out/offload.json"
+
 echo "bench: dp_baseline gpt2-124m, micro-batch 4, seq 256, 1 rank"
 ./dp_baseline --model gpt2-124m --batch 4 --seq-len 256 --steps 4 --warmup 1 --eval-batches 1 --quiet \
     --json "$out/gpt2_124m.json"

@@ -22,7 +22,7 @@ mkdir -p runs
 json=runs/demo.json
 rm -f "$json"
 summaries=()
-for stage in dp_baseline zero1 zero2 zero3; do
+for stage in dp_baseline zero1 zero2 zero3 cpu_offload; do
     [ -x "./$stage" ] || continue
     echo
     echo "== $stage: mpirun -np $np ./$stage --model $model --batch 4 --steps $steps"
