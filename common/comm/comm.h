@@ -106,3 +106,5 @@ double comm_max_f64(Comm *c, double x);
 // the GPU has passed them. Call after a device sync, before reading stats.
 void comm_settle_stats(Comm *c);
 void comm_stats_reset(Comm *c);
+// Ring bytes of every operation so far (the sum of stats.ring_bytes).
+double comm_ring_bytes(const Comm *c);

@@ -398,6 +398,12 @@ double comm_max_f64(Comm *c, double x) {
 
 void comm_stats_reset(Comm *c) { memset(&c->stats, 0, sizeof c->stats); }
 
+double comm_ring_bytes(const Comm *c) {
+    double sum = 0;
+    for (int op = 0; op < OP_COUNT; op++) sum += c->stats.ring_bytes[op];
+    return sum;
+}
+
 // ---- groups -----------------------------------------------------------------
 
 void comm_world_init(Comm *world, int *argc, char ***argv, int *local_rank, int *local_size) {

@@ -129,7 +129,7 @@ typedef struct Summary {
     StateBytes formula;
     GPTActBytes acts;
     double step_ms_median, tokens_per_s, flops_per_token, gflops_per_rank;
-    double comm_bytes_step, comm_formula_bytes;
+    double comm_bytes_step, comm_formula_bytes, eval_comm_bytes;
     double xfer_step[XFER_COUNT], xfer_formula[XFER_COUNT];  // mean over ranks of each rank's median step
     StepTimes times;  // mean per step, over steps and ranks
     double driver_free, driver_total;
@@ -161,6 +161,7 @@ static void summarize(Trainer *t, Summary *s) {
                          s->xfer_formula);
     for (int x = 0; x < XFER_COUNT; x++)
         s->xfer_step[x] = comm_sum_f64(&t->world, r->n ? median(r->xfer[x], r->n) : 0) / t->world.size;
+    s->eval_comm_bytes = comm_max_f64(&t->world, r->evals ? r->eval_comm_bytes / r->evals : 0);
     measure_window(t);  // the last step
     double *mean = (double *)&s->times;
     const double *sum = (const double *)&r->times_sum;
@@ -250,6 +251,9 @@ static void print_summary(const Trainer *t, const Summary *s) {
     if (x->io > 0)
         printf("  file I/O             %10.2f ms, hidden %.2f ms (∩ compute or host optimizer)\n", x->io, x->io_hidden);
     if (!isnan(r->val_loss)) printf("validation loss      %10.6f at step %ld\n", r->val_loss, r->val_step);
+    if (s->eval_comm_bytes > 0)
+        printf("evaluation           %10.3f MB communicated per evaluation (counted apart from the steps)\n",
+               s->eval_comm_bytes / 1e6);
 }
 
 static void json_mem(FILE *f, const Summary *s) {
@@ -311,8 +315,8 @@ static void write_json(const Trainer *t, const Summary *s) {
     else fprintf(f, "\"mfu\":null,");
     json_mem(f, s);
     const StepTimes *x = &s->times;
-    fprintf(f, ",\"comm_bytes_per_step\":%.0f,\"comm_formula_bytes_per_step\":%.0f,", s->comm_bytes_step,
-            s->comm_formula_bytes);
+    fprintf(f, ",\"comm_bytes_per_step\":%.0f,\"comm_formula_bytes_per_step\":%.0f,\"eval_comm_bytes\":%.0f,",
+            s->comm_bytes_step, s->comm_formula_bytes, s->eval_comm_bytes);
     fprintf(f, "\"transfer_bytes_per_step\":{");
     for (int k = 0; k < XFER_COUNT; k++)
         fprintf(f, "%s\"%s\":{\"counted\":%.0f,\"formula\":%.0f}", k ? "," : "", xfer_key[k], s->xfer_step[k],

@@ -143,12 +143,18 @@ static void load_micro_batch(Trainer *t, int split, uint64_t index, int32_t *in,
               t->cfg.seq_len, in, tgt);
 }
 
+// Forward only over the held-out batches; its communication (zero3's
+// gathers) is counted apart from the training steps'.
 static double evaluate(Trainer *t, int32_t *in, int32_t *tgt) {
-    double sum = 0;
+    double sum = 0, bytes0 = comm_ring_bytes(&t->world);
+    t->evaluating = 1;
     for (int j = 0; j < t->cfg.eval_batches; j++) {
         load_micro_batch(t, SPLIT_VAL, (uint64_t)j, in, tgt);
         sum += gpt_forward(&t->model, &t->hooks, in, tgt, 0.0f);
     }
+    t->evaluating = 0;
+    t->report.eval_comm_bytes += comm_ring_bytes(&t->world) - bytes0;
+    t->report.evals++;
     return comm_sum_f64(&t->world, sum / t->cfg.eval_batches) / t->world.size;
 }
 
@@ -157,8 +163,7 @@ static void train_step(Trainer *t, int32_t *in, int32_t *tgt) {
     const TrainConfig *c = &t->cfg;
     const Strategy *s = t->strategy;
     double t0 = now_us();
-    double bytes0 = 0;
-    for (int op = 0; op < OP_COUNT; op++) bytes0 += t->world.stats.ring_bytes[op];
+    double bytes0 = comm_ring_bytes(&t->world);
     // dloss/dlogits carries 1/(tokens in the global batch), so summing the
     // ranks' gradients gives the gradient of the global mean loss
     float dloss_scale = 1.0f / ((float)c->batch * c->seq_len * c->grad_accum * t->world.size);
@@ -184,8 +189,7 @@ static void train_step(Trainer *t, int32_t *in, int32_t *tgt) {
     double mean_loss = comm_sum_f64(&t->world, loss / c->grad_accum) / t->world.size;
     double t1 = now_us();
     trace_span(&t->trace, TRACE_TID_STEP, "step", t0, t1, 0);
-    double bytes1 = 0;
-    for (int op = 0; op < OP_COUNT; op++) bytes1 += t->world.stats.ring_bytes[op];
+    double bytes1 = comm_ring_bytes(&t->world);
     report_transfers(t, t->xfer_bytes);
     for (int x = 0; x < XFER_COUNT; x++) t->xfer_bytes[x] = 0;
     t->step++;

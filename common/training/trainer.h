@@ -98,6 +98,7 @@ typedef struct Trainer {
     DataSet data;
     GPTHooks hooks;          // calls the strategy's hooks with this trainer
     int micro;               // micro-batch index within the step, 0..grad_accum-1
+    int evaluating;          // inside an evaluation: forward only, no backward follows
     long step;               // optimizer steps completed
     double unit_t0_us;       // start of the unit being computed (for the trace)
     double xfer_bytes[XFER_COUNT];  // bytes moved between tiers, counted by the stage (count_transfer)
