@@ -251,15 +251,21 @@ static void test_max_params_round_trip(void **state) {
 static void test_fit_hint(void **state) {
     (void)state;
     // Ψ = 1e8, budget 0.6 GB at 4 ranks: zero2 0.55 GB, zero3 0.4 GB fit; dp 1.6 GB
-    // never; zero1 = 4Ψ + 12Ψ/N needs N >= 6, so 8 ranks
+    // never; zero1 = 4Ψ + 12Ψ/N needs N >= 6 unpadded, but at 6 the padding
+    // (Ψ_pad = 100,000,128) leaves it 768 bytes over: 7 ranks
     char hint[512];
     stage_fit_hint(100000000, 4, 0.6e9, hint, sizeof hint);
     assert_non_null(strstr(hint, "fits at 4 ranks: zero2 (0.55 GB), zero3 (0.4 GB)"));
     assert_non_null(strstr(hint, "dp_baseline needs 1.6 GB at any rank count"));
-    assert_non_null(strstr(hint, "zero1 fits from 8 ranks"));
-    stage_fit_hint(100000000, 4, 2e6, hint, sizeof hint);  // zero3 at 1024 ranks: 1.56 MB
+    assert_non_null(strstr(hint, "zero1 fits from 7 ranks"));
+    // zero3: 16Ψ/N <= 2 MB from N = 800 unpadded; at 800 the padding (Ψ_pad =
+    // 100,044,800) leaves it 896 bytes over, at 801 it fits
+    stage_fit_hint(100000000, 4, 2e6, hint, sizeof hint);
     assert_non_null(strstr(hint, "no stage"));
-    assert_non_null(strstr(hint, "zero3 fits from 1024 ranks"));
+    assert_non_null(strstr(hint, "zero3 fits from 801 ranks"));
+    // the smallest count, not the smallest power of two: 16 x 70B / 80 GB = 14
+    stage_fit_hint(70000000000ull, 8, 80e9, hint, sizeof hint);
+    if (!strstr(hint, "zero3 fits from 14 ranks")) fail_msg("70B in 80 GB: %s", hint);
 }
 
 static void test_binary_measure(void **state) {
