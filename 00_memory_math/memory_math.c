@@ -128,7 +128,7 @@ int main(int argc, char **argv) {
     Comm world;
     Inputs in;
     memset(&in, 0, sizeof in);
-    comm_world_init(&world, &argc, &argv, &in.local_rank, &in.local_size);
+    comm_world_init(&world, &argc, &argv, &in.local_rank, &in.local_size, 0);
     in.world = world.size;
     in.rank = world.rank;
 

@@ -368,7 +368,7 @@ static void test_trace_gathers_every_rank(void **state) {
 int main(int argc, char **argv) {
     Fixture fixture;  // set up once, handed to every test as its state
     int local_rank, local_size;
-    comm_world_init(&fixture.world, &argc, &argv, &local_rank, &local_size);
+    comm_world_init(&fixture.world, &argc, &argv, &local_rank, &local_size, 0);
     DeviceOptions opt = {.kind = "cpu", .local_rank = local_rank, .local_size = local_size};
     device_init(&fixture.dev, &opt);
     comm_setup(&fixture.world, &fixture.dev, "auto", NULL);

@@ -42,6 +42,7 @@ typedef struct Comm {
     Buf stage_pool[COMM_STAGE_POOL];  // idle pinned stages (empty Buf = free slot)
     int stage_always;    // stage even on the cpu device: lets the cpu tests run the cuda MPI path
     void *nccl_timing;   // NCCL path: events of waited handles, timed at comm_settle_stats (comm_nccl.c)
+    void *progress;      // the progress thread, when one runs (comm_progress.c)
 } Comm;
 
 typedef struct CommHandle {
@@ -62,9 +63,16 @@ typedef struct CommHandle {
     void *event_start, *event;
 } CommHandle;
 
-// MPI_Init (with thread level FUNNELED) and the world group. Also sets
-// *local_rank, *local_size (ranks on this node, via MPI_Comm_split_type).
-void comm_world_init(Comm *world, int *argc, char ***argv, int *local_rank, int *local_size);
+// MPI_Init and the world group. Also sets *local_rank, *local_size (ranks on
+// this node, via MPI_Comm_split_type). The thread level is FUNNELED (OpenMP
+// threads compute, the main thread calls MPI), or MULTIPLE when
+// `progress_thread` says a progress thread will call MPI too.
+void comm_world_init(Comm *world, int *argc, char ***argv, int *local_rank, int *local_size, int progress_thread);
+// A thread that enters MPI's progress engine every interval_us, so
+// nonblocking collectives advance while the main thread computes
+// (comm_progress.c); stop it before comm_world_finalize.
+void comm_progress_thread_start(Comm *world, long interval_us);
+void comm_progress_thread_stop(Comm *world);
 // Attach the device and choose the backend ("auto", "mpi", "nccl"): usage error
 // when nccl is asked for but unavailable. Collective.
 void comm_setup(Comm *c, Device *dev, const char *backend, Trace *trace);

@@ -406,12 +406,13 @@ double comm_ring_bytes(const Comm *c) {
 
 // ---- groups -----------------------------------------------------------------
 
-void comm_world_init(Comm *world, int *argc, char ***argv, int *local_rank, int *local_size) {
-    // FUNNELED: OpenMP threads run kernels, only the main thread calls MPI
-    int provided = 0;
-    mpiCheck(MPI_Init_thread(argc, argv, MPI_THREAD_FUNNELED, &provided));
-    CHECK(provided >= MPI_THREAD_FUNNELED, "MPI provides thread level %d, below FUNNELED; hint: "
-          "use an MPI built with thread support", provided);
+void comm_world_init(Comm *world, int *argc, char ***argv, int *local_rank, int *local_size, int progress_thread) {
+    // FUNNELED: OpenMP threads run kernels, only the main thread calls MPI;
+    // MULTIPLE when a progress thread calls it too
+    int want = progress_thread ? MPI_THREAD_MULTIPLE : MPI_THREAD_FUNNELED, provided = 0;
+    mpiCheck(MPI_Init_thread(argc, argv, want, &provided));
+    CHECK(provided >= want, "MPI provides thread level %d, below the %d asked for; hint: use an MPI built "
+          "with thread support%s", provided, want, progress_thread ? ", or run without --progress-thread" : "");
     // errors come back to mpiCheck (file:line and a hint) instead of aborting
     // inside MPI; communicators split from the world inherit the handler
     mpiCheck(MPI_Comm_set_errhandler(MPI_COMM_WORLD, MPI_ERRORS_RETURN));
@@ -507,6 +508,7 @@ void comm_free(Comm *c) {
 }
 
 void comm_world_finalize(Comm *world) {
+    comm_progress_thread_stop(world);
     comm_free(world);
     int finalized = 0;
     MPI_Finalized(&finalized);

@@ -31,6 +31,15 @@ const FlagSpec *flags_find(const FlagSpec *specs, int nspecs, const char *name) 
     return NULL;
 }
 
+int flags_present(int argc, char **argv, const char *name) {
+    size_t len = strlen(name);
+    for (int i = 1; i < argc; i++)
+        if (!strncmp(argv[i], "--", 2) && !strncmp(argv[i] + 2, name, len) &&
+            (argv[i][2 + len] == 0 || argv[i][2 + len] == '='))
+            return 1;
+    return 0;
+}
+
 static void print_default(const FlagSpec *f) {
     if (f->shown_default) {
         if (*f->shown_default) printf(" (default %s)", f->shown_default);

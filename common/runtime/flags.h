@@ -29,5 +29,8 @@ typedef struct FlagSpec {
 // on rank 0 (other ranks exit 0 silently). Positional arguments are errors.
 void flags_parse(int argc, char **argv, FlagSpec *specs, int nspecs, const char *usage);
 const FlagSpec *flags_find(const FlagSpec *specs, int nspecs, const char *name);
+// Whether --name (or --name=...) is on the command line, for the rare flag
+// that must be known before parsing (MPI's thread level is set at MPI_Init).
+int flags_present(int argc, char **argv, const char *name);
 // Parses "7.5e9", "7.5B", "350M", "12k", "124000000"; returns 0 on success.
 int parse_count(const char *s, double *out);

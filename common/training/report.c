@@ -235,9 +235,13 @@ static void print_summary(const Trainer *t, const Summary *s) {
     printf("  in flight            %10.2f ms (wall-clock union of issue-to-completion intervals)\n", x->comm);
     printf("  overlapped           %10.2f ms (in flight while computing: comm intervals ∩ compute intervals;\n"
            "                                  compute %.2f ms)\n", x->comm_hidden, x->compute);
-    if (t->dev.kind == DEVICE_CPU && t->world.size > 1)
+    if (t->dev.kind == DEVICE_CPU && t->world.size > 1 && t->cfg.progress_us > 0)
+        printf("  note: a progress thread entered MPI every %d us (--progress-thread), so collectives in flight\n"
+               "        could advance during compute; it took CPU time from the compute threads\n", t->cfg.progress_us);
+    else if (t->dev.kind == DEVICE_CPU && t->world.size > 1)
         printf("  note: on the cpu device MPI moves a nonblocking collective only inside MPI calls (no progress\n"
-               "        thread), so \"overlapped\" is time in flight, not time spent transferring\n");
+               "        thread; try --progress-thread 50), so \"overlapped\" is time in flight, not time spent\n"
+               "        transferring\n");
     int xfers = 0;
     for (int k = 0; k < XFER_COUNT; k++) xfers += s->xfer_step[k] > 0 || s->xfer_formula[k] > 0;
     if (xfers) printf("between tiers per step per rank (counted by the stage, mean over ranks) beside the formula\n");

@@ -97,7 +97,7 @@ static void setup(Trainer *t, int argc, char **argv, const Strategy *s) {
     int local_rank, local_size;
     memset(t, 0, sizeof *t);
     t->strategy = s;
-    comm_world_init(&t->world, &argc, &argv, &local_rank, &local_size);
+    comm_world_init(&t->world, &argc, &argv, &local_rank, &local_size, flags_present(argc, argv, "progress-thread"));
     if (s->context_bytes) t->sctx = xcalloc(1, s->context_bytes);
     train_config_parse(&t->cfg, t->sctx, argc, argv, s);
     t->formula = s->formula_of ? s->formula_of(t->sctx) : s->formula;
@@ -116,6 +116,7 @@ static void setup(Trainer *t, int argc, char **argv, const Strategy *s) {
     t->dev.mem.fit_hint = fit_hint;
     t->dev.mem.fit_hint_arg = t;
     comm_setup(&t->world, &t->dev, t->cfg.comm, &t->trace);
+    if (t->cfg.progress_us > 0) comm_progress_thread_start(&t->world, t->cfg.progress_us);
     device_share(&t->dev, comm_device_sharers(&t->world), t->cfg.hbm_gb > 0);
     check_budget(t);
 

@@ -25,6 +25,7 @@ typedef struct TrainConfig {
     double hbm_gb;
     const char *json, *trace, *save, *resume;
     int save_every, quiet;
+    int progress_us;  // > 0: a thread enters MPI's progress engine every progress_us
 } TrainConfig;
 
 struct Trainer;

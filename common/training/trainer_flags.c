@@ -80,6 +80,9 @@ void train_config_parse(TrainConfig *c, void *stage_ctx, int argc, char **argv, 
          .help = "checkpoint every N steps (needs --save)"},
         {.name = "resume", .type = FLAG_STRING, .dst = &c->resume, .meta = "DIR",
          .help = "continue from the checkpoint in DIR (same stage, ranks and model)"},
+        {.name = "progress-thread", .type = FLAG_INT, .dst = &c->progress_us, .meta = "US",
+         .help = "a thread enters MPI's progress engine every US microseconds, so nonblocking collectives "
+                 "advance during compute (0 = none: only the layer hooks' MPI calls move them)"},
         {.name = "quiet", .type = FLAG_BOOL, .dst = &c->quiet,
          .help = "no per-step lines (the header, the end-of-run tables and the summary stay)"},
     };
@@ -106,6 +109,8 @@ void train_config_parse(TrainConfig *c, void *stage_ctx, int argc, char **argv, 
         fail_usage("--warmup, --eval-every and --save-every must be >= 0 and --eval-batches >= 1");
     if (!(c->lr > 0)) fail_usage("--lr %g: the learning rate must be positive", c->lr);
     if (c->hbm_gb < 0) fail_usage("--hbm-gb %g: the budget cannot be negative", c->hbm_gb);
+    if (c->progress_us < 0 || c->progress_us > 1000000)
+        fail_usage("--progress-thread %d: give an interval of 1 to 1000000 microseconds (0 = no thread)", c->progress_us);
     if (c->save_every > 0 && !c->save) fail_usage("--save-every %d needs --save DIR to say where", c->save_every);
     if (strcmp(c->device, "auto") && strcmp(c->device, "cpu") && strcmp(c->device, "cuda"))
         fail_usage("--device %s: choose auto, cpu or cuda", c->device);
