@@ -33,7 +33,7 @@ for stage in dp_baseline zero1 zero2 zero3 cpu_offload; do
 done
 
 echo
-bash scripts/plot_losses.sh "$json" runs/demo_losses.png
+python3 scripts/plot_runs.py "$json" runs/demo
 echo
 echo "== side by side ($np ranks, $model, same seed and data: the losses agree; memory and traffic do not)"
 printf '%s\n' "${summaries[@]}"

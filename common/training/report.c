@@ -130,6 +130,7 @@ typedef struct Summary {
     GPTActBytes acts;
     double step_ms_median, tokens_per_s, flops_per_token, gflops_per_rank;
     double comm_bytes_step, comm_formula_bytes, eval_comm_bytes;
+    double op_bytes_step[OP_COUNT];  // mean per step, max over ranks
     double xfer_step[XFER_COUNT], xfer_formula[XFER_COUNT];  // mean over ranks of each rank's median step
     StepTimes times;  // mean per step, over steps and ranks
     double driver_free, driver_total;
@@ -162,6 +163,7 @@ static void summarize(Trainer *t, Summary *s) {
     for (int x = 0; x < XFER_COUNT; x++)
         s->xfer_step[x] = comm_sum_f64(&t->world, r->n ? median(r->xfer[x], r->n) : 0) / t->world.size;
     s->eval_comm_bytes = comm_max_f64(&t->world, r->evals ? r->eval_comm_bytes / r->evals : 0);
+    for (int op = 0; op < OP_COUNT; op++) s->op_bytes_step[op] = comm_max_f64(&t->world, r->n ? r->op_bytes[op] / r->n : 0);
     measure_window(t);  // the last step
     double *mean = (double *)&s->times;
     const double *sum = (const double *)&r->times_sum;
@@ -321,6 +323,10 @@ static void write_json(const Trainer *t, const Summary *s) {
     const StepTimes *x = &s->times;
     fprintf(f, ",\"comm_bytes_per_step\":%.0f,\"comm_formula_bytes_per_step\":%.0f,\"eval_comm_bytes\":%.0f,",
             s->comm_bytes_step, s->comm_formula_bytes, s->eval_comm_bytes);
+    fprintf(f, "\"comm_bytes_by_op_per_step\":{");
+    for (int op = 0; op < OP_COUNT; op++)
+        fprintf(f, "%s\"%s\":%.0f", op ? "," : "", comm_op_name((CommOp)op), s->op_bytes_step[op]);
+    fprintf(f, "},");
     fprintf(f, "\"transfer_bytes_per_step\":{");
     for (int k = 0; k < XFER_COUNT; k++)
         fprintf(f, "%s\"%s\":{\"counted\":%.0f,\"formula\":%.0f}", k ? "," : "", xfer_key[k], s->xfer_step[k],

@@ -164,7 +164,8 @@ static void train_step(Trainer *t, int32_t *in, int32_t *tgt) {
     const TrainConfig *c = &t->cfg;
     const Strategy *s = t->strategy;
     double t0 = now_us();
-    double bytes0 = comm_ring_bytes(&t->world);
+    double bytes0 = comm_ring_bytes(&t->world), op0[OP_COUNT];
+    for (int op = 0; op < OP_COUNT; op++) op0[op] = t->world.stats.ring_bytes[op];
     // dloss/dlogits carries 1/(tokens in the global batch), so summing the
     // ranks' gradients gives the gradient of the global mean loss
     float dloss_scale = 1.0f / ((float)c->batch * c->seq_len * c->grad_accum * t->world.size);
@@ -191,6 +192,7 @@ static void train_step(Trainer *t, int32_t *in, int32_t *tgt) {
     double t1 = now_us();
     trace_span(&t->trace, TRACE_TID_STEP, "step", t0, t1, 0);
     double bytes1 = comm_ring_bytes(&t->world);
+    for (int op = 0; op < OP_COUNT; op++) t->report.op_bytes[op] += t->world.stats.ring_bytes[op] - op0[op];
     report_transfers(t, t->xfer_bytes);
     for (int x = 0; x < XFER_COUNT; x++) t->xfer_bytes[x] = 0;
     t->step++;

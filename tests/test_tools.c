@@ -1,0 +1,76 @@
+// test_tools.c: the helpers a student runs beside the trainers. make diff-NN
+// says what each stage adds (00 the calculator, 01 the first trainer, the
+// others a diff of their strategy files) and exits 0; scripts/plot_runs.py
+// draws the three pictures of a set of runs, with names shown as written
+// (gnuplot's enhanced text once drew "dp_baseline" as "dp" with a subscript
+// b); scripts/compare.py refuses a comparison without a spread.
+#include <sys/stat.h>
+#include <unistd.h>
+#include "runs.h"
+
+#define CMD_LEN 2048
+
+static void test_stage_diffs(void **state) {
+    (void)state;
+    char *out = NULL;
+    int rc = test_run("make --no-print-directory diff-00", &out);
+    if (rc != 0 || !strstr(out, "calculator")) fail_msg("make diff-00: exit %d\n%s", rc, out);
+    free(out);
+    rc = test_run("make --no-print-directory diff-01", &out);
+    if (rc != 0 || !strstr(out, "first trainer") || !strstr(out, "const Strategy strategy_dp_baseline"))
+        fail_msg("make diff-01: exit %d\n%.500s", rc, out);
+    if (strstr(out, "flags_parse")) fail_msg("make diff-01 shows the flag parser, not the trainer:\n%.500s", out);
+    free(out);
+    // zero2 over zero1: its own strategy, and nothing of memory_math's parser
+    rc = test_run("make --no-print-directory diff-03", &out);
+    if (rc != 0 || !strstr(out, "+static int flags(void *ctx, FlagSpec *out)") || !strstr(out, "grad_shard.c"))
+        fail_msg("make diff-03: exit %d\n%.800s", rc, out);
+    free(out);
+}
+
+static void test_plot_runs(void **state) {
+    (void)state;
+    char root[64], cmd[CMD_LEN], json[256];
+    assert_int_equal(test_make_dir(root, sizeof root, "plots"), 0);
+    snprintf(json, sizeof json, "%s/runs.json", root);
+    const char *stages[2] = {"dp_baseline", "zero3"};
+    for (int s = 0; s < 2; s++) {
+        snprintf(cmd, sizeof cmd, "mpirun -np 2 ./%s --model tiny --steps 3 --quiet --json %s", stages[s], json);
+        char *out = NULL;
+        int rc = test_run(cmd, &out);
+        if (rc != 0) fail_msg("%s: exit %d\n%s", cmd, rc, out);
+        free(out);
+    }
+    snprintf(cmd, sizeof cmd, "python3 scripts/plot_runs.py %s %s/demo", json, root);
+    char *out = NULL;
+    int rc = test_run(cmd, &out);
+    if (rc != 0) fail_msg("%s: exit %d\n%s", cmd, rc, out);
+    // the terminal drawing carries the curves' titles as written
+    if (!strstr(out, "dp_baseline N=2") || !strstr(out, "zero3 N=2")) fail_msg("titles not as written:\n%s", out);
+    const char *pics[3] = {"losses", "memory", "comm"};
+    for (int i = 0; i < 3; i++) {
+        char png[320];
+        snprintf(png, sizeof png, "%s/demo_%s.png", root, pics[i]);
+        struct stat st;
+        if (stat(png, &st) != 0 || st.st_size < 1000) fail_msg("%s missing or empty\n%s", png, out);
+    }
+    free(out);
+    assert_int_equal(test_remove_dir(root), 0);
+}
+
+static void test_compare_needs_a_spread(void **state) {
+    (void)state;
+    char *out = NULL;
+    int rc = test_run("python3 scripts/compare.py --repeats 1 './zero2 --model tiny --steps 1'", &out);
+    if (rc == 0 || !strstr(out, "--repeats")) fail_msg("compare.py --repeats 1: exit %d\n%s", rc, out);
+    free(out);
+}
+
+int main(void) {
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_stage_diffs),
+        cmocka_unit_test(test_plot_runs),
+        cmocka_unit_test(test_compare_needs_a_spread),
+    };
+    return cmocka_run_group_tests(tests, NULL, NULL);
+}
