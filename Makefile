@@ -80,7 +80,7 @@ MAIN_OBJ = $(BUILD)/main/$(1).o
 TEST_SRC := $(wildcard tests/test_*.c)
 TEST_BINS := $(TEST_SRC:tests/%.c=$(BUILD)/tests/%)
 
-.PHONY: all deps check-deps demo test bench bench-cuda clean help $(addprefix stage-,$(STAGES)) $(addprefix diff-,$(STAGES))
+.PHONY: all deps check-deps demo test bench bench-cuda clean help lab-% check-lab-% $(addprefix stage-,$(STAGES)) $(addprefix diff-,$(STAGES))
 all: check-deps $(BINS)
 	@echo "built: $(BINS)$(if $(strip $(SKIPPED)), | skipped: $(strip $(SKIPPED)))"
 
@@ -93,6 +93,8 @@ help:
 	@echo "make bench      benchmarks, JSON in build/bench/ (with the cuda part where a GPU is usable)"
 	@echo "make bench-cuda the cuda part alone: MFU of gpt2-124m, every stage at 1, 2, 4 ranks on one GPU"
 	@echo "make diff-NN    what stage NN adds over the stage before it"
+	@echo "make lab-NN     a student copy (labs/NN, or LAB_DIR=...) with stage NN's technique to write"
+	@echo "make check-lab-NN  (in that copy) build it and grade it: pass/fail per check and a score"
 	@echo "make GPU=0      leave the cuda parts out"
 
 check-deps:
@@ -149,6 +151,13 @@ demo:
 	@bash scripts/demo.sh $(NP)
 
 $(foreach n,$(STAGES),$(eval diff-$(n): ; @bash scripts/stage-diff.sh $(n)))
+
+# course labs: a student copy with stage NN's technique stubbed out, and its checks
+LAB_DIR ?=
+lab-%: all
+	@python3 scripts/make_lab.py $* $(LAB_DIR)
+check-lab-%:
+	@python3 scripts/check_lab.py $*
 
 clean:
 	rm -rf $(BUILD) $(foreach n,$(STAGE_IDS),$(BIN_$(n)))

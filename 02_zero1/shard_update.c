@@ -7,6 +7,12 @@ double shard_grad_norm_sq(Trainer *t, const bf16 *grad_shard) {
     return comm_sum_f64(&t->world, local);
 }
 
+bf16 *own_param_slice(Trainer *t) { return (bf16 *)t->st.params.ptr + t->part.begin; }
+
+// LAB 02: shard_update -- AdamW on the own shard; the bf16 params gathered whole again
+// AdamW (the device's kernel, t->dev.k->adamw) over this rank's shard:
+// master, m, v (t->st.*, t->part.shard elements each) with the reduced
+// gradient shard, writing bf16(master) to param_shard.
 void shard_adamw(Trainer *t, const bf16 *grad_shard, bf16 *param_shard, const AdamWStep *s) {
     double t0 = now_us();
     // padding past Ψ has zero gradient and zero master weight, so it stays zero
@@ -15,8 +21,10 @@ void shard_adamw(Trainer *t, const bf16 *grad_shard, bf16 *param_shard, const Ad
     compute_span(t, "optimizer", t0);
 }
 
-bf16 *own_param_slice(Trainer *t) { return (bf16 *)t->st.params.ptr + t->part.begin; }
-
+// In place: rank q's slice [q·shard, (q+1)·shard) of the full params buffer
+// (t->st.params) goes to every rank (comm_all_gather, counts and
+// displacements of each rank's slice); the compute stream must be done
+// writing this rank's slice first.
 void all_gather_params(Trainer *t) {
     int N = t->world.size;
     size_t counts[N], displs[N];
@@ -27,3 +35,4 @@ void all_gather_params(Trainer *t) {
     dev_sync(&t->dev, STREAM_COMPUTE);  // the updated slice is written before it travels
     comm_all_gather(&t->world, t->st.params.ptr, counts, displs, DT_BF16, NULL);
 }
+// LAB END
