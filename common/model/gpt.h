@@ -1,9 +1,12 @@
 // gpt.h: the GPT-2 model. One flat bf16 parameter buffer in layer order, cut
 // into units: unit 0 = embeddings (wte, wpe), units 1..L = transformer blocks,
 // unit L+1 = head (final layernorm; the output projection is tied to wte, so
-// the head also reads unit 0). Forward and backward walk the units and call
-// the strategy's hooks before and after each one: that is where a stage
-// gathers, reduces, releases or prefetches.
+// the head also reads unit 0). Forward and backward of one unit for one
+// micro-batch are functions of their own (gpt_unit_forward/backward) that call
+// the strategy's hooks before and after the unit: that is where a stage
+// gathers, reduces, releases or prefetches. Stages 01-06 walk every unit with
+// one micro-batch (gpt_forward/gpt_backward); a pipeline stage computes a
+// contiguous range of units for several micro-batches in flight ("slots").
 #pragma once
 #include <stddef.h>
 #include <stdint.h>
@@ -73,12 +76,33 @@ double gpt_flops_per_token(const GPTLayout *l, int T);
 // aligned). The padding columns are never read or written.
 static inline int gpt_logits_stride(const GPTConfig *c) { return (c->vocab_size + 63) / 64 * 64; }
 
-// Activation bytes this trainer keeps for one micro-batch (per layer and total)
-// and the backward scratch; used by the report and memory_math.
+// What one rank computes: micro-batches of B sequences of T tokens, `slots`
+// of them in flight at once (each keeps its own activations), through units
+// first_unit..last_unit (a pipeline stage's contiguous range; the first stage
+// has the embeddings, the last the head).
+typedef struct GPTPlan {
+    int B, T;
+    int slots;
+    int first_unit, last_unit;
+} GPTPlan;
+
+// Stages 01-06: every unit, one micro-batch at a time.
+static inline GPTPlan gpt_plan_whole(const GPTLayout *l, int B, int T) {
+    return (GPTPlan){B, T, 1, 0, l->num_units - 1};
+}
+
+// Bytes a plan keeps: saved activations per slot (one micro-batch through the
+// plan's units) and the temporaries all slots share; the backward scratch and
+// the fp32 gradient workspace. Used by the reports and memory_math.
 typedef struct GPTActBytes {
-    size_t per_layer, embed_and_head, total_saved, backward_scratch, grad_workspace;
+    size_t per_layer;         // one block, one micro-batch
+    size_t per_slot;          // one micro-batch through the plan's units
+    size_t shared;            // temporaries every slot shares
+    size_t total_saved;       // per_slot * slots + shared: the activations buffer
+    size_t backward_scratch;  // residual-stream gradient per slot + shared backward temporaries
+    size_t grad_workspace;    // fp32 gradients of one unit, and of the embeddings
 } GPTActBytes;
-GPTActBytes gpt_activation_bytes(const GPTLayout *l, int B, int T, int act_bytes);
+GPTActBytes gpt_activation_bytes(const GPTLayout *l, const GPTPlan *p, int act_bytes);
 
 // Hooks a strategy supplies. `ctx` is the strategy's context.
 typedef struct GPTHooks {
@@ -89,27 +113,60 @@ typedef struct GPTHooks {
     void (*after_forward)(void *ctx, int u);
     void (*before_backward)(void *ctx, int u);
     // all gradients of unit u for this micro-batch are complete in grads (fp32, unit-sized);
-    // the strategy folds them into its bf16 gradients (accumulate, bucket, reduce)
+    // the strategy folds them into its bf16 gradients (accumulate, bucket, reduce).
+    // On a rank whose plan has the head but not the embeddings, the head's
+    // backward also hands over unit 0's gradients (wte's from the tied
+    // projection, wpe's zero) between its own grads_ready and after_backward.
     void (*grads_ready)(void *ctx, int u, const float *grads);
     void (*after_backward)(void *ctx, int u);
 } GPTHooks;
 
 typedef struct GPT {
     GPTLayout L;
+    GPTPlan plan;
     Device *dev;
-    int B, T;
-    Buf acts;          // saved activations, all layers (activations)
+    Buf acts;          // saved activations of every slot, and shared temporaries (activations)
     Buf scratch;       // backward temporaries (workspace)
     Buf unit_grads;    // fp32 gradients of the unit being differentiated (workspace)
     Buf embed_grads;   // fp32 gradients of the embeddings, live through backward (tied wte)
     float *losses_host;
-    // pointers into acts/scratch, set by gpt_alloc
-    struct GPTActs *a;
+    // pointers into acts/scratch, set by gpt_alloc (gpt_units.h)
+    struct GPTSlot *slot;  // [plan.slots]
+    struct GPTWork *work;
 } GPT;
 
-// Allocates activations and workspaces for micro-batch B x T on dev.
-void gpt_alloc(GPT *g, const GPTLayout *l, Device *dev, int B, int T);
+// Allocates activations and workspaces for the plan on dev.
+void gpt_alloc(GPT *g, const GPTLayout *l, Device *dev, const GPTPlan *p);
 void gpt_free(GPT *g);
+
+// ---- one unit, one micro-batch ----
+// Copies the micro-batch's token ids (host, B*T each) to slot s: inputs are
+// read by the embeddings, targets by the head (either may be NULL where the
+// plan lacks that unit). dloss_scale != 0 makes the head's forward also leave
+// dloss/dlogits for backward (the scale is 1 / tokens in the global batch).
+void gpt_slot_tokens(GPT *g, int s, const int32_t *inputs, const int32_t *targets, float dloss_scale);
+// Forward of unit u (in the plan's range) for the micro-batch in slot s: the
+// first block of the range reads gpt_slot_input, the head writes the losses.
+void gpt_unit_forward(GPT *g, const GPTHooks *h, int u, int s);
+// Backward of unit u for slot s, after its forward, in reverse unit order;
+// calls grads_ready. The head starts from its dlogits; any other last unit of
+// the range from gpt_slot_grad. A slot's backward from the head down to the
+// embeddings runs without another slot's backward in between (they share the
+// embeddings' gradient buffer; this is checked).
+void gpt_unit_backward(GPT *g, const GPTHooks *h, int u, int s);
+// Mean loss over the slot's B*T tokens, after the head's forward (synchronizes).
+double gpt_slot_loss(GPT *g, int s);
+// (BT,C) residual stream entering the range's first block: the embeddings'
+// output, or where a pipeline stage receives the previous stage's output.
+void *gpt_slot_input(GPT *g, int s);
+// (BT,C) residual stream leaving the range's last block: what a pipeline stage sends on.
+void *gpt_slot_output(GPT *g, int s);
+// (BT,C) gradient of the residual stream: before the backward of a range
+// without the head, where dL/d(gpt_slot_output) is received; after the
+// backward of the range's first block, dL/d(gpt_slot_input), to send back.
+void *gpt_slot_grad(GPT *g, int s);
+
+// ---- the whole model, slot 0 (stages 01-06; the plan must cover every unit) ----
 // Copies inputs/targets (host, B*T each) to the device, runs forward through
 // all units. dloss_scale != 0 also leaves dloss/dlogits ready for backward.
 // Returns the mean loss over the B*T tokens (synchronizes).

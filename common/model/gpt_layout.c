@@ -160,20 +160,32 @@ double gpt_flops_per_token(const GPTLayout *l, int T) {
     return 6.0 * matmul_params + 12.0 * L * C * (double)T;
 }
 
-GPTActBytes gpt_activation_bytes(const GPTLayout *l, int B, int T, int act_bytes) {
+GPTActBytes gpt_activation_bytes(const GPTLayout *l, const GPTPlan *p, int act_bytes) {
     const GPTConfig *c = &l->cfg;
-    size_t BT = (size_t)B * T, C = c->channels, NH = c->num_heads, Vp = (size_t)gpt_logits_stride(c);
+    size_t BT = (size_t)p->B * p->T, C = c->channels, NH = c->num_heads, Vp = (size_t)gpt_logits_stride(c);
+    size_t ab = (size_t)act_bytes, fb = sizeof(float), ib = sizeof(int32_t);
+    int hu = gpt_unit_head(l);
+    int has_embed = p->first_unit == GPT_UNIT_EMBED, has_head = p->last_unit == hu;
+    int first_block = p->first_unit > 1 ? p->first_unit : 1, last_block = p->last_unit < hu ? p->last_unit : hu - 1;
+    size_t blocks = last_block >= first_block ? (size_t)(last_block - first_block + 1) : 0;
     GPTActBytes r;
     // per layer: ln1 C, qkv 3C, atty C, x2 C, ln2 C, fch 4C, fch_gelu 4C, x3 C = 16C
     // activations; fp32 mean and rstd of both layernorms; fp32 attention probabilities NH·T
-    r.per_layer = BT * (16 * C * act_bytes + 4 * sizeof(float)) + (size_t)B * NH * T * T * sizeof(float);
-    // embedding output x0 C, lnf C, logits Vp (V padded), one (BT,C) temporary;
-    // lnf mean/rstd and losses fp32; input and target token ids int32
-    r.embed_and_head = BT * ((3 * C + Vp) * act_bytes + 3 * sizeof(float) + 2 * sizeof(int32_t));
-    r.total_saved = r.per_layer * c->num_layers + r.embed_and_head;
-    // backward: residual gradient C, one C-wide and two 4C-wide temporaries
-    r.backward_scratch = BT * 10 * C * act_bytes;
-    size_t block = l->unit[1].count, head = l->unit[gpt_unit_head(l)].count;
-    r.grad_workspace = (l->unit[GPT_UNIT_EMBED].count + (block > head ? block : head)) * sizeof(float);
+    r.per_layer = BT * (16 * C * ab + 4 * fb) + (size_t)p->B * NH * p->T * p->T * fb;
+    // per slot: the range's blocks and its input x_in (C); the embeddings add
+    // the input token ids; the head lnf (C), the logits (Vp: V padded),
+    // lnf mean/rstd and losses in fp32, and the target ids
+    r.per_slot = blocks * r.per_layer + BT * C * ab;
+    if (has_embed) r.per_slot += BT * ib;
+    if (has_head) r.per_slot += BT * ((C + Vp) * ab + 3 * fb + ib);
+    r.shared = BT * C * ab;  // one (BT,C) projection output before its residual add
+    r.total_saved = r.per_slot * (size_t)p->slots + r.shared;
+    // backward: the residual gradient C per slot; one C-wide and two 4C-wide temporaries
+    r.backward_scratch = BT * C * ab * (size_t)p->slots + BT * 9 * C * ab;
+    size_t unit_max = 0;  // the largest unit of the range but the embeddings
+    for (int u = first_block; u <= p->last_unit; u++)
+        if (l->unit[u].count > unit_max) unit_max = l->unit[u].count;
+    r.grad_workspace = unit_max * fb;
+    if (has_embed || has_head) r.grad_workspace += l->unit[GPT_UNIT_EMBED].count * fb;
     return r;
 }

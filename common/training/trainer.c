@@ -68,7 +68,8 @@ static void check_budget(Trainer *t) {
     if (t->dev.mem.budget[TIER_DEVICE] == 0) return;
     StateBytes sb;
     stage_state_bytes(t->strategy->stage, t->layout.num_params, t->world.size, &sb);
-    GPTActBytes ab = gpt_activation_bytes(&t->layout, t->cfg.batch, t->cfg.seq_len, t->dev.act_bytes);
+    GPTPlan plan = gpt_plan_whole(&t->layout, t->cfg.batch, t->cfg.seq_len);
+    GPTActBytes ab = gpt_activation_bytes(&t->layout, &plan, t->dev.act_bytes);
     double need = sb.tier_total[TIER_DEVICE] + ab.total_saved + ab.backward_scratch + ab.grad_workspace +
                   (double)t->dev.mem.tier_current[TIER_DEVICE];
     double budget = (double)t->dev.mem.budget[TIER_DEVICE];
@@ -126,7 +127,8 @@ static void setup(Trainer *t, int argc, char **argv, const Strategy *s) {
     t->hooks = (GPTHooks){t, hook_params, hook_before_forward, hook_after_forward,
                           hook_before_backward, hook_grads_ready, hook_after_backward};
     s->setup(t);
-    gpt_alloc(&t->model, &t->layout, &t->dev, t->cfg.batch, t->cfg.seq_len);
+    GPTPlan plan = gpt_plan_whole(&t->layout, t->cfg.batch, t->cfg.seq_len);
+    gpt_alloc(&t->model, &t->layout, &t->dev, &plan);
     if (t->cfg.resume) trainer_resume(t);
     report_init(t);
 }
