@@ -46,7 +46,7 @@ static void check_plan(const GPTLayout *l, const GPTPlan *p) {
 static void carve_activations(GPT *g, Carver *ca) {
     const GPTPlan *p = &g->plan;
     const GPTConfig *c = &g->L.cfg;
-    size_t BT = (size_t)p->B * p->T, C = c->channels, NH = c->num_heads, Vp = (size_t)gpt_logits_stride(c);
+    size_t BT = (size_t)p->B * p->T, C = c->channels, NH = c->num_heads, Vp = (size_t)gpt_logits_stride(&g->L);
     size_t ab = g->dev->act_bytes, fb = sizeof(float);
     int nl = plan_end_layer(p, c->num_layers) - plan_first_layer(p);
     int embed = plan_has_unit(p, GPT_UNIT_EMBED), head = plan_has_unit(p, gpt_unit_head(&g->L));
@@ -190,7 +190,7 @@ static void head_forward(GPT *g, const GPTHooks *h, int s) {
     const KernelOps *k = d->k;
     const GPTLayout *l = &g->L;
     GPTSlot *sl = &g->slot[s];
-    int BT = g->plan.B * g->plan.T, C = l->cfg.channels, V = l->cfg.vocab_size, Vp = gpt_logits_stride(&l->cfg);
+    int BT = g->plan.B * g->plan.T, C = l->cfg.channels, V = l->cfg.vocab_size, Vp = gpt_logits_stride(l);
     const bf16 *ph = h->params(h->ctx, gpt_unit_head(l));
     const bf16 *wte = h->params(h->ctx, GPT_UNIT_EMBED) + l->emb_off[EMB_WTE];
     k->layernorm_forward(d, sl->lnf, sl->lnf_mean, sl->lnf_rstd, block_input(g, l->cfg.num_layers, s),
@@ -214,7 +214,7 @@ static void head_backward(GPT *g, const GPTHooks *h, int s) {
     g->work->embed_grads_slot = s;
     dev_memset0(d, ug, l->unit[hu].count * sizeof(float), STREAM_COMPUTE);
     k->matmul_backward(d, g->work->dc, eg + l->emb_off[EMB_WTE], NULL, sl->logits, sl->lnf, wte, BT, C, V,
-                       gpt_logits_stride(&l->cfg));
+                       gpt_logits_stride(l));
     dev_memset0(d, sl->dres, (size_t)BT * C * d->act_bytes, STREAM_COMPUTE);
     k->layernorm_backward(d, sl->dres, ug + l->head_off[HEAD_LNFW], ug + l->head_off[HEAD_LNFB], g->work->dc,
                           block_input(g, l->cfg.num_layers, s), ph + l->head_off[HEAD_LNFW], sl->lnf_mean,

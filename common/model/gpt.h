@@ -7,6 +7,8 @@
 // gathers, reduces, releases or prefetches. Stages 01-06 walk every unit with
 // one micro-batch (gpt_forward/gpt_backward); a pipeline stage computes a
 // contiguous range of units for several micro-batches in flight ("slots").
+// With tensor parallelism (Shoeybi et al. 2019, Megatron-LM) every rank of a
+// tp group holds its part of each block and of wte (gpt_layout_tp).
 #pragma once
 #include <stddef.h>
 #include <stdint.h>
@@ -43,16 +45,28 @@ enum { HEAD_LNFW, HEAD_LNFB, HEAD_NTENSORS };
 
 typedef struct GPTLayout {
     GPTConfig cfg;
-    size_t num_params;       // Ψ (unpadded)
+    // tensor-parallel part this layout describes: rank tp_rank of tp_size
+    // (1, 0: the whole model, the layout of stages 01-06)
+    int tp_size, tp_rank;
+    // wte rows: vocab_padded over the group (V when tp_size = 1, else V
+    // rounded up to a multiple of 64 * tp_size); this rank holds vocab_part
+    // of them from row vocab_begin. Rows >= V are padding: zero, never a target.
+    int vocab_padded, vocab_part, vocab_begin;
+    size_t num_params;       // Ψ of this layout (unpadded; tp: this rank's part, padding rows included)
     int num_units;           // L + 2
     Range unit[GPT_MAX_UNITS];
     // offsets of each tensor relative to the start of its unit
     size_t blk_off[BLK_NTENSORS + 1], emb_off[EMB_NTENSORS + 1], head_off[HEAD_NTENSORS + 1];
     size_t max_unit_params;
+    // tensor offsets within a unit of the whole model (tp_size = 1; the head is whole), for gpt_global_index
+    size_t whole_blk_off[BLK_NTENSORS + 1], whole_emb_off[EMB_NTENSORS + 1];
 } GPTLayout;
 
 // Fails (usage error) when the shape is invalid (heads must divide channels, ...).
 void gpt_layout(GPTLayout *l, const GPTConfig *cfg);
+// Rank tp_rank's part under tensor parallelism of tp_size ranks; usage error
+// when tp_size does not divide the heads. tp_size = 1 is gpt_layout.
+void gpt_layout_tp(GPTLayout *l, const GPTConfig *cfg, int tp_size, int tp_rank);
 static inline int gpt_unit_head(const GPTLayout *l) { return l->num_units - 1; }
 static inline int gpt_unit_block(int layer) { return 1 + layer; }
 // Units whose parameters unit u reads: itself, and for the head also the
@@ -60,21 +74,44 @@ static inline int gpt_unit_block(int layer) { return 1 + layer; }
 int gpt_unit_reads(const GPTLayout *l, int u, int out[2]);
 const char *gpt_unit_name(const GPTLayout *l, int u, char *buf, size_t n);  // "embed", "block 3", "head"
 
+// How tensor parallelism splits tensor t of unit u (Megatron-LM):
+//   TP_COLUMN: output rows split (QKV weight and bias, by heads: rank r takes
+//              heads [r NH/T, (r+1) NH/T) of each of q, k, v; the MLP's first
+//              linear and its bias);
+//   TP_ROW: input columns split (attention projection, MLP second linear);
+//   TP_VOCAB: wte's rows split over the padded vocabulary;
+//   TP_REPLICATED: whole on every tp rank (layernorms, the row-parallel
+//              layers' biases, wpe): the same values and the same gradients
+//              on every rank, so a global gradient norm counts them once.
+// With tp_size = 1 every tensor is whole; the kind still names its role.
+typedef enum { TP_REPLICATED, TP_COLUMN, TP_ROW, TP_VOCAB } TPSplit;
+TPSplit gpt_tensor_split(const GPTLayout *l, int u, int t);
+// Flat ranges of this layout that hold TP_REPLICATED tensors, adjacent ones
+// merged, in order. Writes at most max; returns how many there are.
+int gpt_replicated_ranges(const GPTLayout *l, Range *out, int max);
+// Index in the whole model's layout (tp_size = 1) of element i of this
+// layout, or GPT_PADDING for a padding row of wte.
+#define GPT_PADDING ((size_t)-1)
+size_t gpt_global_index(const GPTLayout *l, size_t i);
+
 // Initial values of flat parameters [begin, end) in fp32. Each element depends
-// only on (seed, index), so any rank count or stage draws the same weights:
-// N(0, 0.02) for weights, N(0, 0.02/sqrt(2L)) for the residual projections,
-// 0 for biases, 1 for layernorm gains.
+// only on (seed, its index in the whole model), so any rank count, stage or
+// tensor-parallel split draws the same weights: N(0, 0.02) for weights,
+// N(0, 0.02/sqrt(2L)) for the residual projections, 0 for biases, 1 for
+// layernorm gains, 0 for wte's padding rows.
 void gpt_init_values(const GPTLayout *l, uint64_t seed, size_t begin, size_t end, float *out);
 
-// Matmul FLOPs per token for forward+backward: 6*Ψ_matmul + attention 12*L*C*T
-// (Ψ_matmul: weights that enter a GEMM, including the tied output projection).
+// Matmul FLOPs per token for forward+backward of the whole model:
+// 6*Ψ_matmul + attention 12*L*C*T (Ψ_matmul: weights that enter a GEMM,
+// including the tied output projection).
 double gpt_flops_per_token(const GPTLayout *l, int T);
 
-// Row stride of the logits (BT, V): V rounded up to a multiple of 64, so that
-// every row starts 128-byte aligned in bf16 and the head's GEMMs can use the
-// tensor cores' vector loads (GPT-2's V = 50257 would leave rows 2-byte
-// aligned). The padding columns are never read or written.
-static inline int gpt_logits_stride(const GPTConfig *c) { return (c->vocab_size + 63) / 64 * 64; }
+// Row stride of this rank's logits (BT, vocab_part): rounded up to a multiple
+// of 64, so that every row starts 128-byte aligned in bf16 and the head's
+// GEMMs can use the tensor cores' vector loads (GPT-2's V = 50257 would leave
+// rows 2-byte aligned). With tp_size > 1 vocab_part is already a multiple of 64.
+// The padding columns are never read or written.
+static inline int gpt_logits_stride(const GPTLayout *l) { return (l->vocab_part + 63) / 64 * 64; }
 
 // What one rank computes: micro-batches of B sequences of T tokens, `slots`
 // of them in flight at once (each keeps its own activations), through units
