@@ -97,7 +97,7 @@ static void batches_fill(Batches *b, int vocab) {
 static void reference(Device *d, Capture *c, const Batches *bt, int nmb, double *loss) {
     GPT g;
     GPTPlan plan = gpt_plan_whole(&c->l, B, T);
-    gpt_alloc(&g, &c->l, d, &plan);
+    gpt_alloc(&g, &c->l, d, &plan, NULL);
     GPTHooks h = cap_hooks(c);
     capture_clear(c);
     for (int m = 0; m < nmb; m++) {
@@ -129,7 +129,7 @@ static void run_schedule(Device *d, Capture *c, const Batches *bt, const Step *s
     GPT g;
     GPTPlan plan = gpt_plan_whole(&c->l, B, T);
     plan.slots = slots;
-    gpt_alloc(&g, &c->l, d, &plan);
+    gpt_alloc(&g, &c->l, d, &plan, NULL);
     GPTHooks h = cap_hooks(c);
     capture_clear(c);
     for (int i = 0; i < nsteps; i++) {
@@ -200,7 +200,7 @@ static void test_forwards_interleaved_by_unit(void **state) {
     GPT g;
     GPTPlan plan = gpt_plan_whole(&c.l, B, T);
     plan.slots = 3;
-    gpt_alloc(&g, &c.l, &d, &plan);
+    gpt_alloc(&g, &c.l, &d, &plan, NULL);
     GPTHooks h = cap_hooks(&c);
     for (int s = 0; s < 3; s++) gpt_slot_tokens(&g, s, bt.in[s], bt.tgt[s], 1.0f / (3 * BT));
     for (int u = 0; u < c.l.num_units; u++)
@@ -238,7 +238,7 @@ static void test_pipeline_stages_match_whole(void **state) {
     GPT st[NSTAGE];
     for (int k = 0; k < NSTAGE; k++) {
         GPTPlan p = {B, T, NMB, range[k][0], range[k][1]};
-        gpt_alloc(&st[k], &c.l, &d, &p);
+        gpt_alloc(&st[k], &c.l, &d, &p, NULL);
     }
     GPTHooks h = cap_hooks(&c);
     size_t act_bytes = (size_t)BT * c.l.cfg.channels * d.act_bytes;
@@ -290,7 +290,7 @@ static size_t whole_model_bytes(const GPTConfig *c, int ab) {
 
 static void expect_alloc_matches(Device *d, const GPTLayout *l, GPTPlan p) {
     GPT g;
-    gpt_alloc(&g, l, d, &p);
+    gpt_alloc(&g, l, d, &p, NULL);
     GPTActBytes a = gpt_activation_bytes(l, &p, d->act_bytes);
     assert_int_equal(g.acts.bytes, a.total_saved);
     assert_int_equal(a.total_saved, a.per_slot * p.slots + a.shared);
@@ -341,7 +341,7 @@ static void forward_outside_range(void) {
     capture_init(&c, "tiny", 256);
     GPT g;
     GPTPlan p = {B, T, 1, 0, 1};
-    gpt_alloc(&g, &c.l, &d, &p);
+    gpt_alloc(&g, &c.l, &d, &p, NULL);
     GPTHooks h = cap_hooks(&c);
     gpt_unit_forward(&g, &h, 2, 0);
 }
@@ -356,7 +356,7 @@ static void backwards_interleaved(void) {
     GPT g;
     GPTPlan p = gpt_plan_whole(&c.l, B, T);
     p.slots = 2;
-    gpt_alloc(&g, &c.l, &d, &p);
+    gpt_alloc(&g, &c.l, &d, &p, NULL);
     GPTHooks h = cap_hooks(&c);
     for (int s = 0; s < 2; s++) {
         gpt_slot_tokens(&g, s, bt.in[s], bt.tgt[s], 1.0f);
@@ -376,7 +376,7 @@ static void whole_walk_on_a_stage(void) {
     batches_fill(&bt, 256);
     GPT g;
     GPTPlan p = {B, T, 1, 1, 3};
-    gpt_alloc(&g, &c.l, &d, &p);
+    gpt_alloc(&g, &c.l, &d, &p, NULL);
     GPTHooks h = cap_hooks(&c);
     gpt_forward(&g, &h, bt.in[0], bt.tgt[0], 0.0f);
 }

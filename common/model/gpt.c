@@ -1,11 +1,13 @@
 // gpt.c: the model's activations (one slot per micro-batch in flight), the
 // forward and backward of one unit for one slot (the embeddings and the head
-// here, blocks in gpt_block.c) with the strategy's hooks around it, and the
-// whole-model walk of stages 01-06.
+// here, blocks in gpt_block.c, the communication of tensor parallelism in
+// gpt_tp.c) with the strategy's hooks around it, and the whole-model walk of
+// stages 01-06.
 #include "gpt.h"
 #include <stdlib.h>
 #include <string.h>
 #include "check.h"
+#include "comm.h"
 #include "gpt_units.h"
 
 // Hands out consecutive pieces of one allocation. A bf16 activation piece
@@ -32,21 +34,25 @@ static void *carve_words(Carver *c, size_t bytes) {
     return p;
 }
 
-static void check_plan(const GPTLayout *l, const GPTPlan *p) {
+static void check_plan(const GPTLayout *l, const GPTPlan *p, const Comm *tp) {
     CHECK(p->B > 0 && p->T > 0 && p->slots > 0, "gpt_alloc: B %d, T %d and slots %d must be positive", p->B, p->T, p->slots);
     CHECK(p->first_unit >= 0 && p->first_unit <= p->last_unit && p->last_unit < l->num_units,
           "gpt_alloc: units %d..%d are not a range of the model's %d units", p->first_unit, p->last_unit, l->num_units);
     if (p->T > l->cfg.max_seq_len)
         fail_usage("--seq-len %d is longer than the model's context (%d)", p->T, l->cfg.max_seq_len);
+    CHECK(l->tp_size == 1 || (tp && tp->size == l->tp_size && tp->rank == l->tp_rank),
+          "gpt_alloc: a layout of tp rank %d of %d needs its tensor-parallel group (here %s); hint: comm_split "
+          "the ranks of one tp group, ordered by tp rank", l->tp_rank, l->tp_size, tp ? "another size or rank" : "none");
 }
 
 // Every slot's blocks and its fp32/int32 pieces (all sizes multiples of 4:
-// a block's bf16 pieces are 32*BT*C bytes), then every slot's pieces that
-// may be odd-sized, then the shared temporary.
+// a block's bf16 pieces are (8C + 24Cp)*BT bytes), the shared fp32 pieces,
+// then every slot's pieces that may be odd-sized, then the shared temporary.
 static void carve_activations(GPT *g, Carver *ca) {
     const GPTPlan *p = &g->plan;
     const GPTConfig *c = &g->L.cfg;
-    size_t BT = (size_t)p->B * p->T, C = c->channels, NH = c->num_heads, Vp = (size_t)gpt_logits_stride(&g->L);
+    size_t tp = g->L.tp_size, BT = (size_t)p->B * p->T, C = c->channels, Cp = C / tp, F = 4 * C / tp;
+    size_t NHp = c->num_heads / tp, Vp = (size_t)gpt_logits_stride(&g->L);
     size_t ab = g->dev->act_bytes, fb = sizeof(float);
     int nl = plan_end_layer(p, c->num_layers) - plan_first_layer(p);
     int embed = plan_has_unit(p, GPT_UNIT_EMBED), head = plan_has_unit(p, gpt_unit_head(&g->L));
@@ -55,18 +61,18 @@ static void carve_activations(GPT *g, Carver *ca) {
         for (int i = 0; i < nl; i++) {
             LayerActs *la = &sl->layer[i];
             la->ln1 = carve(ca, BT * C * ab);
-            la->qkv = carve(ca, BT * 3 * C * ab);
-            la->atty = carve(ca, BT * C * ab);
+            la->qkv = carve(ca, BT * 3 * Cp * ab);
+            la->atty = carve(ca, BT * Cp * ab);
             la->x2 = carve(ca, BT * C * ab);
             la->ln2 = carve(ca, BT * C * ab);
-            la->fch = carve(ca, BT * 4 * C * ab);
-            la->fch_gelu = carve(ca, BT * 4 * C * ab);
+            la->fch = carve(ca, BT * F * ab);
+            la->fch_gelu = carve(ca, BT * F * ab);
             la->x3 = carve(ca, BT * C * ab);
             la->ln1_mean = carve_words(ca, BT * fb);
             la->ln1_rstd = carve_words(ca, BT * fb);
             la->ln2_mean = carve_words(ca, BT * fb);
             la->ln2_rstd = carve_words(ca, BT * fb);
-            la->att = carve_words(ca, (size_t)p->B * NH * p->T * p->T * fb);
+            la->att = carve_words(ca, (size_t)p->B * NHp * p->T * p->T * fb);
         }
         if (head) {
             sl->lnf_mean = carve_words(ca, BT * fb);
@@ -75,6 +81,10 @@ static void carve_activations(GPT *g, Carver *ca) {
         }
         if (embed) sl->inputs = carve_words(ca, BT * sizeof(int32_t));
         if (head) sl->targets = carve_words(ca, BT * sizeof(int32_t));
+    }
+    if (head && tp > 1) {
+        g->work->ce_max = carve_words(ca, BT * fb);
+        g->work->ce_sums = carve_words(ca, 2 * BT * fb);
     }
     for (int s = 0; s < p->slots; s++) {
         GPTSlot *sl = &g->slot[s];
@@ -87,13 +97,15 @@ static void carve_activations(GPT *g, Carver *ca) {
     g->work->tmp = carve(ca, BT * C * ab);
 }
 
-void gpt_alloc(GPT *g, const GPTLayout *l, Device *dev, const GPTPlan *p) {
-    check_plan(l, p);
+void gpt_alloc(GPT *g, const GPTLayout *l, Device *dev, const GPTPlan *p, Comm *tp) {
+    check_plan(l, p, tp);
     memset(g, 0, sizeof *g);
     g->L = *l;
     g->plan = *p;
     g->dev = dev;
-    size_t BT = (size_t)p->B * p->T, C = l->cfg.channels, ab = dev->act_bytes, fb = sizeof(float);
+    g->tp = l->tp_size > 1 ? tp : NULL;
+    size_t BT = (size_t)p->B * p->T, C = l->cfg.channels, F = 4 * C / l->tp_size;
+    size_t ab = dev->act_bytes, fb = sizeof(float);
     GPTActBytes sizes = gpt_activation_bytes(l, p, dev->act_bytes);
     int nl = plan_end_layer(p, l->cfg.num_layers) - plan_first_layer(p);
 
@@ -109,8 +121,8 @@ void gpt_alloc(GPT *g, const GPTLayout *l, Device *dev, const GPTPlan *p) {
     Carver cs = {g->scratch.ptr, g->scratch.bytes};
     for (int s = 0; s < p->slots; s++) g->slot[s].dres = carve(&cs, BT * C * ab);
     g->work->dc = carve(&cs, BT * C * ab);
-    g->work->d4a = carve(&cs, BT * 4 * C * ab);
-    g->work->d4b = carve(&cs, BT * 4 * C * ab);
+    g->work->d4a = carve(&cs, BT * F * ab);
+    g->work->d4b = carve(&cs, BT * F * ab);
 
     size_t unit_max = 0;  // unit_grads: the largest unit of the range but the embeddings (embed_grads)
     for (int u = p->first_unit > 1 ? p->first_unit : 1; u <= p->last_unit; u++)
@@ -180,23 +192,30 @@ static void embed_forward(GPT *g, const GPTHooks *h, int s) {
     const GPTLayout *l = &g->L;
     GPTSlot *sl = &g->slot[s];
     const bf16 *pe = h->params(h->ctx, GPT_UNIT_EMBED);
+    if (l->tp_size > 1) {
+        tp_embed_forward(g, pe, s);
+        return;
+    }
     d->k->encoder_forward(d, sl->x_in, sl->inputs, pe + l->emb_off[EMB_WTE], pe + l->emb_off[EMB_WPE], g->plan.B,
                           g->plan.T, l->cfg.channels);
 }
 
-// logits = lnf(x_L) @ wte^T (tied), then the loss (and dlogits with a loss scale)
+// logits = lnf(x_L) @ wte^T (tied), then the loss (and dlogits with a loss
+// scale). Under tensor parallelism the rank's logits are those of its wte
+// rows (a column-parallel linear: f before it, an identity forward).
 static void head_forward(GPT *g, const GPTHooks *h, int s) {
     Device *d = g->dev;
     const KernelOps *k = d->k;
     const GPTLayout *l = &g->L;
     GPTSlot *sl = &g->slot[s];
-    int BT = g->plan.B * g->plan.T, C = l->cfg.channels, V = l->cfg.vocab_size, Vp = gpt_logits_stride(l);
+    int BT = g->plan.B * g->plan.T, C = l->cfg.channels, V = l->vocab_part, Vp = gpt_logits_stride(l);
     const bf16 *ph = h->params(h->ctx, gpt_unit_head(l));
     const bf16 *wte = h->params(h->ctx, GPT_UNIT_EMBED) + l->emb_off[EMB_WTE];
     k->layernorm_forward(d, sl->lnf, sl->lnf_mean, sl->lnf_rstd, block_input(g, l->cfg.num_layers, s),
                          ph + l->head_off[HEAD_LNFW], ph + l->head_off[HEAD_LNFB], BT, C);
     k->matmul_forward(d, sl->logits, sl->lnf, wte, NULL, BT, C, V, Vp);
-    k->softmax_crossentropy(d, sl->losses, sl->logits, sl->targets, BT, V, Vp, sl->dloss_scale);
+    if (l->tp_size > 1) tp_head_loss(g, s);
+    else k->softmax_crossentropy(d, sl->losses, sl->logits, sl->targets, BT, V, Vp, sl->dloss_scale);
 }
 
 // wte's gradient collects here and in the embeddings' backward, so the
@@ -206,7 +225,7 @@ static void head_backward(GPT *g, const GPTHooks *h, int s) {
     const KernelOps *k = d->k;
     const GPTLayout *l = &g->L;
     GPTSlot *sl = &g->slot[s];
-    int hu = gpt_unit_head(l), BT = g->plan.B * g->plan.T, C = l->cfg.channels, V = l->cfg.vocab_size;
+    int hu = gpt_unit_head(l), BT = g->plan.B * g->plan.T, C = l->cfg.channels, V = l->vocab_part;
     float *ug = g->unit_grads.ptr, *eg = g->embed_grads.ptr;
     const bf16 *ph = h->params(h->ctx, hu);
     const bf16 *wte = h->params(h->ctx, GPT_UNIT_EMBED) + l->emb_off[EMB_WTE];
@@ -215,6 +234,7 @@ static void head_backward(GPT *g, const GPTHooks *h, int s) {
     dev_memset0(d, ug, l->unit[hu].count * sizeof(float), STREAM_COMPUTE);
     k->matmul_backward(d, g->work->dc, eg + l->emb_off[EMB_WTE], NULL, sl->logits, sl->lnf, wte, BT, C, V,
                        gpt_logits_stride(l));
+    tp_sum(g, g->work->dc);  // f: all-reduce backward
     dev_memset0(d, sl->dres, (size_t)BT * C * d->act_bytes, STREAM_COMPUTE);
     k->layernorm_backward(d, sl->dres, ug + l->head_off[HEAD_LNFW], ug + l->head_off[HEAD_LNFB], g->work->dc,
                           block_input(g, l->cfg.num_layers, s), ph + l->head_off[HEAD_LNFW], sl->lnf_mean,
@@ -236,8 +256,13 @@ static void embed_backward(GPT *g, int s) {
     else
         dev_memset0(d, eg, g->embed_grads.bytes, STREAM_COMPUTE);  // a first pipeline stage: no head contribution
     g->work->embed_grads_slot = -1;
-    d->k->encoder_backward(d, eg + l->emb_off[EMB_WTE], eg + l->emb_off[EMB_WPE], g->slot[s].dres, g->slot[s].inputs,
-                           g->plan.B, g->plan.T, l->cfg.channels);
+    const GPTSlot *sl = &g->slot[s];
+    if (l->tp_size > 1)  // every rank has the whole dL/dx0: its rows' part of dwte, and dwpe
+        d->k->embedding_part_backward(d, eg + l->emb_off[EMB_WTE], eg + l->emb_off[EMB_WPE], sl->dres, sl->inputs,
+                                      l->vocab_begin, l->vocab_part, g->plan.B, g->plan.T, l->cfg.channels);
+    else
+        d->k->encoder_backward(d, eg + l->emb_off[EMB_WTE], eg + l->emb_off[EMB_WPE], sl->dres, sl->inputs, g->plan.B,
+                               g->plan.T, l->cfg.channels);
 }
 
 // ---- one unit, one slot ----

@@ -15,6 +15,8 @@
 #include "bf16.h"
 #include "device.h"
 
+struct Comm;
+
 typedef struct GPTConfig {
     int max_seq_len;  // wpe rows
     int vocab_size;
@@ -162,6 +164,7 @@ typedef struct GPT {
     GPTLayout L;
     GPTPlan plan;
     Device *dev;
+    struct Comm *tp;   // tensor-parallel group (L.tp_size ranks); NULL when tp_size = 1
     Buf acts;          // saved activations of every slot, and shared temporaries (activations)
     Buf scratch;       // backward temporaries (workspace)
     Buf unit_grads;    // fp32 gradients of the unit being differentiated (workspace)
@@ -172,8 +175,10 @@ typedef struct GPT {
     struct GPTWork *work;
 } GPT;
 
-// Allocates activations and workspaces for the plan on dev.
-void gpt_alloc(GPT *g, const GPTLayout *l, Device *dev, const GPTPlan *p);
+// Allocates activations and workspaces for the plan on dev. tp is the tensor-
+// parallel group of a layout with tp_size > 1 (its size and this rank's place
+// in it match the layout's), NULL otherwise.
+void gpt_alloc(GPT *g, const GPTLayout *l, Device *dev, const GPTPlan *p, struct Comm *tp);
 void gpt_free(GPT *g);
 
 // ---- one unit, one micro-batch ----

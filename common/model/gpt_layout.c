@@ -127,7 +127,8 @@ double gpt_flops_per_token(const GPTLayout *l, int T) {
 
 GPTActBytes gpt_activation_bytes(const GPTLayout *l, const GPTPlan *p, int act_bytes) {
     const GPTConfig *c = &l->cfg;
-    size_t BT = (size_t)p->B * p->T, C = c->channels, NH = c->num_heads, Vp = (size_t)gpt_logits_stride(l);
+    size_t tp = l->tp_size, BT = (size_t)p->B * p->T, C = c->channels, Cp = C / tp, F = 4 * C / tp;
+    size_t NHp = c->num_heads / tp, Vp = (size_t)gpt_logits_stride(l);
     size_t ab = (size_t)act_bytes, fb = sizeof(float), ib = sizeof(int32_t);
     int hu = gpt_unit_head(l);
     int has_embed = p->first_unit == GPT_UNIT_EMBED, has_head = p->last_unit == hu;
@@ -135,18 +136,22 @@ GPTActBytes gpt_activation_bytes(const GPTLayout *l, const GPTPlan *p, int act_b
     size_t blocks = last_block >= first_block ? (size_t)(last_block - first_block + 1) : 0;
     GPTActBytes r;
     // per layer: ln1 C, qkv 3C, atty C, x2 C, ln2 C, fch 4C, fch_gelu 4C, x3 C = 16C
-    // activations; fp32 mean and rstd of both layernorms; fp32 attention probabilities NH·T
-    r.per_layer = BT * (16 * C * ab + 4 * fb) + (size_t)p->B * NH * p->T * p->T * fb;
+    // activations; fp32 mean and rstd of both layernorms; fp32 attention
+    // probabilities NH·T. Under tensor parallelism qkv, atty, fch, fch_gelu
+    // and the probabilities are the rank's heads' (1/tp); the rest is whole.
+    r.per_layer = BT * ((4 * C + 3 * Cp + Cp + 2 * F) * ab + 4 * fb) + (size_t)p->B * NHp * p->T * p->T * fb;
     // per slot: the range's blocks and its input x_in (C); the embeddings add
-    // the input token ids; the head lnf (C), the logits (Vp: V padded),
-    // lnf mean/rstd and losses in fp32, and the target ids
+    // the input token ids; the head lnf (C), the logits (Vp: this rank's
+    // vocabulary, padded), lnf mean/rstd and losses in fp32, and the target ids
     r.per_slot = blocks * r.per_layer + BT * C * ab;
     if (has_embed) r.per_slot += BT * ib;
     if (has_head) r.per_slot += BT * ((C + Vp) * ab + 3 * fb + ib);
-    r.shared = BT * C * ab;  // one (BT,C) projection output before its residual add
+    // one (BT,C) projection output before its residual add; under tensor
+    // parallelism the head's cross-entropy statistics (max, sum, target logit)
+    r.shared = BT * C * ab + (has_head && tp > 1 ? BT * 3 * fb : 0);
     r.total_saved = r.per_slot * (size_t)p->slots + r.shared;
-    // backward: the residual gradient C per slot; one C-wide and two 4C-wide temporaries
-    r.backward_scratch = BT * C * ab * (size_t)p->slots + BT * 9 * C * ab;
+    // backward: the residual gradient C per slot; one C-wide and two 4C-wide (F) temporaries
+    r.backward_scratch = BT * C * ab * (size_t)p->slots + BT * (C + 2 * F) * ab;
     size_t unit_max = 0;  // the largest unit of the range but the embeddings
     for (int u = first_block; u <= p->last_unit; u++)
         if (l->unit[u].count > unit_max) unit_max = l->unit[u].count;

@@ -1,7 +1,9 @@
-// gpt_units.h: what the model's compute files share (gpt.c, gpt_block.c):
-// the activations one micro-batch keeps (a slot), the temporaries the slots
-// share, and the forward and backward of one block. Internal to common/model;
-// everything else goes through gpt.h.
+// gpt_units.h: what the model's compute files share (gpt.c, gpt_block.c,
+// gpt_tp.c): the activations one micro-batch keeps (a slot), the temporaries
+// the slots share, the forward and backward of one block, and the pieces of
+// tensor parallelism. Internal to common/model; everything else goes through
+// gpt.h. Under tensor parallelism (tp ranks) a block's tensors hold this
+// rank's heads: Cp = C/tp channels of attention, F = 4C/tp of the MLP.
 #pragma once
 #include "gpt.h"
 #include "kernels.h"
@@ -9,9 +11,9 @@
 // Saved activations of one transformer block; its input is the previous
 // block's x3, or the slot's x_in for the range's first block.
 typedef struct LayerActs {
-    act *ln1, *qkv, *atty, *x2, *ln2, *fch, *fch_gelu, *x3;  // (BT,C) except qkv (BT,3C), fch* (BT,4C)
+    act *ln1, *qkv, *atty, *x2, *ln2, *fch, *fch_gelu, *x3;  // (BT,C) except qkv (BT,3Cp), atty (BT,Cp), fch* (BT,F)
     float *ln1_mean, *ln1_rstd, *ln2_mean, *ln2_rstd;        // (BT)
-    float *att;                                               // (B,NH,T,T)
+    float *att;                                               // (B,NH/tp,T,T)
 } LayerActs;
 
 // One micro-batch in flight: what its backward needs from its forward.
@@ -20,7 +22,7 @@ typedef struct GPTSlot {
     LayerActs *layer;             // the range's blocks, [layer - first layer]
     act *lnf;                     // (BT,C) head only, like the three below
     float *lnf_mean, *lnf_rstd;   // (BT)
-    act *logits;                  // (BT,V), rows Vp apart; holds dlogits after forward with a loss scale
+    act *logits;                  // (BT,vocab_part), rows gpt_logits_stride apart; dlogits after forward with a loss scale
     float *losses;                // (BT)
     int32_t *inputs, *targets;    // (BT) embeddings / head only
     act *dres;                    // (BT,C) gradient of the residual stream (backward scratch)
@@ -30,8 +32,9 @@ typedef struct GPTSlot {
 // Temporaries the slots share: live within one unit's forward or backward.
 typedef struct GPTWork {
     act *tmp;                     // (BT,C) projection outputs before the residual add
+    float *ce_max, *ce_sums;      // (BT), (2,BT): the vocabulary-parallel cross-entropy's statistics (tp > 1)
     act *dc;                      // (BT,C)
-    act *d4a, *d4b;               // (BT,4C); d4a also serves as dqkv (BT,3C)
+    act *d4a, *d4b;               // (BT,F); d4a also serves as dqkv (BT,3Cp)
     int embed_grads_slot;         // slot whose head backward started embed_grads; -1 none
 } GPTWork;
 
@@ -59,3 +62,14 @@ static inline LayerActs *layer_acts(const GPT *g, int layer, int s) {
 // gradients accumulate into dp (fp32, the unit's layout).
 void block_forward(GPT *g, const bf16 *p, int layer, int s);
 void block_backward(GPT *g, const bf16 *p, float *dp, int layer, int s);
+
+// ---- tensor parallelism (gpt_tp.c) ----
+// x (BT,C) summed in place over the tp group (nothing to do with tp_size 1),
+// in the activations' type (fp32 on cpu, bf16 on cuda):
+// Megatron-LM's g operator forward and f operator backward.
+void tp_sum(GPT *g, act *x);
+// x_in of slot s = the vocabulary-parallel embedding of its input tokens.
+void tp_embed_forward(GPT *g, const bf16 *embed_params, int s);
+// The slot's losses (and dlogits) from this rank's logits, with the
+// vocabulary-parallel cross-entropy's statistics all-reduced.
+void tp_head_loss(GPT *g, int s);

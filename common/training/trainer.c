@@ -128,7 +128,7 @@ static void setup(Trainer *t, int argc, char **argv, const Strategy *s) {
                           hook_before_backward, hook_grads_ready, hook_after_backward};
     s->setup(t);
     GPTPlan plan = gpt_plan_whole(&t->layout, t->cfg.batch, t->cfg.seq_len);
-    gpt_alloc(&t->model, &t->layout, &t->dev, &plan);
+    gpt_alloc(&t->model, &t->layout, &t->dev, &plan, NULL);
     if (t->cfg.resume) trainer_resume(t);
     report_init(t);
 }
