@@ -3,7 +3,8 @@
 // bf16 gradient/optimizer ops. Activations are bf16, math is fp32 (the shared
 // formulas of elementwise.h). The GEMM-based kernels live in
 // kernels_cuda_matmul.cu and kernels_cuda_attention.cu, layernorm in
-// kernels_cuda_layernorm.cu, those of tensor parallelism in kernels_cuda_tp.cu. Everything runs on the device's compute stream.
+// kernels_cuda_layernorm.cu, those of tensor parallelism in
+// kernels_cuda_tp.cu. Everything runs on the device's compute stream.
 //
 // Determinism: every sum runs in a fixed order except the token scatter of
 // the encoder backward, which adds with atomics (positions holding the same

@@ -192,9 +192,11 @@ void gpt_slot_tokens(GPT *g, int s, const int32_t *inputs, const int32_t *target
 void gpt_unit_forward(GPT *g, const GPTHooks *h, int u, int s);
 // Backward of unit u for slot s, after its forward, in reverse unit order;
 // calls grads_ready. The head starts from its dlogits; any other last unit of
-// the range from gpt_slot_grad. A slot's backward from the head down to the
-// embeddings runs without another slot's backward in between (they share the
-// embeddings' gradient buffer; this is checked).
+// the range from gpt_slot_grad. Between a slot's head backward and its
+// embeddings' backward no other slot's head backward runs (they share the
+// embeddings' gradient buffer; checked).
+// Under tensor parallelism every rank of the group runs the same units in the
+// same order: the all-reduces inside are collective (gpt_tp.c lists them).
 void gpt_unit_backward(GPT *g, const GPTHooks *h, int u, int s);
 // Mean loss over the slot's B*T tokens, after the head's forward (synchronizes).
 double gpt_slot_loss(GPT *g, int s);

@@ -36,9 +36,10 @@ static size_t whole_tensor_offset(const GPTLayout *l, int u, int t) {
 // block of `block_rows` rows (q, k and v are three such blocks of QKV), a
 // row-parallel one `part_cols` columns from column `first` of every row,
 // wte `part_rows` rows from row `first`, those at `valid_rows` or beyond
-// being padding.
+// being padding. A whole tensor (tp 1, or replicated) maps element e to e.
 typedef struct TensorPiece {
     TPSplit split;
+    int whole;
     size_t whole_offset;
     size_t cols, block_rows, part_rows, part_cols, first, valid_rows;
 } TensorPiece;
@@ -46,6 +47,7 @@ typedef struct TensorPiece {
 static TensorPiece tensor_piece(const GPTLayout *l, int u, int t) {
     size_t C = (size_t)l->cfg.channels, tp = (size_t)l->tp_size, r = (size_t)l->tp_rank;
     TensorPiece p = {.split = gpt_tensor_split(l, u, t), .whole_offset = whole_tensor_offset(l, u, t), .cols = 1};
+    p.whole = tp == 1 || p.split == TP_REPLICATED;
     if (p.split == TP_VOCAB) {
         p.cols = C;
         p.part_rows = (size_t)l->vocab_part;
@@ -66,6 +68,7 @@ static TensorPiece tensor_piece(const GPTLayout *l, int u, int t) {
 
 // Whole-model index of element e of this rank's piece, or GPT_PADDING.
 static size_t piece_global(const TensorPiece *p, size_t e) {
+    if (p->whole) return p->whole_offset + e;
     switch (p->split) {
     case TP_VOCAB: {
         size_t row = p->first + e / p->cols;
@@ -77,7 +80,7 @@ static size_t piece_global(const TensorPiece *p, size_t e) {
         return p->whole_offset + row * p->cols + e % p->cols;
     }
     case TP_ROW: return p->whole_offset + e / p->part_cols * p->cols + p->first + e % p->part_cols;
-    default: return p->whole_offset + e;
+    default: return p->whole_offset + e;  // TP_REPLICATED
     }
 }
 
