@@ -74,6 +74,25 @@ static void test_all_reduce_bf16_rounds(void **state) {
     assert_true(all_ranks(c, ok && lo == hi));
 }
 
+// The maximum of f32 values of either sign, -infinity included (a rank with
+// nothing to offer, as a vocabulary part holding only padding rows).
+static void test_all_reduce_max_f32(void **state) {
+    Comm *c = &((Fixture *)*state)->world;
+    enum { n = 300 };
+    float buf[n];
+    for (int async = 0; async < 2; async++) {  // blocking, then with a handle and comm_wait
+        CommHandle handle = {0}, *h = async ? &handle : NULL;
+        // element i's maximum -i/4 sits on rank i % size; the other ranks hold less
+        for (int i = 0; i < n; i++)
+            buf[i] = c->rank == i % c->size ? -0.25f * (float)i : (i % 3 ? -INFINITY : -1000.0f - (float)c->rank);
+        comm_all_reduce_max(c, buf, n, DT_F32, h);
+        comm_wait(c, h);
+        int ok = 1;
+        for (int i = 0; i < n; i++) ok &= buf[i] == -0.25f * (float)i;
+        assert_true(all_ranks(c, ok));
+    }
+}
+
 // counts: {3, 0, 5, 2} on 4 ranks (a bucket that skips rank 1's shard)
 static void rank_counts(const Comm *c, size_t *counts, size_t *displs, size_t *total) {
     static const size_t pattern[4] = {3, 0, 5, 2};
@@ -377,6 +396,7 @@ int main(int argc, char **argv) {
         cmocka_unit_test_prestate(test_all_reduce_f32, &fixture),
         cmocka_unit_test_prestate(test_all_reduce_bf16, &fixture),
         cmocka_unit_test_prestate(test_all_reduce_bf16_rounds, &fixture),
+        cmocka_unit_test_prestate(test_all_reduce_max_f32, &fixture),
         cmocka_unit_test_prestate(test_reduce_scatter_unequal, &fixture),
         cmocka_unit_test_prestate(test_all_gather_in_place_unequal, &fixture),
         cmocka_unit_test_prestate(test_all_gather_leaves_gaps, &fixture),
@@ -396,6 +416,7 @@ int main(int argc, char **argv) {
     const struct CMUnitTest through_pinned_stages[] = {
         cmocka_unit_test_prestate(test_all_reduce_f32, &staged),
         cmocka_unit_test_prestate(test_all_reduce_bf16, &staged),
+        cmocka_unit_test_prestate(test_all_reduce_max_f32, &staged),
         cmocka_unit_test_prestate(test_reduce_scatter_unequal, &staged),
         cmocka_unit_test_prestate(test_all_gather_in_place_unequal, &staged),
         cmocka_unit_test_prestate(test_all_gather_leaves_gaps, &staged),

@@ -88,6 +88,8 @@ void comm_world_finalize(Comm *world);
 // once and the buffers must not be touched until comm_wait(h).
 // In-place sum over the group.
 void comm_all_reduce_sum(Comm *c, void *buf, size_t count, DType t, CommHandle *h);
+// In-place maximum over the group (f32, f64, i32); counted as an all-reduce.
+void comm_all_reduce_max(Comm *c, void *buf, size_t count, DType t, CommHandle *h);
 // Sum over the group; rank r receives elements [displ_r, displ_r + recvcounts[r])
 // of the summed `send` (displ_r = sum of earlier counts) into `recv`.
 // Counts may differ and may be zero (a bucket spanning some ranks' shards).

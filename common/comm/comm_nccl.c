@@ -216,6 +216,13 @@ void comm_nccl_all_reduce_sum(Comm *c, void *buf, size_t count, DType t, CommHan
     end_nccl(c, k, blocking);
 }
 
+void comm_nccl_all_reduce_max(Comm *c, void *buf, size_t count, DType t, CommHandle *k,
+                              int blocking) {
+    cudaStream_t s = begin_nccl(c, k);
+    ncclCheck(ncclAllReduce(buf, buf, count, nccl_type(t), ncclMax, nccl_of(c), s));
+    end_nccl(c, k, blocking);
+}
+
 static int counts_equal(const size_t *counts, int n) {
     for (int r = 1; r < n; r++)
         if (counts[r] != counts[0]) return 0;

@@ -29,6 +29,8 @@ int comm_nccl_owns(const Comm *c, const void *a, const void *b);
 // once the transfer is complete, otherwise at once with k->event recorded.
 void comm_nccl_all_reduce_sum(Comm *c, void *buf, size_t count, DType t, CommHandle *k,
                               int blocking);
+void comm_nccl_all_reduce_max(Comm *c, void *buf, size_t count, DType t, CommHandle *k,
+                              int blocking);
 void comm_nccl_reduce_scatter_sum(Comm *c, const void *send, void *recv, const size_t *recvcounts,
                                   DType t, CommHandle *k, int blocking);
 void comm_nccl_all_gather(Comm *c, void *buf, const size_t *counts, const size_t *displs, DType t,

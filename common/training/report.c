@@ -150,7 +150,8 @@ static void summarize(Trainer *t, Summary *s) {
     mpiCheck(MPI_Allreduce(MPI_IN_PLACE, s->peak, TIER_COUNT * CAT_COUNT, MPI_DOUBLE, MPI_MAX, t->world.mpi));
     mpiCheck(MPI_Allreduce(MPI_IN_PLACE, s->tier_peak, TIER_COUNT, MPI_DOUBLE, MPI_MAX, t->world.mpi));
     stage_state_bytes(t->formula, t->layout.num_params, t->world.size, &s->formula);
-    s->acts = gpt_activation_bytes(&t->layout, t->cfg.batch, t->cfg.seq_len, t->dev.act_bytes);
+    GPTPlan plan = gpt_plan_whole(&t->layout, t->cfg.batch, t->cfg.seq_len);
+    s->acts = gpt_activation_bytes(&t->layout, &plan, t->dev.act_bytes);
     s->step_ms_median = median(r->step_ms, r->n);
     s->tokens_per_s = global_tokens_per_step(t) / (s->step_ms_median / 1000.0);
     s->flops_per_token = gpt_flops_per_token(&t->layout, t->cfg.seq_len);

@@ -68,7 +68,8 @@ static void check_budget(Trainer *t) {
     if (t->dev.mem.budget[TIER_DEVICE] == 0) return;
     StateBytes sb;
     stage_state_bytes(t->formula, t->layout.num_params, t->world.size, &sb);
-    GPTActBytes ab = gpt_activation_bytes(&t->layout, t->cfg.batch, t->cfg.seq_len, t->dev.act_bytes);
+    GPTPlan plan = gpt_plan_whole(&t->layout, t->cfg.batch, t->cfg.seq_len);
+    GPTActBytes ab = gpt_activation_bytes(&t->layout, &plan, t->dev.act_bytes);
     double need = sb.tier_total[TIER_DEVICE] + ab.total_saved + ab.backward_scratch + ab.grad_workspace +
                   (double)t->dev.mem.tier_current[TIER_DEVICE];
     double budget = (double)t->dev.mem.budget[TIER_DEVICE];
@@ -130,7 +131,8 @@ static void setup(Trainer *t, int argc, char **argv, const Strategy *s) {
                           .after_forward = hook_after_forward, .before_backward = hook_before_backward,
                           .grads_ready = hook_grads_ready, .after_backward = hook_after_backward};
     if (s->setup) s->setup(t);
-    gpt_alloc(&t->model, &t->layout, &t->dev, t->cfg.batch, t->cfg.seq_len);
+    GPTPlan plan = gpt_plan_whole(&t->layout, t->cfg.batch, t->cfg.seq_len);
+    gpt_alloc(&t->model, &t->layout, &t->dev, &plan, NULL);
     if (t->cfg.resume) trainer_resume(t);
     report_init(t);
 }
