@@ -80,7 +80,7 @@ MAIN_OBJ = $(BUILD)/main/$(1).o
 TEST_SRC := $(wildcard tests/test_*.c)
 TEST_BINS := $(TEST_SRC:tests/%.c=$(BUILD)/tests/%)
 
-.PHONY: all deps check-deps demo test bench bench-cuda clean help lab-% check-lab-% $(addprefix stage-,$(STAGES)) $(addprefix diff-,$(STAGES))
+.PHONY: all deps check-deps demo test bench bench-cuda bench-compare clean help lab-% check-lab-% $(addprefix stage-,$(STAGES)) $(addprefix diff-,$(STAGES))
 all: check-deps $(BINS)
 	@echo "built: $(BINS)$(if $(strip $(SKIPPED)), | skipped: $(strip $(SKIPPED)))"
 
@@ -92,6 +92,7 @@ help:
 	@echo "make test       build and run the tests; ends with 'N passed, N failed'"
 	@echo "make bench      benchmarks, JSON in build/bench/ (with the cuda part where a GPU is usable)"
 	@echo "make bench-cuda the cuda part alone: MFU of gpt2-124m, every stage at 1, 2, 4 ranks on one GPU"
+	@echo "make bench-compare BASE=old.json [NEW=new.json]  two bench results side by side; exit 1 on a regression"
 	@echo "make diff-NN    what stage NN adds over the stage before it"
 	@echo "make lab-NN     a student copy (labs/NN, or LAB_DIR=...) with stage NN's technique to write"
 	@echo "make check-lab-NN  (in that copy) build it and grade it: pass/fail per check and a score"
@@ -146,6 +147,11 @@ bench: all
 
 bench-cuda: all
 	@bash bench/cuda.sh
+
+# make bench-compare BASE=old.json [NEW=new.json]: exit 1 on a regression
+bench-compare:
+	@if [ -z "$(BASE)" ]; then echo "bench-compare: give BASE=results.json of an earlier make bench (NEW defaults to build/bench/results.json)"; exit 2; fi
+	@python3 bench/compare.py $(BASE) $(NEW)
 
 demo:
 	@bash scripts/demo.sh $(NP)

@@ -32,18 +32,19 @@ if ! command -v fio > /dev/null; then
     DEBIAN_FRONTEND=noninteractive $sudo apt-get install -y -qq fio > /dev/null
 fi
 
-mpicc -O3 -march=native -std=gnu11 -Wall -Icommon/io -Icommon/runtime bench/aio_sweep.c \
-    common/io/aio.c common/io/aio_file.c common/runtime/trace.c common/runtime/check.c \
-    -o "$out/aio_sweep" -laio -lm
+build=build
+[ "${GPU:-1}" = 0 ] && build=build-nogpu
+make -s GPU="${GPU:-1}" "$build/bench/aio_sweep" >&2
+sweep="$build/bench/aio_sweep"
 file="$dir/aio-bench.bin"
 echo "bench aio: preparing ${file_mib} MiB in $file"
-"$out/aio_sweep" prepare "$file" "$file_mib"
+"$sweep" prepare "$file" "$file_mib"
 bytes=$((file_mib * 1024 * 1024))
 runs="$out/aio_runs.jsonl"
 : > "$runs"
 
 ours() {  # op block_kb depth round
-    "$out/aio_sweep" run "$file" "$1" "$2" "$3" | sed "s/}\$/, \"round\": $4}/" >> "$runs"
+    "$sweep" run "$file" "$1" "$2" "$3" | sed "s/}\$/, \"round\": $4}/" >> "$runs"
 }
 fio_point() {  # op block_kb depth round
     local json="$out/aio_fio_last.json"

@@ -66,11 +66,68 @@ static void test_compare_needs_a_spread(void **state) {
     free(out);
 }
 
+// bench-compare: a drop beyond the measured spread is a regression (exit
+// 1), one within it is noise; more peak memory is a regression; a section
+// that failed now but ran before is one too.
+static void write_results(const char *path, double tps, double lo, double hi, double peak, int aio_failed) {
+    FILE *f = fopen(path, "w");
+    assert_non_null(f);
+    fprintf(f, "{\"schema\":1,\"commit\":\"x\",\"machine\":{\"cpu\":\"test cpu\",\"cores\":2},\"sections\":{"
+               "\"training\":{\"stages\":{\"zero2\":{\"tokens_per_s\":%g,\"tokens_per_s_min\":%g,"
+               "\"tokens_per_s_max\":%g,\"peak_device_bytes_per_rank\":%g}}},\"aio\":%s}}\n",
+            tps, lo, hi, peak, aio_failed ? "{\"failed\":true,\"exit\":1}" : "{\"best_gbps\":1.0}");
+    fclose(f);
+}
+
+static void test_bench_compare(void **state) {
+    (void)state;
+    char root[64], base[128], noise[128], slow[128], fat[128], broke[128], cmd[512];
+    assert_int_equal(test_make_dir(root, sizeof root, "compare"), 0);
+    snprintf(base, sizeof base, "%s/base.json", root);
+    snprintf(noise, sizeof noise, "%s/noise.json", root);
+    snprintf(slow, sizeof slow, "%s/slow.json", root);
+    snprintf(fat, sizeof fat, "%s/fat.json", root);
+    snprintf(broke, sizeof broke, "%s/broke.json", root);
+    write_results(base, 1000, 950, 1060, 5e6, 0);   // spread 11%
+    write_results(noise, 930, 900, 980, 5e6, 0);    // -7%: within the spread
+    write_results(slow, 800, 780, 820, 5e6, 0);     // -20%: beyond it
+    write_results(fat, 1000, 950, 1060, 6e6, 0);    // more memory
+    write_results(broke, 1000, 950, 1060, 5e6, 1);  // a section failed
+    const char *news[4] = {noise, slow, fat, broke};
+    const int want_rc[4] = {0, 1, 1, 1};
+    for (int i = 0; i < 4; i++) {
+        snprintf(cmd, sizeof cmd, "python3 bench/compare.py %s %s", base, news[i]);
+        char *out = NULL;
+        int rc = test_run(cmd, &out);
+        if (rc != want_rc[i] || (want_rc[i] && !strstr(out, "REGRESSION")) || (!want_rc[i] && !strstr(out, "within spread")))
+            fail_msg("%s: exit %d (want %d)\n%s", cmd, rc, want_rc[i], out);
+        free(out);
+    }
+    assert_int_equal(test_remove_dir(root), 0);
+}
+
+// make bench keeps what finished: a failing section is marked failed (with
+// its log) and the results still hold the sections that ran, the machine
+// and the commit.
+static void test_bench_keeps_finished_sections(void **state) {
+    (void)state;
+    char *out = NULL;
+    int rc = test_run("BENCH_ONLY='sgemm aio' AIO_DIR=/dev/null/no-such bash bench/run.sh && "
+                      "python3 -c \"import json; r = json.load(open('build/bench/results.json')); "
+                      "s = r['sections']; print('sgemm', s['sgemm']['sgemm_gflops'] > 0, 'aio', s['aio']['failed'], "
+                      "'cpu', bool(r['machine']['cpu']), 'commit', len(r['commit']))\"", &out);
+    if (rc != 0 || !strstr(out, "sgemm True aio True cpu True commit 40") || !strstr(out, "aio FAILED"))
+        fail_msg("make bench with a failing section: exit %d\n%s", rc, out);
+    free(out);
+}
+
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_stage_diffs),
         cmocka_unit_test(test_plot_runs),
         cmocka_unit_test(test_compare_needs_a_spread),
+        cmocka_unit_test(test_bench_compare),
+        cmocka_unit_test(test_bench_keeps_finished_sections),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
