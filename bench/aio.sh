@@ -25,10 +25,10 @@ out=build/bench
 mkdir -p "$out" "$dir"
 
 if ! command -v fio > /dev/null; then
-    echo "bench aio: installing fio (Debian package)"
+    echo "bench aio: installing fio (Debian package)" >&2
     sudo=""
     [ "$(id -u)" -eq 0 ] || sudo="sudo"
-    $sudo apt-get update -qq
+    $sudo apt-get update -qq >&2
     DEBIAN_FRONTEND=noninteractive $sudo apt-get install -y -qq fio > /dev/null
 fi
 
@@ -37,7 +37,7 @@ build=build
 make -s GPU="${GPU:-1}" "$build/bench/aio_sweep" >&2
 sweep="$build/bench/aio_sweep"
 file="$dir/aio-bench.bin"
-echo "bench aio: preparing ${file_mib} MiB in $file"
+echo "bench aio: preparing ${file_mib} MiB in $file" >&2
 "$sweep" prepare "$file" "$file_mib"
 bytes=$((file_mib * 1024 * 1024))
 runs="$out/aio_runs.jsonl"
@@ -62,7 +62,7 @@ EOF
 }
 
 points=$(( $(wc -w <<< "$blocks_kb") * $(wc -w <<< "$depths") ))
-echo "bench aio: $points points x read, write x ours, fio x $rounds rounds"
+echo "bench aio: $points points x read, write x ours, fio x $rounds rounds" >&2
 for b in $blocks_kb; do
     for d in $depths; do
         for r in $(seq "$rounds"); do

@@ -24,9 +24,12 @@
 set -uo pipefail
 here=$(cd "$(dirname "$0")/.." && pwd)
 cd "$here"
-out=build/bench
+out=${BENCH_OUT:-build/bench}  # where the sections and results.json go
 mkdir -p "$out"
-rm -f "$out"/*.json "$out"/*.log "$out/sections.tsv"
+# the last results stay beside the new ones: make bench-compare BASE=$out/results.prev.json
+[ -f "$out/results.json" ] && mv "$out/results.json" "$out/results.prev.json"
+find "$out" -maxdepth 1 \( -name '*.json' -o -name '*.log' \) ! -name results.prev.json -delete
+rm -f "$out/sections.tsv"
 started=$(date -u +%Y-%m-%dT%H:%M:%SZ)
 
 # section NAME COMMAND...: COMMAND writes NAME.json (stdout goes there unless
@@ -59,7 +62,7 @@ section progress bash bench/progress.sh
 # AIO_BLOCKS_KB, AIO_DEPTHS widen it to the full sweep (bench/aio.sh)
 section aio env AIO_BLOCKS_KB="${AIO_BLOCKS_KB:-128 1024 8192}" AIO_DEPTHS="${AIO_DEPTHS:-1 8 64}" \
     bash bench/aio.sh "${AIO_DIR:-build/bench/aio-files}"
-if ./dp_baseline --device cuda --model tiny --steps 1 --quiet > /dev/null 2>&1; then
+if [[ " ${BENCH_ONLY:-cuda} " == *" cuda "* ]] && ./dp_baseline --device cuda --model tiny --steps 1 --quiet > /dev/null 2>&1; then
     section cuda bash bench/cuda.sh
 else
     echo "bench: cuda skipped: no usable GPU (make bench-cuda says why)"
