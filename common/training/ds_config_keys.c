@@ -344,7 +344,7 @@ static const struct {
 } NO_KNOB[] = {
     {"zero_optimization.allgather_bucket_size", "the updated shard is all-gathered in one call"},
     {"zero_optimization.allgather_partitions", "the updated shards are always all-gathered"},
-    {"zero_optimization.reduce_scatter", "the gradients are always reduce-scattered (zero2 on)"},
+    {"zero_optimization.reduce_scatter", "zero2 and the stages after it always reduce-scatter the gradients"},
     {"zero_optimization.stage3_max_live_parameters", "zero3 keeps live the units in use and --prefetch ahead"},
     {"zero_optimization.stage3_max_reuse_distance", "zero3 releases a unit right after it is used"},
     {"zero_optimization.stage3_param_persistence_threshold", "zero3 gathers every unit, however small"},
