@@ -194,9 +194,8 @@ void ds_config_apply(const DsConfig *ds, FlagSpec *specs, int n, Settings *s, co
     snprintf(s->config_path, sizeof s->config_path, "%s", ds->path);
     DsApply a = {.ds = ds, .specs = specs, .n = n, .s = s, .binary = binary};
     if (ds->binary[0]) {
-        const char *key = "zero_optimization.stage";
-        settings_key(s, key, "checked: %s runs it (%s)", ds->binary, ds->binary_why);
-        if (strcmp(ds->binary, "cpu_offload") == 0 || strcmp(ds->binary, "infinity") == 0)
+        settings_key(s, "zero_optimization.stage", "checked: %s runs it (%s)", ds->binary, ds->binary_why);
+        if (ds_lookup(ds, "zero_optimization.offload_optimizer.device"))
             settings_key(s, "zero_optimization.offload_optimizer.device", "checked: %s runs it", ds->binary);
     }
     ds_apply_optimizer(&a);
