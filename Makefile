@@ -16,11 +16,12 @@ BLAS_INC := $(firstword $(foreach d,/usr/include/x86_64-linux-gnu/openblas-pthre
 HAVE_BLAS := $(call probe,blas gcc -I$(BLAS_INC))
 HAVE_AIO := $(call probe,aio gcc)
 HAVE_CMOCKA := $(call probe,cmocka gcc)
+HAVE_JANSSON := $(call probe,jansson gcc)
 NVCC := $(if $(filter 1,$(GPU)),$(shell command -v nvcc 2>/dev/null))
 CUDA_HOME ?= $(if $(NVCC),$(patsubst %/bin/nvcc,%,$(realpath $(NVCC))))
 HAVE_NCCL := $(if $(NVCC),$(call probe,nccl gcc -I$(CUDA_HOME)/include -L$(CUDA_HOME)/lib64))
 
-MISSING := $(if $(HAVE_MPI),,Open MPI) $(if $(HAVE_BLAS),,OpenBLAS) $(if $(HAVE_AIO),,libaio) $(if $(HAVE_CMOCKA),,cmocka)
+MISSING := $(if $(HAVE_MPI),,Open MPI) $(if $(HAVE_BLAS),,OpenBLAS) $(if $(HAVE_AIO),,libaio) $(if $(HAVE_CMOCKA),,cmocka) $(if $(HAVE_JANSSON),,jansson)
 SKIPPED := $(if $(NVCC),$(if $(HAVE_NCCL),,nccl (no nccl.h of NCCL 2.18 or newer)),cuda device and NCCL ($(if $(filter 1,$(GPU)),nvcc not found,GPU=0)))
 
 # ---- flags ----------------------------------------------------------------
@@ -31,7 +32,7 @@ OPT ?= -O3 -march=native
 COMMON_DIRS := $(patsubst %/,%,$(sort $(dir $(wildcard common/*/*))))
 COMMON_INC := $(addprefix -I,$(COMMON_DIRS))
 CFLAGS := $(OPT) -fno-math-errno -std=gnu11 -fopenmp -Wall -Wextra -Wno-unused-parameter $(COMMON_INC) -I$(BLAS_INC) -MMD -MP
-LDLIBS := -lopenblas -laio -lm -fopenmp
+LDLIBS := -lopenblas -laio -ljansson -lm -fopenmp
 # sm_80 and sm_90, the visible GPU's own architecture, and PTX for newer ones
 # (only a "major.minor" answer counts: a failing nvidia-smi prints prose)
 GPU_ARCH := $(if $(NVCC),$(shell nvidia-smi --query-gpu=compute_cap --format=csv,noheader 2>/dev/null | grep -E '^[0-9]+\.[0-9]+$$' | head -1 | tr -d '.'))
@@ -120,6 +121,11 @@ $(LIB): $(COMMON_OBJ)
 $(BUILD)/%.o: %.c
 	@mkdir -p $(dir $@)
 	$(CC) $(CFLAGS) -c $< -o $@
+
+# the DeepSpeed config reader names the stages this tree has (a config for
+# one it lacks says so); it is rebuilt when that list changes here
+$(BUILD)/common/training/ds_config.o: CFLAGS += -DWB_BUILT_STAGES='"$(STAGES)"'
+$(BUILD)/common/training/ds_config.o: Makefile
 
 # the CPU Adam's scalar path stays scalar: it is the reference the SIMD paths
 # are measured against, so the compiler must not vectorize it on its own

@@ -91,6 +91,7 @@ void report_step(Trainer *t, double loss, double t0_us, double t1_us, double lr,
     r->window_t0_us = t0_us;
     r->window_t1_us = t1_us;
     if (t->world.rank != 0 || t->cfg.quiet) return;
+    if (t->step % t->cfg.print_every != 0 && t->step != t->cfg.steps) return;
     const MemCtx *m = &t->dev.mem;
     printf("step %4ld/%d | loss %.6f | lr %.2e | norm %7.4f | %8.1f ms | %9.0f tok/s | device mem %.1f MB (peak %.1f MB)\n",
            t->step, t->cfg.steps, loss, lr, grad_norm, ms, global_tokens_per_step(t) / (ms / 1000.0),
@@ -335,9 +336,11 @@ static void write_json(const Trainer *t, const Summary *s) {
     fprintf(f, "},");
     fprintf(f, "\"times_ms_per_step\":{\"step\":%.4f,\"compute\":%.4f,\"comm\":%.4f,\"comm_exposed\":%.4f,"
                "\"comm_hidden\":%.4f,\"copy\":%.4f,\"copy_hidden\":%.4f,\"host_optimizer\":%.4f,"
-               "\"host_optimizer_hidden\":%.4f,\"io\":%.4f,\"io_hidden\":%.4f}}\n",
+               "\"host_optimizer_hidden\":%.4f,\"io\":%.4f,\"io_hidden\":%.4f}",
             x->step, x->compute, x->comm, x->exposed, x->comm_hidden, x->copy, x->copy_hidden, x->host,
             x->host_hidden, x->io, x->io_hidden);
+    settings_json(&t->cfg.settings, f);
+    fprintf(f, "}\n");
     fclose(f);
 }
 

@@ -6,7 +6,9 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include "batch_rule.h"
 #include "check.h"
+#include "ds_config.h"
 #include "kernels.h"
 
 // ---- hooks: the strategy's, wrapped so every unit's compute is on the trace ----
@@ -84,14 +86,19 @@ static void check_budget(Trainer *t) {
                other / 1e9, budget / 1e9, budget > other ? (budget - other) / 1e9 : 0.0, hint);
 }
 
+// DeepSpeed's rule: global batch = micro-batch x accumulation x ranks.
 static void resolve_batch(Trainer *t) {
     TrainConfig *c = &t->cfg;
-    if (c->global_batch <= 0) return;
-    int per_micro = c->batch * t->world.size;
-    if (c->global_batch % per_micro != 0)
-        fail_usage("--global-batch %d does not divide by --batch %d x %d ranks = %d; pick a multiple of %d",
-                   c->global_batch, c->batch, t->world.size, per_micro, per_micro);
-    c->grad_accum = c->global_batch / per_micro;
+    batch_rule_apply(&c->settings, &c->batch, &c->grad_accum, c->global_batch, t->world.size);
+}
+
+// Rank 0: the config's ignored keys (always) and every setting's source (--verbose-config).
+static void print_settings(const Trainer *t) {
+    if (t->world.rank != 0) return;
+    char line[4096];
+    ds_config_ignored_line(&t->cfg.settings, line, sizeof line);
+    if (line[0]) printf("%s: %s\n", t->strategy->name, line);
+    if (t->cfg.verbose_config) settings_print(&t->cfg.settings, stdout, t->strategy->name);
 }
 
 static void setup(Trainer *t, int argc, char **argv, const Strategy *s) {
@@ -106,7 +113,9 @@ static void setup(Trainer *t, int argc, char **argv, const Strategy *s) {
     GPTConfig mc;
     train_config_model(&t->cfg, &mc);
     gpt_layout(&t->layout, &mc);
+    ds_config_after_model(&t->cfg.settings, &t->layout);
     resolve_batch(t);
+    print_settings(t);
 
     double origin = now_us();
     mpiCheck(MPI_Bcast(&origin, 1, MPI_DOUBLE, 0, t->world.mpi));
@@ -117,12 +126,16 @@ static void setup(Trainer *t, int argc, char **argv, const Strategy *s) {
     t->dev.mem.fit_hint = fit_hint;
     t->dev.mem.fit_hint_arg = t;
     comm_setup(&t->world, &t->dev, t->cfg.comm, &t->trace);
+    if (t->cfg.export_llmc) trainer_check_export(t);
     if (t->cfg.progress_us > 0) comm_progress_thread_start(&t->world, t->cfg.progress_us);
     device_share(&t->dev, comm_device_sharers(&t->world), t->cfg.hbm_gb > 0);
     check_budget(t);
 
     char err[512];
     if (data_open(&t->data, t->cfg.data, mc.vocab_size, t->cfg.seq_len, err, sizeof err)) fail_usage("%s", err);
+    if (strcmp(t->cfg.data_order, "sequential") == 0 &&
+        data_set_sequential(&t->data, t->cfg.seq_len, t->cfg.batch * t->world.size, err, sizeof err))
+        fail_usage("%s", err);
 
     partition_init(&t->part, t->layout.num_params, t->world.size, t->world.rank);
     states_alloc(&t->st, &t->dev, &t->states, &t->part);
@@ -133,6 +146,7 @@ static void setup(Trainer *t, int argc, char **argv, const Strategy *s) {
     if (s->setup) s->setup(t);
     GPTPlan plan = gpt_plan_whole(&t->layout, t->cfg.batch, t->cfg.seq_len);
     gpt_alloc(&t->model, &t->layout, &t->dev, &plan, NULL);
+    if (t->cfg.init_from) trainer_init_from(t);
     if (t->cfg.resume) trainer_resume(t);
     report_init(t);
 }
@@ -220,6 +234,7 @@ int trainer_main(int argc, char **argv, const Strategy *s) {
             trainer_save(t, rows_consumed(t));
     }
     if (s->finish_update) s->finish_update(t, 1);  // the last update reaches the device params
+    if (c->export_llmc) trainer_export_llmc(t);
     report_eval(t, evaluate(t, in, tgt));
     if (c->save) trainer_save(t, rows_consumed(t));
     trace_write(&t->trace, c->trace);

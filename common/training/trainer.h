@@ -12,6 +12,7 @@
 #include "gpt.h"
 #include "mem_math.h"
 #include "report.h"
+#include "settings.h"
 #include "states.h"
 #include "trace.h"
 
@@ -21,11 +22,20 @@ typedef struct TrainConfig {
     int seq_len, batch, grad_accum, global_batch;
     int steps, warmup, eval_every, eval_batches, seed;
     double lr, min_lr_frac, weight_decay, grad_clip;
+    double beta1, beta2, adam_eps;
+    // cosine (ours) or DeepSpeed's WarmupLR, WarmupDecayLR, WarmupCosineLR (optim.c)
+    const char *lr_schedule, *warmup_type;
+    double warmup_start_frac;            // DeepSpeed's schedules: lr at the warmup's start, a fraction of lr
+    int schedule_steps;                  // steps the decay spans (DeepSpeed's total_num_steps); 0 = steps
     const char *data, *device, *comm;
+    const char *data_order;              // permuted | sequential (llm.c's)
     double hbm_gb;
     const char *json, *trace, *save, *resume;
-    int save_every, quiet;
+    const char *init_from, *export_llmc;  // llm.c GPT-2 checkpoints (llmc.h)
+    const char *deepspeed_config;        // its values are the defaults of the matching flags
+    int save_every, quiet, print_every, verbose_config;
     int progress_us;  // > 0: a thread enters MPI's progress engine every progress_us
+    Settings settings;  // where each setting came from (settings.h)
 } TrainConfig;
 
 struct Trainer;
@@ -139,3 +149,11 @@ void train_config_model(TrainConfig *cfg, GPTConfig *out);  // also settles --se
 // Checkpoint glue: save/resume the optimizer states this rank owns.
 void trainer_save(Trainer *t, uint64_t data_rows);
 void trainer_resume(Trainer *t);
+// llm.c checkpoints (trainer_llmc.c): --init-from fills the master weights
+// of this rank's range (m = v = 0 from states_init) and the stage rebuilds
+// its bf16 params; --export-llmc gathers every rank's master weights to
+// rank 0, which writes the file. Both collective.
+void trainer_init_from(Trainer *t);
+void trainer_export_llmc(Trainer *t);
+// Before step 1: whether --export-llmc's file can be written (exit 2 if not). Collective.
+void trainer_check_export(Trainer *t);
