@@ -34,6 +34,7 @@ STATE_CATS = ["params_bf16", "grads_bf16", "master_fp32", "adam_m", "adam_v"]
 
 # lab: (stage binary, the reference it must equal, extra flags of the main run, tiers holding states)
 LABS = {
+    "01": ("dp_baseline", "dp_baseline", "", ["device"]),
     "02": ("zero1", "dp_baseline", "", ["device"]),
     "03": ("zero2", "dp_baseline", "--bucket-mb 0.2", ["device"]),
     "04": ("zero3", "dp_baseline", "--bucket-mb 0.2 --prefetch 2", ["device"]),
