@@ -15,7 +15,13 @@
 #     read and write GB/s over block sizes 128 KiB..8 MiB and queue depths
 #     1..64 on a 1 GiB file in $AIO_DIR (default build/bench/aio-files; point
 #     it at the disk stage 06 would use), the defaults it recommends;
-#   - where a GPU is usable, the cuda part (bench/cuda.sh).
+#   - 3d_parallel on small at 8 ranks (oversubscribed on a small machine):
+#     every (tp, pp) of the tested grids against dp_baseline at the same
+#     ranks and global batch, device peak and each stage's states and
+#     activations per rank, the pipeline bubble for m = 1, 2, 4, 8 beside
+#     (P-1)/(m+P-1), in build/bench/3d.json (bench/3d.sh);
+#   - where a GPU is usable, the cuda part (bench/cuda.sh), and the 3d runs
+#     again on the GPU, its ranks sharing it through MPI (build/bench/3d_cuda.json).
 # Stage runs are interleaved over several rounds and their steps pooled for
 # the median, since this machine is shared and noisy.
 set -euo pipefail
@@ -56,6 +62,10 @@ for r in $(seq "$rounds"); do
     done
 done
 
+echo "bench: 3d_parallel on small at ${BENCH_3D_RANKS:-8} ranks, every grid against dp_baseline, the bubble for m = 1, 2, 4, 8"
+bash bench/3d.sh "$out" cpu > "$out/3d.json"
+cat "$out/3d.json"
+
 python3 bench/summarize.py "$out" > "$out/results.json"
 cat "$out/results.json"
 
@@ -66,6 +76,9 @@ bash bench/aio.sh "${AIO_DIR:-build/bench/aio-files}"
 
 if ./dp_baseline --device cuda --model tiny --steps 1 --quiet > /dev/null 2>&1; then
     bash bench/cuda.sh
+    echo "bench: 3d_parallel on the GPU, ${BENCH_3D_RANKS:-8} ranks sharing it through MPI"
+    bash bench/3d.sh "$out" cuda > "$out/3d_cuda.json"
+    cat "$out/3d_cuda.json"
 else
     echo "bench: cuda part skipped: no usable GPU (make bench-cuda says why)"
 fi
