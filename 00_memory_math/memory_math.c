@@ -170,7 +170,7 @@ int main(int argc, char **argv) {
     choose_params(&f, specs, &in);
     choose_ranks(&f, specs, &in);
     if (f.global_batch < 0) fail_usage("--global-batch must be at least 1, got %d", f.global_batch);
-    batch_rule_apply(&in.settings, &f.batch, &f.grad_accum, f.global_batch, in.ranks);
+    batch_rule_apply(&in.settings, &f.batch, &f.grad_accum, f.global_batch, in.ranks, "ranks");
     check_shapes(&f, &in);
     in.measure = f.measure;
     in.json = f.json;

@@ -4,7 +4,7 @@
 
 double shard_grad_norm_sq(Trainer *t, const bf16 *grad_shard) {
     double local = t->dev.k->sum_squares_bf16(&t->dev, grad_shard, t->part.shard);
-    return comm_sum_f64(&t->world, local);
+    return comm_sum_f64(t->dp, local);
 }
 
 bf16 *own_param_slice(Trainer *t) { return (bf16 *)t->st.params.ptr + t->part.begin; }
@@ -22,17 +22,17 @@ void shard_adamw(Trainer *t, const bf16 *grad_shard, bf16 *param_shard, const Ad
 }
 
 // In place: rank q's slice [q·shard, (q+1)·shard) of the full params buffer
-// (t->st.params) goes to every rank (comm_all_gather, counts and
+// (t->st.params) goes to every rank of t->dp (comm_all_gather, counts and
 // displacements of each rank's slice); the compute stream must be done
 // writing this rank's slice first.
 void all_gather_params(Trainer *t) {
-    int N = t->world.size;
+    int N = t->dp->size;
     size_t counts[N], displs[N];
     for (int q = 0; q < N; q++) {
         counts[q] = t->part.shard;
         displs[q] = (size_t)q * t->part.shard;
     }
     dev_sync(&t->dev, STREAM_COMPUTE);  // the updated slice is written before it travels
-    comm_all_gather(&t->world, t->st.params.ptr, counts, displs, DT_BF16, NULL);
+    comm_all_gather(t->dp, t->st.params.ptr, counts, displs, DT_BF16, NULL);
 }
 // LAB END

@@ -18,7 +18,11 @@
 #   progress  zero2 with and without --progress-thread
 #   aio       the aio module against fio over block sizes and queue depths
 #             on a file in $AIO_DIR (default build/bench/aio-files)
-#   cuda      where a GPU is usable (bench/cuda.sh)
+#   3d        3d_parallel on small at 8 ranks (oversubscribed on a small
+#             machine): every (tp, pp) grid against dp_baseline at the same
+#             ranks and global batch, memory per stage, the pipeline bubble
+#             for m = 1, 2, 4, 8 beside (P-1)/(m+P-1) (bench/3d.sh)
+#   cuda      where a GPU is usable (bench/cuda.sh), and 3d on the GPU
 # The machine is shared and noisy: timed figures are medians of interleaved
 # rounds and carry their spread (NAME_min, NAME_max).
 set -uo pipefail
@@ -62,8 +66,10 @@ section progress bash bench/progress.sh
 # AIO_BLOCKS_KB, AIO_DEPTHS widen it to the full sweep (bench/aio.sh)
 section aio env AIO_BLOCKS_KB="${AIO_BLOCKS_KB:-128 1024 8192}" AIO_DEPTHS="${AIO_DEPTHS:-1 8 64}" \
     bash bench/aio.sh "${AIO_DIR:-build/bench/aio-files}"
+section 3d bash bench/3d.sh "$out/3d" cpu
 if [[ " ${BENCH_ONLY:-cuda} " == *" cuda "* ]] && ./dp_baseline --device cuda --model tiny --steps 1 --quiet > /dev/null 2>&1; then
     section cuda bash bench/cuda.sh
+    section 3d_cuda bash bench/3d.sh "$out/3d" cuda
 else
     echo "bench: cuda skipped: no usable GPU (make bench-cuda says why)"
 fi

@@ -1,7 +1,7 @@
 // mpirun: 4
 // test_comm.c: every collective of the MPI backend on the cpu device, blocking
-// and asynchronous, with unequal and zero counts; sub-groups; the ring-bytes
-// statistics; the trace gathered from every rank. The collectives run twice:
+// and asynchronous, with unequal and zero counts; paired sends and receives;
+// sub-groups; the ring-bytes statistics; the trace gathered from every rank. The collectives run twice:
 // on the buffers themselves, and through pinned stages as on the cuda device's
 // MPI path (Comm.stage_always), reusing the stages from the group's pool. Each rank checks its own
 // result; the verdicts are reduced so rank 0 asserts the global truth.
@@ -239,6 +239,30 @@ static void test_send_recv_ring(void **state) {
     assert_true(all_ranks(c, ok));
 }
 
+// Partners 0-1 and 2-3 each send to the other and receive from it at once,
+// as neighbouring pipeline stages do. 4 MiB each way is past MPI's eager
+// limit: two blocking sends issued first would wait for each other forever.
+static void test_send_recv_pairs(void **state) {
+    Comm *c = &((Fixture *)*state)->world;
+    enum { N = 1 << 20 };
+    int peer = c->rank ^ 1, ok = 1;
+    float *out = malloc(N * sizeof(float)), *in = malloc(N * sizeof(float));
+    for (int i = 0; i < N; i++) out[i] = (float)(c->rank * 10 + i % 7);
+    for (int async = 0; async <= 1; async++) {
+        double sent0 = c->stats.payload_bytes[OP_SEND], recvd0 = c->stats.payload_bytes[OP_RECV];
+        memset(in, 0, N * sizeof(float));
+        CommHandle hs = {0}, hr = {0};
+        comm_send_recv(c, out, 3, in, 3, N, DT_F32, peer, async ? &hs : NULL, async ? &hr : NULL);
+        comm_wait(c, &hr);
+        comm_wait(c, &hs);
+        for (int i = 0; i < N; i++) ok &= in[i] == (float)(peer * 10 + i % 7);
+        ok &= c->stats.payload_bytes[OP_SEND] - sent0 == N * 4.0 && c->stats.payload_bytes[OP_RECV] - recvd0 == N * 4.0;
+    }
+    free(out);
+    free(in);
+    assert_true(all_ranks(c, ok));
+}
+
 static void test_split_into_two_groups(void **state) {
     Comm *c = &((Fixture *)*state)->world;
     Comm g;
@@ -402,6 +426,7 @@ int main(int argc, char **argv) {
         cmocka_unit_test_prestate(test_all_gather_leaves_gaps, &fixture),
         cmocka_unit_test_prestate(test_broadcast_from_rank_2, &fixture),
         cmocka_unit_test_prestate(test_send_recv_ring, &fixture),
+        cmocka_unit_test_prestate(test_send_recv_pairs, &fixture),
         cmocka_unit_test_prestate(test_split_into_two_groups, &fixture),
         cmocka_unit_test_prestate(test_ring_bytes_formula, &fixture),
         cmocka_unit_test_prestate(test_sum_and_max_f64, &fixture),
@@ -422,6 +447,7 @@ int main(int argc, char **argv) {
         cmocka_unit_test_prestate(test_all_gather_leaves_gaps, &staged),
         cmocka_unit_test_prestate(test_broadcast_from_rank_2, &staged),
         cmocka_unit_test_prestate(test_send_recv_ring, &staged),
+        cmocka_unit_test_prestate(test_send_recv_pairs, &staged),
         cmocka_unit_test_prestate(test_stage_pool_reuse, &staged),
     };
     failed |= run_mpi_tests(through_pinned_stages);

@@ -102,6 +102,13 @@ void comm_all_gather(Comm *c, void *buf, const size_t *counts, const size_t *dis
 void comm_broadcast(Comm *c, void *buf, size_t count, DType t, int root, CommHandle *h);
 void comm_send(Comm *c, const void *buf, size_t count, DType t, int peer, int tag, CommHandle *h);
 void comm_recv(Comm *c, void *buf, size_t count, DType t, int peer, int tag, CommHandle *h);
+// A send to `peer` and a receive of as many elements from it, issued together
+// (MPI: Isend and Irecv; NCCL: one group), so that two ranks that each send
+// before they receive never wait on each other: a pipeline stage's "send
+// forward, receive backward" (Megatron-LM's batched p2p). Counted as a send
+// and a recv. hs and hr both NULL: blocking; both given: nonblocking.
+void comm_send_recv(Comm *c, const void *send, int send_tag, void *recv, int recv_tag, size_t count, DType t,
+                    int peer, CommHandle *hs, CommHandle *hr);
 void comm_wait(Comm *c, CommHandle *h);   // no-op on an inactive handle
 int comm_test(Comm *c, CommHandle *h);    // 1 when complete (then as comm_wait)
 // Lets MPI progress outstanding nonblocking collectives (MPI progresses them

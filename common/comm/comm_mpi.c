@@ -394,6 +394,33 @@ void comm_recv(Comm *c, void *buf, size_t count, DType t, int peer, int tag, Com
     }
 }
 
+void comm_send_recv(Comm *c, const void *send, int send_tag, void *recv, int recv_tag, size_t count, DType t,
+                    int peer, CommHandle *hs, CommHandle *hr) {
+    CHECK(!hs == !hr, "send_recv: give both handles (nonblocking) or neither (blocking)");
+    CommHandle local_s = {0}, local_r = {0}, *ks = hs ? hs : &local_s, *kr = hr ? hr : &local_r;
+#ifdef WB_HAVE_NCCL
+    if (comm_nccl_owns(c, send, recv)) {
+        CHECK(peer >= 0 && peer < c->size, "send_recv: peer %d is not a rank of a group of %d", peer, c->size);
+        size_t bytes = count * dtype_bytes(t);
+        ks = begin_op(c, hs, &local_s, OP_SEND, bytes);
+        kr = begin_op(c, hr, &local_r, OP_RECV, bytes);
+        comm_nccl_send_recv(c, send, recv, count, t, peer, ks, kr, !hs);
+        if (!hs) {
+            finish_blocking(c, ks);
+            finish_blocking(c, kr);
+        }
+        return;
+    }
+#endif
+    // MPI: both nonblocking, so neither waits for the other to be posted
+    comm_recv(c, recv, count, t, peer, recv_tag, kr);
+    comm_send(c, send, count, t, peer, send_tag, ks);
+    if (!hs) {
+        comm_wait(c, kr);
+        comm_wait(c, ks);
+    }
+}
+
 void comm_barrier(Comm *c) { mpiCheck(MPI_Barrier(c->mpi)); }
 
 // Host bookkeeping (losses, norms, memory maxima): a few doubles, left out of

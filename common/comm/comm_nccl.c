@@ -308,4 +308,16 @@ void comm_nccl_recv(Comm *c, void *buf, size_t count, DType t, int peer, CommHan
     ncclCheck(ncclRecv(buf, count, nccl_type(t), peer, nccl_of(c), s));
     end_nccl(c, k, blocking);
 }
+
+void comm_nccl_send_recv(Comm *c, const void *send, void *recv, size_t count, DType t, int peer, CommHandle *ks,
+                         CommHandle *kr, int blocking) {
+    cudaStream_t s = begin_nccl(c, ks);
+    begin_nccl(c, kr);  // its start event at the same point of the comm stream
+    ncclCheck(ncclGroupStart());
+    ncclCheck(ncclSend(send, count, nccl_type(t), peer, nccl_of(c), s));
+    ncclCheck(ncclRecv(recv, count, nccl_type(t), peer, nccl_of(c), s));
+    ncclCheck(ncclGroupEnd());
+    end_nccl(c, ks, blocking);
+    end_nccl(c, kr, blocking);
+}
 #endif

@@ -42,6 +42,10 @@ void comm_nccl_send(Comm *c, const void *buf, size_t count, DType t, int peer, C
                     int blocking);
 void comm_nccl_recv(Comm *c, void *buf, size_t count, DType t, int peer, CommHandle *k,
                     int blocking);
+// A send and a receive with `peer` in one NCCL group: neither waits for the
+// other (ks and kr get their own events).
+void comm_nccl_send_recv(Comm *c, const void *send, void *recv, size_t count, DType t, int peer, CommHandle *ks,
+                         CommHandle *kr, int blocking);
 
 // Completion of a handle with k->event set: the compute and copy streams wait
 // for the event (on the GPU; the host goes on); its events are kept for

@@ -10,4 +10,6 @@
 // *s (whether --batch and --grad-accum were given, and where from); the one
 // derived is marked FROM_DERIVED. Three that disagree, or a global batch
 // that does not divide, exit 2 with one line naming where each came from.
-void batch_rule_apply(Settings *s, int *batch, int *accum, int global, int ranks);
+// `who` names the replicas in messages: "ranks", or "data-parallel replicas" where
+// the model is split.
+void batch_rule_apply(Settings *s, int *batch, int *accum, int global, int ranks, const char *who);
