@@ -5,7 +5,9 @@
 #include "check.h"
 
 // Schedule entry e: forward of unit e for e < U, backward of unit 2U-1-e after.
-static int num_entries(const Trainer *t) { return 2 * t->layout.num_units; }
+// An evaluation runs forward only: nothing is gathered ahead for a backward
+// that never comes, and the last units are released at the end of forward.
+static int num_entries(const Trainer *t) { return (t->evaluating ? 1 : 2) * t->layout.num_units; }
 static int entry_unit(int U, int e) { return e < U ? e : 2 * U - 1 - e; }
 static int entry_of(int U, int u, int backward) { return backward ? 2 * U - 1 - u : u; }
 

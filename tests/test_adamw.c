@@ -73,10 +73,10 @@ static void test_adamw_matches_reference(void **state) {
     assert_memory_equal(v, v2, sizeof v);
 }
 
-// The kernel applies adamw_element (elementwise.h), the per-element update
-// the cuda kernel also uses. Its operation order is pinned (explicit fmaf, no
-// multiply left for the compiler to contract), so the kernel's vector code
-// and this scalar loop agree to the bit.
+// The kernel (the CPU Adam, cpu_adam.h, on this CPU's widest path) gives the
+// bits of adamw_element (elementwise.h), the per-element update the cuda
+// kernel also uses: its operation order is pinned (explicit fmaf, no multiply
+// left for the compiler to contract), so vector code can repeat it exactly.
 static void test_adamw_matches_element(void **state) {
     Device *d = *state;
     static float master[N], m[N], v[N], em[N], ev[N], emaster[N], gf[N];

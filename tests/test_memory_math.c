@@ -1,7 +1,8 @@
 // test_memory_math.c: the ZeRO formulas against hand-computed figures (the
 // paper's Ψ = 7.5B, N = 64 example), the partition's padding, the closed
-// forms against what states_alloc really allocates, states_init's values, and the
-// memory_math binary (--measure under mpirun, --json, bad input).
+// forms against what states_alloc really allocates, states_init's values (of
+// the whole layout and of ranges of it), and the memory_math binary
+// (--measure under mpirun, --json, bad input).
 #include "testutil.h"
 #include "device.h"
 #include "gpt.h"
@@ -245,6 +246,42 @@ static void test_states_init_values(void **state) {
     check_init(STAGE_OFFLOAD, 4, 1);
 }
 
+// States holding two ranges of the layout (a last pipeline stage: wte, then
+// its blocks and the head), sharded over 3 ranks: each element starts at the
+// value of the layout element it holds, the padding at zero.
+static void test_states_init_ranges(void **state) {
+    (void)state;
+    GPTConfig cfg;
+    assert_true(gpt_preset("tiny", &cfg));
+    GPTLayout gl;
+    gpt_layout(&gl, &cfg);
+    int hu = gpt_unit_head(&gl);
+    Range held[2] = {{0, (size_t)cfg.vocab_size * cfg.channels},
+                     {gl.unit[2].offset, gl.unit[hu].offset + gl.unit[hu].count - gl.unit[2].offset}};
+    float *want = malloc(gl.num_params * sizeof(float));
+    gpt_init_values(&gl, 99, 0, gl.num_params, want);
+    for (int rank = 0; rank < 3; rank++) {
+        Device d = cpu_device();
+        Partition p;
+        partition_init(&p, held[0].count + held[1].count, 3, rank);
+        StatesLayout l = layout_of(STAGE_ZERO1);
+        ModelStates st;
+        states_alloc(&st, &d, &l, &p);
+        states_init_ranges(&st, &d, &gl, held, 2, 99);
+        const float *master = st.master.ptr;
+        const bf16 *params = st.params.ptr;
+        for (size_t i = 0; i < p.padded; i++) {
+            float w = i < held[0].count ? want[i]
+                    : i < p.num_params ? want[held[1].offset + i - held[0].count] : 0.0f;
+            assert_int_equal(params[i], f32_to_bf16(w));
+            if (i >= p.begin && i < p.end) assert_true(master[i - p.begin] == w);
+        }
+        states_free(&st, &d);
+        device_destroy(&d);
+    }
+    free(want);
+}
+
 static void test_comm_elems(void **state) {
     (void)state;
     // Ψ = 1000 on N = 4: one ring reduce-scatter or all-gather moves 750 per rank
@@ -309,15 +346,21 @@ static void test_max_params_round_trip(void **state) {
 static void test_fit_hint(void **state) {
     (void)state;
     // Ψ = 1e8, budget 0.6 GB at 4 ranks: zero2 0.55 GB, zero3 0.4 GB fit; dp 1.6 GB
-    // never; zero1 = 4Ψ + 12Ψ/N needs N >= 6, so 8 ranks
+    // never; zero1 = 4Ψ + 12Ψ/N needs N >= 6 unpadded, but at 6 the padding
+    // (Ψ_pad = 100,000,128) leaves it 768 bytes over: 7 ranks
     char hint[512];
     stage_fit_hint(100000000, 4, 0.6e9, hint, sizeof hint);
     assert_non_null(strstr(hint, "fits at 4 ranks: zero2 (0.55 GB), zero3 (0.4 GB)"));
     assert_non_null(strstr(hint, "dp_baseline needs 1.6 GB at any rank count"));
-    assert_non_null(strstr(hint, "zero1 fits from 8 ranks"));
-    stage_fit_hint(100000000, 4, 2e6, hint, sizeof hint);  // zero3 at 1024 ranks: 1.56 MB
+    assert_non_null(strstr(hint, "zero1 fits from 7 ranks"));
+    // zero3: 16Ψ/N <= 2 MB from N = 800 unpadded; at 800 the padding (Ψ_pad =
+    // 100,044,800) leaves it 896 bytes over, at 801 it fits
+    stage_fit_hint(100000000, 4, 2e6, hint, sizeof hint);
     assert_non_null(strstr(hint, "no stage"));
-    assert_non_null(strstr(hint, "zero3 fits from 1024 ranks"));
+    assert_non_null(strstr(hint, "zero3 fits from 801 ranks"));
+    // the smallest count, not the smallest power of two: 16 x 70B / 80 GB = 14
+    stage_fit_hint(70000000000ull, 8, 80e9, hint, sizeof hint);
+    if (!strstr(hint, "zero3 fits from 14 ranks")) fail_msg("70B in 80 GB: %s", hint);
 }
 
 static void test_binary_measure(void **state) {
@@ -372,6 +415,7 @@ int main(void) {
         cmocka_unit_test(test_padding_rule),
         cmocka_unit_test(test_infinity_descriptors),
         cmocka_unit_test(test_states_init_values),
+        cmocka_unit_test(test_states_init_ranges),
         cmocka_unit_test(test_comm_elems),
         cmocka_unit_test(test_transfer_bytes),
         cmocka_unit_test(test_korthikanti),

@@ -302,6 +302,29 @@ static void test_trace(void **state) {
     free(trace);
 }
 
+// --progress-thread: the same math (the thread only moves messages sooner),
+// so the same losses to the bit; a bad interval is refused.
+static void test_progress_thread(void **state) {
+    Ctx *c = *state;
+    char cmd[CMD_LEN], json[PATH_LEN];
+    snprintf(json, sizeof json, "%s/progress.json", c->root);
+    snprintf(cmd, sizeof cmd, "mpirun -np 4 ./zero2 --model small --batch 2 --steps 6 --bucket-mb 0.1 "
+             "--progress-thread 20 --quiet --json %s", json);
+    char *with = train(cmd, json);
+    snprintf(json, sizeof json, "%s/no-progress.json", c->root);
+    snprintf(cmd, sizeof cmd, "mpirun -np 4 ./zero2 --model small --batch 2 --steps 6 --bucket-mb 0.1 --quiet "
+             "--json %s", json);
+    char *without = train(cmd, json);
+    double a[MAX_STEPS], b[MAX_STEPS];
+    losses_of(with, a, 6);
+    losses_of(without, b, 6);
+    for (int i = 0; i < 6; i++)
+        if (a[i] != b[i]) fail_msg("step %d: %.9g with the progress thread, %.9g without", i + 1, a[i], b[i]);
+    free(with);
+    free(without);
+    free(expect_refusal("mpirun -np 2 ./zero2 --progress-thread -5 --steps 1 --quiet", "--progress-thread"));
+}
+
 static void test_global_batch(void **state) {
     Ctx *c = *state;
     char cmd[CMD_LEN], p1[PATH_LEN], p2[PATH_LEN];
@@ -356,6 +379,7 @@ int main(void) {
         cmocka_unit_test(test_help),
         cmocka_unit_test(test_trace),
         cmocka_unit_test(test_global_batch),
+        cmocka_unit_test(test_progress_thread),
     };
     return cmocka_run_group_tests(tests, group_setup, group_teardown);
 }

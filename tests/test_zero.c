@@ -344,6 +344,37 @@ static void test_overlap_bounds(void **state) {
     }
 }
 
+// ---- 6c. evaluation gathers nothing for a backward that never comes ----
+
+// Before, zero3's prefetch ran past the end of an evaluation's forward: the
+// last units stayed gathered into the next step (params_bf16 peak 1.607 MB
+// at --eval-batches 1, 2.004 MB at 4) and their gathers were counted in the
+// next step's communication.
+static void test_eval_leaves_nothing_live(void **state) {
+    Ctx *c = *state;
+    double peak[3], step_bytes[3], eval_bytes[3];
+    const char *evals[3] = {"--eval-batches 1 --eval-every 2", "--eval-batches 4 --eval-every 2", "--eval-batches 1"};
+    for (int i = 0; i < 3; i++) {
+        char cmd[CMD_LEN], path[PATH_LEN];
+        snprintf(path, sizeof path, "%s/eval-%d.json", c->root, i);
+        snprintf(cmd, sizeof cmd, "mpirun -np 4 ./zero3 --model small --batch 2 --steps 6 --prefetch 2 %s --quiet "
+                 "--json %s", evals[i], path);
+        char *json = train(cmd, path);
+        const char *device = strstr(json, "\"mem\":{\"device\":{");
+        peak[i] = nested(device, "\"params_bf16\":{", "peak");
+        step_bytes[i] = number_of(json, "comm_bytes_per_step");
+        eval_bytes[i] = number_of(json, "eval_comm_bytes");
+        free(json);
+    }
+    if (peak[0] != peak[1] || peak[1] != peak[2])
+        fail_msg("params_bf16 peak depends on evaluation: %.0f, %.0f, %.0f B", peak[0], peak[1], peak[2]);
+    if (step_bytes[0] != step_bytes[2] || step_bytes[1] != step_bytes[2])
+        fail_msg("evaluation changed the steps' bytes: %.0f, %.0f vs %.0f", step_bytes[0], step_bytes[1], step_bytes[2]);
+    // one forward's gathers per held-out batch: four batches move four times the bytes
+    if (!(eval_bytes[0] > 0) || fabs(eval_bytes[1] - 4 * eval_bytes[0]) > 4)
+        fail_msg("evaluation bytes %.0f (1 batch), %.0f (4 batches)", eval_bytes[0], eval_bytes[1]);
+}
+
 // ---- 7. resume ----
 
 static void test_resume_exact(void **state) {
@@ -430,6 +461,7 @@ int main(void) {
         cmocka_unit_test(test_grad_accum),
         cmocka_unit_test(test_padded_params),
         cmocka_unit_test(test_overlap_bounds),
+        cmocka_unit_test(test_eval_leaves_nothing_live),
         cmocka_unit_test(test_memory_formula),
         cmocka_unit_test(test_memory_order),
         cmocka_unit_test(test_comm_bytes),

@@ -42,6 +42,7 @@ typedef struct Comm {
     Buf stage_pool[COMM_STAGE_POOL];  // idle pinned stages (empty Buf = free slot)
     int stage_always;    // stage even on the cpu device: lets the cpu tests run the cuda MPI path
     void *nccl_timing;   // NCCL path: events of waited handles, timed at comm_settle_stats (comm_nccl.c)
+    void *progress;      // the progress thread, when one runs (comm_progress.c)
 } Comm;
 
 typedef struct CommHandle {
@@ -62,9 +63,16 @@ typedef struct CommHandle {
     void *event_start, *event;
 } CommHandle;
 
-// MPI_Init (with thread level FUNNELED) and the world group. Also sets
-// *local_rank, *local_size (ranks on this node, via MPI_Comm_split_type).
-void comm_world_init(Comm *world, int *argc, char ***argv, int *local_rank, int *local_size);
+// MPI_Init and the world group. Also sets *local_rank, *local_size (ranks on
+// this node, via MPI_Comm_split_type). The thread level is FUNNELED (OpenMP
+// threads compute, the main thread calls MPI), or MULTIPLE when
+// `progress_thread` says a progress thread will call MPI too.
+void comm_world_init(Comm *world, int *argc, char ***argv, int *local_rank, int *local_size, int progress_thread);
+// A thread that enters MPI's progress engine every interval_us, so
+// nonblocking collectives advance while the main thread computes
+// (comm_progress.c); stop it before comm_world_finalize.
+void comm_progress_thread_start(Comm *world, long interval_us);
+void comm_progress_thread_stop(Comm *world);
 // Attach the device and choose the backend ("auto", "mpi", "nccl"): usage error
 // when nccl is asked for but unavailable. Collective.
 void comm_setup(Comm *c, Device *dev, const char *backend, Trace *trace);
@@ -80,6 +88,8 @@ void comm_world_finalize(Comm *world);
 // once and the buffers must not be touched until comm_wait(h).
 // In-place sum over the group.
 void comm_all_reduce_sum(Comm *c, void *buf, size_t count, DType t, CommHandle *h);
+// In-place maximum over the group (f32, f64, i32); counted as an all-reduce.
+void comm_all_reduce_max(Comm *c, void *buf, size_t count, DType t, CommHandle *h);
 // Sum over the group; rank r receives elements [displ_r, displ_r + recvcounts[r])
 // of the summed `send` (displ_r = sum of earlier counts) into `recv`.
 // Counts may differ and may be zero (a bucket spanning some ranks' shards).
@@ -92,6 +102,13 @@ void comm_all_gather(Comm *c, void *buf, const size_t *counts, const size_t *dis
 void comm_broadcast(Comm *c, void *buf, size_t count, DType t, int root, CommHandle *h);
 void comm_send(Comm *c, const void *buf, size_t count, DType t, int peer, int tag, CommHandle *h);
 void comm_recv(Comm *c, void *buf, size_t count, DType t, int peer, int tag, CommHandle *h);
+// A send to `peer` and a receive of as many elements from it, issued together
+// (MPI: Isend and Irecv; NCCL: one group), so that two ranks that each send
+// before they receive never wait on each other: a pipeline stage's "send
+// forward, receive backward" (Megatron-LM's batched p2p). Counted as a send
+// and a recv. hs and hr both NULL: blocking; both given: nonblocking.
+void comm_send_recv(Comm *c, const void *send, int send_tag, void *recv, int recv_tag, size_t count, DType t,
+                    int peer, CommHandle *hs, CommHandle *hr);
 void comm_wait(Comm *c, CommHandle *h);   // no-op on an inactive handle
 int comm_test(Comm *c, CommHandle *h);    // 1 when complete (then as comm_wait)
 // Lets MPI progress outstanding nonblocking collectives (MPI progresses them
@@ -106,3 +123,5 @@ double comm_max_f64(Comm *c, double x);
 // the GPU has passed them. Call after a device sync, before reading stats.
 void comm_settle_stats(Comm *c);
 void comm_stats_reset(Comm *c);
+// Ring bytes of every operation so far (the sum of stats.ring_bytes).
+double comm_ring_bytes(const Comm *c);

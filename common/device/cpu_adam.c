@@ -66,8 +66,9 @@ static CpuAdamTileFn tile_fn(CpuAdamPath p) {
 void cpu_adam_step(CpuAdamPath path, int threads, float *master, float *m, float *v,
                    const bf16 *grad, bf16 *param, size_t n, const AdamWStep *s) {
     const char *why_not = cpu_adam_path_unsupported_reason(path);
-    CHECK(why_not == NULL, "cpu_adam_step: path %d (%s) cannot run here: %s; use cpu_adam_best_path()",
-          (int)path, cpu_adam_path_name(path), why_not);
+    CHECK(why_not == NULL,
+          "cpu_adam_step: path %d (%s) cannot run here: %s; use cpu_adam_best_path()", (int)path,
+          cpu_adam_path_name(path), why_not);
     CHECK(threads >= 1, "cpu_adam_step: threads is %d; pass 1 or more", threads);
     CpuAdamTileFn tile = tile_fn(path);
     AdamWStep st = *s;

@@ -41,12 +41,20 @@ static inline AVX2_FN __m256 nan_canonical8(__m256 x, __m256 canonical_nan) {
     return _mm256_blendv_ps(x, canonical_nan, _mm256_cmp_ps(x, x, _CMP_UNORD_Q));
 }
 
+// LAB 05: cpu_adam_tile_avx2 -- the CPU Adam's inner loop, 8 lanes at a time
+// adamw_element (elementwise.h) on 8 elements per iteration: load 8 bf16
+// gradients (load_bf16x8) and 8 of master, m, v; the same operations in the
+// same order (fmadd where it has fmaf, div, sqrt), so every lane has the
+// scalar bits; NaNs made canonical (nan_canonical8) before they are stored;
+// 8 bf16 params out (store_bf16x8) when param is not NULL. The last n % 8
+// elements go to cpu_adam_tile_scalar.
 AVX2_FN void cpu_adam_tile_avx2(float *master, float *m, float *v, const bf16 *grad, bf16 *param,
                                 size_t n, const AdamWStep *s) {
     const __m256 grad_scale = _mm256_set1_ps(s->grad_scale);
     const __m256 beta1 = _mm256_set1_ps(s->beta1), one_minus_beta1 = _mm256_set1_ps(1.0f - s->beta1);
     const __m256 beta2 = _mm256_set1_ps(s->beta2), one_minus_beta2 = _mm256_set1_ps(1.0f - s->beta2);
-    const __m256 bias_corr1 = _mm256_set1_ps(s->bias_corr1), bias_corr2 = _mm256_set1_ps(s->bias_corr2);
+    const __m256 bias_corr1 = _mm256_set1_ps(s->bias_corr1);
+    const __m256 bias_corr2 = _mm256_set1_ps(s->bias_corr2);
     const __m256 eps = _mm256_set1_ps(s->eps), weight_decay = _mm256_set1_ps(s->weight_decay);
     const __m256 neg_lr = _mm256_set1_ps(-s->lr);
     const __m256 canonical_nan = _mm256_set1_ps(adamw_nan_canonical(NAN));
@@ -69,4 +77,5 @@ AVX2_FN void cpu_adam_tile_avx2(float *master, float *m, float *v, const bf16 *g
     }
     cpu_adam_tile_scalar(master + i, m + i, v + i, grad + i, param ? param + i : NULL, n - i, s);
 }
+// LAB END
 #endif

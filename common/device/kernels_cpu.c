@@ -1,13 +1,15 @@
 // kernels_cpu.c: the cpu kernel table (kernels.h) and its element-wise and
 // row-wise kernels: encoder, layernorm, GELU, residual, softmax-cross-entropy,
 // and the bf16 gradient/optimizer ops. Activations are fp32 here. The GEMM
-// kernels live in kernels_cpu_matmul.c and kernels_cpu_attention.c.
+// kernels live in kernels_cpu_matmul.c and kernels_cpu_attention.c, those of
+// tensor parallelism in kernels_cpu_tp.c.
 //
 // Determinism: every sum runs in a fixed order that does not depend on the
 // thread count (row sums inside one row; column sums per column chunk, rows in
 // order; sum_squares over fixed blocks), so the same input gives the same bits.
 #include <math.h>
 #include <string.h>
+#include "cpu_adam.h"
 #include "kernels_cpu.h"
 
 #define COL_CHUNK 64       // columns per OpenMP task in the column-sum kernels
@@ -226,23 +228,12 @@ static double sum_squares_bf16(Device *d, const bf16 *x, size_t n) {
     return total;
 }
 
-// Every element gets adamw_element (elementwise.h), the formula the cuda
-// kernel uses: `omp simd` vectorizes it across i and runs the same function on
-// the scalar remainder. It vectorizes only under -fno-math-errno (sqrtf must
-// not set errno); otherwise the loop runs scalar, about 3x slower.
+// AdamW is the CPU Adam (cpu_adam.h) on the widest SIMD path this CPU has:
+// the bits of adamw_element (elementwise.h), the formula the cuda kernel uses,
+// on every path and thread count.
 static void adamw(Device *d, float *master, float *m, float *v, const bf16 *grad, bf16 *param,
                   size_t n, const AdamWStep *s) {
-    AdamWStep st = *s;
-    if (param) {
-#pragma omp parallel for simd schedule(static)
-        for (size_t i = 0; i < n; i++)
-            param[i] =
-                f32_to_bf16(adamw_element(master + i, m + i, v + i, bf16_to_f32(grad[i]), &st));
-    } else {
-#pragma omp parallel for simd schedule(static)
-        for (size_t i = 0; i < n; i++)
-            adamw_element(master + i, m + i, v + i, bf16_to_f32(grad[i]), &st);
-    }
+    cpu_adam_step(cpu_adam_best_path(), d->threads, master, m, v, grad, param, n, s);
 }
 
 const KernelOps kernels_cpu = {
@@ -258,6 +249,12 @@ const KernelOps kernels_cpu = {
     .gelu_backward = gelu_backward,
     .residual_forward = residual_forward,
     .softmax_crossentropy = softmax_crossentropy,
+    .bias_add = bias_add_cpu,
+    .embedding_part_forward = embedding_part_forward_cpu,
+    .embedding_part_backward = embedding_part_backward_cpu,
+    .crossentropy_part_max = crossentropy_part_max_cpu,
+    .crossentropy_part_sums = crossentropy_part_sums_cpu,
+    .crossentropy_part_finish = crossentropy_part_finish_cpu,
     .grad_to_bf16 = grad_to_bf16,
     .add_bf16 = add_bf16,
     .sum_squares_bf16 = sum_squares_bf16,

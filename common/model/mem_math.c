@@ -238,10 +238,13 @@ __attribute__((format(printf, 3, 4))) static void appendf(char *out, size_t n, c
     va_end(ap);
 }
 
-// Smallest power-of-two rank count up to 1024 at which the stage's device
-// model states fit, or 0.
+#define FIT_MAX_RANKS 65536
+
+// The smallest rank count up to FIT_MAX_RANKS at which the stage's device
+// model states fit, or 0. Every count is tried: with padding the bytes are
+// not quite monotone in N, and a budget may be met first at N = 14.
 static int fits_from_ranks(StageId s, size_t psi, double budget_bytes) {
-    for (int r = 1; r <= 1024; r *= 2)
+    for (int r = 1; r <= FIT_MAX_RANKS; r++)
         if (device_state_bytes(s, psi, r) <= budget_bytes) return r;
     return 0;
 }
@@ -266,13 +269,13 @@ void stage_fit_hint(size_t psi, int ranks, double budget_bytes, char *out, size_
         StageId s = order[i];
         if (device_state_bytes(s, psi, ranks) <= budget_bytes) continue;
         int from = fits_from_ranks(s, psi, budget_bytes);
-        double at1 = device_state_bytes(s, psi, 1), at1024 = device_state_bytes(s, psi, 1024);
+        double at1 = device_state_bytes(s, psi, 1), at_max = device_state_bytes(s, psi, FIT_MAX_RANKS);
         if (from)
             appendf(out, n, "; %s fits from %d ranks (%.3g GB)", stage_name(s), from,
                     device_state_bytes(s, psi, from) / 1e9);
-        else if (at1 == at1024)
+        else if (at1 <= at_max)
             appendf(out, n, "; %s needs %.3g GB at any rank count", stage_name(s), at1 / 1e9);
         else
-            appendf(out, n, "; %s needs %.3g GB even at 1024 ranks", stage_name(s), at1024 / 1e9);
+            appendf(out, n, "; %s needs %.3g GB even at %d ranks", stage_name(s), at_max / 1e9, FIT_MAX_RANKS);
     }
 }

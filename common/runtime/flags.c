@@ -2,6 +2,7 @@
 #include "flags.h"
 #include <ctype.h>
 #include <errno.h>
+#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -29,6 +30,27 @@ const FlagSpec *flags_find(const FlagSpec *specs, int nspecs, const char *name) 
     for (int i = 0; i < nspecs; i++)
         if (strcmp(specs[i].name, name) == 0) return &specs[i];
     return NULL;
+}
+
+// Index in argv of --name or --name=..., or 0 when absent.
+static int flag_index(int argc, char **argv, const char *name) {
+    size_t len = strlen(name);
+    for (int i = 1; i < argc; i++)
+        if (!strncmp(argv[i], "--", 2) && !strncmp(argv[i] + 2, name, len) &&
+            (argv[i][2 + len] == 0 || argv[i][2 + len] == '='))
+            return i;
+    return 0;
+}
+
+int flags_present(int argc, char **argv, const char *name) { return flag_index(argc, argv, name) > 0; }
+
+const char *flags_value(int argc, char **argv, const char *name) {
+    int i = flag_index(argc, argv, name);
+    if (i == 0) return NULL;
+    const char *eq = strchr(argv[i], '=');
+    if (eq) return eq + 1;
+    if (i + 1 >= argc) fail_usage("--%s needs a value (see --help)", name);
+    return argv[i + 1];
 }
 
 static void print_default(const FlagSpec *f) {
@@ -61,30 +83,44 @@ static void print_help(const FlagSpec *specs, int nspecs, const char *usage) {
     printf("  %-22s %s\n", "--help", "print this help and exit");
 }
 
-static void set_value(FlagSpec *f, const char *v) {
+__attribute__((format(printf, 3, 4))) static int bad_value(char *err, size_t err_len, const char *fmt, ...) {
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(err, err_len, fmt, ap);
+    va_end(ap);
+    return 1;
+}
+
+int flags_parse_value(const FlagSpec *f, const char *v, char *err, size_t err_len) {
     char *end;
     errno = 0;
     switch (f->type) {
     case FLAG_INT: {
         long x = strtol(v, &end, 10);
         if (end == v || *end || errno || x < -2147483647L || x > 2147483647L)
-            fail_usage("--%s expects a whole number, got '%s'", f->name, v);
+            return bad_value(err, err_len, "expects a whole number, got '%s'", v);
         *(int *)f->dst = (int)x;
         break;
     }
     case FLAG_DOUBLE: {
         double x = strtod(v, &end);
-        if (end == v || *end || errno) fail_usage("--%s expects a number, got '%s'", f->name, v);
+        if (end == v || *end || errno) return bad_value(err, err_len, "expects a number, got '%s'", v);
         *(double *)f->dst = x;
         break;
     }
     case FLAG_COUNT:
         if (parse_count(v, (double *)f->dst))
-            fail_usage("--%s expects a count such as 7.5e9, 7.5B, 350M or 12k, got '%s'", f->name, v);
+            return bad_value(err, err_len, "expects a count such as 7.5e9, 7.5B, 350M or 12k, got '%s'", v);
         break;
     case FLAG_STRING: *(const char **)f->dst = v; break;
     case FLAG_BOOL: *(int *)f->dst = 1; break;
     }
+    return 0;
+}
+
+static void set_value(FlagSpec *f, const char *v) {
+    char err[256];
+    if (flags_parse_value(f, v, err, sizeof err)) fail_usage("--%s %s", f->name, err);
     f->seen = 1;
     if (f->given) *f->given = 1;
 }

@@ -6,7 +6,9 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include "batch_rule.h"
 #include "check.h"
+#include "ds_config.h"
 #include "kernels.h"
 
 // ---- hooks: the strategy's, wrapped so every unit's compute is on the trace ----
@@ -67,8 +69,8 @@ static void fit_hint(void *arg, char *out, size_t n) {
 static void check_budget(Trainer *t) {
     if (t->dev.mem.budget[TIER_DEVICE] == 0) return;
     StateBytes sb;
-    stage_state_bytes(t->formula, t->layout.num_params, t->world.size, &sb);
-    GPTActBytes ab = gpt_activation_bytes(&t->layout, t->cfg.batch, t->cfg.seq_len, t->dev.act_bytes);
+    stage_state_bytes(t->formula, t->state_params, t->dp->size, &sb);
+    GPTActBytes ab = gpt_activation_bytes(&t->layout, &t->plan, t->dev.act_bytes);
     double need = sb.tier_total[TIER_DEVICE] + ab.total_saved + ab.backward_scratch + ab.grad_workspace +
                   (double)t->dev.mem.tier_current[TIER_DEVICE];
     double budget = (double)t->dev.mem.budget[TIER_DEVICE];
@@ -83,21 +85,43 @@ static void check_budget(Trainer *t) {
                other / 1e9, budget / 1e9, budget > other ? (budget - other) / 1e9 : 0.0, hint);
 }
 
-static void resolve_batch(Trainer *t) {
+// DeepSpeed's rule: global batch = micro-batch x accumulation x data-parallel
+// replicas (the ranks, for stages 01-06).
+void trainer_resolve_batch(Trainer *t) {
     TrainConfig *c = &t->cfg;
-    if (c->global_batch <= 0) return;
-    int per_micro = c->batch * t->world.size;
-    if (c->global_batch % per_micro != 0)
-        fail_usage("--global-batch %d does not divide by --batch %d x %d ranks = %d; pick a multiple of %d",
-                   c->global_batch, c->batch, t->world.size, per_micro, per_micro);
-    c->grad_accum = c->global_batch / per_micro;
+    batch_rule_apply(&c->settings, &c->batch, &c->grad_accum, c->global_batch, t->dp->size,
+                     t->dp == &t->world ? "ranks" : "data-parallel replicas");
+}
+
+// Rank 0: the config's ignored keys (always) and every setting's source (--verbose-config).
+static void print_settings(const Trainer *t) {
+    if (t->world.rank != 0) return;
+    char line[4096];
+    ds_config_ignored_line(&t->cfg.settings, line, sizeof line);
+    if (line[0]) printf("%s: %s\n", t->strategy->name, line);
+    if (t->cfg.verbose_config) settings_print(&t->cfg.settings, stdout, t->strategy->name);
+}
+
+// The whole model, every unit, data parallel over the world; then the
+// strategy's place where the model is split over ranks.
+static void place(Trainer *t, const GPTConfig *mc) {
+    t->dp = &t->world;
+    t->plan = gpt_plan_whole(&t->layout, t->cfg.batch, t->cfg.seq_len);
+    t->state_ranges[0] = (Range){0, t->layout.num_params};
+    t->nstate_ranges = 1;
+    if (t->strategy->place) t->strategy->place(t, mc);
+    CHECK(t->nstate_ranges >= 1 && t->nstate_ranges <= TRAINER_MAX_STATE_RANGES && t->ngroups >= 0 &&
+          t->ngroups <= TRAINER_MAX_GROUPS, "%s: %d state ranges, %d groups", t->strategy->name, t->nstate_ranges,
+          t->ngroups);
+    t->state_params = 0;
+    for (int k = 0; k < t->nstate_ranges; k++) t->state_params += t->state_ranges[k].count;
 }
 
 static void setup(Trainer *t, int argc, char **argv, const Strategy *s) {
     int local_rank, local_size;
     memset(t, 0, sizeof *t);
     t->strategy = s;
-    comm_world_init(&t->world, &argc, &argv, &local_rank, &local_size);
+    comm_world_init(&t->world, &argc, &argv, &local_rank, &local_size, flags_present(argc, argv, "progress-thread"));
     if (s->context_bytes) t->sctx = xcalloc(1, s->context_bytes);
     train_config_parse(&t->cfg, t->sctx, argc, argv, s);
     t->formula = s->formula_of ? s->formula_of(t->sctx) : s->formula;
@@ -105,7 +129,8 @@ static void setup(Trainer *t, int argc, char **argv, const Strategy *s) {
     GPTConfig mc;
     train_config_model(&t->cfg, &mc);
     gpt_layout(&t->layout, &mc);
-    resolve_batch(t);
+    ds_config_after_model(&t->cfg.settings, &t->layout);
+    t->model_params = t->layout.num_params;
 
     double origin = now_us();
     mpiCheck(MPI_Bcast(&origin, 1, MPI_DOUBLE, 0, t->world.mpi));
@@ -116,41 +141,81 @@ static void setup(Trainer *t, int argc, char **argv, const Strategy *s) {
     t->dev.mem.fit_hint = fit_hint;
     t->dev.mem.fit_hint_arg = t;
     comm_setup(&t->world, &t->dev, t->cfg.comm, &t->trace);
+    if (t->cfg.export_llmc) trainer_check_export(t);
+    if (t->cfg.progress_us > 0) comm_progress_thread_start(&t->world, t->cfg.progress_us);
     device_share(&t->dev, comm_device_sharers(&t->world), t->cfg.hbm_gb > 0);
+    place(t, &mc);
+    trainer_resolve_batch(t);
+    print_settings(t);
     check_budget(t);
 
     char err[512];
     if (data_open(&t->data, t->cfg.data, mc.vocab_size, t->cfg.seq_len, err, sizeof err)) fail_usage("%s", err);
+    if (strcmp(t->cfg.data_order, "sequential") == 0 &&
+        data_set_sequential(&t->data, t->cfg.seq_len, t->cfg.batch * t->dp->size, err, sizeof err))
+        fail_usage("%s", err);
 
-    partition_init(&t->part, t->layout.num_params, t->world.size, t->world.rank);
+    partition_init(&t->part, t->state_params, t->dp->size, t->dp->rank);
     if (s->check) s->check(t);
     states_alloc(&t->st, &t->dev, &t->states, &t->part);
-    states_init(&t->st, &t->dev, &t->layout, (uint64_t)t->cfg.seed);
+    states_init_ranges(&t->st, &t->dev, &t->layout, t->state_ranges, t->nstate_ranges, (uint64_t)t->cfg.seed);
     t->hooks = (GPTHooks){.ctx = t, .params = hook_params, .before_forward = hook_before_forward,
                           .after_forward = hook_after_forward, .before_backward = hook_before_backward,
                           .grads_ready = hook_grads_ready, .after_backward = hook_after_backward};
     if (s->setup) s->setup(t);
-    gpt_alloc(&t->model, &t->layout, &t->dev, t->cfg.batch, t->cfg.seq_len);
+    gpt_alloc(&t->model, &t->layout, &t->dev, &t->plan, t->tp);
+    if (t->cfg.init_from) trainer_init_from(t);
     if (t->cfg.resume) trainer_resume(t);
     report_init(t);
 }
 
 // ---- the loop ----
 
-// Rows of global micro-batch `index` that this rank reads (see data.h).
-static void load_micro_batch(Trainer *t, int split, uint64_t index, int32_t *in, int32_t *tgt) {
-    uint64_t G = (uint64_t)t->cfg.batch * t->world.size;
-    data_rows(&t->data, split, index * G + (uint64_t)t->world.rank * t->cfg.batch, t->cfg.batch,
-              t->cfg.seq_len, in, tgt);
+void trainer_load_micro_batch(Trainer *t, int split, uint64_t index, int32_t *in, int32_t *tgt) {
+    uint64_t G = (uint64_t)t->cfg.batch * t->dp->size;
+    data_rows(&t->data, split, index * G + (uint64_t)t->dp->rank * t->cfg.batch, t->cfg.batch, t->cfg.seq_len, in,
+              tgt);
 }
 
-static double evaluate(Trainer *t, int32_t *in, int32_t *tgt) {
-    double sum = 0;
-    for (int j = 0; j < t->cfg.eval_batches; j++) {
-        load_micro_batch(t, SPLIT_VAL, (uint64_t)j, in, tgt);
-        sum += gpt_forward(&t->model, &t->hooks, in, tgt, 0.0f);
+double trainer_ring_bytes(const Trainer *t, double out[OP_COUNT]) {
+    double total = 0;
+    for (int op = 0; op < OP_COUNT; op++) {
+        out[op] = t->world.stats.ring_bytes[op];
+        for (int k = 0; k < t->ngroups; k++) out[op] += t->groups[k]->stats.ring_bytes[op];
+        total += out[op];
     }
-    return comm_sum_f64(&t->world, sum / t->cfg.eval_batches) / t->world.size;
+    return total;
+}
+
+// Stages 01-06: the whole model, one micro-batch after the other.
+static double whole_model_micro_batches(Trainer *t, const MicroBatches *mb) {
+    double loss = 0;
+    int backward = mb->dloss_scale != 0;
+    for (int i = 0; i < mb->count; i++) {
+        if (backward) t->micro = i;
+        trainer_load_micro_batch(t, mb->split, mb->first + i, mb->inputs, mb->targets);
+        loss += gpt_forward(&t->model, &t->hooks, mb->inputs, mb->targets, mb->dloss_scale);
+        if (backward) gpt_backward(&t->model, &t->hooks);
+    }
+    if (backward) t->micro = mb->count;
+    return loss;
+}
+
+static double run_micro_batches(Trainer *t, const MicroBatches *mb) {
+    return t->strategy->forward_backward ? t->strategy->forward_backward(t, mb) : whole_model_micro_batches(t, mb);
+}
+
+// Forward only over the held-out batches; its communication (zero3's
+// gathers) is counted apart from the training steps'.
+static double evaluate(Trainer *t, int32_t *in, int32_t *tgt) {
+    double ops[OP_COUNT], bytes0 = trainer_ring_bytes(t, ops);
+    t->evaluating = 1;
+    MicroBatches mb = {.split = SPLIT_VAL, .first = 0, .count = t->cfg.eval_batches, .inputs = in, .targets = tgt};
+    double sum = run_micro_batches(t, &mb);
+    t->evaluating = 0;
+    t->report.eval_comm_bytes += trainer_ring_bytes(t, ops) - bytes0;
+    t->report.evals++;
+    return comm_sum_f64(t->dp, sum / t->cfg.eval_batches) / t->dp->size;
 }
 
 // One optimizer step: grad_accum micro-batches, reduction, clipping, update.
@@ -158,19 +223,14 @@ static void train_step(Trainer *t, int32_t *in, int32_t *tgt) {
     const TrainConfig *c = &t->cfg;
     const Strategy *s = t->strategy;
     double t0 = now_us();
-    double bytes0 = 0;
-    for (int op = 0; op < OP_COUNT; op++) bytes0 += t->world.stats.ring_bytes[op];
+    double op0[OP_COUNT], op1[OP_COUNT], bytes0 = trainer_ring_bytes(t, op0);
     // what set-up or an evaluation moved between tiers is not this step's
     for (int x = 0; x < XFER_COUNT; x++) t->xfer_bytes[x] = 0;
     // dloss/dlogits carries 1/(tokens in the global batch), so summing the
     // ranks' gradients gives the gradient of the global mean loss
-    float dloss_scale = 1.0f / ((float)c->batch * c->seq_len * c->grad_accum * t->world.size);
-    double loss = 0;
-    for (t->micro = 0; t->micro < c->grad_accum; t->micro++) {
-        load_micro_batch(t, SPLIT_TRAIN, (uint64_t)t->step * c->grad_accum + t->micro, in, tgt);
-        loss += gpt_forward(&t->model, &t->hooks, in, tgt, dloss_scale);
-        gpt_backward(&t->model, &t->hooks);
-    }
+    float dloss_scale = 1.0f / ((float)c->batch * c->seq_len * c->grad_accum * t->dp->size);
+    MicroBatches mb = {SPLIT_TRAIN, (uint64_t)t->step * c->grad_accum, c->grad_accum, dloss_scale, in, tgt};
+    double loss = run_micro_batches(t, &mb);
     if (s->reduce_grads) s->reduce_grads(t);
     double norm = sqrt(s->grad_norm_sq(t));
     if (!isfinite(norm)) {  // the same on every rank; stop before the update writes NaN into the states
@@ -184,18 +244,19 @@ static void train_step(Trainer *t, int32_t *in, int32_t *tgt) {
     s->update(t, &hp);
     dev_sync(&t->dev, STREAM_COMPUTE);
     comm_settle_stats(&t->world);
-    double mean_loss = comm_sum_f64(&t->world, loss / c->grad_accum) / t->world.size;
+    for (int k = 0; k < t->ngroups; k++) comm_settle_stats(t->groups[k]);
+    double mean_loss = comm_sum_f64(t->dp, loss / c->grad_accum) / t->dp->size;
     double t1 = now_us();
     trace_span(&t->trace, TRACE_TID_STEP, "step", t0, t1, 0);
-    double bytes1 = 0;
-    for (int op = 0; op < OP_COUNT; op++) bytes1 += t->world.stats.ring_bytes[op];
+    double bytes1 = trainer_ring_bytes(t, op1);
+    for (int op = 0; op < OP_COUNT; op++) t->report.op_bytes[op] += op1[op] - op0[op];
     report_transfers(t, t->xfer_bytes);
     t->step++;
     report_step(t, mean_loss, t0, t1, hp.lr, norm, bytes1 - bytes0);
 }
 
 static uint64_t rows_consumed(const Trainer *t) {
-    return (uint64_t)t->step * t->cfg.grad_accum * t->cfg.batch * t->world.size;
+    return (uint64_t)t->step * t->cfg.grad_accum * t->cfg.batch * t->dp->size;
 }
 
 int trainer_main(int argc, char **argv, const Strategy *s) {
@@ -213,6 +274,7 @@ int trainer_main(int argc, char **argv, const Strategy *s) {
             trainer_save(t, rows_consumed(t));
     }
     if (s->finish_update) s->finish_update(t, 1);  // the last update reaches the device params
+    if (c->export_llmc) trainer_export_llmc(t);
     report_eval(t, evaluate(t, in, tgt));
     if (c->save) trainer_save(t, rows_consumed(t));
     trace_write(&t->trace, c->trace);
