@@ -33,6 +33,7 @@ void param_shard_init(ParamShard *ps, Trainer *t, int prefetch) {
     ps->prefetch = prefetch;
 }
 
+// LAB 04: start_gather -- this rank's slice of unit u into a fresh buffer, then the in-place all-gather
 // Start the all-gather of unit u into a fresh live buffer: this rank copies
 // the slice of its shard that falls in the unit, then every rank's slice is
 // gathered in place. Slices are contiguous and in rank order; ranks whose
@@ -61,6 +62,7 @@ static void start_gather(ParamShard *ps, Trainer *t, int u) {
     comm_all_gather(&t->world, lu->buf.ptr, counts, displs, DT_BF16, &lu->h);
     lu->state = LIVE_GATHERING;
 }
+// LAB END
 
 static void finish_gather(Trainer *t, LiveUnit *lu) {
     if (lu->state != LIVE_GATHERING) return;
@@ -75,6 +77,7 @@ static void drop(Trainer *t, LiveUnit *lu) {
     lu->state = LIVE_NONE;
 }
 
+// LAB 04: param_shard_acquire -- gather what this entry reads, prefetch the next ones, wait for its own
 // Prefetch stays inside one micro-batch's forward+backward: across the end
 // of backward lies the optimizer step, which changes the params.
 void param_shard_acquire(ParamShard *ps, Trainer *t, int u, int backward) {
@@ -89,6 +92,7 @@ void param_shard_acquire(ParamShard *ps, Trainer *t, int u, int backward) {
     for (int i = 0; i < n; i++) finish_gather(t, &ps->live[reads[i]]);
     comm_progress(&t->world);
 }
+// LAB END
 
 // Is unit v read by one of the entries after e within the prefetch window
 // (at least the next one)?
@@ -102,12 +106,14 @@ static int read_soon(const ParamShard *ps, const Trainer *t, int e, int v) {
     return 0;
 }
 
+// LAB 04: param_shard_release -- drop the units this entry read that no upcoming entry reads
 void param_shard_release(ParamShard *ps, Trainer *t, int u, int backward) {
     int e = entry_of(t->layout.num_units, u, backward), reads[2];
     int n = entry_reads(t, e, reads);
     for (int i = 0; i < n; i++)
         if (!read_soon(ps, t, e, reads[i])) drop(t, &ps->live[reads[i]]);
 }
+// LAB END
 
 void param_shard_release_all(ParamShard *ps, Trainer *t) {
     for (int u = 0; u < t->layout.num_units; u++) drop(t, &ps->live[u]);

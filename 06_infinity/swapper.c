@@ -151,6 +151,13 @@ static void forget_read_ahead(Swapper *sw) {
 
 // ---- passes ----
 
+// LAB 06: swapper_pass -- read k+1 while the work runs on k while k-1 is written back
+// Sub-group k sits in slot (base + k) % SWAP_SLOTS. Before the work on k:
+// its reads started (blocking where it must wait for its slot), the reads
+// of the next ones started where their slots are free (never blocking),
+// then k's own reads settled. After the work: k's write-back started, not
+// waited for. The pass ends with base moved on by the groups it did, so the
+// next pass's reads land in the slots this one left first.
 int swapper_pass(Swapper *sw, unsigned what, SwapWork work, void *arg) {
     if (!(what & SWAP_READ)) forget_read_ahead(sw);
     for (int k = 0; k < sw->groups && !sw->error; k++) {
@@ -176,6 +183,7 @@ int swapper_pass(Swapper *sw, unsigned what, SwapWork work, void *arg) {
     if (sw->error) swapper_drain(sw);
     return sw->error;
 }
+// LAB END
 
 void swapper_progress(Swapper *sw) {
     for (int s = 0; s < SWAP_SLOTS; s++)
