@@ -114,12 +114,19 @@ def run_checks(lab, expected, r):
     out.append(("model-state bytes by tier and category equal the formula", not bad,
                 ", ".join(f"{k} {main['mem'][k]:.0f}" for k in bad) or "all equal",
                 ", ".join(f"{k} {main['mem_formula'][k]:.0f}" for k in bad) or "all equal"))
-    comm_ok = main["comm"] == main["comm_formula"] if lab != "04" else \
-        0.99 * main["comm_formula"] <= main["comm"] <= main["comm_formula"]
-    out.append(("communication per step equals the formula" + (" (-1%..0: the head stays live)" if lab == "04" else ""),
-                comm_ok, f"{main['comm']:.0f} B", f"{main['comm_formula']:.0f} B"))
+    # zero3's gathers (labs 04 and 06): the head stays live from the end of
+    # forward into backward, so it is gathered (and, off the device, fetched)
+    # once where the formula counts two: up to 1% under
+    live_head = lab in ("04", "06")
+    note = " (-1%..0: the head stays live)" if live_head else ""
+
+    def near(got, want):
+        return 0.99 * want <= got <= want + 1 if live_head else abs(got - want) <= 1
+
+    out.append(("communication per step equals the formula" + note, near(main["comm"], main["comm_formula"]),
+                f"{main['comm']:.0f} B", f"{main['comm_formula']:.0f} B"))
     for k, v in main["xfer"].items():
-        out.append((f"{k} bytes per step equal the formula", abs(v["counted"] - v["formula"]) <= 1,
+        out.append((f"{k} bytes per step equal the formula" + note, near(v["counted"], v["formula"]),
                     f"{v['counted']:.0f} B", f"{v['formula']:.0f} B"))
     accum = figures(r.run(stage, f"{MODEL} {extra} {ACCUM}"), tiers)
     ok = "error" not in accum and accum["losses"] == expected["accum_losses"]
