@@ -156,6 +156,7 @@ static void setup(Trainer *t, int argc, char **argv, const Strategy *s) {
         fail_usage("%s", err);
 
     partition_init(&t->part, t->state_params, t->dp->size, t->dp->rank);
+    if (s->check) s->check(t);
     states_alloc(&t->st, &t->dev, &t->states, &t->part);
     states_init_ranges(&t->st, &t->dev, &t->layout, t->state_ranges, t->nstate_ranges, (uint64_t)t->cfg.seed);
     t->hooks = (GPTHooks){.ctx = t, .params = hook_params, .before_forward = hook_before_forward,
@@ -223,6 +224,8 @@ static void train_step(Trainer *t, int32_t *in, int32_t *tgt) {
     const Strategy *s = t->strategy;
     double t0 = now_us();
     double op0[OP_COUNT], op1[OP_COUNT], bytes0 = trainer_ring_bytes(t, op0);
+    // what set-up or an evaluation moved between tiers is not this step's
+    for (int x = 0; x < XFER_COUNT; x++) t->xfer_bytes[x] = 0;
     // dloss/dlogits carries 1/(tokens in the global batch), so summing the
     // ranks' gradients gives the gradient of the global mean loss
     float dloss_scale = 1.0f / ((float)c->batch * c->seq_len * c->grad_accum * t->dp->size);
@@ -248,7 +251,6 @@ static void train_step(Trainer *t, int32_t *in, int32_t *tgt) {
     double bytes1 = trainer_ring_bytes(t, op1);
     for (int op = 0; op < OP_COUNT; op++) t->report.op_bytes[op] += op1[op] - op0[op];
     report_transfers(t, t->xfer_bytes);
-    for (int x = 0; x < XFER_COUNT; x++) t->xfer_bytes[x] = 0;
     t->step++;
     report_step(t, mean_loss, t0, t1, hp.lr, norm, bytes1 - bytes0);
 }
