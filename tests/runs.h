@@ -13,13 +13,19 @@ static __attribute__((unused)) int count_lines(const char *s) {
 
 // Runs a trainer that must succeed and returns the --json record it wrote
 // (malloc'd); a failure shows the command and its output.
-static __attribute__((unused)) char *train(const char *cmd, const char *json_path) {
-    char *out = NULL;
-    int rc = test_run(cmd, &out);
-    if (rc != 0) fail_msg("%s: exit %d, output:\n%s", cmd, rc, out);
-    free(out);
+// train_output also hands back what it printed (*out, malloc'd).
+static __attribute__((unused)) char *train_output(const char *cmd, const char *json_path, char **out) {
+    int rc = test_run(cmd, out);
+    if (rc != 0) fail_msg("%s: exit %d, output:\n%s", cmd, rc, *out);
     char *json = last_line(json_path);
     if (!json) fail_msg("%s: no --json record in %s", cmd, json_path);
+    return json;
+}
+
+static __attribute__((unused)) char *train(const char *cmd, const char *json_path) {
+    char *out = NULL;
+    char *json = train_output(cmd, json_path, &out);
+    free(out);
     return json;
 }
 

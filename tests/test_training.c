@@ -108,6 +108,19 @@ static void test_resume_exact(void **state) {
     // Exact: the same numbers in the same order; both printed with %.9g.
     for (int i = 0; i < 10; i++)
         if (b[i] != a[10 + i]) fail_msg("step %d: resumed %.9g, uninterrupted %.9g", 11 + i, b[i], a[10 + i]);
+    free(resumed);
+    // Another --steps only says where this run stops: the LR schedule stays
+    // the checkpoint's (cosine over its 20 steps), so steps 11-15 are the
+    // uninterrupted run's, and the run says so.
+    snprintf(cmd, sizeof cmd, "mpirun -np 2 ./dp_baseline --model small --batch 4 --steps 15 --print-every 100 "
+             "--resume %s/step-00000010 --json %s", ckpt, b_path);
+    char *out = NULL;
+    resumed = train_output(cmd, b_path, &out);
+    if (!strstr(out, "schedule of the saved run kept")) fail_msg("no word on the kept schedule:\n%s", out);
+    losses_of(resumed, b, 5);
+    for (int i = 0; i < 5; i++)
+        if (b[i] != a[10 + i]) fail_msg("--steps 15, step %d: resumed %.9g, uninterrupted %.9g", 11 + i, b[i], a[10 + i]);
+    free(out);
     free(saved);
     free(resumed);
 }

@@ -25,8 +25,9 @@ typedef struct CkptManifest {
     GPTConfig cfg;
     size_t num_params;
     int batch, seq_len, grad_accum;
-    // the LR schedule of the run that saved (recorded, not enforced: the
-    // trainer says when a resumed run's schedule differs)
+    // the LR schedule of the run that saved: a resumed run keeps its horizon
+    // (total_steps: --schedule-steps, else --steps) unless --schedule-steps
+    // is given, and says when --warmup or --lr change the schedule
     int total_steps, warmup;
     uint64_t lr_nano;    // peak learning rate x 1e9, rounded
 } CkptManifest;

@@ -16,7 +16,7 @@
 // (WarmupLR's warmup_min_lr and warmup_max_lr are f0 x lr and lr.)
 static double deepspeed_lr_frac(const TrainConfig *c, long step) {
     double W = c->warmup > 2 ? c->warmup : 2, s = (double)step, f0 = c->warmup_start_frac;
-    double S = c->schedule_steps > 0 ? c->schedule_steps : c->steps;
+    double S = lr_horizon(c);
     if (s < W) {
         double gamma = strcmp(c->warmup_type, "log") == 0 ? log(s + 1) / log(W) : s / W;
         return f0 + (1 - f0) * gamma;
@@ -27,10 +27,12 @@ static double deepspeed_lr_frac(const TrainConfig *c, long step) {
     return fmax(0.0, cmin + (1 - cmin) * cosine);
 }
 
+long lr_horizon(const TrainConfig *c) { return c->schedule_steps > 0 ? c->schedule_steps : c->steps; }
+
 double lr_at(const TrainConfig *c, long step) {
     if (strcmp(c->lr_schedule, "cosine") != 0) return c->lr * deepspeed_lr_frac(c, step);
     if (c->warmup > 0 && step < c->warmup) return c->lr * (double)(step + 1) / c->warmup;
-    long decay_steps = c->steps - c->warmup;
+    long decay_steps = lr_horizon(c) - c->warmup;
     if (decay_steps <= 1) return c->lr;
     double progress = (double)(step - c->warmup) / (double)(decay_steps - 1);
     if (progress > 1) progress = 1;

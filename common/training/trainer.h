@@ -200,6 +200,9 @@ static inline Range unit_range(const struct Trainer *t, int u) { return t->layou
 // Learning rate at `step` (0-based): linear warm-up to lr over `warmup`
 // steps, then cosine decay to lr * min_lr_frac at the last step.
 double lr_at(const TrainConfig *c, long step);
+// The steps the LR schedule spans: --schedule-steps, else --steps (a resumed
+// run keeps its checkpoint's).
+long lr_horizon(const TrainConfig *c);
 // AdamW hyper-parameters for the step (bias corrections for t = step + 1).
 AdamWStep adamw_step_params(const TrainConfig *c, long step, float grad_scale);
 

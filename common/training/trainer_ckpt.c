@@ -28,7 +28,7 @@ static CkptManifest manifest_of(const Trainer *t, uint64_t data_rows) {
     m.batch = t->cfg.batch;
     m.seq_len = t->cfg.seq_len;
     m.grad_accum = t->cfg.grad_accum;
-    m.total_steps = t->cfg.steps;
+    m.total_steps = (int)lr_horizon(&t->cfg);
     m.warmup = t->cfg.warmup;
     m.lr_nano = (uint64_t)llround(t->cfg.lr * 1e9);
     return m;
@@ -122,9 +122,16 @@ void trainer_resume(Trainer *t) {
     if (t->world.rank == 0)
         printf("resumed from %s at step %ld (data row %llu)\n", t->cfg.resume, got.step,
                (unsigned long long)got.data_rows);
-    if (t->world.rank == 0 && (got.total_steps != expect.total_steps || got.warmup != expect.warmup ||
+    // Resuming continues the saved run: its LR schedule (over its horizon)
+    // stays, and --steps only says where this run stops. Only a schedule
+    // asked for explicitly (--schedule-steps, --warmup, --lr) changes it.
+    if (!settings_given(&t->cfg.settings, "schedule-steps")) t->cfg.schedule_steps = got.total_steps;
+    if (t->world.rank == 0 && got.total_steps != t->cfg.steps && t->cfg.schedule_steps == got.total_steps)
+        printf("LR schedule of the saved run kept: it spans %d steps; --steps %d only sets where this run stops\n",
+               got.total_steps, t->cfg.steps);
+    if (t->world.rank == 0 && (t->cfg.schedule_steps != got.total_steps || got.warmup != expect.warmup ||
                                got.lr_nano != expect.lr_nano))
-        printf("note: the checkpoint's run had --steps %d --warmup %d --lr %g; this run's LR schedule "
-               "differs, so from step %ld on it is not the run that saved\n",
+        printf("note: the checkpoint's run had --schedule-steps %d --warmup %d --lr %g; this run asks for another "
+               "LR schedule, so from step %ld on it is not the run that saved\n",
                got.total_steps, got.warmup, got.lr_nano / 1e9, got.step + 1);
 }
