@@ -20,9 +20,11 @@ if [ "$n" = "00" ]; then
     exit 0
 fi
 mine=$(strategy_of "$cur")
-# the stage before; 07 builds on zero1 (its data parallelism is ZeRO-1's,
-# tensor and pipeline parallelism are new beside it)
+# the stage before; 06 builds on zero3 (it links 05's gradient path and CPU
+# Adam, but its hooks are zero3's); 07 builds on zero1 (its data parallelism
+# is ZeRO-1's, tensor and pipeline parallelism are new beside it)
 case "$n" in
+06) prev_n=04 ;;
 07) prev_n=02 ;;
 *) prev_n=$(printf '%02d' $((10#$n - 1))) ;;
 esac
