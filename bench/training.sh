@@ -3,7 +3,7 @@
 #   - dp_baseline on gpt2-124m (micro-batch 4, seq 256) at 1 rank: tokens/s,
 #     achieved model GFLOP/s and its fraction of the sgemm roof (target 0.5);
 #   - dp_baseline on small at 1, 2, 4 ranks;
-#   - every stage at 4 ranks on small, BENCH_ROUNDS interleaved rounds:
+#   - every stage (05, 06 too) at 4 ranks on small, BENCH_ROUNDS interleaved rounds:
 #     tokens/s relative to dp_baseline (targets zero1 >= 0.95, zero2 >= 0.90,
 #     zero3 >= 0.80), peak device memory per rank, bytes per step.
 # One JSON object on stdout (bench/summarize.py folds the runs).
@@ -26,11 +26,14 @@ for n in 1 2 4; do
         --json "$out/small_dp_scaling.json" >&2
 done
 
-stages="dp_baseline zero1 zero2 zero3 cpu_offload"
+stages="dp_baseline zero1 zero2 zero3 cpu_offload infinity"
+nvme=build/bench/nvme  # infinity's swap files: on the disk the repository is on (O_DIRECT)
+mkdir -p "$nvme"
 echo "training: $stages at 4 ranks on small ($rounds interleaved rounds)" >&2
 for r in $(seq "$rounds"); do
     for s in $stages; do
-        mpirun -np 4 "./$s" --model small --batch 4 --steps 30 --quiet --json "$out/stages_$s.json" >&2
+        extra=$([ "$s" = infinity ] && echo "--nvme-path $nvme" || true)
+        mpirun -np 4 "./$s" --model small --batch 4 --steps 30 $extra --quiet --json "$out/stages_$s.json" >&2
     done
 done
 python3 bench/summarize.py "$out" "$1"
