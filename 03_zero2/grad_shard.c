@@ -9,13 +9,12 @@ FlagSpec grad_shard_flag(double *bucket_mb) {
     *bucket_mb = 0;  // the default below
     return (FlagSpec){.name = "bucket-mb", .type = FLAG_DOUBLE, .dst = bucket_mb, .meta = "MB",
                       .help = "gradient bucket size for the asynchronous reduce-scatter",
-                      .shown_default = "an eighth of the bf16 gradients, at most 25 MB"};
+                      .shown_default = "an eighth of the bf16 gradients, at most 25 MB",
+                      .min = 0, .max = 1e6};
 }
 
 void grad_shard_init(GradShard *gs, Trainer *t, double bucket_mb) {
     memset(gs, 0, sizeof *gs);
-    if (!(bucket_mb >= 0) || bucket_mb > 1e6)
-        fail_usage("--bucket-mb %g: give a size in MB between 0 and 1e6 (0 for the default)", bucket_mb);
     // Default: an eighth of the gradients, so the two buckets stay a quarter
     // of what ZeRO-1 keeps, and at most 25 MB, so large models still send
     // several buckets while backward runs.

@@ -22,7 +22,8 @@ static int entry_reads(const Trainer *t, int e, int out[2]) {
 FlagSpec param_shard_flag(int *prefetch) {
     *prefetch = 1;
     return (FlagSpec){.name = "prefetch", .type = FLAG_INT, .dst = prefetch, .meta = "N",
-                      .help = "units whose parameters are gathered ahead of use"};
+                      .help = "units whose parameters are gathered ahead of use",
+                      .min = 0, .max = GPT_MAX_UNITS};
 }
 
 void param_shard_init(ParamShard *ps, Trainer *t, int prefetch) {
