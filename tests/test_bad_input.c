@@ -65,6 +65,20 @@ static void test_help_shows_ranges(void **state) {
     free(out);
 }
 
+// ---- large values: printed and recorded without overflow ----
+
+// memory_math's grouped figures past 2^53 keep 15 significant digits and no
+// fraction; before, 8.75e19 printed as "87,500,875,000,000,004,096.-458752".
+static void test_memory_math_large_figures(void **state) {
+    (void)state;
+    char *out = NULL;
+    int rc = test_run("./memory_math --params 1e15 --grad-accum 100000", &out);
+    assert_int_equal(rc, 0);
+    if (strstr(out, ".-") || !strstr(out, "87,500,875,000,000,000,000"))
+        fail_msg("expected 87,500,875,000,000,000,000 elements for cpu_offload and no '.-':\n%s", out);
+    free(out);
+}
+
 static int group_setup(void **state) {
     (void)state;
     if (access("./zero2", X_OK) != 0 || access("./memory_math", X_OK) != 0) {
@@ -79,6 +93,7 @@ int main(void) {
         cmocka_unit_test(test_numbers_out_of_range),
         cmocka_unit_test(test_empty_strings),
         cmocka_unit_test(test_help_shows_ranges),
+        cmocka_unit_test(test_memory_math_large_figures),
     };
     return cmocka_run_group_tests(tests, group_setup, NULL);
 }

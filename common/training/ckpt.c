@@ -12,6 +12,8 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <inttypes.h>
+#include <limits.h>
+#include <math.h>
 #include <stdarg.h>
 #include <stddef.h>
 #include <stdio.h>
@@ -48,15 +50,17 @@ typedef struct PartInfo {
 } PartInfo;
 
 // The manifest's numeric lines. int fields are signed; 8-byte ones (long,
-// uint64_t, size_t on LP64) unsigned. The group says what a mismatch means.
+// uint64_t, size_t on LP64) unsigned; doubles are written with 17 significant
+// digits, which read back to the same double. The group says what a mismatch means.
 enum { GROUP_RUN, GROUP_MODEL, GROUP_BATCH };
 typedef struct Field {
     const char *key;
     size_t off, size;
-    int group;
+    int group, is_double;
 } Field;
 #define FIELD(key, member, group) \
-    {key, offsetof(CkptManifest, member), sizeof(((CkptManifest *)0)->member), group}
+    {key, offsetof(CkptManifest, member), sizeof(((CkptManifest *)0)->member), group, 0}
+#define FIELD_DOUBLE(key, member, group) {key, offsetof(CkptManifest, member), sizeof(double), group, 1}
 static const Field FIELDS[] = {
     FIELD("ranks", ranks, GROUP_RUN),
     FIELD("step", step, GROUP_RUN),
@@ -74,7 +78,7 @@ static const Field FIELDS[] = {
     FIELD("grad_accum", grad_accum, GROUP_BATCH),
     FIELD("total_steps", total_steps, GROUP_RUN),
     FIELD("warmup", warmup, GROUP_RUN),
-    FIELD("lr_nano", lr_nano, GROUP_RUN),
+    FIELD_DOUBLE("lr", lr, GROUP_RUN),
 };
 #define NFIELDS ((int)(sizeof FIELDS / sizeof FIELDS[0]))
 _Static_assert(sizeof(long) == 8 && sizeof(size_t) == 8, "manifest fields assume LP64");
@@ -87,17 +91,28 @@ static uint64_t field_get(const CkptManifest *m, int i) {
     return v;
 }
 
-// Parses the value text; 1 when it is not a whole number.
+// Parses the value text; 1 when it is not a number of the field's kind
+// (a whole number within its type, or a finite double).
 static int field_set(CkptManifest *m, int i, const char *text) {
     char *p = (char *)m + FIELDS[i].off, *end;
     errno = 0;
-    if (FIELDS[i].size == sizeof(int)) *(int *)p = (int)strtol(text, &end, 10);
-    else *(uint64_t *)p = strtoull(text, &end, 10);
-    return end == text || *end != 0 || errno != 0;
+    if (FIELDS[i].is_double) {
+        double x = strtod(text, &end);
+        *(double *)p = x;
+        return end == text || *end != 0 || !isfinite(x);
+    }
+    if (FIELDS[i].size == sizeof(int)) {
+        long x = strtol(text, &end, 10);
+        *(int *)p = (int)x;
+        return end == text || *end != 0 || errno != 0 || x < INT_MIN || x > INT_MAX;
+    }
+    *(uint64_t *)p = strtoull(text, &end, 10);
+    return end == text || *end != 0 || errno != 0 || text[0] == '-';
 }
 
 static char *field_format(const CkptManifest *m, int i, char *buf) {  // buf of 32
-    if (FIELDS[i].size == sizeof(int)) snprintf(buf, 32, "%" PRId64, (int64_t)field_get(m, i));
+    if (FIELDS[i].is_double) snprintf(buf, 32, "%.17g", *(const double *)((const char *)m + FIELDS[i].off));
+    else if (FIELDS[i].size == sizeof(int)) snprintf(buf, 32, "%" PRId64, (int64_t)field_get(m, i));
     else snprintf(buf, 32, "%" PRIu64, field_get(m, i));
     return buf;
 }

@@ -25,7 +25,7 @@ typedef struct CkptManifest {
     // the LR schedule of the run that saved (recorded, not enforced: the
     // trainer says when a resumed run's schedule differs)
     int total_steps, warmup;
-    uint64_t lr_nano;    // peak learning rate x 1e9, rounded
+    double lr;           // peak learning rate, written with 17 digits: read back exactly
 } CkptManifest;
 
 typedef struct CkptTensor {

@@ -10,6 +10,10 @@
 #include "check.h"
 #include "trainer.h"
 
+static double global_tokens_per_step(const Trainer *t) {
+    return (double)t->world.size * t->cfg.batch * t->cfg.seq_len * t->cfg.grad_accum;
+}
+
 void report_init(Trainer *t) {
     Report *r = &t->report;
     memset(r, 0, sizeof *r);
@@ -24,10 +28,10 @@ void report_init(Trainer *t) {
     r->val_loss = NAN;
     if (t->world.rank == 0) {  // --quiet drops only the per-step lines
         const GPTConfig *m = &t->layout.cfg;
-        printf("%s: %s | model %s (L=%d C=%d H=%d V=%d, %.2fM params) | %d ranks x batch %d x seq %d x accum %d = %d tokens/step\n",
+        printf("%s: %s | model %s (L=%d C=%d H=%d V=%d, %.2fM params) | %d ranks x batch %d x seq %d x accum %d = %.0f tokens/step\n",
                t->strategy->name, t->dev.name, t->cfg.model, m->num_layers, m->channels, m->num_heads, m->vocab_size,
                t->layout.num_params / 1e6, t->world.size, t->cfg.batch, t->cfg.seq_len, t->cfg.grad_accum,
-               t->world.size * t->cfg.batch * t->cfg.seq_len * t->cfg.grad_accum);
+               global_tokens_per_step(t));
         printf("data: %s\n", t->data.desc);
     }
 }
@@ -36,10 +40,6 @@ void report_free(Trainer *t) {
     Report *r = &t->report;
     free(r->loss); free(r->step_ms); free(r->lr); free(r->grad_norm); free(r->comm_bytes);
     for (int x = 0; x < XFER_COUNT; x++) free(r->xfer[x]);
-}
-
-static double global_tokens_per_step(const Trainer *t) {
-    return (double)t->world.size * t->cfg.batch * t->cfg.seq_len * t->cfg.grad_accum;
 }
 
 // Measures the window of the step before: every row's union and its

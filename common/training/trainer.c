@@ -83,14 +83,26 @@ static void check_budget(Trainer *t) {
                other / 1e9, budget / 1e9, budget > other ? (budget - other) / 1e9 : 0.0, hint);
 }
 
+// Row counters (data position, checkpoints) are 64-bit: the run may read at
+// most 2^62 rows, steps x grad-accum x batch x ranks, checked here in double.
+#define MAX_ROWS 4611686018427387904.0
+
 static void resolve_batch(Trainer *t) {
     TrainConfig *c = &t->cfg;
-    if (c->global_batch <= 0) return;
-    int per_micro = c->batch * t->world.size;
-    if (c->global_batch % per_micro != 0)
-        fail_usage("--global-batch %d does not divide by --batch %d x %d ranks = %d; pick a multiple of %d",
-                   c->global_batch, c->batch, t->world.size, per_micro, per_micro);
-    c->grad_accum = c->global_batch / per_micro;
+    if (c->global_batch > 0) {
+        long long per_micro = (long long)c->batch * t->world.size;
+        if (c->global_batch % per_micro != 0)
+            fail_usage("--global-batch %d does not divide by --batch %d x %d ranks = %lld; pick a multiple of %lld",
+                       c->global_batch, c->batch, t->world.size, per_micro, per_micro);
+        c->grad_accum = (int)(c->global_batch / per_micro);
+        if (c->grad_accum > TRAIN_MAX_GRAD_ACCUM)
+            fail_usage("--global-batch %d means %d micro-batches per step; at most %d: raise --batch",
+                       c->global_batch, c->grad_accum, TRAIN_MAX_GRAD_ACCUM);
+    }
+    double rows = (double)c->steps * c->grad_accum * c->batch * t->world.size;
+    if (rows > MAX_ROWS)
+        fail_usage("--steps %d x %d micro-batches x --batch %d x %d ranks = %.3g rows; at most 2^62: ask for fewer",
+                   c->steps, c->grad_accum, c->batch, t->world.size, rows);
 }
 
 static void setup(Trainer *t, int argc, char **argv, const Strategy *s) {

@@ -30,6 +30,9 @@ typedef struct TrainConfig {
 
 struct Trainer;
 
+// Most micro-batches per step (--grad-accum, or what --global-batch implies).
+#define TRAIN_MAX_GRAD_ACCUM (1 << 20)
+
 // Most flags a stage adds to the shared ones, and tensors to its checkpoints.
 #define STRATEGY_MAX_FLAGS 16
 #define STRATEGY_MAX_CKPT 4

@@ -29,7 +29,7 @@ static CkptManifest manifest_of(const Trainer *t, uint64_t data_rows) {
     m.grad_accum = t->cfg.grad_accum;
     m.total_steps = t->cfg.steps;
     m.warmup = t->cfg.warmup;
-    m.lr_nano = (uint64_t)llround(t->cfg.lr * 1e9);
+    m.lr = t->cfg.lr;
     return m;
 }
 
@@ -108,8 +108,8 @@ void trainer_resume(Trainer *t) {
         printf("resumed from %s at step %ld (data row %llu)\n", t->cfg.resume, got.step,
                (unsigned long long)got.data_rows);
     if (t->world.rank == 0 && (got.total_steps != expect.total_steps || got.warmup != expect.warmup ||
-                               got.lr_nano != expect.lr_nano))
+                               got.lr != expect.lr))
         printf("note: the checkpoint's run had --steps %d --warmup %d --lr %g; this run's LR schedule "
                "differs, so from step %ld on it is not the run that saved\n",
-               got.total_steps, got.warmup, got.lr_nano / 1e9, got.step + 1);
+               got.total_steps, got.warmup, got.lr, got.step + 1);
 }

@@ -11,11 +11,11 @@
 
 // Ranges of the shared flags beyond the model's limits (gpt.h): a step count
 // whose per-step records fit in memory (8 arrays of 8 bytes a step), micro-
-// batches and validation batches that keep row counters far below 2^63, and a
-// budget whose byte count fits in 64 bits. The learning rate and weight decay
-// become fp32 step constants (AdamWStep), so the rate is at most FLT_MAX.
+// batches (TRAIN_MAX_GRAD_ACCUM) and validation batches that keep row
+// counters far below 2^63, and a budget whose byte count fits in 64 bits. The
+// learning rate and weight decay become fp32 step constants (AdamWStep), so
+// the rate is at most FLT_MAX.
 #define MAX_STEPS 10000000
-#define MAX_GRAD_ACCUM (1 << 20)
 #define MAX_EVAL_BATCHES (1 << 20)
 #define MAX_HBM_GB 1e6
 
@@ -64,7 +64,7 @@ void train_config_parse(TrainConfig *c, void *stage_ctx, int argc, char **argv, 
          .min = 1, .max = GPT_MAX_BATCH},
         {.name = "grad-accum", .type = FLAG_INT, .dst = &c->grad_accum, .meta = "K",
          .help = "micro-batches accumulated per optimizer step",
-         .min = 1, .max = MAX_GRAD_ACCUM},
+         .min = 1, .max = TRAIN_MAX_GRAD_ACCUM},
         {.name = "global-batch", .type = FLAG_INT, .dst = &c->global_batch, .meta = "G",
          .help = "sequences per optimizer step; sets --grad-accum = G / (batch x ranks)",
          .shown_default = "batch x ranks x grad-accum",
