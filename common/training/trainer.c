@@ -171,6 +171,12 @@ static double evaluate(Trainer *t, int32_t *in, int32_t *tgt) {
     return comm_sum_f64(&t->world, sum / t->cfg.eval_batches) / t->world.size;
 }
 
+static double checked_eval(Trainer *t, int32_t *in, int32_t *tgt) {
+    double val = evaluate(t, in, tgt);
+    divergence_check_loss(t, val, 1);
+    return val;
+}
+
 // One optimizer step: grad_accum micro-batches, reduction, clipping, update.
 static void train_step(Trainer *t, int32_t *in, int32_t *tgt) {
     const TrainConfig *c = &t->cfg;
@@ -188,18 +194,16 @@ static void train_step(Trainer *t, int32_t *in, int32_t *tgt) {
     }
     if (s->reduce_grads) s->reduce_grads(t);
     double norm = sqrt(s->grad_norm_sq(t));
-    if (!isfinite(norm)) {  // the same on every rank; stop before the update writes NaN into the states
-        if (t->world.rank == 0)
-            fprintf(stderr, "%s: error: step %ld: the gradient norm is %g; training diverged (hint: lower --lr, "
-                    "raise --warmup, or set --grad-clip)\n", s->name, t->step + 1, norm);
-        exit_all(EXIT_FAILURE);
-    }
+    // the norm and the mean loss are the same on every rank: a diverged step
+    // stops the run before its update reaches the states
+    divergence_check_norm(t, norm);
+    double mean_loss = comm_sum_f64(&t->world, loss / c->grad_accum) / t->world.size;
+    divergence_check_loss(t, mean_loss, 0);
     float clip = (c->grad_clip > 0 && norm > c->grad_clip) ? (float)(c->grad_clip / norm) : 1.0f;
     AdamWStep hp = adamw_step_params(c, t->step, clip);
     s->update(t, &hp);
     dev_sync(&t->dev, STREAM_COMPUTE);
     comm_settle_stats(&t->world);
-    double mean_loss = comm_sum_f64(&t->world, loss / c->grad_accum) / t->world.size;
     double t1 = now_us();
     trace_span(&t->trace, TRACE_TID_STEP, "step", t0, t1, 0);
     double bytes1 = comm_ring_bytes(&t->world);
@@ -223,12 +227,13 @@ int trainer_main(int argc, char **argv, const Strategy *s) {
     while (t->step < c->steps) {
         train_step(t, in, tgt);
         if (c->eval_every > 0 && t->step % c->eval_every == 0 && t->step < c->steps)
-            report_eval(t, evaluate(t, in, tgt));
+            report_eval(t, checked_eval(t, in, tgt));
         if (c->save_every > 0 && t->step % c->save_every == 0 && t->step < c->steps)
             trainer_save(t, rows_consumed(t));
     }
     if (s->finish_update) s->finish_update(t, 1);  // the last update reaches the device params
-    report_eval(t, evaluate(t, in, tgt));
+    // the last update is judged by the validation loss it gives, before it is saved
+    report_eval(t, checked_eval(t, in, tgt));
     if (c->save) trainer_save(t, rows_consumed(t));
     trace_write(&t->trace, c->trace);
     report_finish(t);

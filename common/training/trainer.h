@@ -86,6 +86,12 @@ typedef struct Strategy {
     void (*teardown)(struct Trainer *t);
 } Strategy;
 
+// The loss a diverging run is measured against (divergence.c).
+typedef struct Divergence {
+    int have_reference;
+    double first, level;  // the first step's loss, and the running mean of the losses
+} Divergence;
+
 typedef struct Trainer {
     TrainConfig cfg;
     const Strategy *strategy;
@@ -106,6 +112,7 @@ typedef struct Trainer {
     long step;               // optimizer steps completed
     double unit_t0_us;       // start of the unit being computed (for the trace)
     double xfer_bytes[XFER_COUNT];  // bytes moved between tiers, counted by the stage (count_transfer)
+    Divergence divergence;
     Report report;
 } Trainer;
 
@@ -138,6 +145,16 @@ AdamWStep adamw_step_params(const TrainConfig *c, long step, float grad_scale);
 void train_config_parse(TrainConfig *cfg, void *stage_ctx, int argc, char **argv, const Strategy *s);
 // Resolves the model shape from --model and the overrides.
 void train_config_model(TrainConfig *cfg, GPTConfig *out);  // also settles --seq-len
+
+// Divergence (divergence.c): a non-finite gradient norm, or a loss (training,
+// or validation when `validation`) that is non-finite or more than ln V above
+// the lower of the first step's loss and its running mean, stops the run
+// with one line and exit status 1. Every rank calls them with the same values.
+void divergence_check_norm(Trainer *t, double norm);
+void divergence_check_loss(Trainer *t, double loss, int validation);
+// Collective: the fp32 states this rank is about to save; a non-finite value
+// on any rank stops the run, naming the first such rank, tensor and element.
+void divergence_check_states(Trainer *t, const CkptTensor *fp32, int n);
 
 // Checkpoint glue: save/resume the optimizer states this rank owns.
 void trainer_save(Trainer *t, uint64_t data_rows);

@@ -70,6 +70,7 @@ void trainer_save(Trainer *t, uint64_t data_rows) {
     dev_sync(&t->dev, STREAM_COMPUTE);  // the update wrote the states on the compute stream
     for (int i = 0; i < 3; i++) dev_copy(&t->dev, h.t[i].host, optim_buf(t, i)->ptr, h.t[i].bytes, STREAM_COPY);
     dev_sync(&t->dev, STREAM_COPY);
+    divergence_check_states(t, h.t, 3);  // no checkpoint is written from diverged states
     CkptTensor all[3 + STRATEGY_MAX_CKPT];
     int n = part_tensors(t, &h, all, 1);
     CkptManifest m = manifest_of(t, data_rows);
