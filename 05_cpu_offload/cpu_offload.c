@@ -142,6 +142,12 @@ static void setup(Trainer *t) {
     dev_sync(&t->dev, STREAM_COPY);
 }
 
+// On the device only zero2's buckets: the other buffers are pinned host memory.
+static double device_buffer_bytes(const void *ctx, const GPTLayout *l, const Partition *p) {
+    const Stage *z = ctx;
+    return grad_shard_device_bytes(z->bucket_mb, p);
+}
+
 static void before_backward(Trainer *t, int u) {
     Stage *z = t->sctx;
     grad_shard_progress(&z->grads, t);
@@ -301,6 +307,7 @@ const Strategy strategy_cpu_offload = {
     .context_bytes = sizeof(Stage),
     .flags = flags,
     .setup = setup,
+    .device_buffer_bytes = device_buffer_bytes,
     .unit_params = replicated_unit_params,
     .before_backward = before_backward,
     .grads_ready = grads_ready,

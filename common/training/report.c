@@ -205,7 +205,8 @@ static void print_memory_table(const Trainer *t, const Summary *s) {
                mem_tier_name((MemTier)i), states / 1e6, states_formula / 1e6, stage_tier_formula(t->formula, (MemTier)i),
                t->layout.num_params, t->world.size, s->formula.padding_params);
     }
-    printf("  device peak: %.3f MB (all categories)", s->tier_peak[TIER_DEVICE] / 1e6);
+    printf("  device peak: %.3f MB (all categories); counted before the run: %.3f MB (run_device_bytes)",
+           s->tier_peak[TIER_DEVICE] / 1e6, t->device_need.total / 1e6);
     if (s->driver_total > 0)
         printf("; driver reports %.1f of %.1f GB free", s->driver_free / 1e9, s->driver_total / 1e9);
     printf("\n  formulas: model states from mem_math; activations = what this trainer saves (16C act + 4 fp32 + NH*T fp32 per token per layer, plus embed/head)\n");
@@ -279,6 +280,13 @@ static void json_mem(FILE *f, const Summary *s) {
     fprintf(f, ",\"padding_params\":%.0f,\"activations\":%zu}", s->formula.padding_params, s->acts.total_saved);
 }
 
+// What the budget check counted before the run (trainer_budget.c).
+static void json_need(FILE *f, const RunDeviceBytes *r) {
+    fprintf(f, ",\"device_need\":{\"states\":%.0f,\"activations\":%.0f,\"workspace\":%.0f,\"kernel_scratch\":%.0f,"
+               "\"stage_buffers\":%.0f,\"held\":%.0f,\"total\":%.0f}",
+            r->states, r->activations, r->workspace, r->kernel_scratch, r->stage_buffers, r->held, r->total);
+}
+
 static void json_array(FILE *f, const char *name, const double *x, long n) {
     fprintf(f, "\"%s\":[", name);
     for (long i = 0; i < n; i++) fprintf(f, "%s%.9g", i ? "," : "", x[i]);
@@ -318,6 +326,7 @@ static void write_json(const Trainer *t, const Summary *s) {
     if (t->dev.peak_flops > 0) fprintf(f, "\"mfu\":%.5f,", s->gflops_per_rank * 1e9 / t->dev.peak_flops);
     else fprintf(f, "\"mfu\":null,");
     json_mem(f, s);
+    json_need(f, &t->device_need);
     const StepTimes *x = &s->times;
     fprintf(f, ",\"comm_bytes_per_step\":%.0f,\"comm_formula_bytes_per_step\":%.0f,\"eval_comm_bytes\":%.0f,",
             s->comm_bytes_step, s->comm_formula_bytes, s->eval_comm_bytes);

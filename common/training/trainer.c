@@ -55,34 +55,6 @@ void replicated_grads_ready(Trainer *t, int u, const float *g) {
 
 // ---- set-up ----
 
-static void fit_hint(void *arg, char *out, size_t n) {
-    Trainer *t = arg;
-    stage_fit_hint(t->layout.num_params, t->world.size, t->cfg.hbm_gb * 1e9, out, n);
-}
-
-// The device bytes this run will need (model states on the device tier plus
-// activations and workspaces, on top of what the device already holds, such
-// as cuBLASLt's workspace), checked before allocating so an over-budget model
-// is one clear line rather than a failure halfway through set-up.
-static void check_budget(Trainer *t) {
-    if (t->dev.mem.budget[TIER_DEVICE] == 0) return;
-    StateBytes sb;
-    stage_state_bytes(t->formula, t->layout.num_params, t->world.size, &sb);
-    GPTActBytes ab = gpt_activation_bytes(&t->layout, t->cfg.batch, t->cfg.seq_len, t->dev.act_bytes);
-    double need = sb.tier_total[TIER_DEVICE] + ab.total_saved + ab.backward_scratch + ab.grad_workspace +
-                  (double)t->dev.mem.tier_current[TIER_DEVICE];
-    double budget = (double)t->dev.mem.budget[TIER_DEVICE];
-    if (need <= budget) return;
-    double other = need - sb.tier_total[TIER_DEVICE];  // activations and workspace, whatever the stage
-    char hint[512] = "lower --batch or --seq-len: activations alone exceed the budget";
-    if (other < budget)
-        stage_fit_hint(t->layout.num_params, t->world.size, budget - other, hint, sizeof hint);
-    fail_usage("%s needs %.2f GB of device memory per rank (model states %.2f GB by %s, activations and "
-               "workspace %.2f GB) but --hbm-gb is %.2f; with %.2f GB left for model states: %s",
-               t->strategy->name, need / 1e9, sb.tier_total[TIER_DEVICE] / 1e9, stage_formula(t->formula),
-               other / 1e9, budget / 1e9, budget > other ? (budget - other) / 1e9 : 0.0, hint);
-}
-
 // Row counters (data position, checkpoints) are 64-bit: the run may read at
 // most 2^62 rows, steps x grad-accum x batch x ranks, checked here in double.
 #define MAX_ROWS 4611686018427387904.0
@@ -125,17 +97,17 @@ static void setup(Trainer *t, int argc, char **argv, const Strategy *s) {
     DeviceOptions dopt = {.kind = t->cfg.device, .hbm_gb = t->cfg.hbm_gb, .local_rank = local_rank,
                           .local_size = local_size, .trace = &t->trace};
     device_init(&t->dev, &dopt);
-    t->dev.mem.fit_hint = fit_hint;
+    t->dev.mem.fit_hint = trainer_fit_hint;
     t->dev.mem.fit_hint_arg = t;
     comm_setup(&t->world, &t->dev, t->cfg.comm, &t->trace);
     if (t->cfg.progress_us > 0) comm_progress_thread_start(&t->world, t->cfg.progress_us);
     device_share(&t->dev, comm_device_sharers(&t->world), t->cfg.hbm_gb > 0);
-    check_budget(t);
+    partition_init(&t->part, t->layout.num_params, t->world.size, t->world.rank);
+    trainer_check_budget(t, local_size);
 
     char err[512];
     if (data_open(&t->data, t->cfg.data, mc.vocab_size, t->cfg.seq_len, err, sizeof err)) fail_usage("%s", err);
 
-    partition_init(&t->part, t->layout.num_params, t->world.size, t->world.rank);
     states_alloc(&t->st, &t->dev, &t->states, &t->part);
     states_init(&t->st, &t->dev, &t->layout, (uint64_t)t->cfg.seed);
     t->hooks = (GPTHooks){.ctx = t, .params = hook_params, .before_forward = hook_before_forward,

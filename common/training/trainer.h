@@ -56,6 +56,10 @@ typedef struct Strategy {
     int (*flags)(void *ctx, FlagSpec *out);
     // After the model states are allocated and initialized: the stage's own buffers.
     void (*setup)(struct Trainer *t);
+    // The most device bytes its own buffers hold at once (setup's, and what
+    // the hooks allocate and free), for this model and partition, with the
+    // options in ctx; the budget check counts them before anything is allocated.
+    double (*device_buffer_bytes)(const void *ctx, const GPTLayout *l, const Partition *p);
     // bf16 parameters of unit u, valid between before_* and after_* of a unit that reads it
     const bf16 *(*unit_params)(struct Trainer *t, int u);
     void (*before_forward)(struct Trainer *t, int u);
@@ -113,6 +117,7 @@ typedef struct Trainer {
     double unit_t0_us;       // start of the unit being computed (for the trace)
     double xfer_bytes[XFER_COUNT];  // bytes moved between tiers, counted by the stage (count_transfer)
     Divergence divergence;
+    RunDeviceBytes device_need;  // what the budget check counted (trainer_budget.c)
     Report report;
 } Trainer;
 
@@ -145,6 +150,14 @@ AdamWStep adamw_step_params(const TrainConfig *c, long step, float grad_scale);
 void train_config_parse(TrainConfig *cfg, void *stage_ctx, int argc, char **argv, const Strategy *s);
 // Resolves the model shape from --model and the overrides.
 void train_config_model(TrainConfig *cfg, GPTConfig *out);  // also settles --seq-len
+
+// The device bytes the run will need (device_need, from mem_math's
+// run_device_bytes), checked before anything is allocated against the budget,
+// or without one on the cpu device against the host's memory shared by the
+// node's `local_size` ranks: over it, one line from rank 0 and exit 2.
+void trainer_check_budget(Trainer *t, int local_size);
+// The mem module's hint when an allocation goes over the budget after all.
+void trainer_fit_hint(void *arg, char *out, size_t n);
 
 // Divergence (divergence.c): a non-finite gradient norm, or a loss (training,
 // or validation when `validation`) that is non-finite or more than ln V above
