@@ -214,8 +214,12 @@ static int write_atomic(const char *dir, const char *name, const void *const *ch
     if (!bad) bad = fsync(fd) != 0;
     if (fd >= 0 && close(fd) != 0) bad = 1;
     if (!bad) bad = rename(tmp, final) != 0;
-    if (bad) return msgf(msg, "cannot write checkpoint %s: %s; check the folder and free space",
-                         final, strerror(errno));
+    if (bad) {
+        int why = errno;
+        unlink(tmp);  // a failed save leaves no temporary file behind
+        return msgf(msg, "cannot write checkpoint %s: %s; check the folder, free space and file size limit",
+                    final, strerror(why));
+    }
     return fsync_dir(dir, msg);
 }
 
@@ -281,23 +285,41 @@ static int commit(const char *dir, const char *step_dir, const CkptManifest *m, 
     return rc;
 }
 
+// Rank 0, after a failed save into a step folder that the save created: the
+// parts other ranks did write go, then the folder, so that only complete
+// checkpoints stay on disk. (`latest` never named it.)
+static void discard_step(const char *step_dir, int ranks) {
+    char path[PATH_BYTES];
+    for (int r = 0; r < ranks; r++) {
+        pathf(path, "%s/rank-%05d.bin", step_dir, r);
+        unlink(path);
+    }
+    pathf(path, "%s/manifest.txt", step_dir);
+    unlink(path);
+    rmdir(step_dir);
+}
+
 int ckpt_save(Comm *world, const char *dir, const CkptManifest *m, const CkptTensor *t, int n,
               char *err, size_t err_len) {
     char msg[MSG_BYTES] = "", step_dir[PATH_BYTES];
     pathf(step_dir, "%s/step-%08ld", dir, m->step);
-    int failed = world->rank == 0 &&
-                 (dir_too_long(dir, msg) || mkdir_p(dir, msg) || mkdir_p(step_dir, msg));
+    struct stat st;
+    int failed = world->rank == 0 && (dir_too_long(dir, msg) || mkdir_p(dir, msg));
+    int new_step = world->rank == 0 && !failed && stat(step_dir, &st) != 0;
+    failed = failed || (world->rank == 0 && mkdir_p(step_dir, msg));
     if (agree(world, failed, msg, err, err_len)) return 1;
 
     PartInfo mine = {0, 0};
     failed = write_part(world, step_dir, m->step, t, n, &mine, msg);
-    if (agree(world, failed, msg, err, err_len)) return 1;
-
-    PartInfo *parts = world->rank == 0 ? xmalloc((size_t)world->size * sizeof(PartInfo)) : NULL;
-    mpiCheck(MPI_Gather(&mine, 2, MPI_UINT64_T, parts, 2, MPI_UINT64_T, 0, world->mpi));
-    failed = world->rank == 0 && commit(dir, step_dir, m, world->size, parts, msg);
-    free(parts);
-    return agree(world, failed, msg, err, err_len);
+    if (!agree(world, failed, msg, err, err_len)) {
+        PartInfo *parts = world->rank == 0 ? xmalloc((size_t)world->size * sizeof(PartInfo)) : NULL;
+        mpiCheck(MPI_Gather(&mine, 2, MPI_UINT64_T, parts, 2, MPI_UINT64_T, 0, world->mpi));
+        failed = world->rank == 0 && commit(dir, step_dir, m, world->size, parts, msg);
+        free(parts);
+        if (!agree(world, failed, msg, err, err_len)) return 0;
+    }
+    if (new_step) discard_step(step_dir, world->size);
+    return 1;
 }
 
 // ---- loading ---------------------------------------------------------------

@@ -3,6 +3,7 @@
 // strategy's update, evaluation, checkpoints and the report.
 #include "trainer.h"
 #include <math.h>
+#include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -80,6 +81,10 @@ static void resolve_batch(Trainer *t) {
 static void setup(Trainer *t, int argc, char **argv, const Strategy *s) {
     int local_rank, local_size;
     memset(t, 0, sizeof *t);
+    // Past a file-size limit (ulimit -f) a write fails with EFBIG, which the
+    // checkpoint and report writers turn into one line; SIGXFSZ's default
+    // action would kill the rank without a word.
+    signal(SIGXFSZ, SIG_IGN);
     t->strategy = s;
     comm_world_init(&t->world, &argc, &argv, &local_rank, &local_size, flags_present(argc, argv, "progress-thread"));
     if (s->context_bytes) t->sctx = xcalloc(1, s->context_bytes);

@@ -4,6 +4,7 @@
 // saves and restores exactly the numbers its next step depends on.
 #include <math.h>
 #include <string.h>
+#include <unistd.h>
 #include "check.h"
 #include "ckpt.h"
 #include "trainer.h"
@@ -76,8 +77,13 @@ void trainer_save(Trainer *t, uint64_t data_rows) {
     CkptManifest m = manifest_of(t, data_rows);
     char err[512];
     double t0 = now_us();
-    if (ckpt_save(&t->world, t->cfg.save, &m, all, n, err, sizeof err))
-        fail_usage("checkpoint not saved: %s (the previous checkpoint in %s is unchanged)", err, t->cfg.save);
+    char latest[4096];
+    snprintf(latest, sizeof latest, "%s/latest", t->cfg.save);
+    int had_one = access(latest, F_OK) == 0;  // rank 0's view decides the message, which rank 0 prints
+    if (ckpt_save(&t->world, t->cfg.save, &m, all, n, err, sizeof err)) {
+        if (had_one) fail_usage("checkpoint not saved: %s (the previous checkpoint in %s is unchanged)", err, t->cfg.save);
+        fail_usage("checkpoint not saved: %s (%s holds no earlier checkpoint)", err, t->cfg.save);
+    }
     trace_span(&t->trace, TRACE_TID_IO, "checkpoint", t0, now_us(), 0);
     if (t->world.rank == 0)
         printf("saved checkpoint: %s, step %ld (%.0f ms)\n", t->cfg.save, t->step, (now_us() - t0) / 1000);
