@@ -46,4 +46,10 @@ int ckpt_save(Comm *world, const char *dir, const CkptManifest *m, const CkptTen
 // or is corrupt and what to do (the trainer exits 2 with it).
 int ckpt_load(Comm *world, const char *dir, const CkptManifest *expect, CkptManifest *got,
               CkptTensor *t, int n, char *err, size_t err_len);
+// One rank, before a run's first save: creates DIR (and its parents) and
+// locks it for as long as *lock_fd stays open (flock on DIR/lock, which
+// names the holder), so that two runs cannot mix their parts in one folder.
+// Returns 0, or nonzero with one line in err (the folder cannot be created,
+// or another run holds it).
+int ckpt_lock(const char *dir, int *lock_fd, char *err, size_t err_len);
 uint64_t fnv1a64(const void *data, size_t bytes, uint64_t h);  // start with h = 14695981039346656037 (0xcbf29ce484222325)

@@ -3,6 +3,7 @@
 // each step and the comm statistics; formula figures from mem_math.h and
 // gpt.h, and every row says which it is.
 #include "report.h"
+#include <errno.h>
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -295,12 +296,12 @@ static void json_array(FILE *f, const char *name, const double *x, long n) {
 
 static const char *const xfer_key[XFER_COUNT] = {"d2h", "h2d", "nvme_read", "nvme_write"};
 
-static void write_json(const Trainer *t, const Summary *s) {
+static int write_json(const Trainer *t, const Summary *s) {
     FILE *f = fopen(t->cfg.json, "a");
     if (!f) {
-        fprintf(stderr, "%s: warning: cannot append to --json %s; the run's record was not written\n",
-                t->strategy->name, t->cfg.json);
-        return;
+        fprintf(stderr, "%s: error: --json %s: cannot append (%s); the run's record was not written\n",
+                t->strategy->name, t->cfg.json, strerror(errno));
+        return 1;
     }
     const Report *r = &t->report;
     const GPTConfig *m = &t->layout.cfg;
@@ -340,7 +341,12 @@ static void write_json(const Trainer *t, const Summary *s) {
                "\"host_optimizer_hidden\":%.4f,\"io\":%.4f,\"io_hidden\":%.4f}}\n",
             x->step, x->compute, x->comm, x->exposed, x->comm_hidden, x->copy, x->copy_hidden, x->host,
             x->host_hidden, x->io, x->io_hidden);
-    fclose(f);
+    int bad = ferror(f) != 0;
+    bad |= fclose(f) != 0;  // a full disk shows here, when the buffer is written
+    if (bad)
+        fprintf(stderr, "%s: error: --json %s: writing failed (%s); the run's record was not written whole\n",
+                t->strategy->name, t->cfg.json, strerror(errno));
+    return bad;
 }
 
 // One line per run, so runs of different stages line up side by side.
@@ -355,14 +361,14 @@ static void print_summary_line(const Trainer *t, const Summary *s) {
            s->comm_bytes_step / 1e6, s->comm_formula_bytes / 1e6);
 }
 
-void report_finish(Trainer *t) {
+int report_finish(Trainer *t) {
     Summary s;
     memset(&s, 0, sizeof s);
     summarize(t, &s);
-    if (t->world.rank != 0) return;
+    if (t->world.rank != 0) return 0;
     print_memory_table(t, &s);
     print_summary(t, &s);
     print_summary_line(t, &s);
-    if (t->cfg.json) write_json(t, &s);
     fflush(stdout);
+    return t->cfg.json ? write_json(t, &s) : 0;
 }

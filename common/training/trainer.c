@@ -112,6 +112,7 @@ static void setup(Trainer *t, int argc, char **argv, const Strategy *s) {
 
     char err[512];
     if (data_open(&t->data, t->cfg.data, mc.vocab_size, t->cfg.seq_len, err, sizeof err)) fail_usage("%s", err);
+    trainer_check_outputs(t);
 
     states_alloc(&t->st, &t->dev, &t->states, &t->part);
     states_init(&t->st, &t->dev, &t->layout, (uint64_t)t->cfg.seed);
@@ -212,8 +213,12 @@ int trainer_main(int argc, char **argv, const Strategy *s) {
     // the last update is judged by the validation loss it gives, before it is saved
     report_eval(t, checked_eval(t, in, tgt));
     if (c->save) trainer_save(t, rows_consumed(t));
-    trace_write(&t->trace, c->trace);
-    report_finish(t);
+    // the outputs were checked before step 1; a write that fails now (a full
+    // disk) is one line each, after which the rest is still written
+    int failed = trace_write(&t->trace, c->trace) != 0;
+    failed |= report_finish(t) != 0;
+    mpiCheck(MPI_Bcast(&failed, 1, MPI_INT, 0, t->world.mpi));  // rank 0 wrote both
+    trainer_release_outputs(t);
     free(in);
     free(tgt);
     if (s->teardown) s->teardown(t);
@@ -227,5 +232,5 @@ int trainer_main(int argc, char **argv, const Strategy *s) {
     device_destroy(&t->dev);
     comm_world_finalize(&t->world);
     free(t);
-    return 0;
+    return failed ? EXIT_FAILURE : 0;
 }

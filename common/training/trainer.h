@@ -118,6 +118,7 @@ typedef struct Trainer {
     double xfer_bytes[XFER_COUNT];  // bytes moved between tiers, counted by the stage (count_transfer)
     Divergence divergence;
     RunDeviceBytes device_need;  // what the budget check counted (trainer_budget.c)
+    int save_lock;               // rank 0: the --save folder's lock (trainer_outputs.c), or -1
     Report report;
 } Trainer;
 
@@ -158,6 +159,12 @@ void train_config_model(TrainConfig *cfg, GPTConfig *out);  // also settles --se
 void trainer_check_budget(Trainer *t, int local_size);
 // The mem module's hint when an allocation goes over the budget after all.
 void trainer_fit_hint(void *arg, char *out, size_t n);
+
+// Collective, before step 1: --json and --trace can be written, and the
+// --save folder exists, is locked for this run and takes every rank's part;
+// otherwise one line and exit 2. trainer_release_outputs drops the lock.
+void trainer_check_outputs(Trainer *t);
+void trainer_release_outputs(Trainer *t);
 
 // Divergence (divergence.c): a non-finite gradient norm, or a loss (training,
 // or validation when `validation`) that is non-finite or more than ln V above
