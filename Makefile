@@ -16,11 +16,12 @@ BLAS_INC := $(firstword $(foreach d,/usr/include/x86_64-linux-gnu/openblas-pthre
 HAVE_BLAS := $(call probe,blas gcc -I$(BLAS_INC))
 HAVE_AIO := $(call probe,aio gcc)
 HAVE_CMOCKA := $(call probe,cmocka gcc)
+HAVE_JANSSON := $(call probe,jansson gcc)
 NVCC := $(if $(filter 1,$(GPU)),$(shell command -v nvcc 2>/dev/null))
 CUDA_HOME ?= $(if $(NVCC),$(patsubst %/bin/nvcc,%,$(realpath $(NVCC))))
 HAVE_NCCL := $(if $(NVCC),$(call probe,nccl gcc -I$(CUDA_HOME)/include -L$(CUDA_HOME)/lib64))
 
-MISSING := $(if $(HAVE_MPI),,Open MPI) $(if $(HAVE_BLAS),,OpenBLAS) $(if $(HAVE_AIO),,libaio) $(if $(HAVE_CMOCKA),,cmocka)
+MISSING := $(if $(HAVE_MPI),,Open MPI) $(if $(HAVE_BLAS),,OpenBLAS) $(if $(HAVE_AIO),,libaio) $(if $(HAVE_CMOCKA),,cmocka) $(if $(HAVE_JANSSON),,jansson)
 SKIPPED := $(if $(NVCC),$(if $(HAVE_NCCL),,nccl (no nccl.h of NCCL 2.18 or newer)),cuda device and NCCL ($(if $(filter 1,$(GPU)),nvcc not found,GPU=0)))
 
 # ---- flags ----------------------------------------------------------------
@@ -31,7 +32,7 @@ OPT ?= -O3 -march=native
 COMMON_DIRS := $(patsubst %/,%,$(sort $(dir $(wildcard common/*/*))))
 COMMON_INC := $(addprefix -I,$(COMMON_DIRS))
 CFLAGS := $(OPT) -fno-math-errno -std=gnu11 -fopenmp -Wall -Wextra -Wno-unused-parameter $(COMMON_INC) -I$(BLAS_INC) -MMD -MP
-LDLIBS := -lopenblas -laio -lm -fopenmp
+LDLIBS := -lopenblas -laio -ljansson -lm -fopenmp
 # sm_80 and sm_90, the visible GPU's own architecture, and PTX for newer ones
 # (only a "major.minor" answer counts: a failing nvidia-smi prints prose)
 GPU_ARCH := $(if $(NVCC),$(shell nvidia-smi --query-gpu=compute_cap --format=csv,noheader 2>/dev/null | grep -E '^[0-9]+\.[0-9]+$$' | head -1 | tr -d '.'))
@@ -63,12 +64,14 @@ BIN_02 := zero1
 BIN_03 := zero2
 BIN_04 := zero3
 BIN_05 := cpu_offload
+BIN_07 := 3d_parallel
 SRC_01 := $(wildcard 01_dp_baseline/*.c)
 SRC_02 := $(wildcard 02_zero1/*.c)
 SRC_03 := $(wildcard 03_zero2/*.c) $(wildcard 02_zero1/shard_update.c)
 SRC_04 := $(wildcard 04_zero3/*.c) $(wildcard 03_zero2/grad_shard.c 02_zero1/shard_update.c)
 SRC_05 := $(wildcard 05_cpu_offload/*.c) $(wildcard 03_zero2/grad_shard.c 02_zero1/shard_update.c)
-STAGE_IDS := 00 01 02 03 04 05
+SRC_07 := $(wildcard 07_3d_parallel/*.c) $(wildcard 02_zero1/shard_update.c)
+STAGE_IDS := 00 01 02 03 04 05 07
 STAGES := $(foreach n,$(STAGE_IDS),$(if $(wildcard */$(BIN_$(n)).c),$(n)))
 TRAINERS := $(filter-out 00,$(STAGES))
 BINS := $(foreach n,$(STAGES),$(BIN_$(n)))
@@ -80,19 +83,22 @@ MAIN_OBJ = $(BUILD)/main/$(1).o
 TEST_SRC := $(wildcard tests/test_*.c)
 TEST_BINS := $(TEST_SRC:tests/%.c=$(BUILD)/tests/%)
 
-.PHONY: all deps check-deps demo test bench bench-cuda clean help $(addprefix stage-,$(STAGES)) $(addprefix diff-,$(STAGES))
+.PHONY: all deps check-deps demo test bench bench-cuda bench-compare clean help lab-% check-lab-% $(addprefix stage-,$(STAGES)) $(addprefix diff-,$(STAGES))
 all: check-deps $(BINS)
 	@echo "built: $(BINS)$(if $(strip $(SKIPPED)), | skipped: $(strip $(SKIPPED)))"
 
 help:
 	@echo "make            build every stage (binaries at the repository root)"
-	@echo "make stage-NN   build one stage (00 memory_math, 01 dp_baseline, 02 zero1, 03 zero2, 04 zero3, 05 cpu_offload)"
+	@echo "make stage-NN   build one stage (00 memory_math, 01 dp_baseline, 02 zero1, 03 zero2, 04 zero3, 05 cpu_offload, 07 3d_parallel)"
 	@echo "make deps       install the Debian packages the project needs"
 	@echo "make demo       install, build, run every stage on the same model with NP=$(NP) ranks, side by side"
 	@echo "make test       build and run the tests; ends with 'N passed, N failed'"
 	@echo "make bench      benchmarks, JSON in build/bench/ (with the cuda part where a GPU is usable)"
 	@echo "make bench-cuda the cuda part alone: MFU of gpt2-124m, every stage at 1, 2, 4 ranks on one GPU"
+	@echo "make bench-compare BASE=old.json [NEW=new.json]  two bench results side by side; exit 1 on a regression"
 	@echo "make diff-NN    what stage NN adds over the stage before it"
+	@echo "make lab-NN     a student copy (labs/NN, or LAB_DIR=...) with stage NN's technique to write"
+	@echo "make check-lab-NN  (in that copy) build it and grade it: pass/fail per check and a score"
 	@echo "make GPU=0      leave the cuda parts out"
 
 check-deps:
@@ -117,6 +123,11 @@ $(LIB): $(COMMON_OBJ)
 $(BUILD)/%.o: %.c
 	@mkdir -p $(dir $@)
 	$(CC) $(CFLAGS) -c $< -o $@
+
+# the DeepSpeed config reader names the stages this tree has (a config for
+# one it lacks says so); it is rebuilt when that list changes here
+$(BUILD)/common/training/ds_config.o: CFLAGS += -DWB_BUILT_STAGES='"$(STAGES)"'
+$(BUILD)/common/training/ds_config.o: Makefile
 
 # the CPU Adam's scalar path stays scalar: it is the reference the SIMD paths
 # are measured against, so the compiler must not vectorize it on its own
@@ -145,10 +156,22 @@ bench: all
 bench-cuda: all
 	@bash bench/cuda.sh
 
+# make bench-compare BASE=old.json [NEW=new.json]: exit 1 on a regression
+bench-compare:
+	@if [ -z "$(BASE)" ]; then echo "bench-compare: give BASE=results.json of an earlier make bench (NEW defaults to build/bench/results.json)"; exit 2; fi
+	@python3 bench/compare.py $(BASE) $(NEW)
+
 demo:
 	@bash scripts/demo.sh $(NP)
 
 $(foreach n,$(STAGES),$(eval diff-$(n): ; @bash scripts/stage-diff.sh $(n)))
+
+# course labs: a student copy with stage NN's technique stubbed out, and its checks
+LAB_DIR ?=
+lab-%: all
+	@python3 scripts/make_lab.py $* $(LAB_DIR)
+check-lab-%:
+	@python3 scripts/check_lab.py $*
 
 clean:
 	rm -rf $(BUILD) $(foreach n,$(STAGE_IDS),$(BIN_$(n)))

@@ -17,7 +17,8 @@ static const Col act_cols[] = {
 };
 
 static void trainer_row(Printer *p, const Inputs *in, const char *what, int act_bytes) {
-    GPTActBytes a = gpt_activation_bytes(&in->layout, in->batch, in->seq_len, act_bytes);
+    GPTPlan plan = gpt_plan_whole(&in->layout, in->batch, in->seq_len);
+    GPTActBytes a = gpt_activation_bytes(&in->layout, &plan, act_bytes);
     Cell row[7] = {cell_str(what), cell_num(act_bytes), cell_num((double)a.per_layer),
                    cell_num(a.per_layer / GB), cell_num(a.total_saved / GB),
                    cell_num(a.backward_scratch / GB), cell_num(a.grad_workspace / GB)};
@@ -44,7 +45,8 @@ void section_activations(Printer *p, const Inputs *in) {
     trainer_row(p, in, "this trainer, cuda device (bf16)", 2);
     printer_table_end(p);
 
-    GPTActBytes cuda = gpt_activation_bytes(&in->layout, in->batch, in->seq_len, 2);
+    GPTPlan plan = gpt_plan_whole(&in->layout, in->batch, in->seq_len);
+    GPTActBytes cuda = gpt_activation_bytes(&in->layout, &plan, 2);
     printer_num(p, "trainer_cuda_over_korthikanti", "per layer, this trainer on cuda / Korthikanti",
                 cuda.per_layer / k_layer, "%.2f", "x");
     printer_note(p, "Korthikanti et al. (2022), no recomputation: 34sbh bytes of 16-bit tensors and "

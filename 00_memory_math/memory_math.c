@@ -3,34 +3,59 @@
 // activation memory (Korthikanti et al., 2022) beside what our trainer keeps;
 // communication volume; what fits in a device budget; and --measure, which
 // checks the formulas against the allocator the trainers use.
+#include <limits.h>
 #include <math.h>
 #include <stdio.h>
 #include <string.h>
+#include "batch_rule.h"
 #include "check.h"
 #include "comm.h"
+#include "ds_config.h"
 #include "flags.h"
 #include "memory_math.h"
 
 static const char *usage =
     "usage: memory_math [--params 7.5B | --model NAME] [--ranks N] [--batch B --seq-len T]\n"
-    "                   [--hbm-gb GB] [--measure] [--json]\n"
+    "                   [--hbm-gb GB] [--measure] [--json] [--deepspeed-config FILE]\n"
     "\n"
     "Per-rank memory of the ZeRO stages, computed from the formulas: model states\n"
     "(16 bytes per parameter, and how ZeRO-1/2/3, Offload and Infinity split them over\n"
     "N ranks and tiers), communication per step, activations of a --model, and with\n"
     "--hbm-gb the largest model that fits. --measure (under mpirun -np N) allocates the\n"
     "states with the trainers' allocator and compares the bytes with the formula.\n"
-    "Without --params or --model: the ZeRO paper's example, Ψ = 7.5B on N = 64.";
+    "Without --params or --model: the ZeRO paper's example, Ψ = 7.5B on N = 64.\n"
+    "--deepspeed-config FILE takes the stage and batch from DeepSpeed's ds_config.json\n"
+    "and answers what it costs per rank, by tier, and whether it fits --hbm-gb.";
 
 typedef struct Flags {
     double params, hbm_gb;
-    const char *model;
-    int ranks, batch, seq_len, grad_accum, measure, json;
+    const char *model, *deepspeed_config;
+    int ranks, batch, seq_len, grad_accum, global_batch, measure, json;
 } Flags;
 
-enum { F_PARAMS, F_MODEL, F_RANKS, F_BATCH, F_SEQ_LEN, F_GRAD_ACCUM, F_HBM_GB, F_MEASURE, F_JSON, F_COUNT };
+enum {
+    F_PARAMS, F_MODEL, F_RANKS, F_BATCH, F_SEQ_LEN, F_GRAD_ACCUM, F_GLOBAL_BATCH, F_HBM_GB, F_MEASURE, F_JSON,
+    F_DEEPSPEED_CONFIG, F_COUNT
+};
 
-static void parse_flags(int argc, char **argv, Flags *f, FlagSpec *specs) {
+// --deepspeed-config: its values become the flags' defaults (ds_config.h),
+// and its stage the one the config section answers for.
+static void apply_config(int argc, char **argv, FlagSpec *specs, Inputs *in) {
+    settings_begin(&in->settings, specs, F_COUNT);
+    in->stage = -1;
+    DsConfig ds;
+    ds_config_load(&ds, flags_value(argc, argv, "deepspeed-config"));
+    ds_config_apply(&ds, specs, F_COUNT, &in->settings, "memory_math");
+    for (int s = 0; s < STAGE_COUNT && ds.binary[0] && in->stage < 0; s++)
+        if (strcmp(stage_name((StageId)s), ds.binary) == 0) in->stage = s;
+    if (ds.binary[0] && in->stage < 0)
+        fail_usage("--deepspeed-config %s: %s asks for %s, which memory_math has no formula for", ds.path,
+                   ds.binary_why, ds.binary);
+    snprintf(in->stage_why, sizeof in->stage_why, "%s", ds.binary_why);
+    ds_config_free(&ds);
+}
+
+static void parse_flags(int argc, char **argv, Flags *f, FlagSpec *specs, Inputs *in) {
     const FlagSpec table[F_COUNT] = {
         [F_PARAMS] = {.name = "params", .type = FLAG_COUNT, .dst = &f->params, .meta = "COUNT",
                       .help = "parameters Ψ: 7.5e9, 7.5B, 350M", .min = 1, .max = 1e15},
@@ -44,15 +69,22 @@ static void parse_flags(int argc, char **argv, Flags *f, FlagSpec *specs) {
                        .help = "sequence length; 0 = the model's context", .min = 0, .max = GPT_MAX_CONTEXT},
         [F_GRAD_ACCUM] = {.name = "grad-accum", .type = FLAG_INT, .dst = &f->grad_accum, .meta = "K",
                           .help = "micro-batches per optimizer step", .min = 1, .max = 1 << 20},
+        [F_GLOBAL_BATCH] = {.name = "global-batch", .type = FLAG_INT, .dst = &f->global_batch, .meta = "G",
+                            .help = "sequences per optimizer step: G = batch x grad-accum x ranks",
+                            .shown_default = "batch x grad-accum x ranks", .min = 1, .max = INT_MAX},
         [F_HBM_GB] = {.name = "hbm-gb", .type = FLAG_DOUBLE, .dst = &f->hbm_gb, .meta = "GB",
                       .help = "device memory per rank; 0 = skip what fits", .min = 0, .max = 1e6},
         [F_MEASURE] = {.name = "measure", .type = FLAG_BOOL, .dst = &f->measure,
                        .help = "allocate the states and compare"},
         [F_JSON] = {.name = "json", .type = FLAG_BOOL, .dst = &f->json,
                     .help = "one JSON object on stdout instead of tables"},
+        [F_DEEPSPEED_CONFIG] = {.name = "deepspeed-config", .type = FLAG_STRING, .dst = &f->deepspeed_config,
+                                .meta = "FILE", .help = "DeepSpeed's ds_config.json: its stage and batch"},
     };
     memcpy(specs, table, sizeof table);
+    apply_config(argc, argv, specs, in);
     flags_parse(argc, argv, specs, F_COUNT, usage);
+    settings_after_parse(&in->settings, specs, F_COUNT);
 }
 
 // Rajbhandari et al. (2020), Figure 1: Ψ = 7.5B on N = 64.
@@ -124,11 +156,12 @@ int main(int argc, char **argv) {
     in.rank = world.rank;
 
     Flags f = {.params = 0, .hbm_gb = 0, .model = NULL, .ranks = 8, .batch = 8, .seq_len = 0,
-               .grad_accum = 1, .measure = 0, .json = 0};
+               .grad_accum = 1, .global_batch = 0, .measure = 0, .json = 0};
     FlagSpec specs[F_COUNT];
-    parse_flags(argc, argv, &f, specs);
+    parse_flags(argc, argv, &f, specs, &in);
     choose_params(&f, specs, &in);
     choose_ranks(&f, specs, &in);
+    batch_rule_apply(&in.settings, &f.batch, &f.grad_accum, f.global_batch, in.ranks, "ranks");
     check_shapes(&f, &in);
     in.measure = f.measure;
     in.json = f.json;
@@ -146,6 +179,7 @@ int main(int argc, char **argv) {
         if (in.psi > 0) section_comm(&p, &in);
         if (in.have_model) section_activations(&p, &in);
         if (in.hbm_gb > 0) section_fit(&p, &in);
+        if (in.settings.config_path[0]) section_config(&p, &in);
     }
     printer_end(&p);
     comm_world_finalize(&world);

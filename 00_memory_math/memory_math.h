@@ -4,6 +4,7 @@
 #include "gpt.h"
 #include "mem_math.h"
 #include "printer.h"
+#include "settings.h"
 
 typedef struct Inputs {
     double psi;               // Ψ, parameters (0: none given)
@@ -18,6 +19,11 @@ typedef struct Inputs {
     int measure, json;
     int world, rank;          // MPI world
     int local_rank, local_size;
+    // --deepspeed-config: the stage it asks for (-1: none), and where every
+    // input came from (its keys are the defaults of --batch, --grad-accum, ...)
+    int stage;
+    char stage_why[160];
+    Settings settings;
 } Inputs;
 
 // sections.c
@@ -26,6 +32,8 @@ void section_model_states(Printer *p, const Inputs *in);
 void section_comm(Printer *p, const Inputs *in);
 void section_activations(Printer *p, const Inputs *in);
 void section_fit(Printer *p, const Inputs *in);
+// config.c: what a --deepspeed-config costs per rank by tier, and whether it fits
+void section_config(Printer *p, const Inputs *in);
 // measure.c: returns the number of (stage, tier, category) entries where the
 // measured bytes differ from the formula (0: all equal). Collective.
 int section_measure(Printer *p, const Inputs *in);

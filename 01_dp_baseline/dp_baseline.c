@@ -11,6 +11,10 @@
 // (common/training/trainer.c) hand out slices of the full buffers, and each
 // unit's gradients are accumulated there over the micro-batches.
 
+// LAB 01: dp_step -- all-reduce the gradients; the same AdamW on every replica
+// After the last micro-batch each rank holds its own rows' gradient sum in
+// t->st.grads (bf16, Ψ elements): make it the sum over all ranks, in place
+// (comm_all_reduce_sum), once the compute stream has finished writing it.
 static void reduce_grads(Trainer *t) {
     dev_sync(&t->dev, STREAM_COMPUTE);  // gradients complete before they travel
     comm_all_reduce_sum(&t->world, t->st.grads.ptr, t->layout.num_params, DT_BF16, NULL);
@@ -21,12 +25,16 @@ static double grad_norm_sq(Trainer *t) {
     return t->dev.k->sum_squares_bf16(&t->dev, t->st.grads.ptr, t->layout.num_params);
 }
 
+// AdamW over all Ψ elements (the device's kernel, t->dev.k->adamw): master,
+// m, v and the reduced gradient in, bf16(master) out into t->st.params. Every
+// rank does the same, so the replicas stay identical.
 static void update(Trainer *t, const AdamWStep *s) {
     double t0 = now_us();
     t->dev.k->adamw(&t->dev, t->st.master.ptr, t->st.m.ptr, t->st.v.ptr, t->st.grads.ptr, t->st.params.ptr,
                     t->layout.num_params, s);
     compute_span(t, "optimizer", t0);
 }
+// LAB END
 
 static void params_from_master(Trainer *t) {
     t->dev.k->f32_to_bf16(&t->dev, t->st.params.ptr, t->st.master.ptr, t->layout.num_params);

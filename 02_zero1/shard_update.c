@@ -4,9 +4,15 @@
 
 double shard_grad_norm_sq(Trainer *t, const bf16 *grad_shard) {
     double local = t->dev.k->sum_squares_bf16(&t->dev, grad_shard, t->part.shard);
-    return comm_sum_f64(&t->world, local);
+    return comm_sum_f64(t->dp, local);
 }
 
+bf16 *own_param_slice(Trainer *t) { return (bf16 *)t->st.params.ptr + t->part.begin; }
+
+// LAB 02: shard_update -- AdamW on the own shard; the bf16 params gathered whole again
+// AdamW (the device's kernel, t->dev.k->adamw) over this rank's shard:
+// master, m, v (t->st.*, t->part.shard elements each) with the reduced
+// gradient shard, writing bf16(master) to param_shard.
 void shard_adamw(Trainer *t, const bf16 *grad_shard, bf16 *param_shard, const AdamWStep *s) {
     double t0 = now_us();
     // padding past Ψ has zero gradient and zero master weight, so it stays zero
@@ -15,15 +21,18 @@ void shard_adamw(Trainer *t, const bf16 *grad_shard, bf16 *param_shard, const Ad
     compute_span(t, "optimizer", t0);
 }
 
-bf16 *own_param_slice(Trainer *t) { return (bf16 *)t->st.params.ptr + t->part.begin; }
-
+// In place: rank q's slice [q·shard, (q+1)·shard) of the full params buffer
+// (t->st.params) goes to every rank of t->dp (comm_all_gather, counts and
+// displacements of each rank's slice); the compute stream must be done
+// writing this rank's slice first.
 void all_gather_params(Trainer *t) {
-    int N = t->world.size;
+    int N = t->dp->size;
     size_t counts[N], displs[N];
     for (int q = 0; q < N; q++) {
         counts[q] = t->part.shard;
         displs[q] = (size_t)q * t->part.shard;
     }
     dev_sync(&t->dev, STREAM_COMPUTE);  // the updated slice is written before it travels
-    comm_all_gather(&t->world, t->st.params.ptr, counts, displs, DT_BF16, NULL);
+    comm_all_gather(t->dp, t->st.params.ptr, counts, displs, DT_BF16, NULL);
 }
+// LAB END

@@ -24,6 +24,12 @@ static double device_buffer_bytes(const void *ctx, const GPTLayout *l, const Par
 // bf16 params and grads stay whole, as in dp_baseline (the replicated hooks):
 // gradients accumulate over micro-batches in the full buffer.
 
+// LAB 02: zero1_step -- reduce-scatter the gradients, update the own shard, all-gather
+// After the last micro-batch every rank holds the whole bf16 gradient
+// (t->st.grads, Ψ_pad elements). Reduce-scatter it so that rank r receives
+// the sum over ranks of its shard [r·shard, (r+1)·shard) in z->reduced
+// (comm_reduce_scatter_sum, counts of t->part.shard each): (N-1)/N·2Ψ bytes
+// per rank of a ring.
 static void reduce_grads(Trainer *t) {
     Stage *z = t->sctx;
     int N = t->world.size;
@@ -33,12 +39,17 @@ static void reduce_grads(Trainer *t) {
     comm_reduce_scatter_sum(&t->world, t->st.grads.ptr, z->reduced.ptr, counts, DT_BF16, NULL);
 }
 
+// The squared global norm: each rank's reduced shard, summed over ranks.
 static double grad_norm_sq(Trainer *t) { return shard_grad_norm_sq(t, ((Stage *)t->sctx)->reduced.ptr); }
 
+// AdamW on the own shard (shard_adamw: master, m, v and the reduced
+// gradient shard in, bf16(master) out into this rank's slice of the
+// params), then all ranks gather the slices (all_gather_params).
 static void update(Trainer *t, const AdamWStep *s) {
     shard_adamw(t, ((Stage *)t->sctx)->reduced.ptr, own_param_slice(t), s);
     all_gather_params(t);
 }
+// LAB END
 
 static void params_from_master(Trainer *t) {
     t->dev.k->f32_to_bf16(&t->dev, own_param_slice(t), t->st.master.ptr, t->part.shard);

@@ -57,8 +57,12 @@ static bf16 *bucket_at(const GradShard *gs, const Bucket *b, size_t x) {
     return (bf16 *)b->send.ptr + (gs->cap - (b->top - x));
 }
 
-// Wait for a bucket's reduce-scatter and add its part to the shard: the
-// first micro-batch of a step writes, later ones accumulate.
+// LAB 03: buckets -- launch a full bucket's reduce-scatter; finish it into the shard
+// Wait for a bucket's reduce-scatter (b->h) and add its part (b->recv,
+// b->recv_count elements of flat index b->recv_first) to the shard: the
+// first micro-batch of a step (t->micro == 0) writes, later ones accumulate
+// (add_bf16). With a sink (cpu_offload) the part goes to the sink instead,
+// and the bucket's `drained` event is recorded on the copy stream after it.
 static void finish_bucket(GradShard *gs, Trainer *t, Bucket *b) {
     if (!b->h.active) return;
     comm_wait(&t->world, &b->h);
@@ -73,9 +77,13 @@ static void finish_bucket(GradShard *gs, Trainer *t, Bucket *b) {
     else t->dev.k->add_bf16(&t->dev, dst, b->recv.ptr, b->recv_count);
 }
 
-// Reduce-scatter the filled range [lo, top): rank q receives the elements
-// that fall in its shard. The ranges are contiguous and in rank order, which
-// is exactly the layout MPI_Reduce_scatter's receive counts describe.
+// Reduce-scatter the filled range [lo, top) asynchronously (a handle, b->h):
+// rank q receives the elements that fall in its shard (partition_overlap),
+// possibly none. The ranges are contiguous and in rank order, which is
+// exactly the layout MPI_Reduce_scatter's receive counts describe. Note
+// where this rank's part starts (b->recv_first) and how long it is
+// (b->recv_count); with a sink, the streams wait for `drained` before `recv`
+// is written again. Then the bucket is empty (lo = top = 0).
 static void launch_bucket(GradShard *gs, Trainer *t, Bucket *b) {
     if (b->lo == b->top) return;
     int N = t->world.size;
@@ -95,6 +103,7 @@ static void launch_bucket(GradShard *gs, Trainer *t, Bucket *b) {
     comm_reduce_scatter_sum(&t->world, bucket_at(gs, b, b->lo), b->recv.ptr, counts, DT_BF16, &b->h);
     b->lo = b->top = 0;
 }
+// LAB END
 
 // Send the current bucket and switch to the other one, first finishing what
 // that one still had in flight.

@@ -210,25 +210,17 @@ static void run_adam_here(Trainer *t, Stage *z, const AdamWStep *s) {
     trace_span(&t->trace, TRACE_TID_HOST, "cpu adam", t0, now_us(), 0);
 }
 
-static void update(Trainer *t, const AdamWStep *s) {
-    Stage *z = t->sctx;
-    dev_sync(&t->dev, STREAM_COPY);  // the whole gradient shard is on the host
-    if (!z->dpu || t->step < z->dpu_warmup) {
-        run_adam_here(t, z, s);
-        upload_params(t, z);
-        return;
-    }
-    // Delayed: the device gets step i-1's params now, for step i+1, and
-    // step i's update is held back until the next step ends.
-    if (z->dpu_serial) {  // the reference: apply now, show one step later
-        if (z->upload_due) upload_params(t, z);
-        run_adam_here(t, z, s);
-        z->upload_due = 1;
-        return;
-    }
-    // Threaded: step i-1's update ran during this step; step i's runs on
-    // the host thread during step i+1, on these gradients, while the next
-    // step's arrive in the other shard.
+// LAB 05: delayed_update -- the CPU Adam of step i runs during step i+1
+// The delayed update of step i (t->step), threaded: step i-1's update has run
+// on the host thread during this step; collect it (collect_job) and send its
+// params up (upload_params, when z->upload_due), for step i+1. Then start
+// step i's update on the host thread (host_worker_start with run_adam on
+// z->job, made by adam_job from these gradients, t->st.grads) and swap the
+// two gradient shards (t->st.grads and z->grads_next) so step i+1's arrive
+// in the other one while this one is read. Mark it pending (z->pending).
+// Master, m and v stay exact; the device's params lag one step. The result
+// must equal --dpu-serial's to the bit.
+static void delayed_update(Trainer *t, Stage *z, const AdamWStep *s) {
     collect_job(t, z);
     if (z->upload_due) upload_params(t, z);  // returns with the copy done: params_out is free
     z->job = adam_job(t, z, t->st.grads.ptr, s);
@@ -237,6 +229,23 @@ static void update(Trainer *t, const AdamWStep *s) {
     z->grads_next = applied;
     z->pending = 1;
     host_worker_start(&z->worker, run_adam, &z->job);
+}
+// LAB END
+
+static void update(Trainer *t, const AdamWStep *s) {
+    Stage *z = t->sctx;
+    dev_sync(&t->dev, STREAM_COPY);  // the whole gradient shard is on the host
+    if (!z->dpu || t->step < z->dpu_warmup) {
+        run_adam_here(t, z, s);
+        upload_params(t, z);
+    } else if (z->dpu_serial) {
+        // the reference of the delayed update: apply now, show one step later
+        if (z->upload_due) upload_params(t, z);
+        run_adam_here(t, z, s);
+        z->upload_due = 1;
+    } else {
+        delayed_update(t, z, s);
+    }
 }
 
 static void finish_update(Trainer *t, int to_device) {

@@ -25,25 +25,26 @@ out=build/bench
 mkdir -p "$out" "$dir"
 
 if ! command -v fio > /dev/null; then
-    echo "bench aio: installing fio (Debian package)"
+    echo "bench aio: installing fio (Debian package)" >&2
     sudo=""
     [ "$(id -u)" -eq 0 ] || sudo="sudo"
-    $sudo apt-get update -qq
+    $sudo apt-get update -qq >&2
     DEBIAN_FRONTEND=noninteractive $sudo apt-get install -y -qq fio > /dev/null
 fi
 
-mpicc -O3 -march=native -std=gnu11 -Wall -Icommon/io -Icommon/runtime bench/aio_sweep.c \
-    common/io/aio.c common/io/aio_file.c common/runtime/trace.c common/runtime/check.c \
-    -o "$out/aio_sweep" -laio -lm
+build=build
+[ "${GPU:-1}" = 0 ] && build=build-nogpu
+make -s GPU="${GPU:-1}" "$build/bench/aio_sweep" >&2
+sweep="$build/bench/aio_sweep"
 file="$dir/aio-bench.bin"
-echo "bench aio: preparing ${file_mib} MiB in $file"
-"$out/aio_sweep" prepare "$file" "$file_mib"
+echo "bench aio: preparing ${file_mib} MiB in $file" >&2
+"$sweep" prepare "$file" "$file_mib"
 bytes=$((file_mib * 1024 * 1024))
 runs="$out/aio_runs.jsonl"
 : > "$runs"
 
 ours() {  # op block_kb depth round
-    "$out/aio_sweep" run "$file" "$1" "$2" "$3" | sed "s/}\$/, \"round\": $4}/" >> "$runs"
+    "$sweep" run "$file" "$1" "$2" "$3" | sed "s/}\$/, \"round\": $4}/" >> "$runs"
 }
 fio_point() {  # op block_kb depth round
     local json="$out/aio_fio_last.json"
@@ -61,7 +62,7 @@ EOF
 }
 
 points=$(( $(wc -w <<< "$blocks_kb") * $(wc -w <<< "$depths") ))
-echo "bench aio: $points points x read, write x ours, fio x $rounds rounds"
+echo "bench aio: $points points x read, write x ours, fio x $rounds rounds" >&2
 for b in $blocks_kb; do
     for d in $depths; do
         for r in $(seq "$rounds"); do

@@ -138,8 +138,8 @@ static void parse(int argc, char **argv, Bench *bn) {
     bn->rounds = rounds;
 }
 
-// the median seconds of each kind over the rounds
-static void measure(Bench *bn, double med_s[KINDS]) {
+// the median, fastest and slowest seconds of each kind over the rounds
+static void measure(Bench *bn, double med_s[KINDS], double min_s[KINDS], double max_s[KINDS]) {
     double *secs[KINDS];
     for (int k = 0; k < KINDS; k++) {
         secs[k] = xcalloc((size_t)bn->rounds, sizeof(double));
@@ -151,18 +151,23 @@ static void measure(Bench *bn, double med_s[KINDS]) {
             secs[k][r] = run_once(bn, k);
         }
     for (int k = 0; k < KINDS; k++) {
-        med_s[k] = median(secs[k], bn->rounds);
+        med_s[k] = median(secs[k], bn->rounds);  // sorts: the ends are the extremes
+        min_s[k] = secs[k][0];
+        max_s[k] = secs[k][bn->rounds - 1];
         free(secs[k]);
     }
 }
 
 static const char *yes_no(int x) { return x ? "true" : "false"; }
 
-static void print_json(const Bench *bn, const double med_s[KINDS]) {
-    double gbps[KINDS];
+static void print_json(const Bench *bn, const double med_s[KINDS], const double min_s[KINDS],
+                       const double max_s[KINDS]) {
+    double gbps[KINDS], gbps_lo[KINDS], gbps_hi[KINDS];  // the spread over the rounds: slowest, fastest
     for (int k = 0; k < KINDS; k++) {
         double bytes = k == TRIAD ? TRIAD_BYTES_PER_ELEM : ADAM_BYTES_PER_PARAM;
         gbps[k] = bytes * bn->n / med_s[k] * 1e-9;
+        gbps_lo[k] = bytes * bn->n / max_s[k] * 1e-9;
+        gbps_hi[k] = bytes * bn->n / min_s[k] * 1e-9;
     }
     double adam_to_triad = gbps[ADAM_BEST] / gbps[TRIAD];
     double best_to_scalar = med_s[ADAM_SCALAR] / med_s[ADAM_BEST];
@@ -173,12 +178,13 @@ static void print_json(const Bench *bn, const double med_s[KINDS]) {
     printf("{\"bench\": \"cpu_adam\", \"params\": %zu, \"threads\": %d, \"rounds\": %d, "
            "\"best_path\": \"%s\", \"measured\": \"median of interleaved rounds, one call each\", ",
            bn->n, bn->threads, bn->rounds, best);
-    printf("\"triad\": {\"ms\": %.3f, \"gbps\": %.2f, \"bytes_per_element\": 12, "
-           "\"write_allocate_counted\": false}, ", med_s[TRIAD] * 1e3, gbps[TRIAD]);
+    printf("\"triad\": {\"ms\": %.3f, \"gbps\": %.2f, \"gbps_min\": %.2f, \"gbps_max\": %.2f, "
+           "\"bytes_per_element\": 12, \"write_allocate_counted\": false}, ",
+           med_s[TRIAD] * 1e3, gbps[TRIAD], gbps_lo[TRIAD], gbps_hi[TRIAD]);
     for (int k = ADAM_BEST; k <= ADAM_SCALAR; k++)
         printf("\"%s\": {\"path\": \"%s\", \"ms\": %.3f, \"params_per_s\": %.4g, \"gbps\": %.2f, "
-               "\"bytes_per_param\": 28}, ", KIND_NAMES[k], k == ADAM_BEST ? best : "scalar",
-               med_s[k] * 1e3, bn->n / med_s[k], gbps[k]);
+               "\"gbps_min\": %.2f, \"gbps_max\": %.2f, \"bytes_per_param\": 28}, ", KIND_NAMES[k],
+               k == ADAM_BEST ? best : "scalar", med_s[k] * 1e3, bn->n / med_s[k], gbps[k], gbps_lo[k], gbps_hi[k]);
     printf("\"adam_to_triad\": %.3f, \"adam_to_triad_target\": %.2f, \"adam_to_triad_met\": %s, ",
            adam_to_triad, TARGET_ADAM_TO_TRIAD, yes_no(adam_to_triad >= TARGET_ADAM_TO_TRIAD));
     printf("\"best_to_scalar\": %.2f, \"best_to_scalar_target\": %.1f, \"best_to_scalar_met\": %s, ",
@@ -191,9 +197,9 @@ int main(int argc, char **argv) {
     Bench bn = {0};
     parse(argc, argv, &bn);
     bench_init(&bn);
-    double med_s[KINDS];
-    measure(&bn, med_s);
-    print_json(&bn, med_s);
+    double med_s[KINDS], min_s[KINDS], max_s[KINDS];
+    measure(&bn, med_s, min_s, max_s);
+    print_json(&bn, med_s, min_s, max_s);
     bench_free(&bn);
     return 0;
 }

@@ -1,71 +1,79 @@
 #!/usr/bin/env bash
-# make bench: measured in one run on this machine, written as JSON to
-# build/bench/results.json (one object) with the raw runs beside it.
-#   - the OpenBLAS sgemm roof (GFLOP/s), the cpu device's practical peak;
-#   - the CPU Adam (64M parameters) beside a STREAM triad and the scalar
-#     loop: GB/s, parameters/s, ratios against the targets (adam/triad >= 0.80,
-#     SIMD/scalar >= 5), in build/bench/cpu_adam.json;
-#   - dp_baseline on gpt2-124m (micro-batch 4, seq 256) at 1 rank: tokens/s,
-#     achieved model GFLOP/s and its fraction of the roof (target >= 0.5);
-#   - dp_baseline on small at 1, 2, 4 ranks;
-#   - every stage at 4 ranks on small: tokens/s relative to dp_baseline
-#     (targets zero1 >= 0.95, zero2 >= 0.90, zero3 >= 0.80), peak device
-#     memory per rank and bytes communicated per step;
-#   - the aio module against fio (bench/aio.sh, its own build/bench/aio.json):
-#     read and write GB/s over block sizes 128 KiB..8 MiB and queue depths
-#     1..64 on a 1 GiB file in $AIO_DIR (default build/bench/aio-files; point
-#     it at the disk stage 06 would use), the defaults it recommends;
-#   - where a GPU is usable, the cuda part (bench/cuda.sh).
-# Stage runs are interleaved over several rounds and their steps pooled for
-# the median, since this machine is shared and noisy.
-set -euo pipefail
+# make bench: every benchmark section in one run on this machine. Each
+# section writes build/bench/NAME.json (and its log, NAME.log); a section
+# that fails is marked failed in the results with the end of its log, and
+# the others still run. bench/collect.py then writes build/bench/results.json:
+# the machine (CPU model, cores, memory, GPU), the commit, the settings and
+# every section's figures. `make bench-compare BASE=old.json` sets two
+# results side by side.
+#
+# Sections (BENCH_ONLY="a b" runs some of them; BENCH_ROUNDS sets the
+# interleaved rounds of the timed ones, default 5):
+#   sgemm     the OpenBLAS sgemm roof, the cpu device's practical peak
+#   cpu_adam  the CPU Adam (64M parameters) beside a STREAM triad and the
+#             scalar loop (targets: adam/triad >= 0.80, SIMD/scalar >= 5)
+#   training  dp_baseline gpt2-124m against the roof; dp scaling; every stage
+#             at 4 ranks on small relative to dp_baseline
+#   offload   cpu_offload with and without --dpu; the CPU step hidden
+#   progress  zero2 with and without --progress-thread
+#   aio       the aio module against fio over block sizes and queue depths
+#             on a file in $AIO_DIR (default build/bench/aio-files)
+#   3d        3d_parallel on small at 8 ranks (oversubscribed on a small
+#             machine): every (tp, pp) grid against dp_baseline at the same
+#             ranks and global batch, memory per stage, the pipeline bubble
+#             for m = 1, 2, 4, 8 beside (P-1)/(m+P-1) (bench/3d.sh)
+#   cuda      where a GPU is usable (bench/cuda.sh), and 3d on the GPU
+# The machine is shared and noisy: timed figures are medians of interleaved
+# rounds and carry their spread (NAME_min, NAME_max).
+set -uo pipefail
 here=$(cd "$(dirname "$0")/.." && pwd)
 cd "$here"
-source scripts/mpi-env.sh
-out=build/bench
+out=${BENCH_OUT:-build/bench}  # where the sections and results.json go
 mkdir -p "$out"
-rm -f "$out"/*.json
-rounds=${BENCH_ROUNDS:-5}
+# the last results stay beside the new ones: make bench-compare BASE=$out/results.prev.json
+[ -f "$out/results.json" ] && mv "$out/results.json" "$out/results.prev.json"
+find "$out" -maxdepth 1 \( -name '*.json' -o -name '*.log' \) ! -name results.prev.json -delete
+rm -f "$out/sections.tsv"
+started=$(date -u +%Y-%m-%dT%H:%M:%SZ)
 
-echo "bench: sgemm roof"
-mpicc -O3 -march=native -fopenmp -I/usr/include/x86_64-linux-gnu/openblas-pthread bench/sgemm_roof.c -o "$out/sgemm_roof" -lopenblas -lm
-"$out/sgemm_roof" > "$out/sgemm.json"
-cat "$out/sgemm.json"
+# section NAME COMMAND...: COMMAND writes NAME.json (stdout goes there unless
+# the command writes the file itself); status recorded in sections.tsv
+section() {
+    local name=$1
+    shift
+    case " ${BENCH_ONLY:-$name} " in *" $name "*) ;; *) return 0 ;; esac
+    echo "bench: $name"
+    local t0=$SECONDS
+    "$@" > "$out/$name.stdout" 2> "$out/$name.log"
+    local rc=$?
+    [ -s "$out/$name.json" ] || mv "$out/$name.stdout" "$out/$name.json"
+    rm -f "$out/$name.stdout"
+    if [ $rc -eq 0 ] && python3 -c "import json,sys; json.load(open(sys.argv[1]))" "$out/$name.json" 2>/dev/null; then
+        printf '%s\tok\t%d\n' "$name" $((SECONDS - t0)) >> "$out/sections.tsv"
+        echo "bench: $name done ($((SECONDS - t0)) s)"
+    else
+        printf '%s\tfailed\t%d\t%d\n' "$name" $((SECONDS - t0)) "$rc" >> "$out/sections.tsv"
+        echo "bench: $name FAILED (exit $rc); the other sections go on; see $out/$name.log"
+    fi
+}
 
-echo "bench: cpu_adam, 64M parameters, beside a STREAM triad and the scalar loop"
-bash bench/cpu_adam.sh --params 64M > "$out/cpu_adam.json"
-cat "$out/cpu_adam.json"
-
-echo "bench: cpu_offload with and without --dpu (small; gpt2-124m at micro-batch 1, seq 64)"
-bash bench/offload.sh "$out" > "$out/offload.json"
-cat "$out/offload.json"
-
-echo "bench: dp_baseline gpt2-124m, micro-batch 4, seq 256, 1 rank"
-./dp_baseline --model gpt2-124m --batch 4 --seq-len 256 --steps 4 --warmup 1 --eval-batches 1 --quiet \
-    --json "$out/gpt2_124m.json"
-
-echo "bench: dp_baseline small at 1, 2, 4 ranks"
-for n in 1 2 4; do
-    mpirun -np "$n" ./dp_baseline --model small --batch $((16 / n)) --steps 20 --quiet --json "$out/small_dp_scaling.json"
-done
-
-echo "bench: stages at 4 ranks on small ($rounds interleaved rounds)"
-for r in $(seq "$rounds"); do
-    for s in dp_baseline zero1 zero2 zero3; do
-        mpirun -np 4 "./$s" --model small --batch 4 --steps 30 --quiet --json "$out/stages_$s.json"
-    done
-done
-
-python3 bench/summarize.py "$out" > "$out/results.json"
-cat "$out/results.json"
-
-# 49 points x read, write x ours, fio x 3 rounds of 1 GiB = 588 GiB moved:
-# about 5 minutes at 2 GB/s, 10 at 1 GB/s (AIO_* in bench/aio.sh narrow it)
-echo "bench: aio against fio (a few minutes: 588 GiB through the disk)"
-bash bench/aio.sh "${AIO_DIR:-build/bench/aio-files}"
-
-if ./dp_baseline --device cuda --model tiny --steps 1 --quiet > /dev/null 2>&1; then
-    bash bench/cuda.sh
+section sgemm bash bench/sgemm.sh
+section cpu_adam bash bench/cpu_adam.sh --params 64M
+section training bash bench/training.sh "$out/sgemm.json"
+section offload bash bench/offload.sh
+section progress bash bench/progress.sh
+# 3 x 3 points x read, write x ours, fio x 3 rounds of 1 GiB = 108 GiB moved;
+# AIO_BLOCKS_KB, AIO_DEPTHS widen it to the full sweep (bench/aio.sh)
+section aio env AIO_BLOCKS_KB="${AIO_BLOCKS_KB:-128 1024 8192}" AIO_DEPTHS="${AIO_DEPTHS:-1 8 64}" \
+    bash bench/aio.sh "${AIO_DIR:-build/bench/aio-files}"
+section 3d bash bench/3d.sh "$out/3d" cpu
+if [[ " ${BENCH_ONLY:-cuda} " == *" cuda "* ]] && ./dp_baseline --device cuda --model tiny --steps 1 --quiet > /dev/null 2>&1; then
+    section cuda bash bench/cuda.sh
+    section 3d_cuda bash bench/3d.sh "$out/3d" cuda
 else
-    echo "bench: cuda part skipped: no usable GPU (make bench-cuda says why)"
+    echo "bench: cuda skipped: no usable GPU (make bench-cuda says why)"
 fi
+
+python3 bench/collect.py "$out" "$started" > "$out/results.json"
+echo "bench: results in $out/results.json"
+python3 bench/compare.py --summary "$out/results.json"

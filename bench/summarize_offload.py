@@ -29,7 +29,11 @@ for model in ("small", "gpt2_124m"):
     entry = {
         "rounds": len(plain),
         "step_ms_plain": med(plain, "step_ms_median"),
+        "step_ms_plain_min": min(r["step_ms_median"] for r in plain),
+        "step_ms_plain_max": max(r["step_ms_median"] for r in plain),
         "step_ms_dpu": med(dpu, "step_ms_median"),
+        "step_ms_dpu_min": min(r["step_ms_median"] for r in dpu),
+        "step_ms_dpu_max": max(r["step_ms_median"] for r in dpu),
         "cpu_adam_ms_per_step_plain": statistics.median(r["times_ms_per_step"]["host_optimizer"] for r in plain),
         "cpu_adam_ms_per_step_dpu": statistics.median(host),
         "hidden_fraction_dpu": statistics.median(h / a if a > 0 else 0.0 for h, a in zip(hidden, host)),

@@ -32,8 +32,20 @@ for stage in dp_baseline zero1 zero2 zero3 cpu_offload; do
     rm -f "$log"
 done
 
+# 3d_parallel on the same global batch: tp 2 x pp 2 x dp np/4, each replica
+# 4 micro-batches of 4 sequences (np x 4 sequences per step, as above)
+if [ -x ./3d_parallel ] && [ $((np % 4)) -eq 0 ]; then
+    echo
+    echo "== 3d_parallel: mpirun -np $np ./3d_parallel --tp 2 --pp 2 --model $model --batch 4 --grad-accum 4 --steps $steps"
+    log=$(mktemp)
+    mpirun -np "$np" ./3d_parallel --tp 2 --pp 2 --model "$model" --batch 4 --grad-accum 4 --steps "$steps" \
+        --eval-every 10 --json "$json" | tee "$log"
+    summaries+=("$(grep '^summary ' "$log")")
+    rm -f "$log"
+fi
+
 echo
-bash scripts/plot_losses.sh "$json" runs/demo_losses.png
+python3 scripts/plot_runs.py "$json" runs/demo
 echo
 echo "== side by side ($np ranks, $model, same seed and data: the losses agree; memory and traffic do not)"
 printf '%s\n' "${summaries[@]}"

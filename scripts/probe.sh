@@ -16,6 +16,8 @@ int main(void){io_context_t c=0;return io_setup(1,&c);}'; libs=(-laio);;
 #include <setjmp.h>
 #include <cmocka.h>
 int main(void){return 0;}'; libs=(-lcmocka);;
+  jansson) src='#include <jansson.h>
+int main(void){json_error_t e;json_t *j=json_loads("{}",0,&e);json_decref(j);return 0;}'; libs=(-ljansson);;
   nccl)   src='#include <nccl.h>
 #if NCCL_VERSION_CODE < NCCL_VERSION(2, 18, 0)
 #error "ncclCommSplit needs NCCL 2.18 or newer"

@@ -20,7 +20,12 @@ if [ "$n" = "00" ]; then
     exit 0
 fi
 mine=$(strategy_of "$cur")
-prev_n=$(printf '%02d' $((10#$n - 1)))
+# the stage before; 07 builds on zero1 (its data parallelism is ZeRO-1's,
+# tensor and pipeline parallelism are new beside it)
+case "$n" in
+07) prev_n=02 ;;
+*) prev_n=$(printf '%02d' $((10#$n - 1))) ;;
+esac
 prev=$(ls -d "${prev_n}"_* 2>/dev/null | head -1)
 theirs=$([ -n "$prev" ] && strategy_of "$prev" || true)
 if [ -z "$theirs" ]; then

@@ -1,6 +1,6 @@
 // mpirun: 2
 // test_ckpt.c: sharded checkpoints on 2 ranks: bit-exact round trip, `latest`
-// moving, refusals (stage, ranks, model, batch, tensor shape), corruption
+// moving, refusals (stage, grid, ranks, model, batch, tensor shape), corruption
 // caught on every rank, and failed or interrupted saves leaving the last good
 // checkpoint in place. Every assertion is on values reduced over the ranks,
 // after all collectives, so no rank leaves a collective early.
@@ -222,6 +222,29 @@ static void test_refuses_other_run_shapes(void **state) {
     expect_refused(c, dir, &e, "saved with grad_accum 2; this run has 1", 1);
 }
 
+// A checkpoint of a stage that splits the model records its grid: the same
+// grid loads, another one (or none) is refused with both grids named.
+static void test_refuses_other_grid(void **state) {
+    Ctx *c = *state;
+    char dir[PATH_LEN], err[512] = "";
+    test_dir(c, "grid", dir);
+    Tensors x;
+    tensors_make(&x, c->world.rank, 1);
+    CkptManifest m = manifest(10, c->world.size);
+    snprintf(m.grid, sizeof m.grid, "tp 2 x pp 1 x dp 1");
+    assert_true(all_ranks(c, ckpt_save(&c->world, dir, &m, x.t, 2, err, sizeof err) == 0));
+    long step;
+    int equal;
+    CkptManifest e = manifest(0, c->world.size);
+    snprintf(e.grid, sizeof e.grid, "tp 2 x pp 1 x dp 1");
+    assert_true(all_ranks(c, load(c, dir, &e, &x, &step, &equal, err) == 0 && equal && step == 10));
+    tensors_free(&x);
+    snprintf(e.grid, sizeof e.grid, "tp 1 x pp 2 x dp 1");
+    expect_refused(c, dir, &e, "saved on the grid tp 2 x pp 1 x dp 1 (2 ranks); this run's is tp 1 x pp 2 x dp 1", 1);
+    e.grid[0] = 0;
+    expect_refused(c, dir, &e, "this run's is of data parallelism alone", 1);
+}
+
 // A checkpoint of 1 rank (rank 0 alone, over MPI_COMM_SELF) loaded by 2.
 static void test_refuses_other_rank_count(void **state) {
     Ctx *c = *state;
@@ -412,6 +435,7 @@ int main(int argc, char **argv) {
         cmocka_unit_test_prestate(test_roundtrip_bit_exact, &c),
         cmocka_unit_test_prestate(test_second_save_moves_latest, &c),
         cmocka_unit_test_prestate(test_refuses_other_run_shapes, &c),
+        cmocka_unit_test_prestate(test_refuses_other_grid, &c),
         cmocka_unit_test_prestate(test_refuses_other_rank_count, &c),
         cmocka_unit_test_prestate(test_refuses_other_tensor_shapes, &c),
         cmocka_unit_test_prestate(test_corrupt_part_refused_everywhere, &c),

@@ -1,7 +1,7 @@
 // mpirun: 4
 // test_comm.c: every collective of the MPI backend on the cpu device, blocking
-// and asynchronous, with unequal and zero counts; sub-groups; the ring-bytes
-// statistics; the trace gathered from every rank. The collectives run twice:
+// and asynchronous, with unequal and zero counts; paired sends and receives;
+// sub-groups; the ring-bytes statistics; the trace gathered from every rank. The collectives run twice:
 // on the buffers themselves, and through pinned stages as on the cuda device's
 // MPI path (Comm.stage_always), reusing the stages from the group's pool. Each rank checks its own
 // result; the verdicts are reduced so rank 0 asserts the global truth.
@@ -72,6 +72,25 @@ static void test_all_reduce_bf16_rounds(void **state) {
     MPI_Allreduce(&mine, &lo, 1, MPI_FLOAT, MPI_MIN, c->mpi);
     MPI_Allreduce(&mine, &hi, 1, MPI_FLOAT, MPI_MAX, c->mpi);
     assert_true(all_ranks(c, ok && lo == hi));
+}
+
+// The maximum of f32 values of either sign, -infinity included (a rank with
+// nothing to offer, as a vocabulary part holding only padding rows).
+static void test_all_reduce_max_f32(void **state) {
+    Comm *c = &((Fixture *)*state)->world;
+    enum { n = 300 };
+    float buf[n];
+    for (int async = 0; async < 2; async++) {  // blocking, then with a handle and comm_wait
+        CommHandle handle = {0}, *h = async ? &handle : NULL;
+        // element i's maximum -i/4 sits on rank i % size; the other ranks hold less
+        for (int i = 0; i < n; i++)
+            buf[i] = c->rank == i % c->size ? -0.25f * (float)i : (i % 3 ? -INFINITY : -1000.0f - (float)c->rank);
+        comm_all_reduce_max(c, buf, n, DT_F32, h);
+        comm_wait(c, h);
+        int ok = 1;
+        for (int i = 0; i < n; i++) ok &= buf[i] == -0.25f * (float)i;
+        assert_true(all_ranks(c, ok));
+    }
 }
 
 // counts: {3, 0, 5, 2} on 4 ranks (a bucket that skips rank 1's shard)
@@ -217,6 +236,30 @@ static void test_send_recv_ring(void **state) {
         comm_send(c, out, 50, DT_F32, right, 8, NULL);
     }
     for (int i = 0; i < 50; i++) ok &= in[i] == (float)(left * 1000 + i);
+    assert_true(all_ranks(c, ok));
+}
+
+// Partners 0-1 and 2-3 each send to the other and receive from it at once,
+// as neighbouring pipeline stages do. 4 MiB each way is past MPI's eager
+// limit: two blocking sends issued first would wait for each other forever.
+static void test_send_recv_pairs(void **state) {
+    Comm *c = &((Fixture *)*state)->world;
+    enum { N = 1 << 20 };
+    int peer = c->rank ^ 1, ok = 1;
+    float *out = malloc(N * sizeof(float)), *in = malloc(N * sizeof(float));
+    for (int i = 0; i < N; i++) out[i] = (float)(c->rank * 10 + i % 7);
+    for (int async = 0; async <= 1; async++) {
+        double sent0 = c->stats.payload_bytes[OP_SEND], recvd0 = c->stats.payload_bytes[OP_RECV];
+        memset(in, 0, N * sizeof(float));
+        CommHandle hs = {0}, hr = {0};
+        comm_send_recv(c, out, 3, in, 3, N, DT_F32, peer, async ? &hs : NULL, async ? &hr : NULL);
+        comm_wait(c, &hr);
+        comm_wait(c, &hs);
+        for (int i = 0; i < N; i++) ok &= in[i] == (float)(peer * 10 + i % 7);
+        ok &= c->stats.payload_bytes[OP_SEND] - sent0 == N * 4.0 && c->stats.payload_bytes[OP_RECV] - recvd0 == N * 4.0;
+    }
+    free(out);
+    free(in);
     assert_true(all_ranks(c, ok));
 }
 
@@ -377,11 +420,13 @@ int main(int argc, char **argv) {
         cmocka_unit_test_prestate(test_all_reduce_f32, &fixture),
         cmocka_unit_test_prestate(test_all_reduce_bf16, &fixture),
         cmocka_unit_test_prestate(test_all_reduce_bf16_rounds, &fixture),
+        cmocka_unit_test_prestate(test_all_reduce_max_f32, &fixture),
         cmocka_unit_test_prestate(test_reduce_scatter_unequal, &fixture),
         cmocka_unit_test_prestate(test_all_gather_in_place_unequal, &fixture),
         cmocka_unit_test_prestate(test_all_gather_leaves_gaps, &fixture),
         cmocka_unit_test_prestate(test_broadcast_from_rank_2, &fixture),
         cmocka_unit_test_prestate(test_send_recv_ring, &fixture),
+        cmocka_unit_test_prestate(test_send_recv_pairs, &fixture),
         cmocka_unit_test_prestate(test_split_into_two_groups, &fixture),
         cmocka_unit_test_prestate(test_ring_bytes_formula, &fixture),
         cmocka_unit_test_prestate(test_sum_and_max_f64, &fixture),
@@ -396,11 +441,13 @@ int main(int argc, char **argv) {
     const struct CMUnitTest through_pinned_stages[] = {
         cmocka_unit_test_prestate(test_all_reduce_f32, &staged),
         cmocka_unit_test_prestate(test_all_reduce_bf16, &staged),
+        cmocka_unit_test_prestate(test_all_reduce_max_f32, &staged),
         cmocka_unit_test_prestate(test_reduce_scatter_unequal, &staged),
         cmocka_unit_test_prestate(test_all_gather_in_place_unequal, &staged),
         cmocka_unit_test_prestate(test_all_gather_leaves_gaps, &staged),
         cmocka_unit_test_prestate(test_broadcast_from_rank_2, &staged),
         cmocka_unit_test_prestate(test_send_recv_ring, &staged),
+        cmocka_unit_test_prestate(test_send_recv_pairs, &staged),
         cmocka_unit_test_prestate(test_stage_pool_reuse, &staged),
     };
     failed |= run_mpi_tests(through_pinned_stages);

@@ -68,7 +68,8 @@ static double run_side(Side *s, const char *kind, Shape sh, const bf16 *host_par
     dev_copy(&s->dev, s->params.ptr, host_params, n * sizeof(bf16), STREAM_COMPUTE);
     s->grads = calloc(n, sizeof(float));
     GPT g;
-    gpt_alloc(&g, &s->l, &s->dev, B, T);
+    GPTPlan plan = gpt_plan_whole(&s->l, B, T);
+    gpt_alloc(&g, &s->l, &s->dev, &plan, NULL);
     GPTHooks h = {s, side_params, nothing, nothing, nothing, side_grads_ready, nothing};
     double loss = gpt_forward(&g, &h, in, tgt, 1.0f / (B * T));
     gpt_backward(&g, &h);

@@ -313,6 +313,50 @@ static void test_rows_same_for_any_rank_count(void **state) {
     data_free(&ds);
 }
 
+// --data-order sequential is llm.c's DataLoader without shuffling: rank r of
+// P, batch i, row b reads the B*T+1 tokens from ((i*P + r)*B + b)*T, and a
+// pass holds floor((n-1) / (P*B*T)) global batches (written here from the
+// loader's description, independently of data.c). Compared over several
+// passes for a train and a val shard, at 1, 2 and 4 ranks.
+static void test_sequential_is_llmc_order(void **state) {
+    char dir[PATH_LEN], path[PATH_LEN], err[512] = "";
+    scratch(state, "sequential", dir);
+    enum { T = 8, G = 4, NTRAIN = 1000, NVAL = 300 };
+    uint16_t *train = ramp(NTRAIN, 0, 60000), *val = ramp(NVAL, 7, 60000);
+    write_shard(join(dir, "data_train.bin", path), train, NTRAIN, MAGIC, 1, NTRAIN);
+    write_shard(join(dir, "data_val.bin", path), val, NVAL, MAGIC, 1, NVAL);
+    DataSet ds;
+    assert_int_equal(data_open(&ds, dir, 65536, T, err, sizeof err), 0);
+    assert_int_equal(data_set_sequential(&ds, T, G, err, sizeof err), 0);
+    const uint16_t *split[2] = {train, val};
+    const int count[2] = {NTRAIN, NVAL};
+    int rank_counts[] = {1, 2, 4};
+    int32_t in[G * T], tgt[G * T];
+    for (int s = 0; s < 2; s++)
+        for (int k = 0; k < 3; k++) {
+            int P = rank_counts[k], B = G / P;
+            long passes = (count[s] - 1) / (G * T);  // llm.c: global batches before it starts over
+            for (long i = 0; i < 3 * passes + 1; i++)
+                for (int r = 0; r < P; r++) {
+                    data_rows(&ds, s, (uint64_t)i * G + (uint64_t)r * B, B, T, in, tgt);
+                    for (int b = 0; b < B; b++) {
+                        long at = (((i % passes) * P + r) * B + b) * T;
+                        for (int t = 0; t < T; t++) {
+                            assert_int_equal(in[b * T + t], split[s][at + t]);
+                            assert_int_equal(tgt[b * T + t], split[s][at + t + 1]);
+                        }
+                    }
+                }
+        }
+    // less than one global batch in a split: one line that says so
+    assert_int_not_equal(data_set_sequential(&ds, T, 64, err, sizeof err), 0);
+    assert_non_null(strstr(err, "less than one global micro-batch"));
+    assert_null(strchr(err, '\n'));
+    data_free(&ds);
+    free(train);
+    free(val);
+}
+
 // ---- errors ----------------------------------------------------------------
 
 // data_open must fail with one line that names `names` and contains `what`.
@@ -416,6 +460,7 @@ int main(void) {
         cmocka_unit_test_prestate(test_row_formula_and_shift, root),
         cmocka_unit_test_prestate(test_rows_visit_every_window_once_per_pass, root),
         cmocka_unit_test_prestate(test_rows_same_for_any_rank_count, root),
+        cmocka_unit_test_prestate(test_sequential_is_llmc_order, root),
         cmocka_unit_test_prestate(test_error_missing_and_empty, root),
         cmocka_unit_test_prestate(test_error_not_a_file, root),
         cmocka_unit_test_prestate(test_error_too_short, root),

@@ -1,7 +1,8 @@
 // test_memory_math.c: the ZeRO formulas against hand-computed figures (the
 // paper's Ψ = 7.5B, N = 64 example), the partition's padding, the closed
-// forms against what states_alloc really allocates, states_init's values, and the
-// memory_math binary (--measure under mpirun, --json, bad input).
+// forms against what states_alloc really allocates, states_init's values (of
+// the whole layout and of ranges of it), and the memory_math binary
+// (--measure under mpirun, --json, bad input).
 #include "testutil.h"
 #include "device.h"
 #include "gpt.h"
@@ -213,6 +214,42 @@ static void test_states_init_values(void **state) {
     check_init(STAGE_OFFLOAD, 4, 1);
 }
 
+// States holding two ranges of the layout (a last pipeline stage: wte, then
+// its blocks and the head), sharded over 3 ranks: each element starts at the
+// value of the layout element it holds, the padding at zero.
+static void test_states_init_ranges(void **state) {
+    (void)state;
+    GPTConfig cfg;
+    assert_true(gpt_preset("tiny", &cfg));
+    GPTLayout gl;
+    gpt_layout(&gl, &cfg);
+    int hu = gpt_unit_head(&gl);
+    Range held[2] = {{0, (size_t)cfg.vocab_size * cfg.channels},
+                     {gl.unit[2].offset, gl.unit[hu].offset + gl.unit[hu].count - gl.unit[2].offset}};
+    float *want = malloc(gl.num_params * sizeof(float));
+    gpt_init_values(&gl, 99, 0, gl.num_params, want);
+    for (int rank = 0; rank < 3; rank++) {
+        Device d = cpu_device();
+        Partition p;
+        partition_init(&p, held[0].count + held[1].count, 3, rank);
+        StatesLayout l = layout_of(STAGE_ZERO1);
+        ModelStates st;
+        states_alloc(&st, &d, &l, &p);
+        states_init_ranges(&st, &d, &gl, held, 2, 99);
+        const float *master = st.master.ptr;
+        const bf16 *params = st.params.ptr;
+        for (size_t i = 0; i < p.padded; i++) {
+            float w = i < held[0].count ? want[i]
+                    : i < p.num_params ? want[held[1].offset + i - held[0].count] : 0.0f;
+            assert_int_equal(params[i], f32_to_bf16(w));
+            if (i >= p.begin && i < p.end) assert_true(master[i - p.begin] == w);
+        }
+        states_free(&st, &d);
+        device_destroy(&d);
+    }
+    free(want);
+}
+
 static void test_comm_elems(void **state) {
     (void)state;
     // Ψ = 1000 on N = 4: one ring reduce-scatter or all-gather moves 750 per rank
@@ -320,6 +357,7 @@ int main(void) {
         cmocka_unit_test(test_padding_rule),
         cmocka_unit_test(test_infinity_descriptors),
         cmocka_unit_test(test_states_init_values),
+        cmocka_unit_test(test_states_init_ranges),
         cmocka_unit_test(test_comm_elems),
         cmocka_unit_test(test_korthikanti),
         cmocka_unit_test(test_max_params_round_trip),

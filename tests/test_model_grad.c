@@ -49,7 +49,8 @@ static void gradients_match_finite_differences(int vocab) {
     f.grads = calloc(n, sizeof(float));
     for (size_t i = 0; i < n; i++) f.params[i] = f32_to_bf16(init[i] * 4.0f);  // larger weights: larger, clearer gradients
     GPT g;
-    gpt_alloc(&g, &f.l, &d, B, T);
+    GPTPlan plan = gpt_plan_whole(&f.l, B, T);
+    gpt_alloc(&g, &f.l, &d, &plan, NULL);
     GPTHooks h = {&f, full_params, nothing, nothing, nothing, full_grads_ready, nothing};
     int32_t in[B * T], tgt[B * T];
     uint64_t s = 99;
@@ -143,8 +144,9 @@ static void alloc_bf16_odd_shape(void) {
     GPTLayout l;
     gpt_layout(&l, &cfg);
     GPT g;
-    gpt_alloc(&g, &l, &d, 1, 63);
-    GPTActBytes want = gpt_activation_bytes(&l, 1, 63, 2);
+    GPTPlan plan = gpt_plan_whole(&l, 1, 63);
+    gpt_alloc(&g, &l, &d, &plan, NULL);
+    GPTActBytes want = gpt_activation_bytes(&l, &plan, 2);
     if (g.acts.bytes != want.total_saved) _exit(3);
     gpt_free(&g);
     device_destroy(&d);

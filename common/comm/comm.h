@@ -88,6 +88,8 @@ void comm_world_finalize(Comm *world);
 // once and the buffers must not be touched until comm_wait(h).
 // In-place sum over the group.
 void comm_all_reduce_sum(Comm *c, void *buf, size_t count, DType t, CommHandle *h);
+// In-place maximum over the group (f32, f64, i32); counted as an all-reduce.
+void comm_all_reduce_max(Comm *c, void *buf, size_t count, DType t, CommHandle *h);
 // Sum over the group; rank r receives elements [displ_r, displ_r + recvcounts[r])
 // of the summed `send` (displ_r = sum of earlier counts) into `recv`.
 // Counts may differ and may be zero (a bucket spanning some ranks' shards).
@@ -100,6 +102,13 @@ void comm_all_gather(Comm *c, void *buf, const size_t *counts, const size_t *dis
 void comm_broadcast(Comm *c, void *buf, size_t count, DType t, int root, CommHandle *h);
 void comm_send(Comm *c, const void *buf, size_t count, DType t, int peer, int tag, CommHandle *h);
 void comm_recv(Comm *c, void *buf, size_t count, DType t, int peer, int tag, CommHandle *h);
+// A send to `peer` and a receive of as many elements from it, issued together
+// (MPI: Isend and Irecv; NCCL: one group), so that two ranks that each send
+// before they receive never wait on each other: a pipeline stage's "send
+// forward, receive backward" (Megatron-LM's batched p2p). Counted as a send
+// and a recv. hs and hr both NULL: blocking; both given: nonblocking.
+void comm_send_recv(Comm *c, const void *send, int send_tag, void *recv, int recv_tag, size_t count, DType t,
+                    int peer, CommHandle *hs, CommHandle *hr);
 void comm_wait(Comm *c, CommHandle *h);   // no-op on an inactive handle
 int comm_test(Comm *c, CommHandle *h);    // 1 when complete (then as comm_wait)
 // Lets MPI progress outstanding nonblocking collectives (MPI progresses them

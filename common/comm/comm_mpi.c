@@ -217,24 +217,38 @@ void comm_progress(Comm *c) {
 
 // ---- collectives ------------------------------------------------------------
 
-void comm_all_reduce_sum(Comm *c, void *buf, size_t count, DType t, CommHandle *h) {
+// In-place all-reduce with the sum or the maximum (max != 0).
+static void all_reduce(Comm *c, void *buf, size_t count, DType t, int max, CommHandle *h) {
     size_t bytes = count * dtype_bytes(t);
     int n = as_int(count, "all-reduce");
     CommHandle local, *k = begin_op(c, h, &local, OP_ALL_REDUCE, bytes);
 #ifdef WB_HAVE_NCCL
     if (comm_nccl_owns(c, buf, NULL)) {
-        comm_nccl_all_reduce_sum(c, buf, count, t, k, !h);
+        if (max) comm_nccl_all_reduce_max(c, buf, count, t, k, !h);
+        else comm_nccl_all_reduce_sum(c, buf, count, t, k, !h);
         if (!h) finish_blocking(c, k);
         return;
     }
 #endif
     void *p = needs_staging(c) ? stage_buffers(c, k, bytes, buf, 0, bytes, buf, bytes) : buf;
+    MPI_Op op = max ? MPI_MAX : sum_op(c, t);
     if (h) {
-        mpiCheck(MPI_Iallreduce(MPI_IN_PLACE, p, n, mpi_type(t), sum_op(c, t), c->mpi, &k->req));
+        mpiCheck(MPI_Iallreduce(MPI_IN_PLACE, p, n, mpi_type(t), op, c->mpi, &k->req));
     } else {
-        mpiCheck(MPI_Allreduce(MPI_IN_PLACE, p, n, mpi_type(t), sum_op(c, t), c->mpi));
+        mpiCheck(MPI_Allreduce(MPI_IN_PLACE, p, n, mpi_type(t), op, c->mpi));
         finish_blocking(c, k);
     }
+}
+
+void comm_all_reduce_sum(Comm *c, void *buf, size_t count, DType t, CommHandle *h) {
+    all_reduce(c, buf, count, t, 0, h);
+}
+
+void comm_all_reduce_max(Comm *c, void *buf, size_t count, DType t, CommHandle *h) {
+    // bf16 travels as raw 16-bit words, whose integer order is not the order of the values
+    CHECK(t == DT_F32 || t == DT_F64 || t == DT_I32, "all-reduce max of %s: only f32, f64 and i32; hint: "
+          "convert bf16 to f32 first", t == DT_BF16 ? "bf16" : "u8");
+    all_reduce(c, buf, count, t, 1, h);
 }
 
 void comm_reduce_scatter_sum(Comm *c, const void *send, void *recv, const size_t *recvcounts,
@@ -377,6 +391,33 @@ void comm_recv(Comm *c, void *buf, size_t count, DType t, int peer, int tag, Com
     } else {
         mpiCheck(MPI_Recv(p, n, mpi_type(t), peer, tag, c->mpi, MPI_STATUS_IGNORE));
         finish_blocking(c, k);
+    }
+}
+
+void comm_send_recv(Comm *c, const void *send, int send_tag, void *recv, int recv_tag, size_t count, DType t,
+                    int peer, CommHandle *hs, CommHandle *hr) {
+    CHECK(!hs == !hr, "send_recv: give both handles (nonblocking) or neither (blocking)");
+    CommHandle local_s = {0}, local_r = {0}, *ks = hs ? hs : &local_s, *kr = hr ? hr : &local_r;
+#ifdef WB_HAVE_NCCL
+    if (comm_nccl_owns(c, send, recv)) {
+        CHECK(peer >= 0 && peer < c->size, "send_recv: peer %d is not a rank of a group of %d", peer, c->size);
+        size_t bytes = count * dtype_bytes(t);
+        ks = begin_op(c, hs, &local_s, OP_SEND, bytes);
+        kr = begin_op(c, hr, &local_r, OP_RECV, bytes);
+        comm_nccl_send_recv(c, send, recv, count, t, peer, ks, kr, !hs);
+        if (!hs) {
+            finish_blocking(c, ks);
+            finish_blocking(c, kr);
+        }
+        return;
+    }
+#endif
+    // MPI: both nonblocking, so neither waits for the other to be posted
+    comm_recv(c, recv, count, t, peer, recv_tag, kr);
+    comm_send(c, send, count, t, peer, send_tag, ks);
+    if (!hs) {
+        comm_wait(c, kr);
+        comm_wait(c, ks);
     }
 }
 

@@ -216,6 +216,13 @@ void comm_nccl_all_reduce_sum(Comm *c, void *buf, size_t count, DType t, CommHan
     end_nccl(c, k, blocking);
 }
 
+void comm_nccl_all_reduce_max(Comm *c, void *buf, size_t count, DType t, CommHandle *k,
+                              int blocking) {
+    cudaStream_t s = begin_nccl(c, k);
+    ncclCheck(ncclAllReduce(buf, buf, count, nccl_type(t), ncclMax, nccl_of(c), s));
+    end_nccl(c, k, blocking);
+}
+
 static int counts_equal(const size_t *counts, int n) {
     for (int r = 1; r < n; r++)
         if (counts[r] != counts[0]) return 0;
@@ -300,5 +307,17 @@ void comm_nccl_recv(Comm *c, void *buf, size_t count, DType t, int peer, CommHan
     cudaStream_t s = begin_nccl(c, k);
     ncclCheck(ncclRecv(buf, count, nccl_type(t), peer, nccl_of(c), s));
     end_nccl(c, k, blocking);
+}
+
+void comm_nccl_send_recv(Comm *c, const void *send, void *recv, size_t count, DType t, int peer, CommHandle *ks,
+                         CommHandle *kr, int blocking) {
+    cudaStream_t s = begin_nccl(c, ks);
+    begin_nccl(c, kr);  // its start event at the same point of the comm stream
+    ncclCheck(ncclGroupStart());
+    ncclCheck(ncclSend(send, count, nccl_type(t), peer, nccl_of(c), s));
+    ncclCheck(ncclRecv(recv, count, nccl_type(t), peer, nccl_of(c), s));
+    ncclCheck(ncclGroupEnd());
+    end_nccl(c, ks, blocking);
+    end_nccl(c, kr, blocking);
 }
 #endif

@@ -29,6 +29,8 @@ int comm_nccl_owns(const Comm *c, const void *a, const void *b);
 // once the transfer is complete, otherwise at once with k->event recorded.
 void comm_nccl_all_reduce_sum(Comm *c, void *buf, size_t count, DType t, CommHandle *k,
                               int blocking);
+void comm_nccl_all_reduce_max(Comm *c, void *buf, size_t count, DType t, CommHandle *k,
+                              int blocking);
 void comm_nccl_reduce_scatter_sum(Comm *c, const void *send, void *recv, const size_t *recvcounts,
                                   DType t, CommHandle *k, int blocking);
 void comm_nccl_all_gather(Comm *c, void *buf, const size_t *counts, const size_t *displs, DType t,
@@ -40,6 +42,10 @@ void comm_nccl_send(Comm *c, const void *buf, size_t count, DType t, int peer, C
                     int blocking);
 void comm_nccl_recv(Comm *c, void *buf, size_t count, DType t, int peer, CommHandle *k,
                     int blocking);
+// A send and a receive with `peer` in one NCCL group: neither waits for the
+// other (ks and kr get their own events).
+void comm_nccl_send_recv(Comm *c, const void *send, void *recv, size_t count, DType t, int peer, CommHandle *ks,
+                         CommHandle *kr, int blocking);
 
 // Completion of a handle with k->event set: the compute and copy streams wait
 // for the event (on the GPU; the host goes on); its events are kept for

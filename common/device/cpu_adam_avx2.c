@@ -41,6 +41,13 @@ static inline AVX2_FN __m256 nan_canonical8(__m256 x, __m256 canonical_nan) {
     return _mm256_blendv_ps(x, canonical_nan, _mm256_cmp_ps(x, x, _CMP_UNORD_Q));
 }
 
+// LAB 05: cpu_adam_tile_avx2 -- the CPU Adam's inner loop, 8 lanes at a time
+// adamw_element (elementwise.h) on 8 elements per iteration: load 8 bf16
+// gradients (load_bf16x8) and 8 of master, m, v; the same operations in the
+// same order (fmadd where it has fmaf, div, sqrt), so every lane has the
+// scalar bits; NaNs made canonical (nan_canonical8) before they are stored;
+// 8 bf16 params out (store_bf16x8) when param is not NULL. The last n % 8
+// elements go to cpu_adam_tile_scalar.
 AVX2_FN void cpu_adam_tile_avx2(float *master, float *m, float *v, const bf16 *grad, bf16 *param,
                                 size_t n, const AdamWStep *s) {
     const __m256 grad_scale = _mm256_set1_ps(s->grad_scale);
@@ -70,4 +77,5 @@ AVX2_FN void cpu_adam_tile_avx2(float *master, float *m, float *v, const bf16 *g
     }
     cpu_adam_tile_scalar(master + i, m + i, v + i, grad + i, param ? param + i : NULL, n - i, s);
 }
+// LAB END
 #endif

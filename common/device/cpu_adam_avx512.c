@@ -33,6 +33,9 @@ static inline AVX512_FN __m512 nan_canonical16(__m512 x, __m512 canonical_nan) {
     return _mm512_mask_blend_ps(_mm512_cmp_ps_mask(x, x, _CMP_UNORD_Q), x, canonical_nan);
 }
 
+// LAB 05: cpu_adam_tile_avx512 -- the CPU Adam's inner loop, 16 lanes at a time
+// As cpu_adam_tile_avx2 (see its comment), on 16 lanes: the same order of
+// operations as adamw_element, so every lane has the scalar bits.
 AVX512_FN void cpu_adam_tile_avx512(float *master, float *m, float *v, const bf16 *grad,
                                     bf16 *param, size_t n, const AdamWStep *s) {
     const __m512 grad_scale = _mm512_set1_ps(s->grad_scale);
@@ -62,4 +65,5 @@ AVX512_FN void cpu_adam_tile_avx512(float *master, float *m, float *v, const bf1
     }
     cpu_adam_tile_scalar(master + i, m + i, v + i, grad + i, param ? param + i : NULL, n - i, s);
 }
+// LAB END
 #endif

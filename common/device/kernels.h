@@ -60,6 +60,32 @@ typedef struct KernelOps {
     void (*softmax_crossentropy)(Device *d, float *losses, act *logits, const int32_t *targets,
                                  int BT, int V, int ld, float dloss_scale);
 
+    // ---- tensor parallelism (Shoeybi et al., Megatron-LM); the all-reduces between are the caller's ----
+    // out (BT,OC) += bias (OC) on every row: a row-parallel linear's bias, added once after the all-reduce
+    void (*bias_add)(Device *d, act *out, const bf16 *bias, int BT, int OC);
+    // Vocabulary-parallel embedding; this rank holds wte rows [vocab_begin, vocab_begin + rows).
+    // out (B,T,C) = wte_part[token - vocab_begin] for tokens in that range, 0 for the others,
+    // plus wpe[t] unless wpe is NULL (one rank adds the positions, so the sum over ranks has them once)
+    void (*embedding_part_forward)(Device *d, act *out, const int32_t *tokens, const bf16 *wte_part,
+                                   int vocab_begin, int rows, const bf16 *wpe, int B, int T, int C);
+    // dwte_part (rows,C) += dout scattered by the tokens in this rank's range; dwpe (maxT,C) += sum over the batch
+    void (*embedding_part_backward)(Device *d, float *dwte_part, float *dwpe, const act *dout,
+                                    const int32_t *tokens, int vocab_begin, int rows, int B, int T, int C);
+    // Vocabulary-parallel cross-entropy on this rank's logits (BT,ld): columns [0,V) are vocabulary
+    // entries vocab_begin + column, columns [V,ld) padding rows of wte, left out of the softmax.
+    // Three steps, the caller all-reducing after the first (max) and the second (sum):
+    // maxv (BT) = row maximum over the V columns (-inf when V = 0)
+    void (*crossentropy_part_max)(Device *d, float *maxv, const act *logits, int BT, int V, int ld);
+    // sums (2,BT) = [sum over the V columns of exp(z - maxv) | z[target] if the target is one of
+    // this rank's columns, else 0]; maxv is the group's maximum
+    void (*crossentropy_part_sums)(Device *d, float *sums, const act *logits, const float *maxv,
+                                   const int32_t *targets, int vocab_begin, int BT, int V, int ld);
+    // losses (BT) = log(sum) + maxv - z[target] from the group's sums; when dloss_scale != 0 the
+    // logits become dlogits: (softmax - onehot(target)) * dloss_scale, 0 in the padding columns
+    void (*crossentropy_part_finish)(Device *d, float *losses, act *logits, const float *maxv,
+                                     const float *sums, const int32_t *targets, int vocab_begin,
+                                     int BT, int V, int ld, float dloss_scale);
+
     // ---- gradients and optimizer (bf16 storage, fp32 math) ----
     // dst = (accumulate ? dst : 0) + src, rounded to bf16
     void (*grad_to_bf16)(Device *d, bf16 *dst, const float *src, size_t n, int accumulate);

@@ -1,7 +1,8 @@
 // kernels_cpu.c: the cpu kernel table (kernels.h) and its element-wise and
 // row-wise kernels: encoder, layernorm, GELU, residual, softmax-cross-entropy,
 // and the bf16 gradient/optimizer ops. Activations are fp32 here. The GEMM
-// kernels live in kernels_cpu_matmul.c and kernels_cpu_attention.c.
+// kernels live in kernels_cpu_matmul.c and kernels_cpu_attention.c, those of
+// tensor parallelism in kernels_cpu_tp.c.
 //
 // Determinism: every sum runs in a fixed order that does not depend on the
 // thread count (row sums inside one row; column sums per column chunk, rows in
@@ -261,6 +262,12 @@ const KernelOps kernels_cpu = {
     .gelu_backward = gelu_backward,
     .residual_forward = residual_forward,
     .softmax_crossentropy = softmax_crossentropy,
+    .bias_add = bias_add_cpu,
+    .embedding_part_forward = embedding_part_forward_cpu,
+    .embedding_part_backward = embedding_part_backward_cpu,
+    .crossentropy_part_max = crossentropy_part_max_cpu,
+    .crossentropy_part_sums = crossentropy_part_sums_cpu,
+    .crossentropy_part_finish = crossentropy_part_finish_cpu,
     .grad_to_bf16 = grad_to_bf16,
     .add_bf16 = add_bf16,
     .sum_squares_bf16 = sum_squares_bf16,

@@ -1,5 +1,6 @@
 // kernels_cpu.h: the cpu kernels that live outside kernels_cpu.c (the GEMM
-// based ones), so that the table in kernels_cpu.c can name them. Internal to
+// based ones and those of tensor parallelism), so that the table in
+// kernels_cpu.c can name them. Internal to
 // the cpu kernels; everything else goes through `kernels_cpu` (kernels.h).
 //
 // Threads: OpenMP owns the cores and OpenBLAS runs single-threaded inside
@@ -33,6 +34,19 @@ void attention_backward_cpu(Device *d, act *dqkv, const act *dout, const act *qk
                             const float *att, int B, int T, int C, int NH);
 // Scratch bytes of attention_backward_cpu: a (T,T) tile per thread.
 size_t attention_cpu_scratch_bytes(int threads, int T);
+
+// kernels_cpu_tp.c (tensor parallelism)
+void bias_add_cpu(Device *d, act *out, const bf16 *bias, int BT, int OC);
+void embedding_part_forward_cpu(Device *d, act *out, const int32_t *tokens, const bf16 *wte_part,
+                                int vocab_begin, int rows, const bf16 *wpe, int B, int T, int C);
+void embedding_part_backward_cpu(Device *d, float *dwte_part, float *dwpe, const act *dout,
+                                 const int32_t *tokens, int vocab_begin, int rows, int B, int T, int C);
+void crossentropy_part_max_cpu(Device *d, float *maxv, const act *logits, int BT, int V, int ld);
+void crossentropy_part_sums_cpu(Device *d, float *sums, const act *logits, const float *maxv,
+                                const int32_t *targets, int vocab_begin, int BT, int V, int ld);
+void crossentropy_part_finish_cpu(Device *d, float *losses, act *logits, const float *maxv,
+                                  const float *sums, const int32_t *targets, int vocab_begin,
+                                  int BT, int V, int ld, float dloss_scale);
 
 // Converts a bf16 tensor to fp32 (OpenMP over elements); shared by the GEMM
 // kernels, which hand fp32 operands to sgemm.

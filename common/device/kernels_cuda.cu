@@ -3,7 +3,8 @@
 // bf16 gradient/optimizer ops. Activations are bf16, math is fp32 (the shared
 // formulas of elementwise.h). The GEMM-based kernels live in
 // kernels_cuda_matmul.cu and kernels_cuda_attention.cu, layernorm in
-// kernels_cuda_layernorm.cu. Everything runs on the device's compute stream.
+// kernels_cuda_layernorm.cu, those of tensor parallelism in
+// kernels_cuda_tp.cu. Everything runs on the device's compute stream.
 //
 // Determinism: every sum runs in a fixed order except the token scatter of
 // the encoder backward, which adds with atomics (positions holding the same
@@ -54,15 +55,19 @@ static void encoder_forward(Device *d, act *out, const int32_t *tokens, const bf
     LAUNCH_CHECK();
 }
 
+void encoder_backward_wpe_cuda(Device *d, float *dwpe, const act *dout, int B, int T, int C) {
+    encoder_backward_wpe_kernel<<<grid_for((size_t)T * C, BLOCK), BLOCK, 0, compute(d)>>>(
+        dwpe, (const floatX *)dout, B, T, C);
+    LAUNCH_CHECK();
+}
+
 static void encoder_backward(Device *d, float *dwte, float *dwpe, const act *dout,
                              const int32_t *tokens, int B, int T, int C) {
     size_t n = (size_t)B * T * C;
     encoder_backward_wte_kernel<<<grid_for(n, BLOCK), BLOCK, 0, compute(d)>>>(
         dwte, (const floatX *)dout, tokens, C, n);
     LAUNCH_CHECK();
-    encoder_backward_wpe_kernel<<<grid_for((size_t)T * C, BLOCK), BLOCK, 0, compute(d)>>>(
-        dwpe, (const floatX *)dout, B, T, C);
-    LAUNCH_CHECK();
+    encoder_backward_wpe_cuda(d, dwpe, dout, B, T, C);
 }
 
 // ---- GELU and residual ------------------------------------------------------------
@@ -248,23 +253,29 @@ static size_t scratch_bytes(int threads, int B, int T, int C, int NH, int V) {
 }
 
 extern "C" const KernelOps kernels_cuda = {
-    encoder_forward,             // encoder_forward
-    encoder_backward,            // encoder_backward
-    layernorm_forward_cuda,      // layernorm_forward
-    layernorm_backward_cuda,     // layernorm_backward
-    matmul_forward_cuda,         // matmul_forward
-    matmul_backward_cuda,        // matmul_backward
-    attention_forward_cuda,      // attention_forward
-    attention_backward_cuda,     // attention_backward
-    gelu_forward,                // gelu_forward
-    gelu_backward,               // gelu_backward
-    residual_forward,            // residual_forward
-    softmax_crossentropy_cuda,   // softmax_crossentropy
-    grad_to_bf16,                // grad_to_bf16
-    add_bf16,                    // add_bf16
-    sum_squares_bf16,            // sum_squares_bf16
-    adamw,                       // adamw
-    f32_to_bf16_cuda,            // f32_to_bf16
-    bf16_to_f32_cuda,            // bf16_to_f32
-    scratch_bytes,               // scratch_bytes
+    encoder_forward,                  // encoder_forward
+    encoder_backward,                 // encoder_backward
+    layernorm_forward_cuda,           // layernorm_forward
+    layernorm_backward_cuda,          // layernorm_backward
+    matmul_forward_cuda,              // matmul_forward
+    matmul_backward_cuda,             // matmul_backward
+    attention_forward_cuda,           // attention_forward
+    attention_backward_cuda,          // attention_backward
+    gelu_forward,                     // gelu_forward
+    gelu_backward,                    // gelu_backward
+    residual_forward,                 // residual_forward
+    softmax_crossentropy_cuda,        // softmax_crossentropy
+    bias_add_cuda,                    // bias_add
+    embedding_part_forward_cuda,      // embedding_part_forward
+    embedding_part_backward_cuda,     // embedding_part_backward
+    crossentropy_part_max_cuda,       // crossentropy_part_max
+    crossentropy_part_sums_cuda,      // crossentropy_part_sums
+    crossentropy_part_finish_cuda,    // crossentropy_part_finish
+    grad_to_bf16,                     // grad_to_bf16
+    add_bf16,                         // add_bf16
+    sum_squares_bf16,                 // sum_squares_bf16
+    adamw,                            // adamw
+    f32_to_bf16_cuda,                 // f32_to_bf16
+    bf16_to_f32_cuda,                 // bf16_to_f32
+    scratch_bytes,                    // scratch_bytes
 };

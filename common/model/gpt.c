@@ -1,36 +1,19 @@
-// gpt.c: GPT-2 forward and backward over the units of the flat parameter
-// buffer, calling the strategy's hooks around each unit.
+// gpt.c: the model's activations (one slot per micro-batch in flight), the
+// forward and backward of one unit for one slot (the embeddings and the head
+// here, blocks in gpt_block.c, the communication of tensor parallelism in
+// gpt_tp.c) with the strategy's hooks around it, and the whole-model walk of
+// stages 01-06.
 #include "gpt.h"
 #include <stdlib.h>
 #include <string.h>
 #include "check.h"
-#include "kernels.h"
-
-// Saved activations of one transformer block; x_in is the previous block's x3.
-typedef struct LayerActs {
-    act *ln1, *qkv, *atty, *x2, *ln2, *fch, *fch_gelu, *x3;  // (BT,C) except qkv (BT,3C), fch* (BT,4C)
-    float *ln1_mean, *ln1_rstd, *ln2_mean, *ln2_rstd;        // (BT)
-    float *att;                                               // (B,NH,T,T)
-} LayerActs;
-
-typedef struct GPTActs {
-    act *x0;                      // (BT,C) encoder output
-    LayerActs *layer;             // [L]
-    act *lnf;                     // (BT,C)
-    float *lnf_mean, *lnf_rstd;   // (BT)
-    act *logits;                  // (BT,V), rows Vp apart; holds dlogits after forward with a loss scale
-    float *losses;                // (BT)
-    act *tmp;                     // (BT,C) projection outputs before the residual add
-    // backward temporaries (scratch)
-    act *dres;                    // (BT,C) gradient of the residual stream
-    act *dc;                      // (BT,C)
-    act *d4a, *d4b;               // (BT,4C); d4a also serves as dqkv (BT,3C)
-    int32_t *inputs, *targets;    // (BT)
-} GPTActs;
+#include "comm.h"
+#include "gpt_units.h"
 
 // Hands out consecutive pieces of one allocation. A bf16 activation piece
-// (cuda) may be 2 mod 4 bytes long (BT*V*2 with BT and V odd), so the fp32 and
-// int32 pieces come before any such piece and are checked to be 4-aligned.
+// (cuda) may be 2 mod 4 bytes long (BT*C*2 with BT and C odd), so the fp32 and
+// int32 pieces of every slot come before any such piece and are checked to
+// be 4-aligned.
 typedef struct Carver {
     char *at;
     size_t left;
@@ -51,194 +34,287 @@ static void *carve_words(Carver *c, size_t bytes) {
     return p;
 }
 
-void gpt_alloc(GPT *g, const GPTLayout *l, Device *dev, int B, int T) {
-    const GPTConfig *c = &l->cfg;
-    if (T > c->max_seq_len)
-        fail_usage("--seq-len %d is longer than the model's context (%d)", T, c->max_seq_len);
+static void check_plan(const GPTLayout *l, const GPTPlan *p, const Comm *tp) {
+    CHECK(p->B > 0 && p->T > 0 && p->slots > 0, "gpt_alloc: B %d, T %d and slots %d must be positive", p->B, p->T, p->slots);
+    CHECK(p->first_unit >= 0 && p->first_unit <= p->last_unit && p->last_unit < l->num_units,
+          "gpt_alloc: units %d..%d are not a range of the model's %d units", p->first_unit, p->last_unit, l->num_units);
+    if (p->T > l->cfg.max_seq_len)
+        fail_usage("--seq-len %d is longer than the model's context (%d)", p->T, l->cfg.max_seq_len);
+    CHECK(l->tp_size == 1 || (tp && tp->size == l->tp_size && tp->rank == l->tp_rank),
+          "gpt_alloc: a layout of tp rank %d of %d needs its tensor-parallel group (here %s); hint: comm_split "
+          "the ranks of one tp group, ordered by tp rank", l->tp_rank, l->tp_size, tp ? "another size or rank" : "none");
+}
+
+// Every slot's blocks and its fp32/int32 pieces (all sizes multiples of 4:
+// a block's bf16 pieces are (8C + 24Cp)*BT bytes), the shared fp32 pieces,
+// then every slot's pieces that may be odd-sized, then the shared temporary.
+static void carve_activations(GPT *g, Carver *ca) {
+    const GPTPlan *p = &g->plan;
+    const GPTConfig *c = &g->L.cfg;
+    size_t tp = g->L.tp_size, BT = (size_t)p->B * p->T, C = c->channels, Cp = C / tp, F = 4 * C / tp;
+    size_t NHp = c->num_heads / tp, Vp = (size_t)gpt_logits_stride(&g->L);
+    size_t ab = g->dev->act_bytes, fb = sizeof(float);
+    int nl = plan_end_layer(p, c->num_layers) - plan_first_layer(p);
+    int embed = plan_has_unit(p, GPT_UNIT_EMBED), head = plan_has_unit(p, gpt_unit_head(&g->L));
+    for (int s = 0; s < p->slots; s++) {
+        GPTSlot *sl = &g->slot[s];
+        for (int i = 0; i < nl; i++) {
+            LayerActs *la = &sl->layer[i];
+            la->ln1 = carve(ca, BT * C * ab);
+            la->qkv = carve(ca, BT * 3 * Cp * ab);
+            la->atty = carve(ca, BT * Cp * ab);
+            la->x2 = carve(ca, BT * C * ab);
+            la->ln2 = carve(ca, BT * C * ab);
+            la->fch = carve(ca, BT * F * ab);
+            la->fch_gelu = carve(ca, BT * F * ab);
+            la->x3 = carve(ca, BT * C * ab);
+            la->ln1_mean = carve_words(ca, BT * fb);
+            la->ln1_rstd = carve_words(ca, BT * fb);
+            la->ln2_mean = carve_words(ca, BT * fb);
+            la->ln2_rstd = carve_words(ca, BT * fb);
+            la->att = carve_words(ca, (size_t)p->B * NHp * p->T * p->T * fb);
+        }
+        if (head) {
+            sl->lnf_mean = carve_words(ca, BT * fb);
+            sl->lnf_rstd = carve_words(ca, BT * fb);
+            sl->losses = carve_words(ca, BT * fb);
+        }
+        if (embed) sl->inputs = carve_words(ca, BT * sizeof(int32_t));
+        if (head) sl->targets = carve_words(ca, BT * sizeof(int32_t));
+    }
+    if (head && tp > 1) {
+        g->work->ce_max = carve_words(ca, BT * fb);
+        g->work->ce_sums = carve_words(ca, 2 * BT * fb);
+    }
+    for (int s = 0; s < p->slots; s++) {
+        GPTSlot *sl = &g->slot[s];
+        sl->x_in = carve(ca, BT * C * ab);
+        if (head) {
+            sl->lnf = carve(ca, BT * C * ab);
+            sl->logits = carve(ca, BT * Vp * ab);
+        }
+    }
+    g->work->tmp = carve(ca, BT * C * ab);
+}
+
+void gpt_alloc(GPT *g, const GPTLayout *l, Device *dev, const GPTPlan *p, Comm *tp) {
+    check_plan(l, p, tp);
     memset(g, 0, sizeof *g);
     g->L = *l;
+    g->plan = *p;
     g->dev = dev;
-    g->B = B;
-    g->T = T;
-    size_t BT = (size_t)B * T, C = c->channels, Vp = (size_t)gpt_logits_stride(c), NH = c->num_heads, NL = c->num_layers;
+    g->tp = l->tp_size > 1 ? tp : NULL;
+    size_t BT = (size_t)p->B * p->T, C = l->cfg.channels, F = 4 * C / l->tp_size;
     size_t ab = dev->act_bytes, fb = sizeof(float);
-    GPTActBytes sizes = gpt_activation_bytes(l, B, T, dev->act_bytes);
+    GPTActBytes sizes = gpt_activation_bytes(l, p, dev->act_bytes);
+    int nl = plan_end_layer(p, l->cfg.num_layers) - plan_first_layer(p);
 
-    g->a = xcalloc(1, sizeof(GPTActs));
-    g->a->layer = xcalloc(NL, sizeof(LayerActs));
+    g->slot = xcalloc((size_t)p->slots, sizeof(GPTSlot));
+    for (int s = 0; s < p->slots; s++) g->slot[s].layer = xcalloc(nl > 0 ? (size_t)nl : 1, sizeof(LayerActs));
+    g->work = xcalloc(1, sizeof(GPTWork));
+    g->work->embed_grads_slot = -1;
     g->acts = buf_alloc(dev, TIER_DEVICE, CAT_ACTIVATIONS, sizes.total_saved, "activations");
     Carver ca = {g->acts.ptr, g->acts.bytes};
-    GPTActs *a = g->a;
-    for (size_t i = 0; i < NL; i++) {  // 32*BT*C bytes of bf16 pieces keep the fp32 ones aligned
-        LayerActs *la = &a->layer[i];
-        la->ln1 = carve(&ca, BT * C * ab);
-        la->qkv = carve(&ca, BT * 3 * C * ab);
-        la->atty = carve(&ca, BT * C * ab);
-        la->x2 = carve(&ca, BT * C * ab);
-        la->ln2 = carve(&ca, BT * C * ab);
-        la->fch = carve(&ca, BT * 4 * C * ab);
-        la->fch_gelu = carve(&ca, BT * 4 * C * ab);
-        la->x3 = carve(&ca, BT * C * ab);
-        la->ln1_mean = carve_words(&ca, BT * fb);
-        la->ln1_rstd = carve_words(&ca, BT * fb);
-        la->ln2_mean = carve_words(&ca, BT * fb);
-        la->ln2_rstd = carve_words(&ca, BT * fb);
-        la->att = carve_words(&ca, (size_t)B * NH * T * T * fb);
-    }
-    a->lnf_mean = carve_words(&ca, BT * fb);
-    a->lnf_rstd = carve_words(&ca, BT * fb);
-    a->losses = carve_words(&ca, BT * fb);
-    a->inputs = carve_words(&ca, BT * sizeof(int32_t));
-    a->targets = carve_words(&ca, BT * sizeof(int32_t));
-    a->x0 = carve(&ca, BT * C * ab);
-    a->lnf = carve(&ca, BT * C * ab);
-    a->tmp = carve(&ca, BT * C * ab);
-    a->logits = carve(&ca, BT * Vp * ab);
+    carve_activations(g, &ca);
 
     g->scratch = buf_alloc(dev, TIER_DEVICE, CAT_WORKSPACE, sizes.backward_scratch, "backward scratch");
     Carver cs = {g->scratch.ptr, g->scratch.bytes};
-    a->dres = carve(&cs, BT * C * ab);
-    a->dc = carve(&cs, BT * C * ab);
-    a->d4a = carve(&cs, BT * 4 * C * ab);
-    a->d4b = carve(&cs, BT * 4 * C * ab);
+    for (int s = 0; s < p->slots; s++) g->slot[s].dres = carve(&cs, BT * C * ab);
+    g->work->dc = carve(&cs, BT * C * ab);
+    g->work->d4a = carve(&cs, BT * F * ab);
+    g->work->d4b = carve(&cs, BT * F * ab);
 
-    size_t block = l->unit[1].count, head = l->unit[gpt_unit_head(l)].count;
-    g->unit_grads = buf_alloc(dev, TIER_DEVICE, CAT_WORKSPACE, (block > head ? block : head) * fb, "fp32 unit gradients");
-    g->embed_grads = buf_alloc(dev, TIER_DEVICE, CAT_WORKSPACE, l->unit[GPT_UNIT_EMBED].count * fb, "fp32 embedding gradients");
+    size_t unit_max = 0;  // unit_grads: the largest unit of the range but the embeddings (embed_grads)
+    for (int u = p->first_unit > 1 ? p->first_unit : 1; u <= p->last_unit; u++)
+        if (l->unit[u].count > unit_max) unit_max = l->unit[u].count;
+    if (unit_max) g->unit_grads = buf_alloc(dev, TIER_DEVICE, CAT_WORKSPACE, unit_max * fb, "fp32 unit gradients");
+    if (plan_has_unit(p, GPT_UNIT_EMBED) || plan_has_unit(p, gpt_unit_head(l)))
+        g->embed_grads = buf_alloc(dev, TIER_DEVICE, CAT_WORKSPACE, l->unit[GPT_UNIT_EMBED].count * fb, "fp32 embedding gradients");
     g->losses_host = xmalloc(BT * fb);
 }
 
 void gpt_free(GPT *g) {
-    if (!g->a) return;
+    if (!g->slot) return;
     buf_free(g->dev, &g->acts);
     buf_free(g->dev, &g->scratch);
-    buf_free(g->dev, &g->unit_grads);
-    buf_free(g->dev, &g->embed_grads);
+    if (g->unit_grads.ptr) buf_free(g->dev, &g->unit_grads);
+    if (g->embed_grads.ptr) buf_free(g->dev, &g->embed_grads);
     free(g->losses_host);
-    free(g->a->layer);
-    free(g->a);
-    g->a = NULL;
+    for (int s = 0; s < g->plan.slots; s++) free(g->slot[s].layer);
+    free(g->slot);
+    free(g->work);
+    g->slot = NULL;
 }
 
+// ---- slots ----
 
-// x3 = x + attn(ln1(x)) + mlp(ln2(...)): one GPT-2 block, pre-layernorm.
-static void block_forward(GPT *g, const bf16 *p, LayerActs *la, const act *x) {
-    Device *d = g->dev;
-    const KernelOps *k = d->k;
-    const size_t *o = g->L.blk_off;
-    int B = g->B, T = g->T, C = g->L.cfg.channels, NH = g->L.cfg.num_heads, BT = B * T;
-    k->layernorm_forward(d, la->ln1, la->ln1_mean, la->ln1_rstd, x, p + o[BLK_LN1W], p + o[BLK_LN1B], BT, C);
-    k->matmul_forward(d, la->qkv, la->ln1, p + o[BLK_QKVW], p + o[BLK_QKVB], BT, C, 3 * C, 3 * C);
-    k->attention_forward(d, la->atty, la->att, la->qkv, B, T, C, NH);
-    k->matmul_forward(d, g->a->tmp, la->atty, p + o[BLK_ATTPROJW], p + o[BLK_ATTPROJB], BT, C, C, C);
-    k->residual_forward(d, la->x2, x, g->a->tmp, (size_t)BT * C);
-    k->layernorm_forward(d, la->ln2, la->ln2_mean, la->ln2_rstd, la->x2, p + o[BLK_LN2W], p + o[BLK_LN2B], BT, C);
-    k->matmul_forward(d, la->fch, la->ln2, p + o[BLK_FCW], p + o[BLK_FCB], BT, C, 4 * C, 4 * C);
-    k->gelu_forward(d, la->fch_gelu, la->fch, (size_t)BT * 4 * C);
-    k->matmul_forward(d, g->a->tmp, la->fch_gelu, p + o[BLK_FCPROJW], p + o[BLK_FCPROJB], BT, 4 * C, C, C);
-    k->residual_forward(d, la->x3, la->x2, g->a->tmp, (size_t)BT * C);
+static GPTSlot *slot_of(GPT *g, int s) {
+    CHECK(s >= 0 && s < g->plan.slots, "slot %d: the plan has %d slots", s, g->plan.slots);
+    return &g->slot[s];
 }
 
-static const act *block_input(const GPT *g, int layer) {
-    return layer == 0 ? g->a->x0 : g->a->layer[layer - 1].x3;
-}
-
-double gpt_forward(GPT *g, const GPTHooks *h, const int32_t *inputs, const int32_t *targets, float dloss_scale) {
-    Device *d = g->dev;
-    const KernelOps *k = d->k;
-    GPTActs *a = g->a;
-    const GPTLayout *l = &g->L;
-    int B = g->B, T = g->T, C = l->cfg.channels, V = l->cfg.vocab_size, BT = B * T;
-    dev_copy(d, a->inputs, inputs, (size_t)BT * sizeof(int32_t), STREAM_COMPUTE);
-    dev_copy(d, a->targets, targets, (size_t)BT * sizeof(int32_t), STREAM_COMPUTE);
-
-    h->before_forward(h->ctx, GPT_UNIT_EMBED);
-    const bf16 *pe = h->params(h->ctx, GPT_UNIT_EMBED);
-    k->encoder_forward(d, a->x0, a->inputs, pe + l->emb_off[EMB_WTE], pe + l->emb_off[EMB_WPE], B, T, C);
-    h->after_forward(h->ctx, GPT_UNIT_EMBED);
-
-    for (int i = 0; i < l->cfg.num_layers; i++) {
-        int u = gpt_unit_block(i);
-        h->before_forward(h->ctx, u);
-        block_forward(g, h->params(h->ctx, u), &a->layer[i], block_input(g, i));
-        h->after_forward(h->ctx, u);
+void gpt_slot_tokens(GPT *g, int s, const int32_t *inputs, const int32_t *targets, float dloss_scale) {
+    GPTSlot *sl = slot_of(g, s);
+    size_t bytes = (size_t)g->plan.B * g->plan.T * sizeof(int32_t);
+    if (sl->inputs) {
+        CHECK(inputs, "gpt_slot_tokens: the plan has the embeddings, which need the input tokens");
+        dev_copy(g->dev, sl->inputs, inputs, bytes, STREAM_COMPUTE);
     }
+    if (sl->targets) {
+        CHECK(targets, "gpt_slot_tokens: the plan has the head, which needs the targets");
+        dev_copy(g->dev, sl->targets, targets, bytes, STREAM_COMPUTE);
+    }
+    sl->dloss_scale = dloss_scale;
+}
 
-    int hu = gpt_unit_head(l);
-    h->before_forward(h->ctx, hu);
-    const bf16 *ph = h->params(h->ctx, hu);
-    const bf16 *wte = h->params(h->ctx, GPT_UNIT_EMBED) + l->emb_off[EMB_WTE];
-    k->layernorm_forward(d, a->lnf, a->lnf_mean, a->lnf_rstd, block_input(g, l->cfg.num_layers),
-                         ph + l->head_off[HEAD_LNFW], ph + l->head_off[HEAD_LNFB], BT, C);
-    int Vp = gpt_logits_stride(&l->cfg);
-    k->matmul_forward(d, a->logits, a->lnf, wte, NULL, BT, C, V, Vp);  // logits = lnf @ wte^T (tied)
-    k->softmax_crossentropy(d, a->losses, a->logits, a->targets, BT, V, Vp, dloss_scale);
-    h->after_forward(h->ctx, hu);
-
-    dev_copy(d, g->losses_host, a->losses, (size_t)BT * sizeof(float), STREAM_COMPUTE);
-    dev_sync(d, STREAM_COMPUTE);
+double gpt_slot_loss(GPT *g, int s) {
+    GPTSlot *sl = slot_of(g, s);
+    CHECK(sl->losses, "gpt_slot_loss: the plan has no head; hint: the loss is on the last pipeline stage");
+    int BT = g->plan.B * g->plan.T;
+    dev_copy(g->dev, g->losses_host, sl->losses, (size_t)BT * sizeof(float), STREAM_COMPUTE);
+    dev_sync(g->dev, STREAM_COMPUTE);
     double sum = 0;
     for (int i = 0; i < BT; i++) sum += g->losses_host[i];
     return sum / BT;
 }
 
-// Backward of one block: a->dres holds dL/dx3 on entry and dL/dx_in on exit;
-// parameter gradients accumulate into dp (fp32, the unit's layout).
-static void block_backward(GPT *g, const bf16 *p, float *dp, const LayerActs *la, const act *x) {
+void *gpt_slot_input(GPT *g, int s) { return slot_of(g, s)->x_in; }
+void *gpt_slot_output(GPT *g, int s) {
+    slot_of(g, s);
+    return block_input(g, plan_end_layer(&g->plan, g->L.cfg.num_layers), s);
+}
+void *gpt_slot_grad(GPT *g, int s) { return slot_of(g, s)->dres; }
+
+// ---- the embeddings and the head ----
+
+static void embed_forward(GPT *g, const GPTHooks *h, int s) {
     Device *d = g->dev;
-    const KernelOps *k = d->k;
-    const size_t *o = g->L.blk_off;
-    GPTActs *a = g->a;
-    int B = g->B, T = g->T, C = g->L.cfg.channels, NH = g->L.cfg.num_heads, BT = B * T;
-    // x3 = x2 + fcproj(gelu(fc(ln2(x2))))
-    k->matmul_backward(d, a->d4a, dp + o[BLK_FCPROJW], dp + o[BLK_FCPROJB], a->dres, la->fch_gelu, p + o[BLK_FCPROJW], BT, 4 * C, C, C);
-    k->gelu_backward(d, a->d4b, la->fch, a->d4a, (size_t)BT * 4 * C);
-    k->matmul_backward(d, a->dc, dp + o[BLK_FCW], dp + o[BLK_FCB], a->d4b, la->ln2, p + o[BLK_FCW], BT, C, 4 * C, 4 * C);
-    k->layernorm_backward(d, a->dres, dp + o[BLK_LN2W], dp + o[BLK_LN2B], a->dc, la->x2, p + o[BLK_LN2W], la->ln2_mean, la->ln2_rstd, BT, C);
-    // x2 = x + attproj(attention(qkv(ln1(x))))
-    k->matmul_backward(d, a->dc, dp + o[BLK_ATTPROJW], dp + o[BLK_ATTPROJB], a->dres, la->atty, p + o[BLK_ATTPROJW], BT, C, C, C);
-    act *dqkv = a->d4a;
-    k->attention_backward(d, dqkv, a->dc, la->qkv, la->att, B, T, C, NH);
-    k->matmul_backward(d, a->dc, dp + o[BLK_QKVW], dp + o[BLK_QKVB], dqkv, la->ln1, p + o[BLK_QKVW], BT, C, 3 * C, 3 * C);
-    k->layernorm_backward(d, a->dres, dp + o[BLK_LN1W], dp + o[BLK_LN1B], a->dc, x, p + o[BLK_LN1W], la->ln1_mean, la->ln1_rstd, BT, C);
+    const GPTLayout *l = &g->L;
+    GPTSlot *sl = &g->slot[s];
+    const bf16 *pe = h->params(h->ctx, GPT_UNIT_EMBED);
+    if (l->tp_size > 1) {
+        tp_embed_forward(g, pe, s);
+        return;
+    }
+    d->k->encoder_forward(d, sl->x_in, sl->inputs, pe + l->emb_off[EMB_WTE], pe + l->emb_off[EMB_WPE], g->plan.B,
+                          g->plan.T, l->cfg.channels);
 }
 
-void gpt_backward(GPT *g, const GPTHooks *h) {
+// logits = lnf(x_L) @ wte^T (tied), then the loss (and dlogits with a loss
+// scale). Under tensor parallelism the rank's logits are those of its wte
+// rows (a column-parallel linear: f before it, an identity forward).
+static void head_forward(GPT *g, const GPTHooks *h, int s) {
     Device *d = g->dev;
     const KernelOps *k = d->k;
-    GPTActs *a = g->a;
     const GPTLayout *l = &g->L;
-    int B = g->B, T = g->T, C = l->cfg.channels, V = l->cfg.vocab_size, BT = B * T;
-    float *ug = g->unit_grads.ptr, *eg = g->embed_grads.ptr;
-    size_t dres_bytes = (size_t)BT * C * d->act_bytes;
+    GPTSlot *sl = &g->slot[s];
+    int BT = g->plan.B * g->plan.T, C = l->cfg.channels, V = l->vocab_part, Vp = gpt_logits_stride(l);
+    const bf16 *ph = h->params(h->ctx, gpt_unit_head(l));
+    const bf16 *wte = h->params(h->ctx, GPT_UNIT_EMBED) + l->emb_off[EMB_WTE];
+    k->layernorm_forward(d, sl->lnf, sl->lnf_mean, sl->lnf_rstd, block_input(g, l->cfg.num_layers, s),
+                         ph + l->head_off[HEAD_LNFW], ph + l->head_off[HEAD_LNFB], BT, C);
+    k->matmul_forward(d, sl->logits, sl->lnf, wte, NULL, BT, C, V, Vp);
+    if (l->tp_size > 1) tp_head_loss(g, s);
+    else k->softmax_crossentropy(d, sl->losses, sl->logits, sl->targets, BT, V, Vp, sl->dloss_scale);
+}
 
-    // head: logits = lnf(x_L) @ wte^T. wte's gradient collects here and in the
-    // encoder, so the embedding gradients stay live through all of backward.
-    int hu = gpt_unit_head(l);
-    h->before_backward(h->ctx, hu);
+// wte's gradient collects here and in the embeddings' backward, so the
+// embedding gradients stay live from the head down to the embeddings.
+static void head_backward(GPT *g, const GPTHooks *h, int s) {
+    Device *d = g->dev;
+    const KernelOps *k = d->k;
+    const GPTLayout *l = &g->L;
+    GPTSlot *sl = &g->slot[s];
+    int hu = gpt_unit_head(l), BT = g->plan.B * g->plan.T, C = l->cfg.channels, V = l->vocab_part;
+    float *ug = g->unit_grads.ptr, *eg = g->embed_grads.ptr;
     const bf16 *ph = h->params(h->ctx, hu);
     const bf16 *wte = h->params(h->ctx, GPT_UNIT_EMBED) + l->emb_off[EMB_WTE];
     dev_memset0(d, eg, g->embed_grads.bytes, STREAM_COMPUTE);
+    g->work->embed_grads_slot = s;
     dev_memset0(d, ug, l->unit[hu].count * sizeof(float), STREAM_COMPUTE);
-    k->matmul_backward(d, a->dc, eg + l->emb_off[EMB_WTE], NULL, a->logits, a->lnf, wte, BT, C, V,
-                       gpt_logits_stride(&l->cfg));
-    dev_memset0(d, a->dres, dres_bytes, STREAM_COMPUTE);
-    k->layernorm_backward(d, a->dres, ug + l->head_off[HEAD_LNFW], ug + l->head_off[HEAD_LNFB], a->dc,
-                          block_input(g, l->cfg.num_layers), ph + l->head_off[HEAD_LNFW], a->lnf_mean, a->lnf_rstd, BT, C);
+    k->matmul_backward(d, g->work->dc, eg + l->emb_off[EMB_WTE], NULL, sl->logits, sl->lnf, wte, BT, C, V,
+                       gpt_logits_stride(l));
+    tp_sum(g, g->work->dc);  // f: all-reduce backward
+    dev_memset0(d, sl->dres, (size_t)BT * C * d->act_bytes, STREAM_COMPUTE);
+    k->layernorm_backward(d, sl->dres, ug + l->head_off[HEAD_LNFW], ug + l->head_off[HEAD_LNFB], g->work->dc,
+                          block_input(g, l->cfg.num_layers, s), ph + l->head_off[HEAD_LNFW], sl->lnf_mean,
+                          sl->lnf_rstd, BT, C);
     h->grads_ready(h->ctx, hu, ug);
-    h->after_backward(h->ctx, hu);
-
-    for (int i = l->cfg.num_layers - 1; i >= 0; i--) {
-        int u = gpt_unit_block(i);
-        h->before_backward(h->ctx, u);
-        dev_memset0(d, ug, l->unit[u].count * sizeof(float), STREAM_COMPUTE);
-        block_backward(g, h->params(h->ctx, u), ug, &a->layer[i], block_input(g, i));
-        h->grads_ready(h->ctx, u, ug);
-        h->after_backward(h->ctx, u);
+    if (!plan_has_unit(&g->plan, GPT_UNIT_EMBED)) {  // a last pipeline stage: the tied wte's part ends here
+        h->grads_ready(h->ctx, GPT_UNIT_EMBED, eg);
+        g->work->embed_grads_slot = -1;
     }
+}
 
-    h->before_backward(h->ctx, GPT_UNIT_EMBED);
-    k->encoder_backward(d, eg + l->emb_off[EMB_WTE], eg + l->emb_off[EMB_WPE], a->dres, a->inputs, B, T, C);
-    h->grads_ready(h->ctx, GPT_UNIT_EMBED, eg);
-    h->after_backward(h->ctx, GPT_UNIT_EMBED);
+static void embed_backward(GPT *g, int s) {
+    Device *d = g->dev;
+    const GPTLayout *l = &g->L;
+    float *eg = g->embed_grads.ptr;
+    if (plan_has_unit(&g->plan, gpt_unit_head(l)))
+        CHECK(g->work->embed_grads_slot == s, "embeddings' backward of slot %d after the head's backward of slot %d; "
+              "hint: finish one slot's backward before the next slot's head", s, g->work->embed_grads_slot);
+    else
+        dev_memset0(d, eg, g->embed_grads.bytes, STREAM_COMPUTE);  // a first pipeline stage: no head contribution
+    g->work->embed_grads_slot = -1;
+    const GPTSlot *sl = &g->slot[s];
+    if (l->tp_size > 1)  // every rank has the whole dL/dx0: its rows' part of dwte, and dwpe
+        d->k->embedding_part_backward(d, eg + l->emb_off[EMB_WTE], eg + l->emb_off[EMB_WPE], sl->dres, sl->inputs,
+                                      l->vocab_begin, l->vocab_part, g->plan.B, g->plan.T, l->cfg.channels);
+    else
+        d->k->encoder_backward(d, eg + l->emb_off[EMB_WTE], eg + l->emb_off[EMB_WPE], sl->dres, sl->inputs, g->plan.B,
+                               g->plan.T, l->cfg.channels);
+}
+
+// ---- one unit, one slot ----
+
+static void check_unit(const GPT *g, int u, int s, const char *what) {
+    CHECK(plan_has_unit(&g->plan, u), "%s of unit %d: this rank computes units %d..%d", what, u, g->plan.first_unit,
+          g->plan.last_unit);
+    CHECK(s >= 0 && s < g->plan.slots, "%s of unit %d: slot %d of %d", what, u, s, g->plan.slots);
+}
+
+void gpt_unit_forward(GPT *g, const GPTHooks *h, int u, int s) {
+    check_unit(g, u, s, "forward");
+    h->before_forward(h->ctx, u);
+    if (u == GPT_UNIT_EMBED) embed_forward(g, h, s);
+    else if (u == gpt_unit_head(&g->L)) head_forward(g, h, s);
+    else block_forward(g, h->params(h->ctx, u), u - 1, s);
+    h->after_forward(h->ctx, u);
+}
+
+void gpt_unit_backward(GPT *g, const GPTHooks *h, int u, int s) {
+    check_unit(g, u, s, "backward");
+    h->before_backward(h->ctx, u);
+    if (u == gpt_unit_head(&g->L)) {
+        head_backward(g, h, s);
+    } else if (u == GPT_UNIT_EMBED) {
+        embed_backward(g, s);
+        h->grads_ready(h->ctx, u, g->embed_grads.ptr);
+    } else {
+        float *ug = g->unit_grads.ptr;
+        dev_memset0(g->dev, ug, g->L.unit[u].count * sizeof(float), STREAM_COMPUTE);
+        block_backward(g, h->params(h->ctx, u), ug, u - 1, s);
+        h->grads_ready(h->ctx, u, ug);
+    }
+    h->after_backward(h->ctx, u);
+}
+
+// ---- the whole model ----
+
+static void check_whole(const GPT *g, const char *pass) {
+    CHECK(g->plan.first_unit == 0 && g->plan.last_unit == g->L.num_units - 1,
+          "gpt_%s walks the whole model, but this rank computes units %d..%d; hint: a pipeline stage calls gpt_unit_%s",
+          pass, g->plan.first_unit, g->plan.last_unit, pass);
+}
+
+double gpt_forward(GPT *g, const GPTHooks *h, const int32_t *inputs, const int32_t *targets, float dloss_scale) {
+    check_whole(g, "forward");
+    gpt_slot_tokens(g, 0, inputs, targets, dloss_scale);
+    for (int u = 0; u < g->L.num_units; u++) gpt_unit_forward(g, h, u, 0);
+    return gpt_slot_loss(g, 0);
+}
+
+void gpt_backward(GPT *g, const GPTHooks *h) {
+    check_whole(g, "backward");
+    for (int u = g->L.num_units - 1; u >= 0; u--) gpt_unit_backward(g, h, u, 0);
 }

@@ -1,14 +1,21 @@
 // gpt.h: the GPT-2 model. One flat bf16 parameter buffer in layer order, cut
 // into units: unit 0 = embeddings (wte, wpe), units 1..L = transformer blocks,
 // unit L+1 = head (final layernorm; the output projection is tied to wte, so
-// the head also reads unit 0). Forward and backward walk the units and call
-// the strategy's hooks before and after each one: that is where a stage
-// gathers, reduces, releases or prefetches.
+// the head also reads unit 0). Forward and backward of one unit for one
+// micro-batch are functions of their own (gpt_unit_forward/backward) that call
+// the strategy's hooks before and after the unit: that is where a stage
+// gathers, reduces, releases or prefetches. Stages 01-06 walk every unit with
+// one micro-batch (gpt_forward/gpt_backward); a pipeline stage computes a
+// contiguous range of units for several micro-batches in flight ("slots").
+// With tensor parallelism (Shoeybi et al. 2019, Megatron-LM) every rank of a
+// tp group holds its part of each block and of wte (gpt_layout_tp).
 #pragma once
 #include <stddef.h>
 #include <stdint.h>
 #include "bf16.h"
 #include "device.h"
+
+struct Comm;
 
 typedef struct GPTConfig {
     int max_seq_len;  // wpe rows
@@ -50,16 +57,28 @@ enum { HEAD_LNFW, HEAD_LNFB, HEAD_NTENSORS };
 
 typedef struct GPTLayout {
     GPTConfig cfg;
-    size_t num_params;       // Ψ (unpadded)
+    // tensor-parallel part this layout describes: rank tp_rank of tp_size
+    // (1, 0: the whole model, the layout of stages 01-06)
+    int tp_size, tp_rank;
+    // wte rows: vocab_padded over the group (V when tp_size = 1, else V
+    // rounded up to a multiple of 64 * tp_size); this rank holds vocab_part
+    // of them from row vocab_begin. Rows >= V are padding: zero, never a target.
+    int vocab_padded, vocab_part, vocab_begin;
+    size_t num_params;       // Ψ of this layout (unpadded; tp: this rank's part, padding rows included)
     int num_units;           // L + 2
     Range unit[GPT_MAX_UNITS];
     // offsets of each tensor relative to the start of its unit
     size_t blk_off[BLK_NTENSORS + 1], emb_off[EMB_NTENSORS + 1], head_off[HEAD_NTENSORS + 1];
     size_t max_unit_params;
+    // tensor offsets within a unit of the whole model (tp_size = 1; the head is whole), for gpt_global_index
+    size_t whole_blk_off[BLK_NTENSORS + 1], whole_emb_off[EMB_NTENSORS + 1];
 } GPTLayout;
 
 // Fails (usage error) when the shape is invalid (heads must divide channels, ...).
 void gpt_layout(GPTLayout *l, const GPTConfig *cfg);
+// Rank tp_rank's part under tensor parallelism of tp_size ranks; usage error
+// when tp_size does not divide the heads. tp_size = 1 is gpt_layout.
+void gpt_layout_tp(GPTLayout *l, const GPTConfig *cfg, int tp_size, int tp_rank);
 static inline int gpt_unit_head(const GPTLayout *l) { return l->num_units - 1; }
 static inline int gpt_unit_block(int layer) { return 1 + layer; }
 // Units whose parameters unit u reads: itself, and for the head also the
@@ -67,28 +86,72 @@ static inline int gpt_unit_block(int layer) { return 1 + layer; }
 int gpt_unit_reads(const GPTLayout *l, int u, int out[2]);
 const char *gpt_unit_name(const GPTLayout *l, int u, char *buf, size_t n);  // "embed", "block 3", "head"
 
+// How tensor parallelism splits tensor t of unit u (Megatron-LM):
+//   TP_COLUMN: output rows split (QKV weight and bias, by heads: rank r takes
+//              heads [r NH/T, (r+1) NH/T) of each of q, k, v; the MLP's first
+//              linear and its bias);
+//   TP_ROW: input columns split (attention projection, MLP second linear);
+//   TP_VOCAB: wte's rows split over the padded vocabulary;
+//   TP_REPLICATED: whole on every tp rank (layernorms, the row-parallel
+//              layers' biases, wpe): the same values and the same gradients
+//              on every rank, so a global gradient norm counts them once.
+// With tp_size = 1 every tensor is whole; the kind still names its role.
+typedef enum { TP_REPLICATED, TP_COLUMN, TP_ROW, TP_VOCAB } TPSplit;
+TPSplit gpt_tensor_split(const GPTLayout *l, int u, int t);
+// Flat ranges of this layout that hold TP_REPLICATED tensors, adjacent ones
+// merged, in order. Writes at most max; returns how many there are.
+int gpt_replicated_ranges(const GPTLayout *l, Range *out, int max);
+// Index in the whole model's layout (tp_size = 1) of element i of this
+// layout, or GPT_PADDING for a padding row of wte.
+#define GPT_PADDING ((size_t)-1)
+size_t gpt_global_index(const GPTLayout *l, size_t i);
+
 // Initial values of flat parameters [begin, end) in fp32. Each element depends
-// only on (seed, index), so any rank count or stage draws the same weights:
-// N(0, 0.02) for weights, N(0, 0.02/sqrt(2L)) for the residual projections,
-// 0 for biases, 1 for layernorm gains.
+// only on (seed, its index in the whole model), so any rank count, stage or
+// tensor-parallel split draws the same weights: N(0, 0.02) for weights,
+// N(0, 0.02/sqrt(2L)) for the residual projections, 0 for biases, 1 for
+// layernorm gains, 0 for wte's padding rows.
 void gpt_init_values(const GPTLayout *l, uint64_t seed, size_t begin, size_t end, float *out);
 
-// Matmul FLOPs per token for forward+backward: 6*Ψ_matmul + attention 12*L*C*T
-// (Ψ_matmul: weights that enter a GEMM, including the tied output projection).
+// Matmul FLOPs per token for forward+backward of the whole model:
+// 6*Ψ_matmul + attention 12*L*C*T (Ψ_matmul: weights that enter a GEMM,
+// including the tied output projection).
 double gpt_flops_per_token(const GPTLayout *l, int T);
 
-// Row stride of the logits (BT, V): V rounded up to a multiple of 64, so that
-// every row starts 128-byte aligned in bf16 and the head's GEMMs can use the
-// tensor cores' vector loads (GPT-2's V = 50257 would leave rows 2-byte
-// aligned). The padding columns are never read or written.
-static inline int gpt_logits_stride(const GPTConfig *c) { return (c->vocab_size + 63) / 64 * 64; }
+// Row stride of this rank's logits (BT, vocab_part): rounded up to a multiple
+// of 64, so that every row starts 128-byte aligned in bf16 and the head's
+// GEMMs can use the tensor cores' vector loads (GPT-2's V = 50257 would leave
+// rows 2-byte aligned). With tp_size > 1 vocab_part is already a multiple of 64.
+// The padding columns are never read or written.
+static inline int gpt_logits_stride(const GPTLayout *l) { return (l->vocab_part + 63) / 64 * 64; }
 
-// Activation bytes this trainer keeps for one micro-batch (per layer and total)
-// and the backward scratch; used by the report and memory_math.
+// What one rank computes: micro-batches of B sequences of T tokens, `slots`
+// of them in flight at once (each keeps its own activations), through units
+// first_unit..last_unit (a pipeline stage's contiguous range; the first stage
+// has the embeddings, the last the head).
+typedef struct GPTPlan {
+    int B, T;
+    int slots;
+    int first_unit, last_unit;
+} GPTPlan;
+
+// Stages 01-06: every unit, one micro-batch at a time.
+static inline GPTPlan gpt_plan_whole(const GPTLayout *l, int B, int T) {
+    return (GPTPlan){B, T, 1, 0, l->num_units - 1};
+}
+
+// Bytes a plan keeps: saved activations per slot (one micro-batch through the
+// plan's units) and the temporaries all slots share; the backward scratch and
+// the fp32 gradient workspace. Used by the reports and memory_math.
 typedef struct GPTActBytes {
-    size_t per_layer, embed_and_head, total_saved, backward_scratch, grad_workspace;
+    size_t per_layer;         // one block, one micro-batch
+    size_t per_slot;          // one micro-batch through the plan's units
+    size_t shared;            // temporaries every slot shares
+    size_t total_saved;       // per_slot * slots + shared: the activations buffer
+    size_t backward_scratch;  // residual-stream gradient per slot + shared backward temporaries
+    size_t grad_workspace;    // fp32 gradients of one unit, and of the embeddings
 } GPTActBytes;
-GPTActBytes gpt_activation_bytes(const GPTLayout *l, int B, int T, int act_bytes);
+GPTActBytes gpt_activation_bytes(const GPTLayout *l, const GPTPlan *p, int act_bytes);
 
 // Hooks a strategy supplies. `ctx` is the strategy's context.
 typedef struct GPTHooks {
@@ -99,27 +162,65 @@ typedef struct GPTHooks {
     void (*after_forward)(void *ctx, int u);
     void (*before_backward)(void *ctx, int u);
     // all gradients of unit u for this micro-batch are complete in grads (fp32, unit-sized);
-    // the strategy folds them into its bf16 gradients (accumulate, bucket, reduce)
+    // the strategy folds them into its bf16 gradients (accumulate, bucket, reduce).
+    // On a rank whose plan has the head but not the embeddings, the head's
+    // backward also hands over unit 0's gradients (wte's from the tied
+    // projection, wpe's zero) between its own grads_ready and after_backward.
     void (*grads_ready)(void *ctx, int u, const float *grads);
     void (*after_backward)(void *ctx, int u);
 } GPTHooks;
 
 typedef struct GPT {
     GPTLayout L;
+    GPTPlan plan;
     Device *dev;
-    int B, T;
-    Buf acts;          // saved activations, all layers (activations)
+    struct Comm *tp;   // tensor-parallel group (L.tp_size ranks); NULL when tp_size = 1
+    Buf acts;          // saved activations of every slot, and shared temporaries (activations)
     Buf scratch;       // backward temporaries (workspace)
     Buf unit_grads;    // fp32 gradients of the unit being differentiated (workspace)
     Buf embed_grads;   // fp32 gradients of the embeddings, live through backward (tied wte)
     float *losses_host;
-    // pointers into acts/scratch, set by gpt_alloc
-    struct GPTActs *a;
+    // pointers into acts/scratch, set by gpt_alloc (gpt_units.h)
+    struct GPTSlot *slot;  // [plan.slots]
+    struct GPTWork *work;
 } GPT;
 
-// Allocates activations and workspaces for micro-batch B x T on dev.
-void gpt_alloc(GPT *g, const GPTLayout *l, Device *dev, int B, int T);
+// Allocates activations and workspaces for the plan on dev. tp is the tensor-
+// parallel group of a layout with tp_size > 1 (its size and this rank's place
+// in it match the layout's), NULL otherwise.
+void gpt_alloc(GPT *g, const GPTLayout *l, Device *dev, const GPTPlan *p, struct Comm *tp);
 void gpt_free(GPT *g);
+
+// ---- one unit, one micro-batch ----
+// Copies the micro-batch's token ids (host, B*T each) to slot s: inputs are
+// read by the embeddings, targets by the head (either may be NULL where the
+// plan lacks that unit). dloss_scale != 0 makes the head's forward also leave
+// dloss/dlogits for backward (the scale is 1 / tokens in the global batch).
+void gpt_slot_tokens(GPT *g, int s, const int32_t *inputs, const int32_t *targets, float dloss_scale);
+// Forward of unit u (in the plan's range) for the micro-batch in slot s: the
+// first block of the range reads gpt_slot_input, the head writes the losses.
+void gpt_unit_forward(GPT *g, const GPTHooks *h, int u, int s);
+// Backward of unit u for slot s, after its forward, in reverse unit order;
+// calls grads_ready. The head starts from its dlogits; any other last unit of
+// the range from gpt_slot_grad. Between a slot's head backward and its
+// embeddings' backward no other slot's head backward runs (they share the
+// embeddings' gradient buffer; checked).
+// Under tensor parallelism every rank of the group runs the same units in the
+// same order: the all-reduces inside are collective (gpt_tp.c lists them).
+void gpt_unit_backward(GPT *g, const GPTHooks *h, int u, int s);
+// Mean loss over the slot's B*T tokens, after the head's forward (synchronizes).
+double gpt_slot_loss(GPT *g, int s);
+// (BT,C) residual stream entering the range's first block: the embeddings'
+// output, or where a pipeline stage receives the previous stage's output.
+void *gpt_slot_input(GPT *g, int s);
+// (BT,C) residual stream leaving the range's last block: what a pipeline stage sends on.
+void *gpt_slot_output(GPT *g, int s);
+// (BT,C) gradient of the residual stream: before the backward of a range
+// without the head, where dL/d(gpt_slot_output) is received; after the
+// backward of the range's first block, dL/d(gpt_slot_input), to send back.
+void *gpt_slot_grad(GPT *g, int s);
+
+// ---- the whole model, slot 0 (stages 01-06; the plan must cover every unit) ----
 // Copies inputs/targets (host, B*T each) to the device, runs forward through
 // all units. dloss_scale != 0 also leaves dloss/dlogits ready for backward.
 // Returns the mean loss over the B*T tokens (synchronizes).

@@ -1,6 +1,7 @@
-// gpt_layout.c: GPT-2 shapes, the flat parameter layout, initial values, and
-// the FLOP and activation counts that reports set beside measurements.
-#include <math.h>
+// gpt_layout.c: GPT-2 shapes, the flat parameter layout (whole, or one rank's
+// part under tensor parallelism), and the FLOP and activation counts that
+// reports set beside measurements. What each element is and its initial
+// value: gpt_params.c.
 #include <stdio.h>
 #include <string.h>
 #include "check.h"
@@ -41,30 +42,57 @@ static size_t lay_out(size_t *off, const size_t *sizes, int n) {
     return off[n];
 }
 
-void gpt_layout(GPTLayout *l, const GPTConfig *cfg) {
-    const GPTConfig c = *cfg;
-    if (c.channels <= 0 || c.num_layers <= 0 || c.num_heads <= 0 || c.vocab_size <= 0 || c.max_seq_len <= 0)
+// Tensor sizes of one block and of the embeddings for tensor-parallel
+// degree tp (1: the whole model). Column-parallel tensors keep 1/tp of their
+// output rows, row-parallel ones 1/tp of their input columns; wte keeps
+// vocab_part rows.
+static void tensor_sizes(const GPTConfig *c, int tp, int vocab_part, size_t blk[BLK_NTENSORS], size_t emb[EMB_NTENSORS]) {
+    size_t C = (size_t)c->channels, Cp = C / tp, F = 4 * C / tp;
+    size_t b[BLK_NTENSORS] = {C, C, 3 * Cp * C, 3 * Cp, C * Cp, C, C, C, F * C, F, C * F, C};
+    memcpy(blk, b, sizeof b);
+    emb[EMB_WTE] = (size_t)vocab_part * C;
+    emb[EMB_WPE] = (size_t)c->max_seq_len * C;
+}
+
+static void check_shape(const GPTConfig *c, int tp_size, int tp_rank) {
+    if (c->channels <= 0 || c->num_layers <= 0 || c->num_heads <= 0 || c->vocab_size <= 0 || c->max_seq_len <= 0)
         fail_usage("model sizes must be positive (layers %d, d-model %d, heads %d, vocab %d, seq %d)",
-                   c.num_layers, c.channels, c.num_heads, c.vocab_size, c.max_seq_len);
-    if (c.channels % c.num_heads != 0)
-        fail_usage("--heads %d does not divide --d-model %d; pick heads that divide it", c.num_heads, c.channels);
-    if (c.num_layers + 2 > GPT_MAX_UNITS)
-        fail_usage("--layers %d is more than this build supports (%d)", c.num_layers, GPT_MAX_UNITS - 2);
-    if (c.channels > GPT_MAX_CHANNELS || c.num_heads > GPT_MAX_HEADS || c.vocab_size > GPT_MAX_VOCAB ||
-        c.max_seq_len > GPT_MAX_CONTEXT)
+                   c->num_layers, c->channels, c->num_heads, c->vocab_size, c->max_seq_len);
+    if (c->channels % c->num_heads != 0)
+        fail_usage("--heads %d does not divide --d-model %d; pick heads that divide it", c->num_heads, c->channels);
+    if (c->num_layers + 2 > GPT_MAX_UNITS)
+        fail_usage("--layers %d is more than this build supports (%d)", c->num_layers, GPT_MAX_UNITS - 2);
+    if (c->channels > GPT_MAX_CHANNELS || c->num_heads > GPT_MAX_HEADS || c->vocab_size > GPT_MAX_VOCAB ||
+        c->max_seq_len > GPT_MAX_CONTEXT)
         fail_usage("model sizes beyond this build's limits (d-model %d of %d, heads %d of %d, vocab %d of %d, "
-                   "context %d of %d); give smaller ones", c.channels, GPT_MAX_CHANNELS, c.num_heads, GPT_MAX_HEADS,
-                   c.vocab_size, GPT_MAX_VOCAB, c.max_seq_len, GPT_MAX_CONTEXT);
+                   "context %d of %d); give smaller ones", c->channels, GPT_MAX_CHANNELS, c->num_heads, GPT_MAX_HEADS,
+                   c->vocab_size, GPT_MAX_VOCAB, c->max_seq_len, GPT_MAX_CONTEXT);
+    if (tp_size < 1 || tp_rank < 0 || tp_rank >= tp_size)
+        fail_usage("tensor-parallel rank %d of %d ranks; --tp must be at least 1", tp_rank, tp_size);
+    if (c->num_heads % tp_size != 0)  // then 4C (= 4 heads x head size) divides too
+        fail_usage("--tp %d does not divide --heads %d: tensor parallelism splits the heads; pick a --tp that divides them",
+                   tp_size, c->num_heads);
+}
+
+void gpt_layout_tp(GPTLayout *l, const GPTConfig *cfg, int tp_size, int tp_rank) {
+    check_shape(cfg, tp_size, tp_rank);
     memset(l, 0, sizeof *l);
-    l->cfg = c;
-    size_t C = (size_t)c.channels;
-    size_t emb[EMB_NTENSORS] = {(size_t)c.vocab_size * C, (size_t)c.max_seq_len * C};
-    size_t blk[BLK_NTENSORS] = {C, C, 3 * C * C, 3 * C, C * C, C, C, C, 4 * C * C, 4 * C, 4 * C * C, C};
-    size_t head[HEAD_NTENSORS] = {C, C};
+    l->cfg = *cfg;
+    l->tp_size = tp_size;
+    l->tp_rank = tp_rank;
+    int vocab_align = 64 * tp_size;  // every rank's rows a multiple of 64: its logits rows stay aligned
+    l->vocab_padded = tp_size == 1 ? cfg->vocab_size : (cfg->vocab_size + vocab_align - 1) / vocab_align * vocab_align;
+    l->vocab_part = l->vocab_padded / tp_size;
+    l->vocab_begin = tp_rank * l->vocab_part;
+    size_t emb[EMB_NTENSORS], blk[BLK_NTENSORS], head[HEAD_NTENSORS] = {(size_t)cfg->channels, (size_t)cfg->channels};
+    tensor_sizes(cfg, 1, cfg->vocab_size, blk, emb);
+    lay_out(l->whole_emb_off, emb, EMB_NTENSORS);
+    lay_out(l->whole_blk_off, blk, BLK_NTENSORS);
+    tensor_sizes(cfg, tp_size, l->vocab_part, blk, emb);
     size_t emb_n = lay_out(l->emb_off, emb, EMB_NTENSORS);
     size_t blk_n = lay_out(l->blk_off, blk, BLK_NTENSORS);
     size_t head_n = lay_out(l->head_off, head, HEAD_NTENSORS);
-    l->num_units = c.num_layers + 2;
+    l->num_units = cfg->num_layers + 2;
     size_t at = 0;
     for (int u = 0; u < l->num_units; u++) {
         size_t n = u == 0 ? emb_n : (u == l->num_units - 1 ? head_n : blk_n);
@@ -74,6 +102,8 @@ void gpt_layout(GPTLayout *l, const GPTConfig *cfg) {
     }
     l->num_params = at;
 }
+
+void gpt_layout(GPTLayout *l, const GPTConfig *cfg) { gpt_layout_tp(l, cfg, 1, 0); }
 
 int gpt_unit_reads(const GPTLayout *l, int u, int out[2]) {
     out[0] = u;
@@ -91,71 +121,6 @@ const char *gpt_unit_name(const GPTLayout *l, int u, char *buf, size_t n) {
     return buf;
 }
 
-// splitmix64: a counter-based generator, so element i's value needs no state
-static uint64_t splitmix64(uint64_t x) {
-    x += 0x9E3779B97F4A7C15ull;
-    x = (x ^ (x >> 30)) * 0xBF58476D1CE4E5B9ull;
-    x = (x ^ (x >> 27)) * 0x94D049BB133111EBull;
-    return x ^ (x >> 31);
-}
-
-// standard normal for element i via Box-Muller on two counter-derived uniforms
-static float normal_at(uint64_t seed, size_t i) {
-    uint64_t a = splitmix64(seed ^ splitmix64(2 * (uint64_t)i));
-    uint64_t b = splitmix64(seed ^ splitmix64(2 * (uint64_t)i + 1));
-    double u1 = ((a >> 11) + 1.0) * (1.0 / 9007199254740993.0);  // (0, 1]
-    double u2 = (b >> 11) * (1.0 / 9007199254740992.0);
-    return (float)(sqrt(-2.0 * log(u1)) * cos(2.0 * M_PI * u2));
-}
-
-typedef enum { INIT_ZERO, INIT_ONE, INIT_NORMAL } InitKind;
-
-// How tensor `t` of unit u starts (GPT-2: weights N(0, 0.02), wpe N(0, 0.01),
-// residual projections scaled by 1/sqrt(2L), biases 0, layernorm gains 1).
-static InitKind tensor_init(const GPTLayout *l, int u, int t, float *std) {
-    *std = 0.02f;
-    if (u == GPT_UNIT_EMBED) {
-        if (t == EMB_WPE) *std = 0.01f;
-        return INIT_NORMAL;
-    }
-    if (u == gpt_unit_head(l)) return t == HEAD_LNFW ? INIT_ONE : INIT_ZERO;
-    switch (t) {
-    case BLK_LN1W: case BLK_LN2W: return INIT_ONE;
-    case BLK_QKVW: case BLK_FCW: return INIT_NORMAL;
-    case BLK_ATTPROJW: case BLK_FCPROJW:
-        *std = 0.02f / sqrtf(2.0f * (float)l->cfg.num_layers);
-        return INIT_NORMAL;
-    default: return INIT_ZERO;
-    }
-}
-
-static const size_t *unit_offsets(const GPTLayout *l, int u, int *ntensors) {
-    if (u == GPT_UNIT_EMBED) { *ntensors = EMB_NTENSORS; return l->emb_off; }
-    if (u == gpt_unit_head(l)) { *ntensors = HEAD_NTENSORS; return l->head_off; }
-    *ntensors = BLK_NTENSORS;
-    return l->blk_off;
-}
-
-void gpt_init_values(const GPTLayout *l, uint64_t seed, size_t begin, size_t end, float *out) {
-    for (size_t i = begin > l->num_params ? begin : l->num_params; i < end; i++)
-        out[i - begin] = 0.0f;  // shard padding past Ψ
-    for (int u = 0; u < l->num_units; u++) {
-        int nt;
-        const size_t *off = unit_offsets(l, u, &nt);
-        for (int t = 0; t < nt; t++) {
-            size_t lo = l->unit[u].offset + off[t], hi = l->unit[u].offset + off[t + 1];
-            if (hi <= begin || lo >= end) continue;
-            if (lo < begin) lo = begin;
-            if (hi > end) hi = end;
-            float std;
-            InitKind kind = tensor_init(l, u, t, &std);
-            #pragma omp parallel for schedule(static)
-            for (size_t i = lo; i < hi; i++)
-                out[i - begin] = kind == INIT_NORMAL ? std * normal_at(seed, i) : (kind == INIT_ONE ? 1.0f : 0.0f);
-        }
-    }
-}
-
 double gpt_flops_per_token(const GPTLayout *l, int T) {
     const GPTConfig *c = &l->cfg;
     double C = c->channels, L = c->num_layers;
@@ -165,20 +130,37 @@ double gpt_flops_per_token(const GPTLayout *l, int T) {
     return 6.0 * matmul_params + 12.0 * L * C * (double)T;
 }
 
-GPTActBytes gpt_activation_bytes(const GPTLayout *l, int B, int T, int act_bytes) {
+GPTActBytes gpt_activation_bytes(const GPTLayout *l, const GPTPlan *p, int act_bytes) {
     const GPTConfig *c = &l->cfg;
-    size_t BT = (size_t)B * T, C = c->channels, NH = c->num_heads, Vp = (size_t)gpt_logits_stride(c);
+    size_t tp = l->tp_size, BT = (size_t)p->B * p->T, C = c->channels, Cp = C / tp, F = 4 * C / tp;
+    size_t NHp = c->num_heads / tp, Vp = (size_t)gpt_logits_stride(l);
+    size_t ab = (size_t)act_bytes, fb = sizeof(float), ib = sizeof(int32_t);
+    int hu = gpt_unit_head(l);
+    int has_embed = p->first_unit == GPT_UNIT_EMBED, has_head = p->last_unit == hu;
+    int first_block = p->first_unit > 1 ? p->first_unit : 1, last_block = p->last_unit < hu ? p->last_unit : hu - 1;
+    size_t blocks = last_block >= first_block ? (size_t)(last_block - first_block + 1) : 0;
     GPTActBytes r;
     // per layer: ln1 C, qkv 3C, atty C, x2 C, ln2 C, fch 4C, fch_gelu 4C, x3 C = 16C
-    // activations; fp32 mean and rstd of both layernorms; fp32 attention probabilities NH·T
-    r.per_layer = BT * (16 * C * act_bytes + 4 * sizeof(float)) + (size_t)B * NH * T * T * sizeof(float);
-    // embedding output x0 C, lnf C, logits Vp (V padded), one (BT,C) temporary;
-    // lnf mean/rstd and losses fp32; input and target token ids int32
-    r.embed_and_head = BT * ((3 * C + Vp) * act_bytes + 3 * sizeof(float) + 2 * sizeof(int32_t));
-    r.total_saved = r.per_layer * c->num_layers + r.embed_and_head;
-    // backward: residual gradient C, one C-wide and two 4C-wide temporaries
-    r.backward_scratch = BT * 10 * C * act_bytes;
-    size_t block = l->unit[1].count, head = l->unit[gpt_unit_head(l)].count;
-    r.grad_workspace = (l->unit[GPT_UNIT_EMBED].count + (block > head ? block : head)) * sizeof(float);
+    // activations; fp32 mean and rstd of both layernorms; fp32 attention
+    // probabilities NH·T. Under tensor parallelism qkv, atty, fch, fch_gelu
+    // and the probabilities are the rank's heads' (1/tp); the rest is whole.
+    r.per_layer = BT * ((4 * C + 3 * Cp + Cp + 2 * F) * ab + 4 * fb) + (size_t)p->B * NHp * p->T * p->T * fb;
+    // per slot: the range's blocks and its input x_in (C); the embeddings add
+    // the input token ids; the head lnf (C), the logits (Vp: this rank's
+    // vocabulary, padded), lnf mean/rstd and losses in fp32, and the target ids
+    r.per_slot = blocks * r.per_layer + BT * C * ab;
+    if (has_embed) r.per_slot += BT * ib;
+    if (has_head) r.per_slot += BT * ((C + Vp) * ab + 3 * fb + ib);
+    // one (BT,C) projection output before its residual add; under tensor
+    // parallelism the head's cross-entropy statistics (max, sum, target logit)
+    r.shared = BT * C * ab + (has_head && tp > 1 ? BT * 3 * fb : 0);
+    r.total_saved = r.per_slot * (size_t)p->slots + r.shared;
+    // backward: the residual gradient C per slot; one C-wide and two 4C-wide (F) temporaries
+    r.backward_scratch = BT * C * ab * (size_t)p->slots + BT * (C + 2 * F) * ab;
+    size_t unit_max = 0;  // the largest unit of the range but the embeddings
+    for (int u = first_block; u <= p->last_unit; u++)
+        if (l->unit[u].count > unit_max) unit_max = l->unit[u].count;
+    r.grad_workspace = unit_max * fb;
+    if (has_embed || has_head) r.grad_workspace += l->unit[GPT_UNIT_EMBED].count * fb;
     return r;
 }

@@ -73,14 +73,17 @@ double korthikanti_layer_bytes(double s, double b, double h, double a);
 // kernels' largest scratch (KernelOps.scratch_bytes), the stage's own
 // buffers at their peak (Strategy.device_buffer_bytes: buckets, gathered
 // units, a reduced shard) and what the device held before (cuBLASLt's
-// workspace). The trainers check it against the budget before allocating
-// anything, and memory_math can set the same sum beside a budget.
+// workspace). The states are those this rank keeps (state_params of the
+// layout's tensors, sharded over dp_ranks), the activations those of plan p
+// (its units, micro-batches in flight). The trainers check it against the
+// budget before allocating anything, and memory_math can set the same sum
+// beside a budget.
 typedef struct RunDeviceBytes {
     double states, activations, workspace, kernel_scratch, stage_buffers, held;
     double total;
 } RunDeviceBytes;
-RunDeviceBytes run_device_bytes(StageId s, const GPTLayout *l, int ranks, int batch, int seq_len, int act_bytes,
-                                double kernel_scratch, double stage_buffers, double held);
+RunDeviceBytes run_device_bytes(StageId s, const GPTLayout *l, const GPTPlan *p, size_t state_params, int dp_ranks,
+                                int act_bytes, double kernel_scratch, double stage_buffers, double held);
 
 // Largest Ψ whose model states fit in `bytes` per rank for a stage at N ranks
 // (activations and buffers excluded).

@@ -76,22 +76,35 @@ void states_alloc(ModelStates *s, Device *d, const StatesLayout *layout, const P
     s->optim_count = no;
 }
 
-// out[i] = initial value of flat element begin + i; 0 in the padding past Ψ.
-static void init_values_padded(const GPTLayout *l, uint64_t seed, size_t begin, size_t n, float *out) {
-    size_t real_end = begin + n < l->num_params ? begin + n : l->num_params;
-    size_t real = real_end > begin ? real_end - begin : 0;
-    if (real) gpt_init_values(l, seed, begin, real_end, out);
-    memset(out + real, 0, (n - real) * sizeof(float));
+// Which layout elements the states hold: ranges of the layout, back to back.
+typedef struct StateMap {
+    const GPTLayout *l;
+    const Range *ranges;
+    int nranges;
+    uint64_t seed;
+} StateMap;
+
+// out[i] = initial value of state element begin + i; 0 in the padding past
+// the ranges' total (Ψ).
+static void init_values_padded(const StateMap *m, size_t begin, size_t n, float *out) {
+    size_t at = 0, end = begin + n;  // at: state index where the range starts
+    memset(out, 0, n * sizeof(float));
+    for (int k = 0; k < m->nranges; at += m->ranges[k].count, k++) {
+        size_t lo = begin > at ? begin : at, hi = end < at + m->ranges[k].count ? end : at + m->ranges[k].count;
+        if (lo >= hi) continue;
+        size_t from = m->ranges[k].offset + (lo - at);
+        gpt_init_values(m->l, m->seed, from, from + (hi - lo), out + (lo - begin));
+    }
 }
 
-// Writes the initial values of flat [begin, begin + n) into b, as fp32 or
-// bf16, through a host temporary: dev_copy reaches every tier on every
-// device, so one path serves the cpu and the cuda device alike.
-static void write_init(Device *d, Buf *b, int as_bf16, const GPTLayout *l, uint64_t seed,
-                       size_t begin, size_t n, float *tmp, bf16 *tmp16) {
+// Writes the initial values of state elements [begin, begin + n) into b, as
+// fp32 or bf16, through a host temporary: dev_copy reaches every tier on
+// every device, so one path serves the cpu and the cuda device alike.
+static void write_init(Device *d, Buf *b, int as_bf16, const StateMap *m, size_t begin, size_t n, float *tmp,
+                       bf16 *tmp16) {
     for (size_t done = 0; done < n; done += INIT_CHUNK) {
         size_t k = n - done < INIT_CHUNK ? n - done : INIT_CHUNK;
-        init_values_padded(l, seed, begin + done, k, tmp);
+        init_values_padded(m, begin + done, k, tmp);
         if (as_bf16) {
             for (size_t i = 0; i < k; i++) tmp16[i] = f32_to_bf16(tmp[i]);
             dev_copy(d, (bf16 *)b->ptr + done, tmp16, k * sizeof(bf16), STREAM_COPY);
@@ -106,19 +119,27 @@ static void zero_buf(Device *d, Buf *b) {
     if (b->ptr) dev_memset0(d, b->ptr, b->bytes, STREAM_COPY);
 }
 
-void states_init(ModelStates *s, Device *d, const GPTLayout *l, uint64_t seed) {
-    CHECK(l->num_params == s->part.num_params, "states_init: layout has %zu params, states %zu",
-          l->num_params, s->part.num_params);
+void states_init_ranges(ModelStates *s, Device *d, const GPTLayout *l, const Range *ranges, int nranges,
+                        uint64_t seed) {
+    size_t held = 0;
+    for (int k = 0; k < nranges; k++) {
+        CHECK(ranges[k].offset + ranges[k].count <= l->num_params, "states_init: range [%zu, +%zu) is past the "
+              "layout's %zu params", ranges[k].offset, ranges[k].count, l->num_params);
+        held += ranges[k].count;
+    }
+    CHECK(held == s->part.num_params, "states_init: the ranges hold %zu params, the states %zu", held,
+          s->part.num_params);
+    StateMap m = {l, ranges, nranges, seed};
     float *tmp = xmalloc(INIT_CHUNK * sizeof(float));
     bf16 *tmp16 = xmalloc(INIT_CHUNK * sizeof(bf16));
     // NVMe descriptors (ptr NULL) are skipped: stage 06 writes its files.
-    if (s->master.ptr) write_init(d, &s->master, 0, l, seed, s->optim_begin, s->optim_count, tmp, tmp16);
+    if (s->master.ptr) write_init(d, &s->master, 0, &m, s->optim_begin, s->optim_count, tmp, tmp16);
     if (s->params.ptr) {
         // FULL: all Ψ_pad (or Ψ) elements; SHARD: this rank's shard. Either way
         // bf16(init value) = bf16(master) at the same flat index.
         size_t begin = s->layout.params == STATE_SHARD ? s->part.begin : 0;
         size_t n = s->params.bytes / sizeof(bf16);
-        write_init(d, &s->params, 1, l, seed, begin, n, tmp, tmp16);
+        write_init(d, &s->params, 1, &m, begin, n, tmp, tmp16);
     }
     zero_buf(d, &s->m);
     zero_buf(d, &s->v);
@@ -126,6 +147,11 @@ void states_init(ModelStates *s, Device *d, const GPTLayout *l, uint64_t seed) {
     dev_sync(d, STREAM_COPY);
     free(tmp);
     free(tmp16);
+}
+
+void states_init(ModelStates *s, Device *d, const GPTLayout *l, uint64_t seed) {
+    Range whole = {0, l->num_params};
+    states_init_ranges(s, d, l, &whole, 1, seed);
 }
 
 void states_free(ModelStates *s, Device *d) {

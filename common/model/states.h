@@ -52,4 +52,10 @@ void states_alloc(ModelStates *s, Device *d, const StatesLayout *layout, const P
 // params = bf16(master) where both are present; FULL params on a sharded
 // optimizer are filled from gpt_init_values directly (same values).
 void states_init(ModelStates *s, Device *d, const GPTLayout *l, uint64_t seed);
+// states_init for states that hold some flat ranges of the layout back to
+// back, ranges[0] first (stage 07: a pipeline stage's units, and on the last
+// stage a copy of wte): each element starts at the value of the layout's
+// element it holds. The counts add up to the partition's Ψ.
+void states_init_ranges(ModelStates *s, Device *d, const GPTLayout *l, const Range *ranges, int nranges,
+                        uint64_t seed);
 void states_free(ModelStates *s, Device *d);

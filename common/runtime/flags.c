@@ -34,13 +34,25 @@ const FlagSpec *flags_find(const FlagSpec *specs, int nspecs, const char *name) 
     return NULL;
 }
 
-int flags_present(int argc, char **argv, const char *name) {
+// Index in argv of --name or --name=..., or 0 when absent.
+static int flag_index(int argc, char **argv, const char *name) {
     size_t len = strlen(name);
     for (int i = 1; i < argc; i++)
         if (!strncmp(argv[i], "--", 2) && !strncmp(argv[i] + 2, name, len) &&
             (argv[i][2 + len] == 0 || argv[i][2 + len] == '='))
-            return 1;
+            return i;
     return 0;
+}
+
+int flags_present(int argc, char **argv, const char *name) { return flag_index(argc, argv, name) > 0; }
+
+const char *flags_value(int argc, char **argv, const char *name) {
+    int i = flag_index(argc, argv, name);
+    if (i == 0) return NULL;
+    const char *eq = strchr(argv[i], '=');
+    if (eq) return eq + 1;
+    if (i + 1 >= argc) fail_usage("--%s needs a value (see --help)", name);
+    return argv[i + 1];
 }
 
 // A bound as it reads: whole numbers in full (1048576), others as %g.
@@ -125,37 +137,44 @@ __attribute__((format(printf, 3, 4))) static int bad(char *err, size_t n, const 
     return FLAGS_BAD;
 }
 
-// Finite and in range; the message names the flag, what was given and the range.
+// Every numeric flag declares its range: a table without one is a bug, found
+// by the first run of the binary rather than by a user's bad value.
+static void check_spec(const FlagSpec *f) {
+    CHECK(!has_range(f) || f->max > f->min, "--%s declares no range; hint: give its FlagSpec .min and .max", f->name);
+    CHECK(f->type != FLAG_INT || (f->min >= -INT_MAX && f->min <= INT_MAX), "--%s: .min %g is not an int", f->name,
+          f->min);
+}
+
+// Finite and in range; the message says what was given and the range.
 static int check_range(const FlagSpec *f, double x, const char *v, char *err, size_t n) {
     int below = f->min_open ? !(x > f->min) : !(x >= f->min);
     if (isfinite(x) && !below && x <= f->max) return FLAGS_OK;
     char range[96];
     flags_range_text(f, range, sizeof range);
-    return bad(err, n, "--%s %s is %s: give %s", f->name, v, isfinite(x) ? "out of range" : "not a finite number", range);
+    return bad(err, n, "%s is %s: give %s", v, isfinite(x) ? "out of range" : "not a finite number", range);
 }
 
-static int set_value(FlagSpec *f, const char *v, char *err, size_t n) {
+int flags_parse_value(const FlagSpec *f, const char *v, char *err, size_t n) {
+    check_spec(f);
     char *end;
     double x = 0;
     errno = 0;
     switch (f->type) {
     case FLAG_INT: {
         long i = strtol(v, &end, 10);
-        if (end == v || *end) return bad(err, n, "--%s expects a whole number, got '%s'", f->name, v);
+        if (end == v || *end) return bad(err, n, "expects a whole number, got '%s'", v);
         x = (double)i;  // beyond a long (ERANGE): LONG_MIN or LONG_MAX, out of every int range
         break;
     }
     case FLAG_DOUBLE:
         x = strtod(v, &end);  // ERANGE: +-HUGE_VAL or a value near 0, which the range then judges
-        if (end == v || *end) return bad(err, n, "--%s expects a number, got '%s'", f->name, v);
+        if (end == v || *end) return bad(err, n, "expects a number, got '%s'", v);
         break;
     case FLAG_COUNT:
-        if (parse_count(v, &x))
-            return bad(err, n, "--%s expects a count such as 7.5e9, 7.5B, 350M or 12k, got '%s'", f->name, v);
+        if (parse_count(v, &x)) return bad(err, n, "expects a count such as 7.5e9, 7.5B, 350M or 12k, got '%s'", v);
         break;
     case FLAG_STRING:
-        if (!*v) return bad(err, n, "--%s was given an empty %s; give one, or leave the option out", f->name,
-                            f->meta ? f->meta : "value");
+        if (!*v) return bad(err, n, "was given an empty %s; give one, or leave the option out", f->meta ? f->meta : "value");
         *(const char **)f->dst = v;
         break;
     case FLAG_BOOL: *(int *)f->dst = 1; break;
@@ -165,20 +184,19 @@ static int set_value(FlagSpec *f, const char *v, char *err, size_t n) {
         if (f->type == FLAG_INT) *(int *)f->dst = (int)x;
         else *(double *)f->dst = x;
     }
+    return FLAGS_OK;
+}
+
+static int set_value(FlagSpec *f, const char *v, char *err, size_t n) {
+    char why[400];
+    if (flags_parse_value(f, v, why, sizeof why)) return bad(err, n, "--%s %s", f->name, why);
     f->seen = 1;
     if (f->given) *f->given = 1;
     return FLAGS_OK;
 }
 
-// Every numeric flag declares its range: a table without one is a bug, found
-// by the first run of the binary rather than by a user's bad value.
 static void check_specs(const FlagSpec *specs, int nspecs) {
-    for (int i = 0; i < nspecs; i++) {
-        const FlagSpec *f = &specs[i];
-        CHECK(!has_range(f) || f->max > f->min, "--%s declares no range; hint: give its FlagSpec .min and .max", f->name);
-        CHECK(f->type != FLAG_INT || (f->min >= -INT_MAX && f->min <= INT_MAX),
-              "--%s: .min %g is not an int", f->name, f->min);
-    }
+    for (int i = 0; i < nspecs; i++) check_spec(&specs[i]);
 }
 
 int flags_parse_args(int argc, char **argv, FlagSpec *specs, int nspecs, char *err, size_t err_len) {

@@ -50,5 +50,14 @@ const FlagSpec *flags_find(const FlagSpec *specs, int nspecs, const char *name);
 // Whether --name (or --name=...) is on the command line, for the rare flag
 // that must be known before parsing (MPI's thread level is set at MPI_Init).
 int flags_present(int argc, char **argv, const char *name);
+// The value of --name VALUE or --name=VALUE on the command line, or NULL when
+// the flag is absent (for a file that must be read before parsing, such as
+// --deepspeed-config, whose values become the other flags' defaults).
+const char *flags_value(int argc, char **argv, const char *name);
+// Parses `value` into f's destination by the rules of the command line (a
+// number finite and in its range, a string not empty); 0, or
+// nonzero with what was wrong in err ("expects a whole number, got 'x'"),
+// naming neither the flag nor where the value came from: the caller does.
+int flags_parse_value(const FlagSpec *f, const char *value, char *err, size_t err_len);
 // Parses "7.5e9", "7.5B", "350M", "12k", "124000000"; returns 0 on success.
 int parse_count(const char *s, double *out);

@@ -299,6 +299,7 @@ static int commit(const char *dir, const char *step_dir, const CkptManifest *m, 
     len += snprintf(text + len, cap - len, "# zero-workbench checkpoint manifest; a rank line "
                     "is: part checksum (FNV-1a 64 of its header, hex), part bytes\n"
                     "stage = %s\n", m->stage);
+    if (m->grid[0]) len += snprintf(text + len, cap - len, "grid = %s\n", m->grid);
     CkptManifest copy = *m;
     copy.ranks = ranks;
     for (int i = 0; i < NFIELDS; i++)
@@ -415,6 +416,8 @@ static int parse_manifest(char *text, const char *dir, int rank, CkptManifest *m
         const char *val = eq + 3;
         if (strcmp(line, "stage") == 0) {
             have_stage = snprintf(m->stage, sizeof m->stage, "%s", val) > 0;
+        } else if (strcmp(line, "grid") == 0) {
+            snprintf(m->grid, sizeof m->grid, "%s", val);
         } else if (strcmp(line, my_key) == 0) {
             have_part = sscanf(val, "%" SCNx64 " %" SCNu64, &mine->checksum, &mine->bytes) == 2;
         }
@@ -434,6 +437,11 @@ static int check_manifest(const char *dir, const CkptManifest *got, const CkptMa
     if (expect && strcmp(got->stage, expect->stage) != 0)
         return msgf(msg, "checkpoint %s was written by %s; this is %s: resume with the same stage",
                     dir, got->stage, expect->stage);
+    if (expect && strcmp(got->grid, expect->grid) != 0)  // before the rank count: the grid says more
+        return msgf(msg, "checkpoint %s was saved on the grid %s (%d ranks); this run's is %s: each rank's "
+                    "part holds another piece of the model; resume on the same grid", dir,
+                    got->grid[0] ? got->grid : "of data parallelism alone", got->ranks,
+                    expect->grid[0] ? expect->grid : "of data parallelism alone");
     if (got->ranks != ranks)
         return msgf(msg, "checkpoint %s has %d ranks' shards; this run has %d: resume with "
                     "mpirun -np %d", dir, got->ranks, ranks, got->ranks);

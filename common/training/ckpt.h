@@ -14,6 +14,9 @@
 
 typedef struct CkptManifest {
     char stage[32];      // "dp_baseline", "zero1", ...
+    // the process grid of a stage that splits the model ("tp 2 x pp 2 x dp 2"):
+    // each rank's part holds another piece of it; "" (no line): data parallel
+    char grid[48];
     int ranks;
     long step;           // optimizer steps completed
     uint64_t data_rows;  // training rows consumed (the data position)

@@ -425,6 +425,20 @@ static uint64_t gcd_u64(uint64_t a, uint64_t b) {
     return a;
 }
 
+// llm.c's loader reads global micro-batch j at token j*G*T while a whole one
+// fits, then starts over: floor((n-1) / (G*T)) micro-batches per pass.
+int data_set_sequential(DataSet *ds, int T, int rows_per_batch, char *err, size_t err_len) {
+    for (int s = 0; s < 2; s++) {
+        uint64_t batches = (ds->count[s] - 1) / ((uint64_t)T * rows_per_batch);
+        if (batches == 0)
+            return fail(err, err_len, "--data-order sequential: the %s split holds %zu tokens, less than one "
+                        "global micro-batch of %d rows of %d+1 tokens; give more data or a smaller batch",
+                        s ? "validation" : "training", ds->count[s], rows_per_batch, T);
+        ds->sequential_rows[s] = batches * (uint64_t)rows_per_batch;
+    }
+    return 0;
+}
+
 // Row i reads window k = (a * (i mod W)) mod W of the W windows that start
 // at multiples of T. With a coprime to W this visits every window once per
 // pass; a near W/golden-ratio puts consecutive rows far apart, so a batch
@@ -434,6 +448,7 @@ uint64_t data_row_start(const DataSet *ds, int split, uint64_t row, int T) {
     size_t n = ds->count[split];
     CHECK(T > 0 && n >= (size_t)T + 2, "data_rows: split %d has %zu tokens, too few for T=%d "
           "(data_open was given a different T?)", split, n, T);
+    if (ds->sequential_rows[split]) return row % ds->sequential_rows[split] * (uint64_t)T;
     uint64_t windows = (n - (uint64_t)T - 1) / (uint64_t)T + 1;  // start k*T needs k*T + T + 1 <= n
     uint64_t a = (uint64_t)((double)windows * 0.6180339887498949) | 1;
     while (gcd_u64(a, windows) != 1) a++;

@@ -11,6 +11,11 @@
 // rows [j*G, (j+1)*G) with G = batch * ranks; rank r reads its B of them. So
 // any rank count sees the same data in the same order, and a run is
 // resumable from the row counter alone.
+//
+// --data-order sequential reads llm.c's order instead: row i is window i, so
+// global micro-batch j is the j-th run of G*T+1 tokens (rank r taking its B
+// rows of it), and a pass ends, as llm.c's loader does, after the last whole
+// global micro-batch (the tokens after it are skipped).
 #pragma once
 #include <stddef.h>
 #include <stdint.h>
@@ -22,6 +27,7 @@ typedef struct DataSet {
     size_t count[2];
     int vocab;            // tokens are < vocab
     char desc[256];       // one line: what was loaded ("built-in corpus: 17 license texts, 254 KB")
+    uint64_t sequential_rows[2];  // --data-order sequential: rows per pass of each split; 0 = permuted
 } DataSet;
 
 // path NULL or "" = built-in corpus. Returns 0, or on bad input (missing
@@ -31,6 +37,10 @@ typedef struct DataSet {
 // whose name contains "val" in a shard folder, else the last 10% of the tokens.
 int data_open(DataSet *ds, const char *path, int model_vocab, int T, char *err, size_t err_len);
 void data_free(DataSet *ds);
+// Rows in llm.c's order (see above) for micro-batches of rows_per_batch = G
+// rows of T+1 tokens. Returns 0, or nonzero with one line in err when a split
+// holds less than one global micro-batch.
+int data_set_sequential(DataSet *ds, int T, int rows_per_batch, char *err, size_t err_len);
 // Where row `row` of a split starts (token index).
 uint64_t data_row_start(const DataSet *ds, int split, uint64_t row, int T);
 // rows [row_begin, row_begin + rows) of a split; inputs/targets are rows*T int32

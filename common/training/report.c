@@ -12,7 +12,7 @@
 #include "trainer.h"
 
 static double global_tokens_per_step(const Trainer *t) {
-    return (double)t->world.size * t->cfg.batch * t->cfg.seq_len * t->cfg.grad_accum;
+    return (double)t->dp->size * t->cfg.batch * t->cfg.seq_len * t->cfg.grad_accum;
 }
 
 void report_init(Trainer *t) {
@@ -29,9 +29,12 @@ void report_init(Trainer *t) {
     r->val_loss = NAN;
     if (t->world.rank == 0) {  // --quiet drops only the per-step lines
         const GPTConfig *m = &t->layout.cfg;
-        printf("%s: %s | model %s (L=%d C=%d H=%d V=%d, %.2fM params) | %d ranks x batch %d x seq %d x accum %d = %.0f tokens/step\n",
+        char replicas[96];  // who reads distinct rows: every rank, or the data-parallel replicas of a grid
+        if (t->dp == &t->world) snprintf(replicas, sizeof replicas, "%d ranks", t->world.size);
+        else snprintf(replicas, sizeof replicas, "%d ranks = %s | dp %d", t->world.size, t->grid, t->dp->size);
+        printf("%s: %s | model %s (L=%d C=%d H=%d V=%d, %.2fM params) | %s x batch %d x seq %d x accum %d = %.0f tokens/step\n",
                t->strategy->name, t->dev.name, t->cfg.model, m->num_layers, m->channels, m->num_heads, m->vocab_size,
-               t->layout.num_params / 1e6, t->world.size, t->cfg.batch, t->cfg.seq_len, t->cfg.grad_accum,
+               t->model_params / 1e6, replicas, t->cfg.batch, t->cfg.seq_len, t->cfg.grad_accum,
                global_tokens_per_step(t));
         printf("data: %s\n", t->data.desc);
     }
@@ -92,6 +95,7 @@ void report_step(Trainer *t, double loss, double t0_us, double t1_us, double lr,
     r->window_t0_us = t0_us;
     r->window_t1_us = t1_us;
     if (t->world.rank != 0 || t->cfg.quiet) return;
+    if (t->step % t->cfg.print_every != 0 && t->step != t->cfg.steps) return;
     const MemCtx *m = &t->dev.mem;
     printf("step %4ld/%d | loss %.6f | lr %.2e | norm %7.4f | %8.1f ms | %9.0f tok/s | device mem %.1f MB (peak %.1f MB)\n",
            t->step, t->cfg.steps, loss, lr, grad_norm, ms, global_tokens_per_step(t) / (ms / 1000.0),
@@ -127,10 +131,13 @@ static double median(const double *x, long n) {
 typedef struct Summary {
     double cur[TIER_COUNT][CAT_COUNT], peak[TIER_COUNT][CAT_COUNT];  // max over ranks
     double tier_peak[TIER_COUNT];
-    StateBytes formula;
-    GPTActBytes acts;
+    StateBytes formula;       // max over ranks, as the measured figures
+    double state_params;      // Ψ of the states' partition, max over ranks
+    GPTActBytes acts;         // total_saved: max over ranks
     double step_ms_median, tokens_per_s, flops_per_token, gflops_per_rank;
     double comm_bytes_step, comm_formula_bytes, eval_comm_bytes;
+    const char *comm_formula_text;
+    double op_bytes_step[OP_COUNT];  // mean per step, max over ranks
     double xfer_step[XFER_COUNT], xfer_formula[XFER_COUNT];  // mean over ranks of each rank's median step
     StepTimes times;  // mean per step, over steps and ranks
     double driver_free, driver_total;
@@ -149,20 +156,30 @@ static void summarize(Trainer *t, Summary *s) {
     mpiCheck(MPI_Allreduce(MPI_IN_PLACE, s->cur, TIER_COUNT * CAT_COUNT, MPI_DOUBLE, MPI_MAX, t->world.mpi));
     mpiCheck(MPI_Allreduce(MPI_IN_PLACE, s->peak, TIER_COUNT * CAT_COUNT, MPI_DOUBLE, MPI_MAX, t->world.mpi));
     mpiCheck(MPI_Allreduce(MPI_IN_PLACE, s->tier_peak, TIER_COUNT, MPI_DOUBLE, MPI_MAX, t->world.mpi));
-    stage_state_bytes(t->formula, t->layout.num_params, t->world.size, &s->formula);
-    s->acts = gpt_activation_bytes(&t->layout, t->cfg.batch, t->cfg.seq_len, t->dev.act_bytes);
+    // each rank's formula (a pipeline stage's part differs from another's), the maximum beside the measured maximum
+    stage_state_bytes(t->formula, t->state_params, t->dp->size, &s->formula);
+    mpiCheck(MPI_Allreduce(MPI_IN_PLACE, &s->formula, sizeof s->formula / sizeof(double), MPI_DOUBLE, MPI_MAX,
+                           t->world.mpi));
+    s->state_params = comm_max_f64(&t->world, (double)t->state_params);
+    s->acts = gpt_activation_bytes(&t->layout, &t->plan, t->dev.act_bytes);
+    s->acts.total_saved = (size_t)comm_max_f64(&t->world, (double)s->acts.total_saved);
     s->step_ms_median = median(r->step_ms, r->n);
     s->tokens_per_s = global_tokens_per_step(t) / (s->step_ms_median / 1000.0);
     s->flops_per_token = gpt_flops_per_token(&t->layout, t->cfg.seq_len);
     s->gflops_per_rank = s->flops_per_token * s->tokens_per_s / t->world.size / 1e9;
     s->comm_bytes_step = r->n ? comm_max_f64(&t->world, median(r->comm_bytes, r->n)) : 0;
-    s->comm_formula_bytes = stage_comm_elems(t->formula, (double)t->layout.num_params, t->world.size,
-                                             t->cfg.grad_accum) * sizeof(bf16);
-    stage_transfer_bytes(t->formula, (double)t->layout.num_params, t->world.size, t->cfg.grad_accum,
-                         s->xfer_formula);
+    if (t->strategy->comm_formula) {
+        s->comm_formula_bytes = comm_max_f64(&t->world, t->strategy->comm_formula(t, &s->comm_formula_text));
+    } else {
+        s->comm_formula_bytes = stage_comm_elems(t->formula, (double)t->state_params, t->dp->size,
+                                                 t->cfg.grad_accum) * sizeof(bf16);
+        s->comm_formula_text = stage_comm_formula(t->formula);
+    }
+    stage_transfer_bytes(t->formula, (double)t->state_params, t->dp->size, t->cfg.grad_accum, s->xfer_formula);
     for (int x = 0; x < XFER_COUNT; x++)
         s->xfer_step[x] = comm_sum_f64(&t->world, r->n ? median(r->xfer[x], r->n) : 0) / t->world.size;
     s->eval_comm_bytes = comm_max_f64(&t->world, r->evals ? r->eval_comm_bytes / r->evals : 0);
+    for (int op = 0; op < OP_COUNT; op++) s->op_bytes_step[op] = comm_max_f64(&t->world, r->n ? r->op_bytes[op] / r->n : 0);
     measure_window(t);  // the last step
     double *mean = (double *)&s->times;
     const double *sum = (const double *)&r->times_sum;
@@ -202,9 +219,9 @@ static void print_memory_table(const Trainer *t, const Summary *s) {
         double states = 0, states_formula = s->formula.tier_total[i];
         for (int c = 0; c <= CAT_ADAM_V; c++) states += s->cur[i][c];
         if (states == 0 && states_formula == 0 && i != TIER_DEVICE) continue;
-        printf("  %s model states: %.3f MB measured, %.3f MB by %s (Psi=%zu, N=%d, padding %.0f params)\n",
+        printf("  %s model states: %.3f MB measured, %.3f MB by %s (Psi=%.0f, N=%d, padding %.0f params)\n",
                mem_tier_name((MemTier)i), states / 1e6, states_formula / 1e6, stage_tier_formula(t->formula, (MemTier)i),
-               t->layout.num_params, t->world.size, s->formula.padding_params);
+               s->state_params, t->dp->size, s->formula.padding_params);
     }
     printf("  device peak: %.3f MB (all categories); counted before the run: %.3f MB (run_device_bytes)",
            s->tier_peak[TIER_DEVICE] / 1e6, t->device_need.total / 1e6);
@@ -228,7 +245,10 @@ static void print_summary(const Trainer *t, const Summary *s) {
         printf("  MFU                  %10s (%s)\n", "-", t->dev.peak_source ? t->dev.peak_source : "peak unknown");
     printf("communication per step per rank\n");
     printf("  bytes moved          %10.3f MB counted from the collectives issued (ring volume)\n", s->comm_bytes_step / 1e6);
-    printf("  formula              %10.3f MB = %s x 2 B (bf16)\n", s->comm_formula_bytes / 1e6, stage_comm_formula(t->formula));
+    if (t->strategy->comm_formula)
+        printf("  formula              %10.3f MB = %s\n", s->comm_formula_bytes / 1e6, s->comm_formula_text);
+    else
+        printf("  formula              %10.3f MB = %s x 2 B (bf16)\n", s->comm_formula_bytes / 1e6, s->comm_formula_text);
     // NCCL's nonblocking calls are timed on the GPU (events), the rest on the host clock
     const StepTimes *x = &s->times;
     const char *clock = t->world.backend == COMM_NCCL ? "CUDA events for nonblocking NCCL calls" : "host clock";
@@ -311,7 +331,7 @@ static int write_json(const Trainer *t, const Summary *s) {
                "\"global_batch_tokens\":%.0f,\"first_step\":%ld,\"steps\":%ld,",
             t->strategy->name, t->world.size, t->dev.name, t->world.backend == COMM_NCCL ? "nccl" : "mpi",
             t->dev.sharers, t->cfg.model, m->num_layers, m->channels, m->num_heads,
-            m->vocab_size, t->layout.num_params, t->cfg.batch, t->cfg.seq_len, t->cfg.grad_accum,
+            m->vocab_size, t->model_params, t->cfg.batch, t->cfg.seq_len, t->cfg.grad_accum,
             global_tokens_per_step(t), r->first_step, r->n);
     json_array(f, "losses", r->loss, r->n);
     fprintf(f, ",");
@@ -331,6 +351,10 @@ static int write_json(const Trainer *t, const Summary *s) {
     const StepTimes *x = &s->times;
     fprintf(f, ",\"comm_bytes_per_step\":%.0f,\"comm_formula_bytes_per_step\":%.0f,\"eval_comm_bytes\":%.0f,",
             s->comm_bytes_step, s->comm_formula_bytes, s->eval_comm_bytes);
+    fprintf(f, "\"comm_bytes_by_op_per_step\":{");
+    for (int op = 0; op < OP_COUNT; op++)
+        fprintf(f, "%s\"%s\":%.0f", op ? "," : "", comm_op_name((CommOp)op), s->op_bytes_step[op]);
+    fprintf(f, "},");
     fprintf(f, "\"transfer_bytes_per_step\":{");
     for (int k = 0; k < XFER_COUNT; k++)
         fprintf(f, "%s\"%s\":{\"counted\":%.0f,\"formula\":%.0f}", k ? "," : "", xfer_key[k], s->xfer_step[k],
@@ -338,9 +362,12 @@ static int write_json(const Trainer *t, const Summary *s) {
     fprintf(f, "},");
     fprintf(f, "\"times_ms_per_step\":{\"step\":%.4f,\"compute\":%.4f,\"comm\":%.4f,\"comm_exposed\":%.4f,"
                "\"comm_hidden\":%.4f,\"copy\":%.4f,\"copy_hidden\":%.4f,\"host_optimizer\":%.4f,"
-               "\"host_optimizer_hidden\":%.4f,\"io\":%.4f,\"io_hidden\":%.4f}}\n",
+               "\"host_optimizer_hidden\":%.4f,\"io\":%.4f,\"io_hidden\":%.4f}",
             x->step, x->compute, x->comm, x->exposed, x->comm_hidden, x->copy, x->copy_hidden, x->host,
             x->host_hidden, x->io, x->io_hidden);
+    settings_json(&t->cfg.settings, f);
+    if (t->strategy->report_json) t->strategy->report_json((Trainer *)t, f);
+    fprintf(f, "}\n");
     int bad = ferror(f) != 0;
     bad |= fclose(f) != 0;  // a full disk shows here, when the buffer is written
     if (bad)
@@ -365,9 +392,12 @@ int report_finish(Trainer *t) {
     Summary s;
     memset(&s, 0, sizeof s);
     summarize(t, &s);
+    if (t->world.rank == 0) {
+        print_memory_table(t, &s);
+        print_summary(t, &s);
+    }
+    if (t->strategy->report_figures) t->strategy->report_figures(t);  // collective
     if (t->world.rank != 0) return 0;
-    print_memory_table(t, &s);
-    print_summary(t, &s);
     print_summary_line(t, &s);
     fflush(stdout);
     return t->cfg.json ? write_json(t, &s) : 0;

@@ -5,6 +5,7 @@
 #pragma once
 #include <stddef.h>
 #include "mem.h"
+#include "comm.h"
 #include "mem_math.h"
 
 struct Trainer;
@@ -26,6 +27,7 @@ typedef struct Report {
     long first_step;                          // step number of loss[0] (after a resume)
     double val_loss;                          // last validation loss, NAN if none
     long val_step;
+    double op_bytes[OP_COUNT];                // ring bytes of the steps by collective, summed over the steps
     double eval_comm_bytes;                   // ring bytes of the evaluations, apart from the steps'
     long evals;
     // A step's window is measured one step later (report_step) or at the end

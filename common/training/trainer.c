@@ -7,7 +7,9 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include "batch_rule.h"
 #include "check.h"
+#include "ds_config.h"
 #include "kernels.h"
 
 // ---- hooks: the strategy's, wrapped so every unit's compute is on the trace ----
@@ -60,22 +62,45 @@ void replicated_grads_ready(Trainer *t, int u, const float *g) {
 // most 2^62 rows, steps x grad-accum x batch x ranks, checked here in double.
 #define MAX_ROWS 4611686018427387904.0
 
-static void resolve_batch(Trainer *t) {
+// DeepSpeed's rule: global batch = micro-batch x accumulation x data-parallel
+// replicas (the ranks, for stages 01-06).
+void trainer_resolve_batch(Trainer *t) {
     TrainConfig *c = &t->cfg;
-    if (c->global_batch > 0) {
-        long long per_micro = (long long)c->batch * t->world.size;
-        if (c->global_batch % per_micro != 0)
-            fail_usage("--global-batch %d does not divide by --batch %d x %d ranks = %lld; pick a multiple of %lld",
-                       c->global_batch, c->batch, t->world.size, per_micro, per_micro);
-        c->grad_accum = (int)(c->global_batch / per_micro);
-        if (c->grad_accum > TRAIN_MAX_GRAD_ACCUM)
-            fail_usage("--global-batch %d means %d micro-batches per step; at most %d: raise --batch",
-                       c->global_batch, c->grad_accum, TRAIN_MAX_GRAD_ACCUM);
-    }
-    double rows = (double)c->steps * c->grad_accum * c->batch * t->world.size;
+    batch_rule_apply(&c->settings, &c->batch, &c->grad_accum, c->global_batch, t->dp->size,
+                     t->dp == &t->world ? "ranks" : "data-parallel replicas");
+    // a batch or an accumulation derived from --global-batch stays within the flags' own limits
+    if (c->grad_accum > TRAIN_MAX_GRAD_ACCUM || c->batch > GPT_MAX_BATCH)
+        fail_usage("--global-batch %d means %d micro-batches of %d sequences per step; at most %d of at most %d: "
+                   "give --batch or --grad-accum", c->global_batch, c->grad_accum, c->batch, TRAIN_MAX_GRAD_ACCUM,
+                   GPT_MAX_BATCH);
+    double rows = (double)c->steps * c->grad_accum * c->batch * t->dp->size;
     if (rows > MAX_ROWS)
-        fail_usage("--steps %d x %d micro-batches x --batch %d x %d ranks = %.3g rows; at most 2^62: ask for fewer",
-                   c->steps, c->grad_accum, c->batch, t->world.size, rows);
+        fail_usage("--steps %d x %d micro-batches x --batch %d x %d replicas = %.3g rows; at most 2^62: ask for fewer",
+                   c->steps, c->grad_accum, c->batch, t->dp->size, rows);
+}
+
+// Rank 0: the config's ignored keys (always) and every setting's source (--verbose-config).
+static void print_settings(const Trainer *t) {
+    if (t->world.rank != 0) return;
+    char line[4096];
+    ds_config_ignored_line(&t->cfg.settings, line, sizeof line);
+    if (line[0]) printf("%s: %s\n", t->strategy->name, line);
+    if (t->cfg.verbose_config) settings_print(&t->cfg.settings, stdout, t->strategy->name);
+}
+
+// The whole model, every unit, data parallel over the world; then the
+// strategy's place where the model is split over ranks.
+static void place(Trainer *t, const GPTConfig *mc) {
+    t->dp = &t->world;
+    t->plan = gpt_plan_whole(&t->layout, t->cfg.batch, t->cfg.seq_len);
+    t->state_ranges[0] = (Range){0, t->layout.num_params};
+    t->nstate_ranges = 1;
+    if (t->strategy->place) t->strategy->place(t, mc);
+    CHECK(t->nstate_ranges >= 1 && t->nstate_ranges <= TRAINER_MAX_STATE_RANGES && t->ngroups >= 0 &&
+          t->ngroups <= TRAINER_MAX_GROUPS, "%s: %d state ranges, %d groups", t->strategy->name, t->nstate_ranges,
+          t->ngroups);
+    t->state_params = 0;
+    for (int k = 0; k < t->nstate_ranges; k++) t->state_params += t->state_ranges[k].count;
 }
 
 static void setup(Trainer *t, int argc, char **argv, const Strategy *s) {
@@ -94,7 +119,8 @@ static void setup(Trainer *t, int argc, char **argv, const Strategy *s) {
     GPTConfig mc;
     train_config_model(&t->cfg, &mc);
     gpt_layout(&t->layout, &mc);
-    resolve_batch(t);
+    ds_config_after_model(&t->cfg.settings, &t->layout);
+    t->model_params = t->layout.num_params;
 
     double origin = now_us();
     mpiCheck(MPI_Bcast(&origin, 1, MPI_DOUBLE, 0, t->world.mpi));
@@ -105,48 +131,81 @@ static void setup(Trainer *t, int argc, char **argv, const Strategy *s) {
     t->dev.mem.fit_hint = trainer_fit_hint;
     t->dev.mem.fit_hint_arg = t;
     comm_setup(&t->world, &t->dev, t->cfg.comm, &t->trace);
+    if (t->cfg.export_llmc) trainer_check_export(t);
     if (t->cfg.progress_us > 0) comm_progress_thread_start(&t->world, t->cfg.progress_us);
     device_share(&t->dev, comm_device_sharers(&t->world), t->cfg.hbm_gb > 0);
-    partition_init(&t->part, t->layout.num_params, t->world.size, t->world.rank);
+    place(t, &mc);
+    trainer_resolve_batch(t);
+    print_settings(t);
+    partition_init(&t->part, t->state_params, t->dp->size, t->dp->rank);
     trainer_check_budget(t, local_size);
 
     char err[512];
     if (data_open(&t->data, t->cfg.data, mc.vocab_size, t->cfg.seq_len, err, sizeof err)) fail_usage("%s", err);
+    if (strcmp(t->cfg.data_order, "sequential") == 0 &&
+        data_set_sequential(&t->data, t->cfg.seq_len, t->cfg.batch * t->dp->size, err, sizeof err))
+        fail_usage("%s", err);
     trainer_check_outputs(t);
 
     states_alloc(&t->st, &t->dev, &t->states, &t->part);
-    states_init(&t->st, &t->dev, &t->layout, (uint64_t)t->cfg.seed);
+    states_init_ranges(&t->st, &t->dev, &t->layout, t->state_ranges, t->nstate_ranges, (uint64_t)t->cfg.seed);
     t->hooks = (GPTHooks){.ctx = t, .params = hook_params, .before_forward = hook_before_forward,
                           .after_forward = hook_after_forward, .before_backward = hook_before_backward,
                           .grads_ready = hook_grads_ready, .after_backward = hook_after_backward};
     if (s->setup) s->setup(t);
-    gpt_alloc(&t->model, &t->layout, &t->dev, t->cfg.batch, t->cfg.seq_len);
+    gpt_alloc(&t->model, &t->layout, &t->dev, &t->plan, t->tp);
+    if (t->cfg.init_from) trainer_init_from(t);
     if (t->cfg.resume) trainer_resume(t);
     report_init(t);
 }
 
 // ---- the loop ----
 
-// Rows of global micro-batch `index` that this rank reads (see data.h).
-static void load_micro_batch(Trainer *t, int split, uint64_t index, int32_t *in, int32_t *tgt) {
-    uint64_t G = (uint64_t)t->cfg.batch * t->world.size;
-    data_rows(&t->data, split, index * G + (uint64_t)t->world.rank * t->cfg.batch, t->cfg.batch,
-              t->cfg.seq_len, in, tgt);
+void trainer_load_micro_batch(Trainer *t, int split, uint64_t index, int32_t *in, int32_t *tgt) {
+    uint64_t G = (uint64_t)t->cfg.batch * t->dp->size;
+    data_rows(&t->data, split, index * G + (uint64_t)t->dp->rank * t->cfg.batch, t->cfg.batch, t->cfg.seq_len, in,
+              tgt);
+}
+
+double trainer_ring_bytes(const Trainer *t, double out[OP_COUNT]) {
+    double total = 0;
+    for (int op = 0; op < OP_COUNT; op++) {
+        out[op] = t->world.stats.ring_bytes[op];
+        for (int k = 0; k < t->ngroups; k++) out[op] += t->groups[k]->stats.ring_bytes[op];
+        total += out[op];
+    }
+    return total;
+}
+
+// Stages 01-06: the whole model, one micro-batch after the other.
+static double whole_model_micro_batches(Trainer *t, const MicroBatches *mb) {
+    double loss = 0;
+    int backward = mb->dloss_scale != 0;
+    for (int i = 0; i < mb->count; i++) {
+        if (backward) t->micro = i;
+        trainer_load_micro_batch(t, mb->split, mb->first + i, mb->inputs, mb->targets);
+        loss += gpt_forward(&t->model, &t->hooks, mb->inputs, mb->targets, mb->dloss_scale);
+        if (backward) gpt_backward(&t->model, &t->hooks);
+    }
+    if (backward) t->micro = mb->count;
+    return loss;
+}
+
+static double run_micro_batches(Trainer *t, const MicroBatches *mb) {
+    return t->strategy->forward_backward ? t->strategy->forward_backward(t, mb) : whole_model_micro_batches(t, mb);
 }
 
 // Forward only over the held-out batches; its communication (zero3's
 // gathers) is counted apart from the training steps'.
 static double evaluate(Trainer *t, int32_t *in, int32_t *tgt) {
-    double sum = 0, bytes0 = comm_ring_bytes(&t->world);
+    double ops[OP_COUNT], bytes0 = trainer_ring_bytes(t, ops);
     t->evaluating = 1;
-    for (int j = 0; j < t->cfg.eval_batches; j++) {
-        load_micro_batch(t, SPLIT_VAL, (uint64_t)j, in, tgt);
-        sum += gpt_forward(&t->model, &t->hooks, in, tgt, 0.0f);
-    }
+    MicroBatches mb = {.split = SPLIT_VAL, .first = 0, .count = t->cfg.eval_batches, .inputs = in, .targets = tgt};
+    double sum = run_micro_batches(t, &mb);
     t->evaluating = 0;
-    t->report.eval_comm_bytes += comm_ring_bytes(&t->world) - bytes0;
+    t->report.eval_comm_bytes += trainer_ring_bytes(t, ops) - bytes0;
     t->report.evals++;
-    return comm_sum_f64(&t->world, sum / t->cfg.eval_batches) / t->world.size;
+    return comm_sum_f64(t->dp, sum / t->cfg.eval_batches) / t->dp->size;
 }
 
 static double checked_eval(Trainer *t, int32_t *in, int32_t *tgt) {
@@ -160,31 +219,29 @@ static void train_step(Trainer *t, int32_t *in, int32_t *tgt) {
     const TrainConfig *c = &t->cfg;
     const Strategy *s = t->strategy;
     double t0 = now_us();
-    double bytes0 = comm_ring_bytes(&t->world);
+    double op0[OP_COUNT], op1[OP_COUNT], bytes0 = trainer_ring_bytes(t, op0);
     // dloss/dlogits carries 1/(tokens in the global batch), so summing the
     // ranks' gradients gives the gradient of the global mean loss
-    float dloss_scale = 1.0f / ((float)c->batch * c->seq_len * c->grad_accum * t->world.size);
-    double loss = 0;
-    for (t->micro = 0; t->micro < c->grad_accum; t->micro++) {
-        load_micro_batch(t, SPLIT_TRAIN, (uint64_t)t->step * c->grad_accum + t->micro, in, tgt);
-        loss += gpt_forward(&t->model, &t->hooks, in, tgt, dloss_scale);
-        gpt_backward(&t->model, &t->hooks);
-    }
+    float dloss_scale = 1.0f / ((float)c->batch * c->seq_len * c->grad_accum * t->dp->size);
+    MicroBatches mb = {SPLIT_TRAIN, (uint64_t)t->step * c->grad_accum, c->grad_accum, dloss_scale, in, tgt};
+    double loss = run_micro_batches(t, &mb);
     if (s->reduce_grads) s->reduce_grads(t);
     double norm = sqrt(s->grad_norm_sq(t));
     // the norm and the mean loss are the same on every rank: a diverged step
     // stops the run before its update reaches the states
     divergence_check_norm(t, norm);
-    double mean_loss = comm_sum_f64(&t->world, loss / c->grad_accum) / t->world.size;
+    double mean_loss = comm_sum_f64(t->dp, loss / c->grad_accum) / t->dp->size;
     divergence_check_loss(t, mean_loss, 0);
     float clip = (c->grad_clip > 0 && norm > c->grad_clip) ? (float)(c->grad_clip / norm) : 1.0f;
     AdamWStep hp = adamw_step_params(c, t->step, clip);
     s->update(t, &hp);
     dev_sync(&t->dev, STREAM_COMPUTE);
     comm_settle_stats(&t->world);
+    for (int k = 0; k < t->ngroups; k++) comm_settle_stats(t->groups[k]);
     double t1 = now_us();
     trace_span(&t->trace, TRACE_TID_STEP, "step", t0, t1, 0);
-    double bytes1 = comm_ring_bytes(&t->world);
+    double bytes1 = trainer_ring_bytes(t, op1);
+    for (int op = 0; op < OP_COUNT; op++) t->report.op_bytes[op] += op1[op] - op0[op];
     report_transfers(t, t->xfer_bytes);
     for (int x = 0; x < XFER_COUNT; x++) t->xfer_bytes[x] = 0;
     t->step++;
@@ -192,7 +249,7 @@ static void train_step(Trainer *t, int32_t *in, int32_t *tgt) {
 }
 
 static uint64_t rows_consumed(const Trainer *t) {
-    return (uint64_t)t->step * t->cfg.grad_accum * t->cfg.batch * t->world.size;
+    return (uint64_t)t->step * t->cfg.grad_accum * t->cfg.batch * t->dp->size;
 }
 
 int trainer_main(int argc, char **argv, const Strategy *s) {
@@ -210,8 +267,9 @@ int trainer_main(int argc, char **argv, const Strategy *s) {
             trainer_save(t, rows_consumed(t));
     }
     if (s->finish_update) s->finish_update(t, 1);  // the last update reaches the device params
-    // the last update is judged by the validation loss it gives, before it is saved
+    // the last update is judged by the validation loss it gives, before it is saved or exported
     report_eval(t, checked_eval(t, in, tgt));
+    if (c->export_llmc) trainer_export_llmc(t);
     if (c->save) trainer_save(t, rows_consumed(t));
     // the outputs were checked before step 1; a write that fails now (a full
     // disk) is one line each, after which the rest is still written

@@ -3,6 +3,7 @@
 // optimizer step); its main() is one call to trainer_main.
 #pragma once
 #include <stdint.h>
+#include <stdio.h>
 #include "ckpt.h"
 #include "comm.h"
 #include "data.h"
@@ -12,6 +13,7 @@
 #include "gpt.h"
 #include "mem_math.h"
 #include "report.h"
+#include "settings.h"
 #include "states.h"
 #include "trace.h"
 
@@ -21,11 +23,20 @@ typedef struct TrainConfig {
     int seq_len, batch, grad_accum, global_batch;
     int steps, warmup, eval_every, eval_batches, seed;
     double lr, min_lr_frac, weight_decay, grad_clip;
+    double beta1, beta2, adam_eps;
+    // cosine (ours) or DeepSpeed's WarmupLR, WarmupDecayLR, WarmupCosineLR (optim.c)
+    const char *lr_schedule, *warmup_type;
+    double warmup_start_frac;            // DeepSpeed's schedules: lr at the warmup's start, a fraction of lr
+    int schedule_steps;                  // steps the decay spans (DeepSpeed's total_num_steps); 0 = steps
     const char *data, *device, *comm;
+    const char *data_order;              // permuted | sequential (llm.c's)
     double hbm_gb;
     const char *json, *trace, *save, *resume;
-    int save_every, quiet;
+    const char *init_from, *export_llmc;  // llm.c GPT-2 checkpoints (llmc.h)
+    const char *deepspeed_config;        // its values are the defaults of the matching flags
+    int save_every, quiet, print_every, verbose_config;
     int progress_us;  // > 0: a thread enters MPI's progress engine every progress_us
+    Settings settings;  // where each setting came from (settings.h)
 } TrainConfig;
 
 struct Trainer;
@@ -36,6 +47,20 @@ struct Trainer;
 // Most flags a stage adds to the shared ones, and tensors to its checkpoints.
 #define STRATEGY_MAX_FLAGS 16
 #define STRATEGY_MAX_CKPT 4
+// Most layout ranges a rank's model states hold, and sub-groups whose bytes
+// a step counts beside the world's.
+#define TRAINER_MAX_STATE_RANGES 2
+#define TRAINER_MAX_GROUPS 4
+
+// Micro-batches that one pass runs: a step's forward and backward, or an
+// evaluation's forwards.
+typedef struct MicroBatches {
+    int split;                  // SPLIT_TRAIN or SPLIT_VAL
+    uint64_t first;             // global index of the first (trainer_load_micro_batch)
+    int count;
+    float dloss_scale;          // 1 / tokens in the global batch; 0: forward only (evaluation)
+    int32_t *inputs, *targets;  // host buffers of batch x seq_len tokens each
+} MicroBatches;
 
 // A stage: what it keeps of the model states and what it does around each
 // unit and at the optimizer step. Every stage's file defines one with the
@@ -51,6 +76,25 @@ typedef struct Strategy {
     // where a stage option moves a state to another tier (infinity --offload-params): the layout
     StatesLayout (*states_of)(const void *ctx);
     size_t context_bytes;   // the stage's own struct (its options and buffers), zeroed, at t->sctx
+    // Model parallelism: once the device and the world's comm are set up,
+    // before anything is allocated, this rank's place in the model: the part
+    // of the layout it holds, its data-parallel group, the units it computes
+    // and the layout ranges its states hold (the Trainer fields under "what
+    // this rank holds"). NULL: the whole model, data parallel over the world.
+    void (*place)(struct Trainer *t, const GPTConfig *model);
+    // One pass over micro-batches: a step's forward and backward, or an
+    // evaluation's forwards. Returns the sum of their mean losses, the same on
+    // every rank of a data-parallel replica. NULL: the whole model, one
+    // micro-batch after the other.
+    double (*forward_backward)(struct Trainer *t, const MicroBatches *mb);
+    // This rank's communication per step by the stage's formula, in bytes,
+    // and the formula's text. NULL: mem_math's closed form of `formula`.
+    double (*comm_formula)(struct Trainer *t, const char **text);
+    // The stage's own end-of-run figures: report_figures is collective, rank 0
+    // prints them after the shared tables; report_json (rank 0) writes them
+    // as members (",\"key\":value") of the run's JSON object.
+    void (*report_figures)(struct Trainer *t);
+    void (*report_json)(struct Trainer *t, FILE *f);
     // Stage-only flags: write their defaults into the context and their specs
     // into out[]; returns how many (at most STRATEGY_MAX_FLAGS).
     int (*flags)(void *ctx, FlagSpec *out);
@@ -105,8 +149,20 @@ typedef struct Trainer {
     Comm world;
     Device dev;
     Trace trace;
-    GPTLayout layout;
+    GPTLayout layout;        // of the part this rank holds (the whole model unless tensor parallel)
     GPT model;
+    // What this rank holds: the whole model and data parallel over the world,
+    // unless the strategy's place says otherwise.
+    Comm *dp;                // data-parallel group: data rows, the states' partition, the loss mean, tokens/s
+    Comm *tp;                // tensor-parallel group of the layout; NULL when the layout is whole
+    GPTPlan plan;            // the units this rank computes, micro-batches in flight
+    Range state_ranges[TRAINER_MAX_STATE_RANGES];  // layout ranges the states hold, back to back
+    int nstate_ranges;
+    size_t state_params;     // their total: the Ψ that the partition splits over dp
+    size_t model_params;     // Ψ of the whole model
+    Comm *groups[TRAINER_MAX_GROUPS];  // sub-groups whose bytes the steps count beside the world's
+    int ngroups;
+    char grid[48];           // the process grid, as checkpoints record it ("": data parallel over the world)
     Partition part;
     ModelStates st;
     DataSet data;
@@ -127,6 +183,16 @@ typedef struct Trainer {
 static inline void count_transfer(Trainer *t, Transfer x, double bytes) { t->xfer_bytes[x] += bytes; }
 
 int trainer_main(int argc, char **argv, const Strategy *s);
+// --global-batch G: grad_accum = G / (batch x data-parallel replicas), or a
+// usage error when it does not divide. The trainer resolves it once t->dp is
+// known; a strategy's place may call it earlier (calling again is harmless).
+void trainer_resolve_batch(struct Trainer *t);
+// This rank's rows of global micro-batch `index` of a split: its data-parallel
+// rank's B rows of the D·B that every replica reads together (see data.h).
+void trainer_load_micro_batch(struct Trainer *t, int split, uint64_t index, int32_t *inputs, int32_t *targets);
+// Ring bytes counted so far in the world and the stage's sub-groups, by
+// operation (out[OP_COUNT]); returns their total.
+double trainer_ring_bytes(const struct Trainer *t, double out[OP_COUNT]);
 // Puts [t0_us, now) on the compute row: a stage marks its optimizer kernels
 // with it (the hooks mark forward and backward). Only compute goes there, so
 // that overlap with communication, copies or I/O means what it says.
@@ -179,3 +245,11 @@ void divergence_check_states(Trainer *t, const CkptTensor *fp32, int n);
 // Checkpoint glue: save/resume the optimizer states this rank owns.
 void trainer_save(Trainer *t, uint64_t data_rows);
 void trainer_resume(Trainer *t);
+// llm.c checkpoints (trainer_llmc.c): --init-from fills the master weights
+// of this rank's range (m = v = 0 from states_init) and the stage rebuilds
+// its bf16 params; --export-llmc gathers every rank's master weights to
+// rank 0, which writes the file. Both collective.
+void trainer_init_from(Trainer *t);
+void trainer_export_llmc(Trainer *t);
+// Before step 1: whether --export-llmc's file can be written (exit 2 if not). Collective.
+void trainer_check_export(Trainer *t);

@@ -16,8 +16,21 @@ static RunDeviceBytes device_need(const Trainer *t) {
     double buffers = t->strategy->device_buffer_bytes
                          ? t->strategy->device_buffer_bytes(t->sctx, &t->layout, &t->part)
                          : 0;
-    return run_device_bytes(t->formula, &t->layout, t->world.size, t->cfg.batch, t->cfg.seq_len, t->dev.act_bytes,
-                            scratch, buffers, (double)t->dev.mem.tier_current[TIER_DEVICE]);
+    return run_device_bytes(t->formula, &t->layout, &t->plan, t->state_params, t->dp->size, t->dev.act_bytes, scratch,
+                            buffers, (double)t->dev.mem.tier_current[TIER_DEVICE]);
+}
+
+// The ranks of a grid (3d_parallel) hold different parts of the model: the
+// count of the rank that needs the most, on every rank, so that all decide
+// alike and the report sets it beside the peak over ranks.
+static RunDeviceBytes largest_over_ranks(const Trainer *t, RunDeviceBytes mine) {
+    struct {
+        double total;
+        int rank;
+    } in = {mine.total, t->world.rank}, out;
+    mpiCheck(MPI_Allreduce(&in, &out, 1, MPI_DOUBLE_INT, MPI_MAXLOC, t->world.mpi));
+    mpiCheck(MPI_Bcast(&mine, sizeof mine, MPI_BYTE, out.rank, t->world.mpi));
+    return mine;
 }
 
 // Without --hbm-gb the cpu device's memory is the host's, shared by the
@@ -64,7 +77,7 @@ static void limit_text(const Trainer *t, double limit, int local_size, char *out
 }
 
 void trainer_check_budget(Trainer *t, int local_size) {
-    t->device_need = device_need(t);
+    t->device_need = largest_over_ranks(t, device_need(t));
     double budget = (double)t->dev.mem.budget[TIER_DEVICE];
     double limit = budget > 0 ? budget : host_bytes_per_rank(local_size);
     const RunDeviceBytes *r = &t->device_need;

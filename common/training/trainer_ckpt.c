@@ -18,13 +18,14 @@ static CkptManifest manifest_of(const Trainer *t, uint64_t data_rows) {
     CkptManifest m;
     memset(&m, 0, sizeof m);
     snprintf(m.stage, sizeof m.stage, "%s", t->strategy->name);
+    snprintf(m.grid, sizeof m.grid, "%s", t->grid);
     m.ranks = t->world.size;
     m.step = t->step;
     m.data_rows = data_rows;
     m.seed = (uint64_t)t->cfg.seed;
     m.rng_state = data_rows;  // initial weights and data order are counter-based: the row counter is the whole RNG state
     m.cfg = t->layout.cfg;
-    m.num_params = t->layout.num_params;
+    m.num_params = t->model_params;
     m.batch = t->cfg.batch;
     m.seq_len = t->cfg.seq_len;
     m.grad_accum = t->cfg.grad_accum;

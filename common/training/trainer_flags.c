@@ -6,6 +6,8 @@
 #include <stdio.h>
 #include <string.h>
 #include "check.h"
+#include "ds_config.h"
+#include "llmc.h"
 #include "flags.h"
 #include "trainer.h"
 
@@ -36,6 +38,38 @@ static void set_defaults(TrainConfig *c) {
     c->grad_clip = 1.0;
     c->device = "auto";
     c->comm = "auto";
+    c->beta1 = 0.9;
+    c->beta2 = 0.95;
+    c->adam_eps = 1e-8;
+    c->lr_schedule = "cosine";
+    c->warmup_type = "log";  // DeepSpeed's default; our cosine's warm-up is linear
+    c->data_order = "permuted";
+    c->print_every = 1;
+}
+
+// The flags of the schedules, the optimizer and the formats users bring.
+static void check_formats(const TrainConfig *c) {
+    const Settings *s = &c->settings;
+    int ours = strcmp(c->lr_schedule, "cosine") == 0;
+    if (!ours && strcmp(c->lr_schedule, "WarmupLR") && strcmp(c->lr_schedule, "WarmupDecayLR") &&
+        strcmp(c->lr_schedule, "WarmupCosineLR"))
+        fail_usage("--lr-schedule %s: choose cosine, WarmupLR, WarmupDecayLR or WarmupCosineLR", c->lr_schedule);
+    if (strcmp(c->warmup_type, "log") && strcmp(c->warmup_type, "linear"))
+        fail_usage("--warmup-type %s: choose log or linear", c->warmup_type);
+    if (ours && (settings_given(s, "warmup-type") || settings_given(s, "warmup-start-frac")))
+        fail_usage("--warmup-type and --warmup-start-frac shape DeepSpeed's schedules; the cosine schedule warms up "
+                   "linearly from lr/warmup (add --lr-schedule WarmupCosineLR)");
+    int horizon = c->schedule_steps > 0 ? c->schedule_steps : c->steps;
+    if (!strcmp(c->lr_schedule, "WarmupCosineLR") && horizon <= (c->warmup > 2 ? c->warmup : 2))
+        fail_usage("--schedule-steps %d: WarmupCosineLR's cosine needs more steps than the warm-up (%d); "
+                   "DeepSpeed's total_num_steps counts both", horizon, c->warmup > 2 ? c->warmup : 2);
+    // the ranges allow a beta of 1, which would never forget: the bound is open there
+    if (c->beta1 >= 1 || c->beta2 >= 1)
+        fail_usage("--beta1 %g, --beta2 %g: the betas are below 1", c->beta1, c->beta2);
+    if (strcmp(c->data_order, "permuted") && strcmp(c->data_order, "sequential"))
+        fail_usage("--data-order %s: choose permuted or sequential (llm.c's)", c->data_order);
+    if (c->init_from && c->resume)
+        fail_usage("--init-from and --resume both set the weights: a checkpoint of ours already holds them");
 }
 
 void train_config_parse(TrainConfig *c, void *stage_ctx, int argc, char **argv, const Strategy *s) {
@@ -66,7 +100,7 @@ void train_config_parse(TrainConfig *c, void *stage_ctx, int argc, char **argv, 
          .help = "micro-batches accumulated per optimizer step",
          .min = 1, .max = TRAIN_MAX_GRAD_ACCUM},
         {.name = "global-batch", .type = FLAG_INT, .dst = &c->global_batch, .meta = "G",
-         .help = "sequences per optimizer step; sets --grad-accum = G / (batch x ranks)",
+         .help = "sequences per optimizer step, G = batch x grad-accum x ranks: sets the one of those not given",
          .shown_default = "batch x ranks x grad-accum",
          .min = 1, .max = INT_MAX},
         {.name = "steps", .type = FLAG_INT, .dst = &c->steps, .meta = "N", .help = "optimizer steps to run",
@@ -74,11 +108,31 @@ void train_config_parse(TrainConfig *c, void *stage_ctx, int argc, char **argv, 
         {.name = "lr", .type = FLAG_DOUBLE, .dst = &c->lr, .meta = "X", .help = "peak learning rate (AdamW)",
          .min = 0, .min_open = 1, .max = FLT_MAX},
         {.name = "warmup", .type = FLAG_INT, .dst = &c->warmup, .meta = "N",
-         .help = "linear warm-up steps, then cosine decay to lr/10",
+         .help = "warm-up steps, then the decay of --lr-schedule",
          .min = 0, .max = INT_MAX},
         {.name = "weight-decay", .type = FLAG_DOUBLE, .dst = &c->weight_decay, .meta = "X",
          .help = "AdamW decoupled weight decay",
          .min = 0, .max = 1},
+        {.name = "beta1", .type = FLAG_DOUBLE, .dst = &c->beta1, .meta = "X", .help = "AdamW's first-moment decay",
+         .min = 0, .max = 1},
+        {.name = "beta2", .type = FLAG_DOUBLE, .dst = &c->beta2, .meta = "X", .help = "AdamW's second-moment decay",
+         .min = 0, .max = 1},
+        {.name = "adam-eps", .type = FLAG_DOUBLE, .dst = &c->adam_eps, .meta = "X",
+         .help = "AdamW's epsilon (added to sqrt(v))",
+         .min = 0, .min_open = 1, .max = 1},
+        {.name = "lr-schedule", .type = FLAG_STRING, .dst = &c->lr_schedule, .meta = "NAME",
+         .help = "cosine (warm-up, cosine to lr x min-lr-frac), or DeepSpeed's WarmupLR, WarmupDecayLR, WarmupCosineLR"},
+        {.name = "warmup-type", .type = FLAG_STRING, .dst = &c->warmup_type, .meta = "log|linear",
+         .help = "the warm-up curve of DeepSpeed's schedules"},
+        {.name = "warmup-start-frac", .type = FLAG_DOUBLE, .dst = &c->warmup_start_frac, .meta = "F",
+         .help = "DeepSpeed's schedules: the rate at the warm-up's start, a fraction of --lr",
+         .min = 0, .max = 1},
+        {.name = "min-lr-frac", .type = FLAG_DOUBLE, .dst = &c->min_lr_frac, .meta = "F",
+         .help = "the rate at the end of the decay, a fraction of --lr (not WarmupLR's)",
+         .min = 0, .max = 1},
+        {.name = "schedule-steps", .type = FLAG_INT, .dst = &c->schedule_steps, .meta = "N",
+         .help = "steps the decay spans (DeepSpeed's total_num_steps)", .shown_default = "--steps",
+         .min = 0, .max = MAX_STEPS},
         {.name = "grad-clip", .type = FLAG_DOUBLE, .dst = &c->grad_clip, .meta = "X",
          .help = "clip the global gradient norm to X (0 = off)",
          .min = 0, .max = INFINITY},
@@ -87,6 +141,12 @@ void train_config_parse(TrainConfig *c, void *stage_ctx, int argc, char **argv, 
          .min = 0, .max = INT_MAX},
         {.name = "data", .type = FLAG_STRING, .dst = &c->data, .meta = "PATH",
          .help = "text file, folder of text, or llm.c uint16 token shards (default: built-in corpus)"},
+        {.name = "data-order", .type = FLAG_STRING, .dst = &c->data_order, .meta = "permuted|sequential",
+         .help = "rows of the data: spread over the corpus, or llm.c's order (the i-th run of B*T+1 tokens)"},
+        {.name = "init-from", .type = FLAG_STRING, .dst = &c->init_from, .meta = "FILE",
+         .help = "start from an llm.c GPT-2 checkpoint: its shape is the model, its weights the initial ones"},
+        {.name = "export-llmc", .type = FLAG_STRING, .dst = &c->export_llmc, .meta = "FILE",
+         .help = "at the end, write the trained model as an llm.c GPT-2 checkpoint (fp32, version 3)"},
         {.name = "eval-every", .type = FLAG_INT, .dst = &c->eval_every, .meta = "N",
          .help = "validation loss every N steps and at the end (0 = only at the end)",
          .min = 0, .max = INT_MAX},
@@ -117,6 +177,13 @@ void train_config_parse(TrainConfig *c, void *stage_ctx, int argc, char **argv, 
          .min = 0, .max = 1000000},
         {.name = "quiet", .type = FLAG_BOOL, .dst = &c->quiet,
          .help = "no per-step lines (the header, the end-of-run tables and the summary stay)"},
+        {.name = "print-every", .type = FLAG_INT, .dst = &c->print_every, .meta = "N",
+         .help = "a step line every N steps (and the last)",
+         .min = 1, .max = INT_MAX},
+        {.name = "deepspeed-config", .type = FLAG_STRING, .dst = &c->deepspeed_config, .meta = "FILE",
+         .help = "DeepSpeed's ds_config.json: its values are the defaults of the matching flags"},
+        {.name = "verbose-config", .type = FLAG_BOOL, .dst = &c->verbose_config,
+         .help = "print every setting and where it came from (default, config key, command line)"},
     };
     enum { NSHARED = sizeof shared / sizeof shared[0] };
     // the stage's own flags follow the shared ones (the core knows none by name)
@@ -131,7 +198,16 @@ void train_config_parse(TrainConfig *c, void *stage_ctx, int argc, char **argv, 
              "Every rank trains the same GPT-2 model on its rows of the same global batch;\n"
              "rank 0 prints a line per step and, at the end, measured memory beside the formula.",
              s->name, s->summary);
+    // the config's values become the defaults; the command line overrides them
+    settings_begin(&c->settings, specs, NSHARED + nstage);
+    DsConfig ds;
+    ds_config_load(&ds, flags_value(argc, argv, "deepspeed-config"));
+    ds_config_check_binary(&ds, s->name);
+    ds_config_apply(&ds, specs, NSHARED + nstage, &c->settings, s->name);
+    ds_config_free(&ds);
     flags_parse(argc, argv, specs, NSHARED + nstage, usage);
+    settings_after_parse(&c->settings, specs, NSHARED + nstage);
+    check_formats(c);
 
     if (c->save_every > 0 && !c->save) fail_usage("--save-every %d needs --save DIR to say where", c->save_every);
     if (strcmp(c->device, "auto") && strcmp(c->device, "cpu") && strcmp(c->device, "cuda"))
@@ -140,13 +216,33 @@ void train_config_parse(TrainConfig *c, void *stage_ctx, int argc, char **argv, 
         fail_usage("--comm %s: choose auto, mpi or nccl", c->comm);
 }
 
+// --init-from: the checkpoint's header is the model's shape.
+static void model_from_llmc(TrainConfig *c, GPTConfig *out) {
+    static const char *const SHAPE[] = {"model", "layers", "d-model", "heads", "vocab"};
+    for (int i = 0; i < 5; i++)
+        if (settings_given(&c->settings, SHAPE[i]))
+            fail_usage("--init-from %s takes the model's shape from the file; leave out --%s", c->init_from, SHAPE[i]);
+    LlmcHeader h;
+    char err[512];
+    if (llmc_read_header(c->init_from, &h, err, sizeof err)) fail_usage("%s", err);
+    *out = h.cfg;
+    c->model = "llm.c checkpoint";
+}
+
 void train_config_model(TrainConfig *c, GPTConfig *out) {
-    if (!gpt_preset(c->model, out)) fail_usage("--model %s: unknown; choose one of %s", c->model, gpt_preset_names());
-    if (c->layers) out->num_layers = c->layers;
-    if (c->d_model) out->channels = c->d_model;
-    if (c->heads) out->num_heads = c->heads;
-    if (c->vocab) out->vocab_size = c->vocab;
-    if (c->seq_len == 0) c->seq_len = out->max_seq_len < 256 ? out->max_seq_len : 256;
+    if (c->init_from) {
+        model_from_llmc(c, out);
+    } else {
+        if (!gpt_preset(c->model, out)) fail_usage("--model %s: unknown; choose one of %s", c->model, gpt_preset_names());
+        if (c->layers) out->num_layers = c->layers;
+        if (c->d_model) out->channels = c->d_model;
+        if (c->heads) out->num_heads = c->heads;
+        if (c->vocab) out->vocab_size = c->vocab;
+    }
+    if (c->seq_len == 0) {
+        c->seq_len = out->max_seq_len < 256 ? out->max_seq_len : 256;
+        settings_mark(&c->settings, "seq-len", FROM_DERIVED, "the model's context %d, at most 256", out->max_seq_len);
+    }
     if (c->seq_len > out->max_seq_len)
         fail_usage("--seq-len %d is longer than %s's context of %d tokens", c->seq_len, c->model, out->max_seq_len);
 }

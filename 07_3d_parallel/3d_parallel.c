@@ -1,0 +1,226 @@
+// 3d_parallel: when one model does not fit even sharded, split the model
+// itself (Narayanan et al. 2021, Megatron-LM's "PTD-P"):
+//   - tensor parallel (Shoeybi et al. 2019): each block's heads and MLP over
+//     T adjacent ranks, with the f and g all-reduces (common/model/gpt_tp.c),
+//     the embedding and cross-entropy vocabulary-parallel;
+//   - pipeline parallel: P stages of contiguous blocks (grid.c), the
+//     embeddings on the first and the head on the last, micro-batches in a
+//     1F1B or AFAB schedule (pipeline.c); the tied wte's gradient summed
+//     between the first stage and the last, which keeps a copy of wte;
+//   - data parallel over the D = N/(T·P) replicas of each model part with
+//     ZeRO-1: the gradient reduce-scattered, stage 02's sharded AdamW
+//     (02_zero1/shard_update.c, linked), the bf16 params all-gathered.
+// Per rank: 4Ψ_s + 12Ψ_s/D bytes of model states, Ψ_s ≈ Ψ/(T·P).
+#include <string.h>
+#include "../02_zero1/shard_update.h"
+#include "check.h"
+#include "kernels.h"
+#include "parallel3d.h"
+
+static int flags(void *ctx, FlagSpec *out) {
+    Stage *z = ctx;
+    z->tp = 1;
+    z->pp = 1;
+    z->schedule_name = "1f1b";
+    out[0] = (FlagSpec){.name = "tp", .type = FLAG_INT, .dst = &z->tp, .meta = "T",
+                        .help = "tensor-parallel ranks (adjacent): each block's heads and MLP split over T",
+                        .min = 1, .max = GPT_MAX_HEADS};  // T divides the heads
+    out[1] = (FlagSpec){.name = "pp", .type = FLAG_INT, .dst = &z->pp, .meta = "P",
+                        .help = "pipeline stages of contiguous blocks (embeddings first, head last); "
+                                "dp = ranks / (T x P)",
+                        .min = 1, .max = GPT_MAX_UNITS - 2};  // at most a block per stage
+    out[2] = (FlagSpec){.name = "schedule", .type = FLAG_STRING, .dst = &z->schedule_name, .meta = "1f1b|afab",
+                        .help = "pipeline schedule: one forward one backward, or all forwards then all backwards; "
+                                "micro-batches = --grad-accum"};
+    return 3;
+}
+
+// ---- where this rank sits, and what its states hold ----
+
+// The grid, this rank's tp part of the layout, its stage's units with
+// min(P - s, m) micro-batches in flight (1F1B) or m (AFAB), and its states:
+// [wte copy (last stage of a pipeline) | the stage's units].
+static void place(Trainer *t, const GPTConfig *mc) {
+    Stage *z = t->sctx;
+    if (strcmp(z->schedule_name, "1f1b") == 0) z->schedule = SCHEDULE_1F1B;
+    else if (strcmp(z->schedule_name, "afab") == 0) z->schedule = SCHEDULE_AFAB;
+    else fail_usage("--schedule %s: choose 1f1b or afab", z->schedule_name);
+    Grid *g = &z->grid;
+    grid_init(g, &t->world, z->tp, z->pp, mc);
+    gpt_layout_tp(&t->layout, mc, g->tp, g->tp_rank);
+    t->dp = &g->dp_comm;
+    t->tp = g->tp > 1 ? &g->tp_comm : NULL;
+    trainer_resolve_batch(t);  // the micro-batches, m, set the slots
+    int slots = pipeline_slots(z->schedule, g->pp, g->stage, t->cfg.grad_accum);
+    t->plan = (GPTPlan){t->cfg.batch, t->cfg.seq_len, slots, g->first_unit, g->last_unit};
+    const GPTLayout *l = &t->layout;
+    CHECK(l->emb_off[EMB_WTE] == 0, "3d_parallel: wte must open the embeddings' unit (states keep it first)");
+    z->units_offset = l->unit[g->first_unit].offset;
+    size_t units_end = l->unit[g->last_unit].offset + l->unit[g->last_unit].count;
+    t->nstate_ranges = 0;
+    if (g->pp > 1 && g->stage == g->pp - 1) {
+        z->wte_copy = (size_t)l->vocab_part * l->cfg.channels;
+        t->state_ranges[t->nstate_ranges++] = (Range){l->unit[GPT_UNIT_EMBED].offset, z->wte_copy};
+    }
+    t->state_ranges[t->nstate_ranges++] = (Range){z->units_offset, units_end - z->units_offset};
+    Comm *groups[GROUP_COUNT] = {&g->tp_comm, &g->pp_comm, &g->emb_comm, &g->dp_comm};
+    for (int k = 0; k < GROUP_COUNT; k++) t->groups[k] = groups[k];
+    t->ngroups = GROUP_COUNT;
+    grid_name(g, t->grid, sizeof t->grid);
+}
+
+// Where unit u starts in the states, and how much of it they hold: the
+// last stage's wte copy is unit 0 without wpe, which only the first stage reads.
+static size_t state_offset(const Trainer *t, const Stage *z, int u) {
+    if (u == GPT_UNIT_EMBED && z->wte_copy) return 0;
+    return z->wte_copy + t->layout.unit[u].offset - z->units_offset;
+}
+static size_t state_count(const Trainer *t, const Stage *z, int u) {
+    return u == GPT_UNIT_EMBED && z->wte_copy ? z->wte_copy : t->layout.unit[u].count;
+}
+static void check_held(const Trainer *t, const Stage *z, int u) {
+    CHECK((u >= z->grid.first_unit && u <= z->grid.last_unit) || (u == GPT_UNIT_EMBED && z->wte_copy),
+          "3d_parallel: unit %d is not held by stage %d (units %d..%d)", u, z->grid.stage, z->grid.first_unit,
+          z->grid.last_unit);
+}
+
+static const bf16 *unit_params(Trainer *t, int u) {
+    Stage *z = t->sctx;
+    check_held(t, z, u);
+    return (const bf16 *)t->st.params.ptr + state_offset(t, z, u);
+}
+
+// The first micro-batch of a step writes a unit's gradients, the others add.
+// On the last stage the head hands over wte's part of the tied gradient.
+static void grads_ready(Trainer *t, int u, const float *g) {
+    Stage *z = t->sctx;
+    check_held(t, z, u);
+    t->dev.k->grad_to_bf16(&t->dev, (bf16 *)t->st.grads.ptr + state_offset(t, z, u), g, state_count(t, z, u),
+                           t->micro > 0);
+}
+
+// The global norm counts every gradient once: a replicated tensor (the same
+// on every tp rank) on tp rank 0 only, and the tied wte on the first stage
+// only. The other ranges of the states, in order.
+static void count_once(Trainer *t, Stage *z) {
+    const GPTLayout *l = &t->layout;
+    int n = gpt_replicated_ranges(l, NULL, 0);
+    Range *rep = xmalloc((size_t)(n > 0 ? n : 1) * sizeof(Range));
+    gpt_replicated_ranges(l, rep, n);
+    z->counted = xmalloc((size_t)(n + 1) * sizeof(Range));
+    z->ncounted = 0;
+    size_t at = z->wte_copy, units_end = z->units_offset + (t->state_params - z->wte_copy);
+    for (int k = 0; k < n && z->grid.tp_rank > 0; k++) {
+        size_t lo = rep[k].offset > z->units_offset ? rep[k].offset : z->units_offset;
+        size_t hi = rep[k].offset + rep[k].count < units_end ? rep[k].offset + rep[k].count : units_end;
+        if (lo >= hi) continue;
+        size_t from = z->wte_copy + lo - z->units_offset;  // in the states
+        if (from > at) z->counted[z->ncounted++] = (Range){at, from - at};
+        at = from + (hi - lo);
+    }
+    if (t->state_params > at) z->counted[z->ncounted++] = (Range){at, t->state_params - at};
+    free(rep);
+}
+
+static void setup(Trainer *t) {
+    Stage *z = t->sctx;
+    z->reduced = buf_alloc(&t->dev, TIER_DEVICE, CAT_COMM, t->part.shard * sizeof(bf16), "reduced gradient shard");
+    count_once(t, z);
+    int max_micro = t->cfg.grad_accum > t->cfg.eval_batches ? t->cfg.grad_accum : t->cfg.eval_batches;
+    pipeline_init(&z->pipe, t, &z->grid.pp_comm, z->grid.stage, z->grid.pp, z->schedule, t->plan.slots, max_micro);
+}
+
+// The reduced gradient shard of ZeRO-1 over the replicas (setup); the
+// pipeline's micro-batches live in the activations' slots (t->plan).
+static double device_buffer_bytes(const void *ctx, const GPTLayout *l, const Partition *p) {
+    return (double)p->shard * sizeof(bf16);
+}
+
+// ---- the step ----
+
+static double forward_backward(Trainer *t, const MicroBatches *mb) {
+    Stage *z = t->sctx;
+    if (mb->dloss_scale != 0)  // a step: its bytes by group are counted until the update ends
+        for (int k = 0; k < GROUP_COUNT; k++)
+            memcpy(z->at_step_start[k], t->groups[k]->stats.ring_bytes, sizeof z->at_step_start[k]);
+    return pipeline_run(&z->pipe, mb);
+}
+
+// The tied wte's two halves of the gradient (the embedding's on the first
+// stage, the head's on the last) summed between the two, then ZeRO-1 over
+// the replicas: rank r of dp receives the sum of its shard.
+static void reduce_grads(Trainer *t) {
+    Stage *z = t->sctx;
+    dev_sync(&t->dev, STREAM_COMPUTE);  // gradients complete before they travel
+    if (z->grid.emb_comm.size == 2)     // wte opens the states of both ends
+        comm_all_reduce_sum(&z->grid.emb_comm, t->st.grads.ptr, (size_t)t->layout.vocab_part * t->layout.cfg.channels,
+                            DT_BF16, NULL);
+    int D = t->dp->size;
+    size_t counts[D];
+    for (int q = 0; q < D; q++) counts[q] = t->part.shard;
+    comm_reduce_scatter_sum(t->dp, t->st.grads.ptr, z->reduced.ptr, counts, DT_BF16, NULL);
+}
+
+static double grad_norm_sq(Trainer *t) {
+    Stage *z = t->sctx;
+    const Partition *p = &t->part;
+    double local = 0;
+    for (int k = 0; k < z->ncounted; k++) {
+        size_t lo = z->counted[k].offset > p->begin ? z->counted[k].offset : p->begin;
+        size_t end = z->counted[k].offset + z->counted[k].count, hi = end < p->end ? end : p->end;
+        const bf16 *piece = (const bf16 *)z->reduced.ptr + (lo - p->begin);
+        if (hi > lo) local += t->dev.k->sum_squares_bf16(&t->dev, piece, hi - lo);
+    }
+    return comm_sum_f64(&t->world, local);
+}
+
+static void update(Trainer *t, const AdamWStep *s) {
+    Stage *z = t->sctx;
+    shard_adamw(t, z->reduced.ptr, own_param_slice(t), s);
+    all_gather_params(t);  // over the replicas
+    for (int k = 0; k < GROUP_COUNT; k++)
+        for (int op = 0; op < OP_COUNT; op++)
+            z->step_bytes[k][op] += t->groups[k]->stats.ring_bytes[op] - z->at_step_start[k][op];
+    z->steps++;
+}
+
+static void params_from_master(Trainer *t) {
+    t->dev.k->f32_to_bf16(&t->dev, own_param_slice(t), t->st.master.ptr, t->part.shard);
+    all_gather_params(t);
+}
+
+static void teardown(Trainer *t) {
+    Stage *z = t->sctx;
+    buf_free(&t->dev, &z->reduced);
+    pipeline_free(&z->pipe);
+    free(z->counted);
+    free(z->figures);
+    grid_free(&z->grid);
+}
+
+const Strategy strategy_3d_parallel = {
+    .name = "3d_parallel",
+    .summary = "3D parallelism: tensor parallel (Megatron-LM's column/row split, --tp) x pipeline parallel\n"
+               "(1F1B or AFAB over --grad-accum micro-batches, --pp) x data parallel (ZeRO-1 over the\n"
+               "ranks / (tp x pp) replicas). Each rank keeps its stage's part of the model.",
+    .formula = STAGE_ZERO1,
+    // ZeRO-1 over the replicas of this rank's part: params and grads whole, the optimizer sharded
+    .states = {.params = STATE_FULL, .grads = STATE_FULL, .optim = STATE_SHARD,
+               .params_tier = TIER_DEVICE, .grads_tier = TIER_DEVICE, .optim_tier = TIER_DEVICE},
+    .context_bytes = sizeof(Stage),
+    .flags = flags,
+    .place = place,
+    .setup = setup,
+    .device_buffer_bytes = device_buffer_bytes,
+    .unit_params = unit_params,
+    .grads_ready = grads_ready,
+    .forward_backward = forward_backward,
+    .reduce_grads = reduce_grads,
+    .grad_norm_sq = grad_norm_sq,
+    .update = update,
+    .params_from_master = params_from_master,
+    .comm_formula = grid_comm_formula,
+    .report_figures = grid_report_figures,
+    .report_json = grid_report_json,
+    .teardown = teardown,
+};

@@ -1,0 +1,39 @@
+// grid.h: the process grid of 3D parallelism (Narayanan et al. 2021,
+// "Efficient Large-Scale Language Model Training on GPU Clusters Using
+// Megatron-LM"). N = T·P·D ranks: the model is cut into P pipeline stages
+// of contiguous blocks, each stage's tensors split over T tensor-parallel
+// ranks, and the whole replicated over D data-parallel replicas.
+//
+// Ranks are ordered as Megatron-LM orders them, tensor-parallel fastest:
+//   rank = (stage·D + replica)·T + tp_rank
+// so the T ranks that all-reduce in every block are adjacent (one node),
+// the D replicas of one model part next, and the pipeline stages, which
+// exchange only activations, the furthest apart.
+#pragma once
+#include <stddef.h>
+#include "comm.h"
+#include "gpt.h"
+
+typedef struct Grid {
+    int tp, pp, dp;               // T, P, D
+    int tp_rank, stage, replica;  // this rank's coordinates
+    Comm tp_comm;    // T ranks: one stage of one replica (Megatron's f and g all-reduces)
+    Comm pp_comm;    // P ranks: one tp rank of one replica, rank = stage (activations, their gradients)
+    Comm dp_comm;    // D ranks: one (stage, tp rank) in every replica (ZeRO-1)
+    Comm emb_comm;   // first and last stage of one pipeline when P > 1 (the tied wte's gradient); else no group
+    int first_unit, last_unit;    // the units this stage computes
+} Grid;
+
+// The grid's refusals, each one line and exit 2: N not divisible by T·P,
+// heads (and so 4C) not divisible by T, fewer layers than stages.
+void grid_check(int ranks, int tp, int pp, const GPTConfig *cfg);
+// Coordinates of `rank` on a T x P x D grid (the order above).
+void grid_coords(int rank, int tp, int dp, int *tp_rank, int *stage, int *replica);
+// Blocks [*first, *end) of stage s: contiguous, L/P each, the first L mod P
+// stages one more; the embeddings go to stage 0, the head to stage P-1.
+void grid_stage_blocks(int layers, int pp, int s, int *first, int *end);
+// Splits the world into the groups above (collective over the world).
+void grid_init(Grid *g, Comm *world, int tp, int pp, const GPTConfig *cfg);
+void grid_free(Grid *g);
+// "tp 2 x pp 2 x dp 2"
+void grid_name(const Grid *g, char *out, size_t n);

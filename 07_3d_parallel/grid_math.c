@@ -1,0 +1,63 @@
+// grid_math.c: the closed forms of stage 07 (see grid_math.h).
+#include "grid_math.h"
+#include <math.h>
+#include <string.h>
+
+const char *grid_group_name(GridGroup g) {
+    static const char *const names[GROUP_COUNT] = {"tp", "pp", "emb", "dp"};
+    return g >= 0 && g < GROUP_COUNT ? names[g] : "?";
+}
+
+double grid_vocab_padded(const GridShape *g) {
+    double V = g->cfg.vocab_size, align = 64.0 * g->tp;
+    return g->tp == 1 ? V : ceil(V / align) * align;
+}
+
+// Blocks of stage s: L/P, the first L mod P stages one more.
+static double stage_blocks(const GridShape *g, int s) {
+    return g->cfg.num_layers / g->pp + (s < g->cfg.num_layers % g->pp ? 1 : 0);
+}
+
+double grid_stage_params(const GridShape *g, int s) {
+    double C = g->cfg.channels, T = g->tp;
+    double block = 12 * C * C / T + 7 * C / T + 2 * C + 4 * C;
+    double wte = grid_vocab_padded(g) * C / T, wpe = (double)g->cfg.max_seq_len * C;
+    double psi = stage_blocks(g, s) * block;
+    if (s == 0) psi += wte + wpe;
+    if (s == g->pp - 1) psi += 2 * C + (g->pp > 1 ? wte : 0);
+    return psi;
+}
+
+void grid_state_bytes(const GridShape *g, int s, StateBytes *out) {
+    stage_state_bytes(STAGE_ZERO1, (size_t)grid_stage_params(g, s), g->dp, out);
+}
+
+double grid_act_bytes(const GridShape *g, int s, int slots) {
+    double C = g->cfg.channels, T = g->tp, a = g->act_bytes, B = g->batch, S = g->seq_len, BS = B * S;
+    double heads = g->cfg.num_heads / g->tp;
+    double block = BS * (4 * C + 12 * C / T) * a + 16 * BS + 4 * B * heads * S * S;
+    double micro = stage_blocks(g, s) * block + BS * C * a;  // and the stage's input, x_in
+    double shared = BS * C * a;                              // a projection before its residual add
+    if (s == 0) micro += 4 * BS;                              // the input token ids
+    if (s == g->pp - 1) {
+        double logits_row = ceil(grid_vocab_padded(g) / T / 64) * 64;  // the logits' rows start aligned
+        // lnf (C) and this rank's logits; lnf's mean and rstd, the losses (fp32) and the targets (int32)
+        micro += BS * (C + logits_row) * a + 16 * BS;
+        if (g->tp > 1) shared += 12 * BS;  // the vocabulary-parallel cross-entropy's max, sum, target logit
+    }
+    return slots * micro + shared;
+}
+
+void grid_comm_bytes(const GridShape *g, int s, double out[GROUP_COUNT][OP_COUNT]) {
+    memset(out, 0, sizeof(double) * GROUP_COUNT * OP_COUNT);
+    double C = g->cfg.channels, T = g->tp, D = g->dp, a = g->act_bytes, m = g->micro_batches;
+    double BS = (double)g->batch * g->seq_len, residual = BS * C * a;
+    int first = s == 0, last = s == g->pp - 1;
+    double per_micro = stage_blocks(g, s) * 4 * residual + (first ? residual : 0) +
+                       (last ? residual + 3 * BS * 4 : 0);
+    out[GROUP_TP][OP_ALL_REDUCE] = 2 * (T - 1) / T * m * per_micro;
+    out[GROUP_PP][OP_SEND] = out[GROUP_PP][OP_RECV] = m * residual * ((first ? 0 : 1) + (last ? 0 : 1));
+    if (g->pp > 1 && (first || last)) out[GROUP_EMB][OP_ALL_REDUCE] = grid_vocab_padded(g) * C / T * 2;
+    double padded = padded_params(grid_stage_params(g, s), g->dp);
+    out[GROUP_DP][OP_REDUCE_SCATTER] = out[GROUP_DP][OP_ALL_GATHER] = padded * 2 * (D - 1) / D;
+}

@@ -1,0 +1,48 @@
+// grid_math.h: the closed forms of stage 07, per rank of a T x P x D grid,
+// computed from the model's shapes alone (never from the layout or the
+// allocation code they are set beside): parameters of a pipeline stage's
+// part, its model states under ZeRO-1 over the replicas, the activations of
+// the micro-batches in flight, and the bytes each group moves per step.
+#pragma once
+#include "comm.h"
+#include "gpt.h"
+#include "mem_math.h"
+
+// The groups a rank communicates in (grid.h), in the order the report lists them.
+typedef enum { GROUP_TP, GROUP_PP, GROUP_EMB, GROUP_DP, GROUP_COUNT } GridGroup;
+const char *grid_group_name(GridGroup g);  // "tp", "pp", "emb", "dp"
+
+typedef struct GridShape {
+    GPTConfig cfg;
+    int tp, pp, dp;         // T, P, D
+    int batch, seq_len;     // B, S of a micro-batch
+    int micro_batches;      // m
+    int act_bytes;          // a: 4 (cpu: fp32 activations) or 2 (cuda: bf16)
+} GridShape;
+
+// Vocabulary rows of wte over the tp group: V, or V rounded up to 64·T when T > 1.
+double grid_vocab_padded(const GridShape *g);
+// Ψ_s: parameters one tp rank of stage s holds. A block: 12C²/T weights,
+// 7C/T + 2C biases (QKV and the MLP's first linear split, the projections'
+// whole), 4C of layernorms; stage 0 adds wte's V_pad·C/T rows and wpe's S_max·C;
+// the last stage the final layernorm (2C) and, when P > 1, its copy of wte.
+double grid_stage_params(const GridShape *g, int stage);
+// Model states of one rank of stage s: ZeRO-1 over the D replicas of its
+// part, 4Ψ_s + 12Ψ_s/D with Ψ_s padded to a multiple of 64·D (mem_math's).
+void grid_state_bytes(const GridShape *g, int stage, StateBytes *out);
+// Activation bytes of stage s with `slots` micro-batches in flight:
+// slots x (one micro-batch through its units) + what the slots share.
+// Per block and micro-batch, BS = B·S tokens: BS·(4C + 12C/T)·a (the
+// layernorm outputs, x2 and x3 whole; QKV, attention output and the MLP's
+// two 4C activations split) + 16·BS (fp32 mean and rstd of two layernorms)
+// + 4·B·(NH/T)·S² (the rank's heads' attention probabilities, fp32).
+double grid_act_bytes(const GridShape *g, int stage, int slots);
+// Bytes per rank per step, as the comm layer counts them (ring volume):
+//   tp:  all-reduces of (BS,C) activations, 2(T-1)/T of each: 4 per block
+//        (f and g, forward and backward), 1 for the embedding, the head's 1
+//        (BS,C) plus its fp32 statistics (max BS, sums 2BS), x m micro-batches;
+//   pp:  m micro-batches' (BS,C) to each neighbour and from it (1 each way);
+//   emb: the tied wte gradient between the first and last stage, V_pad·C/T
+//        bf16 all-reduced over 2 ranks (2(2-1)/2 = 1 of it);
+//   dp:  ZeRO-1's reduce-scatter and all-gather of Ψ_s padded, bf16, (D-1)/D each.
+void grid_comm_bytes(const GridShape *g, int stage, double out[GROUP_COUNT][OP_COUNT]);

@@ -1,0 +1,184 @@
+// grid_report.c: stage 07's end-of-run figures, per pipeline stage: model
+// states and activations measured by the allocator beside the grid's
+// formulas (grid_math.c), micro-batches in flight counted by the schedule,
+// the bytes of each group counted by the comm layer beside their formulas,
+// and the pipeline bubble measured from the timeline beside (P-1)/(m+P-1).
+#include <math.h>
+#include <stddef.h>
+#include <stdlib.h>
+#include <string.h>
+#include "check.h"
+#include "parallel3d.h"
+
+// One rank's figures, gathered as doubles on rank 0.
+typedef struct RankFigures {
+    double stage, tp_rank, replica;
+    double params;                        // Ψ_s: what this rank's states hold, from the layout
+    double states, states_formula;        // model-state bytes on the device after the last step
+    double acts, acts_formula;            // activation bytes: the allocator's peak
+    double slots, peak_in_flight, in_flight_formula;
+    double bubble;                        // mean over the steps
+    double comm[GROUP_COUNT][OP_COUNT], comm_formula[GROUP_COUNT][OP_COUNT];  // per step
+} RankFigures;
+#define FIGURE_DOUBLES (int)(sizeof(RankFigures) / sizeof(double))
+
+GridShape grid_shape(const Trainer *t, const Stage *z) {
+    return (GridShape){t->layout.cfg, z->grid.tp, z->grid.pp, z->grid.dp, t->cfg.batch, t->cfg.seq_len,
+                       t->cfg.grad_accum, t->dev.act_bytes};
+}
+
+double grid_comm_formula(Trainer *t, const char **text) {
+    Stage *z = t->sctx;
+    GridShape shape = grid_shape(t, z);
+    double by[GROUP_COUNT][OP_COUNT], sum = 0;
+    grid_comm_bytes(&shape, z->grid.stage, by);
+    for (int k = 0; k < GROUP_COUNT; k++)
+        for (int op = 0; op < OP_COUNT; op++) sum += by[k][op];
+    *text = "tp + pp + emb + dp of the grid's formulas (by group below)";
+    return sum;
+}
+
+static RankFigures my_figures(Trainer *t, Stage *z) {
+    GridShape shape = grid_shape(t, z);
+    const Grid *g = &z->grid;
+    RankFigures f;
+    memset(&f, 0, sizeof f);
+    f.stage = g->stage;
+    f.tp_rank = g->tp_rank;
+    f.replica = g->replica;
+    f.params = (double)t->state_params;
+    const MemCtx *steady = &t->report.after_step;
+    for (int c = CAT_PARAMS; c <= CAT_ADAM_V; c++) f.states += (double)steady->current[TIER_DEVICE][c];
+    StateBytes sb;
+    grid_state_bytes(&shape, g->stage, &sb);
+    f.states_formula = sb.tier_total[TIER_DEVICE];
+    f.acts = (double)t->dev.mem.peak[TIER_DEVICE][CAT_ACTIVATIONS];
+    f.slots = t->plan.slots;
+    f.peak_in_flight = z->pipe.peak_in_flight;
+    f.in_flight_formula = z->schedule == SCHEDULE_AFAB ? shape.micro_batches
+                        : fmin(g->pp - g->stage, shape.micro_batches);
+    f.acts_formula = grid_act_bytes(&shape, g->stage, (int)f.in_flight_formula);
+    f.bubble = z->pipe.bubble_steps ? z->pipe.bubble_sum / z->pipe.bubble_steps : NAN;
+    grid_comm_bytes(&shape, g->stage, f.comm_formula);
+    for (int k = 0; k < GROUP_COUNT; k++)
+        for (int op = 0; op < OP_COUNT; op++) f.comm[k][op] = z->steps ? z->step_bytes[k][op] / z->steps : 0;
+    return f;
+}
+
+// Over the ranks of stage s: the largest of a figure (measured or formula).
+static double stage_max(const Stage *z, int s, size_t offset) {
+    double m = -INFINITY;
+    for (int r = 0; r < z->grid.tp * z->grid.pp * z->grid.dp; r++) {
+        const RankFigures *f = &z->figures[r];
+        if ((int)f->stage == s) m = fmax(m, *(const double *)((const char *)f + offset));
+    }
+    return m;
+}
+#define STAGE_MAX(z, s, field) stage_max(z, s, offsetof(RankFigures, field))
+
+static double stage_mean_bubble(const Stage *z, int s) {
+    double sum = 0;
+    int n = 0;
+    for (int r = 0; r < z->grid.tp * z->grid.pp * z->grid.dp; r++)
+        if ((int)z->figures[r].stage == s && !isnan(z->figures[r].bubble)) sum += z->figures[r].bubble, n++;
+    return n ? sum / n : NAN;
+}
+
+static double mean_bubble(const Stage *z) {
+    double sum = 0;
+    int n = 0;
+    for (int s = 0; s < z->grid.pp; s++)
+        if (!isnan(stage_mean_bubble(z, s))) sum += stage_mean_bubble(z, s), n++;
+    return n ? sum / n : NAN;
+}
+
+static void print_stages(const Trainer *t, const Stage *z) {
+    const GPTLayout *l = &t->layout;
+    printf("  %-5s %-17s %10s %11s %11s %11s %11s %7s %7s %7s\n", "stage", "units", "Ψ_s", "states MB", "formula MB",
+           "acts MB", "formula MB", "flight", "formula", "bubble");
+    for (int s = 0; s < z->grid.pp; s++) {
+        int first, end;
+        char units[48];
+        grid_stage_blocks(l->cfg.num_layers, z->grid.pp, s, &first, &end);
+        if (end - first == 1) snprintf(units, sizeof units, "%sblock %d%s", s == 0 ? "embed," : "", first,
+                                       s == z->grid.pp - 1 ? ",head" : "");
+        else snprintf(units, sizeof units, "%sblocks %d-%d%s", s == 0 ? "embed," : "", first, end - 1,
+                      s == z->grid.pp - 1 ? ",head" : "");
+        printf("  %-5d %-17s %10.0f %11.3f %11.3f %11.3f %11.3f %7.0f %7.0f %7.3f\n", s, units,
+               STAGE_MAX(z, s, params), STAGE_MAX(z, s, states) / 1e6, STAGE_MAX(z, s, states_formula) / 1e6,
+               STAGE_MAX(z, s, acts) / 1e6, STAGE_MAX(z, s, acts_formula) / 1e6, STAGE_MAX(z, s, peak_in_flight),
+               STAGE_MAX(z, s, in_flight_formula), stage_mean_bubble(z, s));
+    }
+}
+
+static void print_comm(const Stage *z, int act_bytes) {
+    printf("communication per step per rank by group (counted from the calls, ring bytes, max over the stage's "
+           "ranks) beside the formula\n");
+    printf("  %-5s %-5s %-15s %12s %12s\n", "stage", "group", "operation", "counted MB", "formula MB");
+    for (int s = 0; s < z->grid.pp; s++)
+        for (int k = 0; k < GROUP_COUNT; k++)
+            for (int op = 0; op < OP_COUNT; op++) {
+                size_t at = offsetof(RankFigures, comm) + ((size_t)k * OP_COUNT + op) * sizeof(double);
+                size_t at_f = offsetof(RankFigures, comm_formula) + ((size_t)k * OP_COUNT + op) * sizeof(double);
+                double got = stage_max(z, s, at), want = stage_max(z, s, at_f);
+                if (got == 0 && want == 0) continue;
+                printf("  %-5d %-5s %-15s %12.4f %12.4f\n", s, grid_group_name((GridGroup)k), comm_op_name((CommOp)op),
+                       got / 1e6, want / 1e6);
+            }
+    printf("  tp: 2(T-1)/T x m x (4 per block + 1 embedding + 1 head) x B·S·C·a, + the head's fp32 max and sums "
+           "3·B·S·4; pp: m x B·S·C·a to and from each neighbour;\n"
+           "  emb: V_pad·C/T x 2 B, the tied wte between the first and last stage; dp: ZeRO-1, 2Ψ_pad(D-1)/D each "
+           "of reduce-scatter and all-gather (a = %d B per activation)\n", act_bytes);
+}
+
+void grid_report_figures(Trainer *t) {
+    Stage *z = t->sctx;
+    int N = t->world.size;
+    RankFigures mine = my_figures(t, z);
+    if (t->world.rank == 0) z->figures = xmalloc((size_t)N * sizeof(RankFigures));
+    mpiCheck(MPI_Gather(&mine, FIGURE_DOUBLES, MPI_DOUBLE, z->figures, FIGURE_DOUBLES, MPI_DOUBLE, 0, t->world.mpi));
+    if (t->world.rank != 0) return;
+    const Grid *g = &z->grid;
+    GridShape shape = grid_shape(t, z);
+    double psi = (double)t->model_params;
+    printf("\n3d grid: %s = %d ranks (rank = (stage·D + replica)·T + tp rank), schedule %s, m = %d micro-batches "
+           "x batch %d\n", t->grid, N, z->schedule_name, shape.micro_batches, shape.batch);
+    printf("per pipeline stage (measured: the allocator and the schedule, max over the stage's %d ranks; "
+           "formula: from the shapes)\n", g->tp * g->dp);
+    print_stages(t, z);
+    printf("  states: ZeRO-1 over dp of the stage's part, 4Ψ_s + 12Ψ_s/D (Ψ_s padded to 64·D); the even split "
+           "Ψ/(T·P) = %.0f of Ψ = %.0f\n", psi / (g->tp * g->pp), psi);
+    printf("  acts: slots x one micro-batch through the stage + shared; in flight: min(P - stage, m) for 1f1b, "
+           "m for afab (peak counted by the schedule)\n");
+    print_comm(z, t->dev.act_bytes);
+    printf("pipeline bubble: %.3f measured (idle share of each rank's compute row in the pipeline's window, mean "
+           "over steps and ranks), formula (P-1)/(m+P-1) = %.3f\n", mean_bubble(z),
+           pipeline_bubble_formula(g->pp, shape.micro_batches));
+}
+
+void grid_report_json(Trainer *t, FILE *f) {
+    Stage *z = t->sctx;
+    const Grid *g = &z->grid;
+    GridShape shape = grid_shape(t, z);
+    fprintf(f, ",\"grid\":{\"tp\":%d,\"pp\":%d,\"dp\":%d,\"schedule\":\"%s\",\"micro_batches\":%d,"
+               "\"bubble_formula\":%.6f,", g->tp, g->pp, g->dp, z->schedule_name, shape.micro_batches,
+            pipeline_bubble_formula(g->pp, shape.micro_batches));
+    double b = mean_bubble(z);
+    if (isnan(b)) fprintf(f, "\"bubble_measured\":null,\"ranks\":[");
+    else fprintf(f, "\"bubble_measured\":%.6f,\"ranks\":[", b);
+    for (int r = 0; r < t->world.size; r++) {
+        const RankFigures *x = &z->figures[r];
+        fprintf(f, "%s{\"rank\":%d,\"stage\":%.0f,\"tp_rank\":%.0f,\"replica\":%.0f,\"params\":%.0f,"
+                   "\"states\":%.0f,\"states_formula\":%.0f,\"activations\":%.0f,\"activations_formula\":%.0f,"
+                   "\"slots\":%.0f,\"peak_in_flight\":%.0f,\"in_flight_formula\":%.0f,\"comm\":{",
+                r ? "," : "", r, x->stage, x->tp_rank, x->replica, x->params, x->states, x->states_formula, x->acts,
+                x->acts_formula, x->slots, x->peak_in_flight, x->in_flight_formula);
+        for (int k = 0; k < GROUP_COUNT; k++) {
+            double got = 0, want = 0;
+            for (int op = 0; op < OP_COUNT; op++) got += x->comm[k][op], want += x->comm_formula[k][op];
+            fprintf(f, "%s\"%s\":[%.3f,%.3f]", k ? "," : "", grid_group_name((GridGroup)k), got, want);
+        }
+        fprintf(f, "}}");
+    }
+    fprintf(f, "]}");
+}

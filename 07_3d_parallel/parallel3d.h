@@ -1,0 +1,34 @@
+// parallel3d.h: what the files of stage 07 share: the stage's context
+// (3d_parallel.c is the strategy, grid_report.c its end-of-run figures).
+#pragma once
+#include "grid.h"
+#include "grid_math.h"
+#include "pipeline.h"
+#include "trainer.h"
+
+typedef struct Stage {
+    int tp, pp;                  // --tp, --pp
+    const char *schedule_name;   // --schedule
+    Schedule schedule;
+    Grid grid;
+    Pipeline pipe;
+    Buf reduced;                 // this rank's shard of the gradient summed over the replicas (ZeRO-1)
+    // The rank's states hold [wte copy | its stage's units]: the last stage
+    // of a pipeline keeps a copy of wte (wte_copy elements) for the tied head.
+    size_t wte_copy;
+    size_t units_offset;         // the layout offset of the stage's first unit
+    // Ranges of the states the global gradient norm counts on this rank:
+    // replicated tensors on tp rank 0 only, the wte copy never.
+    Range *counted;
+    int ncounted;
+    // bytes each group moved in the steps (not the evaluations), summed
+    double step_bytes[GROUP_COUNT][OP_COUNT], at_step_start[GROUP_COUNT][OP_COUNT];
+    long steps;
+    struct RankFigures *figures;  // every rank's end-of-run figures, gathered on rank 0 (grid_report.c)
+} Stage;
+
+// grid_report.c
+GridShape grid_shape(const Trainer *t, const Stage *z);
+double grid_comm_formula(Trainer *t, const char **text);
+void grid_report_figures(Trainer *t);
+void grid_report_json(Trainer *t, FILE *f);

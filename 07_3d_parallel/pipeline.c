@@ -1,0 +1,259 @@
+// pipeline.c: the schedules of a pipeline stage (see pipeline.h): the
+// micro-batches' slots, the transfers between neighbouring stages, AFAB and
+// 1F1B, and the bubble measured from the timeline.
+#include "pipeline.h"
+#include <stdio.h>
+#include <stdlib.h>
+#include "check.h"
+
+// Activations travel forward, their gradients backward; each direction is
+// a stream of its own that MPI keeps in order (NCCL matches in issue order).
+enum { TAG_FORWARD = 0, TAG_BACKWARD = 1 };
+
+int pipeline_slots(Schedule s, int stages, int stage, int micro_batches) {
+    int in_flight = s == SCHEDULE_AFAB ? micro_batches : stages - stage;
+    if (in_flight > micro_batches) in_flight = micro_batches;
+    return in_flight > 0 ? in_flight : 1;
+}
+
+double pipeline_bubble_formula(int stages, int micro_batches) {
+    return (double)(stages - 1) / (micro_batches + stages - 1);
+}
+
+void pipeline_init(Pipeline *p, Trainer *t, Comm *pp, int stage, int stages, Schedule s, int slots, int max_micro) {
+    *p = (Pipeline){.t = t, .pp = pp, .stage = stage, .stages = stages, .schedule = s, .slots = slots,
+                    .max_micro = max_micro};
+    p->slot_micro = xmalloc((size_t)slots * sizeof(int));
+    for (int i = 0; i < slots; i++) p->slot_micro[i] = -1;
+    p->sent_fwd = xcalloc((size_t)slots, sizeof(CommHandle));
+    p->sent_bwd = xcalloc((size_t)slots, sizeof(CommHandle));
+    p->names = xcalloc(2 * (size_t)max_micro, sizeof *p->names);
+    for (int i = 0; i < max_micro; i++) {
+        snprintf(p->names[i], sizeof p->names[i], "F%d", i);
+        snprintf(p->names[max_micro + i], sizeof p->names[i], "B%d", i);
+    }
+}
+
+void pipeline_free(Pipeline *p) {
+    free(p->slot_micro);
+    free(p->sent_fwd);
+    free(p->sent_bwd);
+    free(p->names);
+}
+
+static int is_first(const Pipeline *p) { return p->stage == 0; }
+static int is_last(const Pipeline *p) { return p->stage == p->stages - 1; }
+static GPT *model(Pipeline *p) { return &p->t->model; }
+// (BT,C) of the residual stream: what crosses between stages, in the activations' type
+static size_t act_count(Pipeline *p) { return (size_t)model(p)->plan.B * model(p)->plan.T * model(p)->L.cfg.channels; }
+static DType act_type(Pipeline *p) { return model(p)->dev->act_bytes == 4 ? DT_F32 : DT_BF16; }
+
+// ---- slots ----
+
+// Micro-batch i lives in slot i mod slots from its input to the end of its
+// backward. Claiming the slot finds it free (a schedule that keeps more in
+// flight than there are slots stops here) and waits for the sends that still
+// read it: the forward overwrites the output they carry.
+static int claim_slot(Pipeline *p, int i) {
+    int s = i % p->slots;
+    if (p->slot_micro[s] == i) return s;  // claimed when its input was received
+    CHECK(p->slot_micro[s] < 0, "pipeline: micro-batch %d needs slot %d, which still holds micro-batch %d; hint: "
+          "the schedule keeps more micro-batches in flight than the plan's %d slots", i, s, p->slot_micro[s], p->slots);
+    comm_wait(p->pp, &p->sent_fwd[s]);
+    comm_wait(p->pp, &p->sent_bwd[s]);
+    p->slot_micro[s] = i;
+    return s;
+}
+
+static int slot_of(Pipeline *p, int i) {
+    int s = i % p->slots;
+    CHECK(p->slot_micro[s] == i, "pipeline: micro-batch %d is not in slot %d (it holds %d); hint: a backward before "
+          "its forward", i, s, p->slot_micro[s]);
+    return s;
+}
+
+static void release_slot(Pipeline *p, int s) {
+    p->slot_micro[s] = -1;
+    p->in_flight--;
+}
+
+// ---- transfers between neighbours (no-ops at the pipeline's ends) ----
+
+static void recv_forward(Pipeline *p, int i) {
+    if (is_first(p)) return;
+    int s = claim_slot(p, i);
+    comm_recv(p->pp, gpt_slot_input(model(p), s), act_count(p), act_type(p), p->stage - 1, TAG_FORWARD, NULL);
+}
+
+static void send_forward(Pipeline *p, int i) {
+    if (is_last(p)) return;
+    int s = slot_of(p, i);
+    comm_send(p->pp, gpt_slot_output(model(p), s), act_count(p), act_type(p), p->stage + 1, TAG_FORWARD,
+              &p->sent_fwd[s]);
+}
+
+static void recv_backward(Pipeline *p, int j) {
+    if (is_last(p)) return;
+    int s = slot_of(p, j);
+    comm_wait(p->pp, &p->sent_bwd[s]);  // the gradient arrives where the last one left from
+    comm_recv(p->pp, gpt_slot_grad(model(p), s), act_count(p), act_type(p), p->stage + 1, TAG_BACKWARD, NULL);
+}
+
+static void send_backward(Pipeline *p, int j) {
+    if (is_first(p)) return;
+    int s = j % p->slots;  // released by its backward; its gradient stays until the send completes
+    comm_send(p->pp, gpt_slot_grad(model(p), s), act_count(p), act_type(p), p->stage - 1, TAG_BACKWARD,
+              &p->sent_bwd[s]);
+}
+
+// Output of i forward and the gradient of j's output back, with the next
+// stage, which at the same moment sends j's gradient and receives i.
+static void send_forward_recv_backward(Pipeline *p, int i, int j) {
+    if (is_last(p)) return;
+    int si = slot_of(p, i), sj = slot_of(p, j);
+    comm_wait(p->pp, &p->sent_bwd[sj]);
+    CommHandle got = {0};
+    comm_send_recv(p->pp, gpt_slot_output(model(p), si), TAG_FORWARD, gpt_slot_grad(model(p), sj), TAG_BACKWARD,
+                   act_count(p), act_type(p), p->stage + 1, &p->sent_fwd[si], &got);
+    comm_wait(p->pp, &got);
+}
+
+// Gradient of j's input back and i's input in, with the previous stage.
+static void send_backward_recv_forward(Pipeline *p, int j, int i) {
+    if (is_first(p)) return;
+    int sj = j % p->slots, si = claim_slot(p, i);
+    CommHandle got = {0};
+    comm_send_recv(p->pp, gpt_slot_grad(model(p), sj), TAG_BACKWARD, gpt_slot_input(model(p), si), TAG_FORWARD,
+                   act_count(p), act_type(p), p->stage - 1, &p->sent_bwd[sj], &got);
+    comm_wait(p->pp, &got);
+}
+
+static void wait_sends(Pipeline *p) {
+    for (int s = 0; s < p->slots; s++) {
+        comm_wait(p->pp, &p->sent_fwd[s]);
+        comm_wait(p->pp, &p->sent_bwd[s]);
+    }
+}
+
+// ---- one stage's compute of one micro-batch ----
+
+static void forward(Pipeline *p, int i) {
+    Trainer *t = p->t;
+    const MicroBatches *mb = p->mb;
+    GPT *g = model(p);
+    int s = claim_slot(p, i);
+    trainer_load_micro_batch(t, mb->split, mb->first + (uint64_t)i, mb->inputs, mb->targets);
+    gpt_slot_tokens(g, s, mb->inputs, mb->targets, mb->dloss_scale);
+    double t0 = now_us();
+    for (int u = g->plan.first_unit; u <= g->plan.last_unit; u++) gpt_unit_forward(g, &t->hooks, u, s);
+    trace_span(&t->trace, TRACE_TID_COMPUTE, p->names[i], t0, now_us(), 0);
+    if (is_last(p)) p->loss += gpt_slot_loss(g, s);
+    if (++p->in_flight > p->peak_in_flight && mb->dloss_scale != 0) p->peak_in_flight = p->in_flight;
+}
+
+static void backward(Pipeline *p, int j) {
+    Trainer *t = p->t;
+    GPT *g = model(p);
+    int s = slot_of(p, j);
+    comm_wait(p->pp, &p->sent_bwd[s]);  // the backward rewrites the gradient an earlier send carries
+    t->micro = j;  // the first micro-batch writes the gradients, the others add to them
+    double t0 = now_us();
+    for (int u = g->plan.last_unit; u >= g->plan.first_unit; u--) gpt_unit_backward(g, &t->hooks, u, s);
+    trace_span(&t->trace, TRACE_TID_COMPUTE, p->names[p->max_micro + j], t0, now_us(), 0);
+    release_slot(p, s);
+}
+
+// ---- the schedules ----
+
+// An evaluation: forwards only, each micro-batch's slot free again at once.
+static void forwards_only(Pipeline *p, int m) {
+    for (int i = 0; i < m; i++) {
+        recv_forward(p, i);
+        forward(p, i);
+        send_forward(p, i);
+        release_slot(p, i % p->slots);
+    }
+}
+
+// GPipe: every forward, then every backward, in micro-batch order.
+static void all_forward_all_backward(Pipeline *p, int m) {
+    for (int i = 0; i < m; i++) {
+        recv_forward(p, i);
+        forward(p, i);
+        send_forward(p, i);
+    }
+    for (int j = 0; j < m; j++) {
+        recv_backward(p, j);
+        backward(p, j);
+        send_backward(p, j);
+    }
+}
+
+// LAB 07: one_forward_one_backward -- the 1F1B schedule of one pipeline stage
+// PipeDream-Flush (Narayanan et al. 2021), Megatron-LM's schedule, for this
+// stage s = p->stage of P = p->stages over m micro-batches (0..m-1):
+//   warm-up: w = min(P - s - 1, m) forwards, each recv_forward(i),
+//            forward(i), send_forward(i);
+//   steady:  for the other m - w forwards i = w + j, j = 0, 1, ...: first
+//            receive micro-batch w (recv_forward) before the loop; then
+//            forward(i), send_forward_recv_backward(i, j), backward(j),
+//            and send_backward_recv_forward(j, i + 1), except after the
+//            last forward, where it is send_backward(j) alone;
+//   cool-down: the last w backwards, each recv_backward(j), backward(j),
+//            send_backward(j).
+// Backwards run in micro-batch order, as AFAB's, so the gradients match to
+// the bit; at most w + 1 = min(P - s, m) micro-batches are in flight. The
+// paired transfers let two neighbours that both send first go on.
+static void one_forward_one_backward(Pipeline *p, int m) {
+    int warmup = p->stages - p->stage - 1 < m ? p->stages - p->stage - 1 : m, steady = m - warmup;
+    for (int i = 0; i < warmup; i++) {
+        recv_forward(p, i);
+        forward(p, i);
+        send_forward(p, i);
+    }
+    if (steady > 0) recv_forward(p, warmup);
+    for (int j = 0; j < steady; j++) {
+        int i = warmup + j;
+        forward(p, i);
+        send_forward_recv_backward(p, i, j);
+        backward(p, j);
+        if (j == steady - 1) send_backward(p, j);
+        else send_backward_recv_forward(p, j, i + 1);
+    }
+    for (int j = steady; j < m; j++) {
+        recv_backward(p, j);
+        backward(p, j);
+        send_backward(p, j);
+    }
+}
+// LAB END
+
+// The pipeline's window: from the first stage's start to the last stage's
+// end (a clock every rank shares, as the trace assumes); idle = the window
+// less this rank's compute in it.
+static void measure_bubble(Pipeline *p, double t0_us, double t1_us) {
+    double w0 = -comm_max_f64(p->pp, -t0_us), w1 = comm_max_f64(p->pp, t1_us);
+    double busy = timeline_union_us(&p->t->trace.tl, TRACE_TID_COMPUTE, w0, w1);
+    if (w1 <= w0) return;
+    p->bubble_sum += 1.0 - busy / (w1 - w0);
+    p->bubble_steps++;
+}
+
+double pipeline_run(Pipeline *p, const MicroBatches *mb) {
+    CHECK(mb->count <= p->max_micro, "pipeline: %d micro-batches in a pass, at most %d", mb->count, p->max_micro);
+    p->mb = mb;
+    p->loss = 0;
+    int training = mb->dloss_scale != 0;
+    double t0 = now_us();
+    if (!training) forwards_only(p, mb->count);
+    else if (p->schedule == SCHEDULE_AFAB) all_forward_all_backward(p, mb->count);
+    else one_forward_one_backward(p, mb->count);
+    wait_sends(p);
+    CHECK(p->in_flight == 0, "pipeline: %d micro-batches still in flight after the schedule", p->in_flight);
+    if (training) {
+        p->t->micro = mb->count;
+        measure_bubble(p, t0, now_us());
+    }
+    // the losses are the last stage's: every stage returns them
+    return comm_sum_f64(p->pp, is_last(p) ? p->loss : 0.0);
+}

@@ -1,0 +1,47 @@
+// pipeline.h: pipeline parallelism (Huang et al. 2019, GPipe; Narayanan et
+// al. 2019/2021, PipeDream and PipeDream-Flush): each stage computes its
+// contiguous units for micro-batches that flow through the stages, the
+// activations forward and their gradients backward between neighbours.
+//   AFAB (GPipe): all m forwards, then all m backwards; m micro-batches in flight.
+//   1F1B (PipeDream-Flush, Megatron-LM's default): P - s - 1 warm-up
+//        forwards, then one forward and one backward in turn, then the
+//        remaining backwards; at most min(P - s, m) in flight on stage s.
+// Both compute the same thing in the same order per micro-batch, and both
+// run the backwards in micro-batch order, so the gradients they accumulate
+// are the same to the bit. Idle time per stage, the bubble: (P-1)/(m+P-1).
+#pragma once
+#include "trainer.h"
+
+typedef enum { SCHEDULE_1F1B, SCHEDULE_AFAB } Schedule;
+
+typedef struct Pipeline {
+    Trainer *t;
+    Comm *pp;                  // the stages of this pipeline, rank = stage
+    int stage, stages;
+    Schedule schedule;
+    int slots;                 // micro-batches whose activations fit (the plan's slots)
+    int *slot_micro;           // the micro-batch each slot holds, -1: free
+    CommHandle *sent_fwd;      // per slot: the send of its output, until it completes
+    CommHandle *sent_bwd;      // per slot: the send of its input gradient
+    const MicroBatches *mb;    // the pass being run
+    double loss;               // this pass's losses (last stage)
+    int in_flight, peak_in_flight;  // forwarded and not yet backwarded: now, and the most in any step
+    int max_micro;             // micro-batches a pass may have (the trace's names)
+    char (*names)[12];         // "F3", "B3": each micro-batch's span on the trace (2 x max_micro)
+    // the bubble of each step: 1 - busy / window, window from the pipeline's
+    // first start to its last end, busy = the union of this rank's compute spans in it
+    double bubble_sum;
+    long bubble_steps;
+} Pipeline;
+
+// Micro-batches stage `stage` of `stages` keeps at once: min(P - s, m) for
+// 1F1B, m for AFAB (and 1 when m is 0).
+int pipeline_slots(Schedule s, int stages, int stage, int micro_batches);
+// The model (t->model, allocated after) has `slots` slots; max_micro bounds a pass.
+void pipeline_init(Pipeline *p, Trainer *t, Comm *pp, int stage, int stages, Schedule s, int slots, int max_micro);
+void pipeline_free(Pipeline *p);
+// One pass: the step's schedule over mb's micro-batches (forwards only when
+// mb->dloss_scale is 0). Returns the sum of their mean losses, on every stage.
+double pipeline_run(Pipeline *p, const MicroBatches *mb);
+// The closed form of the bubble: (P - 1) / (m + P - 1).
+double pipeline_bubble_formula(int stages, int micro_batches);

@@ -1,0 +1,89 @@
+"""Folds bench/3d.sh's runs into one JSON object: per grid the median step
+time pooled over rounds (tokens/s = tokens per step / that median) and its
+ratio to dp_baseline at the same ranks and global batch, the device peak per
+rank, each pipeline stage's model states and activations (measured, with the
+formula), the bubble measured beside (P-1)/(m+P-1); and the bubble of the
+m sweep. Usage: summarize_3d.py OUT_DIR TAG RANKS CORES."""
+import json
+import statistics
+import sys
+from pathlib import Path
+
+out, tag, ranks, cores = Path(sys.argv[1]), sys.argv[2], int(sys.argv[3]), int(sys.argv[4])
+
+
+def records(name):
+    path = out / f"{tag}_{name}.json"
+    if not path.exists():
+        return []
+    return [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
+
+
+def key(rec):
+    g = rec["grid"]
+    return (g["tp"], g["pp"], g["dp"], g["schedule"], g["micro_batches"])
+
+
+def tokens_per_s(runs):
+    steps = [ms for r in runs for ms in r["step_ms"][1:]]  # the first step carries one-time costs
+    return runs[0]["global_batch_tokens"] / (statistics.median(steps) / 1000.0)
+
+
+def per_stage(rec):
+    stages = {}
+    for x in rec["grid"]["ranks"]:
+        s = stages.setdefault(int(x["stage"]), {"stage": int(x["stage"]), "states_bytes": 0, "states_formula": 0,
+                                                "activations_bytes": 0, "activations_formula": 0})
+        for k, src in (("states_bytes", "states"), ("states_formula", "states_formula"),
+                       ("activations_bytes", "activations"), ("activations_formula", "activations_formula")):
+            s[k] = max(s[k], x[src])
+    return [stages[s] for s in sorted(stages)]
+
+
+def grouped(recs):
+    by = {}
+    for r in recs:
+        by.setdefault(key(r), []).append(r)
+    return by
+
+
+def bubble(runs):
+    measured = [r["grid"]["bubble_measured"] for r in runs if r["grid"]["bubble_measured"] is not None]
+    return statistics.median(measured) if measured else None
+
+
+result = {
+    "what": f"3d_parallel on small at {ranks} ranks, micro-batch 2; tokens/s relative to dp_baseline at the same "
+            f"ranks and global batch; the pipeline bubble against (P-1)/(m+P-1)",
+    "oversubscribed": ranks > cores,
+    "note": f"{ranks} ranks on {cores} cores: ranks share cores, a rank waiting in MPI yields its core, so these "
+            f"are schedules on one machine, not on {ranks} devices" if ranks > cores else "one core per rank or more",
+}
+base = records("dp_baseline")
+grids = records("grids")
+if not base or not grids:
+    result["error"] = "a run failed; see the bench log"
+    print(json.dumps(result, indent=1))
+    sys.exit(0)
+base_tps = tokens_per_s(base)
+result["device"] = base[0]["device"]
+result["global_batch_sequences"] = base[0]["global_batch_tokens"] / base[0]["seq_len"]
+result["dp_baseline"] = {"rounds": len(base), "tokens_per_s": base_tps,
+                         "peak_device_bytes_per_rank": max(r["mem"]["device"]["peak_total"] for r in base)}
+result["grids"] = []
+for (tp, pp, dp, schedule, m), runs in sorted(grouped(grids).items()):
+    tps = tokens_per_s(runs)
+    result["grids"].append({
+        "tp": tp, "pp": pp, "dp": dp, "schedule": schedule, "micro_batches": m, "rounds": len(runs),
+        "tokens_per_s": tps, "relative_to_dp_baseline": tps / base_tps,
+        "peak_device_bytes_per_rank": max(r["mem"]["device"]["peak_total"] for r in runs),
+        "per_stage": per_stage(runs[-1]),
+        "bubble_measured": bubble(runs), "bubble_formula": runs[0]["grid"]["bubble_formula"],
+    })
+result["bubble_sweep"] = [
+    {"tp": tp, "pp": pp, "dp": dp, "schedule": schedule, "micro_batches": m, "rounds": len(runs),
+     "bubble_measured": bubble(runs), "bubble_formula": runs[0]["grid"]["bubble_formula"],
+     "peak_activations_bytes_per_rank": max(x["activations"] for x in runs[-1]["grid"]["ranks"])}
+    for (tp, pp, dp, schedule, m), runs in sorted(grouped(records("bubble")).items(), key=lambda kv: (kv[0][4], kv[0][3]))
+]
+print(json.dumps(result, indent=1))

@@ -1,0 +1,75 @@
+// gpt_units.h: what the model's compute files share (gpt.c, gpt_block.c,
+// gpt_tp.c): the activations one micro-batch keeps (a slot), the temporaries
+// the slots share, the forward and backward of one block, and the pieces of
+// tensor parallelism. Internal to common/model; everything else goes through
+// gpt.h. Under tensor parallelism (tp ranks) a block's tensors hold this
+// rank's heads: Cp = C/tp channels of attention, F = 4C/tp of the MLP.
+#pragma once
+#include "gpt.h"
+#include "kernels.h"
+
+// Saved activations of one transformer block; its input is the previous
+// block's x3, or the slot's x_in for the range's first block.
+typedef struct LayerActs {
+    act *ln1, *qkv, *atty, *x2, *ln2, *fch, *fch_gelu, *x3;  // (BT,C) except qkv (BT,3Cp), atty (BT,Cp), fch* (BT,F)
+    float *ln1_mean, *ln1_rstd, *ln2_mean, *ln2_rstd;        // (BT)
+    float *att;                                               // (B,NH/tp,T,T)
+} LayerActs;
+
+// One micro-batch in flight: what its backward needs from its forward.
+typedef struct GPTSlot {
+    act *x_in;                    // (BT,C) residual stream entering the range's first block
+    LayerActs *layer;             // the range's blocks, [layer - first layer]
+    act *lnf;                     // (BT,C) head only, like the three below
+    float *lnf_mean, *lnf_rstd;   // (BT)
+    act *logits;                  // (BT,vocab_part), rows gpt_logits_stride apart; dlogits after forward with a loss scale
+    float *losses;                // (BT)
+    int32_t *inputs, *targets;    // (BT) embeddings / head only
+    act *dres;                    // (BT,C) gradient of the residual stream (backward scratch)
+    float dloss_scale;
+} GPTSlot;
+
+// Temporaries the slots share: live within one unit's forward or backward.
+typedef struct GPTWork {
+    act *tmp;                     // (BT,C) projection outputs before the residual add
+    float *ce_max, *ce_sums;      // (BT), (2,BT): the vocabulary-parallel cross-entropy's statistics (tp > 1)
+    act *dc;                      // (BT,C)
+    act *d4a, *d4b;               // (BT,F); d4a also serves as dqkv (BT,3Cp)
+    int embed_grads_slot;         // slot whose head backward started embed_grads; -1 none
+} GPTWork;
+
+// Blocks of the plan's range: layers [first, end).
+static inline int plan_first_layer(const GPTPlan *p) { return (p->first_unit > 1 ? p->first_unit : 1) - 1; }
+static inline int plan_end_layer(const GPTPlan *p, int num_layers) {
+    return p->last_unit < num_layers ? p->last_unit : num_layers;
+}
+static inline int plan_has_unit(const GPTPlan *p, int u) { return u >= p->first_unit && u <= p->last_unit; }
+
+// Input of block `layer` in slot s: the previous block's output, or x_in for
+// the range's first block. layer = end layer gives the range's output.
+static inline act *block_input(const GPT *g, int layer, int s) {
+    const GPTSlot *sl = &g->slot[s];
+    int first = plan_first_layer(&g->plan);
+    return layer == first ? sl->x_in : sl->layer[layer - 1 - first].x3;
+}
+
+static inline LayerActs *layer_acts(const GPT *g, int layer, int s) {
+    return &g->slot[s].layer[layer - plan_first_layer(&g->plan)];
+}
+
+// gpt_block.c. Forward: block `layer` of slot s from params p. Backward:
+// the slot's dres holds dL/dx3 on entry and dL/dx_in on exit; parameter
+// gradients accumulate into dp (fp32, the unit's layout).
+void block_forward(GPT *g, const bf16 *p, int layer, int s);
+void block_backward(GPT *g, const bf16 *p, float *dp, int layer, int s);
+
+// ---- tensor parallelism (gpt_tp.c) ----
+// x (BT,C) summed in place over the tp group (nothing to do with tp_size 1),
+// in the activations' type (fp32 on cpu, bf16 on cuda):
+// Megatron-LM's g operator forward and f operator backward.
+void tp_sum(GPT *g, act *x);
+// x_in of slot s = the vocabulary-parallel embedding of its input tokens.
+void tp_embed_forward(GPT *g, const bf16 *embed_params, int s);
+// The slot's losses (and dlogits) from this rank's logits, with the
+// vocabulary-parallel cross-entropy's statistics all-reduced.
+void tp_head_loss(GPT *g, int s);

@@ -1,0 +1,224 @@
+// ds_config.c: reading --deepspeed-config and deciding which binary runs it
+// (see ds_config.h); the keys' meanings are in ds_config_keys.c.
+#include "ds_config.h"
+#include <stdarg.h>
+#include <string.h>
+#include "check.h"
+#include "ds_config_keys.h"
+
+#ifndef WB_BUILT_STAGES
+#error "the Makefile defines WB_BUILT_STAGES, the stages of this tree (\"00 01 02 ...\")"
+#endif
+
+static const DsStage STAGES[] = {
+    {"01", "dp_baseline", "plain data parallelism (ZeRO stage 0)"},
+    {"02", "zero1", "ZeRO-1"},
+    {"03", "zero2", "ZeRO-2"},
+    {"04", "zero3", "ZeRO-3"},
+    {"05", "cpu_offload", "ZeRO-Offload (ZeRO-2 with the optimizer on the host)"},
+    {"06", "infinity", "ZeRO-Infinity (ZeRO-3 with the optimizer on NVMe)"},
+};
+
+const DsStage *ds_stage_of(const char *binary) {
+    for (size_t i = 0; i < sizeof STAGES / sizeof STAGES[0]; i++)
+        if (strcmp(STAGES[i].binary, binary) == 0) return &STAGES[i];
+    return NULL;
+}
+
+int ds_stage_built(const DsStage *st) { return strstr(WB_BUILT_STAGES, st->id) != NULL; }
+
+void ds_fail(const DsConfig *ds, const char *key, const char *fmt, ...) {
+    char msg[512];
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(msg, sizeof msg, fmt, ap);
+    va_end(ap);
+    fail_usage("--deepspeed-config %s: %s: %s", ds->path, key, msg);
+}
+
+json_t *ds_lookup(const DsConfig *ds, const char *key) {
+    char part[96];
+    json_t *at = ds->root;
+    for (const char *p = key; at && *p;) {
+        size_t len = strcspn(p, ".");
+        if (len >= sizeof part || !json_is_object(at)) return NULL;
+        memcpy(part, p, len);
+        part[len] = 0;
+        at = json_object_get(at, part);
+        p += len + (p[len] == '.');
+    }
+    return at;
+}
+
+const char *ds_kind(const json_t *v) {
+    switch (json_typeof(v)) {
+    case JSON_OBJECT: return "an object";
+    case JSON_ARRAY: return "a list";
+    case JSON_STRING: return "a string";
+    case JSON_INTEGER: return "a whole number";
+    case JSON_REAL: return "a number";
+    case JSON_TRUE: case JSON_FALSE: return "true or false";
+    case JSON_NULL: return "null";
+    }
+    return "?";
+}
+
+int ds_is_auto(const json_t *v) { return json_is_string(v) && strcmp(json_string_value(v), "auto") == 0; }
+
+double ds_number(const DsConfig *ds, const char *key, const json_t *v, int whole) {
+    if (!json_is_number(v)) ds_fail(ds, key, "expected %s, got %s", whole ? "a whole number" : "a number", ds_kind(v));
+    double x = json_number_value(v);
+    if (whole && x != (double)(long long)x) ds_fail(ds, key, "expected a whole number, got %.17g", x);
+    return x;
+}
+
+const char *ds_string(const DsConfig *ds, const char *key, const json_t *v) {
+    if (!json_is_string(v)) ds_fail(ds, key, "expected a string, got %s", ds_kind(v));
+    return json_string_value(v);
+}
+
+int ds_bool(const DsConfig *ds, const char *key, const json_t *v) {
+    if (!json_is_boolean(v)) ds_fail(ds, key, "expected true or false, got %s", ds_kind(v));
+    return json_is_true(v);
+}
+
+// An offload section's device: none (also when absent), cpu or nvme.
+static const char *offload_device(const DsConfig *ds, const char *key) {
+    json_t *v = ds_lookup(ds, key);
+    if (!v || json_is_null(v) || ds_is_auto(v)) return "none";
+    const char *d = ds_string(ds, key, v);
+    if (strcmp(d, "none") && strcmp(d, "cpu") && strcmp(d, "nvme"))
+        ds_fail(ds, key, "'%s' is not a device: choose none, cpu or nvme", d);
+    return d;
+}
+
+static void choose(DsConfig *ds, const char *binary, const char *fmt, ...) {
+    snprintf(ds->binary, sizeof ds->binary, "%s", binary);
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(ds->binary_why, sizeof ds->binary_why, fmt, ap);
+    va_end(ap);
+}
+
+// DeepSpeed's stage and offload devices -> the binary of this workbench
+// that runs them, or one line saying why none does.
+static void decide_binary(DsConfig *ds) {
+    static const char *const OPT = "zero_optimization.offload_optimizer.device";
+    static const char *const PARAM = "zero_optimization.offload_param.device";
+    if (ds_lookup(ds, "zero_optimization.cpu_offload"))
+        ds_fail(ds, "zero_optimization.cpu_offload", "DeepSpeed's old spelling; write \"offload_optimizer\": "
+                "{\"device\": \"cpu\"} in zero_optimization");
+    const char *opt = offload_device(ds, OPT), *param = offload_device(ds, PARAM);
+    json_t *v = ds_lookup(ds, "zero_optimization.stage");
+    if (!v || ds_is_auto(v)) {
+        if (strcmp(opt, "none") || strcmp(param, "none"))
+            ds_fail(ds, strcmp(opt, "none") ? OPT : PARAM, "offloading needs zero_optimization.stage "
+                    "(2 with offload_optimizer cpu: cpu_offload; 3 with offload_optimizer nvme: infinity)");
+        return;
+    }
+    double stage = ds_number(ds, "zero_optimization.stage", v, 1);
+    if (stage < 0 || stage > 3) ds_fail(ds, "zero_optimization.stage", "%g is not a ZeRO stage: give 0 to 3", stage);
+    static const char *const PLAIN[4] = {"dp_baseline", "zero1", "zero2", "zero3"};
+    int z = (int)stage;
+    if (strcmp(param, "none") && z != 3)
+        ds_fail(ds, PARAM, "%s needs zero_optimization.stage 3 (parameters are partitioned only there), "
+                "not %d", param, z);
+    if (!strcmp(opt, "none") && strcmp(param, "none"))
+        ds_fail(ds, PARAM, "%s with the optimizer on the device has no stage here: infinity (stage 06) moves "
+                "the parameters with offload_optimizer.device nvme", param);
+    if (!strcmp(opt, "none")) {
+        choose(ds, PLAIN[z], "zero_optimization.stage %d", z);
+    } else if (!strcmp(opt, "cpu")) {
+        if (z != 2)
+            ds_fail(ds, OPT, "cpu with zero_optimization.stage %d has no stage here: cpu_offload (stage 05) "
+                    "offloads ZeRO-2's optimizer to the host, infinity (stage 06) ZeRO-3's to NVMe", z);
+        choose(ds, "cpu_offload", "zero_optimization.stage 2 with offload_optimizer.device cpu");
+    } else {
+        if (z != 3)
+            ds_fail(ds, OPT, "nvme needs zero_optimization.stage 3 (ZeRO-Infinity), not %d", z);
+        choose(ds, "infinity", "zero_optimization.stage 3 with offload_optimizer.device nvme");
+    }
+}
+
+void ds_config_load(DsConfig *ds, const char *path) {
+    memset(ds, 0, sizeof *ds);
+    if (!path) return;
+    ds->path = path;
+    json_error_t e;
+    ds->root = json_load_file(path, JSON_REJECT_DUPLICATES, &e);
+    if (!ds->root && e.line < 1) fail_usage("--deepspeed-config %s: %s", path, e.text);
+    if (!ds->root)
+        fail_usage("--deepspeed-config %s: line %d, column %d: %s (not valid JSON)", path, e.line, e.column, e.text);
+    if (!json_is_object(ds->root))
+        fail_usage("--deepspeed-config %s: the top level is %s; a DeepSpeed config is one JSON object", path,
+                   ds_kind(ds->root));
+    decide_binary(ds);
+}
+
+void ds_config_check_binary(const DsConfig *ds, const char *binary) {
+    if (!ds->root || !ds->binary[0] || strcmp(ds->binary, binary) == 0) return;
+    const DsStage *want = ds_stage_of(ds->binary);
+    CHECK(want, "ds_config: no stage runs %s", ds->binary);
+    fail_usage("--deepspeed-config %s: %s is %s: run ./%s (stage %s%s) with this config, not ./%s", ds->path,
+               ds->binary_why, want->what, want->binary, want->id,
+               ds_stage_built(want) ? "" : ", which this build does not have yet", binary);
+}
+
+void ds_config_free(DsConfig *ds) {
+    if (ds->root) json_decref(ds->root);
+    ds->root = NULL;
+}
+
+#define NO_USE "the workbench has no use for it"
+
+// Every leaf key of the config ("zero_optimization.offload_param.device"),
+// lists included as one value; the ones nothing recorded are ignored.
+static void note_unused(const DsConfig *ds, Settings *s, json_t *obj, const char *prefix) {
+    const char *name;
+    json_t *v;
+    json_object_foreach(obj, name, v) {
+        char key[96];
+        snprintf(key, sizeof key, "%s%s%s", prefix, prefix[0] ? "." : "", name);
+        if (json_is_object(v) && json_object_size(v) > 0) {
+            note_unused(ds, s, v, key);
+            continue;
+        }
+        int known = 0;
+        for (int i = 0; i < s->nkeys && !known; i++) known = strcmp(s->key[i].key, key) == 0;
+        if (!known) settings_key(s, key, "ignored: %s", NO_USE);
+    }
+}
+
+void ds_config_apply(const DsConfig *ds, FlagSpec *specs, int n, Settings *s, const char *binary) {
+    if (!ds->root) return;
+    snprintf(s->config_path, sizeof s->config_path, "%s", ds->path);
+    DsApply a = {.ds = ds, .specs = specs, .n = n, .s = s, .binary = binary};
+    if (ds->binary[0]) {
+        settings_key(s, "zero_optimization.stage", "checked: %s runs it (%s)", ds->binary, ds->binary_why);
+        if (ds_lookup(ds, "zero_optimization.offload_optimizer.device"))
+            settings_key(s, "zero_optimization.offload_optimizer.device", "checked: %s runs it", ds->binary);
+    }
+    ds_apply_optimizer(&a);
+    ds_apply_scheduler(&a);
+    ds_apply_rules(&a);
+    ds_apply_checks(&a);
+    note_unused(ds, s, ds->root, "");
+}
+
+void ds_config_ignored_line(const Settings *s, char *out, size_t n) {
+    size_t len = 0;
+    out[0] = 0;
+    for (int i = 0; i < s->nkeys; i++) {
+        const char *e = s->key[i].effect;
+        if (strncmp(e, "ignored", 7) != 0) continue;
+        // "ignored: why" or "ignored by zero1: why"; no why for a key the workbench does not know
+        const char *why = strchr(e, ':') ? strchr(e, ':') + 2 : "";
+        if (strcmp(why, NO_USE) == 0) why = "";
+        len += (size_t)snprintf(out + len, len < n ? n - len : 0, "%s%s%s%s%s", len ? ", " : "", s->key[i].key,
+                                why[0] ? " (" : "", why, why[0] ? ")" : "");
+    }
+    if (len == 0) return;
+    char keys[4096];
+    snprintf(keys, sizeof keys, "%s", out);
+    snprintf(out, n, "%s: ignored: %s", s->config_path, keys);
+}

@@ -1,0 +1,37 @@
+// ds_config_keys.h: what ds_config.c and ds_config_keys.c share: reading a
+// key of the config with its type checked, and the steps that apply the
+// config's sections to a binary's flags.
+#pragma once
+#include "ds_config.h"
+
+// A stage of the workbench: its number, binary and what it implements.
+typedef struct DsStage {
+    const char *id, *binary, *what;
+} DsStage;
+const DsStage *ds_stage_of(const char *binary);  // NULL for a binary that is no stage
+int ds_stage_built(const DsStage *st);           // whether this tree has it
+
+// Exits 2 with "--deepspeed-config FILE: KEY: message".
+__attribute__((noreturn, format(printf, 3, 4))) void ds_fail(const DsConfig *ds, const char *key,
+                                                             const char *fmt, ...);
+json_t *ds_lookup(const DsConfig *ds, const char *key);  // "a.b.c"; NULL when absent
+const char *ds_kind(const json_t *v);                    // "a string", "a list", ...
+int ds_is_auto(const json_t *v);
+// The value with its type checked (exit 2 naming the key otherwise).
+double ds_number(const DsConfig *ds, const char *key, const json_t *v, int whole);
+const char *ds_string(const DsConfig *ds, const char *key, const json_t *v);
+int ds_bool(const DsConfig *ds, const char *key, const json_t *v);
+
+typedef struct DsApply {
+    const DsConfig *ds;
+    FlagSpec *specs;
+    int n;
+    Settings *s;
+    const char *binary;
+    const char *scheduler;  // scheduler.type, NULL when none
+} DsApply;
+
+void ds_apply_optimizer(DsApply *a);  // optimizer.type and betas; DeepSpeed's AdamW defaults
+void ds_apply_scheduler(DsApply *a);  // scheduler.type; its defaults; warmup_min_lr
+void ds_apply_rules(DsApply *a);      // the keys that set one flag each
+void ds_apply_checks(DsApply *a);     // switches checked, keys known to have no knob here

@@ -1,0 +1,177 @@
+#!/usr/bin/env python3
+"""check_lab.py NN: the checks of lab NN (make check-lab-NN), run in a
+student copy made by make lab-NN. It builds the stage, runs it, and prints
+each check as pass or fail with the measured and the expected figure, then a
+score. Exit status 0 only when every check passes.
+
+The expected figures come from the reference, run on this machine when the
+lab was made (.lab/expected.json): the stage's losses must equal them to the
+bit where the math is the same. The other checks hold the stage to its own
+formulas (bytes by tier and category, communication, transfers) and to
+itself (resume reproduces the uninterrupted run).
+
+--record (used by make_lab.py in the reference tree) runs the reference,
+checks it passes, and prints the expected figures as JSON.
+"""
+import json
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+
+HERE = Path.cwd()
+MPI_ENV = {
+    "OMPI_ALLOW_RUN_AS_ROOT": "1", "OMPI_ALLOW_RUN_AS_ROOT_CONFIRM": "1",
+    "OMPI_MCA_rmaps_base_oversubscribe": "1", "OMPI_MCA_orte_execute_quiet": "1",
+    "OMPI_MCA_btl": "self,vader", "OMPI_MCA_btl_vader_single_copy_mechanism": "none",
+    "OMPI_MCA_mpi_yield_when_idle": "1",
+}
+MODEL = "--model small --batch 4 --steps 8"
+ACCUM = "--batch 2 --grad-accum 2"  # the same global batch in two micro-batches
+STATE_CATS = ["params_bf16", "grads_bf16", "master_fp32", "adam_m", "adam_v"]
+
+# lab: (stage binary, the reference it must equal, extra flags of the main run, tiers holding states)
+LABS = {
+    "01": ("dp_baseline", "dp_baseline", "", ["device"]),
+    "02": ("zero1", "dp_baseline", "", ["device"]),
+    "03": ("zero2", "dp_baseline", "--bucket-mb 0.2", ["device"]),
+    "04": ("zero3", "dp_baseline", "--bucket-mb 0.2 --prefetch 2", ["device"]),
+    "05": ("cpu_offload", "zero2", "", ["device", "pinned"]),
+    # the reference's own losses: tensor parallelism adds partial sums in
+    # another order than dp_baseline, so the student's code is held to the
+    # reference 3d_parallel's bits (1F1B and the f/g all-reduce)
+    "07": ("3d_parallel", "3d_parallel", "--tp 2 --pp 2", ["device"]),
+}
+RANKS = {"07": 4}  # tp 2 x pp 2; the others run on 2 ranks
+
+
+class Runner:
+    def __init__(self, tmp, ranks):
+        self.tmp, self.n, self.ranks = Path(tmp), 0, ranks
+
+    def run(self, binary, flags):
+        """Runs a trainer on the lab's ranks; returns its --json record, or the error it died with."""
+        ranks = self.ranks
+        self.n += 1
+        path = self.tmp / f"run{self.n}.json"
+        argv = ["mpirun", "-np", str(ranks), f"./{binary}"] + flags.split() + ["--quiet", "--json", str(path)]
+        done = subprocess.run(argv, env=dict(os.environ, **MPI_ENV), capture_output=True, text=True)
+        if done.returncode != 0 or not path.exists():
+            lines = (done.stdout + done.stderr).strip().splitlines()
+            return {"error": f"exit {done.returncode}: " + (lines[-1] if lines else "no output")}
+        return json.loads(path.read_text().splitlines()[-1])
+
+
+def figures(rec, tiers):
+    """What the checks compare: losses, bytes by tier and category, comm and transfers."""
+    if "error" in rec:
+        return rec
+    mem = {f"{t}/{c}": rec["mem"][t][c]["current"] for t in tiers for c in STATE_CATS}
+    formula = {f"{t}/{c}": rec["mem_formula"][t][c] for t in tiers for c in STATE_CATS}
+    xfer = rec.get("transfer_bytes_per_step", {})
+    return {"losses": rec["losses"], "mem": mem, "mem_formula": formula,
+            "comm": rec["comm_bytes_per_step"], "comm_formula": rec["comm_formula_bytes_per_step"],
+            "xfer": {k: v for k, v in xfer.items() if v["formula"] > 0}}
+
+
+def reference_figures(lab, r):
+    stage, ref, extra, tiers = LABS[lab]
+    expected = {"lab": lab, "stage": stage, "reference": ref,
+                "losses": figures(r.run(ref, MODEL + " " + (extra if ref != "dp_baseline" else "")), tiers)["losses"]}
+    # gradient accumulation: the reference stage itself (its bf16 sums per
+    # micro-batch round differently from dp_baseline's single sum)
+    expected["accum_losses"] = figures(r.run(stage, f"{MODEL} {extra} {ACCUM}"), tiers)["losses"]
+    if lab == "05":
+        expected["dpu_losses"] = figures(r.run(stage, MODEL + " --dpu --dpu-warmup 2"), tiers)["losses"]
+    return expected
+
+
+def run_checks(lab, expected, r):
+    """[(name, passed, measured, expected)] for lab `lab`."""
+    stage, ref, extra, tiers = LABS[lab]
+    save = r.tmp / "ck"
+    main = figures(r.run(stage, f"{MODEL} {extra} --save {save} --save-every 4"), tiers)
+    if "error" in main:  # every check fails with the reason
+        names = [f"losses equal {ref}'s to the bit", "model-state bytes equal the formula",
+                 "communication per step equals the formula", f"with {ACCUM}: losses equal the reference's",
+                 "resume reproduces the run"]
+        names += ["--dpu equals the reference's delayed update"] if lab == "05" else []
+        return [(n, False, main["error"], f"{stage} exits 0") for n in names]
+    out = []
+    same = main["losses"] == expected["losses"]
+    out.append((f"losses equal {ref}'s to the bit (8 steps, {r.ranks} ranks)", same,
+                f"{main['losses'][-1]:.9g} at step 8", f"{expected['losses'][-1]:.9g}"))
+    bad = [k for k in main["mem"] if main["mem"][k] != main["mem_formula"][k]]
+    out.append(("model-state bytes by tier and category equal the formula", not bad,
+                ", ".join(f"{k} {main['mem'][k]:.0f}" for k in bad) or "all equal",
+                ", ".join(f"{k} {main['mem_formula'][k]:.0f}" for k in bad) or "all equal"))
+    comm_ok = main["comm"] == main["comm_formula"] if lab != "04" else \
+        0.99 * main["comm_formula"] <= main["comm"] <= main["comm_formula"]
+    out.append(("communication per step equals the formula" + (" (-1%..0: the head stays live)" if lab == "04" else ""),
+                comm_ok, f"{main['comm']:.0f} B", f"{main['comm_formula']:.0f} B"))
+    for k, v in main["xfer"].items():
+        out.append((f"{k} bytes per step equal the formula", abs(v["counted"] - v["formula"]) <= 1,
+                    f"{v['counted']:.0f} B", f"{v['formula']:.0f} B"))
+    accum = figures(r.run(stage, f"{MODEL} {extra} {ACCUM}"), tiers)
+    ok = "error" not in accum and accum["losses"] == expected["accum_losses"]
+    out.append((f"with {ACCUM}: losses equal the reference {stage}'s to the bit", ok,
+                accum.get("error") or f"{accum['losses'][-1]:.9g} at step 8", f"{expected['accum_losses'][-1]:.9g}"))
+    resumed = figures(r.run(stage, f"{MODEL} {extra} --resume {save}/step-00000004"), tiers)
+    ok = "error" not in resumed and resumed["losses"] == main["losses"][4:]
+    out.append(("resume from step 4 reproduces steps 5-8", ok,
+                resumed.get("error") or f"{resumed['losses'][-1]:.9g}", f"{main['losses'][-1]:.9g}"))
+    if lab == "05":
+        dpu = figures(r.run(stage, f"{MODEL} --dpu --dpu-warmup 2"), tiers)
+        ok = "error" not in dpu and dpu["losses"] == expected["dpu_losses"]
+        out.append(("--dpu equals the reference's delayed update to the bit", ok,
+                    dpu.get("error") or f"{dpu['losses'][-1]:.9g}", f"{expected['dpu_losses'][-1]:.9g}"))
+    return out
+
+
+def build(lab):
+    stage, ref = LABS[lab][:2]
+    jobs = str(os.cpu_count() or 2)
+    done = subprocess.run(["make", "--no-print-directory", "-j" + jobs, stage, ref], capture_output=True, text=True)
+    if done.returncode != 0:
+        errors = [l for l in (done.stdout + done.stderr).splitlines() if "error" in l]
+        sys.exit(f"check-lab-{lab}: the build fails:\n" + "\n".join(errors[:20] or [done.stderr[-2000:]]))
+
+
+def main():
+    args = [a for a in sys.argv[1:] if a != "--record"]
+    record = "--record" in sys.argv
+    if len(args) != 1 or args[0] not in LABS:
+        sys.exit(f"usage: check_lab.py NN [--record]; labs: {', '.join(LABS)}")
+    lab = args[0]
+    if not shutil.which("mpirun"):
+        sys.exit("check_lab: mpirun not found; run make deps")
+    build(lab)
+    with tempfile.TemporaryDirectory(dir=HERE) as tmp:
+        r = Runner(tmp, RANKS.get(lab, 2))
+        if record:
+            expected = reference_figures(lab, r)
+        else:
+            path = HERE / ".lab/expected.json"
+            if not path.exists():
+                sys.exit(f"check-lab-{lab}: no .lab/expected.json here: run it in the copy make lab-{lab} made")
+            expected = json.loads(path.read_text())
+        results = run_checks(lab, expected, r)
+    passed = sum(ok for _, ok, _, _ in results)
+    if record:
+        if passed != len(results):
+            for name, ok, got, want in results:
+                print(f"{'pass' if ok else 'FAIL'}  {name}: measured {got}, expected {want}", file=sys.stderr)
+            sys.exit(1)
+        print(json.dumps(expected))
+        return
+    print(f"lab {lab} ({LABS[lab][0]}): checks")
+    for name, ok, got, want in results:
+        print(f"  {'pass' if ok else 'FAIL'}  {name}: measured {got}, expected {want}")
+    print(f"score: {passed}/{len(results)}")
+    sys.exit(0 if passed == len(results) else 1)
+
+
+if __name__ == "__main__":
+    main()

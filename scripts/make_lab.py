@@ -1,0 +1,177 @@
+#!/usr/bin/env python3
+"""make_lab.py NN [DIR]: a student copy of the tree for lab NN (make lab-NN).
+
+The reference sources mark each stage's technique:
+
+    // LAB 03: launch_bucket -- reduce-scatter a full bucket
+    ...the functions, with the comments that specify them...
+    // LAB END
+
+In the copy, every function between the markers of lab NN keeps its
+signature and the comments around it (what goes in, what comes out, the
+formula), and its body becomes a stub that compiles and stops the program
+with file:line when called. Nothing is kept as a second copy: the exercises
+are generated from the reference every time.
+
+Before writing the copy, the reference runs the lab's checks once and
+records what they must see (DIR/.lab/expected.json): on the student's own
+machine the student's code must then reproduce those figures, bit for bit
+where the math is the same. The reference's build folders are copied too, so
+the first build of the copy recompiles only the stubbed files.
+"""
+import json
+import os
+import re
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+HERE = Path(__file__).resolve().parent.parent
+MARK = re.compile(r"^\s*//\s*LAB\s+(\d\d):\s*(\S+)\s*(?:--\s*(.*))?$")
+END = re.compile(r"^\s*//\s*LAB END\s*$")
+
+
+def strip_code(line):
+    """The line with strings, characters and // comments blanked, for brace counting."""
+    out, i, quote = [], 0, None
+    while i < len(line):
+        c = line[i]
+        if quote:
+            if c == "\\":
+                i += 2
+                continue
+            if c == quote:
+                quote = None
+            i += 1
+            continue
+        if c in "\"'":
+            quote = c
+        elif line.startswith("//", i):
+            break
+        else:
+            out.append(c)
+        i += 1
+    return "".join(out)
+
+
+def stub_region(lines, lab, name, where):
+    """The region's lines with every function body replaced by a stub."""
+    out, depth, i = [], 0, 0
+    signature = []
+    while i < len(lines):
+        line = lines[i]
+        code = strip_code(line)
+        if depth == 0 and "{" in code and "(" in "".join(signature) + code and "=" not in code.split("(")[0]:
+            # a function definition opens: keep the signature, drop the body
+            head = line[: line.index("{") + 1] if "{" in line else line
+            out.append(head + "\n" if not head.endswith("\n") else head)
+            fn = re.findall(r"(\w+)\s*\(", "".join(signature) + code)
+            fn = fn[0] if fn else name
+            out.append(f"    // LAB {lab} ({name}): yours to write. The comments above say what goes in and\n")
+            out.append(f"    // what comes out; the handout's Exercise section has the hints.\n")
+            out.append(f"    fail_at(__FILE__, __LINE__, \"lab {lab}: {fn} is not written yet; see the Exercise of "
+                       f"the stage's README\");\n")
+            depth = code.count("{") - code.count("}")
+            i += 1
+            while depth > 0 and i < len(lines):
+                c = strip_code(lines[i])
+                depth += c.count("{") - c.count("}")
+                i += 1
+            out.append("}\n")
+            signature = []
+            continue
+        out.append(line)
+        stripped = line.strip()
+        signature = [] if (not stripped or stripped.startswith("//") or stripped.endswith(";")) else signature + [code]
+        i += 1
+    return out
+
+
+def stub_file(path, lab, rel):
+    """Stubs lab `lab`'s regions in one file; returns the names stubbed."""
+    lines = path.read_text().splitlines(keepends=True)
+    out, names, i = [], [], 0
+    while i < len(lines):
+        m = MARK.match(lines[i])
+        if not m or m.group(1) != lab:
+            out.append(lines[i])
+            i += 1
+            continue
+        j = i + 1
+        while j < len(lines) and not END.match(lines[j]):
+            j += 1
+        if j == len(lines):
+            sys.exit(f"make_lab: {rel}:{i + 1}: LAB {lab} {m.group(2)} has no // LAB END")
+        out.append(lines[i])
+        out.extend(stub_region(lines[i + 1:j], lab, m.group(2), rel))
+        out.append(lines[j])
+        names.append(m.group(2))
+        i = j + 1
+    if names:
+        text = "".join(out)
+        if '#include "check.h"' not in text:  # fail_at lives there
+            text = re.sub(r'(#include [<"][^>"]+[>"]\n)', r'\1#include "check.h"\n', text, count=1)
+        path.write_text(text)
+    return names
+
+
+def tracked_files():
+    files = subprocess.run(["git", "ls-files", "-z"], cwd=HERE, check=True, capture_output=True).stdout
+    return [f for f in files.decode().split("\0") if f]
+
+
+def main():
+    if len(sys.argv) not in (2, 3) or not re.fullmatch(r"\d\d", sys.argv[1]):
+        sys.exit("usage: make_lab.py NN [DIR]   (e.g. make_lab.py 03 labs/03)")
+    lab = sys.argv[1]
+    dest = Path(sys.argv[2] if len(sys.argv) == 3 else f"labs/{lab}")
+    dest = dest if dest.is_absolute() else HERE / dest
+    if dest.exists() and any(dest.iterdir()):
+        sys.exit(f"make_lab: {dest} exists and is not empty; it may hold your work. "
+                 f"Name another folder: make lab-{lab} LAB_DIR=...")
+    checks = subprocess.run([sys.executable, str(HERE / "scripts/check_lab.py"), lab, "--record"], cwd=HERE,
+                            capture_output=True, text=True)
+    if checks.returncode != 0:
+        sys.exit(f"make_lab: the reference does not pass lab {lab}'s checks, so there is nothing to aim "
+                 f"for:\n{checks.stdout}{checks.stderr}")
+    for rel in tracked_files():
+        src, dst = HERE / rel, dest / rel
+        if not src.exists():
+            continue
+        dst.parent.mkdir(parents=True, exist_ok=True)
+        shutil.copy2(src, dst)
+    for build in ("build", "build-nogpu"):  # objects of the reference: only stubbed files recompile
+        if (HERE / build).is_dir():
+            shutil.copytree(HERE / build, dest / build, symlinks=True, dirs_exist_ok=True)
+    stubbed = []
+    for rel in tracked_files():
+        if rel.endswith((".c", ".h", ".cu")) and (dest / rel).exists():
+            names = stub_file(dest / rel, lab, rel)
+            if names:
+                os.utime(dest / rel)  # newer than the copied objects
+                stubbed += [f"{rel}: {n}" for n in names]
+    if not stubbed:
+        sys.exit(f"make_lab: no // LAB {lab}: markers in the sources; labs: "
+                 + ", ".join(sorted({m for m in marked_labs()})))
+    (dest / ".lab").mkdir(exist_ok=True)
+    (dest / ".lab/expected.json").write_text(checks.stdout)
+    (dest / ".lab/stubbed.txt").write_text("\n".join(stubbed) + "\n")
+    print(f"lab {lab}: a copy of the tree in {dest}, with these functions to write:")
+    for s in stubbed:
+        print(f"  {s}")
+    inside = Path.cwd() in dest.parents
+    print(f"build and check it there: cd {os.path.relpath(dest) if inside else dest} && make check-lab-{lab}")
+
+
+def marked_labs():
+    for rel in tracked_files():
+        if rel.endswith((".c", ".h", ".cu")) and (HERE / rel).exists():
+            for line in (HERE / rel).read_text().splitlines():
+                m = MARK.match(line)
+                if m:
+                    yield m.group(1)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,137 @@
+// test_tools.c: the helpers a student runs beside the trainers. make diff-NN
+// says what each stage adds (00 the calculator, 01 the first trainer, the
+// others a diff of their strategy files) and exits 0; scripts/plot_runs.py
+// draws the three pictures of a set of runs, with names shown as written
+// (gnuplot's enhanced text once drew "dp_baseline" as "dp" with a subscript
+// b); scripts/compare.py refuses a comparison without a spread.
+#include <sys/stat.h>
+#include <unistd.h>
+#include "runs.h"
+
+#define CMD_LEN 2048
+
+static void test_stage_diffs(void **state) {
+    (void)state;
+    char *out = NULL;
+    int rc = test_run("make --no-print-directory diff-00", &out);
+    if (rc != 0 || !strstr(out, "calculator")) fail_msg("make diff-00: exit %d\n%s", rc, out);
+    free(out);
+    rc = test_run("make --no-print-directory diff-01", &out);
+    if (rc != 0 || !strstr(out, "first trainer") || !strstr(out, "const Strategy strategy_dp_baseline"))
+        fail_msg("make diff-01: exit %d\n%.500s", rc, out);
+    if (strstr(out, "flags_parse")) fail_msg("make diff-01 shows the flag parser, not the trainer:\n%.500s", out);
+    free(out);
+    // zero2 over zero1: its own strategy, and nothing of memory_math's parser
+    rc = test_run("make --no-print-directory diff-03", &out);
+    if (rc != 0 || !strstr(out, "+static int flags(void *ctx, FlagSpec *out)") || !strstr(out, "grad_shard.c"))
+        fail_msg("make diff-03: exit %d\n%.800s", rc, out);
+    free(out);
+}
+
+static void test_plot_runs(void **state) {
+    (void)state;
+    char root[64], cmd[CMD_LEN], json[256];
+    assert_int_equal(test_make_dir(root, sizeof root, "plots"), 0);
+    snprintf(json, sizeof json, "%s/runs.json", root);
+    const char *stages[2] = {"dp_baseline", "zero3"};
+    for (int s = 0; s < 2; s++) {
+        snprintf(cmd, sizeof cmd, "mpirun -np 2 ./%s --model tiny --steps 3 --quiet --json %s", stages[s], json);
+        char *out = NULL;
+        int rc = test_run(cmd, &out);
+        if (rc != 0) fail_msg("%s: exit %d\n%s", cmd, rc, out);
+        free(out);
+    }
+    snprintf(cmd, sizeof cmd, "python3 scripts/plot_runs.py %s %s/demo", json, root);
+    char *out = NULL;
+    int rc = test_run(cmd, &out);
+    if (rc != 0) fail_msg("%s: exit %d\n%s", cmd, rc, out);
+    // the terminal drawing carries the curves' titles as written
+    if (!strstr(out, "dp_baseline N=2") || !strstr(out, "zero3 N=2")) fail_msg("titles not as written:\n%s", out);
+    const char *pics[3] = {"losses", "memory", "comm"};
+    for (int i = 0; i < 3; i++) {
+        char png[320];
+        snprintf(png, sizeof png, "%s/demo_%s.png", root, pics[i]);
+        struct stat st;
+        if (stat(png, &st) != 0 || st.st_size < 1000) fail_msg("%s missing or empty\n%s", png, out);
+    }
+    free(out);
+    assert_int_equal(test_remove_dir(root), 0);
+}
+
+static void test_compare_needs_a_spread(void **state) {
+    (void)state;
+    char *out = NULL;
+    int rc = test_run("python3 scripts/compare.py --repeats 1 './zero2 --model tiny --steps 1'", &out);
+    if (rc == 0 || !strstr(out, "--repeats")) fail_msg("compare.py --repeats 1: exit %d\n%s", rc, out);
+    free(out);
+}
+
+// bench-compare: a drop beyond the measured spread is a regression (exit
+// 1), one within it is noise; more peak memory is a regression; a section
+// that failed now but ran before is one too.
+static void write_results(const char *path, double tps, double lo, double hi, double peak, int aio_failed) {
+    FILE *f = fopen(path, "w");
+    assert_non_null(f);
+    fprintf(f, "{\"schema\":1,\"commit\":\"x\",\"machine\":{\"cpu\":\"test cpu\",\"cores\":2},\"sections\":{"
+               "\"training\":{\"stages\":{\"zero2\":{\"tokens_per_s\":%g,\"tokens_per_s_min\":%g,"
+               "\"tokens_per_s_max\":%g,\"peak_device_bytes_per_rank\":%g}}},\"aio\":%s}}\n",
+            tps, lo, hi, peak, aio_failed ? "{\"failed\":true,\"exit\":1}" : "{\"best_gbps\":1.0}");
+    fclose(f);
+}
+
+static void test_bench_compare(void **state) {
+    (void)state;
+    char root[64], base[128], noise[128], slow[128], fat[128], broke[128], cmd[512];
+    assert_int_equal(test_make_dir(root, sizeof root, "compare"), 0);
+    snprintf(base, sizeof base, "%s/base.json", root);
+    snprintf(noise, sizeof noise, "%s/noise.json", root);
+    snprintf(slow, sizeof slow, "%s/slow.json", root);
+    snprintf(fat, sizeof fat, "%s/fat.json", root);
+    snprintf(broke, sizeof broke, "%s/broke.json", root);
+    write_results(base, 1000, 950, 1060, 5e6, 0);   // spread 11%
+    write_results(noise, 930, 900, 980, 5e6, 0);    // -7%: within the spread
+    write_results(slow, 800, 780, 820, 5e6, 0);     // -20%: beyond it
+    write_results(fat, 1000, 950, 1060, 6e6, 0);    // more memory
+    write_results(broke, 1000, 950, 1060, 5e6, 1);  // a section failed
+    const char *news[4] = {noise, slow, fat, broke};
+    const int want_rc[4] = {0, 1, 1, 1};
+    for (int i = 0; i < 4; i++) {
+        snprintf(cmd, sizeof cmd, "python3 bench/compare.py %s %s", base, news[i]);
+        char *out = NULL;
+        int rc = test_run(cmd, &out);
+        if (rc != want_rc[i] || (want_rc[i] && !strstr(out, "REGRESSION")) || (!want_rc[i] && !strstr(out, "within spread")))
+            fail_msg("%s: exit %d (want %d)\n%s", cmd, rc, want_rc[i], out);
+        free(out);
+    }
+    assert_int_equal(test_remove_dir(root), 0);
+}
+
+// make bench keeps what finished: a failing section is marked failed (with
+// its log) and the results still hold the sections that ran, the machine
+// and the commit.
+static void test_bench_keeps_finished_sections(void **state) {
+    (void)state;
+    char root[64], cmd[1024];
+    assert_int_equal(test_make_dir(root, sizeof root, "bench"), 0);  // the user's build/bench stays untouched
+    snprintf(cmd, sizeof cmd, "BENCH_OUT=%s BENCH_ONLY='sgemm aio' AIO_DIR=/dev/null/no-such bash bench/run.sh && "
+             "python3 -c \"import json; r = json.load(open('%s/results.json')); "
+             "s = r['sections']; print('sgemm', s['sgemm']['sgemm_gflops'] > 0, 'aio', s['aio']['failed'], "
+             "'cpu', bool(r['machine']['cpu']), 'commit', len(r['commit']))\"", root, root);
+    char *out = NULL;
+    int rc = test_run(cmd, &out);
+    if (rc != 0 || !strstr(out, "sgemm True aio True cpu True commit 40") || !strstr(out, "aio FAILED"))
+        fail_msg("make bench with a failing section: exit %d\n%s", rc, out);
+    free(out);
+    assert_int_equal(test_remove_dir(root), 0);
+}
+
+int main(void) {
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_stage_diffs),
+        cmocka_unit_test(test_plot_runs),
+        cmocka_unit_test(test_compare_needs_a_spread),
+        cmocka_unit_test(test_bench_compare),
+        cmocka_unit_test(test_bench_keeps_finished_sections),
+    };
+    return cmocka_run_group_tests(tests, NULL, NULL);
+}
