@@ -64,14 +64,16 @@ BIN_02 := zero1
 BIN_03 := zero2
 BIN_04 := zero3
 BIN_05 := cpu_offload
+BIN_06 := infinity
 BIN_07 := 3d_parallel
 SRC_01 := $(wildcard 01_dp_baseline/*.c)
 SRC_02 := $(wildcard 02_zero1/*.c)
 SRC_03 := $(wildcard 03_zero2/*.c) $(wildcard 02_zero1/shard_update.c)
 SRC_04 := $(wildcard 04_zero3/*.c) $(wildcard 03_zero2/grad_shard.c 02_zero1/shard_update.c)
 SRC_05 := $(wildcard 05_cpu_offload/*.c) $(wildcard 03_zero2/grad_shard.c 02_zero1/shard_update.c)
+SRC_06 := $(wildcard 06_infinity/*.c) $(wildcard 04_zero3/param_shard.c 03_zero2/grad_shard.c 05_cpu_offload/host_grads.c)
 SRC_07 := $(wildcard 07_3d_parallel/*.c) $(wildcard 02_zero1/shard_update.c)
-STAGE_IDS := 00 01 02 03 04 05 07
+STAGE_IDS := 00 01 02 03 04 05 06 07
 STAGES := $(foreach n,$(STAGE_IDS),$(if $(wildcard */$(BIN_$(n)).c),$(n)))
 TRAINERS := $(filter-out 00,$(STAGES))
 BINS := $(foreach n,$(STAGES),$(BIN_$(n)))
@@ -89,7 +91,7 @@ all: check-deps $(BINS)
 
 help:
 	@echo "make            build every stage (binaries at the repository root)"
-	@echo "make stage-NN   build one stage (00 memory_math, 01 dp_baseline, 02 zero1, 03 zero2, 04 zero3, 05 cpu_offload, 07 3d_parallel)"
+	@echo "make stage-NN   build one stage (00 memory_math, 01 dp_baseline, 02 zero1, 03 zero2, 04 zero3, 05 cpu_offload, 06 infinity, 07 3d_parallel)"
 	@echo "make deps       install the Debian packages the project needs"
 	@echo "make demo       install, build, run every stage on the same model with NP=$(NP) ranks, side by side"
 	@echo "make test       build and run the tests; ends with 'N passed, N failed'"
@@ -143,6 +145,10 @@ $(BUILD)/tests/%: tests/%.c $(LIB)
 	$(CC) $(CFLAGS) $< $(LIB) -o $@ -lcmocka $(LDLIBS)
 
 # benchmarks built against the core (bench/*.sh build and run them)
+# (swap_pipeline drives stage 06's swapper: it links that file too)
+$(BUILD)/bench/swap_pipeline: bench/swap_pipeline.c 06_infinity/swapper.c $(LIB)
+	@mkdir -p $(dir $@)
+	$(CC) $(CFLAGS) -I06_infinity $< 06_infinity/swapper.c $(LIB) -o $@ $(LDLIBS)
 $(BUILD)/bench/%: bench/%.c $(LIB)
 	@mkdir -p $(dir $@)
 	$(CC) $(CFLAGS) $< $(LIB) -o $@ $(LDLIBS)
@@ -176,4 +182,8 @@ check-lab-%:
 clean:
 	rm -rf $(BUILD) $(foreach n,$(STAGE_IDS),$(BIN_$(n)))
 
+# The compiler writes the dependency files; no rule makes them (else, when
+# one is older than its source, make chains its built-in rules into
+# compiling a "NAME.d.o" to remake it, and the build fails)
+%.d: ;
 -include $(shell find $(BUILD) -name '*.d' 2>/dev/null)

@@ -9,7 +9,7 @@
 #define GB 1e9
 
 static const Col max_cols[] = {
-    {"stage", "stage", 17, NULL},
+    {"stage", "stage", 30, NULL},
     {"device_formula", "device bytes", 12, NULL},
     {"max_params", "largest Ψ (params)", 26, PRINT_GROUPED},
     {"max_params_billions", "billions", 10, "%.2f"},
@@ -26,8 +26,8 @@ static void max_params_table(Printer *p, const Inputs *in, double budget) {
     printer_table_end(p);
 }
 
-// Presets are the ones gpt.h names; the stages with model states on the
-// device (infinity keeps none there).
+// Presets are the ones gpt.h names; the stages up to cpu_offload (infinity
+// keeps at most its param shard on the device: the largest-Ψ table has it).
 #define FIT_STAGES 5
 static const Col preset_cols[] = {
     {"preset", "preset", 10, NULL},
@@ -90,8 +90,9 @@ void section_fit(Printer *p, const Inputs *in) {
     }
     printer_note(p, "largest Ψ solves a·Ψ + b·Ψ/N = budget for the device tier (no padding); the preset "
                     "table and the hint include states_alloc's padding.");
-    printer_note(p, "cpu_offload keeps only the bf16 parameters (2Ψ) on the device; infinity keeps no "
-                    "model state there, so its device limit is the largest layer, not Ψ.");
+    printer_note(p, "cpu_offload keeps only the bf16 parameters (2Ψ) on the device, infinity only their shard "
+                    "(2Ψ/N), and none with --offload-params cpu or nvme: then its device limit is the largest "
+                    "layer, not Ψ.");
     printer_note(p, "activations (--model with --batch, --seq-len) and communication buffers come on "
                     "top; the trainers' --hbm-gb budget counts them all.");
     printer_section_end(p);

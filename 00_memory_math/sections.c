@@ -42,12 +42,18 @@ static const StateRow state_rows[] = {
     {STAGE_OFFLOAD_DPU, TIER_DEVICE, "device"},
     {STAGE_OFFLOAD_DPU, TIER_PINNED, "host"},
     {STAGE_INFINITY, TIER_DEVICE, "device"},
-    {STAGE_INFINITY, TIER_HOST, "host"},
+    {STAGE_INFINITY, TIER_PINNED, "host"},
     {STAGE_INFINITY, TIER_NVME, "nvme"},
+    {STAGE_INFINITY_CPU, TIER_DEVICE, "device"},
+    {STAGE_INFINITY_CPU, TIER_PINNED, "host"},
+    {STAGE_INFINITY_CPU, TIER_NVME, "nvme"},
+    {STAGE_INFINITY_NVME, TIER_DEVICE, "device"},
+    {STAGE_INFINITY_NVME, TIER_PINNED, "host"},
+    {STAGE_INFINITY_NVME, TIER_NVME, "nvme"},
 };
 
 static const Col state_cols[] = {
-    {"stage", "stage", 17, NULL},
+    {"stage", "stage", 30, NULL},
     {"tier", "tier", 6, NULL},
     {"formula", "formula", 10, NULL},
     {"formula_gb", "GB (1e9)", 9, "%.3f"},
@@ -93,13 +99,15 @@ void section_model_states(Printer *p, const Inputs *in) {
     printer_note(p, "cpu_offload keeps its reduce-scattered gradient shard (2Ψ/N) in pinned host memory "
                     "beside the CPU Adam; ZeRO-Offload's device 2Ψ + 2Ψ/N counts it on the device. With "
                     "--dpu it keeps two (the CPU Adam applies step i's while step i+1's arrive).");
-    printer_note(p, "infinity keeps every model state on NVMe; device and host hold only the live layers "
-                    "and staging buffers (not model states; stage 06 measures them).");
+    printer_note(p, "infinity keeps master, m and v on NVMe and its gradient shard in pinned host memory "
+                    "beside the CPU Adam; --offload-params puts the bf16 param shard on the device (none), "
+                    "in pinned host memory (cpu) or on NVMe (nvme). Gathered units, swap and staging "
+                    "buffers come on top (not model states; stage 06 measures them).");
     printer_section_end(p);
 }
 
 static const Col comm_cols[] = {
-    {"stage", "stage", 17, NULL},
+    {"stage", "stage", 30, NULL},
     {"formula", "formula (elements)", 18, NULL},
     {"elements", "elements", 17, PRINT_GROUPED},
     {"bytes_bf16", "bytes (bf16)", 17, PRINT_GROUPED},
@@ -107,9 +115,9 @@ static const Col comm_cols[] = {
 };
 
 static const Col xfer_cols[] = {
-    {"stage", "stage", 17, NULL},
+    {"stage", "stage", 30, NULL},
     {"direction", "between tiers", 14, NULL},
-    {"formula", "formula (bytes)", 15, NULL},
+    {"formula", "formula (bytes)", 17, NULL},
     {"bytes", "bytes", 17, PRINT_GROUPED},
 };
 
@@ -146,5 +154,8 @@ void section_comm(Printer *p, const Inputs *in) {
     printer_table_end(p);
     printer_note(p, "transfers: bytes per rank per step between tiers (mean over ranks); Ψ_pad = Ψ rounded up to "
                     "a multiple of 64·N.");
+    printer_note(p, "infinity with its params off the device sends each unit's slice up for the unit's forward "
+                    "and backward gathers (4kΨ/N); zero3's schedule gathers the head once for both, so a run "
+                    "counts 4kC/N less (C channels).");
     printer_section_end(p);
 }

@@ -34,6 +34,7 @@ void param_shard_init(ParamShard *ps, Trainer *t, int prefetch) {
     ps->prefetch = prefetch;
 }
 
+// LAB 04: start_gather -- this rank's slice of unit u into a fresh buffer, then the in-place all-gather
 // Start the all-gather of unit u into a fresh live buffer: this rank copies
 // the slice of its shard that falls in the unit, then every rank's slice is
 // gathered in place. Slices are contiguous and in rank order; ranks whose
@@ -51,14 +52,18 @@ static void start_gather(ParamShard *ps, Trainer *t, int u) {
     }
     lu->buf = buf_alloc(&t->dev, TIER_DEVICE, CAT_PARAMS, r.count * sizeof(bf16), "gathered unit params");
     int me = t->world.rank;
-    if (counts[me])
-        dev_copy(&t->dev, (bf16 *)lu->buf.ptr + displs[me],
-                 (const bf16 *)t->st.params.ptr + (r.offset + displs[me] - t->part.begin), counts[me] * sizeof(bf16),
+    bf16 *own = (bf16 *)lu->buf.ptr + displs[me];
+    size_t first = r.offset + displs[me];
+    if (counts[me] && ps->source)
+        ps->source(t, u, own, first, counts[me], ps->source_arg);
+    else if (counts[me])
+        dev_copy(&t->dev, own, (const bf16 *)t->st.params.ptr + (first - t->part.begin), counts[me] * sizeof(bf16),
                  STREAM_COMPUTE);
     dev_sync(&t->dev, STREAM_COMPUTE);
     comm_all_gather(&t->world, lu->buf.ptr, counts, displs, DT_BF16, &lu->h);
     lu->state = LIVE_GATHERING;
 }
+// LAB END
 
 static void finish_gather(Trainer *t, LiveUnit *lu) {
     if (lu->state != LIVE_GATHERING) return;
@@ -73,6 +78,7 @@ static void drop(Trainer *t, LiveUnit *lu) {
     lu->state = LIVE_NONE;
 }
 
+// LAB 04: param_shard_acquire -- gather what this entry reads, prefetch the next ones, wait for its own
 // Prefetch stays inside one micro-batch's forward+backward: across the end
 // of backward lies the optimizer step, which changes the params.
 void param_shard_acquire(ParamShard *ps, Trainer *t, int u, int backward) {
@@ -87,6 +93,7 @@ void param_shard_acquire(ParamShard *ps, Trainer *t, int u, int backward) {
     for (int i = 0; i < n; i++) finish_gather(t, &ps->live[reads[i]]);
     comm_progress(&t->world);
 }
+// LAB END
 
 // Is unit v read by one of the entries after e within the prefetch window
 // (at least the next one)?
@@ -100,6 +107,7 @@ static int read_soon(int prefetch, const GPTLayout *l, int entries, int e, int v
     return 0;
 }
 
+// LAB 04: param_shard_release -- drop the units this entry read that no upcoming entry reads
 void param_shard_release(ParamShard *ps, Trainer *t, int u, int backward) {
     int e = entry_of(t->layout.num_units, u, backward), reads[2];
     int n = entry_reads(&t->layout, e, reads);
@@ -127,9 +135,15 @@ double param_shard_peak_bytes(const GPTLayout *l, int prefetch) {
     }
     return peak;
 }
+// LAB END
 
 void param_shard_release_all(ParamShard *ps, Trainer *t) {
     for (int u = 0; u < t->layout.num_units; u++) drop(t, &ps->live[u]);
+}
+
+int param_shard_upcoming(const Trainer *t, int u, int backward, int ahead, int out[2]) {
+    int e = entry_of(t->layout.num_units, u, backward) + ahead;
+    return e >= 0 && e < num_entries(t) ? entry_reads(&t->layout, e, out) : 0;
 }
 
 const bf16 *param_shard_view(const ParamShard *ps, int u) {

@@ -15,9 +15,18 @@ typedef struct LiveUnit {
     CommHandle h;
 } LiveUnit;
 
+// Where this rank's slice of a unit comes from when the unit is gathered:
+// `count` elements of flat index `first` onwards (all in this rank's shard),
+// to be written to `dst` (device memory) in order on the compute stream.
+// NULL: copied from the device shard t->st.params (zero3); infinity brings
+// it from pinned host memory or from NVMe.
+typedef void (*ParamSliceSource)(Trainer *t, int u, bf16 *dst, size_t first, size_t count, void *arg);
+
 typedef struct ParamShard {
     LiveUnit *live;  // [num_units]
     int prefetch;    // entries of the schedule gathered ahead
+    ParamSliceSource source;  // set after param_shard_init; NULL for the device shard
+    void *source_arg;
 } ParamShard;
 
 // The --prefetch flag (default 1).
@@ -35,3 +44,8 @@ double param_shard_peak_bytes(const GPTLayout *l, int prefetch);
 // Drop every live unit (the params are about to change).
 void param_shard_release_all(ParamShard *ps, Trainer *t);
 const bf16 *param_shard_view(const ParamShard *ps, int u);
+// The units that the schedule entry `ahead` entries after unit u's forward
+// (backward = 0) or backward reads, in out[]; returns how many (0 past the
+// end of the micro-batch). A stage that brings slices from further away
+// starts them this way, before their gathers.
+int param_shard_upcoming(const Trainer *t, int u, int backward, int ahead, int out[2]);

@@ -14,9 +14,9 @@
 #include <limits.h>
 #include <omp.h>
 #include "../02_zero1/shard_update.h"
-#include "../03_zero2/grad_shard.h"
 #include "check.h"
 #include "cpu_adam.h"
+#include "host_grads.h"
 #include "host_worker.h"
 #include "kernels.h"
 #include "trainer.h"
@@ -39,8 +39,8 @@ typedef struct Stage {
     int dpu, dpu_warmup, dpu_serial;  // --dpu, --dpu-warmup, --dpu-serial
     int host_threads;                 // --host-threads
     int warmup_given, threads_given;
-    GradShard grads;                  // zero2's buckets, delivering to the host (deliver_grads)
-    Buf accum;                        // pinned: a reduced part to add (micro-batches after the first)
+    GradShard grads;                  // zero2's buckets, delivering to the host
+    HostGrads host_grads;             // ... into the pinned gradient shard
     Buf params_out;                   // pinned: the updated bf16 shard, on its way up
     Buf grads_next;                   // --dpu: the shard the next step fills while t->st.grads is applied
     Buf ckpt_params;                  // host: the lagging device shard, for a checkpoint
@@ -102,35 +102,12 @@ static void split_threads(Trainer *t, Stage *z) {
     }
 }
 
-// ---- gradients: down to the host as each bucket arrives ----
-
-// zero2's bucket sink: this rank's reduced part of a bucket goes down on the
-// copy stream (ordered after the reduce-scatter by comm_wait) straight into
-// the host shard; later micro-batches of the step land in a staging buffer
-// and are added there (the same bf16 sum zero2 does on the device).
-static void deliver_grads(Trainer *t, size_t first, const bf16 *part, size_t count, void *arg) {
-    Stage *z = arg;
-    bf16 *dst = (bf16 *)t->st.grads.ptr + (first - t->part.begin);
-    size_t bytes = count * sizeof(bf16);
-    if (t->micro == 0) {
-        dev_copy(&t->dev, dst, part, bytes, STREAM_COPY);
-    } else {
-        dev_copy(&t->dev, z->accum.ptr, part, bytes, STREAM_COPY);
-        dev_sync(&t->dev, STREAM_COPY);  // the host reads it next
-        kernels_cpu.add_bf16(&t->dev, dst, z->accum.ptr, count);
-    }
-    count_transfer(t, XFER_D2H, (double)bytes);
-}
-
 static void setup(Trainer *t) {
     Stage *z = t->sctx;
     check_flags(z);
     split_threads(t, z);
     grad_shard_init(&z->grads, t, z->bucket_mb);
-    z->grads.sink = deliver_grads;
-    z->grads.sink_arg = z;
-    size_t part = z->grads.cap < t->part.shard ? z->grads.cap : t->part.shard;
-    z->accum = buf_alloc(&t->dev, TIER_PINNED, CAT_COMM, part * sizeof(bf16), "reduced part to accumulate");
+    host_grads_init(&z->host_grads, &z->grads, t);
     z->params_out = buf_alloc(&t->dev, TIER_PINNED, CAT_COMM, t->part.shard * sizeof(bf16), "updated bf16 shard");
     if (z->dpu && !z->dpu_serial) {
         z->grads_next = buf_alloc(&t->dev, TIER_PINNED, CAT_GRADS, t->part.shard * sizeof(bf16),
@@ -161,14 +138,6 @@ static void grads_ready(Trainer *t, int u, const float *g) {
 static void after_backward(Trainer *t, int u) {
     Stage *z = t->sctx;
     if (u == GPT_UNIT_EMBED) grad_shard_flush(&z->grads, t);
-}
-
-// The shard is on the host: its squares are summed there (the cpu kernel
-// sums in fixed blocks, the same bits on any thread count).
-static double grad_norm_sq(Trainer *t) {
-    dev_sync(&t->dev, STREAM_COPY);  // every reduced part has arrived
-    double local = kernels_cpu.sum_squares_bf16(&t->dev, t->st.grads.ptr, t->part.shard);
-    return comm_sum_f64(&t->world, local);
 }
 
 // ---- the update on the host, and the new shard up ----
@@ -297,7 +266,7 @@ static void teardown(Trainer *t) {
         buf_free(&t->dev, &z->grads_next);
     }
     grad_shard_free(&z->grads, t);
-    buf_free(&t->dev, &z->accum);
+    host_grads_free(&z->host_grads, t);
     buf_free(&t->dev, &z->params_out);
     buf_free(&t->dev, &z->ckpt_params);
     t->dev.ops->event_destroy(&t->dev, &z->uploaded);
@@ -321,7 +290,7 @@ const Strategy strategy_cpu_offload = {
     .before_backward = before_backward,
     .grads_ready = grads_ready,
     .after_backward = after_backward,
-    .grad_norm_sq = grad_norm_sq,
+    .grad_norm_sq = host_grads_norm_sq,
     .update = update,
     .params_from_master = params_from_master,
     .finish_update = finish_update,

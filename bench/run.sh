@@ -18,6 +18,8 @@
 #   progress  zero2 with and without --progress-thread
 #   aio       the aio module against fio over block sizes and queue depths
 #             on a file in $AIO_DIR (default build/bench/aio-files)
+#   infinity  stage 06: the pipelined swapper's step against read, Adam and
+#             write alone; infinity on small: the NVMe time hidden
 #   3d        3d_parallel on small at 8 ranks (oversubscribed on a small
 #             machine): every (tp, pp) grid against dp_baseline at the same
 #             ranks and global batch, memory per stage, the pipeline bubble
@@ -66,6 +68,7 @@ section progress bash bench/progress.sh
 # AIO_BLOCKS_KB, AIO_DEPTHS widen it to the full sweep (bench/aio.sh)
 section aio env AIO_BLOCKS_KB="${AIO_BLOCKS_KB:-128 1024 8192}" AIO_DEPTHS="${AIO_DEPTHS:-1 8 64}" \
     bash bench/aio.sh "${AIO_DIR:-build/bench/aio-files}"
+section infinity bash bench/infinity.sh "${AIO_DIR:-build/bench/aio-files}"
 section 3d bash bench/3d.sh "$out/3d" cpu
 if [[ " ${BENCH_ONLY:-cuda} " == *" cuda "* ]] && ./dp_baseline --device cuda --model tiny --steps 1 --quiet > /dev/null 2>&1; then
     section cuda bash bench/cuda.sh

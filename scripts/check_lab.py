@@ -39,6 +39,10 @@ LABS = {
     "03": ("zero2", "dp_baseline", "--bucket-mb 0.2", ["device"]),
     "04": ("zero3", "dp_baseline", "--bucket-mb 0.2 --prefetch 2", ["device"]),
     "05": ("cpu_offload", "zero2", "", ["device", "pinned"]),
+    # {nvme}: a folder for the swap files under the checks' own temporary
+    # folder (in the lab's copy, on the disk the copy is on)
+    "06": ("infinity", "zero3", "--nvme-path {nvme} --offload-params nvme --sub-group-mb 0.3",
+           ["device", "pinned", "nvme"]),
     # the reference's own losses: tensor parallelism adds partial sums in
     # another order than dp_baseline, so the student's code is held to the
     # reference 3d_parallel's bits (1F1B and the f/g all-reduce)
@@ -56,6 +60,9 @@ class Runner:
         ranks = self.ranks
         self.n += 1
         path = self.tmp / f"run{self.n}.json"
+        nvme = self.tmp / "nvme"
+        nvme.mkdir(exist_ok=True)
+        flags = flags.replace("{nvme}", str(nvme))
         argv = ["mpirun", "-np", str(ranks), f"./{binary}"] + flags.split() + ["--quiet", "--json", str(path)]
         done = subprocess.run(argv, env=dict(os.environ, **MPI_ENV), capture_output=True, text=True)
         if done.returncode != 0 or not path.exists():
@@ -79,7 +86,7 @@ def figures(rec, tiers):
 def reference_figures(lab, r):
     stage, ref, extra, tiers = LABS[lab]
     expected = {"lab": lab, "stage": stage, "reference": ref,
-                "losses": figures(r.run(ref, MODEL + " " + (extra if ref != "dp_baseline" else "")), tiers)["losses"]}
+                "losses": figures(r.run(ref, MODEL + " " + (extra if ref == stage else "")), tiers)["losses"]}
     # gradient accumulation: the reference stage itself (its bf16 sums per
     # micro-batch round differently from dp_baseline's single sum)
     expected["accum_losses"] = figures(r.run(stage, f"{MODEL} {extra} {ACCUM}"), tiers)["losses"]
@@ -107,12 +114,19 @@ def run_checks(lab, expected, r):
     out.append(("model-state bytes by tier and category equal the formula", not bad,
                 ", ".join(f"{k} {main['mem'][k]:.0f}" for k in bad) or "all equal",
                 ", ".join(f"{k} {main['mem_formula'][k]:.0f}" for k in bad) or "all equal"))
-    comm_ok = main["comm"] == main["comm_formula"] if lab != "04" else \
-        0.99 * main["comm_formula"] <= main["comm"] <= main["comm_formula"]
-    out.append(("communication per step equals the formula" + (" (-1%..0: the head stays live)" if lab == "04" else ""),
-                comm_ok, f"{main['comm']:.0f} B", f"{main['comm_formula']:.0f} B"))
+    # zero3's gathers (labs 04 and 06): the head stays live from the end of
+    # forward into backward, so it is gathered (and, off the device, fetched)
+    # once where the formula counts two: up to 1% under
+    live_head = lab in ("04", "06")
+    note = " (-1%..0: the head stays live)" if live_head else ""
+
+    def near(got, want):
+        return 0.99 * want <= got <= want + 1 if live_head else abs(got - want) <= 1
+
+    out.append(("communication per step equals the formula" + note, near(main["comm"], main["comm_formula"]),
+                f"{main['comm']:.0f} B", f"{main['comm_formula']:.0f} B"))
     for k, v in main["xfer"].items():
-        out.append((f"{k} bytes per step equal the formula", abs(v["counted"] - v["formula"]) <= 1,
+        out.append((f"{k} bytes per step equal the formula" + note, near(v["counted"], v["formula"]),
                     f"{v['counted']:.0f} B", f"{v['formula']:.0f} B"))
     accum = figures(r.run(stage, f"{MODEL} {extra} {ACCUM}"), tiers)
     ok = "error" not in accum and accum["losses"] == expected["accum_losses"]

@@ -22,12 +22,16 @@ mkdir -p runs
 json=runs/demo.json
 rm -f "$json"
 summaries=()
-for stage in dp_baseline zero1 zero2 zero3 cpu_offload; do
+# infinity's swap files go to runs/nvme (on the disk the repository is on;
+# O_DIRECT needs one) and are removed when it ends
+mkdir -p runs/nvme
+for stage in dp_baseline zero1 zero2 zero3 cpu_offload infinity; do
     [ -x "./$stage" ] || continue
+    extra=$([ "$stage" = infinity ] && echo "--nvme-path runs/nvme" || true)
     echo
-    echo "== $stage: mpirun -np $np ./$stage --model $model --batch 4 --steps $steps"
+    echo "== $stage: mpirun -np $np ./$stage --model $model --batch 4 --steps $steps${extra:+ $extra}"
     log=$(mktemp)
-    mpirun -np "$np" "./$stage" --model "$model" --batch 4 --steps "$steps" --eval-every 10 --json "$json" | tee "$log"
+    mpirun -np "$np" "./$stage" --model "$model" --batch 4 --steps "$steps" --eval-every 10 $extra --json "$json" | tee "$log"
     summaries+=("$(grep '^summary ' "$log")")
     rm -f "$log"
 done

@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Installs the Debian packages zero-workbench needs, where they are missing.
 set -euo pipefail
-pkgs=(libopenmpi-dev openmpi-bin libopenblas-dev libaio-dev libcmocka-dev libjansson-dev gnuplot-nox make gcc)
+pkgs=(libopenmpi-dev openmpi-bin libopenblas-dev libaio-dev libcmocka-dev libjansson-dev gnuplot-nox make gcc procps)
 missing=()
 for p in "${pkgs[@]}"; do
     dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")

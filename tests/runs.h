@@ -47,3 +47,37 @@ static __attribute__((unused, noinline)) char *expect_refusal(const char *cmd, c
                       also ? " and " : "", also ? also : "", rc, lines, out);
     return out;
 }
+
+// The "master" tensors of every rank's part of a checkpoint step folder, in
+// rank order (malloc'd; *count elements). Part layout (common/training/ckpt.c):
+// a 32-byte header (ntensors at offset 20), a 48-byte entry per tensor
+// (name[32], bytes at 32, checksum), then the tensors' data in entry order.
+static __attribute__((unused)) float *ckpt_master(const char *step_dir, int ranks, size_t *count) {
+    float *w = NULL;
+    *count = 0;
+    for (int q = 0; q < ranks; q++) {
+        char path[1024];
+        snprintf(path, sizeof path, "%s/rank-%05d.bin", step_dir, q);
+        FILE *f = fopen(path, "rb");
+        if (!f) fail_msg("cannot open %s", path);
+        char hdr[32];
+        assert_int_equal(fread(hdr, 1, 32, f), 32);
+        uint32_t n;
+        memcpy(&n, hdr + 20, 4);
+        uint64_t off = 32 + 48 * (uint64_t)n, found = 0, bytes = 0;
+        for (uint32_t i = 0; i < n; i++) {
+            char e[48];
+            assert_int_equal(fread(e, 1, 48, f), 48);
+            memcpy(&bytes, e + 32, 8);
+            if (strcmp(e, "master") == 0) { found = 1; break; }
+            off += bytes;
+        }
+        if (!found) fail_msg("%s has no master tensor", path);
+        fseek(f, (long)off, SEEK_SET);
+        w = realloc(w, (*count + bytes / 4) * sizeof(float));
+        assert_int_equal(fread(w + *count, 1, bytes, f), bytes);
+        *count += bytes / 4;
+        fclose(f);
+    }
+    return w;
+}

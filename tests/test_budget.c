@@ -53,9 +53,19 @@ static void test_count_equals_measured_peak(void **state) {
         peak_and_need(c, exact[i], &peak, &need);
         if (peak != need) fail_msg("%s: measured device peak %.0f B, counted before the run %.0f B", exact[i], peak, need);
     }
+    // infinity: zero3's buffers; its swap files on a disk (O_DIRECT: not tmpfs)
+    char cmd[512], nvme[128];
+    const char *base = getenv("WB_AIO_TEST_DIR") ? getenv("WB_AIO_TEST_DIR") : "/var/tmp";
+    snprintf(nvme, sizeof nvme, "%s/wb-test-budget-XXXXXX", base);
+    assert_non_null(mkdtemp(nvme));
+    snprintf(cmd, sizeof cmd, "mpirun -np 2 ./infinity --model small --nvme-path %s --offload-params nvme --prefetch 2",
+             nvme);
+    double peak, need;
+    peak_and_need(c, cmd, &peak, &need);
+    rmdir(nvme);
+    if (peak != need) fail_msg("%s: measured device peak %.0f B, counted before the run %.0f B", cmd, peak, need);
     // --dpu on the cpu device gives half the cores to the host Adam: the
     // attention scratch (a tile per compute thread) is counted for them all
-    double peak, need;
     peak_and_need(c, "mpirun -np 2 ./cpu_offload --model small --dpu --dpu-warmup 0", &peak, &need);
     if (!(peak <= need && peak > 0.9 * need)) fail_msg("cpu_offload --dpu: peak %.0f B, counted %.0f B", peak, need);
     // tensor parallel: the kernels' scratch is counted for the whole model's

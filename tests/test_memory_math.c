@@ -23,9 +23,19 @@ static void test_paper_example(void **state) {
     stage_formula_state_bytes(STAGE_OFFLOAD, psi, 64, &b);
     assert_true(test_close(b.tier_total[TIER_DEVICE], 15e9, 0.5, 0));
     assert_true(test_close(b.tier_total[TIER_PINNED], 1.640625e9, 0.5, 0));
-    stage_formula_state_bytes(STAGE_INFINITY, psi, 64, &b);
-    assert_true(b.tier_total[TIER_DEVICE] == 0 && b.tier_total[TIER_HOST] == 0);
-    assert_true(test_close(b.tier_total[TIER_NVME], 1.875e9, 0.5, 0));
+    // infinity: 12Ψ/N on NVMe, the gradient shard pinned, the param shard where --offload-params puts it
+    const StageId inf[3] = {STAGE_INFINITY, STAGE_INFINITY_CPU, STAGE_INFINITY_NVME};
+    const double dev[3] = {0.234375e9, 0, 0}, pin[3] = {0.234375e9, 0.46875e9, 0.234375e9};
+    const double nvme[3] = {1.40625e9, 1.40625e9, 1.640625e9};
+    for (int i = 0; i < 3; i++) {
+        assert_true(test_close(stage_formula_bytes(inf[i], psi, 64), 1.875e9, 0.5, 0));
+        stage_formula_state_bytes(inf[i], psi, 64, &b);
+        assert_true(test_close(b.tier_total[TIER_DEVICE], dev[i], 0.5, 0));
+        assert_true(test_close(b.tier_total[TIER_PINNED], pin[i], 0.5, 0));
+        assert_true(test_close(b.tier_total[TIER_NVME], nvme[i], 0.5, 0));
+        assert_true(b.tier_total[TIER_HOST] == 0);
+    }
+    assert_string_equal(stage_formula(STAGE_INFINITY), "2Ψ/N (device) + 2Ψ/N (pinned) + 12Ψ/N (nvme)");
     assert_string_equal(stage_formula(STAGE_ZERO2), "2Ψ + 14Ψ/N");
     assert_string_equal(stage_name(STAGE_OFFLOAD), "cpu_offload");
 }
@@ -81,11 +91,23 @@ static StatesLayout layout_of(StageId s) {
     case STAGE_ZERO2: return LAYOUT(STATE_FULL, STATE_SHARD, STATE_SHARD, D, D, D);
     case STAGE_ZERO3: return LAYOUT(STATE_SHARD, STATE_SHARD, STATE_SHARD, D, D, D);
     case STAGE_OFFLOAD: return LAYOUT(STATE_FULL, STATE_SHARD, STATE_SHARD, D, P, P);
-    default: return LAYOUT(STATE_SHARD, STATE_SHARD, STATE_SHARD, NV, NV, NV);
+    case STAGE_INFINITY: return LAYOUT(STATE_SHARD, STATE_SHARD, STATE_SHARD, D, P, NV);
+    case STAGE_INFINITY_CPU: return LAYOUT(STATE_SHARD, STATE_SHARD, STATE_SHARD, P, P, NV);
+    case STAGE_INFINITY_NVME: return LAYOUT(STATE_SHARD, STATE_SHARD, STATE_SHARD, NV, P, NV);
+    default: fail_msg("no layout for stage %d", (int)s);
     }
+    return LAYOUT(STATE_NONE, STATE_NONE, STATE_NONE, D, D, D);
 }
 
-// Bytes states_alloc counts for a layout on one rank.
+// The stages whose every state states_alloc can place (cpu_offload --dpu
+// keeps a second gradient shard of its own).
+static const StageId ALLOC_STAGES[] = {STAGE_DP, STAGE_ZERO1, STAGE_ZERO2, STAGE_ZERO3, STAGE_OFFLOAD,
+                                       STAGE_INFINITY, STAGE_INFINITY_CPU, STAGE_INFINITY_NVME};
+#define N_ALLOC_STAGES (sizeof ALLOC_STAGES / sizeof ALLOC_STAGES[0])
+
+// Bytes states_alloc counts for a layout on one rank; on NVMe, where it
+// allocates nothing, the sizes of the descriptors it hands back (the files
+// stage 06 makes).
 static void alloc_bytes(Device *d, const StatesLayout *l, size_t psi, int ranks, int rank,
                         double out[TIER_COUNT][CAT_COUNT]) {
     Partition p;
@@ -94,6 +116,12 @@ static void alloc_bytes(Device *d, const StatesLayout *l, size_t psi, int ranks,
     states_alloc(&st, d, l, &p);
     for (int t = 0; t < TIER_COUNT; t++)
         for (int c = 0; c < CAT_COUNT; c++) out[t][c] = (double)d->mem.current[t][c];
+    const Buf *bufs[5] = {&st.params, &st.grads, &st.master, &st.m, &st.v};
+    for (int i = 0; i < 5; i++)
+        if (bufs[i]->tier == TIER_NVME) {
+            assert_null(bufs[i]->ptr);
+            out[TIER_NVME][bufs[i]->cat] += (double)bufs[i]->bytes;
+        }
     states_free(&st, d);
     for (int t = 0; t < TIER_COUNT; t++) assert_int_equal(d->mem.tier_current[t], 0);
 }
@@ -116,8 +144,9 @@ static void test_closed_forms_check_the_allocator(void **state) {
     const int ranks[] = {4, 3, 7, 1, 8, 64};
     for (size_t i = 0; i < sizeof psis / sizeof psis[0]; i++)
         for (int rank = 0; rank < ranks[i]; rank += ranks[i] > 2 ? ranks[i] - 1 : 1)
-            for (int s = STAGE_DP; s <= STAGE_OFFLOAD; s++) {
-                StatesLayout l = layout_of((StageId)s);
+            for (size_t k = 0; k < N_ALLOC_STAGES; k++) {
+                StageId s = ALLOC_STAGES[k];
+                StatesLayout l = layout_of(s);
                 StateBytes f;
                 stage_state_bytes((StageId)s, psis[i], ranks[i], &f);
                 double got[TIER_COUNT][CAT_COUNT];
@@ -150,23 +179,26 @@ static void test_padding_rule(void **state) {
         }
 }
 
-// Infinity's states live on NVMe: states_alloc hands back descriptors of the
-// formula's sizes and allocates nothing through the device.
+// Infinity's optimizer states (and with --offload-params nvme its params)
+// live on NVMe: states_alloc hands back descriptors of the formula's sizes and
+// allocates nothing for them through the device.
 static void test_infinity_descriptors(void **state) {
     (void)state;
     Device d = cpu_device();
     Partition p;
     partition_init(&p, 1000, 3, 2);
-    StatesLayout l = layout_of(STAGE_INFINITY);
+    StatesLayout l = layout_of(STAGE_INFINITY_NVME);
     ModelStates st;
     states_alloc(&st, &d, &l, &p);
     StateBytes f;
-    stage_state_bytes(STAGE_INFINITY, 1000, 3, &f);
+    stage_state_bytes(STAGE_INFINITY_NVME, 1000, 3, &f);
     assert_null(st.params.ptr);
+    assert_null(st.master.ptr);
     assert_int_equal(st.params.bytes, f.bytes[TIER_NVME][CAT_PARAMS]);
     assert_int_equal(st.master.bytes + st.m.bytes + st.v.bytes,
                      f.bytes[TIER_NVME][CAT_MASTER] * 3);
     assert_int_equal(d.mem.tier_current[TIER_DEVICE] + d.mem.tier_current[TIER_HOST], 0);
+    assert_int_equal(d.mem.tier_current[TIER_PINNED], f.tier_total[TIER_PINNED]);  // the gradient shard
     states_free(&st, &d);
     assert_int_equal(st.params.bytes, 0);
     device_destroy(&d);
@@ -265,6 +297,30 @@ static void test_comm_elems(void **state) {
     assert_true(stage_comm_elems(STAGE_ZERO3, 1000, 1, 1) == 0);  // one rank talks to no one
 }
 
+// Bytes between tiers, by hand: Ψ = 1000, N = 4 (Ψ_pad = 1024, shards of
+// 256), k = 2 micro-batches.
+static void test_transfer_bytes(void **state) {
+    (void)state;
+    const StageId stages[] = {STAGE_ZERO3, STAGE_OFFLOAD, STAGE_INFINITY, STAGE_INFINITY_CPU, STAGE_INFINITY_NVME};
+    const double want[][XFER_COUNT] = {  // d2h, h2d, nvme read, nvme write
+        {0, 0, 0, 0},
+        {1000, 512, 0, 0},        // 2kΨ/N down, 2Ψ_pad/N up
+        {1000, 512, 3072, 3072},  // + master, m, v: 12Ψ_pad/N each way
+        {1000, 2000, 3072, 3072}, // the params' slices up twice per micro-batch: 4kΨ/N
+        {1000, 2000, 5072, 3584}, // ... read from NVMe too; the new shard written: 14Ψ_pad/N
+    };
+    for (size_t i = 0; i < sizeof stages / sizeof stages[0]; i++) {
+        double got[XFER_COUNT];
+        stage_transfer_bytes(stages[i], 1000, 4, 2, got);
+        for (int x = 0; x < XFER_COUNT; x++)
+            if (got[x] != want[i][x])
+                fail_msg("%s %s: %g bytes, by hand %g", stage_name(stages[i]), transfer_name((Transfer)x), got[x],
+                         want[i][x]);
+    }
+    assert_string_equal(stage_transfer_formula(STAGE_INFINITY_NVME, XFER_NVME_WRITE), "14Ψ_pad/N");
+    assert_string_equal(stage_transfer_formula(STAGE_INFINITY, XFER_H2D), "2Ψ_pad/N");
+}
+
 static void test_korthikanti(void **state) {
     (void)state;
     // s b h (34 + 5 a s / h) = 1024 * 8 * 768 * (34 + 80)
@@ -275,14 +331,16 @@ static void test_max_params_round_trip(void **state) {
     (void)state;
     const int ranks[] = {1, 8, 64};
     assert_true(test_close(stage_max_params(STAGE_DP, 80e9, 8), 5e9, 1, 0));  // 80 GB / 16
-    for (int s = STAGE_DP; s <= STAGE_OFFLOAD; s++)
+    for (int s = STAGE_DP; s < STAGE_COUNT; s++)
         for (int i = 0; i < 3; i++) {
+            if (s == STAGE_INFINITY_CPU || s == STAGE_INFINITY_NVME) continue;  // no model state on the device
             double psi = stage_max_params((StageId)s, 80e9, ranks[i]);
             StateBytes b;
             stage_formula_state_bytes((StageId)s, psi, ranks[i], &b);
             assert_true(test_close(b.tier_total[TIER_DEVICE], 80e9, 0, 1e-12));
         }
-    assert_true(isinf(stage_max_params(STAGE_INFINITY, 80e9, 8)));
+    assert_true(isinf(stage_max_params(STAGE_INFINITY_CPU, 80e9, 8)));
+    assert_true(isinf(stage_max_params(STAGE_INFINITY_NVME, 80e9, 8)));
 }
 
 static void test_fit_hint(void **state) {
@@ -359,6 +417,7 @@ int main(void) {
         cmocka_unit_test(test_states_init_values),
         cmocka_unit_test(test_states_init_ranges),
         cmocka_unit_test(test_comm_elems),
+        cmocka_unit_test(test_transfer_bytes),
         cmocka_unit_test(test_korthikanti),
         cmocka_unit_test(test_max_params_round_trip),
         cmocka_unit_test(test_fit_hint),

@@ -31,38 +31,6 @@ static void same_losses(const char *what, const char *a, const char *b, int step
         if (la[i] != lb[i]) fail_msg("%s: step %d loss %.9g vs %.9g", what, i + 1, la[i], lb[i]);
 }
 
-// The "master" tensors of every rank's part of a checkpoint, in rank order
-// (part layout: tests/test_zero.c, common/training/ckpt.c).
-static float *read_master(const char *dir, int ranks, size_t *count) {
-    float *w = NULL;
-    *count = 0;
-    for (int q = 0; q < ranks; q++) {
-        char path[PATH_LEN + 32];
-        snprintf(path, sizeof path, "%s/rank-%05d.bin", dir, q);
-        FILE *f = fopen(path, "rb");
-        if (!f) fail_msg("cannot open %s", path);
-        char hdr[32];
-        assert_int_equal(fread(hdr, 1, 32, f), 32);
-        uint32_t n;
-        memcpy(&n, hdr + 20, 4);
-        uint64_t off = 32 + 48 * (uint64_t)n, found = 0, bytes = 0;
-        for (uint32_t i = 0; i < n; i++) {
-            char e[48];
-            assert_int_equal(fread(e, 1, 48, f), 48);
-            memcpy(&bytes, e + 32, 8);
-            if (strcmp(e, "master") == 0) { found = 1; break; }
-            off += bytes;
-        }
-        if (!found) fail_msg("%s has no master tensor", path);
-        fseek(f, (long)off, SEEK_SET);
-        w = realloc(w, (*count + bytes / 4) * sizeof(float));
-        assert_int_equal(fread(w + *count, 1, bytes, f), bytes);
-        *count += bytes / 4;
-        fclose(f);
-    }
-    return w;
-}
-
 // ---- 1. without --dpu: zero2's math, to the bit ----
 
 static void test_equals_zero2(void **state) {
@@ -88,7 +56,7 @@ static void test_equals_zero2(void **state) {
             size_t n0, n1;
             char dir[2][PATH_LEN];
             for (int s = 0; s < 2; s++) snprintf(dir[s], PATH_LEN, "%s/ck-%d-%d-%d/step-00000012", c->root, r, a, s);
-            float *w0 = read_master(dir[0], ranks[r], &n0), *w1 = read_master(dir[1], ranks[r], &n1);
+            float *w0 = ckpt_master(dir[0], ranks[r], &n0), *w1 = ckpt_master(dir[1], ranks[r], &n1);
             assert_int_equal(n0, n1);
             if (memcmp(w0, w1, n0 * sizeof(float))) fail_msg("%s: final master weights differ", what);
             free(w0);

@@ -13,6 +13,7 @@
 
 static const char *const names[STAGE_COUNT] = {
     "dp_baseline", "zero1", "zero2", "zero3", "cpu_offload", "cpu_offload --dpu", "infinity",
+    "infinity --offload-params cpu", "infinity --offload-params nvme",
 };
 
 const char *stage_name(StageId s) { return s >= 0 && s < STAGE_COUNT ? names[s] : "?"; }
@@ -24,7 +25,9 @@ const char *stage_name(StageId s) { return s >= 0 && s < STAGE_COUNT ? names[s] 
 // (ZeRO, Figure 1). ZeRO-Offload (Ren et al., 2021) moves the fp32 states and
 // the update to the host; here its gradient shard lives there too, beside
 // the CPU Adam that reads it (the paper counts it on the device: 2Ψ + 2Ψ/N).
-// ZeRO-Infinity (Rajbhandari et al., 2021) moves every state to NVMe.
+// ZeRO-Infinity (Rajbhandari et al., 2021) moves the optimizer states to
+// NVMe, and optionally the bf16 params to the host or NVMe; the gradient
+// shard waits in pinned host memory for the CPU Adam, as in our offload.
 typedef struct StateForm {
     MemTier tier;
     double whole, shard;  // bytes per parameter: a and b of a·Ψ + b·Ψ/N
@@ -43,7 +46,9 @@ static const StateForm FORMS[STAGE_COUNT][5] = {  // params, grads, master, m, v
     [STAGE_OFFLOAD] = {DEV(2, 0), PIN(0, 2), PIN(0, 4), PIN(0, 4), PIN(0, 4)},
     // the delayed update reads step i's gradients while step i+1's arrive
     [STAGE_OFFLOAD_DPU] = {DEV(2, 0), PIN(0, 4), PIN(0, 4), PIN(0, 4), PIN(0, 4)},
-    [STAGE_INFINITY] = {NVME(0, 2), NVME(0, 2), NVME(0, 4), NVME(0, 4), NVME(0, 4)},
+    [STAGE_INFINITY] = {DEV(0, 2), PIN(0, 2), NVME(0, 4), NVME(0, 4), NVME(0, 4)},
+    [STAGE_INFINITY_CPU] = {PIN(0, 2), PIN(0, 2), NVME(0, 4), NVME(0, 4), NVME(0, 4)},
+    [STAGE_INFINITY_NVME] = {NVME(0, 2), PIN(0, 2), NVME(0, 4), NVME(0, 4), NVME(0, 4)},
 };
 #undef DEV
 #undef PIN
@@ -130,22 +135,39 @@ const char *transfer_name(Transfer x) {
     return x >= 0 && x < XFER_COUNT ? n[x] : "?";
 }
 
+static int is_infinity(StageId s) {
+    return s == STAGE_INFINITY || s == STAGE_INFINITY_CPU || s == STAGE_INFINITY_NVME;
+}
+
 void stage_transfer_bytes(StageId s, double psi, int ranks, int grad_accum, double out[XFER_COUNT]) {
     check_stage(s);
     for (int x = 0; x < XFER_COUNT; x++) out[x] = 0;
-    if (s == STAGE_OFFLOAD || s == STAGE_OFFLOAD_DPU) {
-        out[XFER_D2H] = 2.0 * grad_accum * psi / ranks;
-        out[XFER_H2D] = 2.0 * padded_params(psi, ranks) / ranks;
+    if (s != STAGE_OFFLOAD && s != STAGE_OFFLOAD_DPU && !is_infinity(s)) return;
+    double k = grad_accum, shard = padded_params(psi, ranks) / ranks;
+    out[XFER_D2H] = 2.0 * k * psi / ranks;  // each micro-batch's reduced gradient part
+    out[XFER_H2D] = 2.0 * shard;            // the updated bf16 shard
+    if (!is_infinity(s)) return;
+    out[XFER_NVME_READ] = out[XFER_NVME_WRITE] = 12.0 * shard;  // master, m, v: in and out once a step
+    if (s == STAGE_INFINITY) return;
+    out[XFER_H2D] = 4.0 * k * psi / ranks;  // params off the device: each unit's slice, forward and backward
+    if (s == STAGE_INFINITY_NVME) {
+        out[XFER_NVME_READ] += 4.0 * k * psi / ranks;  // ... read from NVMe on its way up
+        out[XFER_NVME_WRITE] += 2.0 * shard;           // and the new bf16 shard written
     }
 }
 
 const char *stage_transfer_formula(StageId s, Transfer x) {
     check_stage(s);
-    if (s == STAGE_OFFLOAD || s == STAGE_OFFLOAD_DPU) {
-        if (x == XFER_D2H) return "2kΨ/N";
-        if (x == XFER_H2D) return "2Ψ_pad/N";
+    int nvme = s == STAGE_INFINITY_NVME;
+    switch (x) {
+    case XFER_D2H: return s == STAGE_OFFLOAD || s == STAGE_OFFLOAD_DPU || is_infinity(s) ? "2kΨ/N" : "0";
+    case XFER_H2D:
+        if (s == STAGE_OFFLOAD || s == STAGE_OFFLOAD_DPU || s == STAGE_INFINITY) return "2Ψ_pad/N";
+        return is_infinity(s) ? "4kΨ/N" : "0";
+    case XFER_NVME_READ: return is_infinity(s) ? (nvme ? "12Ψ_pad/N + 4kΨ/N" : "12Ψ_pad/N") : "0";
+    case XFER_NVME_WRITE: return is_infinity(s) ? (nvme ? "14Ψ_pad/N" : "12Ψ_pad/N") : "0";
+    default: return "0";
     }
-    return "0";
 }
 
 double stage_comm_elems(StageId s, double psi, int ranks, int grad_accum) {
@@ -161,6 +183,8 @@ double stage_comm_elems(StageId s, double psi, int ranks, int grad_accum) {
         return k * ring + ring;
     case STAGE_ZERO3:  // gather in forward, gather in backward, reduce-scatter: every micro-batch
     case STAGE_INFINITY:
+    case STAGE_INFINITY_CPU:
+    case STAGE_INFINITY_NVME:
         return 3.0 * k * ring;
     default:
         return 0;
@@ -175,7 +199,9 @@ const char *stage_comm_formula(StageId s) {
     case STAGE_OFFLOAD:
     case STAGE_OFFLOAD_DPU: return "(k+1)Ψ(N-1)/N";
     case STAGE_ZERO3:
-    case STAGE_INFINITY: return "3kΨ(N-1)/N";
+    case STAGE_INFINITY:
+    case STAGE_INFINITY_CPU:
+    case STAGE_INFINITY_NVME: return "3kΨ(N-1)/N";
     default: return "?";
     }
 }
@@ -199,8 +225,9 @@ RunDeviceBytes run_device_bytes(StageId s, const GPTLayout *l, const GPTPlan *p,
 // Model states are linear in Ψ (unpadded), so the device bytes per parameter
 // is the device total at Ψ = 1. Device tier only: what offload and infinity
 // move to host/NVMe is exactly what stops limiting the model size. Infinity
-// keeps no model state on the device, so no Ψ is too large for the device
-// (its limits are NVMe capacity, 16Ψ/N, and the largest layer): HUGE_VAL.
+// with its params off the device keeps no model state there, so no Ψ is too
+// large for the device (its limits are host memory, 2Ψ/N, NVMe capacity, and
+// the largest layer): HUGE_VAL.
 double stage_max_params(StageId s, double bytes_per_rank, int ranks) {
     StateBytes b;
     stage_formula_state_bytes(s, 1.0, ranks, &b);

@@ -15,7 +15,12 @@ typedef enum {
     STAGE_ZERO3,      // 04_zero3: 16Ψ/N
     STAGE_OFFLOAD,    // 05_cpu_offload: device 2Ψ, pinned host 2Ψ/N + 12Ψ/N
     STAGE_OFFLOAD_DPU,  // 05_cpu_offload --dpu: the gradient shard twice (one being applied)
-    STAGE_INFINITY,   // 06_infinity: device ≈ live layers, nvme 16Ψ/N
+    // 06_infinity: master, m, v on NVMe (12Ψ/N), the gradient shard in pinned
+    // host memory beside the CPU Adam (2Ψ/N), the bf16 param shard (2Ψ/N) by
+    // --offload-params: on the device (none), in pinned host memory (cpu), on NVMe (nvme)
+    STAGE_INFINITY,
+    STAGE_INFINITY_CPU,
+    STAGE_INFINITY_NVME,
     STAGE_COUNT
 } StageId;
 
@@ -56,7 +61,13 @@ const char *stage_comm_formula(StageId s);  // "2Ψ(N-1)/N", ...
 // Bytes moved between tiers per rank per optimizer step (mean over ranks),
 // the closed forms: cpu_offload sends each micro-batch's reduced gradient
 // part down (2kΨ/N; the padding is never sent) and the updated bf16 shard up
-// (2Ψ_pad/N). Zero for the stages that keep everything on the device.
+// (2Ψ_pad/N). infinity does the same with the params on the device; it reads
+// and writes master, m and v once a step (12Ψ_pad/N each way); with the
+// params off the device each unit's slice goes up for its forward and its
+// backward gather (4kΨ/N; zero3 gathers the head once for the end of forward
+// and the start of backward, so the count is 4kC/N below this), read from
+// NVMe first with --offload-params nvme, where the new shard is also
+// written (2Ψ_pad/N). Zero for the stages that keep everything on the device.
 typedef enum { XFER_D2H, XFER_H2D, XFER_NVME_READ, XFER_NVME_WRITE, XFER_COUNT } Transfer;
 const char *transfer_name(Transfer x);  // "device -> host", ...
 void stage_transfer_bytes(StageId s, double psi, int ranks, int grad_accum, double out[XFER_COUNT]);

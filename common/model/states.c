@@ -97,6 +97,12 @@ static void init_values_padded(const StateMap *m, size_t begin, size_t n, float 
     }
 }
 
+void states_init_values(const GPTLayout *l, uint64_t seed, size_t begin, size_t n, float *out) {
+    Range whole = {.offset = 0, .count = l->num_params};
+    StateMap m = {.l = l, .ranges = &whole, .nranges = 1, .seed = seed};
+    init_values_padded(&m, begin, n, out);
+}
+
 // Writes the initial values of state elements [begin, begin + n) into b, as
 // fp32 or bf16, through a host temporary: dev_copy reaches every tier on
 // every device, so one path serves the cpu and the cuda device alike.

@@ -58,4 +58,8 @@ void states_init(ModelStates *s, Device *d, const GPTLayout *l, uint64_t seed);
 // element it holds. The counts add up to the partition's Ψ.
 void states_init_ranges(ModelStates *s, Device *d, const GPTLayout *l, const Range *ranges, int nranges,
                         uint64_t seed);
+// out[i] = initial value of flat element begin + i (gpt_init_values), 0 in
+// the padding past Ψ: what states_init writes, for a stage that writes its
+// NVMe states itself.
+void states_init_values(const GPTLayout *l, uint64_t seed, size_t begin, size_t n, float *out);
 void states_free(ModelStates *s, Device *d);

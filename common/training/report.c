@@ -274,8 +274,12 @@ static void print_summary(const Trainer *t, const Summary *s) {
     if (x->copy > 0 || x->host > 0 || x->io > 0) printf("other work per step (mean, wall-clock; hidden = ∩ compute)\n");
     if (x->copy > 0) printf("  copies between tiers %10.2f ms, hidden %.2f ms\n", x->copy, x->copy_hidden);
     if (x->host > 0) printf("  host optimizer       %10.2f ms, hidden %.2f ms\n", x->host, x->host_hidden);
-    if (x->io > 0)
-        printf("  file I/O             %10.2f ms, hidden %.2f ms (∩ compute or host optimizer)\n", x->io, x->io_hidden);
+    if (x->io > 0) {
+        printf("  file I/O             %10.2f ms, hidden %.2f ms (∩ compute or host optimizer)", x->io, x->io_hidden);
+        double nvme_bytes = s->xfer_step[XFER_NVME_READ] + s->xfer_step[XFER_NVME_WRITE];
+        if (nvme_bytes > 0) printf("; %.3f GB/s (nvme bytes / file I/O time)", nvme_bytes / (x->io / 1000) / 1e9);
+        printf("\n");
+    }
     if (!isnan(r->val_loss)) printf("validation loss      %10.6f at step %ld\n", r->val_loss, r->val_step);
     if (s->eval_comm_bytes > 0)
         printf("evaluation           %10.3f MB communicated per evaluation (counted apart from the steps)\n",

@@ -138,6 +138,7 @@ static void setup(Trainer *t, int argc, char **argv, const Strategy *s) {
     trainer_resolve_batch(t);
     print_settings(t);
     partition_init(&t->part, t->state_params, t->dp->size, t->dp->rank);
+    if (s->check) s->check(t);
     trainer_check_budget(t, local_size);
 
     char err[512];
@@ -220,6 +221,8 @@ static void train_step(Trainer *t, int32_t *in, int32_t *tgt) {
     const Strategy *s = t->strategy;
     double t0 = now_us();
     double op0[OP_COUNT], op1[OP_COUNT], bytes0 = trainer_ring_bytes(t, op0);
+    // what set-up or an evaluation moved between tiers is not this step's
+    for (int x = 0; x < XFER_COUNT; x++) t->xfer_bytes[x] = 0;
     // dloss/dlogits carries 1/(tokens in the global batch), so summing the
     // ranks' gradients gives the gradient of the global mean loss
     float dloss_scale = 1.0f / ((float)c->batch * c->seq_len * c->grad_accum * t->dp->size);
@@ -243,7 +246,6 @@ static void train_step(Trainer *t, int32_t *in, int32_t *tgt) {
     double bytes1 = trainer_ring_bytes(t, op1);
     for (int op = 0; op < OP_COUNT; op++) t->report.op_bytes[op] += op1[op] - op0[op];
     report_transfers(t, t->xfer_bytes);
-    for (int x = 0; x < XFER_COUNT; x++) t->xfer_bytes[x] = 0;
     t->step++;
     report_step(t, mean_loss, t0, t1, hp.lr, norm, bytes1 - bytes0);
 }

@@ -98,6 +98,9 @@ typedef struct Strategy {
     // Stage-only flags: write their defaults into the context and their specs
     // into out[]; returns how many (at most STRATEGY_MAX_FLAGS).
     int (*flags)(void *ctx, FlagSpec *out);
+    // Before any model state is allocated: refuse (exit 2, one line) what
+    // cannot work, such as too little room for infinity's files.
+    void (*check)(struct Trainer *t);
     // After the model states are allocated and initialized: the stage's own buffers.
     void (*setup)(struct Trainer *t);
     // The most device bytes its own buffers hold at once (setup's, and what
@@ -131,6 +134,10 @@ typedef struct Strategy {
     // ckpt_restore applies them. Returns how many (at most STRATEGY_MAX_CKPT).
     int (*ckpt_extra)(struct Trainer *t, CkptTensor *out, int saving);
     void (*ckpt_restore)(struct Trainer *t, const CkptTensor *in, int n);
+    // Master, m and v that no pointer reaches (infinity keeps them in files):
+    // copies them into host[0..2] (saving) or back from there (resuming),
+    // `bytes` each. NULL: the trainer copies t->st.master, m and v itself.
+    void (*optim_host_copy)(struct Trainer *t, void *const host[3], size_t bytes, int saving);
     void (*teardown)(struct Trainer *t);
 } Strategy;
 

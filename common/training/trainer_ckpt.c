@@ -50,6 +50,22 @@ static void host_optim_alloc(Trainer *t, HostOptim *h) {
 
 static Buf *optim_buf(Trainer *t, int i) { return i == 0 ? &t->st.master : (i == 1 ? &t->st.m : &t->st.v); }
 
+// master, m, v between their tier and the host copies, either way; a stage
+// whose states no pointer reaches (files) moves them itself.
+static void copy_optim(Trainer *t, HostOptim *h, int saving) {
+    if (t->strategy->optim_host_copy) {
+        void *const host[3] = {h->t[0].host, h->t[1].host, h->t[2].host};
+        t->strategy->optim_host_copy(t, host, h->t[0].bytes, saving);
+        return;
+    }
+    for (int i = 0; i < 3; i++) {
+        void *dev = optim_buf(t, i)->ptr;
+        if (saving) dev_copy(&t->dev, h->t[i].host, dev, h->t[i].bytes, STREAM_COPY);
+        else dev_copy(&t->dev, dev, h->t[i].host, h->t[i].bytes, STREAM_COPY);
+    }
+    dev_sync(&t->dev, STREAM_COPY);
+}
+
 // The tensors of this rank's part: master, m, v where it saves them, then
 // the stage's own (ckpt_extra); returns how many.
 static int part_tensors(Trainer *t, HostOptim *h, CkptTensor *all, int saving) {
@@ -70,8 +86,7 @@ void trainer_save(Trainer *t, uint64_t data_rows) {
     HostOptim h;
     host_optim_alloc(t, &h);
     dev_sync(&t->dev, STREAM_COMPUTE);  // the update wrote the states on the compute stream
-    for (int i = 0; i < 3; i++) dev_copy(&t->dev, h.t[i].host, optim_buf(t, i)->ptr, h.t[i].bytes, STREAM_COPY);
-    dev_sync(&t->dev, STREAM_COPY);
+    copy_optim(t, &h, 1);
     divergence_check_states(t, h.t, 3);  // no checkpoint is written from diverged states
     CkptTensor all[3 + STRATEGY_MAX_CKPT];
     int n = part_tensors(t, &h, all, 1);
@@ -105,8 +120,7 @@ void trainer_resume(Trainer *t) {
                    got.step, t->cfg.steps);
     if (t->st.layout.optim != STATE_SHARD)  // replicated: rank 0 read it, everyone gets it
         for (int i = 0; i < 3; i++) comm_broadcast(&t->world, h.t[i].host, t->st.optim_count, DT_F32, 0, NULL);
-    for (int i = 0; i < 3; i++) dev_copy(&t->dev, optim_buf(t, i)->ptr, h.t[i].host, h.t[i].bytes, STREAM_COPY);
-    dev_sync(&t->dev, STREAM_COPY);
+    copy_optim(t, &h, 0);
     buf_free(&t->dev, &h.host);
     t->step = got.step;
     t->strategy->params_from_master(t);

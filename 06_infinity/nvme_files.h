@@ -1,0 +1,36 @@
+// nvme_files.h: the rank's files on the NVMe tier, one per state under
+// DIR/rank-R/: master, m and v (fp32, the shard each) and, with
+// --offload-params nvme, the bf16 param shard. They are sized before
+// anything is made: every rank counts its own, the ranks that share a file
+// system add theirs up, and all of them must pass the free-space check before
+// any rank creates a file. Created preallocated (fallocate), so a full disk
+// shows at set-up; accounted on the nvme tier (the state's bytes in its
+// category, the rounding to whole 4 KiB blocks as workspace); scratch, not
+// checkpoints: removed at the end of the run.
+#pragma once
+#include "aio.h"
+#include "swapper.h"
+#include "trainer.h"
+
+#define NVME_DIR_BYTES 1024
+
+typedef struct NvmeFiles {
+    char dir[NVME_DIR_BYTES];        // DIR/rank-R
+    AioFile file[SWAP_TENSORS];      // by swapper tensor; a state not on NVMe has none
+    size_t payload[SWAP_TENSORS];    // bytes of the state in it (0: no file)
+} NvmeFiles;
+
+// Every rank runs it; if any failed, every rank exits 2 with the lowest
+// failing rank's message, printed once (rank 0).
+void nvme_agree(Trainer *t, int failed, const char *msg);
+// Collective, before any model state is allocated: checks --nvme-path on
+// every rank (exists, is a folder, on a disk) and the room for the files of
+// the states that t->states puts on NVMe; exits 2 with one line otherwise.
+// Makes DIR/rank-R.
+void nvme_files_check(NvmeFiles *f, Trainer *t, const char *path);
+// Collective: creates and preallocates the files, then writes the initial
+// values (master = the init weights, params = their bf16; m = v = 0 from
+// fallocate, whose blocks read as zeros) through pinned buffers.
+void nvme_files_create(NvmeFiles *f, Trainer *t, Aio *aio);
+// Closes and deletes the files (and the folder DIR/rank-R if it is empty).
+void nvme_files_remove(NvmeFiles *f, Trainer *t);

@@ -1,0 +1,365 @@
+// test_infinity.c: stage 06, infinity, run as a program under mpirun, its
+// swap files in a folder on a disk ($WB_AIO_TEST_DIR, else /var/tmp: O_DIRECT
+// needs one). With every --offload-params it does zero3's math: the same
+// per-step losses and final master weights as zero3 at 2 and 4 ranks, with
+// several sub-group sizes and with gradient accumulation. Save and resume
+// reproduce the uninterrupted run with the swap files deleted in between.
+// Per-rank bytes by tier and the bytes to and from NVMe and between tiers per
+// step equal the formulas; the file I/O is on its own row of the trace; the
+// files go at the end. Bad input exits 2 with one line, before any file is
+// made; a write that fails mid-run (the file-size limit of the running ranks
+// lowered from outside) stops the run with the reason and leaves the last
+// checkpoint intact.
+#include <linux/magic.h>
+#include <sys/statfs.h>
+#include <unistd.h>
+#include "runs.h"
+
+#define PATH_LEN 512
+#define CMD_LEN 4096
+#define SMALL_C 128  // channels of --model small: the head's layernorm holds 2C params
+
+static const char *const MODES[3] = {"none", "cpu", "nvme"};
+
+typedef struct Ctx {
+    char root[64];         // records and checkpoints
+    char nvme[PATH_LEN];   // the swap files' folder, on a disk
+} Ctx;
+
+static char *run(Ctx *c, const char *tag, const char *cmd_fmt, const char *flags) {
+    char cmd[CMD_LEN], path[PATH_LEN];
+    snprintf(path, sizeof path, "%s/%s.json", c->root, tag);
+    snprintf(cmd, sizeof cmd, cmd_fmt, flags, path);
+    return train(cmd, path);
+}
+
+static void same_losses(const char *what, const char *a, const char *b, int steps, int from) {
+    double la[RUN_MAX_STEPS] = {0}, lb[RUN_MAX_STEPS] = {0};
+    losses_of(a, la, steps);
+    losses_of(b, lb, steps - from);
+    for (int i = from; i < steps; i++)  // exact: both printed with %.9g
+        if (la[i] != lb[i - from]) fail_msg("%s: step %d loss %.9g vs %.9g", what, i + 1, la[i], lb[i - from]);
+}
+
+static void same_master(const char *what, const char *dir_a, const char *dir_b, int ranks) {
+    size_t na, nb;
+    float *a = ckpt_master(dir_a, ranks, &na), *b = ckpt_master(dir_b, ranks, &nb);
+    assert_int_equal(na, nb);
+    if (memcmp(a, b, na * sizeof(float))) fail_msg("%s: final master weights differ", what);
+    free(a);
+    free(b);
+}
+
+static char *whole_file(const char *path) {
+    FILE *f = fopen(path, "rb");
+    if (!f) fail_msg("cannot open %s", path);
+    fseek(f, 0, SEEK_END);
+    long n = ftell(f);
+    rewind(f);
+    char *s = calloc(1, (size_t)n + 1);
+    assert_int_equal(fread(s, 1, (size_t)n, f), (size_t)n);
+    fclose(f);
+    return s;
+}
+
+// ---- 1. zero3's math, to the bit ----
+
+static void compare_with_zero3(Ctx *c, int ranks, const char *model, const char *const infinity_flags[3]) {
+    char fmt[CMD_LEN], flags[CMD_LEN], tag[64], ck[3 + 1][PATH_LEN], dir[2][PATH_LEN + 32];
+    snprintf(fmt, sizeof fmt, "mpirun -np %d ./zero3 %s %%s --quiet --json %%s", ranks, model);
+    snprintf(ck[3], PATH_LEN, "%s/z3-%d", c->root, ranks);
+    snprintf(flags, sizeof flags, "--save %s", ck[3]);
+    snprintf(tag, sizeof tag, "z3-%d", ranks);
+    char *ref = run(c, tag, fmt, flags);
+    snprintf(fmt, sizeof fmt, "mpirun -np %d ./infinity %s %%s --quiet --json %%s", ranks, model);
+    for (int m = 0; m < 3; m++) {
+        if (!infinity_flags[m]) continue;
+        snprintf(ck[m], PATH_LEN, "%s/inf-%d-%d", c->root, ranks, m);
+        snprintf(flags, sizeof flags, "--offload-params %s %s --nvme-path %s --save %s", MODES[m],
+                 infinity_flags[m], c->nvme, ck[m]);
+        snprintf(tag, sizeof tag, "inf-%d-%d", ranks, m);
+        char *json = run(c, tag, fmt, flags);
+        char what[256];
+        snprintf(what, sizeof what, "infinity --offload-params %s %s vs zero3, N=%d, %s", MODES[m],
+                 infinity_flags[m], ranks, model);
+        int steps = (int)number_of(json, "steps");
+        same_losses(what, json, ref, steps, 0);
+        snprintf(dir[0], sizeof dir[0], "%s/step-%08d", ck[m], steps);
+        snprintf(dir[1], sizeof dir[1], "%s/step-%08d", ck[3], steps);
+        same_master(what, dir[0], dir[1], ranks);
+        free(json);
+    }
+    free(ref);
+}
+
+static void test_equals_zero3(void **state) {
+    Ctx *c = *state;
+    // sub-groups: many and a short last one, the default (one here), a few
+    const char *const groups[3] = {"--sub-group-mb 0.3", "", "--sub-group-mb 1"};
+    // N=2 and N=4: bit-equal (tolerance 0, measured so at both): the
+    // collectives are zero3's own calls in zero3's order, the gradient shard
+    // adds in bf16 on the host as zero3 does on the device, and the CPU Adam
+    // gives adamw_element's bits, sub-group by sub-group as on the whole shard
+    compare_with_zero3(c, 2, "--model small --batch 4 --steps 8", groups);
+    compare_with_zero3(c, 4, "--model small --batch 2 --steps 8", groups);
+    // gradient accumulation: later micro-batches add into the pinned shard
+    const char *const accum[3] = {NULL, NULL, "--sub-group-mb 0.5"};
+    compare_with_zero3(c, 2, "--model small --batch 2 --grad-accum 2 --steps 6", accum);
+}
+
+// ---- 2. save and resume, without the swap files ----
+
+static void test_resume_without_swap_files(void **state) {
+    Ctx *c = *state;
+    for (int m = 0; m < 3; m += 2) {  // params on the device, and on NVMe
+        char fmt[CMD_LEN], flags[CMD_LEN], tag[64], ck[PATH_LEN];
+        snprintf(fmt, sizeof fmt, "mpirun -np 2 ./infinity --model small --batch 2 --steps 12 "
+                 "--offload-params %s --sub-group-mb 0.3 %%s --quiet --json %%s", MODES[m]);
+        snprintf(ck, sizeof ck, "%s/resume-%d", c->root, m);
+        snprintf(flags, sizeof flags, "--nvme-path %s --save %s --save-every 6", c->nvme, ck);
+        snprintf(tag, sizeof tag, "whole-%d", m);
+        char *whole = run(c, tag, fmt, flags);
+        // the swap files of the first run are gone (it removed them; make sure
+        // nothing is left), and the resumed run makes its own somewhere else
+        char other[PATH_LEN + 16], cmd[CMD_LEN];
+        snprintf(other, sizeof other, "%s/elsewhere", c->nvme);
+        snprintf(cmd, sizeof cmd, "rm -rf %s/rank-* && mkdir -p %s", c->nvme, other);
+        assert_int_equal(test_run(cmd, NULL), 0);
+        snprintf(flags, sizeof flags, "--nvme-path %s --resume %s/step-00000006", other, ck);
+        snprintf(tag, sizeof tag, "resumed-%d", m);
+        char *resumed = run(c, tag, fmt, flags);
+        assert_int_equal((int)number_of(resumed, "first_step"), 6);
+        char what[64];
+        snprintf(what, sizeof what, "resumed --offload-params %s", MODES[m]);
+        same_losses(what, whole, resumed, 12, 6);
+        snprintf(cmd, sizeof cmd, "rm -rf %s", other);
+        assert_int_equal(test_run(cmd, NULL), 0);
+        free(whole);
+        free(resumed);
+    }
+}
+
+// ---- 3. bytes: by tier, to and from NVMe, between tiers ----
+
+static double nested(const char *json, const char *within, const char *key) {
+    const char *p = strstr(json, within);
+    if (!p) fail_msg("no %s in the record:\n%.300s", within, json);
+    return number_of(p, key);
+}
+
+static void check_tier(const char *what, const char *json, const char *tier) {
+    static const char *const cats[5] = {"params_bf16", "grads_bf16", "master_fp32", "adam_m", "adam_v"};
+    const char *m = strstr(json, "\"mem\":{"), *f = strstr(json, "\"mem_formula\":{");
+    char t[32];
+    snprintf(t, sizeof t, "\"%s\":{", tier);
+    m = strstr(m, t);
+    f = strstr(f, t);
+    for (int k = 0; k < 5; k++) {
+        char cat[32];
+        snprintf(cat, sizeof cat, "\"%s\":", cats[k]);
+        double got = nested(m, cat, "current"), want = strtod(strstr(f, cat) + strlen(cat), NULL);
+        if (got != want) fail_msg("%s %s %s: measured %.0f, formula %.0f", what, tier, cats[k], got, want);
+    }
+}
+
+static void check_transfer(const char *what, const char *json, const char *key, double below) {
+    const char *x = strstr(json, "\"transfer_bytes_per_step\":{");
+    char k[32];
+    snprintf(k, sizeof k, "\"%s\":{", key);
+    double got = nested(x, k, "counted"), want = nested(x, k, "formula");
+    // the record prints whole bytes: within 1 of the formula less `below`
+    if (!(want > 0) || fabs(got - (want - below)) > 1)
+        fail_msg("%s %s: counted %.0f, formula %.0f less %.1f", what, key, got, want, below);
+}
+
+static void test_bytes_equal_formulas(void **state) {
+    Ctx *c = *state;
+    const int N = 3, k = 2;  // Ψ = 834304 pads to 834432 at N = 3: the last shard holds padding
+    for (int m = 0; m < 3; m++) {
+        char fmt[CMD_LEN], flags[CMD_LEN], tag[32];
+        snprintf(fmt, sizeof fmt, "mpirun -np %d ./infinity --model small --batch 2 --grad-accum %d --steps 4 "
+                 "--sub-group-mb 0.5 %%s --quiet --json %%s", N, k);
+        snprintf(flags, sizeof flags, "--offload-params %s --nvme-path %s", MODES[m], c->nvme);
+        snprintf(tag, sizeof tag, "bytes-%d", m);
+        char *json = run(c, tag, fmt, flags);
+        const char *what = MODES[m];
+        check_tier(what, json, "device");
+        check_tier(what, json, "pinned");
+        check_tier(what, json, "nvme");
+        // Off the device, a unit's slice goes up once per gather: zero3
+        // gathers the head (its layernorm, 2C params) once for the end of
+        // forward and the start of backward, where the formula counts two
+        // fetches: 2 B x 2C / N fewer per micro-batch, mean over ranks.
+        double head = m == 0 ? 0 : 2.0 * 2 * SMALL_C * k / N;
+        check_transfer(what, json, "d2h", 0);
+        check_transfer(what, json, "h2d", head);
+        check_transfer(what, json, "nvme_read", m == 2 ? head : 0);
+        check_transfer(what, json, "nvme_write", 0);
+        free(json);
+    }
+}
+
+// ---- 4. the I/O on its own row; the files go at the end ----
+
+static void test_io_row_and_cleanup(void **state) {
+    Ctx *c = *state;
+    char fmt[CMD_LEN], flags[CMD_LEN], trace[PATH_LEN];
+    snprintf(trace, sizeof trace, "%s/trace.json", c->root);
+    snprintf(fmt, sizeof fmt, "mpirun -np 2 ./infinity --model small --batch 2 --steps 4 --offload-params nvme "
+             "%%s --quiet --json %%s");
+    snprintf(flags, sizeof flags, "--nvme-path %s --sub-group-mb 0.5 --trace %s", c->nvme, trace);
+    char *json = run(c, "trace", fmt, flags);
+    const char *tm = strstr(json, "\"times_ms_per_step\":{");
+    double io = number_of(tm, "io"), hidden = number_of(tm, "io_hidden"), step = number_of(tm, "step");
+    if (!(io > 0 && hidden >= 0 && hidden <= io + 1e-3 && io <= step + 1e-3))
+        fail_msg("file I/O %.3f ms, hidden %.3f ms, step %.3f ms break the bounds", io, hidden, step);
+    char *spans = whole_file(trace);
+    // tid 3 is the I/O row, tid 5 the host optimizer's (common/runtime/trace.h)
+    const char *want[3][2] = {{"\"nvme read\"", "\"tid\":3"}, {"\"nvme write\"", "\"tid\":3"},
+                              {"\"cpu adam\"", "\"tid\":5"}};
+    for (int i = 0; i < 3; i++) {
+        const char *p = strstr(spans, want[i][0]);
+        if (!p) fail_msg("no %s span in the trace", want[i][0]);
+        const char *end = strchr(p, '}');
+        char span[512];
+        snprintf(span, sizeof span, "%.*s", (int)(end - p), p);
+        if (!strstr(span, want[i][1])) fail_msg("%s is not on row %s: %s", want[i][0], want[i][1], span);
+    }
+    free(spans);
+    char cmd[CMD_LEN];
+    snprintf(cmd, sizeof cmd, "test -z \"$(ls -A %s)\"", c->nvme);
+    if (test_run(cmd, NULL) != 0) fail_msg("%s still holds files after the run", c->nvme);
+    free(json);
+}
+
+// ---- 5. bad input: one line, exit 2, no file made ----
+
+static void test_refusals(void **state) {
+    Ctx *c = *state;
+    char file[PATH_LEN + 16], missing[PATH_LEN + 16], cmd[CMD_LEN];
+    snprintf(file, sizeof file, "%s/a-file", c->root);
+    snprintf(missing, sizeof missing, "%s/missing", c->root);
+    FILE *f = fopen(file, "w");
+    fclose(f);
+    struct {
+        const char *flags, *also;
+    } cases[] = {
+        {"", "--nvme-path"},
+        {"--nvme-path MISSING", "does not exist"},
+        {"--nvme-path FILE", "not a directory"},
+        {"--nvme-path /dev/shm", "tmpfs"},
+        {"--nvme-path NVME --offload-params gpu", "--offload-params"},
+        {"--nvme-path NVME --sub-group-mb 0", "--sub-group-mb"},
+        {"--nvme-path NVME --aio-block-kb 6", "--aio-block-kb"},
+        {"--nvme-path NVME --aio-queue-depth 0", "--aio-queue-depth"},
+        // 12 C^2 L = 8e11 params: 11 TB of files, more than any test disk
+        {"--nvme-path NVME --model tiny --d-model 16384 --heads 16 --layers 250", "free"},
+    };
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        char flags[CMD_LEN];
+        const char *p = cases[i].flags;
+        flags[0] = 0;
+        for (; *p; p++) {  // MISSING, FILE, NVME -> the paths
+            const char *sub = strncmp(p, "MISSING", 7) == 0 ? missing : strncmp(p, "FILE", 4) == 0 ? file
+                              : strncmp(p, "NVME", 4) == 0 ? c->nvme : NULL;
+            if (sub) {
+                strcat(flags, sub);
+                p += strncmp(p, "MISSING", 7) == 0 ? 6 : 3;
+            } else {
+                strncat(flags, p, 1);
+            }
+        }
+        snprintf(cmd, sizeof cmd, "mpirun -np 2 ./infinity --steps 1 %s", flags);
+        char *out = expect_refusal(cmd, cases[i].also);
+        free(out);
+    }
+    // the space check came before any rank made a file
+    snprintf(cmd, sizeof cmd, "test -z \"$(ls -A %s)\"", c->nvme);
+    if (test_run(cmd, NULL) != 0) fail_msg("a refused run left files in %s", c->nvme);
+}
+
+// ---- 6. a write that fails mid-run ----
+
+// The ranks' file-size limit is lowered from outside once a checkpoint is
+// saved (prlimit on mpirun's children): their next write past 4 KiB fails
+// with EFBIG, as a full disk would with ENOSPC.
+static void test_write_fails_mid_run(void **state) {
+    Ctx *c = *state;
+    char ck[PATH_LEN], log[PATH_LEN], err[PATH_LEN], cmd[CMD_LEN];
+    snprintf(ck, sizeof ck, "%s/failing", c->root);
+    snprintf(log, sizeof log, "%s/failing.out", c->root);
+    snprintf(err, sizeof err, "%s/failing.err", c->root);
+    snprintf(cmd, sizeof cmd,
+             "mpirun -np 2 ./infinity --model small --batch 2 --steps 300 --save %s --save-every 2 "
+             "--nvme-path %s --sub-group-mb 0.5 --quiet < /dev/null > %s 2> %s & m=$!; "
+             "for i in $(seq 600); do grep -q 'saved checkpoint' %s && break; sleep 0.1; done; "
+             "for p in $(pgrep -P $m -x infinity); do prlimit --pid $p --fsize=4096; done; "
+             "wait $m; echo \"exit $?\"",
+             ck, c->nvme, log, err, log);
+    char *out = NULL;
+    assert_int_equal(test_run(cmd, &out), 0);
+    char *errors = last_line(err);
+    int lines = 0;
+    FILE *f = fopen(err, "r");
+    for (int ch; (ch = fgetc(f)) != EOF;) lines += ch == '\n';
+    fclose(f);
+    if (!strstr(out, "exit 2") || lines != 1 || !errors || !strstr(errors, "error") ||
+        !strstr(errors, "file size limit") || !strstr(errors, "last checkpoint"))
+        fail_msg("expected exit 2 and one line naming the failed write; got %s and %d line(s):\n%s", out, lines,
+                 errors ? errors : "");
+    free(out);
+    free(errors);
+    // the last checkpoint is whole: it loads (every part's checksum is checked) and trains on
+    char latest[PATH_LEN + 16];
+    snprintf(latest, sizeof latest, "%s/latest", ck);
+    char *name = last_line(latest);
+    assert_non_null(name);
+    long step = strtol(name + strlen("step-"), NULL, 10);
+    free(name);
+    snprintf(cmd, sizeof cmd, "mpirun -np 2 ./infinity --model small --batch 2 --steps %ld --resume %s "
+             "--nvme-path %s --sub-group-mb 0.5 --quiet %%s--json %%s", step + 1, ck, c->nvme);
+    char *json = run(c, "after-failure", cmd, "");
+    assert_int_equal((int)number_of(json, "first_step"), step);
+    free(json);
+}
+
+// ---- set-up ----
+
+static int group_setup(void **state) {
+    if (access("./infinity", X_OK) != 0 || access("./zero3", X_OK) != 0) {
+        fprintf(stderr, "test_infinity: run from the repository root after make\n");
+        return 1;
+    }
+    const char *base = getenv("WB_AIO_TEST_DIR") ? getenv("WB_AIO_TEST_DIR") : "/var/tmp";
+    struct statfs fs;
+    if (statfs(base, &fs) != 0 || fs.f_type == TMPFS_MAGIC) {
+        fprintf(stderr, "test_infinity: %s is missing or in memory (tmpfs); the swap files need a disk: set "
+                "WB_AIO_TEST_DIR to a directory on one\n", base);
+        return 1;
+    }
+    Ctx *c = calloc(1, sizeof *c);
+    if (test_make_dir(c->root, sizeof c->root, "test-infinity")) return 1;
+    snprintf(c->nvme, sizeof c->nvme, "%s/wb-test-infinity-XXXXXX", base);
+    if (!mkdtemp(c->nvme)) return 1;
+    *state = c;
+    return 0;
+}
+
+static int group_teardown(void **state) {
+    Ctx *c = *state;
+    int rc = test_remove_dir(c->root) | test_remove_dir(c->nvme);
+    free(c);
+    return rc;
+}
+
+int main(void) {
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_equals_zero3),
+        cmocka_unit_test(test_resume_without_swap_files),
+        cmocka_unit_test(test_bytes_equal_formulas),
+        cmocka_unit_test(test_io_row_and_cleanup),
+        cmocka_unit_test(test_refusals),
+        cmocka_unit_test(test_write_fails_mid_run),
+    };
+    return cmocka_run_group_tests(tests, group_setup, group_teardown);
+}
