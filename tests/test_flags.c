@@ -1,8 +1,9 @@
 // test_flags.c: the shared flag parser's one rule for numbers (finite and
 // within the range the spec declares, else one message naming the flag and
 // the range), empty strings refused, and a numeric flag without a range
-// caught as the bug it is. The parser is called through flags_parse_args,
-// which returns instead of exiting.
+// caught as the bug it is; a refusal is one line whatever it quotes. The
+// parser is called through flags_parse_args, which returns instead of
+// exiting.
 #include <float.h>
 #include <limits.h>
 #include "testutil.h"
@@ -90,6 +91,21 @@ static void test_empty_string_refused(void **state) {
     expect_bad("--path=", NULL, "empty");
 }
 
+// Found by the fuzzer (tests/fuzz/corpus/fuzz_flags/line_break_in_name): a
+// message quoting what was given printed its line break, so the refusal
+// took two lines. Control characters in it read as '?'.
+static void test_refusal_is_one_line(void **state) {
+    (void)state;
+    expect_bad("--n", "4\r", "expects a whole number, got '4?'");
+    expect_bad("--x", "inf\n--n", "expects a number, got 'inf?--n'");
+    Vals v;
+    FlagSpec s[NSPECS];
+    specs_of(&v, s);
+    char *argv[] = {"prog", "--n\n5--x", NULL}, err[256];
+    assert_int_equal(flags_parse_args(2, argv, s, NSPECS, err, sizeof err), FLAGS_BAD);
+    if (!strstr(err, "unknown option --n?5--x") || strchr(err, '\n')) fail_msg("message '%s'", err);
+}
+
 static void test_range_text(void **state) {
     (void)state;
     char buf[96];
@@ -139,6 +155,7 @@ int main(void) {
         cmocka_unit_test(test_non_finite_refused),
         cmocka_unit_test(test_values_in_range_are_set),
         cmocka_unit_test(test_empty_string_refused),
+        cmocka_unit_test(test_refusal_is_one_line),
         cmocka_unit_test(test_range_text),
         cmocka_unit_test(test_value_text_is_exact),
         cmocka_unit_test(test_spec_without_range_is_a_bug),

@@ -129,11 +129,15 @@ static void print_help(const FlagSpec *specs, int nspecs, const char *usage) {
     printf("  %-22s %s\n", "--help", "print this help and exit");
 }
 
+// The message quotes what was given, which may hold a line break or other
+// control characters: they become '?', so that it stays one line.
 __attribute__((format(printf, 3, 4))) static int bad(char *err, size_t n, const char *fmt, ...) {
     va_list ap;
     va_start(ap, fmt);
     vsnprintf(err, n, fmt, ap);
     va_end(ap);
+    for (char *c = err; *c; c++)
+        if ((unsigned char)*c < 0x20 || *c == 0x7f) *c = '?';
     return FLAGS_BAD;
 }
 
