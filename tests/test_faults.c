@@ -2,8 +2,8 @@
 // root: a file-size limit during a checkpoint write (one line, no temporary
 // files, the earlier checkpoint still loadable); output paths that cannot be
 // written, found before step 1; writes that fail at the end (a full disk);
-// two runs saving into one folder. Each fault must end the run with one
-// error line that says what happened.
+// two runs saving into one folder; a resume on other data or settings. Each
+// fault must end the run with one error line that says what happened.
 #include <dirent.h>
 #include "runs.h"
 
@@ -122,6 +122,39 @@ static void test_save_folder_locked(void **state) {
     assert_int_equal(test_run(cmd, NULL), 0);
 }
 
+// Issue 15, item 7: a resume on other data, or with another --grad-clip or
+// --weight-decay, went on without a word. Other data is refused; settings
+// that shape the update are named in a note; the same tokens at another
+// path are the same data.
+static void test_resume_checks_data_and_settings(void **state) {
+    Ctx *c = *state;
+    char ck[128], cmd[CMD_LEN], *out = NULL;
+    snprintf(ck, sizeof ck, "%s/identity", c->root);
+    snprintf(cmd, sizeof cmd, "cd %s && for i in $(seq 300); do echo \"line $i of a small text\"; done > a.txt && "
+             "cp a.txt b.txt && sed 's/small/other/' a.txt > c.txt", c->root);
+    assert_int_equal(test_run(cmd, NULL), 0);
+    snprintf(cmd, sizeof cmd, "./zero2 --model tiny --steps 4 --save-every 2 --quiet --data %s/a.txt --save %s",
+             c->root, ck);
+    assert_int_equal(test_run(cmd, NULL), 0);
+    const char *resume = "./zero2 --model tiny --steps 4 --quiet --resume";
+    snprintf(cmd, sizeof cmd, "%s %s/step-00000002 --data %s/c.txt", resume, ck, c->root);
+    free(expect_one_error(cmd, 2, "was trained on other data"));
+    snprintf(cmd, sizeof cmd, "%s %s/step-00000002", resume, ck);  // the built-in corpus
+    free(expect_one_error(cmd, 2, "was trained on other data"));
+    snprintf(cmd, sizeof cmd, "%s %s/step-00000002 --data %s/a.txt --grad-clip 0.5 --weight-decay 0.1", resume, ck,
+             c->root);
+    assert_int_equal(test_run(cmd, &out), 0);
+    if (!strstr(out, "note: this run changes settings that shape the update (--grad-clip 1 -> 0.5, "
+                     "--weight-decay 0 -> 0.1), so from step 3 on"))
+        fail_msg("%s: no note of the changed settings:\n%s", cmd, out);
+    free(out);
+    snprintf(cmd, sizeof cmd, "%s %s/step-00000002 --data %s/b.txt", resume, ck, c->root);
+    assert_int_equal(test_run(cmd, &out), 0);
+    if (!strstr(out, "holds the same tokens") || strstr(out, "changes settings"))
+        fail_msg("%s: the same data at another path:\n%s", cmd, out);
+    free(out);
+}
+
 static int group_setup(void **state) {
     if (access("./zero2", X_OK) != 0) {
         fprintf(stderr, "test_faults: run from the repository root after make\n");
@@ -146,6 +179,7 @@ int main(void) {
         cmocka_unit_test(test_outputs_checked_before_step_1),
         cmocka_unit_test(test_full_disk_reported),
         cmocka_unit_test(test_save_folder_locked),
+        cmocka_unit_test(test_resume_checks_data_and_settings),
     };
     return cmocka_run_group_tests(tests, group_setup, group_teardown);
 }

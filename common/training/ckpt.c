@@ -53,15 +53,20 @@ typedef struct PartInfo {
 // The manifest's numeric lines. int fields are signed; 8-byte ones (long,
 // uint64_t, size_t on LP64) unsigned; doubles are written with 17 significant
 // digits, which read back to the same double. The group says what a mismatch means.
-enum { GROUP_RUN, GROUP_MODEL, GROUP_BATCH };
+// GROUP_MATH: the settings of the update, which a resume may change (a
+// note); GROUP_DATA: the data's identity, which it may not.
+enum { GROUP_RUN, GROUP_MODEL, GROUP_BATCH, GROUP_DATA, GROUP_MATH };
 typedef struct Field {
     const char *key;
     size_t off, size;
     int group, is_double;
+    const char *flag;  // GROUP_MATH: the flag that sets it
 } Field;
 #define FIELD(key, member, group) \
-    {key, offsetof(CkptManifest, member), sizeof(((CkptManifest *)0)->member), group, 0}
-#define FIELD_DOUBLE(key, member, group) {key, offsetof(CkptManifest, member), sizeof(double), group, 1}
+    {key, offsetof(CkptManifest, member), sizeof(((CkptManifest *)0)->member), group, 0, NULL}
+#define FIELD_MATH(key, member, flag) \
+    {key, offsetof(CkptManifest, member), sizeof(((CkptManifest *)0)->member), GROUP_MATH, 0, flag}
+#define FIELD_DOUBLE(key, member, flag) {key, offsetof(CkptManifest, member), sizeof(double), GROUP_MATH, 1, flag}
 static const Field FIELDS[] = {
     FIELD("ranks", ranks, GROUP_RUN),
     FIELD("step", step, GROUP_RUN),
@@ -77,10 +82,39 @@ static const Field FIELDS[] = {
     FIELD("batch", batch, GROUP_BATCH),
     FIELD("seq_len", seq_len, GROUP_BATCH),
     FIELD("grad_accum", grad_accum, GROUP_BATCH),
-    FIELD("total_steps", total_steps, GROUP_RUN),
-    FIELD("warmup", warmup, GROUP_RUN),
-    FIELD_DOUBLE("lr", lr, GROUP_RUN),
+    FIELD_MATH("total_steps", total_steps, "steps"),
+    FIELD_MATH("warmup", warmup, "warmup"),
+    FIELD_DOUBLE("lr", lr, "lr"),
+    FIELD("data_tokens", data_tokens, GROUP_DATA),
+    FIELD("data_checksum", data_checksum, GROUP_DATA),
+    FIELD_DOUBLE("grad_clip", grad_clip, "grad-clip"),
+    FIELD_DOUBLE("weight_decay", weight_decay, "weight-decay"),
+    FIELD_DOUBLE("beta1", beta1, "beta1"),
+    FIELD_DOUBLE("beta2", beta2, "beta2"),
+    FIELD_DOUBLE("adam_eps", adam_eps, "adam-eps"),
+    FIELD_DOUBLE("min_lr_frac", min_lr_frac, "min-lr-frac"),
+    FIELD_DOUBLE("warmup_start_frac", warmup_start_frac, "warmup-start-frac"),
+    FIELD_MATH("schedule_steps", schedule_steps, "schedule-steps"),
 };
+_Static_assert(sizeof FIELDS / sizeof FIELDS[0] <= 32, "parse_manifest marks the fields seen in 32 bits");
+
+// The manifest's text lines besides `stage` and `grid`; GROUP_MATH ones are
+// the settings named by `flag`, GROUP_RUN the data's path.
+typedef struct TextField {
+    const char *key;
+    size_t off, size;
+    int group;
+    const char *flag;
+} TextField;
+#define TEXT(key, member, group, flag) {key, offsetof(CkptManifest, member), sizeof(((CkptManifest *)0)->member), group, flag}
+static const TextField TEXTS[] = {
+    TEXT("data", data, GROUP_RUN, NULL),
+    TEXT("data_order", data_order, GROUP_MATH, "data-order"),
+    TEXT("lr_schedule", lr_schedule, GROUP_MATH, "lr-schedule"),
+    TEXT("warmup_type", warmup_type, GROUP_MATH, "warmup-type"),
+};
+#define NTEXTS ((int)(sizeof TEXTS / sizeof TEXTS[0]))
+static const char *text_of(const CkptManifest *m, int i) { return (const char *)m + TEXTS[i].off; }
 #define NFIELDS ((int)(sizeof FIELDS / sizeof FIELDS[0]))
 _Static_assert(sizeof(long) == 8 && sizeof(size_t) == 8, "manifest fields assume LP64");
 
@@ -116,6 +150,37 @@ static char *field_format(const CkptManifest *m, int i, char *buf) {  // buf of 
     else if (FIELDS[i].size == sizeof(int)) snprintf(buf, 32, "%" PRId64, (int64_t)field_get(m, i));
     else snprintf(buf, 32, "%" PRIu64, field_get(m, i));
     return buf;
+}
+
+int ckpt_math_changes(const CkptManifest *got, const CkptManifest *expect, char *out, size_t n) {
+    int changes = 0;
+    size_t len = 0;
+    out[0] = 0;
+    for (int i = 0; i < NFIELDS + NTEXTS; i++) {
+        char a[256], b[256];
+        const char *flag;
+        if (i < NFIELDS) {
+            if (FIELDS[i].group != GROUP_MATH || field_get(got, i) == field_get(expect, i)) continue;
+            // doubles as %g: the note is read, the manifest keeps them exactly
+            if (FIELDS[i].is_double) {
+                snprintf(a, sizeof a, "%g", *(const double *)((const char *)got + FIELDS[i].off));
+                snprintf(b, sizeof b, "%g", *(const double *)((const char *)expect + FIELDS[i].off));
+            } else {
+                field_format(got, i, a);
+                field_format(expect, i, b);
+            }
+            flag = FIELDS[i].flag;
+        } else {
+            int k = i - NFIELDS;
+            if (TEXTS[k].group != GROUP_MATH || strcmp(text_of(got, k), text_of(expect, k)) == 0) continue;
+            snprintf(a, sizeof a, "%s", text_of(got, k));
+            snprintf(b, sizeof b, "%s", text_of(expect, k));
+            flag = TEXTS[k].flag;
+        }
+        if (len < n) len += (size_t)snprintf(out + len, n - len, "%s--%s %s -> %s", changes ? ", " : "", flag, a, b);
+        changes++;
+    }
+    return changes;
 }
 
 uint64_t fnv1a64(const void *data, size_t bytes, uint64_t h) {
@@ -294,7 +359,7 @@ int ckpt_lock(const char *dir, int *lock_fd, char *err, size_t err_len) {
 // Rank 0, after every part is in place: the manifest, then `latest` (the commit).
 static int commit(const char *dir, const char *step_dir, const CkptManifest *m, int ranks,
                   const PartInfo *parts, char *msg) {
-    size_t cap = 4096 + 64 * (size_t)ranks, len = 0;
+    size_t cap = 8192 + 64 * (size_t)ranks, len = 0;
     char *text = xmalloc(cap);
     len += snprintf(text + len, cap - len, "# zero-workbench checkpoint manifest; a rank line "
                     "is: part checksum (FNV-1a 64 of its header, hex), part bytes\n"
@@ -305,6 +370,13 @@ static int commit(const char *dir, const char *step_dir, const CkptManifest *m, 
     for (int i = 0; i < NFIELDS; i++)
         len += snprintf(text + len, cap - len, "%s = %s\n", FIELDS[i].key,
                         field_format(&copy, i, (char[32]){0}));
+    for (int i = 0; i < NTEXTS; i++) {
+        char one_line[256];  // a line of the manifest holds no line break
+        snprintf(one_line, sizeof one_line, "%s", text_of(m, i));
+        for (char *c = one_line; *c; c++)
+            if (*c == '\n' || *c == '\r') *c = '?';
+        len += snprintf(text + len, cap - len, "%s = %s\n", TEXTS[i].key, one_line);
+    }
     for (int r = 0; r < ranks; r++)
         len += snprintf(text + len, cap - len, "rank-%05d.bin = %016" PRIx64 " %" PRIu64 "\n", r,
                         parts[r].checksum, parts[r].bytes);
@@ -407,7 +479,7 @@ static int parse_manifest(char *text, const char *dir, int rank, CkptManifest *m
     memset(m, 0, sizeof *m);
     char my_key[32], *save = NULL;
     snprintf(my_key, sizeof my_key, "rank-%05d.bin", rank);
-    unsigned seen = 0;
+    unsigned seen = 0, seen_text = 0;
     int have_stage = 0, have_part = 0;
     for (char *line = strtok_r(text, "\n", &save); line; line = strtok_r(NULL, "\n", &save)) {
         char *eq = strstr(line, " = ");
@@ -424,10 +496,17 @@ static int parse_manifest(char *text, const char *dir, int rank, CkptManifest *m
         for (int i = 0; i < NFIELDS; i++) {
             if (strcmp(line, FIELDS[i].key) == 0 && field_set(m, i, val) == 0) seen |= 1u << i;
         }
+        for (int i = 0; i < NTEXTS; i++) {
+            if (strcmp(line, TEXTS[i].key) != 0) continue;
+            snprintf((char *)m + TEXTS[i].off, TEXTS[i].size, "%s", val);
+            seen_text |= 1u << i;
+        }
     }
     if (!have_stage) return missing(dir, "stage", msg);
     for (int i = 0; i < NFIELDS; i++)
         if (!(seen & (1u << i))) return missing(dir, FIELDS[i].key, msg);
+    for (int i = 0; i < NTEXTS; i++)
+        if (!(seen_text & (1u << i))) return missing(dir, TEXTS[i].key, msg);
     return have_part ? 0 : missing(dir, my_key, msg);
 }
 
@@ -446,10 +525,16 @@ static int check_manifest(const char *dir, const CkptManifest *got, const CkptMa
         return msgf(msg, "checkpoint %s has %d ranks' shards; this run has %d: resume with "
                     "mpirun -np %d", dir, got->ranks, ranks, got->ranks);
     for (int i = 0; expect && i < NFIELDS; i++) {
-        if (FIELDS[i].group == GROUP_RUN || field_get(got, i) == field_get(expect, i)) continue;
+        int noted = FIELDS[i].group == GROUP_RUN || FIELDS[i].group == GROUP_MATH;
+        if (noted || field_get(got, i) == field_get(expect, i)) continue;
         char a[32], b[32];
         field_format(got, i, a);
         field_format(expect, i, b);
+        if (FIELDS[i].group == GROUP_DATA)
+            return msgf(msg, "checkpoint %s was trained on other data (%s: %" PRIu64 " tokens, checksum %016" PRIx64
+                        "); this run's %s has %" PRIu64 " tokens, checksum %016" PRIx64 ": resume on the same "
+                        "data", dir, got->data, got->data_tokens, got->data_checksum, expect->data,
+                        expect->data_tokens, expect->data_checksum);
         if (FIELDS[i].group == GROUP_MODEL)
             return msgf(msg, "checkpoint %s model differs: %s is %s there and %s in this run; "
                         "resume with the same model", dir, FIELDS[i].key, a, b);

@@ -29,6 +29,17 @@ typedef struct CkptManifest {
     // trainer says when a resumed run's schedule differs)
     int total_steps, warmup;
     double lr;           // peak learning rate, written with 17 digits: read back exactly
+    // The data it trained on: its tokens (both splits) and a checksum of
+    // their first blocks; a resume on other data is refused. The path is
+    // recorded for the message (the same tokens elsewhere are the same data).
+    uint64_t data_tokens, data_checksum;
+    char data[256];      // --data, or "built-in"
+    char data_order[16];
+    // Every other setting that shapes the update (recorded, not enforced:
+    // continuing with another is fine-tuning, and the trainer says so).
+    double grad_clip, weight_decay, beta1, beta2, adam_eps, min_lr_frac, warmup_start_frac;
+    int schedule_steps;
+    char lr_schedule[32], warmup_type[16];
 } CkptManifest;
 
 typedef struct CkptTensor {
@@ -55,4 +66,8 @@ int ckpt_load(Comm *world, const char *dir, const CkptManifest *expect, CkptMani
 // Returns 0, or nonzero with one line in err (the folder cannot be created,
 // or another run holds it).
 int ckpt_lock(const char *dir, int *lock_fd, char *err, size_t err_len);
+// The settings that shape the update and differ between a checkpoint's run
+// and this one, as "--grad-clip 1 -> 0.5, --lr-schedule cosine -> WarmupLR",
+// or "" when none does. Returns how many differ.
+int ckpt_math_changes(const CkptManifest *got, const CkptManifest *expect, char *out, size_t n);
 uint64_t fnv1a64(const void *data, size_t bytes, uint64_t h);  // start with h = 14695981039346656037 (0xcbf29ce484222325)

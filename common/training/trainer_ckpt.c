@@ -14,6 +14,21 @@ static int saves_optim(const Trainer *t) {
     return t->st.layout.optim == STATE_SHARD || t->world.rank == 0;
 }
 
+// The data's identity: its tokens (both splits) and FNV-1a 64 of the first
+// DATA_HASHED tokens of each split, the same for the same file or files
+// wherever they lie, and cheap for a corpus of any size.
+#define DATA_HASHED ((size_t)1 << 20)
+static void data_identity(const DataSet *d, uint64_t *tokens, uint64_t *checksum) {
+    uint64_t h = 14695981039346656037ull;
+    for (int split = 0; split < 2; split++) {
+        size_t n = d->count[split] < DATA_HASHED ? d->count[split] : DATA_HASHED;
+        h = fnv1a64(&d->count[split], sizeof d->count[split], h);
+        h = fnv1a64(d->tokens[split], n * sizeof(uint16_t), h);
+    }
+    *tokens = (uint64_t)d->count[0] + d->count[1];
+    *checksum = h;
+}
+
 static CkptManifest manifest_of(const Trainer *t, uint64_t data_rows) {
     CkptManifest m;
     memset(&m, 0, sizeof m);
@@ -32,6 +47,20 @@ static CkptManifest manifest_of(const Trainer *t, uint64_t data_rows) {
     m.total_steps = t->cfg.steps;
     m.warmup = t->cfg.warmup;
     m.lr = t->cfg.lr;
+    const TrainConfig *c = &t->cfg;
+    data_identity(&t->data, &m.data_tokens, &m.data_checksum);
+    snprintf(m.data, sizeof m.data, "%s", c->data ? c->data : "built-in");
+    snprintf(m.data_order, sizeof m.data_order, "%s", c->data_order);
+    m.grad_clip = c->grad_clip;
+    m.weight_decay = c->weight_decay;
+    m.beta1 = c->beta1;
+    m.beta2 = c->beta2;
+    m.adam_eps = c->adam_eps;
+    m.min_lr_frac = c->min_lr_frac;
+    m.warmup_start_frac = c->warmup_start_frac;
+    m.schedule_steps = c->schedule_steps;
+    snprintf(m.lr_schedule, sizeof m.lr_schedule, "%s", c->lr_schedule);
+    snprintf(m.warmup_type, sizeof m.warmup_type, "%s", c->warmup_type);
     return m;
 }
 
@@ -129,9 +158,11 @@ void trainer_resume(Trainer *t) {
     if (t->world.rank == 0)
         printf("resumed from %s at step %ld (data row %llu)\n", t->cfg.resume, got.step,
                (unsigned long long)got.data_rows);
-    if (t->world.rank == 0 && (got.total_steps != expect.total_steps || got.warmup != expect.warmup ||
-                               got.lr != expect.lr))
-        printf("note: the checkpoint's run had --steps %d --warmup %d --lr %g; this run's LR schedule "
-               "differs, so from step %ld on it is not the run that saved\n",
-               got.total_steps, got.warmup, got.lr, got.step + 1);
+    if (t->world.rank != 0) return;
+    char changes[1024];
+    if (ckpt_math_changes(&got, &expect, changes, sizeof changes))
+        printf("note: this run changes settings that shape the update (%s), so from step %ld on it is not the "
+               "run that saved\n", changes, got.step + 1);
+    if (strcmp(got.data, expect.data) != 0)
+        printf("note: the checkpoint's run read its data from %s; %s holds the same tokens\n", got.data, expect.data);
 }
