@@ -2,8 +2,9 @@
 // root: a file-size limit during a checkpoint write (one line, no temporary
 // files, the earlier checkpoint still loadable); output paths that cannot be
 // written, found before step 1; writes that fail at the end (a full disk);
-// two runs saving into one folder; a resume on other data or settings. Each
-// fault must end the run with one error line that says what happened.
+// two runs saving into one folder; a resume on other data or settings; ranks
+// given different flags. Each fault must end the run with one error line
+// that says what happened.
 #include <dirent.h>
 #include "runs.h"
 
@@ -155,6 +156,20 @@ static void test_resume_checks_data_and_settings(void **state) {
     free(out);
 }
 
+// Issue 15, item 12: ranks given different flags hung forever. They compare
+// their settings at start-up and refuse in one line naming the first that
+// differs. (timeout: code without the check hangs, and fails here with 124.)
+static void test_ranks_agree_on_settings(void **state) {
+    (void)state;
+    free(expect_one_error("timeout 120 mpirun -np 1 ./zero2 --model tiny --steps 3 --quiet : "
+                          "-np 1 ./zero2 --model tiny --steps 5 --quiet",
+                          2, "the ranks were given different settings: rank 1 has --steps 5 where rank 0 has "
+                             "--steps 3"));
+    free(expect_one_error("timeout 120 mpirun -np 2 ./zero3 --model tiny --steps 2 --quiet : "
+                          "-np 1 ./zero3 --model tiny --steps 2 --prefetch 0 --quiet",
+                          2, "rank 2 has --prefetch 0 where rank 0 has --prefetch 1"));
+}
+
 static int group_setup(void **state) {
     if (access("./zero2", X_OK) != 0) {
         fprintf(stderr, "test_faults: run from the repository root after make\n");
@@ -180,6 +195,7 @@ int main(void) {
         cmocka_unit_test(test_full_disk_reported),
         cmocka_unit_test(test_save_folder_locked),
         cmocka_unit_test(test_resume_checks_data_and_settings),
+        cmocka_unit_test(test_ranks_agree_on_settings),
     };
     return cmocka_run_group_tests(tests, group_setup, group_teardown);
 }

@@ -114,6 +114,7 @@ static void setup(Trainer *t, int argc, char **argv, const Strategy *s) {
     comm_world_init(&t->world, &argc, &argv, &local_rank, &local_size, flags_present(argc, argv, "progress-thread"));
     if (s->context_bytes) t->sctx = xcalloc(1, s->context_bytes);
     train_config_parse(&t->cfg, t->sctx, argc, argv, s);
+    trainer_check_same_settings(t);
     t->formula = s->formula_of ? s->formula_of(t->sctx) : s->formula;
     t->states = s->states_of ? s->states_of(t->sctx) : s->states;
     GPTConfig mc;

@@ -233,6 +233,11 @@ void trainer_check_budget(Trainer *t, int local_size);
 // The mem module's hint when an allocation goes over the budget after all.
 void trainer_fit_hint(void *arg, char *out, size_t n);
 
+// Collective, right after the flags are parsed: every rank has the same
+// effective settings (a hash of them compared across ranks), or one line
+// naming the first that differs and exit 2 (trainer_agree.c).
+void trainer_check_same_settings(Trainer *t);
+
 // Collective, before step 1: --json and --trace can be written, and the
 // --save folder exists, is locked for this run and takes every rank's part;
 // otherwise one line and exit 2. trainer_release_outputs drops the lock.
