@@ -3,8 +3,8 @@
 // files, the earlier checkpoint still loadable); output paths that cannot be
 // written, found before step 1; writes that fail at the end (a full disk);
 // two runs saving into one folder; a resume on other data or settings; ranks
-// given different flags. Each fault must end the run with one error line
-// that says what happened.
+// given different flags; a rank killed by a signal. Each fault must end the
+// run with one error line that says what happened.
 #include <dirent.h>
 #include "runs.h"
 
@@ -170,6 +170,20 @@ static void test_ranks_agree_on_settings(void **state) {
                           2, "rank 2 has --prefetch 0 where rank 0 has --prefetch 1"));
 }
 
+// Issue 15, item 13: under scripts/mpi-env.sh, which quiets mpirun, a rank
+// killed by a signal ended the job without a word. Rank 1 kills itself
+// (kill -9) after 3 s; the job must say which rank died and of what.
+static void test_killed_rank_named(void **state) {
+    (void)state;
+    char *out = NULL;
+    int rc = test_run("bash -c 'source scripts/mpi-env.sh; mpirun -np 2 bash -c \"if [ \\$OMPI_COMM_WORLD_RANK = 1 "
+                      "]; then (sleep 3; kill -9 \\$\\$) & fi; exec ./zero2 --model small --steps 1000000 --quiet\"'",
+                      &out);
+    if (rc == 0 || !strstr(out, "mpirun: rank 1 died of signal 9 (Killed) on node"))
+        fail_msg("exit %d; no line naming rank 1 and its signal:\n%s", rc, out);
+    free(out);
+}
+
 static int group_setup(void **state) {
     if (access("./zero2", X_OK) != 0) {
         fprintf(stderr, "test_faults: run from the repository root after make\n");
@@ -196,6 +210,7 @@ int main(void) {
         cmocka_unit_test(test_save_folder_locked),
         cmocka_unit_test(test_resume_checks_data_and_settings),
         cmocka_unit_test(test_ranks_agree_on_settings),
+        cmocka_unit_test(test_killed_rank_named),
     };
     return cmocka_run_group_tests(tests, group_setup, group_teardown);
 }
