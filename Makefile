@@ -5,6 +5,10 @@
 SHELL := /bin/bash
 GPU ?= 1
 BUILD := build$(if $(filter 0,$(GPU)),-nogpu)
+# where the binaries go: the repository root, unless a build of its own
+# (make sanitize) puts them elsewhere
+BINDIR ?=
+BIN_PREFIX := $(if $(BINDIR),$(BINDIR)/)
 NP ?= 4
 
 # ---- probes ---------------------------------------------------------------
@@ -76,7 +80,7 @@ SRC_07 := $(wildcard 07_3d_parallel/*.c) $(wildcard 02_zero1/shard_update.c)
 STAGE_IDS := 00 01 02 03 04 05 06 07
 STAGES := $(foreach n,$(STAGE_IDS),$(if $(wildcard */$(BIN_$(n)).c),$(n)))
 TRAINERS := $(filter-out 00,$(STAGES))
-BINS := $(foreach n,$(STAGES),$(BIN_$(n)))
+BINS := $(foreach n,$(STAGES),$(BIN_PREFIX)$(BIN_$(n)))
 # memory_math links every trainer's strategy to read what each stage keeps
 SRC_00 := $(wildcard 00_memory_math/*.c) $(sort $(foreach n,$(TRAINERS),$(SRC_$(n))))
 # a trainer's main: stage_main.c naming its strategy, strategy_<binary>
@@ -85,7 +89,7 @@ MAIN_OBJ = $(BUILD)/main/$(1).o
 TEST_SRC := $(wildcard tests/test_*.c)
 TEST_BINS := $(TEST_SRC:tests/%.c=$(BUILD)/tests/%)
 
-.PHONY: all deps check-deps demo test bench bench-cuda bench-compare clean help lab-% check-lab-% $(addprefix stage-,$(STAGES)) $(addprefix diff-,$(STAGES))
+.PHONY: all deps check-deps demo test fuzz bench bench-cuda bench-compare clean help lab-% check-lab-% $(addprefix stage-,$(STAGES)) $(addprefix diff-,$(STAGES))
 all: check-deps $(BINS)
 	@echo "built: $(BINS)$(if $(strip $(SKIPPED)), | skipped: $(strip $(SKIPPED)))"
 
@@ -95,6 +99,7 @@ help:
 	@echo "make deps       install the Debian packages the project needs"
 	@echo "make demo       install, build, run every stage on the same model with NP=$(NP) ranks, side by side"
 	@echo "make test       build and run the tests; ends with 'N passed, N failed'"
+	@echo "make fuzz       each libFuzzer target for FUZZ_SECONDS (default 30) from its corpus; fails on any finding"
 	@echo "make bench      benchmarks, JSON in build/bench/ (with the cuda part where a GPU is usable)"
 	@echo "make bench-cuda the cuda part alone: MFU of gpt2-124m, every stage at 1, 2, 4 ranks on one GPU"
 	@echo "make bench-compare BASE=old.json [NEW=new.json]  two bench results side by side; exit 1 on a regression"
@@ -109,10 +114,11 @@ check-deps:
 deps:
 	@bash scripts/install-deps.sh
 
-$(foreach n,$(STAGES),$(eval stage-$(n): check-deps $(BIN_$(n))))
-$(BIN_00): $(SRC_00:%.c=$(BUILD)/%.o) $(LIB)
-	$(CC) $^ -o $@ $(LDLIBS)
-$(foreach n,$(TRAINERS),$(eval $(BIN_$(n)): $(call MAIN_OBJ,$(BIN_$(n))) $(SRC_$(n):%.c=$(BUILD)/%.o) $(LIB) ; $$(CC) $$^ -o $$@ $$(LDLIBS)))
+# (OPT at the link too: a sanitizer's runtime is linked by the flag that asks for it)
+$(foreach n,$(STAGES),$(eval stage-$(n): check-deps $(BIN_PREFIX)$(BIN_$(n))))
+$(BIN_PREFIX)$(BIN_00): $(SRC_00:%.c=$(BUILD)/%.o) $(LIB)
+	$(CC) $(OPT) $^ -o $@ $(LDLIBS)
+$(foreach n,$(TRAINERS),$(eval $(BIN_PREFIX)$(BIN_$(n)): $(call MAIN_OBJ,$(BIN_$(n))) $(SRC_$(n):%.c=$(BUILD)/%.o) $(LIB) ; $$(CC) $$(OPT) $$^ -o $$@ $$(LDLIBS)))
 
 $(BUILD)/main/%.o: $(STAGE_MAIN)
 	@mkdir -p $(dir $@)
@@ -133,7 +139,10 @@ $(BUILD)/common/training/ds_config.o: Makefile
 
 # the CPU Adam's scalar path stays scalar: it is the reference the SIMD paths
 # are measured against, so the compiler must not vectorize it on its own
-$(BUILD)/common/device/cpu_adam_scalar.o: CFLAGS += -fno-tree-loop-vectorize -fno-tree-slp-vectorize
+# (clang, which make fuzz builds with, names the switches otherwise)
+NO_VECTORIZE := $(if $(shell $(CC) --version 2>/dev/null | grep -i clang),-fno-vectorize -fno-slp-vectorize,\
+                -fno-tree-loop-vectorize -fno-tree-slp-vectorize)
+$(BUILD)/common/device/cpu_adam_scalar.o: CFLAGS += $(NO_VECTORIZE)
 
 $(BUILD)/%.o: %.cu
 	@mkdir -p $(dir $@)
@@ -155,6 +164,28 @@ $(BUILD)/bench/%: bench/%.c $(LIB)
 
 test: all $(TEST_BINS)
 	@bash tests/run.sh $(TEST_BINS)
+
+# libFuzzer targets (tests/fuzz/fuzz_*.c: the data readers, the checkpoint
+# reader, the flag parser), each with ASan and UBSan, built with clang (mpicc
+# told to use it) over a core built the same way in build-fuzz/; each runs
+# FUZZ_SECONDS from its seed corpus (tests/fuzz/corpus/NAME), which also
+# holds every input that once found a bug (scripts/fuzz.sh).
+FUZZ_SECONDS ?= 30
+FUZZ_OPT := -O1 -g -fno-omit-frame-pointer -fsanitize=fuzzer-no-link,address,undefined,float-cast-overflow \
+            -fno-sanitize-recover=all
+FUZZ_NAMES := $(patsubst tests/fuzz/%.c,%,$(wildcard tests/fuzz/fuzz_*.c))
+fuzz:
+	@command -v clang >/dev/null && [ -e "$$(clang -print-file-name=libclang_rt.fuzzer-x86_64.a)" ] || \
+		bash scripts/install-deps.sh fuzz
+	@OMPI_CC=clang $(MAKE) --no-print-directory GPU=0 BUILD=build-fuzz OPT='$(FUZZ_OPT)' \
+		$(FUZZ_NAMES:%=build-fuzz/fuzz/%)
+	@bash scripts/fuzz.sh build-fuzz $(FUZZ_SECONDS) $(FUZZ_NAMES)
+
+# the config reader's refusal exits; its target links it to a function that returns to the fuzzer
+$(BUILD)/fuzz/fuzz_ds_config: LDLIBS += -Wl,--wrap=fail_usage
+$(BUILD)/fuzz/%: tests/fuzz/%.c $(LIB)
+	@mkdir -p $(dir $@)
+	$(CC) $(CFLAGS) -fsanitize=fuzzer $< $(LIB) -o $@ $(LDLIBS)
 
 bench: all
 	@bash bench/run.sh
@@ -182,4 +213,8 @@ check-lab-%:
 clean:
 	rm -rf $(BUILD) $(foreach n,$(STAGE_IDS),$(BIN_$(n)))
 
+# The compiler writes the dependency files; no rule makes them (else, when
+# one is older than its source, make chains its built-in rules into
+# compiling a "NAME.d.o" to remake it, and the build fails)
+%.d: ;
 -include $(shell find $(BUILD) -name '*.d' 2>/dev/null)

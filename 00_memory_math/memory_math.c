@@ -3,6 +3,7 @@
 // activation memory (Korthikanti et al., 2022) beside what our trainer keeps;
 // communication volume; what fits in a device budget; and --measure, which
 // checks the formulas against the allocator the trainers use.
+#include <limits.h>
 #include <math.h>
 #include <stdio.h>
 #include <string.h>
@@ -57,22 +58,22 @@ static void apply_config(int argc, char **argv, FlagSpec *specs, Inputs *in) {
 static void parse_flags(int argc, char **argv, Flags *f, FlagSpec *specs, Inputs *in) {
     const FlagSpec table[F_COUNT] = {
         [F_PARAMS] = {.name = "params", .type = FLAG_COUNT, .dst = &f->params, .meta = "COUNT",
-                      .help = "parameters Ψ: 7.5e9, 7.5B, 350M"},
+                      .help = "parameters Ψ: 7.5e9, 7.5B, 350M", .min = 1, .max = 1e15},
         [F_MODEL] = {.name = "model", .type = FLAG_STRING, .dst = &f->model, .meta = "NAME",
                      .help = "take Ψ and shapes from a preset"},
         [F_RANKS] = {.name = "ranks", .type = FLAG_INT, .dst = &f->ranks, .meta = "N",
-                     .help = "data-parallel ranks (--measure: the MPI world size)"},
+                     .help = "data-parallel ranks (--measure: the MPI world size)", .min = 1, .max = 1 << 20},
         [F_BATCH] = {.name = "batch", .type = FLAG_INT, .dst = &f->batch, .meta = "B",
-                     .help = "micro-batch per rank, for activations"},
+                     .help = "micro-batch per rank, for activations", .min = 1, .max = GPT_MAX_BATCH},
         [F_SEQ_LEN] = {.name = "seq-len", .type = FLAG_INT, .dst = &f->seq_len, .meta = "T",
-                       .help = "sequence length; 0 = the model's context"},
+                       .help = "sequence length; 0 = the model's context", .min = 0, .max = GPT_MAX_CONTEXT},
         [F_GRAD_ACCUM] = {.name = "grad-accum", .type = FLAG_INT, .dst = &f->grad_accum, .meta = "K",
-                          .help = "micro-batches per optimizer step"},
+                          .help = "micro-batches per optimizer step", .min = 1, .max = 1 << 20},
         [F_GLOBAL_BATCH] = {.name = "global-batch", .type = FLAG_INT, .dst = &f->global_batch, .meta = "G",
                             .help = "sequences per optimizer step: G = batch x grad-accum x ranks",
-                            .shown_default = "batch x grad-accum x ranks"},
+                            .shown_default = "batch x grad-accum x ranks", .min = 1, .max = INT_MAX},
         [F_HBM_GB] = {.name = "hbm-gb", .type = FLAG_DOUBLE, .dst = &f->hbm_gb, .meta = "GB",
-                      .help = "device memory per rank; 0 = skip what fits"},
+                      .help = "device memory per rank; 0 = skip what fits", .min = 0, .max = 1e6},
         [F_MEASURE] = {.name = "measure", .type = FLAG_BOOL, .dst = &f->measure,
                        .help = "allocate the states and compare"},
         [F_JSON] = {.name = "json", .type = FLAG_BOOL, .dst = &f->json,
@@ -94,8 +95,6 @@ static void choose_params(const Flags *f, const FlagSpec *specs, Inputs *in) {
     if (specs[F_PARAMS].seen && f->model)
         fail_usage("give --params or --model, not both (--model sets Ψ from the preset)");
     if (specs[F_PARAMS].seen) {
-        if (f->params < 1 || f->params > 1e15)
-            fail_usage("--params must be between 1 and 1e15 parameters, got %g", f->params);
         in->psi = floor(f->params + 0.5);
         in->psi_source = "--params";
     } else if (f->model) {
@@ -119,8 +118,6 @@ static void choose_params(const Flags *f, const FlagSpec *specs, Inputs *in) {
 }
 
 static void choose_ranks(const Flags *f, const FlagSpec *specs, Inputs *in) {
-    if (specs[F_RANKS].seen && (f->ranks < 1 || f->ranks > (1 << 20)))
-        fail_usage("--ranks must be between 1 and 1048576, got %d", f->ranks);
     if (f->measure) {
         if (specs[F_RANKS].seen && f->ranks != in->world)
             fail_usage("--measure runs on the MPI ranks: --ranks %d differs from mpirun -np %d "
@@ -138,11 +135,6 @@ static void choose_ranks(const Flags *f, const FlagSpec *specs, Inputs *in) {
 }
 
 static void check_shapes(const Flags *f, Inputs *in) {
-    if (f->batch < 1) fail_usage("--batch must be at least 1, got %d", f->batch);
-    if (f->seq_len < 0) fail_usage("--seq-len must be positive (0 = the model's context), got %d", f->seq_len);
-    if (f->grad_accum < 1) fail_usage("--grad-accum must be at least 1, got %d", f->grad_accum);
-    if (f->hbm_gb < 0 || !isfinite(f->hbm_gb))
-        fail_usage("--hbm-gb must be a positive number of GB (0 = skip), got %g", f->hbm_gb);
     in->batch = f->batch;
     in->grad_accum = f->grad_accum;
     in->hbm_gb = f->hbm_gb;
@@ -169,7 +161,6 @@ int main(int argc, char **argv) {
     parse_flags(argc, argv, &f, specs, &in);
     choose_params(&f, specs, &in);
     choose_ranks(&f, specs, &in);
-    if (f.global_batch < 0) fail_usage("--global-batch must be at least 1, got %d", f.global_batch);
     batch_rule_apply(&in.settings, &f.batch, &f.grad_accum, f.global_batch, in.ranks, "ranks");
     check_shapes(&f, &in);
     in.measure = f.measure;

@@ -2,6 +2,7 @@
 #include "printer.h"
 #include <math.h>
 #include <stdarg.h>
+#include <stdlib.h>
 #include <string.h>
 #include "check.h"
 
@@ -19,16 +20,38 @@ static void pad_text(FILE *f, const char *s, int width, int right_align) {
     if (!right_align) for (int i = 0; i < gap; i++) fputc(' ', f);
 }
 
+// The digits of |v|: whole numbers below 2^53 exactly (a double holds every
+// one of them), with two decimals below 1e13 (|v| x 100 still exact); past
+// 2^53 a double keeps about 16 significant digits, so 15 are printed and
+// the rest are zeros rather than the binary value's noise.
+static void whole_digits(double a, char *digits, size_t n, int *cents) {
+    *cents = 0;
+    if (a < 1e13) {
+        double c = floor(a * 100 + 0.5), whole = floor(c / 100);
+        *cents = (int)(c - whole * 100);
+        snprintf(digits, n, "%.0f", whole);
+    } else if (a < 9007199254740992.0) {
+        snprintf(digits, n, "%.0f", floor(a + 0.5));
+    } else {
+        char e[40];
+        snprintf(e, sizeof e, "%.14e", a);  // "8.75008750000000e+19"
+        int exp10 = atoi(strchr(e, 'e') + 1);
+        size_t k = 0;
+        for (const char *p = e; *p != 'e' && k + 1 < n; p++)
+            if (*p != '.') digits[k++] = *p;
+        while ((int)k <= exp10 && k + 1 < n) digits[k++] = '0';
+        digits[k] = 0;
+    }
+}
+
 const char *format_grouped(double v, char *buf, size_t n) {
     if (isnan(v)) { snprintf(buf, n, "-"); return buf; }
     if (isinf(v)) { snprintf(buf, n, "unbounded"); return buf; }
-    double cents = floor(fabs(v) * 100 + 0.5);  // rounded to two decimals
-    double whole = floor(cents / 100);
-    int frac = (int)(cents - whole * 100);
-    char digits[64], out[96];
-    snprintf(digits, sizeof digits, "%.0f", whole);
+    char digits[400], out[600];
+    int frac;
+    whole_digits(fabs(v), digits, sizeof digits, &frac);
     size_t len = strlen(digits), o = 0;
-    if (v < 0 && cents > 0) out[o++] = '-';
+    if (v < 0 && (frac > 0 || strcmp(digits, "0") != 0)) out[o++] = '-';
     for (size_t i = 0; i < len; i++) {
         if (i > 0 && (len - i) % 3 == 0) out[o++] = ',';
         out[o++] = digits[i];

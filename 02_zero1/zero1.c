@@ -17,6 +17,10 @@ static void setup(Trainer *t) {
     z->reduced = buf_alloc(&t->dev, TIER_DEVICE, CAT_COMM, t->part.shard * sizeof(bf16), "reduced gradient shard");
 }
 
+static double device_buffer_bytes(const void *ctx, const GPTLayout *l, const Partition *p) {
+    return (double)p->shard * sizeof(bf16);
+}
+
 // bf16 params and grads stay whole, as in dp_baseline (the replicated hooks):
 // gradients accumulate over micro-batches in the full buffer.
 
@@ -67,6 +71,7 @@ const Strategy strategy_zero1 = {
                .params_tier = TIER_DEVICE, .grads_tier = TIER_DEVICE, .optim_tier = TIER_DEVICE},
     .context_bytes = sizeof(Stage),
     .setup = setup,
+    .device_buffer_bytes = device_buffer_bytes,
     .unit_params = replicated_unit_params,
     .grads_ready = replicated_grads_ready,
     .reduce_grads = reduce_grads,

@@ -25,6 +25,11 @@ static void setup(Trainer *t) {
     grad_shard_init(&z->grads, t, z->bucket_mb);
 }
 
+static double device_buffer_bytes(const void *ctx, const GPTLayout *l, const Partition *p) {
+    const Stage *z = ctx;
+    return grad_shard_device_bytes(z->bucket_mb, p);
+}
+
 static void before_backward(Trainer *t, int u) {
     Stage *z = t->sctx;
     grad_shard_progress(&z->grads, t);
@@ -71,6 +76,7 @@ const Strategy strategy_zero2 = {
     .context_bytes = sizeof(Stage),
     .flags = flags,
     .setup = setup,
+    .device_buffer_bytes = device_buffer_bytes,
     .unit_params = replicated_unit_params,
     .before_backward = before_backward,
     .grads_ready = grads_ready,

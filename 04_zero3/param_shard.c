@@ -13,16 +13,17 @@ static int entry_of(int U, int u, int backward) { return backward ? 2 * U - 1 - 
 
 // Units entry e reads. The encoder's backward only scatters gradients into
 // wte rows: it reads no parameters, so nothing is gathered for it.
-static int entry_reads(const Trainer *t, int e, int out[2]) {
-    int U = t->layout.num_units, u = entry_unit(U, e);
+static int entry_reads(const GPTLayout *l, int e, int out[2]) {
+    int U = l->num_units, u = entry_unit(U, e);
     if (e >= U && u == GPT_UNIT_EMBED) return 0;
-    return gpt_unit_reads(&t->layout, u, out);
+    return gpt_unit_reads(l, u, out);
 }
 
 FlagSpec param_shard_flag(int *prefetch) {
     *prefetch = 1;
     return (FlagSpec){.name = "prefetch", .type = FLAG_INT, .dst = prefetch, .meta = "N",
-                      .help = "units whose parameters are gathered ahead of use"};
+                      .help = "units whose parameters are gathered ahead of use",
+                      .min = 0, .max = GPT_MAX_UNITS};
 }
 
 void param_shard_init(ParamShard *ps, Trainer *t, int prefetch) {
@@ -82,13 +83,13 @@ static void drop(Trainer *t, LiveUnit *lu) {
 // of backward lies the optimizer step, which changes the params.
 void param_shard_acquire(ParamShard *ps, Trainer *t, int u, int backward) {
     int e = entry_of(t->layout.num_units, u, backward), reads[2];
-    int n = entry_reads(t, e, reads);
+    int n = entry_reads(&t->layout, e, reads);
     for (int i = 0; i < n; i++) start_gather(ps, t, reads[i]);
     for (int k = 1; k <= ps->prefetch && e + k < num_entries(t); k++) {
-        int m = entry_reads(t, e + k, reads);
+        int m = entry_reads(&t->layout, e + k, reads);
         for (int i = 0; i < m; i++) start_gather(ps, t, reads[i]);
     }
-    n = entry_reads(t, e, reads);
+    n = entry_reads(&t->layout, e, reads);
     for (int i = 0; i < n; i++) finish_gather(t, &ps->live[reads[i]]);
     comm_progress(&t->world);
 }
@@ -96,10 +97,10 @@ void param_shard_acquire(ParamShard *ps, Trainer *t, int u, int backward) {
 
 // Is unit v read by one of the entries after e within the prefetch window
 // (at least the next one)?
-static int read_soon(const ParamShard *ps, const Trainer *t, int e, int v) {
-    int window = ps->prefetch > 0 ? ps->prefetch : 1, reads[2];
-    for (int k = 1; k <= window && e + k < num_entries(t); k++) {
-        int m = entry_reads(t, e + k, reads);
+static int read_soon(int prefetch, const GPTLayout *l, int entries, int e, int v) {
+    int window = prefetch > 0 ? prefetch : 1, reads[2];
+    for (int k = 1; k <= window && e + k < entries; k++) {
+        int m = entry_reads(l, e + k, reads);
         for (int i = 0; i < m; i++)
             if (reads[i] == v) return 1;
     }
@@ -109,9 +110,30 @@ static int read_soon(const ParamShard *ps, const Trainer *t, int e, int v) {
 // LAB 04: param_shard_release -- drop the units this entry read that no upcoming entry reads
 void param_shard_release(ParamShard *ps, Trainer *t, int u, int backward) {
     int e = entry_of(t->layout.num_units, u, backward), reads[2];
-    int n = entry_reads(t, e, reads);
+    int n = entry_reads(&t->layout, e, reads);
     for (int i = 0; i < n; i++)
-        if (!read_soon(ps, t, e, reads[i])) drop(t, &ps->live[reads[i]]);
+        if (!read_soon(ps->prefetch, &t->layout, num_entries(t), e, reads[i])) drop(t, &ps->live[reads[i]]);
+}
+
+// A training micro-batch's schedule (an evaluation's, forward only, gathers
+// a subset of it) replayed on sizes, by the rules of acquire and release.
+double param_shard_peak_bytes(const GPTLayout *l, int prefetch) {
+    int entries = 2 * l->num_units, reads[2];
+    char live[GPT_MAX_UNITS] = {0};
+    double bytes = 0, peak = 0;
+    for (int e = 0; e < entries; e++) {
+        for (int k = 0; k <= prefetch && e + k < entries; k++) {
+            int m = entry_reads(l, e + k, reads);
+            for (int i = 0; i < m; i++)
+                if (!live[reads[i]]) live[reads[i]] = 1, bytes += (double)l->unit[reads[i]].count * sizeof(bf16);
+        }
+        if (bytes > peak) peak = bytes;
+        int n = entry_reads(l, e, reads);
+        for (int i = 0; i < n; i++)
+            if (live[reads[i]] && !read_soon(prefetch, l, entries, e, reads[i]))
+                live[reads[i]] = 0, bytes -= (double)l->unit[reads[i]].count * sizeof(bf16);
+    }
+    return peak;
 }
 // LAB END
 
@@ -121,7 +143,7 @@ void param_shard_release_all(ParamShard *ps, Trainer *t) {
 
 int param_shard_upcoming(const Trainer *t, int u, int backward, int ahead, int out[2]) {
     int e = entry_of(t->layout.num_units, u, backward) + ahead;
-    return e >= 0 && e < num_entries(t) ? entry_reads(t, e, out) : 0;
+    return e >= 0 && e < num_entries(t) ? entry_reads(&t->layout, e, out) : 0;
 }
 
 const bf16 *param_shard_view(const ParamShard *ps, int u) {

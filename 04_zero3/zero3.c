@@ -30,6 +30,12 @@ static void setup(Trainer *t) {
     param_shard_init(&z->params, t, z->prefetch);
 }
 
+// The buckets, and the units gathered at once at this prefetch depth.
+static double device_buffer_bytes(const void *ctx, const GPTLayout *l, const Partition *p) {
+    const Stage *z = ctx;
+    return grad_shard_device_bytes(z->bucket_mb, p) + param_shard_peak_bytes(l, z->prefetch);
+}
+
 static const bf16 *unit_params(Trainer *t, int u) {
     Stage *z = t->sctx;
     return param_shard_view(&z->params, u);
@@ -97,6 +103,7 @@ const Strategy strategy_zero3 = {
     .context_bytes = sizeof(Stage),
     .flags = flags,
     .setup = setup,
+    .device_buffer_bytes = device_buffer_bytes,
     .unit_params = unit_params,
     .before_forward = before_forward,
     .after_forward = after_forward,

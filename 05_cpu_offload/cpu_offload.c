@@ -11,6 +11,7 @@
 // device computes step i+1 with the parameters of step i-1. Master, m and v
 // stay exact; only the device copy lags one step. Step i+1's gradients
 // arrive in a second host shard while step i's are being applied.
+#include <limits.h>
 #include <omp.h>
 #include "../02_zero1/shard_update.h"
 #include "check.h"
@@ -65,13 +66,14 @@ static int flags(void *ctx, FlagSpec *out) {
     out[1] = (FlagSpec){.name = "dpu", .type = FLAG_BOOL, .dst = &z->dpu,
                         .help = "one-step delayed parameter update: the CPU Adam of step i runs during step i+1"};
     out[2] = (FlagSpec){.name = "dpu-warmup", .type = FLAG_INT, .dst = &z->dpu_warmup, .meta = "N",
-                        .help = "ordinary steps before the update is delayed", .given = &z->warmup_given};
+                        .help = "ordinary steps before the update is delayed", .given = &z->warmup_given,
+                        .min = 0, .max = INT_MAX};
     out[3] = (FlagSpec){.name = "dpu-serial", .type = FLAG_BOOL, .dst = &z->dpu_serial,
                         .help = "run the delayed update on the main thread (the reference the threaded one equals)"};
     out[4] = (FlagSpec){.name = "host-threads", .type = FLAG_INT, .dst = &z->host_threads, .meta = "N",
                         .help = "OpenMP threads of the CPU Adam",
                         .shown_default = "all of the rank's cores; with --dpu on the cpu device half of them, the rest compute",
-                        .given = &z->threads_given};
+                        .given = &z->threads_given, .min = 1, .max = 1024};
     return 5;
 }
 
@@ -82,11 +84,8 @@ static StageId formula_of(const void *ctx) {
 }
 
 static void check_flags(const Stage *z) {
-    if (z->dpu_warmup < 0) fail_usage("--dpu-warmup %d: give 0 or more ordinary steps", z->dpu_warmup);
     if (!z->dpu && (z->warmup_given || z->dpu_serial))
         fail_usage("--%s tunes the delayed update: add --dpu", z->dpu_serial ? "dpu-serial" : "dpu-warmup");
-    if (z->threads_given && (z->host_threads < 1 || z->host_threads > 1024))
-        fail_usage("--host-threads %d: give 1 to 1024 threads", z->host_threads);
 }
 
 // The cores: on the cpu device the delayed update's host thread and the
@@ -118,6 +117,12 @@ static void setup(Trainer *t) {
     }
     t->dev.ops->event_create(&t->dev, &z->uploaded);
     dev_sync(&t->dev, STREAM_COPY);
+}
+
+// On the device only zero2's buckets: the other buffers are pinned host memory.
+static double device_buffer_bytes(const void *ctx, const GPTLayout *l, const Partition *p) {
+    const Stage *z = ctx;
+    return grad_shard_device_bytes(z->bucket_mb, p);
 }
 
 static void before_backward(Trainer *t, int u) {
@@ -280,6 +285,7 @@ const Strategy strategy_cpu_offload = {
     .context_bytes = sizeof(Stage),
     .flags = flags,
     .setup = setup,
+    .device_buffer_bytes = device_buffer_bytes,
     .unit_params = replicated_unit_params,
     .before_backward = before_backward,
     .grads_ready = grads_ready,

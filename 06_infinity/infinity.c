@@ -59,11 +59,12 @@ static int flags(void *ctx, FlagSpec *out) {
     out[1] = (FlagSpec){.name = "offload-params", .type = FLAG_STRING, .dst = &z->offload_params,
                         .meta = "none|cpu|nvme", .help = "where the bf16 param shard lives: device, pinned host memory, NVMe"};
     out[2] = (FlagSpec){.name = "sub-group-mb", .type = FLAG_DOUBLE, .dst = &z->sub_group_mb, .meta = "MB",
-                        .help = "fp32 master, m and v per sub-group of the swapper (three in pinned memory at once)"};
+                        .help = "fp32 master, m and v per sub-group of the swapper (three in pinned memory at once)",
+                        .min = 0, .min_open = 1, .max = 1e6};
     out[3] = (FlagSpec){.name = "aio-block-kb", .type = FLAG_INT, .dst = &z->aio_block_kb, .meta = "KB",
-                        .help = "size of one aio request to the disk (a multiple of 4)"};
+                        .help = "size of one aio request to the disk (a multiple of 4)", .min = 4, .max = 1 << 20};
     out[4] = (FlagSpec){.name = "aio-queue-depth", .type = FLAG_INT, .dst = &z->aio_queue_depth, .meta = "N",
-                        .help = "aio requests kept in the disk's queue"};
+                        .help = "aio requests kept in the disk's queue", .min = 1, .max = 1024};
     out[5] = grad_shard_flag(&z->bucket_mb);
     out[6] = param_shard_flag(&z->prefetch);
     return 7;
@@ -98,14 +99,9 @@ static void check(Trainer *t) {
     if (!z->nvme_path)
         fail_usage("--nvme-path DIR is missing: give a folder on a disk-backed file system (ext4, xfs) with room "
                    "for the states (memory_math --model NAME --ranks N prints the nvme bytes)");
-    if (!(z->sub_group_mb > 0) || z->sub_group_mb > 1e6)
-        fail_usage("--sub-group-mb %g: give the MB of master, m and v per sub-group, above 0 and at most 1e6",
-                   z->sub_group_mb);
-    if (z->aio_block_kb < 4 || z->aio_block_kb % 4 || z->aio_block_kb > 1 << 20)
+    if (z->aio_block_kb % 4)  // the flag's range holds the rest
         fail_usage("--aio-block-kb %d: give a multiple of 4 (O_DIRECT moves whole 4 KiB blocks) from 4 to 1048576",
                    z->aio_block_kb);
-    if (z->aio_queue_depth < 1 || z->aio_queue_depth > 1024)
-        fail_usage("--aio-queue-depth %d: give 1 to 1024 requests", z->aio_queue_depth);
     nvme_files_check(&z->files, t, z->nvme_path);
 }
 
@@ -149,6 +145,13 @@ static void before_unit(Trainer *t, Stage *z, int u, int backward) {
     if (t->step < t->cfg.steps) swapper_progress(&z->swap);
     if (z->params_at != PARAMS_DEVICE) param_fetch_ahead(&z->fetch, t, u, backward);
     param_shard_acquire(&z->params, t, u, backward);
+}
+
+// zero3's on the device: the buckets, and the units gathered at once at this
+// prefetch depth (the swapper's slots and the param slices are pinned host memory).
+static double device_buffer_bytes(const void *ctx, const GPTLayout *l, const Partition *p) {
+    const Stage *z = ctx;
+    return grad_shard_device_bytes(z->bucket_mb, p) + param_shard_peak_bytes(l, z->prefetch);
 }
 
 static const bf16 *unit_params(Trainer *t, int u) {
@@ -347,6 +350,7 @@ const Strategy strategy_infinity = {
     .flags = flags,
     .check = check,
     .setup = setup,
+    .device_buffer_bytes = device_buffer_bytes,
     .unit_params = unit_params,
     .before_forward = before_forward,
     .after_forward = after_forward,

@@ -23,10 +23,12 @@ static int flags(void *ctx, FlagSpec *out) {
     z->pp = 1;
     z->schedule_name = "1f1b";
     out[0] = (FlagSpec){.name = "tp", .type = FLAG_INT, .dst = &z->tp, .meta = "T",
-                        .help = "tensor-parallel ranks (adjacent): each block's heads and MLP split over T"};
+                        .help = "tensor-parallel ranks (adjacent): each block's heads and MLP split over T",
+                        .min = 1, .max = GPT_MAX_HEADS};  // T divides the heads
     out[1] = (FlagSpec){.name = "pp", .type = FLAG_INT, .dst = &z->pp, .meta = "P",
                         .help = "pipeline stages of contiguous blocks (embeddings first, head last); "
-                                "dp = ranks / (T x P)"};
+                                "dp = ranks / (T x P)",
+                        .min = 1, .max = GPT_MAX_UNITS - 2};  // at most a block per stage
     out[2] = (FlagSpec){.name = "schedule", .type = FLAG_STRING, .dst = &z->schedule_name, .meta = "1f1b|afab",
                         .help = "pipeline schedule: one forward one backward, or all forwards then all backwards; "
                                 "micro-batches = --grad-accum"};
@@ -128,6 +130,12 @@ static void setup(Trainer *t) {
     pipeline_init(&z->pipe, t, &z->grid.pp_comm, z->grid.stage, z->grid.pp, z->schedule, t->plan.slots, max_micro);
 }
 
+// The reduced gradient shard of ZeRO-1 over the replicas (setup); the
+// pipeline's micro-batches live in the activations' slots (t->plan).
+static double device_buffer_bytes(const void *ctx, const GPTLayout *l, const Partition *p) {
+    return (double)p->shard * sizeof(bf16);
+}
+
 // ---- the step ----
 
 static double forward_backward(Trainer *t, const MicroBatches *mb) {
@@ -203,6 +211,7 @@ const Strategy strategy_3d_parallel = {
     .flags = flags,
     .place = place,
     .setup = setup,
+    .device_buffer_bytes = device_buffer_bytes,
     .unit_params = unit_params,
     .grads_ready = grads_ready,
     .forward_backward = forward_backward,

@@ -2,6 +2,9 @@
 # Installs the Debian packages zero-workbench needs, where they are missing.
 set -euo pipefail
 pkgs=(libopenmpi-dev openmpi-bin libopenblas-dev libaio-dev libcmocka-dev libjansson-dev gnuplot-nox make gcc procps)
+# `install-deps.sh fuzz`: what make fuzz needs besides (clang, its libFuzzer
+# and sanitizer runtimes, its OpenMP)
+if [ "${1:-}" = fuzz ]; then pkgs=(clang libclang-rt-dev libomp-dev); fi
 missing=()
 for p in "${pkgs[@]}"; do
     dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")

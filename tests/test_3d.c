@@ -273,7 +273,7 @@ static void test_refusals(void **state) {
          "6 ranks do not divide into --tp 2 x --pp 2"},
         {"mpirun -np 3 ./3d_parallel --model tiny --tp 3 --steps 1", "--tp 3 does not divide the 2 heads"},
         {"mpirun -np 4 ./3d_parallel --model tiny --pp 4 --steps 1", "--pp 4 stages for 2 layers"},
-        {"mpirun -np 2 ./3d_parallel --model tiny --tp 0 --steps 1", "must be at least 1"},
+        {"mpirun -np 2 ./3d_parallel --model tiny --tp 0 --steps 1", "--tp 0 is out of range: give 1 <= T <= "},
         {"mpirun -np 2 ./3d_parallel --model tiny --pp 2 --schedule gpipe --steps 1", "--schedule gpipe: choose"},
         {"mpirun -np 4 ./3d_parallel --model tiny --pp 2 --global-batch 6 --steps 1", "data-parallel replicas"},
     };

@@ -71,6 +71,7 @@ static CkptManifest manifest(long step, int ranks) {
     m.batch = 4;
     m.seq_len = 64;
     m.grad_accum = 2;
+    m.lr = 1.2345678901234567e10;  // beyond what an integer count of nano-units holds; must read back exactly
     return m;
 }
 
@@ -138,7 +139,7 @@ static void test_roundtrip_bit_exact(void **state) {
                         got.rng_state == 0xdeadbeefcafebabeull &&
                         memcmp(&got.cfg, &want.cfg, sizeof got.cfg) == 0 &&
                         got.num_params == 12345 && got.batch == 4 && got.seq_len == 64 &&
-                        got.grad_accum == 2;
+                        got.grad_accum == 2 && got.lr == want.lr;
     char path[PATH_LEN + 16];
     snprintf(path, sizeof path, "%s/latest", dir);
     FILE *f = fopen(path, "r");

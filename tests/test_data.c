@@ -381,6 +381,17 @@ static void test_error_missing_and_empty(void **state) {
     expect_error(sub, 256, 16, sub, "is empty");
 }
 
+// Not a regular file, or one that reports size 0 and still reads: said as
+// what it is, not "empty".
+static void test_error_not_a_file(void **state) {
+    char dir[PATH_LEN], fifo[PATH_LEN];
+    scratch(state, "err_kind", dir);
+    assert_int_equal(mkfifo(join(dir, "fifo", fifo), 0644), 0);
+    expect_error(fifo, 256, 16, fifo, "is a FIFO (named pipe)");
+    expect_error("/dev/zero", 256, 16, "/dev/zero", "is a character device");
+    expect_error("/proc/self/status", 256, 16, "/proc/self/status", "reports a size of 0 but has content");
+}
+
 static void test_error_too_short(void **state) {
     char dir[PATH_LEN], path[PATH_LEN];
     scratch(state, "err_short", dir);
@@ -405,6 +416,10 @@ static void test_error_bad_shards(void **state) {
     write_shard(join(folder, "b.bin", path), tok, 500, 12345, 1, 500);
     expect_error(folder, 256, 8, "mixed/b.bin", "magic 12345");
 
+    // issue 15, item 5: alone, the foreign shard was trained on as byte text
+    expect_error(path, 256, 8, path, "has an llm.c token shard's shape");
+    expect_error(path, 256, 8, path, "magic 12345 where a shard has 20240520");
+
     assert_int_equal(mkdir(join(dir, "only_val", folder), 0755), 0);
     write_shard(join(folder, "val.bin", path), tok, 500, MAGIC, 1, 500);
     expect_error(folder, 256, 8, folder, "only validation shards");
@@ -427,6 +442,8 @@ static void test_error_token_outside_vocab(void **state) {
                  "the model's vocabulary is 100; these tokens need at least 111");
     free(text);
     free(tok);
+    // the built-in corpus is named as such, not by a license file the user never gave
+    expect_error("", 100, 8, "the built-in corpus", "these tokens need at least");
 }
 
 int main(void) {
@@ -445,6 +462,7 @@ int main(void) {
         cmocka_unit_test_prestate(test_rows_same_for_any_rank_count, root),
         cmocka_unit_test_prestate(test_sequential_is_llmc_order, root),
         cmocka_unit_test_prestate(test_error_missing_and_empty, root),
+        cmocka_unit_test_prestate(test_error_not_a_file, root),
         cmocka_unit_test_prestate(test_error_too_short, root),
         cmocka_unit_test_prestate(test_error_bad_shards, root),
         cmocka_unit_test_prestate(test_error_token_outside_vocab, root),

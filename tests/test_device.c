@@ -28,6 +28,11 @@ static void test_cpu_device_describes_itself(void **state) {
     assert_true(d.threads >= 1);
     assert_int_equal(d.mem.budget[TIER_DEVICE], 1500000000);  // GB = 1e9 bytes
     device_destroy(&d);
+
+    // a budget below one byte rounds up to one, not down to "no budget"
+    init_cpu(&d, 1e-12, 1);
+    assert_int_equal(d.mem.budget[TIER_DEVICE], 1);
+    device_destroy(&d);
 }
 
 static void test_buf_alloc_is_tracked_and_aligned(void **state) {

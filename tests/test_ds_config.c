@@ -259,6 +259,9 @@ static void test_bad_values_name_the_key(void **state) {
         const char *json, *says;
     } cases[] = {
         {"{\"train_batch_size\": 8,}", "not valid JSON"},
+        // found by the fuzzer (tests/fuzz/corpus/fuzz_ds_config/line_break_in_error): the parser's
+        // message quoted the line break, and the refusal took two lines
+        {"{\"train_batch_size\": 16,\n\"\\\n\n", "not valid JSON"},
         {"[1, 2]", "the top level is a list"},
         {"{\"train_micro_batch_size_per_gpu\": \"4\"}", "train_micro_batch_size_per_gpu: expected a whole number"},
         {"{\"train_micro_batch_size_per_gpu\": 0}", "train_micro_batch_size_per_gpu: 0 is impossible"},

@@ -80,11 +80,13 @@ Buf buf_alloc(Device *d, MemTier tier, MemCategory cat, size_t bytes, const char
     b.ptr = d->ops->alloc(d, tier, bytes);
     if (!b.ptr) {
         mem_track_free(&d->mem, tier, cat, bytes);
-        fail_rank(EXIT_USAGE,
-                  "%s memory: the allocator refused %.3f GB for '%s' (%s) although the budget "
-                  "allows it; hint: set a smaller --hbm-gb than the machine really has, or use a "
-                  "stage that shards more state",
-                  mem_tier_name(tier), bytes / 1e9, what ? what : "?", mem_category_name(cat));
+        const char *why = d->mem.budget[tier]
+                              ? "although the budget allows it; hint: set a smaller --hbm-gb than the machine "
+                                "really has, or use a stage that shards more state"
+                              : "and no budget is set, so the limit is what the machine has; hint: lower --batch, "
+                                "or use a stage that shards more state";
+        fail_rank(EXIT_USAGE, "%s memory: the allocator refused %.3f GB for '%s' (%s) %s", mem_tier_name(tier),
+                  bytes / 1e9, what ? what : "?", mem_category_name(cat), why);
     }
     b.bytes = bytes;
     return b;

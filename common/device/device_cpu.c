@@ -3,6 +3,7 @@
 // GPU would. Streams run synchronously in issue order on the calling thread,
 // so events are complete when recorded and waits have nothing to wait for.
 #include <cblas.h>  // OpenBLAS's: declares openblas_set_num_threads
+#include <math.h>
 #include <omp.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -100,7 +101,8 @@ static int cpu_threads(const DeviceOptions *opt) {
 }
 
 void device_cpu_init(Device *d, const DeviceOptions *opt) {
-    if (opt->hbm_gb < 0) fail_usage("--hbm-gb %g: must be >= 0 (0 = no budget)", opt->hbm_gb);
+    if (!(opt->hbm_gb >= 0 && opt->hbm_gb <= 1e9))
+        fail_usage("--hbm-gb %g: give 0 (no budget) or a number of GB up to 1e9", opt->hbm_gb);
     d->kind = DEVICE_CPU;
     d->threads = cpu_threads(opt);
     // OpenMP owns the cores: big GEMMs are split by rows over the OpenMP
@@ -116,5 +118,6 @@ void device_cpu_init(Device *d, const DeviceOptions *opt) {
     d->ops = &cpu_ops;
     d->k = &kernels_cpu;
     d->impl = NULL;
-    mem_set_budget(&d->mem, TIER_DEVICE, (size_t)(opt->hbm_gb * 1e9));  // GB = 1e9 bytes
+    // GB = 1e9 bytes; rounded up, so that a tiny budget is a budget, not "none"
+    mem_set_budget(&d->mem, TIER_DEVICE, (size_t)ceil(opt->hbm_gb * 1e9));
 }

@@ -2,6 +2,7 @@
 // cudaHostAlloc (pinned host: the GPU DMAs from it at full speed) and malloc
 // (host); compute, comm and copy are three real CUDA streams, so work issued on
 // different streams overlaps on the GPU and events order it where it must.
+#include <math.h>
 #include <omp.h>
 #include <unistd.h>
 #include "device_cuda.h"
@@ -243,8 +244,8 @@ static void create_streams(CudaImpl *impl) {
 }
 
 extern "C" void device_cuda_init(Device *d, const DeviceOptions *opt) {
-    if (opt->hbm_gb < 0)
-        fail_usage("--hbm-gb %g: must be >= 0 (0 = the card's memory)", opt->hbm_gb);
+    if (!(opt->hbm_gb >= 0 && opt->hbm_gb <= 1e9))
+        fail_usage("--hbm-gb %g: give 0 (the card's memory) or a number of GB up to 1e9", opt->hbm_gb);
     char why[256];
     int count = device_cuda_count(why, sizeof why);
     if (count <= 0) fail_usage("--device cuda: %s; use --device cpu", why);
@@ -276,7 +277,7 @@ extern "C" void device_cuda_init(Device *d, const DeviceOptions *opt) {
     d->ops = &cuda_ops;
     d->k = &kernels_cuda;
     d->impl = impl;
-    size_t budget = opt->hbm_gb > 0 ? (size_t)(opt->hbm_gb * 1e9) : prop.totalGlobalMem;
+    size_t budget = opt->hbm_gb > 0 ? (size_t)ceil(opt->hbm_gb * 1e9) : prop.totalGlobalMem;  // a tiny budget stays one
     mem_set_budget(&d->mem, TIER_DEVICE, budget);
 
     impl->lt_workspace = buf_alloc(d, TIER_DEVICE, CAT_WORKSPACE, CUDA_LT_WORKSPACE_BYTES,

@@ -98,6 +98,13 @@ typedef struct KernelOps {
                   size_t n, const AdamWStep *s);
     void (*f32_to_bf16)(Device *d, bf16 *dst, const float *src, size_t n);
     void (*bf16_to_f32)(Device *d, float *dst, const bf16 *src, size_t n);
+
+    // Bytes of kernel scratch (device_scratch) that the largest request of a
+    // GPT-2 step asks for, with B x T tokens, C channels, NH heads, a V-token
+    // vocabulary and `threads` OpenMP threads; the scratch keeps its largest
+    // size, so this is what it holds from the first step on. Each kernel file
+    // states its own request beside the call that makes it.
+    size_t (*scratch_bytes)(int threads, int B, int T, int C, int NH, int V);
 } KernelOps;
 
 extern const KernelOps kernels_cpu;

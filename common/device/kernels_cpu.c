@@ -236,6 +236,19 @@ static void adamw(Device *d, float *master, float *m, float *v, const bf16 *grad
     cpu_adam_step(cpu_adam_best_path(), d->threads, master, m, v, grad, param, n, s);
 }
 
+static size_t max_bytes(size_t a, size_t b) { return a > b ? a : b; }
+
+// The requests of a step: layernorm's w and b in fp32 (2C), each GEMM's
+// weights and bias in fp32 (qkv, proj, fc, fcproj, the tied head), and the
+// attention backward's per-thread tile.
+static size_t scratch_bytes(int threads, int B, int T, int C, int NH, int V) {
+    (void)B, (void)NH;
+    size_t s = 2 * (size_t)C * sizeof(float);
+    const int gemm[5][2] = {{C, 3 * C}, {C, C}, {C, 4 * C}, {4 * C, C}, {C, V}};  // (C in, OC out)
+    for (int i = 0; i < 5; i++) s = max_bytes(s, matmul_cpu_scratch_bytes(gemm[i][0], gemm[i][1]));
+    return max_bytes(s, attention_cpu_scratch_bytes(threads, T));
+}
+
 const KernelOps kernels_cpu = {
     .encoder_forward = encoder_forward,
     .encoder_backward = encoder_backward,
@@ -261,4 +274,5 @@ const KernelOps kernels_cpu = {
     .adamw = adamw,
     .f32_to_bf16 = f32_to_bf16_cpu,
     .bf16_to_f32 = bf16_to_f32_cpu,
+    .scratch_bytes = scratch_bytes,
 };

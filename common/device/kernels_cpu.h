@@ -23,11 +23,17 @@ void matmul_forward_cpu(Device *d, act *out, const act *inp, const bf16 *w, cons
 void matmul_backward_cpu(Device *d, act *dinp, float *dw, float *dbias, const act *dout,
                          const act *inp, const bf16 *w, int BT, int C, int OC, int ldo);
 
+// Scratch bytes of matmul_forward_cpu with C inputs and OC outputs (its
+// backward asks for less).
+size_t matmul_cpu_scratch_bytes(int C, int OC);
+
 // kernels_cpu_attention.c
 void attention_forward_cpu(Device *d, act *out, float *att, const act *qkv, int B, int T, int C,
                            int NH);
 void attention_backward_cpu(Device *d, act *dqkv, const act *dout, const act *qkv,
                             const float *att, int B, int T, int C, int NH);
+// Scratch bytes of attention_backward_cpu: a (T,T) tile per thread.
+size_t attention_cpu_scratch_bytes(int threads, int T);
 
 // kernels_cpu_tp.c (tensor parallelism)
 void bias_add_cpu(Device *d, act *out, const bf16 *bias, int BT, int OC);

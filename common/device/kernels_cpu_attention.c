@@ -88,6 +88,8 @@ static void head_backward(float *dq, float *dk, float *dv, float *datt, const fl
                 ld);
 }
 
+size_t attention_cpu_scratch_bytes(int threads, int T) { return (size_t)threads * T * T * sizeof(float); }
+
 void attention_backward_cpu(Device *d, act *dqkv_, const act *dout_, const act *qkv_,
                             const float *att, int B, int T, int C, int NH) {
     float *dqkv = dqkv_;        // (B,T,3C)

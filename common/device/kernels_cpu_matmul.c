@@ -53,6 +53,8 @@ void matmul_forward_cpu(Device *d, act *out_, const act *inp_, const bf16 *w, co
     sgemm_rows(0, 1, BT, OC, C, 1.0f, inp, C, wf, C, beta, out, ldo);
 }
 
+size_t matmul_cpu_scratch_bytes(int C, int OC) { return ((size_t)OC * C + (size_t)OC) * sizeof(float); }
+
 // dbias (OC) += sum over rows of dout (BT,OC), rows ldo apart
 static void bias_grad(float *dbias, const float *dout, int BT, int OC, int ldo) {
 #pragma omp parallel for schedule(static)

@@ -239,6 +239,19 @@ static void adamw(Device *d, float *master, float *m, float *v, const bf16 *grad
 // C linkage: the C code reads it through kernels.h. Positional initializers
 // (C++17 has no designated ones), in the order of KernelOps.
 
+static size_t max_bytes(size_t a, size_t b) { return a > b ? a : b; }
+
+// The requests of a step: the largest bias gradient (fc, 4C outputs; the
+// head has no bias), the layernorm backward, attention, and the norm's partials.
+static size_t scratch_bytes(int threads, int B, int T, int C, int NH, int V) {
+    (void)threads, (void)V;
+    int BT = B * T;
+    size_t s = (SUMSQ_BLOCKS + 1) * sizeof(double);
+    s = max_bytes(s, matmul_cuda_scratch_bytes(BT, 4 * C));
+    s = max_bytes(s, layernorm_cuda_scratch_bytes(BT, C));
+    return max_bytes(s, attention_cuda_scratch_bytes(B, T, C, NH));
+}
+
 extern "C" const KernelOps kernels_cuda = {
     encoder_forward,                  // encoder_forward
     encoder_backward,                 // encoder_backward
@@ -264,4 +277,5 @@ extern "C" const KernelOps kernels_cuda = {
     adamw,                            // adamw
     f32_to_bf16_cuda,                 // f32_to_bf16
     bf16_to_f32_cuda,                 // bf16_to_f32
+    scratch_bytes,                    // scratch_bytes
 };

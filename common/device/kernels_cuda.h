@@ -122,6 +122,14 @@ void layernorm_forward_cuda(Device *d, act *out, float *mean, float *rstd, const
 void layernorm_backward_cuda(Device *d, act *dinp, float *dw, float *db, const act *dout,
                              const act *inp, const bf16 *w, const float *mean, const float *rstd,
                              int BT, int C);
+// Scratch bytes each asks for (device_scratch), beside the call that makes
+// the request: the bias gradient's column partials for OC outputs, the
+// layernorm backward's partials of w and b, attention's per-head operands.
+// Row parts are ceil(BT / COLSUM_ROWS_PER_PART), counted without colsum_parts'
+// check, which belongs to the launch.
+size_t matmul_cuda_scratch_bytes(int BT, int OC);
+size_t layernorm_cuda_scratch_bytes(int BT, int C);
+size_t attention_cuda_scratch_bytes(int B, int T, int C, int NH);
 void softmax_crossentropy_cuda(Device *d, float *losses, act *logits, const int32_t *targets,
                                int BT, int V, int ld, float dloss_scale);
 // dwpe (T,C) += sum over the batch of dout (B,T,C): the position half of encoder_backward

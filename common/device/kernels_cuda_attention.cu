@@ -141,6 +141,14 @@ static void *take(char **cursor, size_t bytes) {
 
 // ---- forward and backward -------------------------------------------------------------------
 
+// The backward's request (q, k, v, dy, dq, dk, dv; P; dP) is larger than the
+// forward's (q, k, v, y; P).
+size_t attention_cuda_scratch_bytes(int B, int T, int C, int NH) {
+    size_t n = (size_t)B * T * C, rows = (size_t)B * NH * T;
+    return 7 * round_up_256(n * sizeof(floatX)) + round_up_256(rows * T * sizeof(floatX)) +
+           round_up_256(rows * T * sizeof(float));
+}
+
 void attention_forward_cuda(Device *d, act *out, float *att, const act *qkv, int B, int T, int C,
                             int NH) {
     cudaStream_t st = cuda_stream(d, STREAM_COMPUTE);

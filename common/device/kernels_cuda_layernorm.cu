@@ -99,6 +99,10 @@ void layernorm_forward_cuda(Device *d, act *out, float *mean, float *rstd, const
     LAUNCH_CHECK();
 }
 
+size_t layernorm_cuda_scratch_bytes(int BT, int C) {
+    return 2 * ceil_div((size_t)BT, COLSUM_ROWS_PER_PART) * (size_t)C * sizeof(float);
+}
+
 // dinp (BT,C) += ; dw, db (C) +=
 void layernorm_backward_cuda(Device *d, act *dinp, float *dw, float *db, const act *dout,
                              const act *inp, const bf16 *w, const float *mean, const float *rstd,

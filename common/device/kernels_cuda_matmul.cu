@@ -148,6 +148,10 @@ __global__ void bias_grad_partials_kernel(float *partials, const floatX *dout, i
     }
 }
 
+size_t matmul_cuda_scratch_bytes(int BT, int OC) {
+    return ceil_div((size_t)BT, COLSUM_ROWS_PER_PART) * (size_t)OC * sizeof(float);
+}
+
 // dbias (OC) += column sums of dout (BT,OC), rows ldo apart
 static void bias_grad(Device *d, float *dbias, const floatX *dout, int BT, int OC, int ldo) {
     int parts = colsum_parts(BT);

@@ -43,6 +43,16 @@ enum { EMB_WTE, EMB_WPE, EMB_NTENSORS };
 enum { HEAD_LNFW, HEAD_LNFB, HEAD_NTENSORS };
 
 #define GPT_MAX_UNITS 256
+// Limits of a shape, so that every byte count of the layout and of
+// gpt_activation_bytes stays below 2^62 in size_t arithmetic: with B <= 2^20,
+// T <= 2^10 (the presets' longest context), C <= 2^15, NH <= 2^10,
+// V <= 2^20 and L <= 254, a layer saves at most 2^30 tokens x (16 C x 4 + 16)
+// bytes + B NH T^2 x 4 bytes < 2^53, and L layers < 2^61.
+#define GPT_MAX_CHANNELS (1 << 15)
+#define GPT_MAX_HEADS (1 << 10)
+#define GPT_MAX_VOCAB (1 << 20)
+#define GPT_MAX_CONTEXT (1 << 10)
+#define GPT_MAX_BATCH (1 << 20)
 #define GPT_UNIT_EMBED 0
 
 typedef struct GPTLayout {

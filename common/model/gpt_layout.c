@@ -62,6 +62,11 @@ static void check_shape(const GPTConfig *c, int tp_size, int tp_rank) {
         fail_usage("--heads %d does not divide --d-model %d; pick heads that divide it", c->num_heads, c->channels);
     if (c->num_layers + 2 > GPT_MAX_UNITS)
         fail_usage("--layers %d is more than this build supports (%d)", c->num_layers, GPT_MAX_UNITS - 2);
+    if (c->channels > GPT_MAX_CHANNELS || c->num_heads > GPT_MAX_HEADS || c->vocab_size > GPT_MAX_VOCAB ||
+        c->max_seq_len > GPT_MAX_CONTEXT)
+        fail_usage("model sizes beyond this build's limits (d-model %d of %d, heads %d of %d, vocab %d of %d, "
+                   "context %d of %d); give smaller ones", c->channels, GPT_MAX_CHANNELS, c->num_heads, GPT_MAX_HEADS,
+                   c->vocab_size, GPT_MAX_VOCAB, c->max_seq_len, GPT_MAX_CONTEXT);
     if (tp_size < 1 || tp_rank < 0 || tp_rank >= tp_size)
         fail_usage("tensor-parallel rank %d of %d ranks; --tp must be at least 1", tp_rank, tp_size);
     if (c->num_heads % tp_size != 0)  // then 4C (= 4 heads x head size) divides too

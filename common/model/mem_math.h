@@ -78,6 +78,24 @@ const char *stage_transfer_formula(StageId s, Transfer x);  // "2kΨ/N", or "0"
 // s*b*h*(34 + 5*a*s/h) bytes.
 double korthikanti_layer_bytes(double s, double b, double h, double a);
 
+// Device bytes per rank of a training run, by what holds them: the model
+// states on the device tier (stage_state_bytes, with padding), activations
+// saved for backward and the backward workspace (gpt_activation_bytes), the
+// kernels' largest scratch (KernelOps.scratch_bytes), the stage's own
+// buffers at their peak (Strategy.device_buffer_bytes: buckets, gathered
+// units, a reduced shard) and what the device held before (cuBLASLt's
+// workspace). The states are those this rank keeps (state_params of the
+// layout's tensors, sharded over dp_ranks), the activations those of plan p
+// (its units, micro-batches in flight). The trainers check it against the
+// budget before allocating anything, and memory_math can set the same sum
+// beside a budget.
+typedef struct RunDeviceBytes {
+    double states, activations, workspace, kernel_scratch, stage_buffers, held;
+    double total;
+} RunDeviceBytes;
+RunDeviceBytes run_device_bytes(StageId s, const GPTLayout *l, const GPTPlan *p, size_t state_params, int dp_ranks,
+                                int act_bytes, double kernel_scratch, double stage_buffers, double held);
+
 // Largest Ψ whose model states fit in `bytes` per rank for a stage at N ranks
 // (activations and buffers excluded).
 double stage_max_params(StageId s, double bytes_per_rank, int ranks);

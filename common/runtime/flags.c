@@ -2,6 +2,8 @@
 #include "flags.h"
 #include <ctype.h>
 #include <errno.h>
+#include <limits.h>
+#include <math.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -12,7 +14,7 @@ int parse_count(const char *s, double *out) {
     char *end;
     errno = 0;
     double v = strtod(s, &end);
-    if (end == s || errno) return 1;
+    if (end == s) return 1;  // out of a double's range (errno ERANGE): the caller's range check says so
     double scale = 1;
     switch (toupper((unsigned char)*end)) {
     case 'K': scale = 1e3; end++; break;
@@ -53,20 +55,64 @@ const char *flags_value(int argc, char **argv, const char *name) {
     return argv[i + 1];
 }
 
+// A bound as it reads: whole numbers in full (1048576), others as %g.
+static void format_bound(double v, char *out, size_t n) {
+    if (v == floor(v) && fabs(v) < 1e15) snprintf(out, n, "%.0f", v);
+    else snprintf(out, n, "%g", v);
+}
+
+static int has_range(const FlagSpec *f) { return f->type == FLAG_INT || f->type == FLAG_DOUBLE || f->type == FLAG_COUNT; }
+
+static int unbounded_above(const FlagSpec *f) {
+    return isinf(f->max) || (f->type == FLAG_INT && f->max >= INT_MAX);
+}
+
+void flags_range_text(const FlagSpec *f, char *out, size_t n) {
+    char lo[32], hi[32];
+    const char *name = f->meta ? f->meta : "X";
+    format_bound(f->min, lo, sizeof lo);
+    format_bound(f->max, hi, sizeof hi);
+    if (unbounded_above(f)) snprintf(out, n, "%s %s %s", name, f->min_open ? ">" : ">=", lo);
+    else snprintf(out, n, "%s %s %s <= %s", lo, f->min_open ? "<" : "<=", name, hi);
+}
+
+void flags_value_text(const FlagSpec *f, char *out, size_t n) {
+    switch (f->type) {
+    case FLAG_INT: snprintf(out, n, "%d", *(int *)f->dst); break;
+    case FLAG_DOUBLE:
+    case FLAG_COUNT: snprintf(out, n, "%.17g", *(double *)f->dst); break;
+    case FLAG_STRING: snprintf(out, n, "%s", *(const char **)f->dst ? *(const char **)f->dst : ""); break;
+    case FLAG_BOOL: snprintf(out, n, "%s", *(int *)f->dst ? "on" : "off"); break;
+    }
+}
+
 static void print_default(const FlagSpec *f) {
     if (f->shown_default) {
-        if (*f->shown_default) printf(" (default %s)", f->shown_default);
+        if (*f->shown_default) printf("default %s", f->shown_default);
         return;
     }
     switch (f->type) {
-    case FLAG_INT: printf(" (default %d)", *(int *)f->dst); break;
-    case FLAG_DOUBLE: printf(" (default %g)", *(double *)f->dst); break;
-    case FLAG_COUNT: if (*(double *)f->dst > 0) printf(" (default %g)", *(double *)f->dst); break;
+    case FLAG_INT: printf("default %d", *(int *)f->dst); break;
+    case FLAG_DOUBLE: printf("default %g", *(double *)f->dst); break;
+    case FLAG_COUNT: if (*(double *)f->dst > 0) printf("default %g", *(double *)f->dst); break;
     case FLAG_STRING:
-        if (*(const char **)f->dst) printf(" (default %s)", *(const char **)f->dst);
+        if (*(const char **)f->dst) printf("default %s", *(const char **)f->dst);
         break;
     case FLAG_BOOL: break;
     }
+}
+
+// " (default 4; 1 <= B <= 1048576)" after the help text
+static void print_default_and_range(const FlagSpec *f) {
+    char range[96] = "";
+    if (has_range(f)) flags_range_text(f, range, sizeof range);
+    int has_default = f->shown_default ? *f->shown_default != 0
+                                       : f->type != FLAG_BOOL && (f->type != FLAG_COUNT || *(double *)f->dst > 0) &&
+                                             (f->type != FLAG_STRING || *(const char **)f->dst);
+    if (!has_default && !range[0]) return;
+    printf(" (");
+    if (has_default) print_default(f);
+    printf("%s%s)", has_default && range[0] ? "; " : "", range);
 }
 
 static void print_help(const FlagSpec *specs, int nspecs, const char *usage) {
@@ -77,63 +123,93 @@ static void print_help(const FlagSpec *specs, int nspecs, const char *usage) {
         char left[64];
         snprintf(left, sizeof left, "--%s%s%s", f->name, f->meta ? " " : "", f->meta ? f->meta : "");
         printf("  %-22s %s", left, f->help);
-        print_default(f);
+        print_default_and_range(f);
         printf("\n");
     }
     printf("  %-22s %s\n", "--help", "print this help and exit");
 }
 
-__attribute__((format(printf, 3, 4))) static int bad_value(char *err, size_t err_len, const char *fmt, ...) {
+// The message quotes what was given, which may hold a line break or other
+// control characters: they become '?', so that it stays one line.
+__attribute__((format(printf, 3, 4))) static int bad(char *err, size_t n, const char *fmt, ...) {
     va_list ap;
     va_start(ap, fmt);
-    vsnprintf(err, err_len, fmt, ap);
+    vsnprintf(err, n, fmt, ap);
     va_end(ap);
-    return 1;
+    for (char *c = err; *c; c++)
+        if ((unsigned char)*c < 0x20 || *c == 0x7f) *c = '?';
+    return FLAGS_BAD;
 }
 
-int flags_parse_value(const FlagSpec *f, const char *v, char *err, size_t err_len) {
+// Every numeric flag declares its range: a table without one is a bug, found
+// by the first run of the binary rather than by a user's bad value.
+static void check_spec(const FlagSpec *f) {
+    CHECK(!has_range(f) || f->max > f->min, "--%s declares no range; hint: give its FlagSpec .min and .max", f->name);
+    CHECK(f->type != FLAG_INT || (f->min >= -INT_MAX && f->min <= INT_MAX), "--%s: .min %g is not an int", f->name,
+          f->min);
+}
+
+// Finite and in range; the message says what was given and the range.
+static int check_range(const FlagSpec *f, double x, const char *v, char *err, size_t n) {
+    int below = f->min_open ? !(x > f->min) : !(x >= f->min);
+    if (isfinite(x) && !below && x <= f->max) return FLAGS_OK;
+    char range[96];
+    flags_range_text(f, range, sizeof range);
+    return bad(err, n, "%s is %s: give %s", v, isfinite(x) ? "out of range" : "not a finite number", range);
+}
+
+int flags_parse_value(const FlagSpec *f, const char *v, char *err, size_t n) {
+    check_spec(f);
     char *end;
+    double x = 0;
     errno = 0;
     switch (f->type) {
     case FLAG_INT: {
-        long x = strtol(v, &end, 10);
-        if (end == v || *end || errno || x < -2147483647L || x > 2147483647L)
-            return bad_value(err, err_len, "expects a whole number, got '%s'", v);
-        *(int *)f->dst = (int)x;
+        long i = strtol(v, &end, 10);
+        if (end == v || *end) return bad(err, n, "expects a whole number, got '%s'", v);
+        x = (double)i;  // beyond a long (ERANGE): LONG_MIN or LONG_MAX, out of every int range
         break;
     }
-    case FLAG_DOUBLE: {
-        double x = strtod(v, &end);
-        if (end == v || *end || errno) return bad_value(err, err_len, "expects a number, got '%s'", v);
-        *(double *)f->dst = x;
+    case FLAG_DOUBLE:
+        x = strtod(v, &end);  // ERANGE: +-HUGE_VAL or a value near 0, which the range then judges
+        if (end == v || *end) return bad(err, n, "expects a number, got '%s'", v);
         break;
-    }
     case FLAG_COUNT:
-        if (parse_count(v, (double *)f->dst))
-            return bad_value(err, err_len, "expects a count such as 7.5e9, 7.5B, 350M or 12k, got '%s'", v);
+        if (parse_count(v, &x)) return bad(err, n, "expects a count such as 7.5e9, 7.5B, 350M or 12k, got '%s'", v);
         break;
-    case FLAG_STRING: *(const char **)f->dst = v; break;
+    case FLAG_STRING:
+        if (!*v) return bad(err, n, "was given an empty %s; give one, or leave the option out", f->meta ? f->meta : "value");
+        *(const char **)f->dst = v;
+        break;
     case FLAG_BOOL: *(int *)f->dst = 1; break;
     }
-    return 0;
+    if (has_range(f)) {
+        if (check_range(f, x, v, err, n)) return FLAGS_BAD;
+        if (f->type == FLAG_INT) *(int *)f->dst = (int)x;
+        else *(double *)f->dst = x;
+    }
+    return FLAGS_OK;
 }
 
-static void set_value(FlagSpec *f, const char *v) {
-    char err[256];
-    if (flags_parse_value(f, v, err, sizeof err)) fail_usage("--%s %s", f->name, err);
+static int set_value(FlagSpec *f, const char *v, char *err, size_t n) {
+    char why[400];
+    if (flags_parse_value(f, v, why, sizeof why)) return bad(err, n, "--%s %s", f->name, why);
     f->seen = 1;
     if (f->given) *f->given = 1;
+    return FLAGS_OK;
 }
 
-void flags_parse(int argc, char **argv, FlagSpec *specs, int nspecs, const char *usage) {
+static void check_specs(const FlagSpec *specs, int nspecs) {
+    for (int i = 0; i < nspecs; i++) check_spec(&specs[i]);
+}
+
+int flags_parse_args(int argc, char **argv, FlagSpec *specs, int nspecs, char *err, size_t err_len) {
+    check_specs(specs, nspecs);
     for (int i = 1; i < argc; i++) {
         const char *arg = argv[i];
-        if (strcmp(arg, "--help") == 0 || strcmp(arg, "-h") == 0) {
-            print_help(specs, nspecs, usage);
-            exit_all(0);
-        }
+        if (strcmp(arg, "--help") == 0 || strcmp(arg, "-h") == 0) return FLAGS_HELP;
         if (strncmp(arg, "--", 2) != 0)
-            fail_usage("unexpected argument '%s'; options start with -- (see --help)", arg);
+            return bad(err, err_len, "unexpected argument '%s'; options start with -- (see --help)", arg);
         char name[64];
         const char *eq = strchr(arg + 2, '=');
         size_t len = eq ? (size_t)(eq - arg - 2) : strlen(arg + 2);
@@ -141,14 +217,25 @@ void flags_parse(int argc, char **argv, FlagSpec *specs, int nspecs, const char 
         memcpy(name, arg + 2, len);
         name[len] = 0;
         FlagSpec *f = (FlagSpec *)flags_find(specs, nspecs, name);
-        if (!f) fail_usage("unknown option --%s (see --help for the options of this program)", name);
+        if (!f) return bad(err, err_len, "unknown option --%s (see --help for the options of this program)", name);
         if (f->type == FLAG_BOOL) {
-            if (eq) fail_usage("--%s takes no value", name);
-            set_value(f, "1");
+            if (eq) return bad(err, err_len, "--%s takes no value", name);
+            set_value(f, "1", err, err_len);
             continue;
         }
         const char *v = eq ? eq + 1 : (i + 1 < argc ? argv[++i] : NULL);
-        if (!v) fail_usage("--%s needs a value (%s)", name, f->meta ? f->meta : "see --help");
-        set_value(f, v);
+        if (!v) return bad(err, err_len, "--%s needs a value (%s)", name, f->meta ? f->meta : "see --help");
+        if (set_value(f, v, err, err_len)) return FLAGS_BAD;
     }
+    return FLAGS_OK;
+}
+
+void flags_parse(int argc, char **argv, FlagSpec *specs, int nspecs, const char *usage) {
+    char err[512];
+    int rc = flags_parse_args(argc, argv, specs, nspecs, err, sizeof err);
+    if (rc == FLAGS_HELP) {
+        print_help(specs, nspecs, usage);
+        exit_all(0);
+    }
+    if (rc == FLAGS_BAD) fail_usage("%s", err);
 }

@@ -30,9 +30,9 @@ int mem_fits(const MemCtx *m, MemTier t, size_t bytes) {
     return m->tier_current[t] <= m->budget[t] && bytes <= m->budget[t] - m->tier_current[t];
 }
 
-// "1.20 GB", "12.5 MB", "300 B": GB = 1e9 bytes, as --hbm-gb counts them.
-static void format_bytes(double bytes, char *out, size_t n) {
-    if (bytes >= 1e9) snprintf(out, n, "%.2f GB", bytes / 1e9);
+void mem_format_bytes(double bytes, char *out, size_t n) {
+    if (bytes >= 1e12) snprintf(out, n, "%.2f TB", bytes / 1e12);
+    else if (bytes >= 1e9) snprintf(out, n, "%.2f GB", bytes / 1e9);
     else if (bytes >= 1e6) snprintf(out, n, "%.1f MB", bytes / 1e6);
     else if (bytes >= 1e3) snprintf(out, n, "%.1f kB", bytes / 1e3);
     else snprintf(out, n, "%.0f B", bytes);
@@ -46,9 +46,9 @@ static const char *budget_name(MemTier t) {
 
 static void over_budget(const MemCtx *m, MemTier t, size_t bytes, const char *what) {
     char req[32], after[32], budget[32], hint[512] = "";
-    format_bytes((double)bytes, req, sizeof req);
-    format_bytes((double)m->tier_current[t] + (double)bytes, after, sizeof after);
-    format_bytes((double)m->budget[t], budget, sizeof budget);
+    mem_format_bytes((double)bytes, req, sizeof req);
+    mem_format_bytes((double)m->tier_current[t] + (double)bytes, after, sizeof after);
+    mem_format_bytes((double)m->budget[t], budget, sizeof budget);
     if (m->fit_hint) m->fit_hint(m->fit_hint_arg, hint, sizeof hint);
     if (!hint[0])
         snprintf(hint, sizeof hint, "hint: raise %s, or use a stage that shards more state "

@@ -48,5 +48,7 @@ void mem_track_free(MemCtx *m, MemTier t, MemCategory c, size_t bytes);
 int mem_fits(const MemCtx *m, MemTier t, size_t bytes);
 // Reset peaks to the current values (e.g. after set-up, to measure a step).
 void mem_reset_peaks(MemCtx *m);
+// "1.20 GB", "12.5 MB", "300 B" (GB = 1e9 bytes, as --hbm-gb counts them).
+void mem_format_bytes(double bytes, char *out, size_t n);
 // Print the breakdown: one row per (tier, category) with any use, current and peak.
 void mem_print_breakdown(const MemCtx *m, FILE *out);

@@ -8,7 +8,11 @@
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
+#include <sys/stat.h>
+#include <unistd.h>
 #include "check.h"
+
+extern char *program_invocation_short_name;  // glibc's argv[0] without its folder
 
 _Static_assert(TRACE_TIDS <= TIMELINE_ROWS, "every trace row has a timeline row");
 
@@ -121,23 +125,36 @@ static void write_events(FILE *f, const PackedSpan *all, const RankHeader *hdr, 
     }
 }
 
-// Written to PATH.tmp and renamed, so a reader never sees half a file.
-static void write_trace_file(const char *path, const PackedSpan *all, const RankHeader *hdr,
-                             int nranks, double origin_us) {
+// A file is written to PATH.tmp and renamed, so a reader never sees half of
+// it; a device or a FIFO (/dev/null, a pipe) is written in place, never
+// replaced. A failed write removes the temporary file and says so in one line.
+static int write_trace_file(const char *path, const PackedSpan *all, const RankHeader *hdr,
+                            int nranks, double origin_us) {
+    struct stat st;
+    int in_place = stat(path, &st) == 0 && !S_ISREG(st.st_mode);
     char tmp[4096];
-    snprintf(tmp, sizeof tmp, "%s.tmp", path);
+    snprintf(tmp, sizeof tmp, "%s%s", path, in_place ? "" : ".tmp");
     FILE *f = fopen(tmp, "w");
-    if (!f) fail_rank(EXIT_USAGE, "--trace %s: cannot write %s: %s", path, tmp, strerror(errno));
-    fprintf(f, "{\"traceEvents\":[\n");
-    write_metadata(f, nranks, hdr);
-    write_events(f, all, hdr, nranks, origin_us);
-    fprintf(f, "\n]}\n");
-    if (fclose(f) != 0 || rename(tmp, path) != 0)
-        fail_rank(EXIT_USAGE, "--trace %s: writing failed: %s", path, strerror(errno));
+    int opened = f != NULL, bad = !opened;
+    if (opened) {
+        fprintf(f, "{\"traceEvents\":[\n");
+        write_metadata(f, nranks, hdr);
+        write_events(f, all, hdr, nranks, origin_us);
+        fprintf(f, "\n]}\n");
+        bad = ferror(f) != 0;
+        bad |= fclose(f) != 0;
+        if (!bad && !in_place) bad = rename(tmp, path) != 0;
+    }
+    if (!bad) return 0;
+    int why = errno;
+    if (opened && !in_place) unlink(tmp);
+    fprintf(stderr, "%s: error: --trace %s: writing failed (%s); the trace was not written\n",
+            program_invocation_short_name, path, strerror(why));
+    return 1;
 }
 
-void trace_write(Trace *t, const char *path) {
-    if (!t->enabled) return;
+int trace_write(Trace *t, const char *path) {
+    if (!t->enabled) return 0;
     int rank = world_rank(), nranks = world_size();
     RankHeader mine = {t->count, t->dropped};
     RankHeader *hdr = xcalloc(nranks, sizeof *hdr);
@@ -170,8 +187,9 @@ void trace_write(Trace *t, const char *path) {
     } else {
         hdr[0] = mine;
     }
-    if (rank == 0) write_trace_file(path, all, hdr, nranks, t->origin_us);
+    int failed = rank == 0 && write_trace_file(path, all, hdr, nranks, t->origin_us);
     if (all != packed) free(all);
     free(packed);
     free(hdr);
+    return failed;
 }

@@ -37,5 +37,7 @@ void trace_init(Trace *t, int enabled, double origin_us);
 void trace_span(Trace *t, int tid, const char *name, double t0_us, double t1_us, double bytes);
 // Collective over MPI_COMM_WORLD: gathers every rank's spans to rank 0, which
 // writes one JSON file. Call on every rank (no-op when disabled).
-void trace_write(Trace *t, const char *path);
+// Returns 0, or (rank 0) nonzero after printing one line that the file
+// could not be written.
+int trace_write(Trace *t, const char *path);
 void trace_free(Trace *t);

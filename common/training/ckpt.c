@@ -12,11 +12,14 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <inttypes.h>
+#include <limits.h>
+#include <math.h>
 #include <stdarg.h>
 #include <stddef.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/file.h>
 #include <sys/stat.h>
 #include <unistd.h>
 #include "check.h"
@@ -48,15 +51,22 @@ typedef struct PartInfo {
 } PartInfo;
 
 // The manifest's numeric lines. int fields are signed; 8-byte ones (long,
-// uint64_t, size_t on LP64) unsigned. The group says what a mismatch means.
-enum { GROUP_RUN, GROUP_MODEL, GROUP_BATCH };
+// uint64_t, size_t on LP64) unsigned; doubles are written with 17 significant
+// digits, which read back to the same double. The group says what a mismatch means.
+// GROUP_MATH: the settings of the update, which a resume may change (a
+// note); GROUP_DATA: the data's identity, which it may not.
+enum { GROUP_RUN, GROUP_MODEL, GROUP_BATCH, GROUP_DATA, GROUP_MATH };
 typedef struct Field {
     const char *key;
     size_t off, size;
-    int group;
+    int group, is_double;
+    const char *flag;  // GROUP_MATH: the flag that sets it
 } Field;
 #define FIELD(key, member, group) \
-    {key, offsetof(CkptManifest, member), sizeof(((CkptManifest *)0)->member), group}
+    {key, offsetof(CkptManifest, member), sizeof(((CkptManifest *)0)->member), group, 0, NULL}
+#define FIELD_MATH(key, member, flag) \
+    {key, offsetof(CkptManifest, member), sizeof(((CkptManifest *)0)->member), GROUP_MATH, 0, flag}
+#define FIELD_DOUBLE(key, member, flag) {key, offsetof(CkptManifest, member), sizeof(double), GROUP_MATH, 1, flag}
 static const Field FIELDS[] = {
     FIELD("ranks", ranks, GROUP_RUN),
     FIELD("step", step, GROUP_RUN),
@@ -72,10 +82,39 @@ static const Field FIELDS[] = {
     FIELD("batch", batch, GROUP_BATCH),
     FIELD("seq_len", seq_len, GROUP_BATCH),
     FIELD("grad_accum", grad_accum, GROUP_BATCH),
-    FIELD("total_steps", total_steps, GROUP_RUN),
-    FIELD("warmup", warmup, GROUP_RUN),
-    FIELD("lr_nano", lr_nano, GROUP_RUN),
+    FIELD_MATH("total_steps", total_steps, "steps"),
+    FIELD_MATH("warmup", warmup, "warmup"),
+    FIELD_DOUBLE("lr", lr, "lr"),
+    FIELD("data_tokens", data_tokens, GROUP_DATA),
+    FIELD("data_checksum", data_checksum, GROUP_DATA),
+    FIELD_DOUBLE("grad_clip", grad_clip, "grad-clip"),
+    FIELD_DOUBLE("weight_decay", weight_decay, "weight-decay"),
+    FIELD_DOUBLE("beta1", beta1, "beta1"),
+    FIELD_DOUBLE("beta2", beta2, "beta2"),
+    FIELD_DOUBLE("adam_eps", adam_eps, "adam-eps"),
+    FIELD_DOUBLE("min_lr_frac", min_lr_frac, "min-lr-frac"),
+    FIELD_DOUBLE("warmup_start_frac", warmup_start_frac, "warmup-start-frac"),
+    FIELD_MATH("schedule_steps", schedule_steps, "schedule-steps"),
 };
+_Static_assert(sizeof FIELDS / sizeof FIELDS[0] <= 32, "parse_manifest marks the fields seen in 32 bits");
+
+// The manifest's text lines besides `stage` and `grid`; GROUP_MATH ones are
+// the settings named by `flag`, GROUP_RUN the data's path.
+typedef struct TextField {
+    const char *key;
+    size_t off, size;
+    int group;
+    const char *flag;
+} TextField;
+#define TEXT(key, member, group, flag) {key, offsetof(CkptManifest, member), sizeof(((CkptManifest *)0)->member), group, flag}
+static const TextField TEXTS[] = {
+    TEXT("data", data, GROUP_RUN, NULL),
+    TEXT("data_order", data_order, GROUP_MATH, "data-order"),
+    TEXT("lr_schedule", lr_schedule, GROUP_MATH, "lr-schedule"),
+    TEXT("warmup_type", warmup_type, GROUP_MATH, "warmup-type"),
+};
+#define NTEXTS ((int)(sizeof TEXTS / sizeof TEXTS[0]))
+static const char *text_of(const CkptManifest *m, int i) { return (const char *)m + TEXTS[i].off; }
 #define NFIELDS ((int)(sizeof FIELDS / sizeof FIELDS[0]))
 _Static_assert(sizeof(long) == 8 && sizeof(size_t) == 8, "manifest fields assume LP64");
 
@@ -87,19 +126,61 @@ static uint64_t field_get(const CkptManifest *m, int i) {
     return v;
 }
 
-// Parses the value text; 1 when it is not a whole number.
+// Parses the value text; 1 when it is not a number of the field's kind
+// (a whole number within its type, or a finite double).
 static int field_set(CkptManifest *m, int i, const char *text) {
     char *p = (char *)m + FIELDS[i].off, *end;
     errno = 0;
-    if (FIELDS[i].size == sizeof(int)) *(int *)p = (int)strtol(text, &end, 10);
-    else *(uint64_t *)p = strtoull(text, &end, 10);
-    return end == text || *end != 0 || errno != 0;
+    if (FIELDS[i].is_double) {
+        double x = strtod(text, &end);
+        *(double *)p = x;
+        return end == text || *end != 0 || !isfinite(x);
+    }
+    if (FIELDS[i].size == sizeof(int)) {
+        long x = strtol(text, &end, 10);
+        *(int *)p = (int)x;
+        return end == text || *end != 0 || errno != 0 || x < INT_MIN || x > INT_MAX;
+    }
+    *(uint64_t *)p = strtoull(text, &end, 10);
+    return end == text || *end != 0 || errno != 0 || text[0] == '-';
 }
 
 static char *field_format(const CkptManifest *m, int i, char *buf) {  // buf of 32
-    if (FIELDS[i].size == sizeof(int)) snprintf(buf, 32, "%" PRId64, (int64_t)field_get(m, i));
+    if (FIELDS[i].is_double) snprintf(buf, 32, "%.17g", *(const double *)((const char *)m + FIELDS[i].off));
+    else if (FIELDS[i].size == sizeof(int)) snprintf(buf, 32, "%" PRId64, (int64_t)field_get(m, i));
     else snprintf(buf, 32, "%" PRIu64, field_get(m, i));
     return buf;
+}
+
+int ckpt_math_changes(const CkptManifest *got, const CkptManifest *expect, char *out, size_t n) {
+    int changes = 0;
+    size_t len = 0;
+    out[0] = 0;
+    for (int i = 0; i < NFIELDS + NTEXTS; i++) {
+        char a[256], b[256];
+        const char *flag;
+        if (i < NFIELDS) {
+            if (FIELDS[i].group != GROUP_MATH || field_get(got, i) == field_get(expect, i)) continue;
+            // doubles as %g: the note is read, the manifest keeps them exactly
+            if (FIELDS[i].is_double) {
+                snprintf(a, sizeof a, "%g", *(const double *)((const char *)got + FIELDS[i].off));
+                snprintf(b, sizeof b, "%g", *(const double *)((const char *)expect + FIELDS[i].off));
+            } else {
+                field_format(got, i, a);
+                field_format(expect, i, b);
+            }
+            flag = FIELDS[i].flag;
+        } else {
+            int k = i - NFIELDS;
+            if (TEXTS[k].group != GROUP_MATH || strcmp(text_of(got, k), text_of(expect, k)) == 0) continue;
+            snprintf(a, sizeof a, "%s", text_of(got, k));
+            snprintf(b, sizeof b, "%s", text_of(expect, k));
+            flag = TEXTS[k].flag;
+        }
+        if (len < n) len += (size_t)snprintf(out + len, n - len, "%s--%s %s -> %s", changes ? ", " : "", flag, a, b);
+        changes++;
+    }
+    return changes;
 }
 
 uint64_t fnv1a64(const void *data, size_t bytes, uint64_t h) {
@@ -199,8 +280,12 @@ static int write_atomic(const char *dir, const char *name, const void *const *ch
     if (!bad) bad = fsync(fd) != 0;
     if (fd >= 0 && close(fd) != 0) bad = 1;
     if (!bad) bad = rename(tmp, final) != 0;
-    if (bad) return msgf(msg, "cannot write checkpoint %s: %s; check the folder and free space",
-                         final, strerror(errno));
+    if (bad) {
+        int why = errno;
+        unlink(tmp);  // a failed save leaves no temporary file behind
+        return msgf(msg, "cannot write checkpoint %s: %s; check the folder, free space and file size limit",
+                    final, strerror(why));
+    }
     return fsync_dir(dir, msg);
 }
 
@@ -240,10 +325,41 @@ static int write_part(Comm *world, const char *step_dir, long step, const CkptTe
     return rc;
 }
 
+int ckpt_lock(const char *dir, int *lock_fd, char *err, size_t err_len) {
+    char msg[MSG_BYTES] = "", path[PATH_BYTES];
+    *lock_fd = -1;
+    if (dir_too_long(dir, msg) || mkdir_p(dir, msg)) return snprintf(err, err_len, "%s", msg), 1;
+    pathf(path, "%s/lock", dir);
+    int fd = open(path, O_RDWR | O_CREAT | O_CLOEXEC, 0644);
+    if (fd < 0) {
+        snprintf(err, err_len, "--save %s: cannot create %s: %s; choose a folder this job can write", dir, path,
+                 strerror(errno));
+        return 1;
+    }
+    if (flock(fd, LOCK_EX | LOCK_NB) != 0) {
+        char holder[128] = "";
+        ssize_t got = pread(fd, holder, sizeof holder - 1, 0);
+        holder[got > 0 ? got : 0] = 0;
+        holder[strcspn(holder, "\n")] = 0;
+        snprintf(err, err_len, "--save %s is in use by another run (%s holds its lock); give another folder, or "
+                 "wait for that run to end", dir, holder[0] ? holder : "a process");
+        close(fd);
+        return 1;
+    }
+    char host[64] = "?", me[128];
+    gethostname(host, sizeof host - 1);
+    int len = snprintf(me, sizeof me, "process %d on %s\n", (int)getpid(), host);
+    // the note names the holder in a refused run's message; the lock holds without it
+    int noted = ftruncate(fd, 0) == 0 && pwrite(fd, me, (size_t)len, 0) == len;
+    (void)noted;
+    *lock_fd = fd;
+    return 0;
+}
+
 // Rank 0, after every part is in place: the manifest, then `latest` (the commit).
 static int commit(const char *dir, const char *step_dir, const CkptManifest *m, int ranks,
                   const PartInfo *parts, char *msg) {
-    size_t cap = 4096 + 64 * (size_t)ranks, len = 0;
+    size_t cap = 8192 + 64 * (size_t)ranks, len = 0;
     char *text = xmalloc(cap);
     len += snprintf(text + len, cap - len, "# zero-workbench checkpoint manifest; a rank line "
                     "is: part checksum (FNV-1a 64 of its header, hex), part bytes\n"
@@ -254,6 +370,13 @@ static int commit(const char *dir, const char *step_dir, const CkptManifest *m, 
     for (int i = 0; i < NFIELDS; i++)
         len += snprintf(text + len, cap - len, "%s = %s\n", FIELDS[i].key,
                         field_format(&copy, i, (char[32]){0}));
+    for (int i = 0; i < NTEXTS; i++) {
+        char one_line[256];  // a line of the manifest holds no line break
+        snprintf(one_line, sizeof one_line, "%s", text_of(m, i));
+        for (char *c = one_line; *c; c++)
+            if (*c == '\n' || *c == '\r') *c = '?';
+        len += snprintf(text + len, cap - len, "%s = %s\n", TEXTS[i].key, one_line);
+    }
     for (int r = 0; r < ranks; r++)
         len += snprintf(text + len, cap - len, "rank-%05d.bin = %016" PRIx64 " %" PRIu64 "\n", r,
                         parts[r].checksum, parts[r].bytes);
@@ -267,23 +390,41 @@ static int commit(const char *dir, const char *step_dir, const CkptManifest *m, 
     return rc;
 }
 
+// Rank 0, after a failed save into a step folder that the save created: the
+// parts other ranks did write go, then the folder, so that only complete
+// checkpoints stay on disk. (`latest` never named it.)
+static void discard_step(const char *step_dir, int ranks) {
+    char path[PATH_BYTES];
+    for (int r = 0; r < ranks; r++) {
+        pathf(path, "%s/rank-%05d.bin", step_dir, r);
+        unlink(path);
+    }
+    pathf(path, "%s/manifest.txt", step_dir);
+    unlink(path);
+    rmdir(step_dir);
+}
+
 int ckpt_save(Comm *world, const char *dir, const CkptManifest *m, const CkptTensor *t, int n,
               char *err, size_t err_len) {
     char msg[MSG_BYTES] = "", step_dir[PATH_BYTES];
     pathf(step_dir, "%s/step-%08ld", dir, m->step);
-    int failed = world->rank == 0 &&
-                 (dir_too_long(dir, msg) || mkdir_p(dir, msg) || mkdir_p(step_dir, msg));
+    struct stat st;
+    int failed = world->rank == 0 && (dir_too_long(dir, msg) || mkdir_p(dir, msg));
+    int new_step = world->rank == 0 && !failed && stat(step_dir, &st) != 0;
+    failed = failed || (world->rank == 0 && mkdir_p(step_dir, msg));
     if (agree(world, failed, msg, err, err_len)) return 1;
 
     PartInfo mine = {0, 0};
     failed = write_part(world, step_dir, m->step, t, n, &mine, msg);
-    if (agree(world, failed, msg, err, err_len)) return 1;
-
-    PartInfo *parts = world->rank == 0 ? xmalloc((size_t)world->size * sizeof(PartInfo)) : NULL;
-    mpiCheck(MPI_Gather(&mine, 2, MPI_UINT64_T, parts, 2, MPI_UINT64_T, 0, world->mpi));
-    failed = world->rank == 0 && commit(dir, step_dir, m, world->size, parts, msg);
-    free(parts);
-    return agree(world, failed, msg, err, err_len);
+    if (!agree(world, failed, msg, err, err_len)) {
+        PartInfo *parts = world->rank == 0 ? xmalloc((size_t)world->size * sizeof(PartInfo)) : NULL;
+        mpiCheck(MPI_Gather(&mine, 2, MPI_UINT64_T, parts, 2, MPI_UINT64_T, 0, world->mpi));
+        failed = world->rank == 0 && commit(dir, step_dir, m, world->size, parts, msg);
+        free(parts);
+        if (!agree(world, failed, msg, err, err_len)) return 0;
+    }
+    if (new_step) discard_step(step_dir, world->size);
+    return 1;
 }
 
 // ---- loading ---------------------------------------------------------------
@@ -338,7 +479,7 @@ static int parse_manifest(char *text, const char *dir, int rank, CkptManifest *m
     memset(m, 0, sizeof *m);
     char my_key[32], *save = NULL;
     snprintf(my_key, sizeof my_key, "rank-%05d.bin", rank);
-    unsigned seen = 0;
+    unsigned seen = 0, seen_text = 0;
     int have_stage = 0, have_part = 0;
     for (char *line = strtok_r(text, "\n", &save); line; line = strtok_r(NULL, "\n", &save)) {
         char *eq = strstr(line, " = ");
@@ -355,10 +496,17 @@ static int parse_manifest(char *text, const char *dir, int rank, CkptManifest *m
         for (int i = 0; i < NFIELDS; i++) {
             if (strcmp(line, FIELDS[i].key) == 0 && field_set(m, i, val) == 0) seen |= 1u << i;
         }
+        for (int i = 0; i < NTEXTS; i++) {
+            if (strcmp(line, TEXTS[i].key) != 0) continue;
+            snprintf((char *)m + TEXTS[i].off, TEXTS[i].size, "%s", val);
+            seen_text |= 1u << i;
+        }
     }
     if (!have_stage) return missing(dir, "stage", msg);
     for (int i = 0; i < NFIELDS; i++)
         if (!(seen & (1u << i))) return missing(dir, FIELDS[i].key, msg);
+    for (int i = 0; i < NTEXTS; i++)
+        if (!(seen_text & (1u << i))) return missing(dir, TEXTS[i].key, msg);
     return have_part ? 0 : missing(dir, my_key, msg);
 }
 
@@ -377,10 +525,16 @@ static int check_manifest(const char *dir, const CkptManifest *got, const CkptMa
         return msgf(msg, "checkpoint %s has %d ranks' shards; this run has %d: resume with "
                     "mpirun -np %d", dir, got->ranks, ranks, got->ranks);
     for (int i = 0; expect && i < NFIELDS; i++) {
-        if (FIELDS[i].group == GROUP_RUN || field_get(got, i) == field_get(expect, i)) continue;
+        int noted = FIELDS[i].group == GROUP_RUN || FIELDS[i].group == GROUP_MATH;
+        if (noted || field_get(got, i) == field_get(expect, i)) continue;
         char a[32], b[32];
         field_format(got, i, a);
         field_format(expect, i, b);
+        if (FIELDS[i].group == GROUP_DATA)
+            return msgf(msg, "checkpoint %s was trained on other data (%s: %" PRIu64 " tokens, checksum %016" PRIx64
+                        "); this run's %s has %" PRIu64 " tokens, checksum %016" PRIx64 ": resume on the same "
+                        "data", dir, got->data, got->data_tokens, got->data_checksum, expect->data,
+                        expect->data_tokens, expect->data_checksum);
         if (FIELDS[i].group == GROUP_MODEL)
             return msgf(msg, "checkpoint %s model differs: %s is %s there and %s in this run; "
                         "resume with the same model", dir, FIELDS[i].key, a, b);

@@ -29,7 +29,18 @@ typedef struct CkptManifest {
     // (total_steps: --schedule-steps, else --steps) unless --schedule-steps
     // is given, and says when --warmup or --lr change the schedule
     int total_steps, warmup;
-    uint64_t lr_nano;    // peak learning rate x 1e9, rounded
+    double lr;           // peak learning rate, written with 17 digits: read back exactly
+    // The data it trained on: its tokens (both splits) and a checksum of
+    // their first blocks; a resume on other data is refused. The path is
+    // recorded for the message (the same tokens elsewhere are the same data).
+    uint64_t data_tokens, data_checksum;
+    char data[256];      // --data, or "built-in"
+    char data_order[16];
+    // Every other setting that shapes the update (recorded, not enforced:
+    // continuing with another is fine-tuning, and the trainer says so).
+    double grad_clip, weight_decay, beta1, beta2, adam_eps, min_lr_frac, warmup_start_frac;
+    int schedule_steps;
+    char lr_schedule[32], warmup_type[16];
 } CkptManifest;
 
 typedef struct CkptTensor {
@@ -50,4 +61,14 @@ int ckpt_save(Comm *world, const char *dir, const CkptManifest *m, const CkptTen
 // or is corrupt and what to do (the trainer exits 2 with it).
 int ckpt_load(Comm *world, const char *dir, const CkptManifest *expect, CkptManifest *got,
               CkptTensor *t, int n, char *err, size_t err_len);
+// One rank, before a run's first save: creates DIR (and its parents) and
+// locks it for as long as *lock_fd stays open (flock on DIR/lock, which
+// names the holder), so that two runs cannot mix their parts in one folder.
+// Returns 0, or nonzero with one line in err (the folder cannot be created,
+// or another run holds it).
+int ckpt_lock(const char *dir, int *lock_fd, char *err, size_t err_len);
+// The settings that shape the update and differ between a checkpoint's run
+// and this one, as "--grad-clip 1 -> 0.5, --lr-schedule cosine -> WarmupLR",
+// or "" when none does. Returns how many differ.
+int ckpt_math_changes(const CkptManifest *got, const CkptManifest *expect, char *out, size_t n);
 uint64_t fnv1a64(const void *data, size_t bytes, uint64_t h);  // start with h = 14695981039346656037 (0xcbf29ce484222325)

@@ -74,8 +74,28 @@ static int32_t file_magic(const char *path) {
     return magic;
 }
 
+// A file with a shard's shape: a header whose token count matches the file's
+// size and whose unused ints are zero, which text never has (1012 zero
+// bytes). With another magic it is a damaged shard, or another format's,
+// and reading it as byte text would train on its binary bytes: refused.
+static int misread_shard(const char *path, char *err, size_t err_len) {
+    int32_t h[SHARD_HEADER_INTS];
+    FILE *f = fopen(path, "rb");
+    if (!f) return 0;
+    int whole = fread(h, sizeof h, 1, f) == 1 && fseek(f, 0, SEEK_END) == 0;
+    long file_bytes = whole ? ftell(f) : 0;
+    fclose(f);
+    if (!whole || h[0] == SHARD_MAGIC || h[2] < 0 || file_bytes != SHARD_HEADER_BYTES + 2L * h[2]) return 0;
+    for (int i = 3; i < SHARD_HEADER_INTS; i++)
+        if (h[i] != 0) return 0;
+    return fail(err, err_len, "--data %s has an llm.c token shard's shape (a header counting %d tokens, as "
+                "many as the file holds) but magic %d where a shard has %d: a damaged shard or another format",
+                path, h[2], h[0], SHARD_MAGIC);
+}
+
 // Finds the first token >= model_vocab; model_vocab <= 0 means no limit.
-static int check_vocab(const uint16_t *tok, size_t n, int model_vocab, const char *path, char *err,
+// `what` names the data as the user gave it ("--data FILE", "the built-in corpus").
+static int check_vocab(const uint16_t *tok, size_t n, int model_vocab, const char *what, char *err,
                        size_t err_len) {
     if (model_vocab <= 0) return 0;
     size_t first_bad = n;
@@ -86,13 +106,14 @@ static int check_vocab(const uint16_t *tok, size_t n, int model_vocab, const cha
     }
     if (first_bad == n) return 0;
     return fail(err, err_len,
-                "--data %s: token %d at position %zu is outside the model's vocabulary: the "
+                "%s: token %d at position %zu is outside the model's vocabulary: the "
                 "model's vocabulary is %d; these tokens need at least %d",
-                path, tok[first_bad], first_bad, model_vocab, max + 1);
+                what, tok[first_bad], first_bad, model_vocab, max + 1);
 }
 
 // Appends the file's bytes, one token per byte (vocab 256).
-static int load_text(const char *path, int model_vocab, TokenList *out, char *err, size_t err_len) {
+static int load_text(const char *path, const char *what, int model_vocab, TokenList *out, char *err,
+                     size_t err_len) {
     FILE *f = fopen(path, "rb");
     if (!f) return fopen_error(path, err, err_len);
     size_t first = out->n;
@@ -106,7 +127,7 @@ static int load_text(const char *path, int model_vocab, TokenList *out, char *er
     int bad = ferror(f);
     fclose(f);
     if (bad) return fail(err, err_len, "--data %s: read error", path);
-    return check_vocab(out->tok + first, out->n - first, model_vocab, path, err, err_len);
+    return check_vocab(out->tok + first, out->n - first, model_vocab, what, err, err_len);
 }
 
 static int load_shard(const char *path, int model_vocab, TokenList *out, char *err,
@@ -137,7 +158,11 @@ static int load_shard(const char *path, int model_vocab, TokenList *out, char *e
             rc = fail(err, err_len, "--data %s: read error", path);
         else
             out->n += (size_t)h[2];
-        if (!rc) rc = check_vocab(dst, (size_t)h[2], model_vocab, path, err, err_len);
+        if (!rc) {
+            char what[300];
+            snprintf(what, sizeof what, "--data %s", path);
+            rc = check_vocab(dst, (size_t)h[2], model_vocab, what, err, err_len);
+        }
     }
     fclose(f);
     return rc;
@@ -233,12 +258,12 @@ static int open_builtin(TokenList *train, int model_vocab, char *desc, char *err
         generate_sequence_task(train);
         snprintf(desc, 256, "built-in generated sequence task: %zu KB of counting runs, "
                  "byte-level (no license texts in " BUILTIN_DIR ")", train->n / 1024);
-        return check_vocab(train->tok, train->n, model_vocab, "(generated sequence task)", err,
+        return check_vocab(train->tok, train->n, model_vocab, "the built-in sequence task (byte-level)", err,
                            err_len);
     }
     int rc = 0;
     for (int i = 0; i < files.n && !rc; i++)
-        rc = load_text(files.path[i], model_vocab, train, err, err_len);
+        rc = load_text(files.path[i], "the built-in corpus (byte-level text)", model_vocab, train, err, err_len);
     snprintf(desc, 256, "built-in corpus: %d license texts from " BUILTIN_DIR " (%zu KB, "
              "byte-level)", files.n, total_bytes(&files) / 1024);
     files_free(&files);
@@ -252,8 +277,14 @@ static int open_folder(const char *path, int model_vocab, TokenList split[2], in
     FileList files = {0};
     if (list_folder(path, &files, err, err_len)) return 1;
     int shards = 0, rc = 0;
-    for (int i = 0; i < files.n; i++)
+    for (int i = 0; i < files.n && !rc; i++) {
         if (has_suffix(files.path[i], ".bin") && file_magic(files.path[i]) == SHARD_MAGIC) shards++;
+        else rc = misread_shard(files.path[i], err, err_len);
+    }
+    if (rc) {
+        files_free(&files);
+        return 1;
+    }
     *byte_level = shards == 0;
     if (shards > 0) {
         int nval = 0;
@@ -269,8 +300,11 @@ static int open_folder(const char *path, int model_vocab, TokenList split[2], in
                       "add training shards", path);
         snprintf(desc, 256, "%d token shards from %s (%d for validation)", shards, path, nval);
     } else {
-        for (int i = 0; i < files.n && !rc; i++)
-            rc = load_text(files.path[i], model_vocab, &split[0], err, err_len);
+        for (int i = 0; i < files.n && !rc; i++) {
+            char what[300];
+            snprintf(what, sizeof what, "--data %s (byte-level text)", files.path[i]);
+            rc = load_text(files.path[i], what, model_vocab, &split[0], err, err_len);
+        }
         snprintf(desc, 256, "%d text files from %s (%zu KB, byte-level)", files.n, path,
                  split[0].n / 1024);
     }
@@ -299,15 +333,38 @@ static int make_splits(TokenList split[2], const char *label, int T, char *err, 
     return 0;
 }
 
+// What a path that is neither a regular file nor a folder is, for the message.
+static const char *file_kind(mode_t mode) {
+    if (S_ISFIFO(mode)) return "a FIFO (named pipe)";
+    if (S_ISCHR(mode)) return "a character device";
+    if (S_ISBLK(mode)) return "a block device";
+    if (S_ISSOCK(mode)) return "a socket";
+    return "not a regular file";
+}
+
+// A regular file of size 0 that still reads (a /proc or /sys file) is not
+// empty, and its content is not fixed: refused, as what it is.
+static int empty_file(const char *path, char *err, size_t err_len) {
+    FILE *f = fopen(path, "rb");
+    int has_content = f && fgetc(f) != EOF;
+    if (f) fclose(f);
+    if (has_content)
+        return fail(err, err_len, "--data %s reports a size of 0 but has content (a /proc or /sys file?); "
+                    "copy it to a regular file", path);
+    return fail(err, err_len, "--data %s is empty; give a text file or llm.c token shards", path);
+}
+
 static int open_path(const char *path, int model_vocab, TokenList split[2], int *byte_level,
                      char *desc, char *err, size_t err_len) {
     struct stat st;
     if (stat(path, &st) != 0) return fopen_error(path, err, err_len);
     if (S_ISDIR(st.st_mode))
         return open_folder(path, model_vocab, split, byte_level, desc, err, err_len);
-    if (st.st_size == 0)
-        return fail(err, err_len, "--data %s is empty; give a text file or llm.c token shards",
-                    path);
+    if (!S_ISREG(st.st_mode))
+        return fail(err, err_len, "--data %s is %s; give a text file, a folder or llm.c token shards", path,
+                    file_kind(st.st_mode));
+    if (st.st_size == 0) return empty_file(path, err, err_len);
+    if (misread_shard(path, err, err_len)) return 1;
     if (file_magic(path) == SHARD_MAGIC) {
         *byte_level = 0;
         snprintf(desc, 256, "token shard %s", path);
@@ -315,7 +372,9 @@ static int open_path(const char *path, int model_vocab, TokenList split[2], int 
     }
     *byte_level = 1;
     snprintf(desc, 256, "text file %s (%lld KB, byte-level)", path, (long long)st.st_size / 1024);
-    return load_text(path, model_vocab, &split[0], err, err_len);
+    char what[300];
+    snprintf(what, sizeof what, "--data %s (byte-level text)", path);
+    return load_text(path, what, model_vocab, &split[0], err, err_len);
 }
 
 int data_open(DataSet *ds, const char *path, int model_vocab, int T, char *err, size_t err_len) {

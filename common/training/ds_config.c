@@ -146,6 +146,8 @@ void ds_config_load(DsConfig *ds, const char *path) {
     ds->path = path;
     json_error_t e;
     ds->root = json_load_file(path, JSON_REJECT_DUPLICATES, &e);
+    for (char *c = e.text; *c; c++)  // it quotes the file, whose line breaks would split the refusal
+        if ((unsigned char)*c < 0x20) *c = '?';
     if (!ds->root && e.line < 1) fail_usage("--deepspeed-config %s: %s", path, e.text);
     if (!ds->root)
         fail_usage("--deepspeed-config %s: line %d, column %d: %s (not valid JSON)", path, e.line, e.column, e.text);

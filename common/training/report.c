@@ -3,12 +3,17 @@
 // each step and the comm statistics; formula figures from mem_math.h and
 // gpt.h, and every row says which it is.
 #include "report.h"
+#include <errno.h>
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include "check.h"
 #include "trainer.h"
+
+static double global_tokens_per_step(const Trainer *t) {
+    return (double)t->dp->size * t->cfg.batch * t->cfg.seq_len * t->cfg.grad_accum;
+}
 
 void report_init(Trainer *t) {
     Report *r = &t->report;
@@ -27,10 +32,10 @@ void report_init(Trainer *t) {
         char replicas[96];  // who reads distinct rows: every rank, or the data-parallel replicas of a grid
         if (t->dp == &t->world) snprintf(replicas, sizeof replicas, "%d ranks", t->world.size);
         else snprintf(replicas, sizeof replicas, "%d ranks = %s | dp %d", t->world.size, t->grid, t->dp->size);
-        printf("%s: %s | model %s (L=%d C=%d H=%d V=%d, %.2fM params) | %s x batch %d x seq %d x accum %d = %d tokens/step\n",
+        printf("%s: %s | model %s (L=%d C=%d H=%d V=%d, %.2fM params) | %s x batch %d x seq %d x accum %d = %.0f tokens/step\n",
                t->strategy->name, t->dev.name, t->cfg.model, m->num_layers, m->channels, m->num_heads, m->vocab_size,
                t->model_params / 1e6, replicas, t->cfg.batch, t->cfg.seq_len, t->cfg.grad_accum,
-               t->dp->size * t->cfg.batch * t->cfg.seq_len * t->cfg.grad_accum);
+               global_tokens_per_step(t));
         printf("data: %s\n", t->data.desc);
     }
 }
@@ -39,10 +44,6 @@ void report_free(Trainer *t) {
     Report *r = &t->report;
     free(r->loss); free(r->step_ms); free(r->lr); free(r->grad_norm); free(r->comm_bytes);
     for (int x = 0; x < XFER_COUNT; x++) free(r->xfer[x]);
-}
-
-static double global_tokens_per_step(const Trainer *t) {
-    return (double)t->dp->size * t->cfg.batch * t->cfg.seq_len * t->cfg.grad_accum;
 }
 
 // Measures the window of the step before: every row's union and its
@@ -222,7 +223,8 @@ static void print_memory_table(const Trainer *t, const Summary *s) {
                mem_tier_name((MemTier)i), states / 1e6, states_formula / 1e6, stage_tier_formula(t->formula, (MemTier)i),
                s->state_params, t->dp->size, s->formula.padding_params);
     }
-    printf("  device peak: %.3f MB (all categories)", s->tier_peak[TIER_DEVICE] / 1e6);
+    printf("  device peak: %.3f MB (all categories); counted before the run: %.3f MB (run_device_bytes)",
+           s->tier_peak[TIER_DEVICE] / 1e6, t->device_need.total / 1e6);
     if (s->driver_total > 0)
         printf("; driver reports %.1f of %.1f GB free", s->driver_free / 1e9, s->driver_total / 1e9);
     printf("\n  formulas: model states from mem_math; activations = what this trainer saves (16C act + 4 fp32 + NH*T fp32 per token per layer, plus embed/head)\n");
@@ -303,6 +305,13 @@ static void json_mem(FILE *f, const Summary *s) {
     fprintf(f, ",\"padding_params\":%.0f,\"activations\":%zu}", s->formula.padding_params, s->acts.total_saved);
 }
 
+// What the budget check counted before the run (trainer_budget.c).
+static void json_need(FILE *f, const RunDeviceBytes *r) {
+    fprintf(f, ",\"device_need\":{\"states\":%.0f,\"activations\":%.0f,\"workspace\":%.0f,\"kernel_scratch\":%.0f,"
+               "\"stage_buffers\":%.0f,\"held\":%.0f,\"total\":%.0f}",
+            r->states, r->activations, r->workspace, r->kernel_scratch, r->stage_buffers, r->held, r->total);
+}
+
 static void json_array(FILE *f, const char *name, const double *x, long n) {
     fprintf(f, "\"%s\":[", name);
     for (long i = 0; i < n; i++) fprintf(f, "%s%.9g", i ? "," : "", x[i]);
@@ -311,12 +320,12 @@ static void json_array(FILE *f, const char *name, const double *x, long n) {
 
 static const char *const xfer_key[XFER_COUNT] = {"d2h", "h2d", "nvme_read", "nvme_write"};
 
-static void write_json(const Trainer *t, const Summary *s) {
+static int write_json(const Trainer *t, const Summary *s) {
     FILE *f = fopen(t->cfg.json, "a");
     if (!f) {
-        fprintf(stderr, "%s: warning: cannot append to --json %s; the run's record was not written\n",
-                t->strategy->name, t->cfg.json);
-        return;
+        fprintf(stderr, "%s: error: --json %s: cannot append (%s); the run's record was not written\n",
+                t->strategy->name, t->cfg.json, strerror(errno));
+        return 1;
     }
     const Report *r = &t->report;
     const GPTConfig *m = &t->layout.cfg;
@@ -342,6 +351,7 @@ static void write_json(const Trainer *t, const Summary *s) {
     if (t->dev.peak_flops > 0) fprintf(f, "\"mfu\":%.5f,", s->gflops_per_rank * 1e9 / t->dev.peak_flops);
     else fprintf(f, "\"mfu\":null,");
     json_mem(f, s);
+    json_need(f, &t->device_need);
     const StepTimes *x = &s->times;
     fprintf(f, ",\"comm_bytes_per_step\":%.0f,\"comm_formula_bytes_per_step\":%.0f,\"eval_comm_bytes\":%.0f,",
             s->comm_bytes_step, s->comm_formula_bytes, s->eval_comm_bytes);
@@ -362,7 +372,12 @@ static void write_json(const Trainer *t, const Summary *s) {
     settings_json(&t->cfg.settings, f);
     if (t->strategy->report_json) t->strategy->report_json((Trainer *)t, f);
     fprintf(f, "}\n");
-    fclose(f);
+    int bad = ferror(f) != 0;
+    bad |= fclose(f) != 0;  // a full disk shows here, when the buffer is written
+    if (bad)
+        fprintf(stderr, "%s: error: --json %s: writing failed (%s); the run's record was not written whole\n",
+                t->strategy->name, t->cfg.json, strerror(errno));
+    return bad;
 }
 
 // One line per run, so runs of different stages line up side by side.
@@ -377,7 +392,7 @@ static void print_summary_line(const Trainer *t, const Summary *s) {
            s->comm_bytes_step / 1e6, s->comm_formula_bytes / 1e6);
 }
 
-void report_finish(Trainer *t) {
+int report_finish(Trainer *t) {
     Summary s;
     memset(&s, 0, sizeof s);
     summarize(t, &s);
@@ -386,8 +401,8 @@ void report_finish(Trainer *t) {
         print_summary(t, &s);
     }
     if (t->strategy->report_figures) t->strategy->report_figures(t);  // collective
-    if (t->world.rank != 0) return;
+    if (t->world.rank != 0) return 0;
     print_summary_line(t, &s);
-    if (t->cfg.json) write_json(t, &s);
     fflush(stdout);
+    return t->cfg.json ? write_json(t, &s) : 0;
 }

@@ -49,5 +49,7 @@ void report_step(struct Trainer *t, double loss, double t0_us, double t1_us, dou
 void report_eval(struct Trainer *t, double val_loss);
 // The step's bytes between tiers (call before report_step).
 void report_transfers(struct Trainer *t, const double bytes[XFER_COUNT]);
-// Collective: reduces memory over ranks; rank 0 prints the table and appends JSON.
-void report_finish(struct Trainer *t);
+// Collective: reduces memory over ranks; rank 0 prints the table and appends
+// JSON. Returns 0, or (rank 0) nonzero after one line saying the record
+// could not be written.
+int report_finish(struct Trainer *t);

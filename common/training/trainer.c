@@ -3,6 +3,7 @@
 // strategy's update, evaluation, checkpoints and the report.
 #include "trainer.h"
 #include <math.h>
+#include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -57,33 +58,9 @@ void replicated_grads_ready(Trainer *t, int u, const float *g) {
 
 // ---- set-up ----
 
-static void fit_hint(void *arg, char *out, size_t n) {
-    Trainer *t = arg;
-    stage_fit_hint(t->layout.num_params, t->world.size, t->cfg.hbm_gb * 1e9, out, n);
-}
-
-// The device bytes this run will need (model states on the device tier plus
-// activations and workspaces, on top of what the device already holds, such
-// as cuBLASLt's workspace), checked before allocating so an over-budget model
-// is one clear line rather than a failure halfway through set-up.
-static void check_budget(Trainer *t) {
-    if (t->dev.mem.budget[TIER_DEVICE] == 0) return;
-    StateBytes sb;
-    stage_state_bytes(t->formula, t->state_params, t->dp->size, &sb);
-    GPTActBytes ab = gpt_activation_bytes(&t->layout, &t->plan, t->dev.act_bytes);
-    double need = sb.tier_total[TIER_DEVICE] + ab.total_saved + ab.backward_scratch + ab.grad_workspace +
-                  (double)t->dev.mem.tier_current[TIER_DEVICE];
-    double budget = (double)t->dev.mem.budget[TIER_DEVICE];
-    if (need <= budget) return;
-    double other = need - sb.tier_total[TIER_DEVICE];  // activations and workspace, whatever the stage
-    char hint[512] = "lower --batch or --seq-len: activations alone exceed the budget";
-    if (other < budget)
-        stage_fit_hint(t->layout.num_params, t->world.size, budget - other, hint, sizeof hint);
-    fail_usage("%s needs %.2f GB of device memory per rank (model states %.2f GB by %s, activations and "
-               "workspace %.2f GB) but --hbm-gb is %.2f; with %.2f GB left for model states: %s",
-               t->strategy->name, need / 1e9, sb.tier_total[TIER_DEVICE] / 1e9, stage_formula(t->formula),
-               other / 1e9, budget / 1e9, budget > other ? (budget - other) / 1e9 : 0.0, hint);
-}
+// Row counters (data position, checkpoints) are 64-bit: the run may read at
+// most 2^62 rows, steps x grad-accum x batch x ranks, checked here in double.
+#define MAX_ROWS 4611686018427387904.0
 
 // DeepSpeed's rule: global batch = micro-batch x accumulation x data-parallel
 // replicas (the ranks, for stages 01-06).
@@ -91,6 +68,15 @@ void trainer_resolve_batch(Trainer *t) {
     TrainConfig *c = &t->cfg;
     batch_rule_apply(&c->settings, &c->batch, &c->grad_accum, c->global_batch, t->dp->size,
                      t->dp == &t->world ? "ranks" : "data-parallel replicas");
+    // a batch or an accumulation derived from --global-batch stays within the flags' own limits
+    if (c->grad_accum > TRAIN_MAX_GRAD_ACCUM || c->batch > GPT_MAX_BATCH)
+        fail_usage("--global-batch %d means %d micro-batches of %d sequences per step; at most %d of at most %d: "
+                   "give --batch or --grad-accum", c->global_batch, c->grad_accum, c->batch, TRAIN_MAX_GRAD_ACCUM,
+                   GPT_MAX_BATCH);
+    double rows = (double)c->steps * c->grad_accum * c->batch * t->dp->size;
+    if (rows > MAX_ROWS)
+        fail_usage("--steps %d x %d micro-batches x --batch %d x %d replicas = %.3g rows; at most 2^62: ask for fewer",
+                   c->steps, c->grad_accum, c->batch, t->dp->size, rows);
 }
 
 // Rank 0: the config's ignored keys (always) and every setting's source (--verbose-config).
@@ -120,10 +106,15 @@ static void place(Trainer *t, const GPTConfig *mc) {
 static void setup(Trainer *t, int argc, char **argv, const Strategy *s) {
     int local_rank, local_size;
     memset(t, 0, sizeof *t);
+    // Past a file-size limit (ulimit -f) a write fails with EFBIG, which the
+    // checkpoint and report writers turn into one line; SIGXFSZ's default
+    // action would kill the rank without a word.
+    signal(SIGXFSZ, SIG_IGN);
     t->strategy = s;
     comm_world_init(&t->world, &argc, &argv, &local_rank, &local_size, flags_present(argc, argv, "progress-thread"));
     if (s->context_bytes) t->sctx = xcalloc(1, s->context_bytes);
     train_config_parse(&t->cfg, t->sctx, argc, argv, s);
+    trainer_check_same_settings(t);
     t->formula = s->formula_of ? s->formula_of(t->sctx) : s->formula;
     t->states = s->states_of ? s->states_of(t->sctx) : s->states;
     GPTConfig mc;
@@ -138,7 +129,7 @@ static void setup(Trainer *t, int argc, char **argv, const Strategy *s) {
     DeviceOptions dopt = {.kind = t->cfg.device, .hbm_gb = t->cfg.hbm_gb, .local_rank = local_rank,
                           .local_size = local_size, .trace = &t->trace};
     device_init(&t->dev, &dopt);
-    t->dev.mem.fit_hint = fit_hint;
+    t->dev.mem.fit_hint = trainer_fit_hint;
     t->dev.mem.fit_hint_arg = t;
     comm_setup(&t->world, &t->dev, t->cfg.comm, &t->trace);
     if (t->cfg.export_llmc) trainer_check_export(t);
@@ -147,16 +138,17 @@ static void setup(Trainer *t, int argc, char **argv, const Strategy *s) {
     place(t, &mc);
     trainer_resolve_batch(t);
     print_settings(t);
-    check_budget(t);
+    partition_init(&t->part, t->state_params, t->dp->size, t->dp->rank);
+    if (s->check) s->check(t);
+    trainer_check_budget(t, local_size);
 
     char err[512];
     if (data_open(&t->data, t->cfg.data, mc.vocab_size, t->cfg.seq_len, err, sizeof err)) fail_usage("%s", err);
     if (strcmp(t->cfg.data_order, "sequential") == 0 &&
         data_set_sequential(&t->data, t->cfg.seq_len, t->cfg.batch * t->dp->size, err, sizeof err))
         fail_usage("%s", err);
+    trainer_check_outputs(t);
 
-    partition_init(&t->part, t->state_params, t->dp->size, t->dp->rank);
-    if (s->check) s->check(t);
     states_alloc(&t->st, &t->dev, &t->states, &t->part);
     states_init_ranges(&t->st, &t->dev, &t->layout, t->state_ranges, t->nstate_ranges, (uint64_t)t->cfg.seed);
     t->hooks = (GPTHooks){.ctx = t, .params = hook_params, .before_forward = hook_before_forward,
@@ -218,6 +210,12 @@ static double evaluate(Trainer *t, int32_t *in, int32_t *tgt) {
     return comm_sum_f64(t->dp, sum / t->cfg.eval_batches) / t->dp->size;
 }
 
+static double checked_eval(Trainer *t, int32_t *in, int32_t *tgt) {
+    double val = evaluate(t, in, tgt);
+    divergence_check_loss(t, val, 1);
+    return val;
+}
+
 // One optimizer step: grad_accum micro-batches, reduction, clipping, update.
 static void train_step(Trainer *t, int32_t *in, int32_t *tgt) {
     const TrainConfig *c = &t->cfg;
@@ -233,19 +231,17 @@ static void train_step(Trainer *t, int32_t *in, int32_t *tgt) {
     double loss = run_micro_batches(t, &mb);
     if (s->reduce_grads) s->reduce_grads(t);
     double norm = sqrt(s->grad_norm_sq(t));
-    if (!isfinite(norm)) {  // the same on every rank; stop before the update writes NaN into the states
-        if (t->world.rank == 0)
-            fprintf(stderr, "%s: error: step %ld: the gradient norm is %g; training diverged (hint: lower --lr, "
-                    "raise --warmup, or set --grad-clip)\n", s->name, t->step + 1, norm);
-        exit_all(EXIT_FAILURE);
-    }
+    // the norm and the mean loss are the same on every rank: a diverged step
+    // stops the run before its update reaches the states
+    divergence_check_norm(t, norm);
+    double mean_loss = comm_sum_f64(t->dp, loss / c->grad_accum) / t->dp->size;
+    divergence_check_loss(t, mean_loss, 0);
     float clip = (c->grad_clip > 0 && norm > c->grad_clip) ? (float)(c->grad_clip / norm) : 1.0f;
     AdamWStep hp = adamw_step_params(c, t->step, clip);
     s->update(t, &hp);
     dev_sync(&t->dev, STREAM_COMPUTE);
     comm_settle_stats(&t->world);
     for (int k = 0; k < t->ngroups; k++) comm_settle_stats(t->groups[k]);
-    double mean_loss = comm_sum_f64(t->dp, loss / c->grad_accum) / t->dp->size;
     double t1 = now_us();
     trace_span(&t->trace, TRACE_TID_STEP, "step", t0, t1, 0);
     double bytes1 = trainer_ring_bytes(t, op1);
@@ -269,16 +265,21 @@ int trainer_main(int argc, char **argv, const Strategy *s) {
     while (t->step < c->steps) {
         train_step(t, in, tgt);
         if (c->eval_every > 0 && t->step % c->eval_every == 0 && t->step < c->steps)
-            report_eval(t, evaluate(t, in, tgt));
+            report_eval(t, checked_eval(t, in, tgt));
         if (c->save_every > 0 && t->step % c->save_every == 0 && t->step < c->steps)
             trainer_save(t, rows_consumed(t));
     }
     if (s->finish_update) s->finish_update(t, 1);  // the last update reaches the device params
+    // the last update is judged by the validation loss it gives, before it is saved or exported
+    report_eval(t, checked_eval(t, in, tgt));
     if (c->export_llmc) trainer_export_llmc(t);
-    report_eval(t, evaluate(t, in, tgt));
     if (c->save) trainer_save(t, rows_consumed(t));
-    trace_write(&t->trace, c->trace);
-    report_finish(t);
+    // the outputs were checked before step 1; a write that fails now (a full
+    // disk) is one line each, after which the rest is still written
+    int failed = trace_write(&t->trace, c->trace) != 0;
+    failed |= report_finish(t) != 0;
+    mpiCheck(MPI_Bcast(&failed, 1, MPI_INT, 0, t->world.mpi));  // rank 0 wrote both
+    trainer_release_outputs(t);
     free(in);
     free(tgt);
     if (s->teardown) s->teardown(t);
@@ -292,5 +293,5 @@ int trainer_main(int argc, char **argv, const Strategy *s) {
     device_destroy(&t->dev);
     comm_world_finalize(&t->world);
     free(t);
-    return 0;
+    return failed ? EXIT_FAILURE : 0;
 }

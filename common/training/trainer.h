@@ -41,6 +41,9 @@ typedef struct TrainConfig {
 
 struct Trainer;
 
+// Most micro-batches per step (--grad-accum, or what --global-batch implies).
+#define TRAIN_MAX_GRAD_ACCUM (1 << 20)
+
 // Most flags a stage adds to the shared ones, and tensors to its checkpoints.
 #define STRATEGY_MAX_FLAGS 16
 #define STRATEGY_MAX_CKPT 4
@@ -100,6 +103,10 @@ typedef struct Strategy {
     void (*check)(struct Trainer *t);
     // After the model states are allocated and initialized: the stage's own buffers.
     void (*setup)(struct Trainer *t);
+    // The most device bytes its own buffers hold at once (setup's, and what
+    // the hooks allocate and free), for this model and partition, with the
+    // options in ctx; the budget check counts them before anything is allocated.
+    double (*device_buffer_bytes)(const void *ctx, const GPTLayout *l, const Partition *p);
     // bf16 parameters of unit u, valid between before_* and after_* of a unit that reads it
     const bf16 *(*unit_params)(struct Trainer *t, int u);
     void (*before_forward)(struct Trainer *t, int u);
@@ -134,6 +141,12 @@ typedef struct Strategy {
     void (*teardown)(struct Trainer *t);
 } Strategy;
 
+// The loss a diverging run is measured against (divergence.c).
+typedef struct Divergence {
+    int have_reference;
+    double first, level;  // the first step's loss, and the running mean of the losses
+} Divergence;
+
 typedef struct Trainer {
     TrainConfig cfg;
     const Strategy *strategy;
@@ -166,6 +179,9 @@ typedef struct Trainer {
     long step;               // optimizer steps completed
     double unit_t0_us;       // start of the unit being computed (for the trace)
     double xfer_bytes[XFER_COUNT];  // bytes moved between tiers, counted by the stage (count_transfer)
+    Divergence divergence;
+    RunDeviceBytes device_need;  // what the budget check counted (trainer_budget.c)
+    int save_lock;               // rank 0: the --save folder's lock (trainer_outputs.c), or -1
     Report report;
 } Trainer;
 
@@ -211,6 +227,35 @@ AdamWStep adamw_step_params(const TrainConfig *c, long step, float grad_scale);
 void train_config_parse(TrainConfig *cfg, void *stage_ctx, int argc, char **argv, const Strategy *s);
 // Resolves the model shape from --model and the overrides.
 void train_config_model(TrainConfig *cfg, GPTConfig *out);  // also settles --seq-len
+
+// The device bytes the run will need (device_need, from mem_math's
+// run_device_bytes), checked before anything is allocated against the budget,
+// or without one on the cpu device against the host's memory shared by the
+// node's `local_size` ranks: over it, one line from rank 0 and exit 2.
+void trainer_check_budget(Trainer *t, int local_size);
+// The mem module's hint when an allocation goes over the budget after all.
+void trainer_fit_hint(void *arg, char *out, size_t n);
+
+// Collective, right after the flags are parsed: every rank has the same
+// effective settings (a hash of them compared across ranks), or one line
+// naming the first that differs and exit 2 (trainer_agree.c).
+void trainer_check_same_settings(Trainer *t);
+
+// Collective, before step 1: --json and --trace can be written, and the
+// --save folder exists, is locked for this run and takes every rank's part;
+// otherwise one line and exit 2. trainer_release_outputs drops the lock.
+void trainer_check_outputs(Trainer *t);
+void trainer_release_outputs(Trainer *t);
+
+// Divergence (divergence.c): a non-finite gradient norm, or a loss (training,
+// or validation when `validation`) that is non-finite or more than ln V above
+// the lower of the first step's loss and its running mean, stops the run
+// with one line and exit status 1. Every rank calls them with the same values.
+void divergence_check_norm(Trainer *t, double norm);
+void divergence_check_loss(Trainer *t, double loss, int validation);
+// Collective: the fp32 states this rank is about to save; a non-finite value
+// on any rank stops the run, naming the first such rank, tensor and element.
+void divergence_check_states(Trainer *t, const CkptTensor *fp32, int n);
 
 // Checkpoint glue: save/resume the optimizer states this rank owns.
 void trainer_save(Trainer *t, uint64_t data_rows);

@@ -4,6 +4,7 @@
 // saves and restores exactly the numbers its next step depends on.
 #include <math.h>
 #include <string.h>
+#include <unistd.h>
 #include "check.h"
 #include "ckpt.h"
 #include "trainer.h"
@@ -11,6 +12,21 @@
 // Replicated optimizer state (the dp baseline) is saved once, by rank 0.
 static int saves_optim(const Trainer *t) {
     return t->st.layout.optim == STATE_SHARD || t->world.rank == 0;
+}
+
+// The data's identity: its tokens (both splits) and FNV-1a 64 of the first
+// DATA_HASHED tokens of each split, the same for the same file or files
+// wherever they lie, and cheap for a corpus of any size.
+#define DATA_HASHED ((size_t)1 << 20)
+static void data_identity(const DataSet *d, uint64_t *tokens, uint64_t *checksum) {
+    uint64_t h = 14695981039346656037ull;
+    for (int split = 0; split < 2; split++) {
+        size_t n = d->count[split] < DATA_HASHED ? d->count[split] : DATA_HASHED;
+        h = fnv1a64(&d->count[split], sizeof d->count[split], h);
+        h = fnv1a64(d->tokens[split], n * sizeof(uint16_t), h);
+    }
+    *tokens = (uint64_t)d->count[0] + d->count[1];
+    *checksum = h;
 }
 
 static CkptManifest manifest_of(const Trainer *t, uint64_t data_rows) {
@@ -30,7 +46,21 @@ static CkptManifest manifest_of(const Trainer *t, uint64_t data_rows) {
     m.grad_accum = t->cfg.grad_accum;
     m.total_steps = (int)lr_horizon(&t->cfg);
     m.warmup = t->cfg.warmup;
-    m.lr_nano = (uint64_t)llround(t->cfg.lr * 1e9);
+    m.lr = t->cfg.lr;
+    const TrainConfig *c = &t->cfg;
+    data_identity(&t->data, &m.data_tokens, &m.data_checksum);
+    snprintf(m.data, sizeof m.data, "%s", c->data ? c->data : "built-in");
+    snprintf(m.data_order, sizeof m.data_order, "%s", c->data_order);
+    m.grad_clip = c->grad_clip;
+    m.weight_decay = c->weight_decay;
+    m.beta1 = c->beta1;
+    m.beta2 = c->beta2;
+    m.adam_eps = c->adam_eps;
+    m.min_lr_frac = c->min_lr_frac;
+    m.warmup_start_frac = c->warmup_start_frac;
+    m.schedule_steps = c->schedule_steps;
+    snprintf(m.lr_schedule, sizeof m.lr_schedule, "%s", c->lr_schedule);
+    snprintf(m.warmup_type, sizeof m.warmup_type, "%s", c->warmup_type);
     return m;
 }
 
@@ -86,13 +116,19 @@ void trainer_save(Trainer *t, uint64_t data_rows) {
     host_optim_alloc(t, &h);
     dev_sync(&t->dev, STREAM_COMPUTE);  // the update wrote the states on the compute stream
     copy_optim(t, &h, 1);
+    divergence_check_states(t, h.t, 3);  // no checkpoint is written from diverged states
     CkptTensor all[3 + STRATEGY_MAX_CKPT];
     int n = part_tensors(t, &h, all, 1);
     CkptManifest m = manifest_of(t, data_rows);
     char err[512];
     double t0 = now_us();
-    if (ckpt_save(&t->world, t->cfg.save, &m, all, n, err, sizeof err))
-        fail_usage("checkpoint not saved: %s (the previous checkpoint in %s is unchanged)", err, t->cfg.save);
+    char latest[4096];
+    snprintf(latest, sizeof latest, "%s/latest", t->cfg.save);
+    int had_one = access(latest, F_OK) == 0;  // rank 0's view decides the message, which rank 0 prints
+    if (ckpt_save(&t->world, t->cfg.save, &m, all, n, err, sizeof err)) {
+        if (had_one) fail_usage("checkpoint not saved: %s (the previous checkpoint in %s is unchanged)", err, t->cfg.save);
+        fail_usage("checkpoint not saved: %s (%s holds no earlier checkpoint)", err, t->cfg.save);
+    }
     trace_span(&t->trace, TRACE_TID_IO, "checkpoint", t0, now_us(), 0);
     if (t->world.rank == 0)
         printf("saved checkpoint: %s, step %ld (%.0f ms)\n", t->cfg.save, t->step, (now_us() - t0) / 1000);
@@ -123,15 +159,20 @@ void trainer_resume(Trainer *t) {
         printf("resumed from %s at step %ld (data row %llu)\n", t->cfg.resume, got.step,
                (unsigned long long)got.data_rows);
     // Resuming continues the saved run: its LR schedule (over its horizon)
-    // stays, and --steps only says where this run stops. Only a schedule
-    // asked for explicitly (--schedule-steps, --warmup, --lr) changes it.
-    if (!settings_given(&t->cfg.settings, "schedule-steps")) t->cfg.schedule_steps = got.total_steps;
-    if (t->world.rank == 0 && got.total_steps != t->cfg.steps && t->cfg.schedule_steps == got.total_steps)
+    // stays, and --steps only says where this run stops; only settings given
+    // to change it (--schedule-steps, --warmup, --lr, ...) do, with a note.
+    int adopted = !settings_given(&t->cfg.settings, "schedule-steps");
+    if (adopted) t->cfg.schedule_steps = got.total_steps;
+    if (t->world.rank != 0) return;
+    if (adopted && got.total_steps != t->cfg.steps)
         printf("LR schedule of the saved run kept: it spans %d steps; --steps %d only sets where this run stops\n",
                got.total_steps, t->cfg.steps);
-    if (t->world.rank == 0 && (t->cfg.schedule_steps != got.total_steps || got.warmup != expect.warmup ||
-                               got.lr_nano != expect.lr_nano))
-        printf("note: the checkpoint's run had --schedule-steps %d --warmup %d --lr %g; this run asks for another "
-               "LR schedule, so from step %ld on it is not the run that saved\n",
-               got.total_steps, got.warmup, got.lr_nano / 1e9, got.step + 1);
+    CkptManifest now = manifest_of(t, 0);
+    if (adopted) now.schedule_steps = got.schedule_steps;  // taken over, not changed
+    char changes[1024];
+    if (ckpt_math_changes(&got, &now, changes, sizeof changes))
+        printf("note: this run changes settings that shape the update (%s), so from step %ld on it is not the "
+               "run that saved\n", changes, got.step + 1);
+    if (strcmp(got.data, expect.data) != 0)
+        printf("note: the checkpoint's run read its data from %s; %s holds the same tokens\n", got.data, expect.data);
 }

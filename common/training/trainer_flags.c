@@ -1,5 +1,8 @@
 // trainer_flags.c: the flags every trainer shares, their defaults, and the
 // checks that turn bad input into one clear line and exit status 2.
+#include <float.h>
+#include <limits.h>
+#include <math.h>
 #include <stdio.h>
 #include <string.h>
 #include "check.h"
@@ -7,6 +10,16 @@
 #include "llmc.h"
 #include "flags.h"
 #include "trainer.h"
+
+// Ranges of the shared flags beyond the model's limits (gpt.h): a step count
+// whose per-step records fit in memory (8 arrays of 8 bytes a step), micro-
+// batches (TRAIN_MAX_GRAD_ACCUM) and validation batches that keep row
+// counters far below 2^63, and a budget whose byte count fits in 64 bits. The
+// learning rate and weight decay become fp32 step constants (AdamWStep), so
+// the rate is at most FLT_MAX.
+#define MAX_STEPS 10000000
+#define MAX_EVAL_BATCHES (1 << 20)
+#define MAX_HBM_GB 1e6
 
 static void set_defaults(TrainConfig *c) {
     memset(c, 0, sizeof *c);
@@ -46,19 +59,13 @@ static void check_formats(const TrainConfig *c) {
     if (ours && (settings_given(s, "warmup-type") || settings_given(s, "warmup-start-frac")))
         fail_usage("--warmup-type and --warmup-start-frac shape DeepSpeed's schedules; the cosine schedule warms up "
                    "linearly from lr/warmup (add --lr-schedule WarmupCosineLR)");
-    if (!(c->warmup_start_frac >= 0 && c->warmup_start_frac <= 1) || !(c->min_lr_frac >= 0 && c->min_lr_frac <= 1))
-        fail_usage("--warmup-start-frac %g, --min-lr-frac %g: give fractions of --lr between 0 and 1",
-                   c->warmup_start_frac, c->min_lr_frac);
     int horizon = c->schedule_steps > 0 ? c->schedule_steps : c->steps;
-    if (c->schedule_steps < 0)
-        fail_usage("--schedule-steps %d: give the steps the decay spans (0 = --steps)", c->schedule_steps);
     if (!strcmp(c->lr_schedule, "WarmupCosineLR") && horizon <= (c->warmup > 2 ? c->warmup : 2))
         fail_usage("--schedule-steps %d: WarmupCosineLR's cosine needs more steps than the warm-up (%d); "
                    "DeepSpeed's total_num_steps counts both", horizon, c->warmup > 2 ? c->warmup : 2);
-    if (!(c->beta1 >= 0 && c->beta1 < 1) || !(c->beta2 >= 0 && c->beta2 < 1) || !(c->adam_eps > 0))
-        fail_usage("--beta1 %g, --beta2 %g, --adam-eps %g: the betas are in [0, 1) and epsilon is above 0", c->beta1,
-                   c->beta2, c->adam_eps);
-    if (c->print_every < 1) fail_usage("--print-every %d: give 1 or more steps", c->print_every);
+    // the ranges allow a beta of 1, which would never forget: the bound is open there
+    if (c->beta1 >= 1 || c->beta2 >= 1)
+        fail_usage("--beta1 %g, --beta2 %g: the betas are below 1", c->beta1, c->beta2);
     if (strcmp(c->data_order, "permuted") && strcmp(c->data_order, "sequential"))
         fail_usage("--data-order %s: choose permuted or sequential (llm.c's)", c->data_order);
     if (c->init_from && c->resume)
@@ -71,47 +78,67 @@ void train_config_parse(TrainConfig *c, void *stage_ctx, int argc, char **argv, 
         {.name = "model", .type = FLAG_STRING, .dst = &c->model, .meta = "NAME",
          .help = "model preset: tiny, small, gpt2-124m, gpt2-350m, gpt2-774m, gpt2-1558m"},
         {.name = "layers", .type = FLAG_INT, .dst = &c->layers, .meta = "N",
-         .help = "override the preset's transformer blocks", .shown_default = "the preset's"},
+         .help = "override the preset's transformer blocks", .shown_default = "the preset's",
+         .min = 1, .max = GPT_MAX_UNITS - 2},
         {.name = "d-model", .type = FLAG_INT, .dst = &c->d_model, .meta = "N",
-         .help = "override the preset's channels", .shown_default = "the preset's"},
+         .help = "override the preset's channels", .shown_default = "the preset's",
+         .min = 1, .max = GPT_MAX_CHANNELS},
         {.name = "heads", .type = FLAG_INT, .dst = &c->heads, .meta = "N",
-         .help = "override the preset's attention heads (must divide --d-model)", .shown_default = "the preset's"},
+         .help = "override the preset's attention heads (must divide --d-model)", .shown_default = "the preset's",
+         .min = 1, .max = GPT_MAX_HEADS},
         {.name = "vocab", .type = FLAG_INT, .dst = &c->vocab, .meta = "N",
          .help = "override the preset's vocabulary (byte-level text needs >= 256)",
-         .shown_default = "the preset's"},
+         .shown_default = "the preset's",
+         .min = 2, .max = GPT_MAX_VOCAB},
         {.name = "seq-len", .type = FLAG_INT, .dst = &c->seq_len, .meta = "T", .help = "tokens per sequence",
-         .shown_default = "the model's context, at most 256"},
+         .shown_default = "the model's context, at most 256",
+         .min = 1, .max = GPT_MAX_CONTEXT},
         {.name = "batch", .type = FLAG_INT, .dst = &c->batch, .meta = "B",
-         .help = "micro-batch: sequences per rank per forward/backward"},
+         .help = "micro-batch: sequences per rank per forward/backward",
+         .min = 1, .max = GPT_MAX_BATCH},
         {.name = "grad-accum", .type = FLAG_INT, .dst = &c->grad_accum, .meta = "K",
-         .help = "micro-batches accumulated per optimizer step"},
+         .help = "micro-batches accumulated per optimizer step",
+         .min = 1, .max = TRAIN_MAX_GRAD_ACCUM},
         {.name = "global-batch", .type = FLAG_INT, .dst = &c->global_batch, .meta = "G",
          .help = "sequences per optimizer step, G = batch x grad-accum x ranks: sets the one of those not given",
-         .shown_default = "batch x ranks x grad-accum"},
-        {.name = "steps", .type = FLAG_INT, .dst = &c->steps, .meta = "N", .help = "optimizer steps to run"},
-        {.name = "lr", .type = FLAG_DOUBLE, .dst = &c->lr, .meta = "X", .help = "peak learning rate (AdamW)"},
+         .shown_default = "batch x ranks x grad-accum",
+         .min = 1, .max = INT_MAX},
+        {.name = "steps", .type = FLAG_INT, .dst = &c->steps, .meta = "N", .help = "optimizer steps to run",
+         .min = 1, .max = MAX_STEPS},
+        {.name = "lr", .type = FLAG_DOUBLE, .dst = &c->lr, .meta = "X", .help = "peak learning rate (AdamW)",
+         .min = 0, .min_open = 1, .max = FLT_MAX},
         {.name = "warmup", .type = FLAG_INT, .dst = &c->warmup, .meta = "N",
-         .help = "warm-up steps, then the decay of --lr-schedule"},
+         .help = "warm-up steps, then the decay of --lr-schedule",
+         .min = 0, .max = INT_MAX},
         {.name = "weight-decay", .type = FLAG_DOUBLE, .dst = &c->weight_decay, .meta = "X",
-         .help = "AdamW decoupled weight decay"},
-        {.name = "beta1", .type = FLAG_DOUBLE, .dst = &c->beta1, .meta = "X", .help = "AdamW's first-moment decay"},
-        {.name = "beta2", .type = FLAG_DOUBLE, .dst = &c->beta2, .meta = "X", .help = "AdamW's second-moment decay"},
+         .help = "AdamW decoupled weight decay",
+         .min = 0, .max = 1},
+        {.name = "beta1", .type = FLAG_DOUBLE, .dst = &c->beta1, .meta = "X", .help = "AdamW's first-moment decay",
+         .min = 0, .max = 1},
+        {.name = "beta2", .type = FLAG_DOUBLE, .dst = &c->beta2, .meta = "X", .help = "AdamW's second-moment decay",
+         .min = 0, .max = 1},
         {.name = "adam-eps", .type = FLAG_DOUBLE, .dst = &c->adam_eps, .meta = "X",
-         .help = "AdamW's epsilon (added to sqrt(v))"},
+         .help = "AdamW's epsilon (added to sqrt(v))",
+         .min = 0, .min_open = 1, .max = 1},
         {.name = "lr-schedule", .type = FLAG_STRING, .dst = &c->lr_schedule, .meta = "NAME",
          .help = "cosine (warm-up, cosine to lr x min-lr-frac), or DeepSpeed's WarmupLR, WarmupDecayLR, WarmupCosineLR"},
         {.name = "warmup-type", .type = FLAG_STRING, .dst = &c->warmup_type, .meta = "log|linear",
          .help = "the warm-up curve of DeepSpeed's schedules"},
         {.name = "warmup-start-frac", .type = FLAG_DOUBLE, .dst = &c->warmup_start_frac, .meta = "F",
-         .help = "DeepSpeed's schedules: the rate at the warm-up's start, a fraction of --lr"},
+         .help = "DeepSpeed's schedules: the rate at the warm-up's start, a fraction of --lr",
+         .min = 0, .max = 1},
         {.name = "min-lr-frac", .type = FLAG_DOUBLE, .dst = &c->min_lr_frac, .meta = "F",
-         .help = "the rate at the end of the decay, a fraction of --lr (not WarmupLR's)"},
+         .help = "the rate at the end of the decay, a fraction of --lr (not WarmupLR's)",
+         .min = 0, .max = 1},
         {.name = "schedule-steps", .type = FLAG_INT, .dst = &c->schedule_steps, .meta = "N",
-         .help = "steps the decay spans (DeepSpeed's total_num_steps)", .shown_default = "--steps"},
+         .help = "steps the decay spans (DeepSpeed's total_num_steps)", .shown_default = "--steps",
+         .min = 0, .max = MAX_STEPS},
         {.name = "grad-clip", .type = FLAG_DOUBLE, .dst = &c->grad_clip, .meta = "X",
-         .help = "clip the global gradient norm to X (0 = off)"},
+         .help = "clip the global gradient norm to X (0 = off)",
+         .min = 0, .max = INFINITY},
         {.name = "seed", .type = FLAG_INT, .dst = &c->seed, .meta = "N",
-         .help = "initial weights (same for every rank count and stage)"},
+         .help = "initial weights (same for every rank count and stage)",
+         .min = 0, .max = INT_MAX},
         {.name = "data", .type = FLAG_STRING, .dst = &c->data, .meta = "PATH",
          .help = "text file, folder of text, or llm.c uint16 token shards (default: built-in corpus)"},
         {.name = "data-order", .type = FLAG_STRING, .dst = &c->data_order, .meta = "permuted|sequential",
@@ -121,15 +148,18 @@ void train_config_parse(TrainConfig *c, void *stage_ctx, int argc, char **argv, 
         {.name = "export-llmc", .type = FLAG_STRING, .dst = &c->export_llmc, .meta = "FILE",
          .help = "at the end, write the trained model as an llm.c GPT-2 checkpoint (fp32, version 3)"},
         {.name = "eval-every", .type = FLAG_INT, .dst = &c->eval_every, .meta = "N",
-         .help = "validation loss every N steps and at the end (0 = only at the end)"},
+         .help = "validation loss every N steps and at the end (0 = only at the end)",
+         .min = 0, .max = INT_MAX},
         {.name = "eval-batches", .type = FLAG_INT, .dst = &c->eval_batches, .meta = "N",
-         .help = "global micro-batches of held-out data per validation"},
+         .help = "global micro-batches of held-out data per validation",
+         .min = 1, .max = MAX_EVAL_BATCHES},
         {.name = "device", .type = FLAG_STRING, .dst = &c->device, .meta = "auto|cpu|cuda",
          .help = "where the model runs"},
         {.name = "comm", .type = FLAG_STRING, .dst = &c->comm, .meta = "auto|mpi|nccl",
          .help = "collectives backend"},
         {.name = "hbm-gb", .type = FLAG_DOUBLE, .dst = &c->hbm_gb, .meta = "GB",
-         .help = "device memory budget per rank in GB (1e9 bytes); 0 = none on cpu, on cuda the card (shared equally by ranks on one GPU)"},
+         .help = "device memory budget per rank in GB (1e9 bytes); 0 = none on cpu, on cuda the card (shared equally by ranks on one GPU)",
+         .min = 0, .max = MAX_HBM_GB},
         {.name = "json", .type = FLAG_STRING, .dst = &c->json, .meta = "FILE",
          .help = "append one JSON object for this run"},
         {.name = "trace", .type = FLAG_STRING, .dst = &c->trace, .meta = "FILE",
@@ -137,16 +167,19 @@ void train_config_parse(TrainConfig *c, void *stage_ctx, int argc, char **argv, 
         {.name = "save", .type = FLAG_STRING, .dst = &c->save, .meta = "DIR",
          .help = "write a sharded checkpoint at the end (and every --save-every steps)"},
         {.name = "save-every", .type = FLAG_INT, .dst = &c->save_every, .meta = "N",
-         .help = "checkpoint every N steps (needs --save)"},
+         .help = "checkpoint every N steps (needs --save)",
+         .min = 0, .max = INT_MAX},
         {.name = "resume", .type = FLAG_STRING, .dst = &c->resume, .meta = "DIR",
          .help = "continue from the checkpoint in DIR (same stage, ranks and model)"},
         {.name = "progress-thread", .type = FLAG_INT, .dst = &c->progress_us, .meta = "US",
          .help = "a thread enters MPI's progress engine every US microseconds, so nonblocking collectives "
-                 "advance during compute (0 = none: only the layer hooks' MPI calls move them)"},
+                 "advance during compute (0 = none: only the layer hooks' MPI calls move them)",
+         .min = 0, .max = 1000000},
         {.name = "quiet", .type = FLAG_BOOL, .dst = &c->quiet,
          .help = "no per-step lines (the header, the end-of-run tables and the summary stay)"},
         {.name = "print-every", .type = FLAG_INT, .dst = &c->print_every, .meta = "N",
-         .help = "a step line every N steps (and the last)"},
+         .help = "a step line every N steps (and the last)",
+         .min = 1, .max = INT_MAX},
         {.name = "deepspeed-config", .type = FLAG_STRING, .dst = &c->deepspeed_config, .meta = "FILE",
          .help = "DeepSpeed's ds_config.json: its values are the defaults of the matching flags"},
         {.name = "verbose-config", .type = FLAG_BOOL, .dst = &c->verbose_config,
@@ -176,16 +209,6 @@ void train_config_parse(TrainConfig *c, void *stage_ctx, int argc, char **argv, 
     settings_after_parse(&c->settings, specs, NSHARED + nstage);
     check_formats(c);
 
-    if (c->batch < 1) fail_usage("--batch %d: need at least 1 sequence per rank", c->batch);
-    if (c->seq_len < 0) fail_usage("--seq-len %d: need at least 1 token", c->seq_len);
-    if (c->grad_accum < 1) fail_usage("--grad-accum %d: need at least 1 micro-batch per step", c->grad_accum);
-    if (c->steps < 1) fail_usage("--steps %d: need at least 1 step", c->steps);
-    if (c->warmup < 0 || c->eval_every < 0 || c->save_every < 0 || c->eval_batches < 1)
-        fail_usage("--warmup, --eval-every and --save-every must be >= 0 and --eval-batches >= 1");
-    if (!(c->lr > 0)) fail_usage("--lr %g: the learning rate must be positive", c->lr);
-    if (c->hbm_gb < 0) fail_usage("--hbm-gb %g: the budget cannot be negative", c->hbm_gb);
-    if (c->progress_us < 0 || c->progress_us > 1000000)
-        fail_usage("--progress-thread %d: give an interval of 1 to 1000000 microseconds (0 = no thread)", c->progress_us);
     if (c->save_every > 0 && !c->save) fail_usage("--save-every %d needs --save DIR to say where", c->save_every);
     if (strcmp(c->device, "auto") && strcmp(c->device, "cpu") && strcmp(c->device, "cuda"))
         fail_usage("--device %s: choose auto, cpu or cuda", c->device);

@@ -1,0 +1,104 @@
+// trainer_budget.c: the device memory a run will need, counted before
+// anything is allocated (mem_math's run_device_bytes: model states,
+// activations, workspace, kernel scratch, the stage's own buffers), so that a
+// run that cannot fit is one line from rank 0 saying which part is too large,
+// rather than an allocation failing on every rank halfway through.
+#include <stdio.h>
+#include <unistd.h>
+#include "check.h"
+#include "kernels.h"
+#include "trainer.h"
+
+static RunDeviceBytes device_need(const Trainer *t) {
+    const GPTConfig *m = &t->layout.cfg;
+    double scratch = (double)t->dev.k->scratch_bytes(t->dev.threads, t->cfg.batch, t->cfg.seq_len, m->channels,
+                                                     m->num_heads, m->vocab_size);
+    double buffers = t->strategy->device_buffer_bytes
+                         ? t->strategy->device_buffer_bytes(t->sctx, &t->layout, &t->part)
+                         : 0;
+    return run_device_bytes(t->formula, &t->layout, &t->plan, t->state_params, t->dp->size, t->dev.act_bytes, scratch,
+                            buffers, (double)t->dev.mem.tier_current[TIER_DEVICE]);
+}
+
+// The ranks of a grid (3d_parallel) hold different parts of the model: the
+// count of the rank that needs the most, on every rank, so that all decide
+// alike and the report sets it beside the peak over ranks.
+static RunDeviceBytes largest_over_ranks(const Trainer *t, RunDeviceBytes mine) {
+    struct {
+        double total;
+        int rank;
+    } in = {mine.total, t->world.rank}, out;
+    mpiCheck(MPI_Allreduce(&in, &out, 1, MPI_DOUBLE_INT, MPI_MAXLOC, t->world.mpi));
+    mpiCheck(MPI_Bcast(&mine, sizeof mine, MPI_BYTE, out.rank, t->world.mpi));
+    return mine;
+}
+
+// Without --hbm-gb the cpu device's memory is the host's, shared by the
+// ranks on this node.
+static double host_bytes_per_rank(int local_size) {
+    double bytes = (double)sysconf(_SC_PHYS_PAGES) * (double)sysconf(_SC_PAGESIZE);
+    return bytes / (local_size > 0 ? local_size : 1);
+}
+
+// What does not depend on how the stage keeps its states: activations,
+// workspace, kernel scratch and what the device held before.
+static double common_bytes(const RunDeviceBytes *r) {
+    return r->activations + r->workspace + r->kernel_scratch + r->held;
+}
+
+// What to change for a run over `limit`: --batch when the stage-independent
+// part alone exceeds it, else which stages' model states fit in what the
+// rest of this run leaves (stage_fit_hint). The stage refused is never among
+// them at this rank count: its states are more than that rest by definition.
+static void hint_for(const Trainer *t, double limit, char *out, size_t n) {
+    const RunDeviceBytes *r = &t->device_need;
+    char a[32], b[32];
+    if (common_bytes(r) >= limit) {
+        mem_format_bytes(common_bytes(r), a, sizeof a);
+        snprintf(out, n, "lower --batch or --seq-len: activations, workspace and scratch alone need %s", a);
+        return;
+    }
+    double left = limit - (r->total - r->states);
+    char fits[400];
+    stage_fit_hint(t->layout.num_params, t->world.size, left, fits, sizeof fits);
+    mem_format_bytes(left, b, sizeof b);
+    snprintf(out, n, "%s is left for model states beside the rest of this run: %s", b, fits);
+}
+
+// Where the limit comes from, for the message.
+static void limit_text(const Trainer *t, double limit, int local_size, char *out, size_t n) {
+    char l[32];
+    mem_format_bytes(limit, l, sizeof l);
+    if (t->cfg.hbm_gb > 0) snprintf(out, n, "--hbm-gb is %g (%s)", t->cfg.hbm_gb, l);
+    else if (t->dev.kind == DEVICE_CUDA) snprintf(out, n, "the GPU gives each rank %s (no --hbm-gb)", l);
+    else
+        snprintf(out, n, "no --hbm-gb budget is set and the cpu device's memory is the host's, %s for each of "
+                 "the %d ranks on this node", l, local_size);
+}
+
+void trainer_check_budget(Trainer *t, int local_size) {
+    t->device_need = largest_over_ranks(t, device_need(t));
+    double budget = (double)t->dev.mem.budget[TIER_DEVICE];
+    double limit = budget > 0 ? budget : host_bytes_per_rank(local_size);
+    const RunDeviceBytes *r = &t->device_need;
+    if (r->total <= limit) return;
+    char need[32], st[32], act[32], ws[32], sc[32], buf[32], lim[200], hint[600];
+    mem_format_bytes(r->total, need, sizeof need);
+    mem_format_bytes(r->states, st, sizeof st);
+    mem_format_bytes(r->activations, act, sizeof act);
+    mem_format_bytes(r->workspace + r->held, ws, sizeof ws);
+    mem_format_bytes(r->kernel_scratch, sc, sizeof sc);
+    mem_format_bytes(r->stage_buffers, buf, sizeof buf);
+    limit_text(t, limit, local_size, lim, sizeof lim);
+    hint_for(t, limit, hint, sizeof hint);
+    fail_usage("%s needs %s of device memory per rank (model states %s by %s, activations %s, workspace %s, "
+               "kernel scratch %s, %s's buffers %s) but %s; %s", t->strategy->name, need, st,
+               stage_formula(t->formula), act, ws, sc, t->strategy->name, buf, lim, hint);
+}
+
+void trainer_fit_hint(void *arg, char *out, size_t n) {
+    const Trainer *t = arg;
+    double budget = (double)t->dev.mem.budget[TIER_DEVICE];
+    if (budget > 0) hint_for(t, budget, out, n);
+    else snprintf(out, n, "hint: no --hbm-gb budget is set");
+}

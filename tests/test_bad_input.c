@@ -1,0 +1,99 @@
+// test_bad_input.c: the trainers and memory_math given hostile input, run as
+// programs from the repository root. Every case must end with exit status 2
+// and one line that names what was wrong (issue 15's list, and more).
+#include "runs.h"
+
+typedef struct Case {
+    const char *cmd, *names;  // the command, and what its one line must contain
+} Case;
+
+static void refuse_all(const Case *cases, size_t n) {
+    for (size_t i = 0; i < n; i++) free(expect_refusal(cases[i].cmd, cases[i].names));
+}
+
+// Numbers: finite and within the flag's range, else the flag and its range.
+static void test_numbers_out_of_range(void **state) {
+    (void)state;
+    const Case cases[] = {
+        {"./zero2 --model tiny --steps 1 --lr inf", "--lr inf is not a finite number: give 0 < X"},
+        {"./zero2 --model tiny --steps 1 --lr 0", "--lr 0 is out of range"},
+        {"./zero2 --model tiny --steps 1 --hbm-gb nan", "--hbm-gb nan is not a finite number"},
+        {"./zero2 --model tiny --steps 1 --hbm-gb inf", "--hbm-gb inf"},
+        {"./zero2 --model tiny --steps 1 --hbm-gb 1e300", "--hbm-gb 1e300 is out of range: give 0 <= GB <="},
+        {"./zero2 --model tiny --steps 1 --bucket-mb inf", "--bucket-mb inf"},
+        {"./zero2 --model tiny --steps 1 --bucket-mb 1e14", "--bucket-mb 1e14 is out of range"},
+        {"./zero2 --model tiny --steps 1 --global-batch -4", "--global-batch -4 is out of range: give G >= 1"},
+        {"./zero2 --model tiny --steps 1 --layers 0", "--layers 0"},
+        {"./zero2 --model tiny --steps 1 --heads 0", "--heads 0"},
+        {"./zero2 --model tiny --steps 1 --vocab 0", "--vocab 0"},
+        {"./zero2 --model tiny --steps 1 --vocab 2147483600", "--vocab 2147483600 is out of range"},
+        {"./zero2 --model tiny --steps 1 --d-model 0", "--d-model 0"},
+        {"./zero2 --model tiny --steps 1 --grad-clip nan", "--grad-clip nan"},
+        {"./zero2 --model tiny --steps 1 --grad-clip -1", "--grad-clip -1 is out of range: give X >= 0"},
+        {"./zero2 --model tiny --steps 1 --weight-decay -5", "--weight-decay -5 is out of range"},
+        {"./zero2 --model tiny --steps 1 --batch 1500000000 --global-batch 3", "--batch 1500000000 is out of range"},
+        {"./zero3 --model tiny --steps 1 --prefetch -1", "--prefetch -1 is out of range"},
+        {"./cpu_offload --model tiny --steps 1 --dpu --dpu-warmup -1", "--dpu-warmup -1 is out of range"},
+        {"./cpu_offload --model tiny --steps 1 --host-threads 0", "--host-threads 0 is out of range: give 1 <= N <= 1024"},
+        {"./memory_math --params nan", "--params nan is not a finite number"},
+        {"./memory_math --params 1e3 --hbm-gb inf", "--hbm-gb inf"},
+        {"./memory_math --params 1e16", "--params 1e16 is out of range"},
+        {"mpirun -np 2 ./zero2 --model tiny --steps 1 --lr nan", "--lr nan"},
+    };
+    refuse_all(cases, sizeof cases / sizeof cases[0]);
+}
+
+static void test_empty_strings(void **state) {
+    (void)state;
+    const Case cases[] = {
+        {"./zero2 --model tiny --steps 1 --data ''", "--data was given an empty PATH"},
+        {"./zero2 --model '' --steps 1", "--model"},
+        {"./zero2 --model tiny --steps 1 --json=", "--json"},
+    };
+    refuse_all(cases, sizeof cases / sizeof cases[0]);
+}
+
+// --help shows every numeric flag's range beside its default.
+static void test_help_shows_ranges(void **state) {
+    (void)state;
+    char *out = NULL;
+    assert_int_equal(test_run("./zero2 --help", &out), 0);
+    const char *want[] = {"(default 4; 1 <= B <= 1048576)", "(default 0.001; 0 < X <=", "(default 1; X >= 0)",
+                          "0 <= MB <= 1000000"};
+    for (size_t i = 0; i < sizeof want / sizeof want[0]; i++)
+        if (!strstr(out, want[i])) fail_msg("--help lacks '%s':\n%s", want[i], out);
+    free(out);
+}
+
+// ---- large values: printed and recorded without overflow ----
+
+// memory_math's grouped figures past 2^53 keep 15 significant digits and no
+// fraction; before, 8.75e19 printed as "87,500,875,000,000,004,096.-458752".
+static void test_memory_math_large_figures(void **state) {
+    (void)state;
+    char *out = NULL;
+    int rc = test_run("./memory_math --params 1e15 --grad-accum 100000", &out);
+    assert_int_equal(rc, 0);
+    if (strstr(out, ".-") || !strstr(out, "87,500,875,000,000,000,000"))
+        fail_msg("expected 87,500,875,000,000,000,000 elements for cpu_offload and no '.-':\n%s", out);
+    free(out);
+}
+
+static int group_setup(void **state) {
+    (void)state;
+    if (access("./zero2", X_OK) != 0 || access("./memory_math", X_OK) != 0) {
+        fprintf(stderr, "test_bad_input: run from the repository root after make\n");
+        return 1;
+    }
+    return 0;
+}
+
+int main(void) {
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_numbers_out_of_range),
+        cmocka_unit_test(test_empty_strings),
+        cmocka_unit_test(test_help_shows_ranges),
+        cmocka_unit_test(test_memory_math_large_figures),
+    };
+    return cmocka_run_group_tests(tests, group_setup, NULL);
+}
