@@ -82,7 +82,7 @@ void section_fit(Printer *p, const Inputs *in) {
     max_params_table(p, in, budget);
     preset_table(p, in, budget);
     if (in->psi > 0 && !in->have_model) {  // with a model, the next section says what fits with the run
-        char hint[512];
+        char hint[1024];
         stage_fit_hint((size_t)llround(in->psi), in->ranks, budget, hint, sizeof hint);
         char label[64], psi[40];
         snprintf(label, sizeof label, "for Ψ = %s", format_grouped(in->psi, psi, sizeof psi));

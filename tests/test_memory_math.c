@@ -349,7 +349,7 @@ static void test_fit_hint(void **state) {
     // Ψ = 1e8, budget 0.6 GB at 4 ranks: zero2 0.55 GB, zero3 0.4 GB fit; dp 1.6 GB
     // never; zero1 = 4Ψ + 12Ψ/N needs N >= 6 unpadded, but at 6 the padding
     // (Ψ_pad = 100,000,128) leaves it 768 bytes over: 7 ranks
-    char hint[512];
+    char hint[1024];
     stage_fit_hint(100000000, 4, 0.6e9, hint, sizeof hint);
     assert_non_null(strstr(hint, "fits at 4 ranks: zero2 (0.55 GB), zero3 (0.4 GB)"));
     assert_non_null(strstr(hint, "dp_baseline needs 1.6 GB at any rank count"));
@@ -362,6 +362,13 @@ static void test_fit_hint(void **state) {
     // the smallest count, not the smallest power of two: 16 x 70B / 80 GB = 14
     stage_fit_hint(70000000000ull, 8, 80e9, hint, sizeof hint);
     if (!strstr(hint, "zero3 fits from 14 ranks")) fail_msg("70B in 80 GB: %s", hint);
+    // the stages that take the states off the device are named too: gpt2-774m
+    // in 0.44 GB at 2 ranks (stage 06's showcase, where zero3 is refused)
+    stage_fit_hint(774030080, 2, 0.441e9, hint, sizeof hint);
+    const char *want[] = {"cpu_offload needs 1.55 GB at any rank count", "infinity fits from 4 ranks",
+                          "infinity --offload-params nvme keeps 0 GB there"};
+    for (int i = 0; i < 3; i++)
+        if (!strstr(hint, want[i])) fail_msg("no \"%s\" in: %s", want[i], hint);
 }
 
 static void test_binary_measure(void **state) {
