@@ -81,8 +81,8 @@ void section_fit(Printer *p, const Inputs *in) {
     printer_section(p, "fit", title);
     max_params_table(p, in, budget);
     preset_table(p, in, budget);
-    if (in->psi > 0) {
-        char hint[512];
+    if (in->psi > 0 && !in->have_model) {  // with a model, the next section says what fits with the run
+        char hint[1024];
         stage_fit_hint((size_t)llround(in->psi), in->ranks, budget, hint, sizeof hint);
         char label[64], psi[40];
         snprintf(label, sizeof label, "for Ψ = %s", format_grouped(in->psi, psi, sizeof psi));
@@ -93,7 +93,7 @@ void section_fit(Printer *p, const Inputs *in) {
     printer_note(p, "cpu_offload keeps only the bf16 parameters (2Ψ) on the device, infinity only their shard "
                     "(2Ψ/N), and none with --offload-params cpu or nvme: then its device limit is the largest "
                     "layer, not Ψ.");
-    printer_note(p, "activations (--model with --batch, --seq-len) and communication buffers come on "
-                    "top; the trainers' --hbm-gb budget counts them all.");
+    printer_note(p, "activations and communication buffers come on top; the trainers' --hbm-gb budget counts "
+                    "them all, and so does the next section (with --model, --batch, --seq-len).");
     printer_section_end(p);
 }

@@ -31,21 +31,24 @@ static const Measured measured_stages[] = {
 };
 static const MemCategory state_cats[] = {CAT_PARAMS, CAT_GRADS, CAT_MASTER, CAT_ADAM_M, CAT_ADAM_V};
 
+int measured_stage_count(void) { return (int)(sizeof measured_stages / sizeof measured_stages[0]); }
+
 // The layout and closed form the stage picks with the option set, read
 // through its own flag table and states_of / formula_of.
-static void stage_choice(const Measured *m, StatesLayout *layout, StageId *formula) {
-    *layout = m->s->states;
-    *formula = m->s->formula;
-    if (!m->flag) return;
+void *measured_stage(int i, const Strategy **strategy, StatesLayout *layout, StageId *formula) {
+    const Measured *m = &measured_stages[i];
     void *ctx = xcalloc(1, m->s->context_bytes);
     FlagSpec specs[STRATEGY_MAX_FLAGS];
-    int n = m->s->flags(ctx, specs);
-    const FlagSpec *f = flags_find(specs, n, m->flag);
-    CHECK(f && f->type == FLAG_STRING, "%s has no string flag --%s", m->s->name, m->flag);
-    *(const char **)f->dst = m->value;
-    if (m->s->states_of) *layout = m->s->states_of(ctx);
-    if (m->s->formula_of) *formula = m->s->formula_of(ctx);
-    free(ctx);
+    int n = m->s->flags ? m->s->flags(ctx, specs) : 0;  // the flags' defaults go into ctx
+    if (m->flag) {
+        const FlagSpec *f = flags_find(specs, n, m->flag);
+        CHECK(f && f->type == FLAG_STRING, "%s has no string flag --%s", m->s->name, m->flag);
+        *(const char **)f->dst = m->value;
+    }
+    *strategy = m->s;
+    *layout = m->s->states_of ? m->s->states_of(ctx) : m->s->states;
+    *formula = m->s->formula_of ? m->s->formula_of(ctx) : m->s->formula;
+    return ctx;
 }
 
 // Bytes by tier x category that states_alloc added on this rank, reduced to
@@ -129,7 +132,8 @@ int section_measure(Printer *p, const Inputs *in) {
         double mx[NSLOTS], mn[NSLOTS];
         StatesLayout layout;
         StageId formula;
-        stage_choice(&measured_stages[i], &layout, &formula);
+        const Strategy *strategy;
+        free(measured_stage((int)i, &strategy, &layout, &formula));
         measure_stage(&d, &layout, in, mx, mn);
         differ += stage_rows(p, in, formula, mx, mn);
     }

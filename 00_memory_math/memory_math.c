@@ -179,6 +179,7 @@ int main(int argc, char **argv) {
         if (in.psi > 0) section_comm(&p, &in);
         if (in.have_model) section_activations(&p, &in);
         if (in.hbm_gb > 0) section_fit(&p, &in);
+        if (in.hbm_gb > 0 && in.have_model) section_fit_run(&p, &in);
         if (in.settings.config_path[0]) section_config(&p, &in);
     }
     printer_end(&p);

@@ -37,3 +37,13 @@ void section_config(Printer *p, const Inputs *in);
 // measure.c: returns the number of (stage, tier, category) entries where the
 // measured bytes differ from the formula (0: all equal). Collective.
 int section_measure(Printer *p, const Inputs *in);
+// The stages memory_math links (measure.c), some with an option set
+// (infinity's --offload-params): stage i's strategy, the layout and closed
+// form it picks, and a context holding its flags' defaults (the caller frees it).
+struct Strategy;
+int measured_stage_count(void);
+void *measured_stage(int i, const struct Strategy **strategy, StatesLayout *layout, StageId *formula);
+// fit_run.c: with a model, batch and sequence length, what each stage's run
+// needs on the device (run_device_bytes, as the trainers' budget check
+// counts it) and whether it fits in --hbm-gb.
+void section_fit_run(Printer *p, const Inputs *in);

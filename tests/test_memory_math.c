@@ -3,6 +3,7 @@
 // forms against what states_alloc really allocates, states_init's values (of
 // the whole layout and of ranges of it), and the memory_math binary
 // (--measure under mpirun, --json, bad input).
+#include <math.h>
 #include "testutil.h"
 #include "device.h"
 #include "gpt.h"
@@ -348,7 +349,7 @@ static void test_fit_hint(void **state) {
     // Ψ = 1e8, budget 0.6 GB at 4 ranks: zero2 0.55 GB, zero3 0.4 GB fit; dp 1.6 GB
     // never; zero1 = 4Ψ + 12Ψ/N needs N >= 6 unpadded, but at 6 the padding
     // (Ψ_pad = 100,000,128) leaves it 768 bytes over: 7 ranks
-    char hint[512];
+    char hint[1024];
     stage_fit_hint(100000000, 4, 0.6e9, hint, sizeof hint);
     assert_non_null(strstr(hint, "fits at 4 ranks: zero2 (0.55 GB), zero3 (0.4 GB)"));
     assert_non_null(strstr(hint, "dp_baseline needs 1.6 GB at any rank count"));
@@ -361,6 +362,13 @@ static void test_fit_hint(void **state) {
     // the smallest count, not the smallest power of two: 16 x 70B / 80 GB = 14
     stage_fit_hint(70000000000ull, 8, 80e9, hint, sizeof hint);
     if (!strstr(hint, "zero3 fits from 14 ranks")) fail_msg("70B in 80 GB: %s", hint);
+    // the stages that take the states off the device are named too: gpt2-774m
+    // in 0.44 GB at 2 ranks (stage 06's showcase, where zero3 is refused)
+    stage_fit_hint(774030080, 2, 0.441e9, hint, sizeof hint);
+    const char *want[] = {"cpu_offload needs 1.55 GB at any rank count", "infinity fits from 4 ranks",
+                          "infinity --offload-params nvme keeps 0 GB there"};
+    for (int i = 0; i < 3; i++)
+        if (!strstr(hint, want[i])) fail_msg("no \"%s\" in: %s", want[i], hint);
 }
 
 static void test_binary_measure(void **state) {
@@ -393,6 +401,51 @@ static void test_binary_paper_json(void **state) {
     free(out);
 }
 
+// With a model and a batch, "fits" counts what the run allocates: the
+// figure memory_math prints for a stage is the count the trainer's budget
+// check makes (its --json record's device_need), to the byte; a model whose
+// activations alone exceed the budget fits nowhere.
+static double stage_total(const char *json, const char *stage) {
+    char key[96];
+    snprintf(key, sizeof key, "{\"stage\":\"%s\",", stage);
+    const char *section = strstr(json, "\"fit_run\"");
+    if (!section) fail_msg("memory_math prints no fit_run section:\n%.400s", json);
+    const char *row = strstr(section, key);
+    if (!row) fail_msg("memory_math prints no fit_run row for %s:\n%.400s", stage, json);
+    double gb = NAN;
+    json_numbers(row, "total_gb", &gb, 1);
+    return gb * 1e9;
+}
+
+static void test_binary_fit_counts_the_run(void **state) {
+    (void)state;
+    char *mm = NULL, *out = NULL;
+    assert_int_equal(test_run("./memory_math --hbm-gb 1 --ranks 2 --model small --batch 4 --seq-len 64 --json", &mm), 0);
+    const char *stages[] = {"dp_baseline", "zero1", "zero2", "zero3", "cpu_offload"};
+    char root[64];
+    assert_int_equal(test_make_dir(root, sizeof root, "mm-fit"), 0);
+    for (int i = 0; i < 5; i++) {
+        char cmd[512];
+        snprintf(cmd, sizeof cmd, "mpirun -np 2 ./%s --model small --batch 4 --seq-len 64 --steps 1 "
+                 "--eval-batches 1 --quiet --json %s/%s.json > /dev/null && tail -1 %s/%s.json", stages[i], root,
+                 stages[i], root, stages[i]);
+        assert_int_equal(test_run(cmd, &out), 0);
+        double need = NAN;
+        if (json_numbers(strstr(out, "\"device_need\""), "total", &need, 1) != 1)
+            fail_msg("%s: no device_need in its record:\n%.300s", stages[i], out);
+        double mine = stage_total(mm, stages[i]);
+        if (fabs(mine - need) > 1) fail_msg("%s: memory_math counts %.0f B, the trainer %.0f B", stages[i], mine, need);
+        free(out);
+    }
+    free(mm);
+    assert_int_equal(test_remove_dir(root), 0);
+    // the case: 61 GB of activations per rank; model states alone would fit zero1 (8.6 GB)
+    assert_int_equal(test_run("./memory_math --model gpt2-1558m --ranks 8 --hbm-gb 16 --batch 8 --seq-len 1024 "
+                              "--json", &out), 0);
+    if (!strstr(out, "\"fits\":\"none\"")) fail_msg("gpt2-1558m, B 8, T 1024 fits somewhere in 16 GB:\n%s", out);
+    free(out);
+}
+
 static void test_binary_bad_input(void **state) {
     (void)state;
     const char *cmds[] = {"./memory_math --bogus", "./memory_math --ranks 0", "./memory_math --params -5",
@@ -410,6 +463,7 @@ static void test_binary_bad_input(void **state) {
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_paper_example),
+        cmocka_unit_test(test_binary_fit_counts_the_run),
         cmocka_unit_test(test_partition_padding),
         cmocka_unit_test(test_closed_forms_check_the_allocator),
         cmocka_unit_test(test_padding_rule),

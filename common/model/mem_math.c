@@ -276,7 +276,8 @@ void stage_fit_hint(size_t psi, int ranks, double budget_bytes, char *out, size_
     char fits[512];
     snprintf(fits, sizeof fits, "%s", out);
     if (nfit) snprintf(out, n, "fits at %d ranks: %s", ranks, fits);
-    else snprintf(out, n, "no stage's model states fit in %.3g GB at %d ranks", budget_bytes / 1e9, ranks);
+    else snprintf(out, n, "no stage's model states fit in %.3g GB at %d ranks on the device", budget_bytes / 1e9,
+                  ranks);
     for (int i = 0; i < 4; i++) {
         StageId s = order[i];
         if (device_state_bytes(s, psi, ranks) <= budget_bytes) continue;
@@ -289,5 +290,19 @@ void stage_fit_hint(size_t psi, int ranks, double budget_bytes, char *out, size_
             appendf(out, n, "; %s needs %.3g GB at any rank count", stage_name(s), at1 / 1e9);
         else
             appendf(out, n, "; %s needs %.3g GB even at %d ranks", stage_name(s), at_max / 1e9, FIT_MAX_RANKS);
+    }
+    // the stages that move the states off the device (05, 06): what they leave there
+    const StageId off[3] = {STAGE_OFFLOAD, STAGE_INFINITY, STAGE_INFINITY_NVME};
+    for (int i = 0; i < 3; i++) {
+        StageId s = off[i];
+        double b = device_state_bytes(s, psi, ranks);
+        int from = b <= budget_bytes ? ranks : fits_from_ranks(s, psi, budget_bytes);
+        if (from == ranks)
+            appendf(out, n, "; off the device, %s keeps %.3g GB there", stage_name(s), b / 1e9);
+        else if (from)
+            appendf(out, n, "; off the device, %s fits from %d ranks (%.3g GB)", stage_name(s), from,
+                    device_state_bytes(s, psi, from) / 1e9);
+        else
+            appendf(out, n, "; off the device, %s needs %.3g GB at any rank count", stage_name(s), b / 1e9);
     }
 }

@@ -45,7 +45,7 @@ static const char *budget_name(MemTier t) {
 }
 
 static void over_budget(const MemCtx *m, MemTier t, size_t bytes, const char *what) {
-    char req[32], after[32], budget[32], hint[512] = "";
+    char req[32], after[32], budget[32], hint[1280] = "";
     mem_format_bytes((double)bytes, req, sizeof req);
     mem_format_bytes((double)m->tier_current[t] + (double)bytes, after, sizeof after);
     mem_format_bytes((double)m->budget[t], budget, sizeof budget);

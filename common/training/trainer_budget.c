@@ -47,9 +47,11 @@ static double common_bytes(const RunDeviceBytes *r) {
 }
 
 // What to change for a run over `limit`: --batch when the stage-independent
-// part alone exceeds it, else which stages' model states fit in what the
-// rest of this run leaves (stage_fit_hint). The stage refused is never among
-// them at this rank count: its states are more than that rest by definition.
+// part alone exceeds it; the stage's own buffers (--bucket-mb, --prefetch)
+// when they are what tips it over; else which stages' model states fit in
+// what activations, workspace and scratch leave (stage_fit_hint; each
+// stage's buffers come on top). The stage refused is never among them: its
+// states with its buffers are more than that by definition.
 static void hint_for(const Trainer *t, double limit, char *out, size_t n) {
     const RunDeviceBytes *r = &t->device_need;
     char a[32], b[32];
@@ -58,11 +60,18 @@ static void hint_for(const Trainer *t, double limit, char *out, size_t n) {
         snprintf(out, n, "lower --batch or --seq-len: activations, workspace and scratch alone need %s", a);
         return;
     }
-    double left = limit - (r->total - r->states);
-    char fits[400];
-    stage_fit_hint(t->layout.num_params, t->world.size, left, fits, sizeof fits);
+    double left = limit - common_bytes(r);
     mem_format_bytes(left, b, sizeof b);
-    snprintf(out, n, "%s is left for model states beside the rest of this run: %s", b, fits);
+    if (r->states <= left) {
+        mem_format_bytes(r->stage_buffers, a, sizeof a);
+        snprintf(out, n, "%s is left beside activations, workspace and scratch, enough for %s's model states but "
+                 "not for its buffers too (%s): lower its --bucket-mb or --prefetch", b, t->strategy->name, a);
+        return;
+    }
+    char fits[1024];
+    stage_fit_hint(t->layout.num_params, t->world.size, left, fits, sizeof fits);
+    snprintf(out, n, "%s is left for model states beside activations, workspace and scratch (each stage's buffers "
+             "come on top): %s", b, fits);
 }
 
 // Where the limit comes from, for the message.
@@ -82,7 +91,7 @@ void trainer_check_budget(Trainer *t, int local_size) {
     double limit = budget > 0 ? budget : host_bytes_per_rank(local_size);
     const RunDeviceBytes *r = &t->device_need;
     if (r->total <= limit) return;
-    char need[32], st[32], act[32], ws[32], sc[32], buf[32], lim[200], hint[600];
+    char need[32], st[32], act[32], ws[32], sc[32], buf[32], lim[200], hint[1280];
     mem_format_bytes(r->total, need, sizeof need);
     mem_format_bytes(r->states, st, sizeof st);
     mem_format_bytes(r->activations, act, sizeof act);

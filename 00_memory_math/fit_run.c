@@ -1,0 +1,87 @@
+// fit_run.c: memory_math's "what fits with this run" section. Model states
+// alone do not say whether a run starts: with --model, --batch and --seq-len
+// every stage's device bytes are counted by run_device_bytes, the function
+// the trainers' budget check calls before they allocate anything (model
+// states with padding, activations, workspace, the kernels' scratch, the
+// stage's own buffers at its flags' defaults), on the cpu device.
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+#include "kernels.h"
+#include "memory_math.h"
+#include "trainer.h"
+
+#define GB 1e9
+#define CPU_ACT_BYTES 4  // fp32 activations on the cpu device
+
+static const Col run_cols[] = {
+    {"stage", "stage", 30, NULL},
+    {"states_gb", "states GB", 10, "%.3f"},
+    {"activations_workspace_gb", "activations+workspace GB", 24, "%.3f"},
+    {"buffers_scratch_gb", "buffers+scratch GB", 18, "%.3f"},
+    {"total_gb", "total GB", 9, "%.3f"},
+    {"fits", "fits", 5, NULL},
+};
+
+// The OpenMP threads a trainer's cpu device gives each rank when all N
+// ranks share this machine's cores (the device's default): the attention
+// scratch is per thread.
+static int threads_per_rank(int ranks) {
+    long cores = sysconf(_SC_NPROCESSORS_ONLN);
+    long per = cores / (ranks > 0 ? ranks : 1);
+    return per > 0 ? (int)per : 1;
+}
+
+static RunDeviceBytes stage_run(int i, const Inputs *in, int threads, const char **name) {
+    const Strategy *s;
+    StatesLayout states;
+    StageId formula;
+    void *ctx = measured_stage(i, &s, &states, &formula);
+    const GPTLayout *l = &in->layout;
+    const GPTConfig *c = &l->cfg;
+    Partition part;
+    partition_init(&part, l->num_params, in->ranks, 0);  // shards are padded to equal sizes
+    double buffers = s->device_buffer_bytes ? s->device_buffer_bytes(ctx, l, &part) : 0;
+    double scratch = (double)kernels_cpu.scratch_bytes(threads, in->batch, in->seq_len, c->channels, c->num_heads,
+                                                       c->vocab_size);
+    GPTPlan plan = gpt_plan_whole(l, in->batch, in->seq_len);
+    free(ctx);
+    *name = stage_name(formula);
+    return run_device_bytes(formula, l, &plan, l->num_params, in->ranks, CPU_ACT_BYTES, scratch, buffers, 0);
+}
+
+void section_fit_run(Printer *p, const Inputs *in) {
+    double budget = in->hbm_gb * GB;
+    int threads = threads_per_rank(in->ranks);
+    char title[240];
+    snprintf(title, sizeof title,
+             "What fits in %g GB per rank at N = %d with this run: %s, B = %d, T = %d, on the cpu device, "
+             "computed by run_device_bytes (the trainers' budget check)", in->hbm_gb, in->ranks, in->model,
+             in->batch, in->seq_len);
+    printer_section(p, "fit_run", title);
+    printer_table(p, "stages", run_cols, 6);
+    char fits[400] = "", refused[400] = "";
+    for (int i = 0; i < measured_stage_count(); i++) {
+        const char *name;
+        RunDeviceBytes r = stage_run(i, in, threads, &name);
+        int ok = r.total <= budget;
+        Cell row[6] = {cell_str(name), cell_num(r.states / GB), cell_num((r.activations + r.workspace) / GB),
+                       cell_num((r.stage_buffers + r.kernel_scratch) / GB), cell_num(r.total / GB),
+                       cell_str(ok ? "yes" : "no")};
+        printer_row(p, row);
+        char *list = ok ? fits : refused;
+        size_t len = strlen(list);
+        snprintf(list + len, 400 - len, "%s%s (%.3g GB)", len ? ", " : "", name, r.total / GB);
+    }
+    printer_table_end(p);
+    printer_str(p, "fits", "fits with this run", fits[0] ? fits : "none");
+    printer_str(p, "refused", "refused by the budget check", refused[0] ? refused : "none");
+    printer_note(p, "states: the stage's device tier with padding; activations+workspace: one micro-batch in "
+                    "fp32 as the cpu device keeps them, with backward's scratch and the fp32 gradients of one "
+                    "unit; buffers+scratch: the stage's comm buffers at its defaults (buckets, gathered units) "
+                    "and the largest kernel scratch for %d thread%s per rank. A trainer adds what its device "
+                    "holds before the check (none on the cpu device).", threads, threads == 1 ? "" : "s");
+    printer_section_end(p);
+}
