@@ -89,7 +89,7 @@ MAIN_OBJ = $(BUILD)/main/$(1).o
 TEST_SRC := $(wildcard tests/test_*.c)
 TEST_BINS := $(TEST_SRC:tests/%.c=$(BUILD)/tests/%)
 
-.PHONY: all deps check-deps demo test fuzz bench bench-cuda bench-compare clean help lab-% check-lab-% $(addprefix stage-,$(STAGES)) $(addprefix diff-,$(STAGES))
+.PHONY: all deps check-deps demo test sanitize fuzz bench bench-cuda bench-compare clean help lab-% check-lab-% $(addprefix stage-,$(STAGES)) $(addprefix diff-,$(STAGES))
 all: check-deps $(BINS)
 	@echo "built: $(BINS)$(if $(strip $(SKIPPED)), | skipped: $(strip $(SKIPPED)))"
 
@@ -99,6 +99,7 @@ help:
 	@echo "make deps       install the Debian packages the project needs"
 	@echo "make demo       install, build, run every stage on the same model with NP=$(NP) ranks, side by side"
 	@echo "make test       build and run the tests; ends with 'N passed, N failed'"
+	@echo "make sanitize   the tests against an ASan + UBSan build (build-sanitize/); fails on any report"
 	@echo "make fuzz       each libFuzzer target for FUZZ_SECONDS (default 30) from its corpus; fails on any finding"
 	@echo "make bench      benchmarks, JSON in build/bench/ (with the cuda part where a GPU is usable)"
 	@echo "make bench-cuda the cuda part alone: MFU of gpt2-124m, every stage at 1, 2, 4 ranks on one GPU"
@@ -186,6 +187,18 @@ $(BUILD)/fuzz/fuzz_ds_config: LDLIBS += -Wl,--wrap=fail_usage
 $(BUILD)/fuzz/%: tests/fuzz/%.c $(LIB)
 	@mkdir -p $(dir $@)
 	$(CC) $(CFLAGS) -fsanitize=fuzzer $< $(LIB) -o $@ $(LDLIBS)
+
+# The test suite against a build with AddressSanitizer and UndefinedBehavior-
+# Sanitizer (float-cast-overflow too, which -fsanitize=undefined leaves out),
+# on the cpu device, in build-sanitize/ so that the normal build stays: its
+# binaries go to build-sanitize/root beside links to the rest of the tree.
+# Any report fails it (scripts/sanitize.sh).
+SANITIZE_OPT := -O1 -g -fno-omit-frame-pointer -fsanitize=address,undefined,float-cast-overflow -fno-sanitize-recover=all
+sanitize:
+	@mkdir -p build-sanitize/root
+	@$(MAKE) --no-print-directory GPU=0 BUILD=build-sanitize BINDIR=build-sanitize/root OPT='$(SANITIZE_OPT)' \
+		all $(TEST_SRC:tests/%.c=build-sanitize/tests/%)
+	@bash scripts/sanitize.sh build-sanitize
 
 bench: all
 	@bash bench/run.sh
