@@ -23,11 +23,11 @@
 #include <sys/stat.h>
 #include <unistd.h>
 #include "check.h"
+#include "ckpt_manifest.h"
 
 #define PART_MAGIC "WBCKPT01"
 #define PART_VERSION 1
 #define NAME_BYTES 32
-#define MSG_BYTES 512
 #define PATH_BYTES 4096
 #define DIR_MAX_LEN (PATH_BYTES - 128)  // room for "/step-N/rank-N.bin.tmp" under DIR
 #define FNV_OFFSET 14695981039346656037ull  // FNV-1a 64 offset basis, 0xcbf29ce484222325
@@ -46,142 +46,6 @@ typedef struct PartEntry {
 } PartEntry;
 _Static_assert(sizeof(PartHeader) == 32 && sizeof(PartEntry) == 48, "part layout has no padding");
 
-typedef struct PartInfo {
-    uint64_t checksum, bytes;  // as the manifest lists them; sent as 2 MPI_UINT64_T
-} PartInfo;
-
-// The manifest's numeric lines. int fields are signed; 8-byte ones (long,
-// uint64_t, size_t on LP64) unsigned; doubles are written with 17 significant
-// digits, which read back to the same double. The group says what a mismatch means.
-// GROUP_MATH: the settings of the update, which a resume may change (a
-// note); GROUP_DATA: the data's identity, which it may not.
-enum { GROUP_RUN, GROUP_MODEL, GROUP_BATCH, GROUP_DATA, GROUP_MATH };
-typedef struct Field {
-    const char *key;
-    size_t off, size;
-    int group, is_double;
-    const char *flag;  // GROUP_MATH: the flag that sets it
-} Field;
-#define FIELD(key, member, group) \
-    {key, offsetof(CkptManifest, member), sizeof(((CkptManifest *)0)->member), group, 0, NULL}
-#define FIELD_MATH(key, member, flag) \
-    {key, offsetof(CkptManifest, member), sizeof(((CkptManifest *)0)->member), GROUP_MATH, 0, flag}
-#define FIELD_DOUBLE(key, member, flag) {key, offsetof(CkptManifest, member), sizeof(double), GROUP_MATH, 1, flag}
-static const Field FIELDS[] = {
-    FIELD("ranks", ranks, GROUP_RUN),
-    FIELD("step", step, GROUP_RUN),
-    FIELD("data_rows", data_rows, GROUP_RUN),
-    FIELD("seed", seed, GROUP_RUN),
-    FIELD("rng_state", rng_state, GROUP_RUN),
-    FIELD("max_seq_len", cfg.max_seq_len, GROUP_MODEL),
-    FIELD("vocab_size", cfg.vocab_size, GROUP_MODEL),
-    FIELD("num_layers", cfg.num_layers, GROUP_MODEL),
-    FIELD("num_heads", cfg.num_heads, GROUP_MODEL),
-    FIELD("channels", cfg.channels, GROUP_MODEL),
-    FIELD("num_params", num_params, GROUP_MODEL),
-    FIELD("batch", batch, GROUP_BATCH),
-    FIELD("seq_len", seq_len, GROUP_BATCH),
-    FIELD("grad_accum", grad_accum, GROUP_BATCH),
-    FIELD_MATH("total_steps", total_steps, "steps"),
-    FIELD_MATH("warmup", warmup, "warmup"),
-    FIELD_DOUBLE("lr", lr, "lr"),
-    FIELD("data_tokens", data_tokens, GROUP_DATA),
-    FIELD("data_checksum", data_checksum, GROUP_DATA),
-    FIELD_DOUBLE("grad_clip", grad_clip, "grad-clip"),
-    FIELD_DOUBLE("weight_decay", weight_decay, "weight-decay"),
-    FIELD_DOUBLE("beta1", beta1, "beta1"),
-    FIELD_DOUBLE("beta2", beta2, "beta2"),
-    FIELD_DOUBLE("adam_eps", adam_eps, "adam-eps"),
-    FIELD_DOUBLE("min_lr_frac", min_lr_frac, "min-lr-frac"),
-    FIELD_DOUBLE("warmup_start_frac", warmup_start_frac, "warmup-start-frac"),
-    FIELD_MATH("schedule_steps", schedule_steps, "schedule-steps"),
-};
-_Static_assert(sizeof FIELDS / sizeof FIELDS[0] <= 32, "parse_manifest marks the fields seen in 32 bits");
-
-// The manifest's text lines besides `stage` and `grid`; GROUP_MATH ones are
-// the settings named by `flag`, GROUP_RUN the data's path.
-typedef struct TextField {
-    const char *key;
-    size_t off, size;
-    int group;
-    const char *flag;
-} TextField;
-#define TEXT(key, member, group, flag) {key, offsetof(CkptManifest, member), sizeof(((CkptManifest *)0)->member), group, flag}
-static const TextField TEXTS[] = {
-    TEXT("data", data, GROUP_RUN, NULL),
-    TEXT("data_order", data_order, GROUP_MATH, "data-order"),
-    TEXT("lr_schedule", lr_schedule, GROUP_MATH, "lr-schedule"),
-    TEXT("warmup_type", warmup_type, GROUP_MATH, "warmup-type"),
-};
-#define NTEXTS ((int)(sizeof TEXTS / sizeof TEXTS[0]))
-static const char *text_of(const CkptManifest *m, int i) { return (const char *)m + TEXTS[i].off; }
-#define NFIELDS ((int)(sizeof FIELDS / sizeof FIELDS[0]))
-_Static_assert(sizeof(long) == 8 && sizeof(size_t) == 8, "manifest fields assume LP64");
-
-static uint64_t field_get(const CkptManifest *m, int i) {
-    const char *p = (const char *)m + FIELDS[i].off;
-    if (FIELDS[i].size == sizeof(int)) return (uint64_t)(int64_t) * (const int *)p;
-    uint64_t v;
-    memcpy(&v, p, sizeof v);
-    return v;
-}
-
-// Parses the value text; 1 when it is not a number of the field's kind
-// (a whole number within its type, or a finite double).
-static int field_set(CkptManifest *m, int i, const char *text) {
-    char *p = (char *)m + FIELDS[i].off, *end;
-    errno = 0;
-    if (FIELDS[i].is_double) {
-        double x = strtod(text, &end);
-        *(double *)p = x;
-        return end == text || *end != 0 || !isfinite(x);
-    }
-    if (FIELDS[i].size == sizeof(int)) {
-        long x = strtol(text, &end, 10);
-        *(int *)p = (int)x;
-        return end == text || *end != 0 || errno != 0 || x < INT_MIN || x > INT_MAX;
-    }
-    *(uint64_t *)p = strtoull(text, &end, 10);
-    return end == text || *end != 0 || errno != 0 || text[0] == '-';
-}
-
-static char *field_format(const CkptManifest *m, int i, char *buf) {  // buf of 32
-    if (FIELDS[i].is_double) snprintf(buf, 32, "%.17g", *(const double *)((const char *)m + FIELDS[i].off));
-    else if (FIELDS[i].size == sizeof(int)) snprintf(buf, 32, "%" PRId64, (int64_t)field_get(m, i));
-    else snprintf(buf, 32, "%" PRIu64, field_get(m, i));
-    return buf;
-}
-
-int ckpt_math_changes(const CkptManifest *got, const CkptManifest *expect, char *out, size_t n) {
-    int changes = 0;
-    size_t len = 0;
-    out[0] = 0;
-    for (int i = 0; i < NFIELDS + NTEXTS; i++) {
-        char a[256], b[256];
-        const char *flag;
-        if (i < NFIELDS) {
-            if (FIELDS[i].group != GROUP_MATH || field_get(got, i) == field_get(expect, i)) continue;
-            // doubles as %g: the note is read, the manifest keeps them exactly
-            if (FIELDS[i].is_double) {
-                snprintf(a, sizeof a, "%g", *(const double *)((const char *)got + FIELDS[i].off));
-                snprintf(b, sizeof b, "%g", *(const double *)((const char *)expect + FIELDS[i].off));
-            } else {
-                field_format(got, i, a);
-                field_format(expect, i, b);
-            }
-            flag = FIELDS[i].flag;
-        } else {
-            int k = i - NFIELDS;
-            if (TEXTS[k].group != GROUP_MATH || strcmp(text_of(got, k), text_of(expect, k)) == 0) continue;
-            snprintf(a, sizeof a, "%s", text_of(got, k));
-            snprintf(b, sizeof b, "%s", text_of(expect, k));
-            flag = TEXTS[k].flag;
-        }
-        if (len < n) len += (size_t)snprintf(out + len, n - len, "%s--%s %s -> %s", changes ? ", " : "", flag, a, b);
-        changes++;
-    }
-    return changes;
-}
 
 uint64_t fnv1a64(const void *data, size_t bytes, uint64_t h) {
     const unsigned char *p = data;
@@ -192,7 +56,7 @@ uint64_t fnv1a64(const void *data, size_t bytes, uint64_t h) {
     return h;
 }
 
-__attribute__((format(printf, 2, 3))) static int msgf(char *msg, const char *fmt, ...) {
+int ckpt_msgf(char *msg, const char *fmt, ...) {
     va_list ap;
     va_start(ap, fmt);
     vsnprintf(msg, MSG_BYTES, fmt, ap);
@@ -210,7 +74,7 @@ __attribute__((format(printf, 2, 3))) static void pathf(char *out, const char *f
 
 static int dir_too_long(const char *dir, char *msg) {
     if (strlen(dir) <= DIR_MAX_LEN) return 0;
-    return msgf(msg, "checkpoint folder name is %zu characters long; give one of at most %d",
+    return ckpt_msgf(msg, "checkpoint folder name is %zu characters long; give one of at most %d",
                 strlen(dir), DIR_MAX_LEN);
 }
 
@@ -232,7 +96,7 @@ static int mkdir_one(const char *path, char *msg) {
     if (mkdir(path, 0755) == 0) return 0;
     if (errno == EEXIST && stat(path, &st) == 0 && S_ISDIR(st.st_mode)) return 0;
     if (errno == EEXIST) errno = ENOTDIR;
-    return msgf(msg, "cannot create checkpoint folder %s: %s; choose a folder this job can write",
+    return ckpt_msgf(msg, "cannot create checkpoint folder %s: %s; choose a folder this job can write",
                 path, strerror(errno));
 }
 
@@ -251,7 +115,7 @@ static int mkdir_p(const char *path, char *msg) {
 
 static int fsync_dir(const char *dir, char *msg) {
     int fd = open(dir, O_RDONLY | O_DIRECTORY), bad = fd < 0 || fsync(fd) != 0;
-    if (bad) msgf(msg, "cannot sync checkpoint folder %s: %s", dir, strerror(errno));
+    if (bad) ckpt_msgf(msg, "cannot sync checkpoint folder %s: %s", dir, strerror(errno));
     if (fd >= 0) close(fd);
     return bad;
 }
@@ -283,7 +147,7 @@ static int write_atomic(const char *dir, const char *name, const void *const *ch
     if (bad) {
         int why = errno;
         unlink(tmp);  // a failed save leaves no temporary file behind
-        return msgf(msg, "cannot write checkpoint %s: %s; check the folder, free space and file size limit",
+        return ckpt_msgf(msg, "cannot write checkpoint %s: %s; check the folder, free space and file size limit",
                     final, strerror(why));
     }
     return fsync_dir(dir, msg);
@@ -359,27 +223,8 @@ int ckpt_lock(const char *dir, int *lock_fd, char *err, size_t err_len) {
 // Rank 0, after every part is in place: the manifest, then `latest` (the commit).
 static int commit(const char *dir, const char *step_dir, const CkptManifest *m, int ranks,
                   const PartInfo *parts, char *msg) {
-    size_t cap = 8192 + 64 * (size_t)ranks, len = 0;
-    char *text = xmalloc(cap);
-    len += snprintf(text + len, cap - len, "# zero-workbench checkpoint manifest; a rank line "
-                    "is: part checksum (FNV-1a 64 of its header, hex), part bytes\n"
-                    "stage = %s\n", m->stage);
-    if (m->grid[0]) len += snprintf(text + len, cap - len, "grid = %s\n", m->grid);
-    CkptManifest copy = *m;
-    copy.ranks = ranks;
-    for (int i = 0; i < NFIELDS; i++)
-        len += snprintf(text + len, cap - len, "%s = %s\n", FIELDS[i].key,
-                        field_format(&copy, i, (char[32]){0}));
-    for (int i = 0; i < NTEXTS; i++) {
-        char one_line[256];  // a line of the manifest holds no line break
-        snprintf(one_line, sizeof one_line, "%s", text_of(m, i));
-        for (char *c = one_line; *c; c++)
-            if (*c == '\n' || *c == '\r') *c = '?';
-        len += snprintf(text + len, cap - len, "%s = %s\n", TEXTS[i].key, one_line);
-    }
-    for (int r = 0; r < ranks; r++)
-        len += snprintf(text + len, cap - len, "rank-%05d.bin = %016" PRIx64 " %" PRIu64 "\n", r,
-                        parts[r].checksum, parts[r].bytes);
+    size_t len = 0;
+    char *text = manifest_text(m, ranks, parts, &len);
     char latest[32];
     snprintf(latest, sizeof latest, "step-%08ld\n", m->step);
     int rc = write_atomic(step_dir, "manifest.txt", (const void *[]){text}, &len, 1, msg);
@@ -452,7 +297,7 @@ static int find_manifest(const char *dir, char *step_dir, char **text, long *len
         int ok = fscanf(f, "%63s", name) == 1 && strncmp(name, "step-", 5) == 0;
         fclose(f);
         if (!ok)
-            return msgf(msg, "checkpoint %s/latest is damaged (it should name a step folder); "
+            return ckpt_msgf(msg, "checkpoint %s/latest is damaged (it should name a step folder); "
                         "give one of the step folders instead", dir);
         pathf(step_dir, "%s/%s", dir, name);
     } else {
@@ -462,90 +307,14 @@ static int find_manifest(const char *dir, char *step_dir, char **text, long *len
     *text = read_text(path, len);
     if (*text) return 0;
     if (!have_latest)
-        return msgf(msg, "checkpoint %s: no checkpoint there (neither latest nor manifest.txt); "
+        return ckpt_msgf(msg, "checkpoint %s: no checkpoint there (neither latest nor manifest.txt); "
                     "give the folder a run saved into, or one of its step folders", dir);
-    return msgf(msg, "checkpoint %s: cannot read %s (%s); use an earlier step folder or start "
+    return ckpt_msgf(msg, "checkpoint %s: cannot read %s (%s); use an earlier step folder or start "
                 "fresh", dir, path, strerror(errno));
 }
 
-static int missing(const char *dir, const char *key, char *msg) {
-    return msgf(msg, "checkpoint %s: manifest.txt has no '%s' line: it is damaged or not a "
-                "zero-workbench checkpoint; use an earlier step folder or start fresh", dir, key);
-}
-
-// Fills *m and this rank's part line from the manifest text (which it edits).
-static int parse_manifest(char *text, const char *dir, int rank, CkptManifest *m,
-                          PartInfo *mine, char *msg) {
-    memset(m, 0, sizeof *m);
-    char my_key[32], *save = NULL;
-    snprintf(my_key, sizeof my_key, "rank-%05d.bin", rank);
-    unsigned seen = 0, seen_text = 0;
-    int have_stage = 0, have_part = 0;
-    for (char *line = strtok_r(text, "\n", &save); line; line = strtok_r(NULL, "\n", &save)) {
-        char *eq = strstr(line, " = ");
-        if (line[0] == '#' || !eq) continue;
-        *eq = 0;
-        const char *val = eq + 3;
-        if (strcmp(line, "stage") == 0) {
-            have_stage = snprintf(m->stage, sizeof m->stage, "%s", val) > 0;
-        } else if (strcmp(line, "grid") == 0) {
-            snprintf(m->grid, sizeof m->grid, "%s", val);
-        } else if (strcmp(line, my_key) == 0) {
-            have_part = sscanf(val, "%" SCNx64 " %" SCNu64, &mine->checksum, &mine->bytes) == 2;
-        }
-        for (int i = 0; i < NFIELDS; i++) {
-            if (strcmp(line, FIELDS[i].key) == 0 && field_set(m, i, val) == 0) seen |= 1u << i;
-        }
-        for (int i = 0; i < NTEXTS; i++) {
-            if (strcmp(line, TEXTS[i].key) != 0) continue;
-            snprintf((char *)m + TEXTS[i].off, TEXTS[i].size, "%s", val);
-            seen_text |= 1u << i;
-        }
-    }
-    if (!have_stage) return missing(dir, "stage", msg);
-    for (int i = 0; i < NFIELDS; i++)
-        if (!(seen & (1u << i))) return missing(dir, FIELDS[i].key, msg);
-    for (int i = 0; i < NTEXTS; i++)
-        if (!(seen_text & (1u << i))) return missing(dir, TEXTS[i].key, msg);
-    return have_part ? 0 : missing(dir, my_key, msg);
-}
-
-// expect == NULL checks the rank count only.
-static int check_manifest(const char *dir, const CkptManifest *got, const CkptManifest *expect,
-                          int ranks, char *msg) {
-    if (expect && strcmp(got->stage, expect->stage) != 0)
-        return msgf(msg, "checkpoint %s was written by %s; this is %s: resume with the same stage",
-                    dir, got->stage, expect->stage);
-    if (expect && strcmp(got->grid, expect->grid) != 0)  // before the rank count: the grid says more
-        return msgf(msg, "checkpoint %s was saved on the grid %s (%d ranks); this run's is %s: each rank's "
-                    "part holds another piece of the model; resume on the same grid", dir,
-                    got->grid[0] ? got->grid : "of data parallelism alone", got->ranks,
-                    expect->grid[0] ? expect->grid : "of data parallelism alone");
-    if (got->ranks != ranks)
-        return msgf(msg, "checkpoint %s has %d ranks' shards; this run has %d: resume with "
-                    "mpirun -np %d", dir, got->ranks, ranks, got->ranks);
-    for (int i = 0; expect && i < NFIELDS; i++) {
-        int noted = FIELDS[i].group == GROUP_RUN || FIELDS[i].group == GROUP_MATH;
-        if (noted || field_get(got, i) == field_get(expect, i)) continue;
-        char a[32], b[32];
-        field_format(got, i, a);
-        field_format(expect, i, b);
-        if (FIELDS[i].group == GROUP_DATA)
-            return msgf(msg, "checkpoint %s was trained on other data (%s: %" PRIu64 " tokens, checksum %016" PRIx64
-                        "); this run's %s has %" PRIu64 " tokens, checksum %016" PRIx64 ": resume on the same "
-                        "data", dir, got->data, got->data_tokens, got->data_checksum, expect->data,
-                        expect->data_tokens, expect->data_checksum);
-        if (FIELDS[i].group == GROUP_MODEL)
-            return msgf(msg, "checkpoint %s model differs: %s is %s there and %s in this run; "
-                        "resume with the same model", dir, FIELDS[i].key, a, b);
-        return msgf(msg, "checkpoint %s was saved with %s %s; this run has %s: resume with the "
-                    "same batch, seq_len and grad_accum", dir, FIELDS[i].key, a, b);
-    }
-    return 0;
-}
-
 static int corrupt(const char *part, const char *why, char *msg) {
-    return msgf(msg, "checkpoint %s is corrupt (%s): not loaded; use an earlier step folder or "
+    return ckpt_msgf(msg, "checkpoint %s is corrupt (%s): not loaded; use an earlier step folder or "
                 "start fresh", part, why);
 }
 
@@ -575,13 +344,13 @@ static int check_part_header(const PartHeader *ph, const char *part, uint64_t pa
         ph->rank != world->rank || ph->ranks != world->size || ph->step != step)
         return corrupt(part, "its header names another rank, step or format", msg);
     if ((int)ph->ntensors != n)
-        return msgf(msg, "checkpoint %s holds %u tensors; this run saves %d: resume with the "
+        return ckpt_msgf(msg, "checkpoint %s holds %u tensors; this run saves %d: resume with the "
                     "same stage and flags", part, ph->ntensors, n);
     const PartEntry *e = (const PartEntry *)(ph + 1);
     uint64_t sum = sizeof *ph + (uint64_t)n * sizeof *e;
     for (int i = 0; i < n; i++) {
         if (strncmp(e[i].name, t[i].name, NAME_BYTES) != 0 || e[i].bytes != t[i].bytes)
-            return msgf(msg, "checkpoint %s holds %.31s of %" PRIu64 " bytes where this run "
+            return ckpt_msgf(msg, "checkpoint %s holds %.31s of %" PRIu64 " bytes where this run "
                         "expects %s of %zu bytes: resume with the same stage, model and ranks",
                         part, e[i].name, e[i].bytes, t[i].name, t[i].bytes);
         sum += e[i].bytes;
@@ -640,8 +409,8 @@ int ckpt_load(Comm *world, const char *dir, const CkptManifest *expect, CkptMani
     mpiCheck(MPI_Bcast(text, (int)len + 1, MPI_CHAR, 0, world->mpi));
     CkptManifest m;
     PartInfo mine;
-    failed = parse_manifest(text, dir, world->rank, &m, &mine, msg) ||
-             check_manifest(dir, &m, expect, world->size, msg);
+    failed = manifest_parse(text, dir, world->rank, &m, &mine, msg) ||
+             manifest_check(dir, &m, expect, world->size, msg);
     free(text);
     if (got) *got = m;
     if (agree(world, failed, msg, err, err_len)) return 1;

@@ -1,0 +1,251 @@
+// ckpt_manifest.c: a checkpoint's manifest (see ckpt_manifest.h): the table
+// of its lines, the text rank 0 writes, and the parse and checks of a resume.
+#include "ckpt_manifest.h"
+#include <errno.h>
+#include <inttypes.h>
+#include <limits.h>
+#include <math.h>
+#include <stddef.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include "check.h"
+
+// The manifest's numeric lines. int fields are signed; 8-byte ones (long,
+// uint64_t, size_t on LP64) unsigned; doubles are written with 17 significant
+// digits, which read back to the same double. The group says what a mismatch means.
+// GROUP_MATH: the settings of the update, which a resume may change (a
+// note); GROUP_DATA: the data's identity, which it may not.
+enum { GROUP_RUN, GROUP_MODEL, GROUP_BATCH, GROUP_DATA, GROUP_MATH };
+typedef struct Field {
+    const char *key;
+    size_t off, size;
+    int group, is_double;
+    const char *flag;  // GROUP_MATH: the flag that sets it
+} Field;
+#define FIELD(key, member, group) \
+    {key, offsetof(CkptManifest, member), sizeof(((CkptManifest *)0)->member), group, 0, NULL}
+#define FIELD_MATH(key, member, flag) \
+    {key, offsetof(CkptManifest, member), sizeof(((CkptManifest *)0)->member), GROUP_MATH, 0, flag}
+#define FIELD_DOUBLE(key, member, flag) {key, offsetof(CkptManifest, member), sizeof(double), GROUP_MATH, 1, flag}
+static const Field FIELDS[] = {
+    FIELD("ranks", ranks, GROUP_RUN),
+    FIELD("step", step, GROUP_RUN),
+    FIELD("data_rows", data_rows, GROUP_RUN),
+    FIELD("seed", seed, GROUP_RUN),
+    FIELD("rng_state", rng_state, GROUP_RUN),
+    FIELD("max_seq_len", cfg.max_seq_len, GROUP_MODEL),
+    FIELD("vocab_size", cfg.vocab_size, GROUP_MODEL),
+    FIELD("num_layers", cfg.num_layers, GROUP_MODEL),
+    FIELD("num_heads", cfg.num_heads, GROUP_MODEL),
+    FIELD("channels", cfg.channels, GROUP_MODEL),
+    FIELD("num_params", num_params, GROUP_MODEL),
+    FIELD("batch", batch, GROUP_BATCH),
+    FIELD("seq_len", seq_len, GROUP_BATCH),
+    FIELD("grad_accum", grad_accum, GROUP_BATCH),
+    FIELD_MATH("total_steps", total_steps, "steps"),
+    FIELD_MATH("warmup", warmup, "warmup"),
+    FIELD_DOUBLE("lr", lr, "lr"),
+    FIELD("data_tokens", data_tokens, GROUP_DATA),
+    FIELD("data_checksum", data_checksum, GROUP_DATA),
+    FIELD_DOUBLE("grad_clip", grad_clip, "grad-clip"),
+    FIELD_DOUBLE("weight_decay", weight_decay, "weight-decay"),
+    FIELD_DOUBLE("beta1", beta1, "beta1"),
+    FIELD_DOUBLE("beta2", beta2, "beta2"),
+    FIELD_DOUBLE("adam_eps", adam_eps, "adam-eps"),
+    FIELD_DOUBLE("min_lr_frac", min_lr_frac, "min-lr-frac"),
+    FIELD_DOUBLE("warmup_start_frac", warmup_start_frac, "warmup-start-frac"),
+    FIELD_MATH("schedule_steps", schedule_steps, "schedule-steps"),
+};
+_Static_assert(sizeof FIELDS / sizeof FIELDS[0] <= 32, "manifest_parse marks the fields seen in 32 bits");
+
+// The manifest's text lines besides `stage` and `grid`; GROUP_MATH ones are
+// the settings named by `flag`, GROUP_RUN the data's path.
+typedef struct TextField {
+    const char *key;
+    size_t off, size;
+    int group;
+    const char *flag;
+} TextField;
+#define TEXT(key, member, group, flag) {key, offsetof(CkptManifest, member), sizeof(((CkptManifest *)0)->member), group, flag}
+static const TextField TEXTS[] = {
+    TEXT("data", data, GROUP_RUN, NULL),
+    TEXT("data_order", data_order, GROUP_MATH, "data-order"),
+    TEXT("lr_schedule", lr_schedule, GROUP_MATH, "lr-schedule"),
+    TEXT("warmup_type", warmup_type, GROUP_MATH, "warmup-type"),
+};
+#define NTEXTS ((int)(sizeof TEXTS / sizeof TEXTS[0]))
+static const char *text_of(const CkptManifest *m, int i) { return (const char *)m + TEXTS[i].off; }
+#define NFIELDS ((int)(sizeof FIELDS / sizeof FIELDS[0]))
+_Static_assert(sizeof(long) == 8 && sizeof(size_t) == 8, "manifest fields assume LP64");
+
+static uint64_t field_get(const CkptManifest *m, int i) {
+    const char *p = (const char *)m + FIELDS[i].off;
+    if (FIELDS[i].size == sizeof(int)) return (uint64_t)(int64_t) * (const int *)p;
+    uint64_t v;
+    memcpy(&v, p, sizeof v);
+    return v;
+}
+
+// Parses the value text; 1 when it is not a number of the field's kind
+// (a whole number within its type, or a finite double).
+static int field_set(CkptManifest *m, int i, const char *text) {
+    char *p = (char *)m + FIELDS[i].off, *end;
+    errno = 0;
+    if (FIELDS[i].is_double) {
+        double x = strtod(text, &end);
+        *(double *)p = x;
+        return end == text || *end != 0 || !isfinite(x);
+    }
+    if (FIELDS[i].size == sizeof(int)) {
+        long x = strtol(text, &end, 10);
+        *(int *)p = (int)x;
+        return end == text || *end != 0 || errno != 0 || x < INT_MIN || x > INT_MAX;
+    }
+    *(uint64_t *)p = strtoull(text, &end, 10);
+    return end == text || *end != 0 || errno != 0 || text[0] == '-';
+}
+
+static char *field_format(const CkptManifest *m, int i, char *buf) {  // buf of 32
+    if (FIELDS[i].is_double) snprintf(buf, 32, "%.17g", *(const double *)((const char *)m + FIELDS[i].off));
+    else if (FIELDS[i].size == sizeof(int)) snprintf(buf, 32, "%" PRId64, (int64_t)field_get(m, i));
+    else snprintf(buf, 32, "%" PRIu64, field_get(m, i));
+    return buf;
+}
+
+int ckpt_math_changes(const CkptManifest *got, const CkptManifest *expect, char *out, size_t n) {
+    int changes = 0;
+    size_t len = 0;
+    out[0] = 0;
+    for (int i = 0; i < NFIELDS + NTEXTS; i++) {
+        char a[256], b[256];
+        const char *flag;
+        if (i < NFIELDS) {
+            if (FIELDS[i].group != GROUP_MATH || field_get(got, i) == field_get(expect, i)) continue;
+            // doubles as %g: the note is read, the manifest keeps them exactly
+            if (FIELDS[i].is_double) {
+                snprintf(a, sizeof a, "%g", *(const double *)((const char *)got + FIELDS[i].off));
+                snprintf(b, sizeof b, "%g", *(const double *)((const char *)expect + FIELDS[i].off));
+            } else {
+                field_format(got, i, a);
+                field_format(expect, i, b);
+            }
+            flag = FIELDS[i].flag;
+        } else {
+            int k = i - NFIELDS;
+            if (TEXTS[k].group != GROUP_MATH || strcmp(text_of(got, k), text_of(expect, k)) == 0) continue;
+            snprintf(a, sizeof a, "%s", text_of(got, k));
+            snprintf(b, sizeof b, "%s", text_of(expect, k));
+            flag = TEXTS[k].flag;
+        }
+        if (len < n) len += (size_t)snprintf(out + len, n - len, "%s--%s %s -> %s", changes ? ", " : "", flag, a, b);
+        changes++;
+    }
+    return changes;
+}
+
+
+// The manifest's text: a comment, stage and grid, every field and text line,
+// then each rank's part line (malloc'd; *len bytes).
+char *manifest_text(const CkptManifest *m, int ranks, const PartInfo *parts, size_t *len_out) {
+    size_t cap = 8192 + 64 * (size_t)ranks, len = 0;
+    char *text = xmalloc(cap);
+    len += snprintf(text + len, cap - len, "# zero-workbench checkpoint manifest; a rank line "
+                    "is: part checksum (FNV-1a 64 of its header, hex), part bytes\n"
+                    "stage = %s\n", m->stage);
+    if (m->grid[0]) len += snprintf(text + len, cap - len, "grid = %s\n", m->grid);
+    CkptManifest copy = *m;
+    copy.ranks = ranks;
+    for (int i = 0; i < NFIELDS; i++)
+        len += snprintf(text + len, cap - len, "%s = %s\n", FIELDS[i].key,
+                        field_format(&copy, i, (char[32]){0}));
+    for (int i = 0; i < NTEXTS; i++) {
+        char one_line[256];  // a line of the manifest holds no line break
+        snprintf(one_line, sizeof one_line, "%s", text_of(m, i));
+        for (char *c = one_line; *c; c++)
+            if (*c == '\n' || *c == '\r') *c = '?';
+        len += snprintf(text + len, cap - len, "%s = %s\n", TEXTS[i].key, one_line);
+    }
+    for (int r = 0; r < ranks; r++)
+        len += snprintf(text + len, cap - len, "rank-%05d.bin = %016" PRIx64 " %" PRIu64 "\n", r,
+                        parts[r].checksum, parts[r].bytes);
+    *len_out = len;
+    return text;
+}
+
+static int missing(const char *dir, const char *key, char *msg) {
+    return ckpt_msgf(msg, "checkpoint %s: manifest.txt has no '%s' line: it is damaged or not a "
+                "zero-workbench checkpoint; use an earlier step folder or start fresh", dir, key);
+}
+
+// Fills *m and this rank's part line from the manifest text (which it edits).
+int manifest_parse(char *text, const char *dir, int rank, CkptManifest *m,
+                          PartInfo *mine, char *msg) {
+    memset(m, 0, sizeof *m);
+    char my_key[32], *save = NULL;
+    snprintf(my_key, sizeof my_key, "rank-%05d.bin", rank);
+    unsigned seen = 0, seen_text = 0;
+    int have_stage = 0, have_part = 0;
+    for (char *line = strtok_r(text, "\n", &save); line; line = strtok_r(NULL, "\n", &save)) {
+        char *eq = strstr(line, " = ");
+        if (line[0] == '#' || !eq) continue;
+        *eq = 0;
+        const char *val = eq + 3;
+        if (strcmp(line, "stage") == 0) {
+            have_stage = snprintf(m->stage, sizeof m->stage, "%s", val) > 0;
+        } else if (strcmp(line, "grid") == 0) {
+            snprintf(m->grid, sizeof m->grid, "%s", val);
+        } else if (strcmp(line, my_key) == 0) {
+            have_part = sscanf(val, "%" SCNx64 " %" SCNu64, &mine->checksum, &mine->bytes) == 2;
+        }
+        for (int i = 0; i < NFIELDS; i++) {
+            if (strcmp(line, FIELDS[i].key) == 0 && field_set(m, i, val) == 0) seen |= 1u << i;
+        }
+        for (int i = 0; i < NTEXTS; i++) {
+            if (strcmp(line, TEXTS[i].key) != 0) continue;
+            snprintf((char *)m + TEXTS[i].off, TEXTS[i].size, "%s", val);
+            seen_text |= 1u << i;
+        }
+    }
+    if (!have_stage) return missing(dir, "stage", msg);
+    for (int i = 0; i < NFIELDS; i++)
+        if (!(seen & (1u << i))) return missing(dir, FIELDS[i].key, msg);
+    for (int i = 0; i < NTEXTS; i++)
+        if (!(seen_text & (1u << i))) return missing(dir, TEXTS[i].key, msg);
+    return have_part ? 0 : missing(dir, my_key, msg);
+}
+
+// expect == NULL checks the rank count only.
+int manifest_check(const char *dir, const CkptManifest *got, const CkptManifest *expect,
+                          int ranks, char *msg) {
+    if (expect && strcmp(got->stage, expect->stage) != 0)
+        return ckpt_msgf(msg, "checkpoint %s was written by %s; this is %s: resume with the same stage",
+                    dir, got->stage, expect->stage);
+    if (expect && strcmp(got->grid, expect->grid) != 0)  // before the rank count: the grid says more
+        return ckpt_msgf(msg, "checkpoint %s was saved on the grid %s (%d ranks); this run's is %s: each rank's "
+                    "part holds another piece of the model; resume on the same grid", dir,
+                    got->grid[0] ? got->grid : "of data parallelism alone", got->ranks,
+                    expect->grid[0] ? expect->grid : "of data parallelism alone");
+    if (got->ranks != ranks)
+        return ckpt_msgf(msg, "checkpoint %s has %d ranks' shards; this run has %d: resume with "
+                    "mpirun -np %d", dir, got->ranks, ranks, got->ranks);
+    for (int i = 0; expect && i < NFIELDS; i++) {
+        int noted = FIELDS[i].group == GROUP_RUN || FIELDS[i].group == GROUP_MATH;
+        if (noted || field_get(got, i) == field_get(expect, i)) continue;
+        char a[32], b[32];
+        field_format(got, i, a);
+        field_format(expect, i, b);
+        if (FIELDS[i].group == GROUP_DATA)
+            return ckpt_msgf(msg, "checkpoint %s was trained on other data (%s: %" PRIu64 " tokens, checksum %016" PRIx64
+                        "); this run's %s has %" PRIu64 " tokens, checksum %016" PRIx64 ": resume on the same "
+                        "data", dir, got->data, got->data_tokens, got->data_checksum, expect->data,
+                        expect->data_tokens, expect->data_checksum);
+        if (FIELDS[i].group == GROUP_MODEL)
+            return ckpt_msgf(msg, "checkpoint %s model differs: %s is %s there and %s in this run; "
+                        "resume with the same model", dir, FIELDS[i].key, a, b);
+        return ckpt_msgf(msg, "checkpoint %s was saved with %s %s; this run has %s: resume with the "
+                    "same batch, seq_len and grad_accum", dir, FIELDS[i].key, a, b);
+    }
+    return 0;
+}
+
