@@ -8,7 +8,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <unistd.h>
+#include "device.h"
 #include "kernels.h"
 #include "memory_math.h"
 #include "trainer.h"
@@ -24,15 +24,6 @@ static const Col run_cols[] = {
     {"total_gb", "total GB", 9, "%.3f"},
     {"fits", "fits", 5, NULL},
 };
-
-// The OpenMP threads a trainer's cpu device gives each rank when all N
-// ranks share this machine's cores (the device's default): the attention
-// scratch is per thread.
-static int threads_per_rank(int ranks) {
-    long cores = sysconf(_SC_NPROCESSORS_ONLN);
-    long per = cores / (ranks > 0 ? ranks : 1);
-    return per > 0 ? (int)per : 1;
-}
 
 static RunDeviceBytes stage_run(int i, const Inputs *in, int threads, const char **name) {
     const Strategy *s;
@@ -54,7 +45,9 @@ static RunDeviceBytes stage_run(int i, const Inputs *in, int threads, const char
 
 void section_fit_run(Printer *p, const Inputs *in) {
     double budget = in->hbm_gb * GB;
-    int threads = threads_per_rank(in->ranks);
+    // the attention scratch is per thread: the trainers' default when all N
+    // ranks share this machine's cores
+    int threads = device_cpu_threads(in->ranks);
     char title[240];
     snprintf(title, sizeof title,
              "What fits in %g GB per rank at N = %d with this run: %s, B = %d, T = %d, on the cpu device, "

@@ -77,6 +77,9 @@ void device_init(Device *d, const DeviceOptions *opt);
 void device_destroy(Device *d);
 // Is a CUDA device usable from this binary on this machine? (built with nvcc and a GPU present)
 int device_cuda_available(void);
+// The cpu device's OpenMP threads per rank when `local_size` ranks share
+// this node's cores (its default without --threads).
+int device_cpu_threads(int local_size);
 // `sharers` ranks drive this one GPU (the MPI path): each gets 1/sharers of
 // its peak for MFU and, unless --hbm-gb was given, of its memory budget.
 void device_share(Device *d, int sharers, int budget_given);

@@ -92,12 +92,14 @@ static const DeviceOps cpu_ops = {
 };
 
 // Ranks on one node share its cores: threads = cores / ranks on the node.
-static int cpu_threads(const DeviceOptions *opt) {
-    if (opt->threads > 0) return opt->threads;
+int device_cpu_threads(int local_size) {
     long cores = sysconf(_SC_NPROCESSORS_ONLN);
-    int local_size = opt->local_size > 0 ? opt->local_size : 1;
-    int threads = (int)(cores / local_size);
+    int threads = (int)(cores / (local_size > 0 ? local_size : 1));
     return threads > 0 ? threads : 1;
+}
+
+static int cpu_threads(const DeviceOptions *opt) {
+    return opt->threads > 0 ? opt->threads : device_cpu_threads(opt->local_size);
 }
 
 void device_cpu_init(Device *d, const DeviceOptions *opt) {
