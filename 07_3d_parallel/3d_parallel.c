@@ -126,7 +126,7 @@ static void setup(Trainer *t) {
     Stage *z = t->sctx;
     z->reduced = buf_alloc(&t->dev, TIER_DEVICE, CAT_COMM, t->part.shard * sizeof(bf16), "reduced gradient shard");
     count_once(t, z);
-    int max_micro = t->cfg.grad_accum > t->cfg.eval_batches ? t->cfg.grad_accum : t->cfg.eval_batches;
+    int max_micro = t->cfg.grad_accum * t->cfg.eval_batches;  // an evaluation's, the most in one pass
     pipeline_init(&z->pipe, t, &z->grid.pp_comm, z->grid.stage, z->grid.pp, z->schedule, t->plan.slots, max_micro);
 }
 

@@ -33,6 +33,8 @@ static void test_numbers_out_of_range(void **state) {
         {"./zero2 --model tiny --steps 1 --weight-decay -5", "--weight-decay -5 is out of range"},
         {"./zero2 --model tiny --steps 1 --batch 1500000000 --global-batch 3", "--batch 1500000000 is out of range"},
         {"./zero3 --model tiny --steps 1 --prefetch -1", "--prefetch -1 is out of range"},
+        {"./zero2 --model tiny --steps 1 --grad-accum 2 --eval-batches 1048576",
+         "--eval-batches 1048576 x 2 micro-batches = 2097152 held-out micro-batches per validation; at most 1048576"},
         {"./cpu_offload --model tiny --steps 1 --dpu --dpu-warmup -1", "--dpu-warmup -1 is out of range"},
         {"./cpu_offload --model tiny --steps 1 --host-threads 0", "--host-threads 0 is out of range: give 1 <= N <= 1024"},
         {"./memory_math --params nan", "--params nan is not a finite number"},

@@ -73,6 +73,10 @@ void trainer_resolve_batch(Trainer *t) {
         fail_usage("--global-batch %d means %d micro-batches of %d sequences per step; at most %d of at most %d: "
                    "give --batch or --grad-accum", c->global_batch, c->grad_accum, c->batch, TRAIN_MAX_GRAD_ACCUM,
                    GPT_MAX_BATCH);
+    if ((double)c->eval_batches * c->grad_accum > TRAIN_MAX_EVAL_MICRO)
+        fail_usage("--eval-batches %d x %d micro-batches = %.0f held-out micro-batches per validation; at most %d: "
+                   "give fewer --eval-batches", c->eval_batches, c->grad_accum, (double)c->eval_batches * c->grad_accum,
+                   TRAIN_MAX_EVAL_MICRO);
     double rows = (double)c->steps * c->grad_accum * c->batch * t->dp->size;
     if (rows > MAX_ROWS)
         fail_usage("--steps %d x %d micro-batches x --batch %d x %d replicas = %.3g rows; at most 2^62: ask for fewer",
@@ -198,16 +202,19 @@ static double run_micro_batches(Trainer *t, const MicroBatches *mb) {
 }
 
 // Forward only over the held-out batches; its communication (zero3's
-// gathers) is counted apart from the training steps'.
+// gathers) is counted apart from the training steps'. A held-out batch is a
+// global batch (--grad-accum micro-batches of batch x replicas rows), so
+// every split of the same global batch evaluates the same rows.
 static double evaluate(Trainer *t, int32_t *in, int32_t *tgt) {
     double ops[OP_COUNT], bytes0 = trainer_ring_bytes(t, ops);
     t->evaluating = 1;
-    MicroBatches mb = {.split = SPLIT_VAL, .first = 0, .count = t->cfg.eval_batches, .inputs = in, .targets = tgt};
+    int count = t->cfg.eval_batches * t->cfg.grad_accum;
+    MicroBatches mb = {.split = SPLIT_VAL, .first = 0, .count = count, .inputs = in, .targets = tgt};
     double sum = run_micro_batches(t, &mb);
     t->evaluating = 0;
     t->report.eval_comm_bytes += trainer_ring_bytes(t, ops) - bytes0;
     t->report.evals++;
-    return comm_sum_f64(t->dp, sum / t->cfg.eval_batches) / t->dp->size;
+    return comm_sum_f64(t->dp, sum / count) / t->dp->size;
 }
 
 static double checked_eval(Trainer *t, int32_t *in, int32_t *tgt) {

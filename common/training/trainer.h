@@ -43,6 +43,7 @@ struct Trainer;
 
 // Most micro-batches per step (--grad-accum, or what --global-batch implies).
 #define TRAIN_MAX_GRAD_ACCUM (1 << 20)
+#define TRAIN_MAX_EVAL_MICRO (1 << 20)  // --eval-batches x --grad-accum
 
 // Most flags a stage adds to the shared ones, and tensors to its checkpoints.
 #define STRATEGY_MAX_FLAGS 16
