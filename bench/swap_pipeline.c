@@ -6,7 +6,12 @@
 // slowest part alone: ratio = pipelined / max(read, adam, write), target
 // at most 1.15 (issue 9). On one disk the reads and the writes share its
 // bandwidth, so they cannot both run at full speed at once: the pass is
-// also set against read + write, the bound when the disk is the slowest part.
+// also set against read + write, the bound when the disk is the slowest part,
+// and against the same pass with the Adam taken out (reads and write-backs
+// overlapped, "disk"): what the disk itself does with both streams at once.
+// (read + write) / disk is its duplex factor: 1 when reads and writes only
+// take turns, 2 when each runs at its full speed beside the other; the 1.15
+// target is within reach only near 2.
 //
 // usage: swap_pipeline DIR STATE_MB SUB_GROUP_MB BLOCK_KB DEPTH THREADS ROUNDS
 //   DIR on a disk (O_DIRECT); STATE_MB of fp32 master + m + v (12 bytes an
@@ -23,8 +28,8 @@
 #include "trace.h"
 
 #define MAX_ROUNDS 64
-enum { PART_READ, PART_ADAM, PART_WRITE, PART_PIPELINED, PARTS };
-static const char *const PART_NAMES[PARTS] = {"read", "adam", "write", "pipelined"};
+enum { PART_READ, PART_ADAM, PART_WRITE, PART_DISK, PART_PIPELINED, PARTS };
+static const char *const PART_NAMES[PARTS] = {"read", "adam", "write", "disk", "pipelined"};
 
 typedef struct Bench {
     Device dev;
@@ -87,6 +92,7 @@ static double time_part(Bench *b, int part) {
     double t0 = now_us();
     if (part == PART_READ) pass(b, SWAP_READ, noop);
     if (part == PART_WRITE) pass(b, SWAP_WRITE, noop);
+    if (part == PART_DISK) pass(b, SWAP_READ | SWAP_WRITE, noop);
     if (part == PART_PIPELINED) pass(b, SWAP_READ | SWAP_WRITE, adam);
     if (part == PART_ADAM)
         for (size_t first = 0; first < b->n; first += b->sw.group_elems) {  // the same sub-groups, in memory
@@ -178,9 +184,11 @@ int main(int argc, char **argv) {
     double gb = 12.0 * (double)b.n / 1e9, disk = med[PART_READ] + med[PART_WRITE];
     printf(", \"read_gbps\": %.3f, \"write_gbps\": %.3f, \"slowest_part_ms\": %.3f, "
            "\"pipelined_over_slowest\": %.4f, \"target\": 1.15, \"target_met\": %s, "
-           "\"read_plus_write_ms\": %.3f, \"pipelined_over_read_plus_write\": %.4f}\n",
+           "\"read_plus_write_ms\": %.3f, \"pipelined_over_read_plus_write\": %.4f, "
+           "\"disk_duplex\": %.4f, \"pipelined_over_disk\": %.4f}\n",
            gb / (med[PART_READ] / 1000), gb / (med[PART_WRITE] / 1000), slowest, med[PART_PIPELINED] / slowest,
-           med[PART_PIPELINED] / slowest <= 1.15 ? "true" : "false", disk, med[PART_PIPELINED] / disk);
+           med[PART_PIPELINED] / slowest <= 1.15 ? "true" : "false", disk, med[PART_PIPELINED] / disk,
+           disk / med[PART_DISK], med[PART_PIPELINED] / med[PART_DISK]);
     teardown(&b);
     return 0;
 }
