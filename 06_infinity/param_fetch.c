@@ -53,7 +53,7 @@ static void start_read(ParamFetch *pf, Trainer *t, int u, int blocking) {
 static void finish_read(ParamFetch *pf, Trainer *t, SliceRead *r, int u) {
     if (aio_wait(pf->aio, &r->req) != 0)
         fail_rank(EXIT_USAGE, "reading unit %d's params back from NVMe: %s", u, r->req.error);
-    trace_span(&t->trace, TRACE_TID_IO, "nvme read", r->req.start_us, r->req.done_us, (double)r->req.bytes);
+    trace_span(&t->trace, TRACE_TID_IO, "nvme read params", r->req.start_us, r->req.done_us, (double)r->req.bytes);
 }
 
 // ParamShard's source: the slice goes up into the gather's buffer.
@@ -67,6 +67,9 @@ static void fetch_slice(Trainer *t, int u, bf16 *dst, size_t first, size_t count
     }
     SliceRead *r = &pf->reads[u];
     start_read(pf, t, u, 1);  // not read ahead: the first unit, or one gathered again sooner than the window
+    // what waited for the last update's write (the step's first units) can
+    // now go to the disk beside this read instead of after it
+    if (pf->ahead_from >= 0) param_fetch_ahead(pf, t, pf->ahead_from, pf->ahead_backward);
     CHECK(r->first == first && r->count == count, "unit %d: slice [%zu, +%zu) asked, [%zu, +%zu) read", u, first,
           count, r->first, r->count);
     finish_read(pf, t, r, u);
@@ -82,6 +85,7 @@ void param_fetch_init(ParamFetch *pf, Trainer *t, ParamShard *ps, Aio *aio, cons
     pf->from_nvme = file != NULL;
     pf->ps = ps;
     pf->ahead = ps->prefetch + 1;
+    pf->ahead_from = -1;
     pf->aio = aio;
     pf->file = file;
     pf->swap = swap;
@@ -101,6 +105,8 @@ void param_fetch_init(ParamFetch *pf, Trainer *t, ParamShard *ps, Aio *aio, cons
 
 void param_fetch_ahead(ParamFetch *pf, Trainer *t, int u, int backward) {
     if (!pf->from_nvme) return;
+    pf->ahead_from = u;
+    pf->ahead_backward = backward;
     for (int k = 1; k <= pf->ahead; k++) {
         int units[2], n = param_shard_upcoming(t, u, backward, k, units);
         for (int i = 0; i < n; i++)
@@ -115,7 +121,7 @@ void param_fetch_forget(ParamFetch *pf, Trainer *t) {
         SliceRead *r = &pf->reads[u];
         if (!r->active) continue;
         aio_wait(pf->aio, &r->req);
-        trace_span(&t->trace, TRACE_TID_IO, "nvme read (dropped)", r->req.start_us, r->req.done_us,
+        trace_span(&t->trace, TRACE_TID_IO, "nvme read params (dropped)", r->req.start_us, r->req.done_us,
                    (double)r->req.bytes);
         give_staging(pf, r->staging);
         r->active = 0;

@@ -22,6 +22,7 @@ typedef struct ParamFetch {
     int from_nvme;
     ParamShard *ps;         // the gathers it feeds
     int ahead;              // schedule entries ahead of the unit computing whose reads start
+    int ahead_from, ahead_backward;  // the last param_fetch_ahead's unit and direction (-1: none yet)
     Aio *aio;
     const AioFile *file;    // the bf16 param shard on NVMe
     Swapper *swap;          // its writes of the params, which a read must not overtake

@@ -80,6 +80,43 @@ static void test_queue_filled_to_depth(void **state) {
     }
 }
 
+// A request that arrives while another is in the kernel and slots are free
+// goes in at once, not when the first one's block comes back: 16 MiB in one
+// block takes milliseconds on any disk, the second starts well inside them.
+static void test_late_request_joins_at_once(void **state) {
+    Ctx *c = *state;
+    char path[640];
+    path_in(c, "late", path, sizeof path);
+    const size_t big = 16 * MIB, small = 64 * KIB;
+    Aio aio;
+    AioFile f;
+    init_aio(&aio, 4, big);
+    create_file(&f, path, big + small);
+    void *a = alloc_aligned(big), *b = alloc_aligned(small);
+    fill_bytes(a, big, 11);
+    fill_bytes(b, small, 12);
+    AioRequest first, late;
+    aio_submit(&aio, &first, AIO_WRITE, &f, 0, a, big);
+    for (int taken = 0; !taken; sched_yield()) {  // until the I/O thread has handed its block to the kernel
+        pthread_mutex_lock(&aio.lock);
+        taken = first.start_us > 0;
+        pthread_mutex_unlock(&aio.lock);
+    }
+    aio_submit(&aio, &late, AIO_WRITE, &f, big, b, small);
+    expect_ok(&aio, &late);
+    expect_ok(&aio, &first);
+    if (!(late.start_us < first.done_us))
+        fail_msg("the late request started %.0f us after the first one finished (it waited for its completion)",
+                 late.start_us - first.done_us);
+    print_message("late request in the kernel %.0f us after its submission, %.0f us before the first one finished\n",
+                  late.start_us - late.submit_us, first.done_us - late.start_us);
+    assert_true(file_holds(path, big, b, small));
+    free(a);
+    free(b);
+    aio_file_close(&f);
+    aio_destroy(&aio);
+}
+
 #define MANY 24
 
 // Requests of varied sizes to distinct regions, all in flight together and
@@ -227,6 +264,7 @@ int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_round_trip_blocks_depths_sizes),
         cmocka_unit_test(test_queue_filled_to_depth),
+        cmocka_unit_test(test_late_request_joins_at_once),
         cmocka_unit_test(test_many_requests_out_of_order),
         cmocka_unit_test(test_two_threads_share_a_context),
         cmocka_unit_test(test_pinned_buf_is_usable),

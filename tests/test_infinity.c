@@ -201,6 +201,53 @@ static void test_bytes_equal_formulas(void **state) {
 
 // ---- 4. the I/O on its own row; the files go at the end ----
 
+// Rank 0's spans named `name` on the trace's row `tid`: start and end (us).
+static int spans_of(const char *trace, const char *name, int tid, double *start, double *end, int max) {
+    char key[128];
+    snprintf(key, sizeof key, "{\"name\":\"%s\",\"ph\":\"X\",\"pid\":0,\"tid\":%d,", name, tid);
+    int n = 0;
+    for (const char *p = strstr(trace, key); p && n < max; p = strstr(p + 1, key)) {
+        double ts, dur;
+        if (sscanf(p + strlen(key), "\"ts\":%lf,\"dur\":%lf", &ts, &dur) != 2) fail_msg("unreadable span: %.200s", p);
+        start[n] = ts;
+        end[n++] = ts + dur;
+    }
+    return n;
+}
+
+// A step's first units wait for the last update's write of their params;
+// once it is out, their reads go to the disk together. With one sub-group
+// (small at the default --sub-group-mb) one write holds every unit's params,
+// so in every step after the first the step's first params read has another
+// one beside it (they were one after the other before).
+static void test_step_start_reads_together(void **state) {
+    Ctx *c = *state;
+    char fmt[CMD_LEN], flags[CMD_LEN], trace_path[PATH_LEN];
+    snprintf(trace_path, sizeof trace_path, "%s/start.json", c->root);
+    snprintf(fmt, sizeof fmt, "mpirun -np 2 ./infinity --model small --batch 2 --steps 4 --offload-params nvme "
+             "%%s --quiet --json %%s");
+    snprintf(flags, sizeof flags, "--nvme-path %s --trace %s", c->nvme, trace_path);
+    free(run(c, "start", fmt, flags));
+    char *trace = whole_file(trace_path);
+    enum { MAX_SPANS = 4096 };
+    static double s0[MAX_SPANS], s1[MAX_SPANS], r0[MAX_SPANS], r1[MAX_SPANS];
+    int steps = spans_of(trace, "step", 4, s0, s1, MAX_SPANS);
+    int reads = spans_of(trace, "nvme read params", 3, r0, r1, MAX_SPANS);
+    if (steps < 2 || reads < 2) fail_msg("%d steps and %d params reads in rank 0's trace", steps, reads);
+    for (int k = 1; k < steps; k++) {
+        int first = -1;
+        for (int i = 0; i < reads; i++)
+            if (r0[i] >= s0[k] && r0[i] < s1[k] && (first < 0 || r0[i] < r0[first])) first = i;
+        if (first < 0) fail_msg("step %d reads no params", k + 1);
+        int beside = 0;
+        for (int i = 0; i < reads; i++) beside |= i != first && r0[i] >= r0[first] && r0[i] < r1[first];
+        if (!beside)
+            fail_msg("step %d: its first params read [%.0f, %.0f] us ran alone; the reads ahead waited for it", k + 1,
+                     r0[first] - s0[k], r1[first] - s0[k]);
+    }
+    free(trace);
+}
+
 static void test_io_row_and_cleanup(void **state) {
     Ctx *c = *state;
     char fmt[CMD_LEN], flags[CMD_LEN], trace[PATH_LEN];
@@ -358,6 +405,7 @@ int main(void) {
         cmocka_unit_test(test_resume_without_swap_files),
         cmocka_unit_test(test_bytes_equal_formulas),
         cmocka_unit_test(test_io_row_and_cleanup),
+        cmocka_unit_test(test_step_start_reads_together),
         cmocka_unit_test(test_refusals),
         cmocka_unit_test(test_write_fails_mid_run),
     };

@@ -5,11 +5,14 @@
 #include "aio.h"
 #include <errno.h>
 #include <inttypes.h>
+#include <poll.h>
 #include <stdarg.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/eventfd.h>
+#include <unistd.h>
 #include "check.h"
 #include "trace.h"
 
@@ -97,7 +100,9 @@ int aio_submit(Aio *aio, AioRequest *req, AioOp op, const AioFile *file, size_t 
     else aio->head = req;
     aio->tail = req;
     pthread_cond_signal(&aio->work);
+    int polling = aio->polling;
     pthread_mutex_unlock(&aio->lock);
+    if (polling) eventfd_write(aio->wake_fd, 1);  // free slots take it now, not at the next completion
     return 0;
 }
 
@@ -160,6 +165,7 @@ static int take_blocks(Aio *aio) {
         struct iocb *cb = aio->free_iocbs[--aio->free_count];
         if (r->op == AIO_READ) io_prep_pread(cb, r->file->fd, buf, len, (long long)r->next_offset);
         else io_prep_pwrite(cb, r->file->fd, buf, len, (long long)r->next_offset);
+        io_set_eventfd(cb, aio->done_fd);
         cb->data = r;
         if (r->next_offset == r->offset) r->start_us = now_us();
         r->next_offset += len;
@@ -211,11 +217,33 @@ static int submit_batch(Aio *aio, int n) {
     return accepted;
 }
 
-// Keeps the queue full: submit what fits, reap at least one completion, and
-// go round again, so a finished block is replaced at once (not a batch at a
-// time). Sleeps only when nothing is queued and nothing is in flight. A
-// request that arrives while blocks are in flight gets its first block into
-// the kernel at the next completion, however many slots are free.
+// Without the lock, blocks in the kernel: sleeps until one of them comes
+// back or a request comes in, then takes the completions there are (none
+// when it woke for a request).
+static int await_event(Aio *aio) {
+    struct pollfd fds[2] = {{.fd = aio->done_fd, .events = POLLIN}, {.fd = aio->wake_fd, .events = POLLIN}};
+    int rc;
+    do rc = poll(fds, 2, -1);
+    while (rc < 0 && errno == EINTR);
+    CHECK(rc > 0, "aio: poll on the completion eventfds: %s; hint: a bug in the aio context's set-up",
+          strerror(errno));
+    eventfd_t count;
+    if (fds[1].revents & POLLIN) eventfd_read(aio->wake_fd, &count);
+    if (!(fds[0].revents & POLLIN)) return 0;
+    eventfd_read(aio->done_fd, &count);  // reset before reaping: a later completion raises it again
+    struct timespec now = {0, 0};
+    int got;
+    do got = io_getevents(aio->ctx, 0, aio->queue_depth, aio->events, &now);
+    while (got == -EINTR);
+    CHECK(got >= 0, "io_getevents: %s; hint: a bug in the aio context's set-up", strerror(-got));
+    return got;
+}
+
+// Keeps the queue full: submit what fits, wait for a completion or a new
+// request, reap, and go round again, so a finished block is replaced at once
+// (not a batch at a time) and a request that arrives while blocks are in
+// flight goes into the free slots at once. Sleeps on the condition variable
+// only when nothing is queued and nothing is in flight.
 static void *io_thread_main(void *arg) {
     Aio *aio = arg;
     int in_kernel = 0;
@@ -228,17 +256,13 @@ static void *io_thread_main(void *arg) {
             pthread_cond_wait(&aio->work, &aio->lock);
             continue;
         }
+        aio->polling = 1;
         pthread_mutex_unlock(&aio->lock);
         if (in_kernel == 0) busy_since_us = now_us();
         in_kernel += submit_batch(aio, n);
-        int got = 0;
-        if (in_kernel > 0) {
-            do got = io_getevents(aio->ctx, 1, aio->queue_depth, aio->events, NULL);
-            while (got == -EINTR);
-            CHECK(got >= 0, "io_getevents: %s; hint: a bug in the aio context's set-up",
-                  strerror(-got));
-        }
+        int got = in_kernel > 0 ? await_event(aio) : 0;
         pthread_mutex_lock(&aio->lock);
+        aio->polling = 0;
         if (in_kernel > aio->stats.max_blocks_in_flight) aio->stats.max_blocks_in_flight = in_kernel;
         for (int i = 0; i < got; i++)
             complete_block(aio, aio->events[i].obj, (long)aio->events[i].res);
@@ -252,6 +276,9 @@ static void *io_thread_main(void *arg) {
 // ---- set-up ----------------------------------------------------------------------
 
 static void free_arrays(Aio *aio) {
+    if (aio->done_fd >= 0) close(aio->done_fd);
+    if (aio->wake_fd >= 0) close(aio->wake_fd);
+    aio->done_fd = aio->wake_fd = -1;
     free(aio->iocbs);
     free(aio->free_iocbs);
     free(aio->batch);
@@ -260,6 +287,7 @@ static void free_arrays(Aio *aio) {
 
 int aio_init(Aio *aio, int queue_depth, size_t block_bytes, char err[AIO_ERR_BYTES]) {
     memset(aio, 0, sizeof *aio);
+    aio->done_fd = aio->wake_fd = -1;
     if (queue_depth < 1 || queue_depth > AIO_MAX_QUEUE_DEPTH) {
         set_error(err, "aio queue depth %d: must be 1 to %d", queue_depth, AIO_MAX_QUEUE_DEPTH);
         return EINVAL;
@@ -284,6 +312,15 @@ int aio_init(Aio *aio, int queue_depth, size_t block_bytes, char err[AIO_ERR_BYT
     }
     for (int i = 0; i < queue_depth; i++) aio->free_iocbs[i] = &aio->iocbs[i];
     aio->free_count = queue_depth;
+    aio->done_fd = eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
+    aio->wake_fd = eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
+    if (aio->done_fd < 0 || aio->wake_fd < 0) {
+        int code = errno;
+        char reason[128];
+        set_error(err, "aio: eventfd failed: %s", strerror_r(code, reason, sizeof reason));
+        free_arrays(aio);
+        return code;
+    }
     int rc = io_setup(queue_depth, &aio->ctx);
     if (rc < 0) {
         char reason[128];

@@ -79,7 +79,9 @@ typedef struct Aio {
     struct io_event *events;
     pthread_t thread;
     pthread_mutex_t lock;
-    pthread_cond_t work;       // the I/O thread waits here for requests
+    pthread_cond_t work;       // the I/O thread waits here for requests while none is in the kernel...
+    int done_fd, wake_fd;      // ...and polls these eventfds while some are: a block came back, a request came in
+    int polling;               // it is (or is about to be) in that poll: a submit writes wake_fd
     pthread_cond_t done;       // callers wait here for theirs
     AioRequest *head, *tail;   // queued requests, oldest first
     int stopping;
