@@ -188,6 +188,26 @@ static void test_command_line_overrides(void **state) {
     json_decref(rec);
 }
 
+// A config with more keys than the record names (found by fuzz_ds_config: it
+// stopped the run with an internal error): the line names the first ones and
+// counts the rest; the keys that mean something still apply.
+static void test_many_unknown_keys(void **state) {
+    Ctx *c = *state;
+    char text[8192], path[PATH_LEN], cmd[CMD_LEN];
+    size_t len = (size_t)snprintf(text, sizeof text, "{\"train_micro_batch_size_per_gpu\": 3");
+    for (int i = 0; i < 150; i++) len += (size_t)snprintf(text + len, sizeof text - len, ", \"unknown_%d\": %d", i, i);
+    snprintf(text + len, sizeof text - len, "}\n");
+    write_config(c, "many.json", text, path);
+    snprintf(cmd, sizeof cmd, "./zero2 --model tiny --steps 1 --quiet --deepspeed-config %s", path);
+    char *out = NULL;
+    json_t *rec = run(c, "many", cmd, &out);
+    assert_true(setting(rec, "batch", "config", NULL) == 3);
+    if (!strstr(out, "ignored: unknown_0, unknown_1,") || !strstr(out, " more\n"))
+        fail_msg("no ignored line naming the first keys and counting the rest:\n%.600s", out);
+    free(out);
+    json_decref(rec);
+}
+
 // ---- 3. WarmupCosineLR and WarmupLR, and the stages they ask for ----
 
 static void test_cosine_and_offload(void **state) {
@@ -370,6 +390,7 @@ int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_keys_in_record),
         cmocka_unit_test(test_command_line_overrides),
+        cmocka_unit_test(test_many_unknown_keys),
         cmocka_unit_test(test_cosine_and_offload),
         cmocka_unit_test(test_stage_mismatch_names_the_binary),
         cmocka_unit_test(test_bad_values_name_the_key),

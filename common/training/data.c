@@ -152,7 +152,7 @@ static int load_shard(const char *path, int model_vocab, TokenList *out, char *e
         rc = fail(err, err_len, "--data %s: shard header says %d tokens but the file holds %ld "
                   "bytes after the header (expected %ld): truncated or not an llm.c shard",
                   path, h[2], file_bytes - SHARD_HEADER_BYTES, 2L * h[2]);
-    } else {
+    } else if (h[2] > 0) {  // an empty shard adds nothing (too few tokens in all is refused later)
         uint16_t *dst = tokens_grow(out, (size_t)h[2]);
         if (fread(dst, sizeof(uint16_t), (size_t)h[2], f) != (size_t)h[2])
             rc = fail(err, err_len, "--data %s: read error", path);

@@ -187,7 +187,9 @@ static void note_unused(const DsConfig *ds, Settings *s, json_t *obj, const char
         }
         int known = 0;
         for (int i = 0; i < s->nkeys && !known; i++) known = strcmp(s->key[i].key, key) == 0;
-        if (!known) settings_key(s, key, "ignored: %s", NO_USE);
+        if (known) continue;
+        if (s->nkeys < SETTINGS_MAX_KEYS) settings_key(s, key, "ignored: %s", NO_USE);
+        else s->keys_unlisted++;  // a config of hundreds of keys: the line names the first ones
     }
 }
 
@@ -219,6 +221,8 @@ void ds_config_ignored_line(const Settings *s, char *out, size_t n) {
         len += (size_t)snprintf(out + len, len < n ? n - len : 0, "%s%s%s%s%s", len ? ", " : "", s->key[i].key,
                                 why[0] ? " (" : "", why, why[0] ? ")" : "");
     }
+    if (s->keys_unlisted)
+        len += (size_t)snprintf(out + len, len < n ? n - len : 0, "%s%d more", len ? " and " : "", s->keys_unlisted);
     if (len == 0) return;
     char keys[4096];
     snprintf(keys, sizeof keys, "%s", out);

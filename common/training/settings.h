@@ -36,6 +36,7 @@ typedef struct ConfigKey {
 
 typedef struct Settings {
     int n, nkeys;
+    int keys_unlisted;      // ignored keys past the table's SETTINGS_MAX_KEYS: counted, not named
     Setting item[SETTINGS_MAX];
     ConfigKey key[SETTINGS_MAX_KEYS];
     char config_path[256];  // --deepspeed-config FILE, "" when none
