@@ -288,6 +288,9 @@ static void test_bad_values_name_the_key(void **state) {
         {"{\"gradient_accumulation_steps\": 2.5}", "gradient_accumulation_steps: expected a whole number"},
         {"{\"gradient_clipping\": -1}", "gradient_clipping: -1 is impossible"},
         {"{\"seed\": 1e12}", "seed: 1000000000000 is more than"},
+        // found by the fuzzer (tests/fuzz/corpus/fuzz_ds_config/whole_past_long_long): a whole number past
+        // any integer type was cast to one to see whether it was whole (undefined), and called not whole
+        {"{\"train_micro_batch_size_per_gpu\": 1.3e127}", "train_micro_batch_size_per_gpu: 1.3000000000000001e+127 is more than"},
         {"{\"optimizer\": {\"type\": \"AdamW\", \"params\": {\"lr\": 0}}}", "optimizer.params.lr: 0 is impossible"},
         {"{\"optimizer\": {\"type\": \"AdamW\", \"params\": {\"betas\": [0.9]}}}", "optimizer.params.betas"},
         {"{\"optimizer\": {\"type\": \"AdamW\", \"params\": {\"betas\": [0.9, 1.5]}}}", "beta2 1.5 is outside"},

@@ -1,6 +1,7 @@
 // ds_config.c: reading --deepspeed-config and deciding which binary runs it
 // (see ds_config.h); the keys' meanings are in ds_config_keys.c.
 #include "ds_config.h"
+#include <math.h>
 #include <stdarg.h>
 #include <string.h>
 #include "check.h"
@@ -68,7 +69,9 @@ int ds_is_auto(const json_t *v) { return json_is_string(v) && strcmp(json_string
 double ds_number(const DsConfig *ds, const char *key, const json_t *v, int whole) {
     if (!json_is_number(v)) ds_fail(ds, key, "expected %s, got %s", whole ? "a whole number" : "a number", ds_kind(v));
     double x = json_number_value(v);
-    if (whole && x != (double)(long long)x) ds_fail(ds, key, "expected a whole number, got %.17g", x);
+    // trunc, not a cast to an integer: 1e300 is whole, and out of range for any integer type (the key's range
+    // check refuses it)
+    if (whole && x != trunc(x)) ds_fail(ds, key, "expected a whole number, got %.17g", x);
     return x;
 }
 
