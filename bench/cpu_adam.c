@@ -119,20 +119,15 @@ static void parse(int argc, char **argv, Bench *bn) {
     int threads = 0, rounds = 7;
     FlagSpec specs[] = {
         {.name = "params", .type = FLAG_COUNT, .dst = &params, .meta = "COUNT",
-         .help = "parameters (and triad elements): 64M, 1e6"},
+         .help = "parameters (and triad elements): 64M, 1e6", .min = 1, .max = 4e9},
         {.name = "threads", .type = FLAG_INT, .dst = &threads, .meta = "N",
-         .help = "OpenMP threads; 0 = every processor"},
+         .help = "OpenMP threads; 0 = every processor", .min = 0, .max = 1024},
         {.name = "rounds", .type = FLAG_INT, .dst = &rounds, .meta = "R",
-         .help = "interleaved rounds; the median is reported"},
+         .help = "interleaved rounds; the median is reported", .min = 1, .max = 1000},
     };
     flags_parse(argc, argv, specs, 3,
                 "usage: cpu_adam [--params COUNT] [--threads N] [--rounds R]\n"
                 "CPU Adam against a STREAM triad and the scalar loop; prints one JSON object.");
-    if (params < 1 || params > 4e9)
-        fail_usage("--params %g is out of range; pass 1 to 4e9 (for example 64M)", params);
-    if (threads < 0)
-        fail_usage("--threads %d is negative; pass 0 (every processor) or more", threads);
-    if (rounds < 1) fail_usage("--rounds %d: pass 1 or more", rounds);
     bn->n = (size_t)params;
     bn->threads = threads ? threads : omp_get_num_procs();
     bn->rounds = rounds;

@@ -125,6 +125,17 @@ static void test_bench_keeps_finished_sections(void **state) {
     assert_int_equal(test_remove_dir(root), 0);
 }
 
+// The CPU Adam benchmark starts and prints its JSON (it once stopped at its
+// own flags, which declared no range, and make bench lost the section).
+static void test_cpu_adam_bench_runs(void **state) {
+    (void)state;
+    char *out = NULL;
+    int rc = test_run("bash bench/cpu_adam.sh --params 1M --rounds 1 2>/dev/null", &out);
+    if (rc != 0 || !strstr(out, "\"adam_to_triad\"") || !strstr(out, "\"best_to_scalar\""))
+        fail_msg("bench/cpu_adam.sh --params 1M --rounds 1: exit %d\n%.500s", rc, out);
+    free(out);
+}
+
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_stage_diffs),
@@ -132,6 +143,7 @@ int main(void) {
         cmocka_unit_test(test_compare_needs_a_spread),
         cmocka_unit_test(test_bench_compare),
         cmocka_unit_test(test_bench_keeps_finished_sections),
+        cmocka_unit_test(test_cpu_adam_bench_runs),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
