@@ -1,6 +1,7 @@
 // runs.h: what the tests that spawn the trainers share: run one and read its
 // --json record, and check that a bad command is refused properly.
 #pragma once
+#include <unistd.h>
 #include "testutil.h"
 
 #define RUN_MAX_STEPS 64
@@ -86,4 +87,37 @@ static __attribute__((unused)) float *ckpt_master(const char *step_dir, int rank
         fclose(f);
     }
     return w;
+}
+
+// A group's set-up: every path in `needs` (NULL-ended: the binaries it runs,
+// folders it reads) is there, as when the test runs from the repository root
+// after make; else one line naming the test, and 1.
+static __attribute__((unused)) int need_paths(const char *test, const char *const needs[]) {
+    for (int i = 0; needs[i]; i++)
+        if (access(needs[i], X_OK) != 0) {
+            fprintf(stderr, "%s: %s not found; run from the repository root after make\n", test, needs[i]);
+            return 1;
+        }
+    return 0;
+}
+
+// The context of a group that needs only a scratch folder for its records.
+typedef struct RunDir {
+    char root[64];
+} RunDir;
+
+// need_paths, then a fresh folder for the group (state: its RunDir).
+static __attribute__((unused)) int run_dir_setup(void **state, const char *test, const char *const needs[]) {
+    if (need_paths(test, needs)) return 1;
+    RunDir *c = calloc(1, sizeof *c);
+    if (!c || test_make_dir(c->root, sizeof c->root, test)) return 1;
+    *state = c;
+    return 0;
+}
+
+static __attribute__((unused)) int run_dir_teardown(void **state) {
+    RunDir *c = *state;
+    int rc = test_remove_dir(c->root);
+    free(c);
+    return rc;
 }

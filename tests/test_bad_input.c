@@ -83,11 +83,7 @@ static void test_memory_math_large_figures(void **state) {
 
 static int group_setup(void **state) {
     (void)state;
-    if (access("./zero2", X_OK) != 0 || access("./memory_math", X_OK) != 0) {
-        fprintf(stderr, "test_bad_input: run from the repository root after make\n");
-        return 1;
-    }
-    return 0;
+    return need_paths("test_bad_input", (const char *const[]){"./zero2", "./memory_math", NULL});
 }
 
 int main(void) {

@@ -10,9 +10,7 @@
 
 #define CMD_LEN 1024
 
-typedef struct Ctx {
-    char root[64];
-} Ctx;
+typedef RunDir Ctx;
 
 // The figure `key` inside the object that starts at `object` in the record.
 static double field_in(const char *json, const char *object, const char *key) {
@@ -108,21 +106,7 @@ static void test_no_budget_blames_batch(void **state) {
 }
 
 static int group_setup(void **state) {
-    if (access("./zero3", X_OK) != 0 || access("./cpu_offload", X_OK) != 0) {
-        fprintf(stderr, "test_budget: run from the repository root after make\n");
-        return 1;
-    }
-    Ctx *c = calloc(1, sizeof *c);
-    if (test_make_dir(c->root, sizeof c->root, "test-budget")) return 1;
-    *state = c;
-    return 0;
-}
-
-static int group_teardown(void **state) {
-    Ctx *c = *state;
-    int rc = test_remove_dir(c->root);
-    free(c);
-    return rc;
+    return run_dir_setup(state, "test_budget", (const char *const[]){"./zero3", "./cpu_offload", NULL});
 }
 
 int main(void) {
@@ -132,5 +116,5 @@ int main(void) {
         cmocka_unit_test(test_refused_up_front_in_one_line),
         cmocka_unit_test(test_no_budget_blames_batch),
     };
-    return cmocka_run_group_tests(tests, group_setup, group_teardown);
+    return cmocka_run_group_tests(tests, group_setup, run_dir_teardown);
 }

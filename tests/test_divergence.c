@@ -98,11 +98,7 @@ static void test_non_finite_states_refused(void **state) {
 
 static int group_setup(void **state) {
     (void)state;
-    if (access("./zero2", X_OK) != 0 || access("./cpu_offload", X_OK) != 0) {
-        fprintf(stderr, "test_divergence: run from the repository root after make\n");
-        return 1;
-    }
-    return 0;
+    return need_paths("test_divergence", (const char *const[]){"./zero2", "./cpu_offload", NULL});
 }
 
 int main(void) {

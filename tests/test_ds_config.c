@@ -16,9 +16,7 @@
 #define CMD_LEN 2048
 #define CONFIGS "tests/ds_configs"
 
-typedef struct Ctx {
-    char root[64];
-} Ctx;
+typedef RunDir Ctx;
 
 // ---- helpers ----
 
@@ -372,21 +370,7 @@ static void test_memory_math(void **state) {
 }
 
 static int group_setup(void **state) {
-    if (access("./zero2", X_OK) != 0 || access(CONFIGS, R_OK) != 0) {
-        fprintf(stderr, "test_ds_config: run from the repository root after make GPU=0\n");
-        return 1;
-    }
-    Ctx *c = calloc(1, sizeof *c);
-    if (test_make_dir(c->root, sizeof c->root, "test-ds-config")) return 1;
-    *state = c;
-    return 0;
-}
-
-static int group_teardown(void **state) {
-    Ctx *c = *state;
-    int rc = test_remove_dir(c->root);
-    free(c);
-    return rc;
+    return run_dir_setup(state, "test_ds_config", (const char *const[]){"./zero2", CONFIGS, NULL});
 }
 
 int main(void) {
@@ -399,5 +383,5 @@ int main(void) {
         cmocka_unit_test(test_bad_values_name_the_key),
         cmocka_unit_test(test_memory_math),
     };
-    return cmocka_run_group_tests(tests, group_setup, group_teardown);
+    return cmocka_run_group_tests(tests, group_setup, run_dir_teardown);
 }

@@ -10,9 +10,7 @@
 
 #define CMD_LEN 2048
 
-typedef struct Ctx {
-    char root[64];
-} Ctx;
+typedef RunDir Ctx;
 
 static int count_of(const char *s, const char *what) {
     int n = 0;
@@ -185,21 +183,7 @@ static void test_killed_rank_named(void **state) {
 }
 
 static int group_setup(void **state) {
-    if (access("./zero2", X_OK) != 0) {
-        fprintf(stderr, "test_faults: run from the repository root after make\n");
-        return 1;
-    }
-    Ctx *c = calloc(1, sizeof *c);
-    if (test_make_dir(c->root, sizeof c->root, "test-faults")) return 1;
-    *state = c;
-    return 0;
-}
-
-static int group_teardown(void **state) {
-    Ctx *c = *state;
-    int rc = test_remove_dir(c->root);
-    free(c);
-    return rc;
+    return run_dir_setup(state, "test_faults", (const char *const[]){"./zero2", NULL});
 }
 
 int main(void) {
@@ -212,5 +196,5 @@ int main(void) {
         cmocka_unit_test(test_ranks_agree_on_settings),
         cmocka_unit_test(test_killed_rank_named),
     };
-    return cmocka_run_group_tests(tests, group_setup, group_teardown);
+    return cmocka_run_group_tests(tests, group_setup, run_dir_teardown);
 }

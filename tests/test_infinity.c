@@ -373,10 +373,7 @@ static void test_write_fails_mid_run(void **state) {
 // ---- set-up ----
 
 static int group_setup(void **state) {
-    if (access("./infinity", X_OK) != 0 || access("./zero3", X_OK) != 0) {
-        fprintf(stderr, "test_infinity: run from the repository root after make\n");
-        return 1;
-    }
+    if (need_paths("test_infinity", (const char *const[]){"./infinity", "./zero3", NULL})) return 1;
     const char *base = getenv("WB_AIO_TEST_DIR") ? getenv("WB_AIO_TEST_DIR") : "/var/tmp";
     struct statfs fs;
     if (statfs(base, &fs) != 0 || fs.f_type == TMPFS_MAGIC) {

@@ -80,10 +80,7 @@ static void test_lab_keeps_work(void **state) {
 }
 
 int main(void) {
-    if (access("./zero2", X_OK) != 0) {
-        fprintf(stderr, "test_labs: run from the repository root after make\n");
-        return 1;
-    }
+    if (need_paths("test_labs", (const char *const[]){"./zero2", NULL})) return 1;
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_lab_keeps_work),
         cmocka_unit_test(test_labs),

@@ -23,9 +23,7 @@ static const GPTConfig TINY300 = {.max_seq_len = 32, .vocab_size = 300, .num_lay
                                   .channels = 32};
 #define VP 384
 
-typedef struct Ctx {
-    char root[64];
-} Ctx;
+typedef RunDir Ctx;
 
 // ---- the format, written from llm.c's description ----
 
@@ -342,21 +340,7 @@ static void test_bad_files_refused(void **state) {
 }
 
 static int group_setup(void **state) {
-    if (access("./zero3", X_OK) != 0) {
-        fprintf(stderr, "test_llmc: ./zero3 not found; run from the repository root after make GPU=0\n");
-        return 1;
-    }
-    Ctx *c = calloc(1, sizeof *c);
-    if (test_make_dir(c->root, sizeof c->root, "test-llmc")) return 1;
-    *state = c;
-    return 0;
-}
-
-static int group_teardown(void **state) {
-    Ctx *c = *state;
-    int rc = test_remove_dir(c->root);
-    free(c);
-    return rc;
+    return run_dir_setup(state, "test_llmc", (const char *const[]){"./zero3", NULL});
 }
 
 int main(void) {
@@ -366,5 +350,5 @@ int main(void) {
         cmocka_unit_test(test_round_trip),
         cmocka_unit_test(test_bad_files_refused),
     };
-    return cmocka_run_group_tests(tests, group_setup, group_teardown);
+    return cmocka_run_group_tests(tests, group_setup, run_dir_teardown);
 }

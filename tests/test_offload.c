@@ -12,9 +12,7 @@
 #define PATH_LEN 512
 #define CMD_LEN 2048
 
-typedef struct Ctx {
-    char root[64];
-} Ctx;
+typedef RunDir Ctx;
 
 static char *run(Ctx *c, const char *tag, const char *cmd_fmt, const char *flags) {
     char cmd[CMD_LEN], path[PATH_LEN];
@@ -180,21 +178,7 @@ static void test_refusals(void **state) {
 }
 
 static int group_setup(void **state) {
-    if (access("./cpu_offload", X_OK) != 0 || access("./zero2", X_OK) != 0) {
-        fprintf(stderr, "test_offload: run from the repository root after make\n");
-        return 1;
-    }
-    Ctx *c = calloc(1, sizeof *c);
-    if (test_make_dir(c->root, sizeof c->root, "test-offload")) return 1;
-    *state = c;
-    return 0;
-}
-
-static int group_teardown(void **state) {
-    Ctx *c = *state;
-    int rc = test_remove_dir(c->root);
-    free(c);
-    return rc;
+    return run_dir_setup(state, "test_offload", (const char *const[]){"./cpu_offload", "./zero2", NULL});
 }
 
 int main(void) {
@@ -206,5 +190,5 @@ int main(void) {
         cmocka_unit_test(test_bytes_equal_formulas),
         cmocka_unit_test(test_refusals),
     };
-    return cmocka_run_group_tests(tests, group_setup, group_teardown);
+    return cmocka_run_group_tests(tests, group_setup, run_dir_teardown);
 }

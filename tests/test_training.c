@@ -361,10 +361,7 @@ static void test_global_batch(void **state) {
 // ---- set-up ----
 
 static int group_setup(void **state) {
-    if (access("./dp_baseline", X_OK) != 0) {
-        fprintf(stderr, "test_training: ./dp_baseline not found; run from the repository root after make GPU=0\n");
-        return 1;
-    }
+    if (need_paths("test_training", (const char *const[]){"./dp_baseline", NULL})) return 1;
     Ctx *c = calloc(1, sizeof *c);
     if (test_make_dir(c->root, sizeof c->root, "test-training")) return 1;
     *state = c;
