@@ -13,13 +13,9 @@ static const MemCategory FILE_CATS[SWAP_TENSORS] = {CAT_MASTER, CAT_ADAM_M, CAT_
 #define INIT_CHUNK ((size_t)1 << 20)
 
 void nvme_agree(Trainer *t, int failed, const char *msg) {
-    int me = failed ? t->world.rank : t->world.size, first = 0;
-    mpiCheck(MPI_Allreduce(&me, &first, 1, MPI_INT, MPI_MIN, t->world.mpi));
-    if (first == t->world.size) return;
     char text[2 * AIO_ERR_BYTES] = "";
-    if (me == first) snprintf(text, sizeof text, "%s", msg);
-    mpiCheck(MPI_Bcast(text, (int)sizeof text, MPI_CHAR, first, t->world.mpi));
-    fail_usage("%s", text);
+    if (failed) snprintf(text, sizeof text, "%s", msg);
+    if (comm_first_failure(&t->world, failed, text, (int)sizeof text) >= 0) fail_usage("%s", text);
 }
 
 // Ranks on one node whose folder is on the same device share its free space:

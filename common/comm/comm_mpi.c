@@ -437,6 +437,15 @@ double comm_max_f64(Comm *c, double x) {
     return max;
 }
 
+int comm_first_failure(Comm *c, int failed, char *msg, int msg_bytes) {
+    int mine = failed ? c->rank : c->size, first = c->size;
+    mpiCheck(MPI_Allreduce(&mine, &first, 1, MPI_INT, MPI_MIN, c->mpi));
+    if (first == c->size) return -1;
+    msg[msg_bytes - 1] = 0;
+    mpiCheck(MPI_Bcast(msg, msg_bytes, MPI_CHAR, first, c->mpi));
+    return first;
+}
+
 void comm_stats_reset(Comm *c) { memset(&c->stats, 0, sizeof c->stats); }
 
 double comm_ring_bytes(const Comm *c) {

@@ -80,11 +80,7 @@ static int dir_too_long(const char *dir, char *msg) {
 
 // All ranks: 0 when no rank failed, else 1 with the lowest failing rank's msg in err.
 static int agree(Comm *world, int failed, char *msg, char *err, size_t err_len) {
-    int mine = failed ? world->rank : world->size, first;
-    mpiCheck(MPI_Allreduce(&mine, &first, 1, MPI_INT, MPI_MIN, world->mpi));
-    if (first == world->size) return 0;
-    msg[MSG_BYTES - 1] = 0;
-    mpiCheck(MPI_Bcast(msg, MSG_BYTES, MPI_CHAR, first, world->mpi));
+    if (comm_first_failure(world, failed, msg, MSG_BYTES) < 0) return 0;
     snprintf(err, err_len, "%s", msg);
     return 1;
 }

@@ -74,9 +74,6 @@ void divergence_check_states(Trainer *t, const CkptTensor *fp32, int n) {
             snprintf(mine, sizeof mine, "rank %d's %s holds %g at element %zu", t->world.rank, fp32[i].name,
                      ((const float *)fp32[i].host)[at], at);
     }
-    int me = mine[0] ? t->world.rank : t->world.size, first;
-    mpiCheck(MPI_Allreduce(&me, &first, 1, MPI_INT, MPI_MIN, t->world.mpi));
-    if (first == t->world.size) return;
-    mpiCheck(MPI_Bcast(mine, sizeof mine, MPI_CHAR, first, t->world.mpi));
-    stop(t, "after step %ld: %s", t->step, mine);
+    if (comm_first_failure(&t->world, mine[0] != 0, mine, sizeof mine) >= 0)
+        stop(t, "after step %ld: %s", t->step, mine);
 }

@@ -61,12 +61,12 @@ void trainer_check_same_settings(Trainer *t) {
     if (w->rank == 0) memcpy(theirs, text, len);
     mpiCheck(MPI_Bcast(theirs, (int)theirs_len, MPI_CHAR, 0, w->mpi));
     int differs = strcmp(text, theirs) != 0;
-    int me = differs ? w->rank : w->size, first;
-    mpiCheck(MPI_Allreduce(&me, &first, 1, MPI_INT, MPI_MIN, w->mpi));
-    char what[LINE_LEN * 2] = "", msg[LINE_LEN * 3];
-    if (differs) first_difference(text, theirs, what, sizeof what);
-    snprintf(msg, sizeof msg, "the ranks were given different settings: rank %d has %s; give every rank the same "
-             "flags", first, what);
-    mpiCheck(MPI_Bcast(msg, sizeof msg, MPI_CHAR, first, w->mpi));
+    char what[LINE_LEN * 2] = "", msg[LINE_LEN * 3] = "";
+    if (differs) {
+        first_difference(text, theirs, what, sizeof what);
+        snprintf(msg, sizeof msg, "the ranks were given different settings: rank %d has %s; give every rank the "
+                 "same flags", w->rank, what);
+    }
+    comm_first_failure(w, differs, msg, sizeof msg);
     fail_usage("%s", msg);
 }

@@ -43,11 +43,7 @@ static int file_writable(const char *flag, const char *path, int renamed, char *
 
 // Every rank: 0, or the lowest failing rank's message on all and exit 2.
 static void agree_or_fail(Comm *world, int failed, char *msg) {
-    int mine = failed ? world->rank : world->size, first;
-    mpiCheck(MPI_Allreduce(&mine, &first, 1, MPI_INT, MPI_MIN, world->mpi));
-    if (first == world->size) return;
-    mpiCheck(MPI_Bcast(msg, MSG_LEN, MPI_CHAR, first, world->mpi));
-    fail_usage("%s", msg);
+    if (comm_first_failure(world, failed, msg, MSG_LEN) >= 0) fail_usage("%s", msg);
 }
 
 void trainer_check_outputs(Trainer *t) {
