@@ -30,14 +30,14 @@ static void give_staging(ParamFetch *pf, int i) { pf->staging_free[pf->free_n++]
 
 // Starts reading unit u's slice, unless it is on its way. The last update's
 // write of those params must be out first: when it is not, a read ahead is
-// left for later and a read the gather needs now waits.
-static void start_read(ParamFetch *pf, Trainer *t, int u, int blocking) {
+// left for later (returns 0) and a read the gather needs now waits.
+static int start_read(ParamFetch *pf, Trainer *t, int u, int blocking) {
     SliceRead *r = &pf->reads[u];
     size_t first, count = own_slice(t, u, &first);
-    if (r->active || count == 0) return;
+    if (r->active || count == 0) return 1;
     size_t in_shard = first - t->part.begin, lo, hi;
     if (swapper_params_pending(pf->swap, in_shard, count)) {
-        if (!blocking) return;
+        if (!blocking) return 0;
         swapper_wait_params(pf->swap, in_shard, count);
     }
     file_range(t, first, count, &lo, &hi, &r->skip);
@@ -46,6 +46,7 @@ static void start_read(ParamFetch *pf, Trainer *t, int u, int blocking) {
     r->count = count;
     aio_submit(pf->aio, &r->req, AIO_READ, pf->file, lo, pf->staging[r->staging].ptr, hi - lo);
     r->active = 1;
+    return 1;
 }
 
 // Waits for unit u's read and puts it on the I/O row. A read that fails
@@ -107,11 +108,24 @@ void param_fetch_ahead(ParamFetch *pf, Trainer *t, int u, int backward) {
     if (!pf->from_nvme) return;
     pf->ahead_from = u;
     pf->ahead_backward = backward;
+    // At a forward's start nothing computes before the window's params are
+    // back (a rank without a slice of the first unit waits in its gather), so
+    // these reads wait for the last update's writes of them; later ones that
+    // would wait are left for later.
+    int blocking = !backward && u == GPT_UNIT_EMBED, done = 1;
     for (int k = 1; k <= pf->ahead; k++) {
         int units[2], n = param_shard_upcoming(t, u, backward, k, units);
-        for (int i = 0; i < n; i++)
-            if (pf->ps->live[units[i]].state == LIVE_NONE) start_read(pf, t, units[i], 0);
+        for (int i = 0; i < n; i++) {
+            if (pf->ps->live[units[i]].state != LIVE_NONE) continue;
+            SliceRead *r = &pf->reads[units[i]];
+            if (!start_read(pf, t, units[i], blocking) || (r->active && !aio_test(pf->aio, &r->req))) done = 0;
+        }
     }
+    // The window's params are in: the optimizer states held back may go out
+    // now. Not sooner: the disk shares itself between requests in flight
+    // rather than serving the first first, so reads beside those writes
+    // would take as long as the writes.
+    if (done) swapper_release_writes(pf->swap);
 }
 
 // Dropped reads still took the disk's time: they go on the I/O row, but no

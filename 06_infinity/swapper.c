@@ -61,8 +61,8 @@ static void collect(Swapper *sw, SwapSlot *s, int i) {
     AioRequest *r = &s->req[i];
     aio_wait(sw->aio[i], r);
     double t0 = r->start_us > 0 ? r->start_us : r->submit_us;
-    trace_span(sw->trace, TRACE_TID_IO, r->op == AIO_READ ? "nvme read" : "nvme write", t0, r->done_us,
-               (double)r->bytes);
+    const char *name = r->op == AIO_READ ? "nvme read" : i == SWAP_PARAMS ? "nvme write params" : "nvme write";
+    trace_span(sw->trace, TRACE_TID_IO, name, t0, r->done_us, (double)r->bytes);
     if (r->status != 0 && !sw->error) {
         sw->error = r->status;
         snprintf(sw->error_msg, sizeof sw->error_msg, "%s", r->error);
@@ -70,16 +70,23 @@ static void collect(Swapper *sw, SwapSlot *s, int i) {
     s->active[i] = 0;
 }
 
-// Waits for everything the slot has in flight; a finished read leaves its
-// sub-group ready.
+static void submit_states(Swapper *sw, SwapSlot *s) {
+    for (int i = SWAP_MASTER; i <= SWAP_V; i++) submit(sw, s, i, AIO_WRITE, s->group);
+    s->held = 0;
+}
+
+// Waits for everything the slot has in flight (held writes start first); a
+// finished read leaves its sub-group ready.
 static void settle(Swapper *sw, SwapSlot *s) {
+    if (s->held) submit_states(sw, s);
     for (int i = 0; i < SWAP_TENSORS; i++) collect(sw, s, i);
     if (s->state == SLOT_READING) s->ready = 1;
     s->state = SLOT_FREE;
 }
 
-// 1 when nothing of the slot is in flight any more (never blocks).
+// 1 when nothing of the slot is in flight or held any more (never blocks).
 static int finished(Swapper *sw, SwapSlot *s) {
+    if (s->held) return 0;
     for (int i = 0; i < SWAP_TENSORS; i++)
         if (s->active[i] && !aio_test(sw->aio[i], &s->req[i])) return 0;
     return 1;
@@ -120,8 +127,11 @@ static void zero_tail(Swapper *sw, SwapSlot *s, int i, size_t n) {
     memset((char *)s->t[i] + n * eb, 0, end - n * eb);
 }
 
+// The states of sub-group k wait for swapper_release_writes when the params
+// go out too and no later sub-group of the pass needs k's slot.
 static void write_back(Swapper *sw, SwapSlot *s, int k, unsigned what) {
     int states = (what & SWAP_WRITE) != 0, params = (what & SWAP_WRITE_PARAMS) && sw->file[SWAP_PARAMS];
+    int hold = states && params && k + SWAP_SLOTS >= sw->groups;
     if (!states && !params) return;
     SwapSlot *earlier = writing(sw, k);  // two writes of one region are never in flight together
     if (earlier && earlier != s) settle(sw, earlier);
@@ -134,11 +144,11 @@ static void write_back(Swapper *sw, SwapSlot *s, int k, unsigned what) {
         submit(sw, s, SWAP_PARAMS, AIO_WRITE, k);
         sw->write_bytes += 2.0 * n;
     }
-    for (int i = SWAP_MASTER; i <= SWAP_V && states; i++) {
-        zero_tail(sw, s, i, n);
-        submit(sw, s, i, AIO_WRITE, k);
-    }
-    if (states) sw->write_bytes += 12.0 * n;
+    if (!states) return;
+    for (int i = SWAP_MASTER; i <= SWAP_V; i++) zero_tail(sw, s, i, n);
+    sw->write_bytes += 12.0 * n;  // counted for this step, even when they go out during the next
+    if (hold) s->held = 1;
+    else submit_states(sw, s);
 }
 
 // A pass that writes without reading first: what was read ahead is stale.
@@ -190,6 +200,11 @@ void swapper_progress(Swapper *sw) {
         if (sw->slot[s].state != SLOT_FREE && finished(sw, &sw->slot[s])) settle(sw, &sw->slot[s]);
     for (int k = 0; k < SWAP_SLOTS && k < sw->groups; k++)
         if (!start_read(sw, k, 0)) break;
+}
+
+void swapper_release_writes(Swapper *sw) {
+    for (int s = 0; s < SWAP_SLOTS; s++)
+        if (sw->slot[s].held) submit_states(sw, &sw->slot[s]);
 }
 
 int swapper_drain(Swapper *sw) {

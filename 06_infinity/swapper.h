@@ -9,7 +9,13 @@
 // Between passes the swapper keeps the disk busy too: the last write-backs
 // finish while the model computes, and swapper_progress (called from the
 // layer hooks, never blocking) starts reading the first sub-groups of the
-// next pass as soon as their slots are free.
+// next pass as soon as their slots are free. When the pass also writes the
+// bf16 params (they live on NVMe), the next forward starts by reading them
+// back: so the last sub-groups' master, m and v (whose slots this pass does
+// not need again) are held back until swapper_release_writes, which the
+// param fetch calls once the step's first param reads are on their way. The
+// forward then waits for its params alone, not for the optimizer states
+// queued on the disk before them.
 //
 // Every request's interval goes on the trace's I/O row when it is collected;
 // a failed request stops the pass and is reported, never exits: the stage
@@ -38,6 +44,7 @@ typedef struct SwapSlot {
     SlotState state;
     int group;               // the sub-group it holds, reads or writes; -1: none
     int ready;               // `group` was read ahead for the next pass and not used yet
+    int held;                // SLOT_WRITING whose master, m, v writes wait for swapper_release_writes
     AioRequest req[SWAP_TENSORS];  // in flight: reads or writes, by tensor
     int active[SWAP_TENSORS];
 } SwapSlot;
@@ -87,6 +94,9 @@ int swapper_pass(Swapper *sw, unsigned what, SwapWork work, void *arg);
 void swapper_progress(Swapper *sw);
 // Waits for every request in flight; returns sw->error.
 int swapper_drain(Swapper *sw);
+// Starts the state writes the last pass held back (see above). Never blocks;
+// any wait for those slots (a read into them, a drain) starts them too.
+void swapper_release_writes(Swapper *sw);
 // 1 when a params write overlapping shard elements [first, first + count)
 // is still in flight; swapper_wait_params waits for those.
 int swapper_params_pending(Swapper *sw, size_t first, size_t count);

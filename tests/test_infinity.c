@@ -219,8 +219,12 @@ static int spans_of(const char *trace, const char *name, int tid, double *start,
 // once it is out, their reads go to the disk together. With one sub-group
 // (small at the default --sub-group-mb) one write holds every unit's params,
 // so in every step after the first the step's first params read has another
-// one beside it (they were one after the other before).
-static void test_step_start_reads_together(void **state) {
+// one beside it (they were one after the other before). And the update's
+// master, m and v writes wait until those reads are in: none starts between
+// the update's CPU Adam and the end of the next step's first params read
+// (they went out right behind the params write before, and the disk shared
+// itself between them and the reads the forward was waiting for).
+static void test_step_start_reads_params_first(void **state) {
     Ctx *c = *state;
     char fmt[CMD_LEN], flags[CMD_LEN], trace_path[PATH_LEN];
     snprintf(trace_path, sizeof trace_path, "%s/start.json", c->root);
@@ -230,10 +234,15 @@ static void test_step_start_reads_together(void **state) {
     free(run(c, "start", fmt, flags));
     char *trace = whole_file(trace_path);
     enum { MAX_SPANS = 4096 };
-    static double s0[MAX_SPANS], s1[MAX_SPANS], r0[MAX_SPANS], r1[MAX_SPANS];
+    static double s0[MAX_SPANS], s1[MAX_SPANS], r0[MAX_SPANS], r1[MAX_SPANS], a0[MAX_SPANS], a1[MAX_SPANS],
+        w0[MAX_SPANS], w1[MAX_SPANS];
     int steps = spans_of(trace, "step", 4, s0, s1, MAX_SPANS);
     int reads = spans_of(trace, "nvme read params", 3, r0, r1, MAX_SPANS);
-    if (steps < 2 || reads < 2) fail_msg("%d steps and %d params reads in rank 0's trace", steps, reads);
+    int adams = spans_of(trace, "cpu adam", 5, a0, a1, MAX_SPANS);
+    int writes = spans_of(trace, "nvme write", 3, w0, w1, MAX_SPANS);  // master, m, v (params: "nvme write params")
+    if (steps < 2 || reads < 2 || adams < 1 || writes < 3)
+        fail_msg("%d steps, %d params reads, %d cpu adam and %d state writes in rank 0's trace", steps, reads, adams,
+                 writes);
     for (int k = 1; k < steps; k++) {
         int first = -1;
         for (int i = 0; i < reads; i++)
@@ -244,6 +253,15 @@ static void test_step_start_reads_together(void **state) {
         if (!beside)
             fail_msg("step %d: its first params read [%.0f, %.0f] us ran alone; the reads ahead waited for it", k + 1,
                      r0[first] - s0[k], r1[first] - s0[k]);
+        double adam = -1;  // the update at the end of step k (1-based)
+        for (int i = 0; i < adams; i++)
+            if (a0[i] >= s0[k - 1] && a0[i] < s1[k - 1] && a0[i] > adam) adam = a0[i];
+        if (adam < 0) fail_msg("no cpu adam in step %d", k);
+        for (int i = 0; i < writes; i++)
+            if (w0[i] >= adam && w0[i] < r1[first])
+                fail_msg("step %d: a state write of the update began %.0f us before the first params read it "
+                         "waited for ended (that read: [%.0f, %.0f] us into the step)", k + 1, r1[first] - w0[i],
+                         r0[first] - s0[k], r1[first] - s0[k]);
     }
     free(trace);
 }
@@ -402,7 +420,7 @@ int main(void) {
         cmocka_unit_test(test_resume_without_swap_files),
         cmocka_unit_test(test_bytes_equal_formulas),
         cmocka_unit_test(test_io_row_and_cleanup),
-        cmocka_unit_test(test_step_start_reads_together),
+        cmocka_unit_test(test_step_start_reads_params_first),
         cmocka_unit_test(test_refusals),
         cmocka_unit_test(test_write_fails_mid_run),
     };
