@@ -131,7 +131,6 @@ static void zero_tail(Swapper *sw, SwapSlot *s, int i, size_t n) {
 // go out too and no later sub-group of the pass needs k's slot.
 static void write_back(Swapper *sw, SwapSlot *s, int k, unsigned what) {
     int states = (what & SWAP_WRITE) != 0, params = (what & SWAP_WRITE_PARAMS) && sw->file[SWAP_PARAMS];
-    int hold = states && params && k + SWAP_SLOTS >= sw->groups;
     if (!states && !params) return;
     SwapSlot *earlier = writing(sw, k);  // two writes of one region are never in flight together
     if (earlier && earlier != s) settle(sw, earlier);
@@ -147,7 +146,7 @@ static void write_back(Swapper *sw, SwapSlot *s, int k, unsigned what) {
     if (!states) return;
     for (int i = SWAP_MASTER; i <= SWAP_V; i++) zero_tail(sw, s, i, n);
     sw->write_bytes += 12.0 * n;  // counted for this step, even when they go out during the next
-    if (hold) s->held = 1;
+    if (params && k + SWAP_SLOTS >= sw->groups) s->held = 1;
     else submit_states(sw, s);
 }
 

@@ -13,9 +13,9 @@
 // bf16 params (they live on NVMe), the next forward starts by reading them
 // back: so the last sub-groups' master, m and v (whose slots this pass does
 // not need again) are held back until swapper_release_writes, which the
-// param fetch calls once the step's first param reads are on their way. The
-// forward then waits for its params alone, not for the optimizer states
-// queued on the disk before them.
+// param fetch calls once the step's first param reads are in (a disk shares
+// itself between the requests it holds, so reads beside those writes would
+// take as long as the writes). The forward then waits for its params alone.
 //
 // Every request's interval goes on the trace's I/O row when it is collected;
 // a failed request stops the pass and is reported, never exits: the stage

@@ -201,6 +201,17 @@ static void test_bytes_equal_formulas(void **state) {
 
 // ---- 4. the I/O on its own row; the files go at the end ----
 
+// 4 steps of small at 2 ranks with the params on NVMe and `extra` flags,
+// traced into trace_path (the tag's .json beside the record); the record.
+static char *traced_run(Ctx *c, const char *tag, const char *extra, char trace_path[PATH_LEN]) {
+    char fmt[CMD_LEN], flags[CMD_LEN];
+    snprintf(trace_path, PATH_LEN, "%s/%s-trace.json", c->root, tag);
+    snprintf(fmt, sizeof fmt, "mpirun -np 2 ./infinity --model small --batch 2 --steps 4 --offload-params nvme "
+             "%%s --quiet --json %%s");
+    snprintf(flags, sizeof flags, "--nvme-path %s %s --trace %s", c->nvme, extra, trace_path);
+    return run(c, tag, fmt, flags);
+}
+
 // Rank 0's spans named `name` on the trace's row `tid`: start and end (us).
 static int spans_of(const char *trace, const char *name, int tid, double *start, double *end, int max) {
     char key[128];
@@ -226,12 +237,8 @@ static int spans_of(const char *trace, const char *name, int tid, double *start,
 // itself between them and the reads the forward was waiting for).
 static void test_step_start_reads_params_first(void **state) {
     Ctx *c = *state;
-    char fmt[CMD_LEN], flags[CMD_LEN], trace_path[PATH_LEN];
-    snprintf(trace_path, sizeof trace_path, "%s/start.json", c->root);
-    snprintf(fmt, sizeof fmt, "mpirun -np 2 ./infinity --model small --batch 2 --steps 4 --offload-params nvme "
-             "%%s --quiet --json %%s");
-    snprintf(flags, sizeof flags, "--nvme-path %s --trace %s", c->nvme, trace_path);
-    free(run(c, "start", fmt, flags));
+    char trace_path[PATH_LEN];
+    free(traced_run(c, "start", "", trace_path));
     char *trace = whole_file(trace_path);
     enum { MAX_SPANS = 4096 };
     static double s0[MAX_SPANS], s1[MAX_SPANS], r0[MAX_SPANS], r1[MAX_SPANS], a0[MAX_SPANS], a1[MAX_SPANS],
@@ -268,12 +275,8 @@ static void test_step_start_reads_params_first(void **state) {
 
 static void test_io_row_and_cleanup(void **state) {
     Ctx *c = *state;
-    char fmt[CMD_LEN], flags[CMD_LEN], trace[PATH_LEN];
-    snprintf(trace, sizeof trace, "%s/trace.json", c->root);
-    snprintf(fmt, sizeof fmt, "mpirun -np 2 ./infinity --model small --batch 2 --steps 4 --offload-params nvme "
-             "%%s --quiet --json %%s");
-    snprintf(flags, sizeof flags, "--nvme-path %s --sub-group-mb 0.5 --trace %s", c->nvme, trace);
-    char *json = run(c, "trace", fmt, flags);
+    char trace[PATH_LEN];
+    char *json = traced_run(c, "trace", "--sub-group-mb 0.5", trace);
     const char *tm = strstr(json, "\"times_ms_per_step\":{");
     double io = number_of(tm, "io"), hidden = number_of(tm, "io_hidden"), step = number_of(tm, "step");
     if (!(io > 0 && hidden >= 0 && hidden <= io + 1e-3 && io <= step + 1e-3))
