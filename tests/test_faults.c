@@ -1,6 +1,7 @@
 // test_faults.c: faults around a run, run as programs from the repository
 // root: a file-size limit during a checkpoint write (one line, no temporary
-// files, the earlier checkpoint still loadable); output paths that cannot be
+// files, the earlier checkpoint still loadable; one too small for MPI to
+// start, said before it starts); output paths that cannot be
 // written, found before step 1; writes that fail at the end (a full disk);
 // two runs saving into one folder; a resume on other data or settings; ranks
 // given different flags; a rank killed by a signal. Each fault must end the
@@ -62,6 +63,16 @@ static void test_file_size_limit(void **state) {
     snprintf(cmd, sizeof cmd, "mpirun -np 2 bash -c 'ulimit -f 8192; exec ./zero2 --model small --d-model 256 "
              "--steps 1 --quiet --save %s/fresh'", c->root);
     free(expect_one_error(cmd, 2, "holds no earlier checkpoint"));
+}
+
+// Below the file Open MPI's shared memory makes for each rank (4 MiB), the
+// limit stopped MPI_Init itself: mpirun exited 1 without a word (or hung,
+// with the limit on mpirun too). The trainer says so before MPI starts.
+static void test_file_size_limit_below_mpi(void **state) {
+    (void)state;
+    const char *cmds[] = {"mpirun -np 2 bash -c 'ulimit -f 2048; exec ./zero2 --model tiny --steps 1'",
+                          "bash -c 'ulimit -f 1000; exec ./dp_baseline --model tiny --steps 1'"};
+    for (int i = 0; i < 2; i++) free(expect_one_error(cmds[i], 2, "the file size limit (ulimit -f) is"));
 }
 
 // Issue 15, item 8: --trace into a missing folder failed after the whole run
@@ -189,6 +200,7 @@ static int group_setup(void **state) {
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_file_size_limit),
+        cmocka_unit_test(test_file_size_limit_below_mpi),
         cmocka_unit_test(test_outputs_checked_before_step_1),
         cmocka_unit_test(test_full_disk_reported),
         cmocka_unit_test(test_save_folder_locked),

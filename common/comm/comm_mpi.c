@@ -3,8 +3,10 @@
 // bandwidth-optimal ring moves per rank (Patarasuk & Yuan; the ZeRO paper's
 // accounting), so a report can set measured time beside the formula.
 #include <limits.h>
+#include <math.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/resource.h>
 #include "bf16.h"
 #include "check.h"
 #include "comm.h"
@@ -456,7 +458,25 @@ double comm_ring_bytes(const Comm *c) {
 
 // ---- groups -----------------------------------------------------------------
 
+// Open MPI's shared-memory transport (vader, the one scripts/mpi-env.sh
+// keeps on a node) backs each rank's segment with a file of
+// btl_vader_segment_size bytes (4 MiB unless set) plus a header. Under a
+// smaller file-size limit MPI_Init fails, and mpirun then prints nothing
+// or waits for ever: said here first, in one line.
+static void check_file_size_limit(void) {
+    struct rlimit lim;
+    if (getrlimit(RLIMIT_FSIZE, &lim) != 0 || lim.rlim_cur == RLIM_INFINITY) return;
+    const char *set = getenv("OMPI_MCA_btl_vader_segment_size");
+    double segment = set && atof(set) > 0 ? atof(set) : 4194304.0;
+    double need_kib = ceil((segment + 4096) / 1024);
+    if ((double)lim.rlim_cur >= need_kib * 1024) return;
+    fail_usage("the file size limit (ulimit -f) is %.0f KiB, below the %.0f KiB file that Open MPI's shared "
+               "memory creates for each rank at start-up, so MPI cannot start; raise it (ulimit -f %.0f or more)",
+               (double)lim.rlim_cur / 1024, need_kib, need_kib);
+}
+
 void comm_world_init(Comm *world, int *argc, char ***argv, int *local_rank, int *local_size, int progress_thread) {
+    check_file_size_limit();
     // FUNNELED: OpenMP threads run kernels, only the main thread calls MPI;
     // MULTIPLE when a progress thread calls it too
     int want = progress_thread ? MPI_THREAD_MULTIPLE : MPI_THREAD_FUNNELED, provided = 0;

@@ -18,8 +18,20 @@ static int mpi_is_running(void) {
     return initialized && !finalized;
 }
 
+// Before MPI_Init the launcher's variables say which rank this is (Open
+// MPI's, then PMIx's and PMI's), so that an error found that early is still
+// printed once; a program started without a launcher is rank 0.
+static int launcher_rank(void) {
+    const char *names[] = {"OMPI_COMM_WORLD_RANK", "PMIX_RANK", "PMI_RANK"};
+    for (size_t i = 0; i < sizeof names / sizeof names[0]; i++) {
+        const char *v = getenv(names[i]);
+        if (v && *v) return atoi(v);
+    }
+    return 0;
+}
+
 int world_rank(void) {
-    if (!mpi_is_running()) return 0;
+    if (!mpi_is_running()) return launcher_rank();
     int rank = 0;
     MPI_Comm_rank(MPI_COMM_WORLD, &rank);
     return rank;
