@@ -38,6 +38,20 @@ enum {
     F_DEEPSPEED_CONFIG, F_COUNT
 };
 
+// infinity's bf16 params follow offload_param.device (a flag of infinity's,
+// which memory_math has not): the config's stage is the matching row.
+static void params_tier_of_config(const DsConfig *ds, Inputs *in) {
+    if (in->stage != STAGE_INFINITY || strcmp(ds->params_device, "none") == 0) return;
+    int nvme = strcmp(ds->params_device, "nvme") == 0;
+    in->stage = nvme ? STAGE_INFINITY_NVME : STAGE_INFINITY_CPU;
+    for (int i = 0; i < in->settings.nkeys; i++) {
+        ConfigKey *k = &in->settings.key[i];
+        if (strcmp(k->key, "zero_optimization.offload_param.device") == 0)
+            snprintf(k->effect, sizeof k->effect, "checked: the bf16 param shard %s, as %s",
+                     nvme ? "on NVMe" : "in pinned host memory", stage_name((StageId)in->stage));
+    }
+}
+
 // --deepspeed-config: its values become the flags' defaults (ds_config.h),
 // and its stage the one the config section answers for.
 static void apply_config(int argc, char **argv, FlagSpec *specs, Inputs *in) {
@@ -52,6 +66,7 @@ static void apply_config(int argc, char **argv, FlagSpec *specs, Inputs *in) {
         fail_usage("--deepspeed-config %s: %s asks for %s, which memory_math has no formula for", ds.path,
                    ds.binary_why, ds.binary);
     snprintf(in->stage_why, sizeof in->stage_why, "%s", ds.binary_why);
+    params_tier_of_config(&ds, in);
     ds_config_free(&ds);
 }
 

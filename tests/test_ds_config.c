@@ -365,6 +365,33 @@ static void test_memory_math(void **state) {
     assert_true(section_number(mm, "inputs", "batch") == 3);
     json_decref(mm);
     free(out);
+    // ZeRO-Infinity with offload_param nvme: nothing of the model states on
+    // the device; 2Ψ/N pinned (the gradient shard), 14Ψ/N on NVMe
+    rc = test_run("./memory_math --json --model gpt2-124m --ranks 4 --deepspeed-config " CONFIGS
+                  "/infinity_nvme.json", &out);
+    if (rc != 0) fail_msg("memory_math: exit %d:\n%s", rc, out);
+    mm = parse(out);
+    ds = json_object_get(mm, "deepspeed_config");
+    assert_string_equal(json_string_value(json_object_get(ds, "stage")), "infinity --offload-params nvme");
+    psi = section_number(mm, "inputs", "params");
+    pad = ceil(psi / 256) * 256;
+    rows = json_object_get(ds, "per_rank");
+    const char *tiers[3] = {"device", "pinned", "nvme"};
+    const double want[3] = {0, 2 * pad / 4, 14 * pad / 4};
+    for (size_t i = 0; i < json_array_size(rows); i++) {
+        json_t *row = json_array_get(rows, i);
+        const char *tier = json_string_value(json_object_get(row, "tier"));
+        double gb = json_number_value(json_object_get(row, "model_states_gb"));
+        int found = 0;
+        for (int w = 0; w < 3; w++)
+            if (strcmp(tier, tiers[w]) == 0) {
+                found = 1;
+                if (!test_close(gb, want[w] / 1e9, 0, 1e-12)) fail_msg("%s: %.6f GB, want %.6f", tier, gb, want[w] / 1e9);
+            }
+        if (!found) fail_msg("tier %s in the config's per-rank table", tier);
+    }
+    json_decref(mm);
+    free(out);
     free(expect_refusal("./memory_math --model tiny --deepspeed-config tests/ds_configs/missing.json", "unable to open"));
     free(expect_refusal("./memory_math --model tiny --ranks 4 --global-batch 10 --batch 2", "does not divide"));
 }

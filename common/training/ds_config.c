@@ -112,6 +112,7 @@ static void decide_binary(DsConfig *ds) {
         ds_fail(ds, "zero_optimization.cpu_offload", "DeepSpeed's old spelling; write \"offload_optimizer\": "
                 "{\"device\": \"cpu\"} in zero_optimization");
     const char *opt = offload_device(ds, OPT), *param = offload_device(ds, PARAM);
+    snprintf(ds->params_device, sizeof ds->params_device, "%s", param);
     json_t *v = ds_lookup(ds, "zero_optimization.stage");
     if (!v || ds_is_auto(v)) {
         if (strcmp(opt, "none") || strcmp(param, "none"))
@@ -139,7 +140,8 @@ static void decide_binary(DsConfig *ds) {
     } else {
         if (z != 3)
             ds_fail(ds, OPT, "nvme needs zero_optimization.stage 3 (ZeRO-Infinity), not %d", z);
-        choose(ds, "infinity", "zero_optimization.stage 3 with offload_optimizer.device nvme");
+        choose(ds, "infinity", "zero_optimization.stage 3 with offload_optimizer.device nvme%s%s",
+               strcmp(param, "none") ? " and offload_param.device " : "", strcmp(param, "none") ? param : "");
     }
 }
 

@@ -27,6 +27,7 @@ typedef struct DsConfig {
     // when it names no zero_optimization.stage; why: the keys that chose it.
     char binary[32];
     char binary_why[160];
+    char params_device[8];  // zero_optimization.offload_param.device: none, cpu or nvme
 } DsConfig;
 
 // Reads FILE (NULL: no config) and works out its stage. Bad JSON, a stage
