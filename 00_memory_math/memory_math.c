@@ -44,12 +44,8 @@ static void params_tier_of_config(const DsConfig *ds, Inputs *in) {
     if (in->stage != STAGE_INFINITY || strcmp(ds->params_device, "none") == 0) return;
     int nvme = strcmp(ds->params_device, "nvme") == 0;
     in->stage = nvme ? STAGE_INFINITY_NVME : STAGE_INFINITY_CPU;
-    for (int i = 0; i < in->settings.nkeys; i++) {
-        ConfigKey *k = &in->settings.key[i];
-        if (strcmp(k->key, "zero_optimization.offload_param.device") == 0)
-            snprintf(k->effect, sizeof k->effect, "checked: the bf16 param shard %s, as %s",
-                     nvme ? "on NVMe" : "in pinned host memory", stage_name((StageId)in->stage));
-    }
+    settings_key(&in->settings, "zero_optimization.offload_param.device", "checked: the bf16 param shard %s, as %s",
+                 nvme ? "on NVMe" : "in pinned host memory", stage_name((StageId)in->stage));
 }
 
 // --deepspeed-config: its values become the flags' defaults (ds_config.h),

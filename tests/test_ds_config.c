@@ -378,18 +378,21 @@ static void test_memory_math(void **state) {
     rows = json_object_get(ds, "per_rank");
     const char *tiers[3] = {"device", "pinned", "nvme"};
     const double want[3] = {0, 2 * pad / 4, 14 * pad / 4};
+    int seen[3] = {0};
     for (size_t i = 0; i < json_array_size(rows); i++) {
         json_t *row = json_array_get(rows, i);
         const char *tier = json_string_value(json_object_get(row, "tier"));
         double gb = json_number_value(json_object_get(row, "model_states_gb"));
-        int found = 0;
-        for (int w = 0; w < 3; w++)
-            if (strcmp(tier, tiers[w]) == 0) {
-                found = 1;
-                if (!test_close(gb, want[w] / 1e9, 0, 1e-12)) fail_msg("%s: %.6f GB, want %.6f", tier, gb, want[w] / 1e9);
-            }
-        if (!found) fail_msg("tier %s in the config's per-rank table", tier);
+        int w = 0;
+        while (w < 3 && strcmp(tier, tiers[w]) != 0) w++;
+        if (w == 3) fail_msg("tier %s in the config's per-rank table", tier);
+        if (!test_close(gb, want[w] / 1e9, 0, 1e-12)) fail_msg("%s: %.6f GB, want %.6f", tier, gb, want[w] / 1e9);
+        seen[w]++;
     }
+    for (int w = 0; w < 3; w++)
+        if (seen[w] != 1) fail_msg("tier %s appears %d times in the config's per-rank table", tiers[w], seen[w]);
+    // and the key that chose the tiers says so
+    assert_non_null(strstr(out, "checked: the bf16 param shard on NVMe"));
     json_decref(mm);
     free(out);
     free(expect_refusal("./memory_math --model tiny --deepspeed-config tests/ds_configs/missing.json", "unable to open"));
