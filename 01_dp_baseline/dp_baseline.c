@@ -7,15 +7,11 @@
 #include "kernels.h"
 #include "trainer.h"
 
-// Params and grads are whole on every rank: the shared replicated hooks
-// (common/training/trainer.c) hand out slices of the full buffers, and each
-// unit's gradients are accumulated there over the micro-batches.
-
 // LAB 01: dp_step -- all-reduce the gradients; the same AdamW on every replica
 // After the last micro-batch each rank holds its own rows' gradient sum in
 // t->st.grads (bf16, Ψ elements): make it the sum over all ranks, in place
 // (comm_all_reduce_sum), once the compute stream has finished writing it.
-static void reduce_grads(Trainer *t) {
+static void all_reduce_grads(Trainer *t) {
     dev_sync(&t->dev, STREAM_COMPUTE);  // gradients complete before they travel
     comm_all_reduce_sum(&t->world, t->st.grads.ptr, t->layout.num_params, DT_BF16, NULL);
 }
@@ -36,6 +32,27 @@ static void update(Trainer *t, const AdamWStep *s) {
 }
 // LAB END
 
+// The micro-batch step. Params and grads are whole on every rank: each unit
+// reads its slice of the full params, and its gradients are added into the
+// full bf16 gradient buffer over the micro-batches (the replicated helpers,
+// common/training/trainer.c). After the last micro-batch, the all-reduce.
+static double forward_backward(Trainer *t, const MicroBatches *mb) {
+    GPT *g = &t->model;
+    const bf16 *embed = replicated_unit_params(t, GPT_UNIT_EMBED);  // the head reads wte too (tied)
+    double loss = 0;
+    for (int i = 0; i < mb->count; i++) {
+        trainer_micro_batch_to_slot(t, mb, i, 0);
+        for (int u = 0; u < g->L.num_units; u++) gpt_unit_forward(g, u, 0, replicated_unit_params(t, u), embed);
+        loss += gpt_slot_loss(g, 0);
+        if (!mb->backward) continue;
+        t->micro = i;
+        for (int u = g->L.num_units - 1; u >= 0; u--)
+            replicated_add_grads(t, u, gpt_unit_backward(g, u, 0, replicated_unit_params(t, u), embed));
+    }
+    if (mb->backward) all_reduce_grads(t);
+    return loss;
+}
+
 static void params_from_master(Trainer *t) {
     t->dev.k->f32_to_bf16(&t->dev, t->st.params.ptr, t->st.master.ptr, t->layout.num_params);
 }
@@ -48,9 +65,7 @@ const Strategy strategy_dp_baseline = {
     // everything whole, everything on the device
     .states = {.params = STATE_FULL, .grads = STATE_FULL, .optim = STATE_FULL,
                .params_tier = TIER_DEVICE, .grads_tier = TIER_DEVICE, .optim_tier = TIER_DEVICE},
-    .unit_params = replicated_unit_params,
-    .grads_ready = replicated_grads_ready,
-    .reduce_grads = reduce_grads,
+    .forward_backward = forward_backward,
     .grad_norm_sq = grad_norm_sq,
     .update = update,
     .params_from_master = params_from_master,

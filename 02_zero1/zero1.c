@@ -21,16 +21,13 @@ static double device_buffer_bytes(const void *ctx, const GPTLayout *l, const Par
     return (double)p->shard * sizeof(bf16);
 }
 
-// bf16 params and grads stay whole, as in dp_baseline (the replicated hooks):
-// gradients accumulate over micro-batches in the full buffer.
-
 // LAB 02: zero1_step -- reduce-scatter the gradients, update the own shard, all-gather
 // After the last micro-batch every rank holds the whole bf16 gradient
 // (t->st.grads, Ψ_pad elements). Reduce-scatter it so that rank r receives
 // the sum over ranks of its shard [r·shard, (r+1)·shard) in z->reduced
 // (comm_reduce_scatter_sum, counts of t->part.shard each): (N-1)/N·2Ψ bytes
 // per rank of a ring.
-static void reduce_grads(Trainer *t) {
+static void reduce_scatter_grads(Trainer *t) {
     Stage *z = t->sctx;
     int N = t->world.size;
     size_t counts[N];
@@ -50,6 +47,27 @@ static void update(Trainer *t, const AdamWStep *s) {
     all_gather_params(t);
 }
 // LAB END
+
+// The micro-batch step: dp_baseline's. bf16 params and grads stay whole:
+// each unit reads its slice of the full params, and its gradients are added
+// into the full bf16 gradient buffer over the micro-batches. After the last
+// micro-batch, the reduce-scatter.
+static double forward_backward(Trainer *t, const MicroBatches *mb) {
+    GPT *g = &t->model;
+    const bf16 *embed = replicated_unit_params(t, GPT_UNIT_EMBED);  // the head reads wte too (tied)
+    double loss = 0;
+    for (int i = 0; i < mb->count; i++) {
+        trainer_micro_batch_to_slot(t, mb, i, 0);
+        for (int u = 0; u < g->L.num_units; u++) gpt_unit_forward(g, u, 0, replicated_unit_params(t, u), embed);
+        loss += gpt_slot_loss(g, 0);
+        if (!mb->backward) continue;
+        t->micro = i;
+        for (int u = g->L.num_units - 1; u >= 0; u--)
+            replicated_add_grads(t, u, gpt_unit_backward(g, u, 0, replicated_unit_params(t, u), embed));
+    }
+    if (mb->backward) reduce_scatter_grads(t);
+    return loss;
+}
 
 static void params_from_master(Trainer *t) {
     t->dev.k->f32_to_bf16(&t->dev, own_param_slice(t), t->st.master.ptr, t->part.shard);
@@ -72,9 +90,7 @@ const Strategy strategy_zero1 = {
     .context_bytes = sizeof(Stage),
     .setup = setup,
     .device_buffer_bytes = device_buffer_bytes,
-    .unit_params = replicated_unit_params,
-    .grads_ready = replicated_grads_ready,
-    .reduce_grads = reduce_grads,
+    .forward_backward = forward_backward,
     .grad_norm_sq = grad_norm_sq,
     .update = update,
     .params_from_master = params_from_master,

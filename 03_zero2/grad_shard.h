@@ -48,5 +48,5 @@ void grad_shard_add_unit(GradShard *gs, Trainer *t, int u, const float *g);
 // End of a micro-batch's backward: send the last bucket and wait for all, so
 // the shard holds the sum over ranks (and over micro-batches so far).
 void grad_shard_flush(GradShard *gs, Trainer *t);
-// Let MPI move the buckets in flight (called from the layer hooks).
+// Let MPI move the buckets in flight (the step calls it before each unit's backward).
 void grad_shard_progress(GradShard *gs, Trainer *t);

@@ -30,23 +30,31 @@ static double device_buffer_bytes(const void *ctx, const GPTLayout *l, const Par
     return grad_shard_device_bytes(z->bucket_mb, p);
 }
 
-static void before_backward(Trainer *t, int u) {
+// The micro-batch step. bf16 params stay whole, as in ZeRO-1; the gradients
+// never are: as each unit's come out of backward they go into a bucket, and a
+// full bucket is reduce-scattered while backward goes on with the units
+// before it. After each micro-batch's last unit (the embeddings) the last
+// bucket goes, and the shard holds the sum over ranks (and micro-batches).
+static double forward_backward(Trainer *t, const MicroBatches *mb) {
     Stage *z = t->sctx;
-    grad_shard_progress(&z->grads, t);
+    GPT *g = &t->model;
+    const bf16 *embed = replicated_unit_params(t, GPT_UNIT_EMBED);  // the head reads wte too (tied)
+    double loss = 0;
+    for (int i = 0; i < mb->count; i++) {
+        trainer_micro_batch_to_slot(t, mb, i, 0);
+        for (int u = 0; u < g->L.num_units; u++) gpt_unit_forward(g, u, 0, replicated_unit_params(t, u), embed);
+        loss += gpt_slot_loss(g, 0);
+        if (!mb->backward) continue;
+        t->micro = i;
+        for (int u = g->L.num_units - 1; u >= 0; u--) {
+            grad_shard_progress(&z->grads, t);  // MPI moves the buckets in flight only inside its calls
+            const float *grads = gpt_unit_backward(g, u, 0, replicated_unit_params(t, u), embed);
+            grad_shard_add_unit(&z->grads, t, u, grads);  // a bucket that fills up leaves now
+        }
+        grad_shard_flush(&z->grads, t);
+    }
+    return loss;
 }
-
-static void grads_ready(Trainer *t, int u, const float *g) {
-    Stage *z = t->sctx;
-    grad_shard_add_unit(&z->grads, t, u, g);
-}
-
-// The embeddings finish backward last: the micro-batch's gradients are all bucketed.
-static void after_backward(Trainer *t, int u) {
-    Stage *z = t->sctx;
-    if (u == GPT_UNIT_EMBED) grad_shard_flush(&z->grads, t);
-}
-
-// Every micro-batch was reduced as it finished: no reduce_grads step.
 
 static double grad_norm_sq(Trainer *t) { return shard_grad_norm_sq(t, t->st.grads.ptr); }
 
@@ -77,10 +85,7 @@ const Strategy strategy_zero2 = {
     .flags = flags,
     .setup = setup,
     .device_buffer_bytes = device_buffer_bytes,
-    .unit_params = replicated_unit_params,
-    .before_backward = before_backward,
-    .grads_ready = grads_ready,
-    .after_backward = after_backward,
+    .forward_backward = forward_backward,
     .grad_norm_sq = grad_norm_sq,
     .update = update,
     .params_from_master = params_from_master,

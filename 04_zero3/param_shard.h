@@ -8,6 +8,8 @@
 #include "trainer.h"
 
 typedef enum { LIVE_NONE = 0, LIVE_GATHERING, LIVE_READY } LiveState;
+// The pass a unit is computed in: its forward, or its backward (gathered again).
+enum { PASS_FORWARD = 0, PASS_BACKWARD = 1 };
 
 typedef struct LiveUnit {
     LiveState state;

@@ -36,39 +36,42 @@ static double device_buffer_bytes(const void *ctx, const GPTLayout *l, const Par
     return grad_shard_device_bytes(z->bucket_mb, p) + param_shard_peak_bytes(l, z->prefetch);
 }
 
-static const bf16 *unit_params(Trainer *t, int u) {
+// The micro-batch step. No rank holds the params whole: before a unit
+// computes, its params are all-gathered (and the next units' gathers
+// started: prefetch), and after it they are released unless an upcoming unit
+// reads them. Backward gathers them again. The gradients leave in zero2's
+// buckets.
+static double forward_backward(Trainer *t, const MicroBatches *mb) {
     Stage *z = t->sctx;
-    return param_shard_view(&z->params, u);
+    GPT *g = &t->model;
+    ParamShard *ps = &z->params;
+    int head = gpt_unit_head(&g->L);
+    double loss = 0;
+    for (int i = 0; i < mb->count; i++) {
+        trainer_micro_batch_to_slot(t, mb, i, 0);
+        for (int u = 0; u < g->L.num_units; u++) {
+            param_shard_acquire(ps, t, u, PASS_FORWARD);  // gathered (the head's wte too), the next ones started
+            const bf16 *wte = u == head ? param_shard_view(ps, GPT_UNIT_EMBED) : NULL;  // tied output projection
+            gpt_unit_forward(g, u, 0, param_shard_view(ps, u), wte);
+            param_shard_release(ps, t, u, PASS_FORWARD);
+        }
+        loss += gpt_slot_loss(g, 0);
+        if (!mb->backward) continue;
+        t->micro = i;
+        for (int u = g->L.num_units - 1; u >= 0; u--) {
+            param_shard_acquire(ps, t, u, PASS_BACKWARD);
+            grad_shard_progress(&z->grads, t);  // MPI moves the buckets in flight only inside its calls
+            // the embeddings' backward scatters gradients and reads no params: nothing was gathered for it
+            const bf16 *p = u == GPT_UNIT_EMBED ? NULL : param_shard_view(ps, u);
+            const bf16 *wte = u == head ? param_shard_view(ps, GPT_UNIT_EMBED) : NULL;
+            const float *grads = gpt_unit_backward(g, u, 0, p, wte);
+            grad_shard_add_unit(&z->grads, t, u, grads);  // a bucket that fills up leaves now
+            param_shard_release(ps, t, u, PASS_BACKWARD);
+        }
+        grad_shard_flush(&z->grads, t);
+    }
+    return loss;
 }
-
-static void before_forward(Trainer *t, int u) {
-    Stage *z = t->sctx;
-    param_shard_acquire(&z->params, t, u, 0);
-}
-
-static void after_forward(Trainer *t, int u) {
-    Stage *z = t->sctx;
-    param_shard_release(&z->params, t, u, 0);
-}
-
-static void before_backward(Trainer *t, int u) {
-    Stage *z = t->sctx;
-    param_shard_acquire(&z->params, t, u, 1);
-    grad_shard_progress(&z->grads, t);
-}
-
-static void grads_ready(Trainer *t, int u, const float *g) {
-    Stage *z = t->sctx;
-    grad_shard_add_unit(&z->grads, t, u, g);
-}
-
-static void after_backward(Trainer *t, int u) {
-    Stage *z = t->sctx;
-    param_shard_release(&z->params, t, u, 1);
-    if (u == GPT_UNIT_EMBED) grad_shard_flush(&z->grads, t);
-}
-
-// Every micro-batch was reduced as it finished: no reduce_grads step.
 
 static double grad_norm_sq(Trainer *t) { return shard_grad_norm_sq(t, t->st.grads.ptr); }
 
@@ -104,12 +107,7 @@ const Strategy strategy_zero3 = {
     .flags = flags,
     .setup = setup,
     .device_buffer_bytes = device_buffer_bytes,
-    .unit_params = unit_params,
-    .before_forward = before_forward,
-    .after_forward = after_forward,
-    .before_backward = before_backward,
-    .grads_ready = grads_ready,
-    .after_backward = after_backward,
+    .forward_backward = forward_backward,
     .grad_norm_sq = grad_norm_sq,
     .update = update,
     .params_from_master = params_from_master,

@@ -137,16 +137,6 @@ static void setup(Trainer *t) {
     say_where(t, z);
 }
 
-// ---- forward and backward: zero3's, with the disk kept busy ----
-
-// While the model computes, the next optimizer step's first sub-groups come
-// in (training only: after the last step nothing reads them).
-static void before_unit(Trainer *t, Stage *z, int u, int backward) {
-    if (t->step < t->cfg.steps) swapper_progress(&z->swap);
-    if (z->params_at != PARAMS_DEVICE) param_fetch_ahead(&z->fetch, t, u, backward);
-    param_shard_acquire(&z->params, t, u, backward);
-}
-
 // zero3's on the device: the buckets, and the units gathered at once at this
 // prefetch depth (the swapper's slots and the param slices are pinned host memory).
 static double device_buffer_bytes(const void *ctx, const GPTLayout *l, const Partition *p) {
@@ -154,33 +144,48 @@ static double device_buffer_bytes(const void *ctx, const GPTLayout *l, const Par
     return grad_shard_device_bytes(z->bucket_mb, p) + param_shard_peak_bytes(l, z->prefetch);
 }
 
-static const bf16 *unit_params(Trainer *t, int u) {
-    Stage *z = t->sctx;
-    return param_shard_view(&z->params, u);
+// ---- the micro-batch step: zero3's, with the disk kept busy ----
+
+// Before unit u computes: while the model computes, the next optimizer
+// step's first sub-groups come in (training only: after the last step
+// nothing reads them), the param slices of the units ahead are read from
+// NVMe (params off the device), then zero3's gather.
+static void before_unit(Trainer *t, Stage *z, int u, int pass) {
+    if (t->step < t->cfg.steps) swapper_progress(&z->swap);
+    if (z->params_at != PARAMS_DEVICE) param_fetch_ahead(&z->fetch, t, u, pass);
+    param_shard_acquire(&z->params, t, u, pass);
 }
 
-static void before_forward(Trainer *t, int u) { before_unit(t, t->sctx, u, 0); }
-
-static void after_forward(Trainer *t, int u) {
+static double forward_backward(Trainer *t, const MicroBatches *mb) {
     Stage *z = t->sctx;
-    param_shard_release(&z->params, t, u, 0);
-}
-
-static void before_backward(Trainer *t, int u) {
-    Stage *z = t->sctx;
-    before_unit(t, z, u, 1);
-    grad_shard_progress(&z->grads, t);
-}
-
-static void grads_ready(Trainer *t, int u, const float *g) {
-    Stage *z = t->sctx;
-    grad_shard_add_unit(&z->grads, t, u, g);
-}
-
-static void after_backward(Trainer *t, int u) {
-    Stage *z = t->sctx;
-    param_shard_release(&z->params, t, u, 1);
-    if (u == GPT_UNIT_EMBED) grad_shard_flush(&z->grads, t);
+    GPT *g = &t->model;
+    ParamShard *ps = &z->params;
+    int head = gpt_unit_head(&g->L);
+    double loss = 0;
+    for (int i = 0; i < mb->count; i++) {
+        trainer_micro_batch_to_slot(t, mb, i, 0);
+        for (int u = 0; u < g->L.num_units; u++) {
+            before_unit(t, z, u, PASS_FORWARD);
+            const bf16 *wte = u == head ? param_shard_view(ps, GPT_UNIT_EMBED) : NULL;  // tied output projection
+            gpt_unit_forward(g, u, 0, param_shard_view(ps, u), wte);
+            param_shard_release(ps, t, u, PASS_FORWARD);
+        }
+        loss += gpt_slot_loss(g, 0);
+        if (!mb->backward) continue;
+        t->micro = i;
+        for (int u = g->L.num_units - 1; u >= 0; u--) {
+            before_unit(t, z, u, PASS_BACKWARD);
+            grad_shard_progress(&z->grads, t);
+            // the embeddings' backward scatters gradients and reads no params: nothing was gathered for it
+            const bf16 *p = u == GPT_UNIT_EMBED ? NULL : param_shard_view(ps, u);
+            const bf16 *wte = u == head ? param_shard_view(ps, GPT_UNIT_EMBED) : NULL;
+            const float *grads = gpt_unit_backward(g, u, 0, p, wte);
+            grad_shard_add_unit(&z->grads, t, u, grads);  // the reduced parts go down to the host shard
+            param_shard_release(ps, t, u, PASS_BACKWARD);
+        }
+        grad_shard_flush(&z->grads, t);
+    }
+    return loss;
 }
 
 // ---- the optimizer step, through the swapper ----
@@ -351,12 +356,7 @@ const Strategy strategy_infinity = {
     .check = check,
     .setup = setup,
     .device_buffer_bytes = device_buffer_bytes,
-    .unit_params = unit_params,
-    .before_forward = before_forward,
-    .after_forward = after_forward,
-    .before_backward = before_backward,
-    .grads_ready = grads_ready,
-    .after_backward = after_backward,
+    .forward_backward = forward_backward,
     .grad_norm_sq = host_grads_norm_sq,
     .update = update,
     .params_from_master = params_from_master,

@@ -7,8 +7,8 @@
 // its write-back has finished.
 //
 // Between passes the swapper keeps the disk busy too: the last write-backs
-// finish while the model computes, and swapper_progress (called from the
-// layer hooks, never blocking) starts reading the first sub-groups of the
+// finish while the model computes, and swapper_progress (called by the
+// step before each unit, never blocking) starts reading the first sub-groups of the
 // next pass as soon as their slots are free. When the pass also writes the
 // bf16 params (they live on NVMe), the next forward starts by reading them
 // back: so the last sub-groups' master, m and v (whose slots this pass does

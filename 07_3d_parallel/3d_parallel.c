@@ -84,15 +84,15 @@ static void check_held(const Trainer *t, const Stage *z, int u) {
           z->grid.last_unit);
 }
 
-static const bf16 *unit_params(Trainer *t, int u) {
+const bf16 *part_unit_params(Trainer *t, int u) {
     Stage *z = t->sctx;
     check_held(t, z, u);
     return (const bf16 *)t->st.params.ptr + state_offset(t, z, u);
 }
 
 // The first micro-batch of a step writes a unit's gradients, the others add.
-// On the last stage the head hands over wte's part of the tied gradient.
-static void grads_ready(Trainer *t, int u, const float *g) {
+// On the last stage unit 0 is the wte copy (the head's part of the tied gradient).
+void part_add_grads(Trainer *t, int u, const float *g) {
     Stage *z = t->sctx;
     check_held(t, z, u);
     t->dev.k->grad_to_bf16(&t->dev, (bf16 *)t->st.grads.ptr + state_offset(t, z, u), g, state_count(t, z, u),
@@ -138,14 +138,6 @@ static double device_buffer_bytes(const void *ctx, const GPTLayout *l, const Par
 
 // ---- the step ----
 
-static double forward_backward(Trainer *t, const MicroBatches *mb) {
-    Stage *z = t->sctx;
-    if (mb->dloss_scale != 0)  // a step: its bytes by group are counted until the update ends
-        for (int k = 0; k < GROUP_COUNT; k++)
-            memcpy(z->at_step_start[k], t->groups[k]->stats.ring_bytes, sizeof z->at_step_start[k]);
-    return pipeline_run(&z->pipe, mb);
-}
-
 // The tied wte's two halves of the gradient (the embedding's on the first
 // stage, the head's on the last) summed between the two, then ZeRO-1 over
 // the replicas: rank r of dp receives the sum of its shard.
@@ -159,6 +151,18 @@ static void reduce_grads(Trainer *t) {
     size_t counts[D];
     for (int q = 0; q < D; q++) counts[q] = t->part.shard;
     comm_reduce_scatter_sum(t->dp, t->st.grads.ptr, z->reduced.ptr, counts, DT_BF16, NULL);
+}
+
+// The micro-batches through the pipeline's schedule (pipeline.c), then the
+// gradients reduced.
+static double forward_backward(Trainer *t, const MicroBatches *mb) {
+    Stage *z = t->sctx;
+    if (mb->backward)  // a step: its bytes by group are counted until the update ends
+        for (int k = 0; k < GROUP_COUNT; k++)
+            memcpy(z->at_step_start[k], t->groups[k]->stats.ring_bytes, sizeof z->at_step_start[k]);
+    double loss = pipeline_run(&z->pipe, mb);
+    if (mb->backward) reduce_grads(t);
+    return loss;
 }
 
 static double grad_norm_sq(Trainer *t) {
@@ -212,10 +216,7 @@ const Strategy strategy_3d_parallel = {
     .place = place,
     .setup = setup,
     .device_buffer_bytes = device_buffer_bytes,
-    .unit_params = unit_params,
-    .grads_ready = grads_ready,
     .forward_backward = forward_backward,
-    .reduce_grads = reduce_grads,
     .grad_norm_sq = grad_norm_sq,
     .update = update,
     .params_from_master = params_from_master,

@@ -27,6 +27,12 @@ typedef struct Stage {
     struct RankFigures *figures;  // every rank's end-of-run figures, gathered on rank 0 (grid_report.c)
 } Stage;
 
+// 3d_parallel.c: unit u's bf16 params in this rank's states (unit 0 on the
+// last stage: its wte copy), and its fp32 gradients added to its bf16 grads
+// (written by the step's first micro-batch).
+const bf16 *part_unit_params(Trainer *t, int u);
+void part_add_grads(Trainer *t, int u, const float *g);
+
 // grid_report.c
 GridShape grid_shape(const Trainer *t, const Stage *z);
 double grid_comm_formula(Trainer *t, const char **text);

@@ -2,6 +2,7 @@
 // micro-batches' slots, the transfers between neighbouring stages, AFAB and
 // 1F1B, and the bubble measured from the timeline.
 #include "pipeline.h"
+#include "parallel3d.h"
 #include <stdio.h>
 #include <stdlib.h>
 #include "check.h"
@@ -142,13 +143,14 @@ static void forward(Pipeline *p, int i) {
     const MicroBatches *mb = p->mb;
     GPT *g = model(p);
     int s = claim_slot(p, i);
-    trainer_load_micro_batch(t, mb->split, mb->first + (uint64_t)i, mb->inputs, mb->targets);
-    gpt_slot_tokens(g, s, mb->inputs, mb->targets, mb->dloss_scale);
+    trainer_micro_batch_to_slot(t, mb, i, s);
+    const bf16 *wte = is_last(p) ? part_unit_params(t, GPT_UNIT_EMBED) : NULL;  // the head's tied projection
     double t0 = now_us();
-    for (int u = g->plan.first_unit; u <= g->plan.last_unit; u++) gpt_unit_forward(g, &t->hooks, u, s);
+    for (int u = g->plan.first_unit; u <= g->plan.last_unit; u++)
+        gpt_unit_forward(g, u, s, part_unit_params(t, u), wte);
     trace_span(&t->trace, TRACE_TID_COMPUTE, p->names[i], t0, now_us(), 0);
     if (is_last(p)) p->loss += gpt_slot_loss(g, s);
-    if (++p->in_flight > p->peak_in_flight && mb->dloss_scale != 0) p->peak_in_flight = p->in_flight;
+    if (++p->in_flight > p->peak_in_flight && mb->backward) p->peak_in_flight = p->in_flight;
 }
 
 static void backward(Pipeline *p, int j) {
@@ -157,8 +159,13 @@ static void backward(Pipeline *p, int j) {
     int s = slot_of(p, j);
     comm_wait(p->pp, &p->sent_bwd[s]);  // the backward rewrites the gradient an earlier send carries
     t->micro = j;  // the first micro-batch writes the gradients, the others add to them
+    const bf16 *wte = is_last(p) ? part_unit_params(t, GPT_UNIT_EMBED) : NULL;
     double t0 = now_us();
-    for (int u = g->plan.last_unit; u >= g->plan.first_unit; u--) gpt_unit_backward(g, &t->hooks, u, s);
+    for (int u = g->plan.last_unit; u >= g->plan.first_unit; u--) {
+        part_add_grads(t, u, gpt_unit_backward(g, u, s, part_unit_params(t, u), wte));
+        // the last stage keeps a copy of wte: the head's part of its tied gradient goes there
+        if (u == gpt_unit_head(&g->L) && !is_first(p)) part_add_grads(t, GPT_UNIT_EMBED, gpt_tied_wte_grads(g, s));
+    }
     trace_span(&t->trace, TRACE_TID_COMPUTE, p->names[p->max_micro + j], t0, now_us(), 0);
     release_slot(p, s);
 }
@@ -243,17 +250,14 @@ double pipeline_run(Pipeline *p, const MicroBatches *mb) {
     CHECK(mb->count <= p->max_micro, "pipeline: %d micro-batches in a pass, at most %d", mb->count, p->max_micro);
     p->mb = mb;
     p->loss = 0;
-    int training = mb->dloss_scale != 0;
+    int training = mb->backward;
     double t0 = now_us();
     if (!training) forwards_only(p, mb->count);
     else if (p->schedule == SCHEDULE_AFAB) all_forward_all_backward(p, mb->count);
     else one_forward_one_backward(p, mb->count);
     wait_sends(p);
     CHECK(p->in_flight == 0, "pipeline: %d micro-batches still in flight after the schedule", p->in_flight);
-    if (training) {
-        p->t->micro = mb->count;
-        measure_bubble(p, t0, now_us());
-    }
+    if (training) measure_bubble(p, t0, now_us());
     // the losses are the last stage's: every stage returns them
     return comm_sum_f64(p->pp, is_last(p) ? p->loss : 0.0);
 }

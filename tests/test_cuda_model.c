@@ -13,6 +13,7 @@
 #include "check.h"
 #include "device.h"
 #include "gpt.h"
+#include "model_walk.h"
 
 typedef struct Side {
     Device dev;
@@ -20,17 +21,6 @@ typedef struct Side {
     Buf params;      // bf16 on the device
     float *grads;    // fp32 on the host, filled by grads_ready
 } Side;
-
-static const bf16 *side_params(void *ctx, int u) {
-    Side *s = ctx;
-    return (const bf16 *)s->params.ptr + s->l.unit[u].offset;
-}
-static void side_grads_ready(void *ctx, int u, const float *g) {
-    Side *s = ctx;
-    dev_copy(&s->dev, s->grads + s->l.unit[u].offset, g, s->l.unit[u].count * sizeof(float), STREAM_COMPUTE);
-    dev_sync(&s->dev, STREAM_COMPUTE);
-}
-static void nothing(void *ctx, int u) {}
 
 static int skip_without_gpu(void) {
     if (device_cuda_available()) return 0;
@@ -70,9 +60,8 @@ static double run_side(Side *s, const char *kind, Shape sh, const bf16 *host_par
     GPT g;
     GPTPlan plan = gpt_plan_whole(&s->l, B, T);
     gpt_alloc(&g, &s->l, &s->dev, &plan, NULL);
-    GPTHooks h = {s, side_params, nothing, nothing, nothing, side_grads_ready, nothing};
-    double loss = gpt_forward(&g, &h, in, tgt, 1.0f / (B * T));
-    gpt_backward(&g, &h);
+    double loss = walk_loss(&g, s->params.ptr, in, tgt, 1.0f / (B * T));
+    walk_backward(&g, s->params.ptr, s->grads, 0);
     dev_sync(&s->dev, STREAM_COMPUTE);
     gpt_free(&g);
     buf_free(&s->dev, &s->params);

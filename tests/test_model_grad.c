@@ -1,30 +1,21 @@
 // The whole model's gradients against finite differences of its loss, on the
-// `tiny` preset, through the same forward/backward and hooks the trainers use.
+// `tiny` preset, through the same unit forward and backward the trainers use.
 #include "testutil.h"
 #include "bf16.h"
 #include "device.h"
 #include "gpt.h"
+#include "model_walk.h"
 
 typedef struct Full {
     GPTLayout l;
     bf16 *params;  // Ψ
-    float *grads;  // Ψ, fp32 (filled by grads_ready)
+    float *grads;  // Ψ, fp32 (added to by the backward walk)
 } Full;
-
-static const bf16 *full_params(void *ctx, int u) {
-    Full *f = ctx;
-    return f->params + f->l.unit[u].offset;
-}
-static void full_grads_ready(void *ctx, int u, const float *g) {
-    Full *f = ctx;
-    memcpy(f->grads + f->l.unit[u].offset, g, f->l.unit[u].count * sizeof(float));
-}
-static void nothing(void *ctx, int u) {}
 
 enum { B = 2, T = 8 };
 
-static double loss_of(GPT *g, const GPTHooks *h, const int32_t *in, const int32_t *tgt) {
-    return gpt_forward(g, h, in, tgt, 0.0f);
+static double loss_of(GPT *g, const Full *f, const int32_t *in, const int32_t *tgt) {
+    return walk_loss(g, f->params, in, tgt, 0.0f);
 }
 
 // For each tensor of every unit, the entries with the largest analytic
@@ -51,13 +42,12 @@ static void gradients_match_finite_differences(int vocab) {
     GPT g;
     GPTPlan plan = gpt_plan_whole(&f.l, B, T);
     gpt_alloc(&g, &f.l, &d, &plan, NULL);
-    GPTHooks h = {&f, full_params, nothing, nothing, nothing, full_grads_ready, nothing};
     int32_t in[B * T], tgt[B * T];
     uint64_t s = 99;
     for (int i = 0; i < B * T; i++) { in[i] = (int32_t)(test_rng_next(&s) % vocab); tgt[i] = (int32_t)(test_rng_next(&s) % vocab); }
 
-    gpt_forward(&g, &h, in, tgt, 1.0f / (B * T));
-    gpt_backward(&g, &h);
+    walk_loss(&g, f.params, in, tgt, 1.0f / (B * T));
+    walk_backward(&g, f.params, f.grads, 0);
 
     int checked = 0, bad = 0;
     for (int u = 0; u < f.l.num_units; u++) {
@@ -78,10 +68,10 @@ static void gradients_match_finite_differences(int vocab) {
             float p = bf16_to_f32(keep), step = fmaxf(0.005f, fabsf(p) * 0.02f);
             f.params[i] = f32_to_bf16(p + step);
             float hi = bf16_to_f32(f.params[i]);
-            double lhi = loss_of(&g, &h, in, tgt);
+            double lhi = loss_of(&g, &f, in, tgt);
             f.params[i] = f32_to_bf16(p - step);
             float lo = bf16_to_f32(f.params[i]);
-            double llo = loss_of(&g, &h, in, tgt);
+            double llo = loss_of(&g, &f, in, tgt);
             f.params[i] = keep;
             double fd = (lhi - llo) / ((double)hi - lo), an = f.grads[i];
             checked++;

@@ -11,38 +11,24 @@
 //     losses and gradients; wte's gradient, whose two parts (tied head,
 //     embeddings) are added in another order, within fp32 rounding;
 //   - the activation bytes of a plan equal the allocation and the formula;
-//   - misuse (a unit outside the plan, interleaved backwards) fails loudly.
+//   - misuse (a unit outside the plan, interleaved backwards, the head
+//     without wte, a tied gradient not taken) fails loudly.
 #include "testutil.h"
 #include "bf16.h"
 #include "check.h"
 #include "device.h"
 #include "gpt.h"
+#include "model_walk.h"
 
 enum { B = 2, T = 8, BT = B * T, MAX_MB = 4 };
 
 // The whole model's bf16 params and, per micro-batch, its fp32 gradients
-// (grads_ready adds into grads[mb], so a unit handed over in two parts sums).
+// (the walk adds into grads[mb], so a unit handed over in two parts sums).
 typedef struct Capture {
     GPTLayout l;
     bf16 *params;
     float *grads[MAX_MB];
-    int mb;  // micro-batch whose backward runs now
 } Capture;
-
-static const bf16 *cap_params(void *ctx, int u) {
-    Capture *c = ctx;
-    return c->params + c->l.unit[u].offset;
-}
-static void cap_grads_ready(void *ctx, int u, const float *g) {
-    Capture *c = ctx;
-    float *dst = c->grads[c->mb] + c->l.unit[u].offset;
-    for (size_t i = 0; i < c->l.unit[u].count; i++) dst[i] += g[i];
-}
-static void nothing(void *ctx, int u) {}
-
-static GPTHooks cap_hooks(Capture *c) {
-    return (GPTHooks){c, cap_params, nothing, nothing, nothing, cap_grads_ready, nothing};
-}
 
 static void device_cpu(Device *d) {
     DeviceOptions o = {.kind = "cpu", .local_size = 1};
@@ -98,12 +84,10 @@ static void reference(Device *d, Capture *c, const Batches *bt, int nmb, double 
     GPT g;
     GPTPlan plan = gpt_plan_whole(&c->l, B, T);
     gpt_alloc(&g, &c->l, d, &plan, NULL);
-    GPTHooks h = cap_hooks(c);
     capture_clear(c);
     for (int m = 0; m < nmb; m++) {
-        c->mb = m;
-        loss[m] = gpt_forward(&g, &h, bt->in[m], bt->tgt[m], 1.0f / (nmb * BT));
-        gpt_backward(&g, &h);
+        loss[m] = walk_loss(&g, c->params, bt->in[m], bt->tgt[m], 1.0f / (nmb * BT));
+        walk_backward(&g, c->params, c->grads[m], 0);
     }
     gpt_free(&g);
 }
@@ -130,17 +114,15 @@ static void run_schedule(Device *d, Capture *c, const Batches *bt, const Step *s
     GPTPlan plan = gpt_plan_whole(&c->l, B, T);
     plan.slots = slots;
     gpt_alloc(&g, &c->l, d, &plan, NULL);
-    GPTHooks h = cap_hooks(c);
     capture_clear(c);
     for (int i = 0; i < nsteps; i++) {
         int m = steps[i].mb, s = m % slots;
         if (steps[i].f) {
             gpt_slot_tokens(&g, s, bt->in[m], bt->tgt[m], 1.0f / (nmb * BT));
-            for (int u = 0; u < c->l.num_units; u++) gpt_unit_forward(&g, &h, u, s);
+            walk_forward(&g, c->params, s);
             loss[m] = gpt_slot_loss(&g, s);
         } else {
-            c->mb = m;
-            for (int u = c->l.num_units - 1; u >= 0; u--) gpt_unit_backward(&g, &h, u, s);
+            walk_backward(&g, c->params, c->grads[m], s);
         }
     }
     gpt_free(&g);
@@ -201,10 +183,9 @@ static void test_forwards_interleaved_by_unit(void **state) {
     GPTPlan plan = gpt_plan_whole(&c.l, B, T);
     plan.slots = 3;
     gpt_alloc(&g, &c.l, &d, &plan, NULL);
-    GPTHooks h = cap_hooks(&c);
     for (int s = 0; s < 3; s++) gpt_slot_tokens(&g, s, bt.in[s], bt.tgt[s], 1.0f / (3 * BT));
     for (int u = 0; u < c.l.num_units; u++)
-        for (int s = 2; s >= 0; s--) gpt_unit_forward(&g, &h, u, s);
+        for (int s = 2; s >= 0; s--) gpt_unit_forward(&g, u, s, c.params + c.l.unit[u].offset, c.params);
     for (int s = 0; s < 3; s++) {
         got[s] = gpt_slot_loss(&g, s);
         assert_memory_equal(&got[s], &want[s], sizeof(double));
@@ -240,7 +221,6 @@ static void test_pipeline_stages_match_whole(void **state) {
         GPTPlan p = {B, T, NMB, range[k][0], range[k][1]};
         gpt_alloc(&st[k], &c.l, &d, &p, NULL);
     }
-    GPTHooks h = cap_hooks(&c);
     size_t act_bytes = (size_t)BT * c.l.cfg.channels * d.act_bytes;
     for (int m = 0; m < NMB; m++) {
         gpt_slot_tokens(&st[0], m, bt.in[m], NULL, 0.0f);
@@ -248,15 +228,14 @@ static void test_pipeline_stages_match_whole(void **state) {
         gpt_slot_tokens(&st[2], m, NULL, bt.tgt[m], 1.0f / (NMB * BT));
         for (int k = 0; k < NSTAGE; k++) {
             if (k > 0) dev_copy(&d, gpt_slot_input(&st[k], m), gpt_slot_output(&st[k - 1], m), act_bytes, STREAM_COMPUTE);
-            for (int u = range[k][0]; u <= range[k][1]; u++) gpt_unit_forward(&st[k], &h, u, m);
+            walk_forward(&st[k], c.params, m);
         }
         got[m] = gpt_slot_loss(&st[2], m);
     }
     for (int m = 0; m < NMB; m++) {
-        c.mb = m;
         for (int k = NSTAGE - 1; k >= 0; k--) {
             if (k < NSTAGE - 1) dev_copy(&d, gpt_slot_grad(&st[k], m), gpt_slot_grad(&st[k + 1], m), act_bytes, STREAM_COMPUTE);
-            for (int u = range[k][1]; u >= range[k][0]; u--) gpt_unit_backward(&st[k], &h, u, m);
+            walk_backward(&st[k], c.params, c.grads[m], m);  // the last stage adds the head's part of wte's
         }
     }
     size_t wte_lo = c.l.emb_off[EMB_WTE], wte_hi = c.l.emb_off[EMB_WTE + 1];
@@ -342,8 +321,7 @@ static void forward_outside_range(void) {
     GPT g;
     GPTPlan p = {B, T, 1, 0, 1};
     gpt_alloc(&g, &c.l, &d, &p, NULL);
-    GPTHooks h = cap_hooks(&c);
-    gpt_unit_forward(&g, &h, 2, 0);
+    gpt_unit_forward(&g, 2, 0, c.params + c.l.unit[2].offset, c.params);
 }
 
 static void backwards_interleaved(void) {
@@ -357,17 +335,18 @@ static void backwards_interleaved(void) {
     GPTPlan p = gpt_plan_whole(&c.l, B, T);
     p.slots = 2;
     gpt_alloc(&g, &c.l, &d, &p, NULL);
-    GPTHooks h = cap_hooks(&c);
     for (int s = 0; s < 2; s++) {
         gpt_slot_tokens(&g, s, bt.in[s], bt.tgt[s], 1.0f);
-        for (int u = 0; u < c.l.num_units; u++) gpt_unit_forward(&g, &h, u, s);
+        walk_forward(&g, c.params, s);
     }
-    for (int u = c.l.num_units - 1; u >= 1; u--) gpt_unit_backward(&g, &h, u, 0);
-    gpt_unit_backward(&g, &h, c.l.num_units - 1, 1);  // slot 1's head restarts the embeddings' gradients
-    gpt_unit_backward(&g, &h, GPT_UNIT_EMBED, 0);
+    for (int u = c.l.num_units - 1; u >= 1; u--) walk_unit_backward(&g, c.params, c.grads[0], u, 0);
+    walk_unit_backward(&g, c.params, c.grads[1], c.l.num_units - 1, 1);  // slot 1's head restarts the embeddings' gradients
+    walk_unit_backward(&g, c.params, c.grads[0], GPT_UNIT_EMBED, 0);
 }
 
-static void whole_walk_on_a_stage(void) {
+// The head reads wte (its tied output projection): called without the
+// embeddings' params, it stops before computing.
+static void head_without_wte(void) {
     Device d;
     device_cpu_in_child(&d);
     Capture c;
@@ -375,10 +354,35 @@ static void whole_walk_on_a_stage(void) {
     Batches bt;
     batches_fill(&bt, 256);
     GPT g;
-    GPTPlan p = {B, T, 1, 1, 3};
+    GPTPlan p = gpt_plan_whole(&c.l, B, T);
     gpt_alloc(&g, &c.l, &d, &p, NULL);
-    GPTHooks h = cap_hooks(&c);
-    gpt_forward(&g, &h, bt.in[0], bt.tgt[0], 0.0f);
+    gpt_slot_tokens(&g, 0, bt.in[0], bt.tgt[0], 0.0f);
+    for (int u = 0; u < gpt_unit_head(&c.l); u++) gpt_unit_forward(&g, u, 0, c.params + c.l.unit[u].offset, NULL);
+    gpt_unit_forward(&g, gpt_unit_head(&c.l), 0, c.params + c.l.unit[gpt_unit_head(&c.l)].offset, NULL);
+}
+
+// A last pipeline stage that never takes the head's part of the tied wte
+// gradient would lose it: the next head backward stops instead.
+static void tied_wte_grads_not_taken(void) {
+    Device d;
+    device_cpu_in_child(&d);
+    Capture c;
+    capture_init(&c, "tiny", 256);
+    Batches bt;
+    batches_fill(&bt, 256);
+    GPT g;
+    int hu = gpt_unit_head(&c.l);
+    GPTPlan p = {B, T, 2, hu, hu};
+    gpt_alloc(&g, &c.l, &d, &p, NULL);
+    const bf16 *ph = c.params + c.l.unit[hu].offset;
+    size_t act_bytes = (size_t)BT * c.l.cfg.channels * d.act_bytes;
+    for (int s = 0; s < 2; s++) {
+        memset(gpt_slot_input(&g, s), 0, act_bytes);
+        gpt_slot_tokens(&g, s, NULL, bt.tgt[s], 1.0f);
+        gpt_unit_forward(&g, hu, s, ph, c.params);
+    }
+    gpt_unit_backward(&g, hu, 0, ph, c.params);
+    gpt_unit_backward(&g, hu, 1, ph, c.params);
 }
 
 static void expect_failure(ChildFn fn, const char *message) {
@@ -392,7 +396,8 @@ static void expect_failure(ChildFn fn, const char *message) {
 static void test_misuse_fails(void **state) {
     expect_failure(forward_outside_range, "forward of unit 2: this rank computes units 0..1");
     expect_failure(backwards_interleaved, "finish one slot's backward before the next slot's head");
-    expect_failure(whole_walk_on_a_stage, "gpt_forward walks the whole model");
+    expect_failure(head_without_wte, "the head reads the embeddings' too");
+    expect_failure(tied_wte_grads_not_taken, "slot 0's tied wte gradient was not taken");
 }
 
 int main(void) {

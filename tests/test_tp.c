@@ -97,16 +97,14 @@ static void test_two_slots_in_flight(void **state) {
     GPTPlan p = gpt_plan_whole(&m.l, B, T);
     p.slots = 2;
     gpt_alloc(&g, &m.l, &f->dev, &p, c);
-    GPTHooks h = tpm_hooks(&m);
     memset(m.grads, 0, m.l.num_params * sizeof(float));
     double got[2];
     for (int s = 0; s < 2; s++) {
         gpt_slot_tokens(&g, s, in[s], tgt[s], 1.0f / BT);
-        for (int u = 0; u < m.l.num_units; u++) gpt_unit_forward(&g, &h, u, s);
+        walk_forward(&g, m.params, s);
         got[s] = gpt_slot_loss(&g, s);
     }
-    for (int s = 0; s < 2; s++)
-        for (int u = m.l.num_units - 1; u >= 0; u--) gpt_unit_backward(&g, &h, u, s);
+    for (int s = 0; s < 2; s++) walk_backward(&g, m.params, m.grads, s);
     gpt_free(&g);
     int ok = memcmp(got, want, sizeof got) == 0 && memcmp(m.grads, ref, m.l.num_params * sizeof(float)) == 0;
     assert_true(tpm_all(c, ok));

@@ -1,7 +1,7 @@
 // tp_model.h: what the tensor-parallel model tests share (test_tp.c,
 // test_tp3.c): a model of one rank's tp part (or the whole model, tp 1) with
-// bf16 params from the shared initial values and fp32 gradients gathered by
-// its hooks; a forward and backward of one micro-batch; the part's gradients
+// bf16 params from the shared initial values and fp32 gradients added by the
+// tests' walk; a forward and backward of one micro-batch; the part's gradients
 // placed at their whole-model indices; checks against the whole model.
 #pragma once
 #define TEST_WITH_MPI
@@ -10,6 +10,7 @@
 #include "check.h"
 #include "comm.h"
 #include "gpt.h"
+#include "model_walk.h"
 
 typedef struct TPFixture {
     Comm world;  // the tp group
@@ -35,22 +36,8 @@ static inline void tpm_teardown(TPFixture *f) {
 typedef struct TPModel {
     GPTLayout l;
     bf16 *params;  // this layout's Ψ
-    float *grads;  // fp32, added to by grads_ready
+    float *grads;  // fp32, added to by the backward walk
 } TPModel;
-
-static const bf16 *tpm_params(void *ctx, int u) {
-    TPModel *m = ctx;
-    return m->params + m->l.unit[u].offset;
-}
-static void tpm_grads_ready(void *ctx, int u, const float *g) {
-    TPModel *m = ctx;
-    float *dst = m->grads + m->l.unit[u].offset;
-    for (size_t i = 0; i < m->l.unit[u].count; i++) dst[i] += g[i];
-}
-static void tpm_nothing(void *ctx, int u) {}
-static inline GPTHooks tpm_hooks(TPModel *m) {
-    return (GPTHooks){m, tpm_params, tpm_nothing, tpm_nothing, tpm_nothing, tpm_grads_ready, tpm_nothing};
-}
 
 // GPT-2's initial values times `scale` (larger weights, larger gradients),
 // plus a jitter of up to 0.02 drawn from the whole-model index, so biases
@@ -80,8 +67,7 @@ static inline double tpm_loss(Device *d, TPModel *m, Comm *tp, int B, int T, con
     GPT g;
     GPTPlan p = gpt_plan_whole(&m->l, B, T);
     gpt_alloc(&g, &m->l, d, &p, tp);
-    GPTHooks h = tpm_hooks(m);
-    double loss = gpt_forward(&g, &h, in, tgt, 0.0f);
+    double loss = walk_loss(&g, m->params, in, tgt, 0.0f);
     gpt_free(&g);
     return loss;
 }
@@ -91,10 +77,9 @@ static inline double tpm_step(Device *d, TPModel *m, Comm *tp, int B, int T, con
     GPT g;
     GPTPlan p = gpt_plan_whole(&m->l, B, T);
     gpt_alloc(&g, &m->l, d, &p, tp);
-    GPTHooks h = tpm_hooks(m);
     memset(m->grads, 0, m->l.num_params * sizeof(float));
-    double loss = gpt_forward(&g, &h, in, tgt, 1.0f / (B * T));
-    gpt_backward(&g, &h);
+    double loss = walk_loss(&g, m->params, in, tgt, 1.0f / (B * T));
+    walk_backward(&g, m->params, m->grads, 0);
     gpt_free(&g);
     return loss;
 }

@@ -112,7 +112,7 @@ void comm_send_recv(Comm *c, const void *send, int send_tag, void *recv, int rec
 void comm_wait(Comm *c, CommHandle *h);   // no-op on an inactive handle
 int comm_test(Comm *c, CommHandle *h);    // 1 when complete (then as comm_wait)
 // Lets MPI progress outstanding nonblocking collectives (MPI progresses them
-// only inside MPI calls); called from layer hooks so buckets move during backward.
+// only inside MPI calls); the stages' steps call it between units so buckets move during backward.
 void comm_progress(Comm *c);
 void comm_barrier(Comm *c);
 // Small host-side reductions used by the trainer (losses, norms, max memory).

@@ -1,8 +1,8 @@
 // comm_progress.c: the optional progress thread (--progress-thread). Open MPI
 // 4.1 over shared memory has no asynchronous progress: a nonblocking
 // collective moves only while some thread of the rank is inside an MPI call.
-// Without this thread that happens in comm_progress (called from the layer
-// hooks) and at the wait, so "in flight" mostly means "waiting for the next
+// Without this thread that happens in comm_progress (called by the stages'
+// steps between units) and at the wait, so "in flight" mostly means "waiting for the next
 // MPI call". This thread enters MPI's progress engine every interval, so a
 // bucket's reduce-scatter can advance while the main thread computes. It
 // needs MPI_THREAD_MULTIPLE, asked for at MPI_Init (comm_world_init), and

@@ -1,8 +1,7 @@
-// gpt.c: the model's activations (one slot per micro-batch in flight), the
-// forward and backward of one unit for one slot (the embeddings and the head
+// gpt.c: the model's activations (one slot per micro-batch in flight) and the
+// forward and backward of one unit for one slot: the embeddings and the head
 // here, blocks in gpt_block.c, the communication of tensor parallelism in
-// gpt_tp.c) with the strategy's hooks around it, and the whole-model walk of
-// stages 01-06.
+// gpt_tp.c.
 #include "gpt.h"
 #include <stdlib.h>
 #include <string.h>
@@ -187,11 +186,10 @@ void *gpt_slot_grad(GPT *g, int s) { return slot_of(g, s)->dres; }
 
 // ---- the embeddings and the head ----
 
-static void embed_forward(GPT *g, const GPTHooks *h, int s) {
+static void embed_forward(GPT *g, const bf16 *pe, int s) {
     Device *d = g->dev;
     const GPTLayout *l = &g->L;
     GPTSlot *sl = &g->slot[s];
-    const bf16 *pe = h->params(h->ctx, GPT_UNIT_EMBED);
     if (l->tp_size > 1) {
         tp_embed_forward(g, pe, s);
         return;
@@ -203,14 +201,13 @@ static void embed_forward(GPT *g, const GPTHooks *h, int s) {
 // logits = lnf(x_L) @ wte^T (tied), then the loss (and dlogits with a loss
 // scale). Under tensor parallelism the rank's logits are those of its wte
 // rows (a column-parallel linear: f before it, an identity forward).
-static void head_forward(GPT *g, const GPTHooks *h, int s) {
+static void head_forward(GPT *g, const bf16 *ph, const bf16 *pe, int s) {
     Device *d = g->dev;
     const KernelOps *k = d->k;
     const GPTLayout *l = &g->L;
     GPTSlot *sl = &g->slot[s];
     int BT = g->plan.B * g->plan.T, C = l->cfg.channels, V = l->vocab_part, Vp = gpt_logits_stride(l);
-    const bf16 *ph = h->params(h->ctx, gpt_unit_head(l));
-    const bf16 *wte = h->params(h->ctx, GPT_UNIT_EMBED) + l->emb_off[EMB_WTE];
+    const bf16 *wte = pe + l->emb_off[EMB_WTE];
     k->layernorm_forward(d, sl->lnf, sl->lnf_mean, sl->lnf_rstd, block_input(g, l->cfg.num_layers, s),
                          ph + l->head_off[HEAD_LNFW], ph + l->head_off[HEAD_LNFB], BT, C);
     k->matmul_forward(d, sl->logits, sl->lnf, wte, NULL, BT, C, V, Vp);
@@ -220,15 +217,17 @@ static void head_forward(GPT *g, const GPTHooks *h, int s) {
 
 // wte's gradient collects here and in the embeddings' backward, so the
 // embedding gradients stay live from the head down to the embeddings.
-static void head_backward(GPT *g, const GPTHooks *h, int s) {
+static void head_backward(GPT *g, const bf16 *ph, const bf16 *pe, int s) {
     Device *d = g->dev;
     const KernelOps *k = d->k;
     const GPTLayout *l = &g->L;
     GPTSlot *sl = &g->slot[s];
     int hu = gpt_unit_head(l), BT = g->plan.B * g->plan.T, C = l->cfg.channels, V = l->vocab_part;
     float *ug = g->unit_grads.ptr, *eg = g->embed_grads.ptr;
-    const bf16 *ph = h->params(h->ctx, hu);
-    const bf16 *wte = h->params(h->ctx, GPT_UNIT_EMBED) + l->emb_off[EMB_WTE];
+    const bf16 *wte = pe + l->emb_off[EMB_WTE];
+    CHECK(plan_has_unit(&g->plan, GPT_UNIT_EMBED) || g->work->embed_grads_slot < 0,
+          "head backward of slot %d while slot %d's tied wte gradient was not taken; hint: gpt_tied_wte_grads "
+          "after each head backward on a range without the embeddings", s, g->work->embed_grads_slot);
     dev_memset0(d, eg, g->embed_grads.bytes, STREAM_COMPUTE);
     g->work->embed_grads_slot = s;
     dev_memset0(d, ug, l->unit[hu].count * sizeof(float), STREAM_COMPUTE);
@@ -239,11 +238,15 @@ static void head_backward(GPT *g, const GPTHooks *h, int s) {
     k->layernorm_backward(d, sl->dres, ug + l->head_off[HEAD_LNFW], ug + l->head_off[HEAD_LNFB], g->work->dc,
                           block_input(g, l->cfg.num_layers, s), ph + l->head_off[HEAD_LNFW], sl->lnf_mean,
                           sl->lnf_rstd, BT, C);
-    h->grads_ready(h->ctx, hu, ug);
-    if (!plan_has_unit(&g->plan, GPT_UNIT_EMBED)) {  // a last pipeline stage: the tied wte's part ends here
-        h->grads_ready(h->ctx, GPT_UNIT_EMBED, eg);
-        g->work->embed_grads_slot = -1;
-    }
+}
+
+const float *gpt_tied_wte_grads(GPT *g, int s) {
+    CHECK(!plan_has_unit(&g->plan, GPT_UNIT_EMBED), "gpt_tied_wte_grads: this range has the embeddings, whose "
+          "backward returns the whole wte gradient");
+    CHECK(g->work->embed_grads_slot == s, "gpt_tied_wte_grads of slot %d: the last head backward was slot %d's",
+          s, g->work->embed_grads_slot);
+    g->work->embed_grads_slot = -1;
+    return g->embed_grads.ptr;
 }
 
 static void embed_backward(GPT *g, int s) {
@@ -267,54 +270,43 @@ static void embed_backward(GPT *g, int s) {
 
 // ---- one unit, one slot ----
 
-static void check_unit(const GPT *g, int u, int s, const char *what) {
+// The embeddings' backward scatters the gradient into wte and wpe rows: it
+// reads no parameters (p may be NULL).
+static void check_unit(const GPT *g, int u, int s, const bf16 *p, const bf16 *embed, int backward) {
+    const char *what = backward ? "backward" : "forward";
     CHECK(plan_has_unit(&g->plan, u), "%s of unit %d: this rank computes units %d..%d", what, u, g->plan.first_unit,
           g->plan.last_unit);
     CHECK(s >= 0 && s < g->plan.slots, "%s of unit %d: slot %d of %d", what, u, s, g->plan.slots);
+    int needs_p = !(backward && u == GPT_UNIT_EMBED);
+    CHECK((p || !needs_p) && (embed || u != gpt_unit_head(&g->L)), "%s of unit %d without its parameters%s", what,
+          u, p ? " (the head reads the embeddings' too: wte is its output projection)" : "");
 }
 
-void gpt_unit_forward(GPT *g, const GPTHooks *h, int u, int s) {
-    check_unit(g, u, s, "forward");
-    h->before_forward(h->ctx, u);
-    if (u == GPT_UNIT_EMBED) embed_forward(g, h, s);
-    else if (u == gpt_unit_head(&g->L)) head_forward(g, h, s);
-    else block_forward(g, h->params(h->ctx, u), u - 1, s);
-    h->after_forward(h->ctx, u);
+void gpt_unit_forward(GPT *g, int u, int s, const bf16 *p, const bf16 *embed) {
+    check_unit(g, u, s, p, embed, 0);
+    double t0 = now_us();
+    if (u == GPT_UNIT_EMBED) embed_forward(g, p, s);
+    else if (u == gpt_unit_head(&g->L)) head_forward(g, p, embed, s);
+    else block_forward(g, p, u - 1, s);
+    trace_span(g->dev->trace, TRACE_TID_COMPUTE, "forward", t0, now_us(), 0);
 }
 
-void gpt_unit_backward(GPT *g, const GPTHooks *h, int u, int s) {
-    check_unit(g, u, s, "backward");
-    h->before_backward(h->ctx, u);
+const float *gpt_unit_backward(GPT *g, int u, int s, const bf16 *p, const bf16 *embed) {
+    check_unit(g, u, s, p, embed, 1);
+    double t0 = now_us();
+    const float *grads;
     if (u == gpt_unit_head(&g->L)) {
-        head_backward(g, h, s);
+        head_backward(g, p, embed, s);
+        grads = g->unit_grads.ptr;
     } else if (u == GPT_UNIT_EMBED) {
         embed_backward(g, s);
-        h->grads_ready(h->ctx, u, g->embed_grads.ptr);
+        grads = g->embed_grads.ptr;
     } else {
         float *ug = g->unit_grads.ptr;
         dev_memset0(g->dev, ug, g->L.unit[u].count * sizeof(float), STREAM_COMPUTE);
-        block_backward(g, h->params(h->ctx, u), ug, u - 1, s);
-        h->grads_ready(h->ctx, u, ug);
+        block_backward(g, p, ug, u - 1, s);
+        grads = ug;
     }
-    h->after_backward(h->ctx, u);
-}
-
-// ---- the whole model ----
-
-static void check_whole(const GPT *g, const char *pass) {
-    CHECK(g->plan.first_unit == 0 && g->plan.last_unit == g->L.num_units - 1,
-          "gpt_%s walks the whole model, but this rank computes units %d..%d; hint: a pipeline stage calls gpt_unit_%s",
-          pass, g->plan.first_unit, g->plan.last_unit, pass);
-}
-
-double gpt_forward(GPT *g, const GPTHooks *h, const int32_t *inputs, const int32_t *targets, float dloss_scale) {
-    check_whole(g, "forward");
-    gpt_slot_tokens(g, 0, inputs, targets, dloss_scale);
-    for (int u = 0; u < g->L.num_units; u++) gpt_unit_forward(g, h, u, 0);
-    return gpt_slot_loss(g, 0);
-}
-
-void gpt_backward(GPT *g, const GPTHooks *h) {
-    check_whole(g, "backward");
-    for (int u = g->L.num_units - 1; u >= 0; u--) gpt_unit_backward(g, h, u, 0);
+    trace_span(g->dev->trace, TRACE_TID_COMPUTE, "backward", t0, now_us(), 0);
+    return grads;
 }

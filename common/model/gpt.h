@@ -1,11 +1,11 @@
 // gpt.h: the GPT-2 model. One flat bf16 parameter buffer in layer order, cut
 // into units: unit 0 = embeddings (wte, wpe), units 1..L = transformer blocks,
 // unit L+1 = head (final layernorm; the output projection is tied to wte, so
-// the head also reads unit 0). Forward and backward of one unit for one
-// micro-batch are functions of their own (gpt_unit_forward/backward) that call
-// the strategy's hooks before and after the unit: that is where a stage
-// gathers, reduces, releases or prefetches. Stages 01-06 walk every unit with
-// one micro-batch (gpt_forward/gpt_backward); a pipeline stage computes a
+// the head also reads unit 0). The model computes one unit for one
+// micro-batch at a time: gpt_unit_forward takes the unit's parameters,
+// gpt_unit_backward returns its gradients. It never walks the layers for a
+// stage: each stage writes its own loop over the units, with its gathers,
+// buckets and releases where they happen. A pipeline stage computes a
 // contiguous range of units for several micro-batches in flight ("slots").
 // With tensor parallelism (Shoeybi et al. 2019, Megatron-LM) every rank of a
 // tp group holds its part of each block and of wte (gpt_layout_tp).
@@ -153,23 +153,6 @@ typedef struct GPTActBytes {
 } GPTActBytes;
 GPTActBytes gpt_activation_bytes(const GPTLayout *l, const GPTPlan *p, int act_bytes);
 
-// Hooks a strategy supplies. `ctx` is the strategy's context.
-typedef struct GPTHooks {
-    void *ctx;
-    // bf16 parameters of unit u, valid between before_* and after_* of a unit that reads it
-    const bf16 *(*params)(void *ctx, int u);
-    void (*before_forward)(void *ctx, int u);
-    void (*after_forward)(void *ctx, int u);
-    void (*before_backward)(void *ctx, int u);
-    // all gradients of unit u for this micro-batch are complete in grads (fp32, unit-sized);
-    // the strategy folds them into its bf16 gradients (accumulate, bucket, reduce).
-    // On a rank whose plan has the head but not the embeddings, the head's
-    // backward also hands over unit 0's gradients (wte's from the tied
-    // projection, wpe's zero) between its own grads_ready and after_backward.
-    void (*grads_ready)(void *ctx, int u, const float *grads);
-    void (*after_backward)(void *ctx, int u);
-} GPTHooks;
-
 typedef struct GPT {
     GPTLayout L;
     GPTPlan plan;
@@ -197,17 +180,31 @@ void gpt_free(GPT *g);
 // plan lacks that unit). dloss_scale != 0 makes the head's forward also leave
 // dloss/dlogits for backward (the scale is 1 / tokens in the global batch).
 void gpt_slot_tokens(GPT *g, int s, const int32_t *inputs, const int32_t *targets, float dloss_scale);
-// Forward of unit u (in the plan's range) for the micro-batch in slot s: the
-// first block of the range reads gpt_slot_input, the head writes the losses.
-void gpt_unit_forward(GPT *g, const GPTHooks *h, int u, int s);
-// Backward of unit u for slot s, after its forward, in reverse unit order;
-// calls grads_ready. The head starts from its dlogits; any other last unit of
-// the range from gpt_slot_grad. Between a slot's head backward and its
-// embeddings' backward no other slot's head backward runs (they share the
-// embeddings' gradient buffer; checked).
+// Forward of unit u (in the plan's range) for the micro-batch in slot s,
+// from the unit's bf16 parameters p: the first block of the range reads
+// gpt_slot_input, the head writes the losses. The head's output projection is
+// wte (weight tying), so the head also reads `embed`, the embeddings' unit
+// parameters; no other unit reads it (NULL is fine there). Its compute goes
+// on the trace's compute row as "forward".
+void gpt_unit_forward(GPT *g, int u, int s, const bf16 *p, const bf16 *embed);
+// Backward of unit u for slot s, after its forward, in reverse unit order,
+// from the same parameters (but the embeddings', whose backward reads none:
+// p may be NULL there). Returns the unit's fp32 gradients for this
+// micro-batch (unit-sized, valid until the next backward). The head starts
+// from its dlogits; any other last unit of the range from gpt_slot_grad.
+// The tied wte's gradient has two parts: the head's backward leaves its part
+// in the embeddings' gradient buffer, and the embeddings' backward adds its
+// own and returns the sum; a range with the head but not the embeddings (a
+// pipeline's last stage) takes the head's part with gpt_tied_wte_grads.
+// Between a slot's head backward and its embeddings' backward no other
+// slot's head backward runs (they share that buffer; checked).
 // Under tensor parallelism every rank of the group runs the same units in the
 // same order: the all-reduces inside are collective (gpt_tp.c lists them).
-void gpt_unit_backward(GPT *g, const GPTHooks *h, int u, int s);
+const float *gpt_unit_backward(GPT *g, int u, int s, const bf16 *p, const bf16 *embed);
+// After the head's backward of slot s on a range without the embeddings: the
+// embeddings' unit gradient from the tied output projection (wte's part; wpe's
+// is zero), for the copy of wte this range keeps.
+const float *gpt_tied_wte_grads(GPT *g, int s);
 // Mean loss over the slot's B*T tokens, after the head's forward (synchronizes).
 double gpt_slot_loss(GPT *g, int s);
 // (BT,C) residual stream entering the range's first block: the embeddings'
@@ -219,12 +216,3 @@ void *gpt_slot_output(GPT *g, int s);
 // without the head, where dL/d(gpt_slot_output) is received; after the
 // backward of the range's first block, dL/d(gpt_slot_input), to send back.
 void *gpt_slot_grad(GPT *g, int s);
-
-// ---- the whole model, slot 0 (stages 01-06; the plan must cover every unit) ----
-// Copies inputs/targets (host, B*T each) to the device, runs forward through
-// all units. dloss_scale != 0 also leaves dloss/dlogits ready for backward.
-// Returns the mean loss over the B*T tokens (synchronizes).
-double gpt_forward(GPT *g, const GPTHooks *h, const int32_t *inputs, const int32_t *targets,
-                   float dloss_scale);
-// Backward through all units in reverse, calling grads_ready per unit.
-void gpt_backward(GPT *g, const GPTHooks *h);

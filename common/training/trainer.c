@@ -12,37 +12,6 @@
 #include "ds_config.h"
 #include "kernels.h"
 
-// ---- hooks: the strategy's, wrapped so every unit's compute is on the trace ----
-
-static const bf16 *hook_params(void *ctx, int u) {
-    Trainer *t = ctx;
-    return t->strategy->unit_params(t, u);
-}
-static void hook_before_forward(void *ctx, int u) {
-    Trainer *t = ctx;
-    if (t->strategy->before_forward) t->strategy->before_forward(t, u);
-    t->unit_t0_us = now_us();
-}
-static void hook_after_forward(void *ctx, int u) {
-    Trainer *t = ctx;
-    trace_span(&t->trace, TRACE_TID_COMPUTE, "forward", t->unit_t0_us, now_us(), 0);
-    if (t->strategy->after_forward) t->strategy->after_forward(t, u);
-}
-static void hook_before_backward(void *ctx, int u) {
-    Trainer *t = ctx;
-    if (t->strategy->before_backward) t->strategy->before_backward(t, u);
-    t->unit_t0_us = now_us();
-}
-static void hook_grads_ready(void *ctx, int u, const float *g) {
-    Trainer *t = ctx;
-    trace_span(&t->trace, TRACE_TID_COMPUTE, "backward", t->unit_t0_us, now_us(), 0);
-    t->strategy->grads_ready(t, u, g);
-}
-static void hook_after_backward(void *ctx, int u) {
-    Trainer *t = ctx;
-    if (t->strategy->after_backward) t->strategy->after_backward(t, u);
-}
-
 void compute_span(Trainer *t, const char *what, double t0_us) {
     trace_span(&t->trace, TRACE_TID_COMPUTE, what, t0_us, now_us(), 0);
 }
@@ -51,7 +20,7 @@ const bf16 *replicated_unit_params(Trainer *t, int u) {
     return (const bf16 *)t->st.params.ptr + unit_range(t, u).offset;
 }
 
-void replicated_grads_ready(Trainer *t, int u, const float *g) {
+void replicated_add_grads(Trainer *t, int u, const float *g) {
     Range r = unit_range(t, u);
     t->dev.k->grad_to_bf16(&t->dev, (bf16 *)t->st.grads.ptr + r.offset, g, r.count, t->micro > 0);
 }
@@ -155,9 +124,6 @@ static void setup(Trainer *t, int argc, char **argv, const Strategy *s) {
 
     states_alloc(&t->st, &t->dev, &t->states, &t->part);
     states_init_ranges(&t->st, &t->dev, &t->layout, t->state_ranges, t->nstate_ranges, (uint64_t)t->cfg.seed);
-    t->hooks = (GPTHooks){.ctx = t, .params = hook_params, .before_forward = hook_before_forward,
-                          .after_forward = hook_after_forward, .before_backward = hook_before_backward,
-                          .grads_ready = hook_grads_ready, .after_backward = hook_after_backward};
     if (s->setup) s->setup(t);
     gpt_alloc(&t->model, &t->layout, &t->dev, &t->plan, t->tp);
     if (t->cfg.init_from) trainer_init_from(t);
@@ -183,22 +149,9 @@ double trainer_ring_bytes(const Trainer *t, double out[OP_COUNT]) {
     return total;
 }
 
-// Stages 01-06: the whole model, one micro-batch after the other.
-static double whole_model_micro_batches(Trainer *t, const MicroBatches *mb) {
-    double loss = 0;
-    int backward = mb->dloss_scale != 0;
-    for (int i = 0; i < mb->count; i++) {
-        if (backward) t->micro = i;
-        trainer_load_micro_batch(t, mb->split, mb->first + i, mb->inputs, mb->targets);
-        loss += gpt_forward(&t->model, &t->hooks, mb->inputs, mb->targets, mb->dloss_scale);
-        if (backward) gpt_backward(&t->model, &t->hooks);
-    }
-    if (backward) t->micro = mb->count;
-    return loss;
-}
-
-static double run_micro_batches(Trainer *t, const MicroBatches *mb) {
-    return t->strategy->forward_backward ? t->strategy->forward_backward(t, mb) : whole_model_micro_batches(t, mb);
+void trainer_micro_batch_to_slot(Trainer *t, const MicroBatches *mb, int i, int s) {
+    trainer_load_micro_batch(t, mb->split, mb->first + (uint64_t)i, mb->inputs, mb->targets);
+    gpt_slot_tokens(&t->model, s, mb->inputs, mb->targets, mb->dloss_scale);
 }
 
 // Forward only over the held-out batches; its communication (zero3's
@@ -210,7 +163,7 @@ static double evaluate(Trainer *t, int32_t *in, int32_t *tgt) {
     t->evaluating = 1;
     int count = t->cfg.eval_batches * t->cfg.grad_accum;
     MicroBatches mb = {.split = SPLIT_VAL, .first = 0, .count = count, .inputs = in, .targets = tgt};
-    double sum = run_micro_batches(t, &mb);
+    double sum = t->strategy->forward_backward(t, &mb);
     t->evaluating = 0;
     t->report.eval_comm_bytes += trainer_ring_bytes(t, ops) - bytes0;
     t->report.evals++;
@@ -234,9 +187,8 @@ static void train_step(Trainer *t, int32_t *in, int32_t *tgt) {
     // dloss/dlogits carries 1/(tokens in the global batch), so summing the
     // ranks' gradients gives the gradient of the global mean loss
     float dloss_scale = 1.0f / ((float)c->batch * c->seq_len * c->grad_accum * t->dp->size);
-    MicroBatches mb = {SPLIT_TRAIN, (uint64_t)t->step * c->grad_accum, c->grad_accum, dloss_scale, in, tgt};
-    double loss = run_micro_batches(t, &mb);
-    if (s->reduce_grads) s->reduce_grads(t);
+    MicroBatches mb = {SPLIT_TRAIN, (uint64_t)t->step * c->grad_accum, c->grad_accum, 1, dloss_scale, in, tgt};
+    double loss = s->forward_backward(t, &mb);
     double norm = sqrt(s->grad_norm_sq(t));
     // the norm and the mean loss are the same on every rank: a diverged step
     // stops the run before its update reaches the states

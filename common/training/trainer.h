@@ -1,6 +1,9 @@
-// trainer.h: the loop every stage shares. A stage supplies a Strategy (how it
-// holds the model states and what it does around each unit and at the
-// optimizer step); its main() is one call to trainer_main.
+// trainer.h: the loop every stage shares around the step: flags, set-up, the
+// optimizer steps (gradient accumulation, the LR schedule, clipping),
+// evaluation, checkpoints and the report. A stage supplies a Strategy: what it
+// keeps of the model states, its micro-batch step (its own loop over the
+// units, with its communication written where it happens) and its update;
+// its main() is one call to trainer_main.
 #pragma once
 #include <stdint.h>
 #include <stdio.h>
@@ -59,14 +62,14 @@ typedef struct MicroBatches {
     int split;                  // SPLIT_TRAIN or SPLIT_VAL
     uint64_t first;             // global index of the first (trainer_load_micro_batch)
     int count;
-    float dloss_scale;          // 1 / tokens in the global batch; 0: forward only (evaluation)
+    int backward;               // a training step: forward and backward; 0: forwards only (evaluation)
+    float dloss_scale;          // 1 / tokens in the global batch (0 when there is no backward)
     int32_t *inputs, *targets;  // host buffers of batch x seq_len tokens each
 } MicroBatches;
 
-// A stage: what it keeps of the model states and what it does around each
-// unit and at the optimizer step. Every stage's file defines one with the
-// same field (and function) names, so that `make diff-NN` shows only the
-// technique. A NULL hook does nothing.
+// A stage: what it keeps of the model states, its micro-batch step and its
+// update. Every stage's file defines one with the same field (and function)
+// names, so that `make diff-NN` shows only the technique.
 typedef struct Strategy {
     const char *name;       // binary and checkpoint stage name: "zero2"
     const char *summary;    // one paragraph for --help
@@ -83,10 +86,12 @@ typedef struct Strategy {
     // and the layout ranges its states hold (the Trainer fields under "what
     // this rank holds"). NULL: the whole model, data parallel over the world.
     void (*place)(struct Trainer *t, const GPTConfig *model);
-    // One pass over micro-batches: a step's forward and backward, or an
-    // evaluation's forwards. Returns the sum of their mean losses, the same on
-    // every rank of a data-parallel replica. NULL: the whole model, one
-    // micro-batch after the other.
+    // The micro-batch step: forward (and, for a training step, backward) of
+    // every micro-batch in mb, the stage's loop over the units with its
+    // gathers, releases and gradient reduction where they happen. A training
+    // step returns with the gradients reduced as the update needs them.
+    // Returns the sum of the micro-batches' mean losses, the same on every
+    // rank of a data-parallel replica.
     double (*forward_backward)(struct Trainer *t, const MicroBatches *mb);
     // This rank's communication per step by the stage's formula, in bytes,
     // and the formula's text. NULL: mem_math's closed form of `formula`.
@@ -105,19 +110,9 @@ typedef struct Strategy {
     // After the model states are allocated and initialized: the stage's own buffers.
     void (*setup)(struct Trainer *t);
     // The most device bytes its own buffers hold at once (setup's, and what
-    // the hooks allocate and free), for this model and partition, with the
+    // its step allocates and frees), for this model and partition, with the
     // options in ctx; the budget check counts them before anything is allocated.
     double (*device_buffer_bytes)(const void *ctx, const GPTLayout *l, const Partition *p);
-    // bf16 parameters of unit u, valid between before_* and after_* of a unit that reads it
-    const bf16 *(*unit_params)(struct Trainer *t, int u);
-    void (*before_forward)(struct Trainer *t, int u);
-    void (*after_forward)(struct Trainer *t, int u);
-    void (*before_backward)(struct Trainer *t, int u);
-    // all fp32 gradients of unit u for this micro-batch are in g (unit-sized)
-    void (*grads_ready)(struct Trainer *t, int u, const float *g);
-    void (*after_backward)(struct Trainer *t, int u);
-    // After the last micro-batch's backward: finish the gradient reduction.
-    void (*reduce_grads)(struct Trainer *t);
     // Squared global gradient norm over all ranks (for clipping).
     double (*grad_norm_sq)(struct Trainer *t);
     // AdamW on the states this rank owns, then refresh the bf16 params that
@@ -174,11 +169,9 @@ typedef struct Trainer {
     Partition part;
     ModelStates st;
     DataSet data;
-    GPTHooks hooks;          // calls the strategy's hooks with this trainer
-    int micro;               // micro-batch index within the step, 0..grad_accum-1
+    int micro;               // micro-batch index within the step, 0..grad_accum-1 (the stage's step sets it)
     int evaluating;          // inside an evaluation: forward only, no backward follows
     long step;               // optimizer steps completed
-    double unit_t0_us;       // start of the unit being computed (for the trace)
     double xfer_bytes[XFER_COUNT];  // bytes moved between tiers, counted by the stage (count_transfer)
     Divergence divergence;
     RunDeviceBytes device_need;  // what the budget check counted (trainer_budget.c)
@@ -198,19 +191,21 @@ void trainer_resolve_batch(struct Trainer *t);
 // This rank's rows of global micro-batch `index` of a split: its data-parallel
 // rank's B rows of the D·B that every replica reads together (see data.h).
 void trainer_load_micro_batch(struct Trainer *t, int split, uint64_t index, int32_t *inputs, int32_t *targets);
+// Micro-batch i of mb: its rows loaded and their tokens put in the model's slot s.
+void trainer_micro_batch_to_slot(struct Trainer *t, const MicroBatches *mb, int i, int s);
 // Ring bytes counted so far in the world and the stage's sub-groups, by
 // operation (out[OP_COUNT]); returns their total.
 double trainer_ring_bytes(const struct Trainer *t, double out[OP_COUNT]);
 // Puts [t0_us, now) on the compute row: a stage marks its optimizer kernels
-// with it (the hooks mark forward and backward). Only compute goes there, so
+// with it (the model marks forward and backward). Only compute goes there, so
 // that overlap with communication, copies or I/O means what it says.
 void compute_span(struct Trainer *t, const char *what, double t0_us);
-// Hooks of the stages that keep the bf16 params (and grads) whole on every
-// rank: unit u's params are a slice of the full buffer, and its fp32
-// gradients are folded into the full bf16 gradient buffer, written by the
-// first micro-batch of a step and accumulated by the others.
+// The stages that keep the bf16 params (and grads) whole on every rank:
+// unit u's params are a slice of the full buffer, and its fp32 gradients are
+// folded into the full bf16 gradient buffer, written by the first
+// micro-batch of a step (t->micro 0) and added to by the others.
 const bf16 *replicated_unit_params(struct Trainer *t, int u);
-void replicated_grads_ready(struct Trainer *t, int u, const float *g);
+void replicated_add_grads(struct Trainer *t, int u, const float *g);
 // Flat parameter buffer offset and length of unit u.
 static inline Range unit_range(const struct Trainer *t, int u) { return t->layout.unit[u]; }
 

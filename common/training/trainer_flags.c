@@ -173,7 +173,7 @@ void train_config_parse(TrainConfig *c, void *stage_ctx, int argc, char **argv, 
          .help = "continue from the checkpoint in DIR (same stage, ranks and model)"},
         {.name = "progress-thread", .type = FLAG_INT, .dst = &c->progress_us, .meta = "US",
          .help = "a thread enters MPI's progress engine every US microseconds, so nonblocking collectives "
-                 "advance during compute (0 = none: only the layer hooks' MPI calls move them)",
+                 "advance during compute (0 = none: only the MPI calls between the units move them)",
          .min = 0, .max = 1000000},
         {.name = "quiet", .type = FLAG_BOOL, .dst = &c->quiet,
          .help = "no per-step lines (the header, the end-of-run tables and the summary stay)"},
