@@ -1,27 +1,37 @@
-// activations.c: memory_math's activation section: Korthikanti et al.'s
-// per-layer formula beside what this trainer saves for backward
-// (gpt_activation_bytes), for one micro-batch of B sequences of T tokens.
+// activations.c: memory_math's activation section: for each --recompute mode,
+// Korthikanti et al.'s per-layer figure beside what this trainer saves for
+// backward and recomputes (act_math.c's closed forms), for one micro-batch of
+// B sequences of T tokens, and what recomputing costs in FLOPs.
 #include <math.h>
+#include "act_math.h"
 #include "memory_math.h"
 
 #define GB 1e9
 
 static const Col act_cols[] = {
+    {"recompute", "recompute", 9, NULL},
     {"what", "what", 32, NULL},
     {"bytes_per_element", "B/elem", 6, "%.0f"},
     {"per_layer_bytes", "per layer bytes", 15, PRINT_GROUPED},
-    {"per_layer_gb", "per layer GB", 12, "%.3f"},
-    {"saved_gb", "saved total GB", 14, "%.3f"},
-    {"backward_scratch_gb", "bwd scratch GB", 14, "%.3f"},
-    {"grad_workspace_gb", "grad wksp GB", 12, "%.3f"},
+    {"saved_gb", "saved GB", 10, "%.3f"},
+    {"working_gb", "working GB", 10, "%.3f"},
+    {"extra_flops", "+FLOPs", 7, "%.3f"},
 };
 
-static void trainer_row(Printer *p, const Inputs *in, const char *what, int act_bytes) {
+// The whole model for one micro-batch, on one rank.
+static GPTPlan plan_of(const Inputs *in, GPTRecompute r) {
     GPTPlan plan = gpt_plan_whole(&in->layout, in->batch, in->seq_len);
-    GPTActBytes a = gpt_activation_bytes(&in->layout, &plan, act_bytes);
-    Cell row[7] = {cell_str(what), cell_num(act_bytes), cell_num((double)a.per_layer),
-                   cell_num(a.per_layer / GB), cell_num(a.total_saved / GB),
-                   cell_num(a.backward_scratch / GB), cell_num(a.grad_workspace / GB)};
+    plan.recompute = r;
+    return plan;
+}
+
+static void trainer_row(Printer *p, const Inputs *in, GPTRecompute r, const char *what, int act_bytes) {
+    GPTPlan plan = plan_of(in, r);
+    ActFormula a = act_formula(&in->layout, &plan, act_bytes);
+    double extra = recompute_flops_per_token(&in->layout, in->seq_len, r) /
+                   gpt_flops_per_token(&in->layout, in->seq_len);
+    Cell row[7] = {cell_str(gpt_recompute_name(r)), cell_str(what), cell_num(act_bytes), cell_num(a.per_layer),
+                   cell_num(a.saved / GB), cell_num(a.working / GB), cell_num(extra)};
     printer_row(p, row);
 }
 
@@ -29,36 +39,49 @@ void section_activations(Printer *p, const Inputs *in) {
     const GPTConfig *c = &in->layout.cfg;
     double s = in->seq_len, b = in->batch, h = c->channels, a = c->num_heads, L = c->num_layers;
     printer_section(p, "activations",
-                    "Activations of one micro-batch per rank, computed from the formulas");
+                    "Activations of one micro-batch per rank by --recompute mode, computed from the formulas");
     printer_num(p, "layers", "L (layers)", L, "%.0f", NULL);
     printer_num(p, "heads", "a (heads)", a, "%.0f", NULL);
     printer_num(p, "hidden", "h (channels)", h, "%.0f", NULL);
     printer_num(p, "vocab", "V (vocabulary)", c->vocab_size, "%.0f", NULL);
     printer_num(p, "context", "context (wpe rows)", c->max_seq_len, "%.0f", NULL);
+    printer_str(p, "recompute", "recompute (the run's, in the fit tables)", gpt_recompute_name(in->recompute));
 
-    double k_layer = korthikanti_layer_bytes(s, b, h, a);
     printer_table(p, "rows", act_cols, 7);
-    Cell krow[7] = {cell_str("Korthikanti sbh(34 + 5as/h)"), cell_num(2), cell_num(k_layer),
-                    cell_num(k_layer / GB), cell_num(L * k_layer / GB), cell_num(NAN), cell_num(NAN)};
-    printer_row(p, krow);
-    trainer_row(p, in, "this trainer, cpu device (fp32)", 4);
-    trainer_row(p, in, "this trainer, cuda device (bf16)", 2);
+    for (int r = GPT_RECOMPUTE_NONE; r <= GPT_RECOMPUTE_FULL; r++) {
+        double k = korthikanti_bytes((GPTRecompute)r, s, b, h, a, 1, 0);
+        char what[64];
+        snprintf(what, sizeof what, "Korthikanti %s", korthikanti_text((GPTRecompute)r, 1, 0));
+        Cell krow[7] = {cell_str(gpt_recompute_name((GPTRecompute)r)), cell_str(what), cell_num(2), cell_num(k),
+                        cell_num(L * k / GB), cell_num(NAN), cell_num(NAN)};
+        printer_row(p, krow);
+        trainer_row(p, in, (GPTRecompute)r, "this trainer, cpu device (fp32)", 4);
+        trainer_row(p, in, (GPTRecompute)r, "this trainer, cuda device (bf16)", 2);
+    }
     printer_table_end(p);
 
-    GPTPlan plan = gpt_plan_whole(&in->layout, in->batch, in->seq_len);
-    GPTActBytes cuda = gpt_activation_bytes(&in->layout, &plan, 2);
-    printer_num(p, "trainer_cuda_over_korthikanti", "per layer, this trainer on cuda / Korthikanti",
-                cuda.per_layer / k_layer, "%.2f", "x");
-    printer_note(p, "Korthikanti et al. (2022), no recomputation: 34sbh bytes of 16-bit tensors and "
-                    "dropout masks per layer, plus 5as^2b for the attention scores, softmax, its "
-                    "dropout mask and output; saved total = L x per layer (no embedding or logits).");
-    printer_note(p, "this trainer: activations are fp32 on the cpu device and bf16 on cuda; there is no "
-                    "dropout, so no masks; the attention probabilities (B, a, T, T) are saved once, in fp32 "
-                    "on both devices (Korthikanti: 2 + 1 + 2 bytes for softmax, mask, dropout output).");
-    printer_note(p, "this trainer also saves the GELU input and output, the layernorm mean and rstd "
-                    "(fp32, per token) and the residual stream; its saved total adds the embedding output, "
-                    "the final layernorm, the logits (B, T, V, rows padded to a multiple of 64) and the token ids.");
-    printer_note(p, "backward scratch and the fp32 gradient workspace of one unit are live during "
-                    "backward only; they are counted by the trainers as workspace, not activations.");
+    GPTPlan none = plan_of(in, GPT_RECOMPUTE_NONE), mine = plan_of(in, in->recompute);
+    ActFormula an = act_formula(&in->layout, &none, 2), am = act_formula(&in->layout, &mine, 2);
+    printer_num(p, "trainer_cuda_over_korthikanti", "per layer without recompute, this trainer on cuda / Korthikanti",
+                an.per_layer / korthikanti_bytes(GPT_RECOMPUTE_NONE, s, b, h, a, 1, 0), "%.2f", "x");
+    printer_num(p, "saved_fraction", "saved + working with the run's --recompute / without (cuda)",
+                (am.saved + am.working) / an.saved, "%.3f", NULL);
+    printer_note(p, "Korthikanti et al. (2022), Table 2, 16-bit: no recompute 34sbh per layer of tensors and "
+                    "dropout masks plus 5as^2b for the attention scores, softmax, its dropout mask and output; "
+                    "selective drops the 5as^2b (recomputed); full keeps the layer's input, 2sbh. Saved = L x "
+                    "per layer (no embedding or logits).");
+    printer_note(p, "this trainer per layer: none %s; selective %s (working set %s); full %s (working set %s); "
+                    "e = 4 bytes on the cpu device, 2 on cuda; no dropout, so no masks; fp32 attention "
+                    "probabilities and layernorm statistics.", act_formula_layer_text(GPT_RECOMPUTE_NONE),
+                 act_formula_layer_text(GPT_RECOMPUTE_SELECTIVE), act_formula_working_text(GPT_RECOMPUTE_SELECTIVE),
+                 act_formula_layer_text(GPT_RECOMPUTE_FULL), act_formula_working_text(GPT_RECOMPUTE_FULL));
+    printer_note(p, "saved adds the embedding output, the final layernorm, the logits (B, T, V, rows padded to a "
+                    "multiple of 64), the token ids and one projection temporary; working is the one block's "
+                    "tensors that are recomputed before its backward, shared by every block.");
+    printer_note(p, "+FLOPs: recomputation over the model FLOPs (6 Psi_matmul + 12 L C T per token): selective "
+                    "the attention forward again, L x 4CT; full the block forward but its MLP projection, "
+                    "L x (16C^2 + 4CT). Hardware FLOPs = model FLOPs x (1 + that).");
+    printer_note(p, "backward scratch and the fp32 gradient workspace of one unit are live during backward "
+                    "only; they are counted by the trainers as workspace, not activations.");
     printer_section_end(p);
 }

@@ -65,8 +65,9 @@ static double tiers(Printer *p, const Inputs *in) {
     double acts = 0;
     if (in->have_model) {
         GPTPlan plan = gpt_plan_whole(&in->layout, in->batch, in->seq_len);
+        plan.recompute = in->recompute;
         GPTActBytes a = gpt_activation_bytes(&in->layout, &plan, CUDA_ACT_BYTES);
-        acts = (double)(a.total_saved + a.backward_scratch + a.grad_workspace);
+        acts = (double)(a.total_saved + a.working + a.backward_scratch + a.grad_workspace);
     }
     printer_table(p, "per_rank", tier_cols, 4);
     for (int t = 0; t < TIER_COUNT; t++) {

@@ -38,6 +38,7 @@ static RunDeviceBytes stage_run(int i, const Inputs *in, int threads, const char
     double scratch = (double)kernels_cpu.scratch_bytes(threads, in->batch, in->seq_len, c->channels, c->num_heads,
                                                        c->vocab_size);
     GPTPlan plan = gpt_plan_whole(l, in->batch, in->seq_len);
+    plan.recompute = in->recompute;
     free(ctx);
     *name = stage_name(formula);
     return run_device_bytes(formula, l, &plan, l->num_params, in->ranks, CPU_ACT_BYTES, scratch, buffers, 0);
@@ -50,9 +51,9 @@ void section_fit_run(Printer *p, const Inputs *in) {
     int threads = device_cpu_threads(in->ranks);
     char title[240];
     snprintf(title, sizeof title,
-             "What fits in %g GB per rank at N = %d with this run: %s, B = %d, T = %d, on the cpu device, "
-             "computed by run_device_bytes (the trainers' budget check)", in->hbm_gb, in->ranks, in->model,
-             in->batch, in->seq_len);
+             "What fits in %g GB per rank at N = %d with this run: %s, B = %d, T = %d, --recompute %s, on the "
+             "cpu device, computed by run_device_bytes (the trainers' budget check)", in->hbm_gb, in->ranks,
+             in->model, in->batch, in->seq_len, gpt_recompute_name(in->recompute));
     printer_section(p, "fit_run", title);
     printer_table(p, "stages", run_cols, 6);
     char fits[400] = "", refused[400] = "";
@@ -72,8 +73,8 @@ void section_fit_run(Printer *p, const Inputs *in) {
     printer_str(p, "fits", "fits with this run", fits[0] ? fits : "none");
     printer_str(p, "refused", "refused by the budget check", refused[0] ? refused : "none");
     printer_note(p, "states: the stage's device tier with padding; activations+workspace: one micro-batch in "
-                    "fp32 as the cpu device keeps them, with backward's scratch and the fp32 gradients of one "
-                    "unit; buffers+scratch: the stage's comm buffers at its defaults (buckets, gathered units) "
+                    "fp32 as the cpu device keeps them (saved by --recompute, and the recomputed block's working "
+                    "set), with backward's scratch and the fp32 gradients of one unit; buffers+scratch: the stage's comm buffers at its defaults (buckets, gathered units) "
                     "and the largest kernel scratch for %d thread%s per rank. A trainer adds what its device "
                     "holds before the check (none on the cpu device).", threads, threads == 1 ? "" : "s");
     printer_section_end(p);

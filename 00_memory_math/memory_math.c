@@ -16,7 +16,8 @@
 
 static const char *usage =
     "usage: memory_math [--params 7.5B | --model NAME] [--ranks N] [--batch B --seq-len T]\n"
-    "                   [--hbm-gb GB] [--measure] [--json] [--deepspeed-config FILE]\n"
+    "                   [--recompute none|selective|full] [--hbm-gb GB] [--measure] [--json]\n"
+    "                   [--deepspeed-config FILE]\n"
     "\n"
     "Per-rank memory of the ZeRO stages, computed from the formulas: model states\n"
     "(16 bytes per parameter, and how ZeRO-1/2/3, Offload and Infinity split them over\n"
@@ -29,13 +30,13 @@ static const char *usage =
 
 typedef struct Flags {
     double params, hbm_gb;
-    const char *model, *deepspeed_config;
+    const char *model, *deepspeed_config, *recompute;
     int ranks, batch, seq_len, grad_accum, global_batch, measure, json;
 } Flags;
 
 enum {
     F_PARAMS, F_MODEL, F_RANKS, F_BATCH, F_SEQ_LEN, F_GRAD_ACCUM, F_GLOBAL_BATCH, F_HBM_GB, F_MEASURE, F_JSON,
-    F_DEEPSPEED_CONFIG, F_COUNT
+    F_DEEPSPEED_CONFIG, F_RECOMPUTE, F_COUNT
 };
 
 // infinity's bf16 params follow offload_param.device (a flag of infinity's,
@@ -91,6 +92,9 @@ static void parse_flags(int argc, char **argv, Flags *f, FlagSpec *specs, Inputs
                     .help = "one JSON object on stdout instead of tables"},
         [F_DEEPSPEED_CONFIG] = {.name = "deepspeed-config", .type = FLAG_STRING, .dst = &f->deepspeed_config,
                                 .meta = "FILE", .help = "DeepSpeed's ds_config.json: its stage and batch"},
+        [F_RECOMPUTE] = {.name = "recompute", .type = FLAG_STRING, .dst = &f->recompute,
+                         .meta = "none|selective|full",
+                         .help = "what each block keeps for backward (the trainers' flag): in the fit tables"},
     };
     memcpy(specs, table, sizeof table);
     apply_config(argc, argv, specs, in);
@@ -150,6 +154,11 @@ static void check_shapes(const Flags *f, Inputs *in) {
     in->grad_accum = f->grad_accum;
     in->hbm_gb = f->hbm_gb;
     in->seq_len = f->seq_len;
+    int r = gpt_recompute_of(f->recompute);
+    if (r < 0)
+        fail_usage("--recompute %s: choose none (keep every activation), selective (recompute the attention "
+                   "probabilities) or full (keep each block's input, run its forward again)", f->recompute);
+    in->recompute = (GPTRecompute)r;
     if (in->have_model) {
         int context = in->layout.cfg.max_seq_len;
         if (f->seq_len > context)
@@ -167,7 +176,7 @@ int main(int argc, char **argv) {
     in.rank = world.rank;
 
     Flags f = {.params = 0, .hbm_gb = 0, .model = NULL, .ranks = 8, .batch = 8, .seq_len = 0,
-               .grad_accum = 1, .global_batch = 0, .measure = 0, .json = 0};
+               .grad_accum = 1, .global_batch = 0, .measure = 0, .json = 0, .recompute = "none"};
     FlagSpec specs[F_COUNT];
     parse_flags(argc, argv, &f, specs, &in);
     choose_params(&f, specs, &in);

@@ -16,6 +16,7 @@ typedef struct Inputs {
     GPTLayout layout;
     int batch, seq_len, grad_accum;
     double hbm_gb;            // 0: no --hbm-gb
+    GPTRecompute recompute;   // --recompute: what the activation and fit sections count
     int measure, json;
     int world, rank;          // MPI world
     int local_rank, local_size;

@@ -7,6 +7,7 @@
 #include "testutil.h"
 #include "device.h"
 #include "gpt.h"
+#include "act_math.h"
 #include "mem_math.h"
 #include "states.h"
 
@@ -325,7 +326,13 @@ static void test_transfer_bytes(void **state) {
 static void test_korthikanti(void **state) {
     (void)state;
     // s b h (34 + 5 a s / h) = 1024 * 8 * 768 * (34 + 80)
-    assert_true(korthikanti_layer_bytes(1024, 8, 768, 12) == 717225984.0);
+    assert_true(korthikanti_bytes(GPT_RECOMPUTE_NONE, 1024, 8, 768, 12, 1, 0) == 717225984.0);
+    // selective drops the 5as^2b; full keeps the 16-bit input, 2sbh
+    assert_true(korthikanti_bytes(GPT_RECOMPUTE_SELECTIVE, 1024, 8, 768, 12, 1, 0) == 1024.0 * 8 * 768 * 34);
+    assert_true(korthikanti_bytes(GPT_RECOMPUTE_FULL, 1024, 8, 768, 12, 1, 0) == 1024.0 * 8 * 768 * 2);
+    // tensor parallel t = 4: sbh(10 + 24/t + 5as/(ht)); with sequence parallelism sbh/t (34 + 5as/h)
+    assert_true(korthikanti_bytes(GPT_RECOMPUTE_NONE, 1024, 8, 768, 12, 4, 0) == 1024.0 * 8 * 768 * (10 + 6 + 20));
+    assert_true(korthikanti_bytes(GPT_RECOMPUTE_NONE, 1024, 8, 768, 12, 4, 1) == 1024.0 * 8 * 768 / 4 * 114);
 }
 
 static void test_max_params_round_trip(void **state) {
@@ -420,29 +427,68 @@ static double stage_total(const char *json, const char *stage) {
 static void test_binary_fit_counts_the_run(void **state) {
     (void)state;
     char *mm = NULL, *out = NULL;
-    assert_int_equal(test_run("./memory_math --hbm-gb 1 --ranks 2 --model small --batch 4 --seq-len 64 --json", &mm), 0);
     const char *stages[] = {"dp_baseline", "zero1", "zero2", "zero3", "cpu_offload"};
+    const char *modes[] = {"none", "selective", "full"};
     char root[64];
     assert_int_equal(test_make_dir(root, sizeof root, "mm-fit"), 0);
-    for (int i = 0; i < 5; i++) {
+    for (int m = 0; m < 3; m++) {
         char cmd[512];
-        snprintf(cmd, sizeof cmd, "mpirun -np 2 ./%s --model small --batch 4 --seq-len 64 --steps 1 "
-                 "--eval-batches 1 --quiet --json %s/%s.json > /dev/null && tail -1 %s/%s.json", stages[i], root,
-                 stages[i], root, stages[i]);
-        assert_int_equal(test_run(cmd, &out), 0);
-        double need = NAN;
-        if (json_numbers(strstr(out, "\"device_need\""), "total", &need, 1) != 1)
-            fail_msg("%s: no device_need in its record:\n%.300s", stages[i], out);
-        double mine = stage_total(mm, stages[i]);
-        if (fabs(mine - need) > 1) fail_msg("%s: memory_math counts %.0f B, the trainer %.0f B", stages[i], mine, need);
-        free(out);
+        snprintf(cmd, sizeof cmd, "./memory_math --hbm-gb 1 --ranks 2 --model small --batch 4 --seq-len 64 "
+                 "--recompute %s --json", modes[m]);
+        assert_int_equal(test_run(cmd, &mm), 0);
+        for (int i = 0; i < 5; i++) {
+            snprintf(cmd, sizeof cmd, "mpirun -np 2 ./%s --model small --batch 4 --seq-len 64 --steps 1 "
+                     "--recompute %s --eval-batches 1 --quiet --json %s/%s.json > /dev/null && tail -1 %s/%s.json",
+                     stages[i], modes[m], root, stages[i], root, stages[i]);
+            assert_int_equal(test_run(cmd, &out), 0);
+            double need = NAN;
+            if (json_numbers(strstr(out, "\"device_need\""), "total", &need, 1) != 1)
+                fail_msg("%s: no device_need in its record:\n%.300s", stages[i], out);
+            double mine = stage_total(mm, stages[i]);
+            if (fabs(mine - need) > 1)
+                fail_msg("%s --recompute %s: memory_math counts %.0f B, the trainer %.0f B", stages[i], modes[m], mine,
+                         need);
+            free(out);
+        }
+        free(mm);
     }
-    free(mm);
     assert_int_equal(test_remove_dir(root), 0);
     // the issue's case: 61 GB of activations per rank; model states alone would fit zero1 (8.6 GB)
     assert_int_equal(test_run("./memory_math --model gpt2-1558m --ranks 8 --hbm-gb 16 --batch 8 --seq-len 1024 "
                               "--json", &out), 0);
     if (!strstr(out, "\"fits\":\"none\"")) fail_msg("gpt2-1558m, B 8, T 1024 fits somewhere in 16 GB:\n%s", out);
+    free(out);
+    // with full recompute the same run fits in 80 GB at every ZeRO stage: each block keeps its input alone
+    assert_int_equal(test_run("./memory_math --model gpt2-1558m --ranks 8 --hbm-gb 80 --batch 8 --seq-len 1024 "
+                              "--recompute full --json", &out), 0);
+    const char *fits = strstr(out, "\"fits\":\"");
+    if (!fits) fail_msg("no fits line:\n%s", out);
+    const char *want[] = {"zero1 (", "zero2 (", "zero3 (", "cpu_offload (", "infinity ("};
+    for (int i = 0; i < 5; i++)
+        if (!strstr(fits, want[i])) fail_msg("gpt2-1558m --recompute full: %s does not fit in 80 GB:\n%.300s", want[i], fits);
+    free(out);
+}
+
+// A run memory_math says does not fit is refused by the trainer's budget
+// check before anything is allocated, and the same run with full recompute
+// fits by both counts (the count itself is compared above).
+static void test_binary_refusal_agrees(void **state) {
+    (void)state;
+    char *mm = NULL, *out = NULL;
+    const char *run = "--model gpt2-1558m --batch 8 --seq-len 1024 --hbm-gb 24";
+    char cmd[512];
+    snprintf(cmd, sizeof cmd, "./memory_math --ranks 2 %s --json", run);
+    assert_int_equal(test_run(cmd, &mm), 0);
+    double none = stage_total(mm, "zero3");
+    free(mm);
+    snprintf(cmd, sizeof cmd, "./memory_math --ranks 2 %s --recompute full --json", run);
+    assert_int_equal(test_run(cmd, &mm), 0);
+    double full = stage_total(mm, "zero3");
+    free(mm);
+    if (!(none > 24e9 && full < 24e9)) fail_msg("zero3 at 2 ranks: %.3g B without recompute, %.3g with full", none, full);
+    snprintf(cmd, sizeof cmd, "mpirun -np 2 ./zero3 %s --steps 1 2>&1", run);
+    int rc = test_run(cmd, &out);
+    if (rc != 2 || !strstr(out, "zero3 needs")) fail_msg("%s: exit %d, expected the budget check's refusal:\n%s", cmd, rc, out);
     free(out);
 }
 
@@ -464,6 +510,7 @@ int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_paper_example),
         cmocka_unit_test(test_binary_fit_counts_the_run),
+        cmocka_unit_test(test_binary_refusal_agrees),
         cmocka_unit_test(test_partition_padding),
         cmocka_unit_test(test_closed_forms_check_the_allocator),
         cmocka_unit_test(test_padding_rule),

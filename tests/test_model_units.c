@@ -17,6 +17,7 @@
 #include "bf16.h"
 #include "check.h"
 #include "device.h"
+#include "act_math.h"
 #include "gpt.h"
 #include "model_walk.h"
 
@@ -109,10 +110,11 @@ typedef struct Step {
 } Step;
 
 static void run_schedule(Device *d, Capture *c, const Batches *bt, const Step *steps, int nsteps, int nmb, int slots,
-                         double *loss) {
+                         GPTRecompute rc, double *loss) {
     GPT g;
     GPTPlan plan = gpt_plan_whole(&c->l, B, T);
     plan.slots = slots;
+    plan.recompute = rc;
     gpt_alloc(&g, &c->l, d, &plan, NULL);
     capture_clear(c);
     for (int i = 0; i < nsteps; i++) {
@@ -128,7 +130,8 @@ static void run_schedule(Device *d, Capture *c, const Batches *bt, const Step *s
     gpt_free(&g);
 }
 
-static void check_schedule(const char *name, const Step *steps, int nsteps, int nmb, int slots) {
+static void check_schedule_recompute(const char *name, const Step *steps, int nsteps, int nmb, int slots,
+                                     GPTRecompute rc) {
     Device d;
     device_cpu(&d);
     Capture c;
@@ -142,7 +145,7 @@ static void check_schedule(const char *name, const Step *steps, int nsteps, int 
         ref[m] = malloc(c.l.num_params * sizeof(float));
         memcpy(ref[m], c.grads[m], c.l.num_params * sizeof(float));
     }
-    run_schedule(&d, &c, &bt, steps, nsteps, nmb, slots, got);
+    run_schedule(&d, &c, &bt, steps, nsteps, nmb, slots, rc, got);
     for (int m = 0; m < nmb; m++) {
         if (memcmp(&got[m], &want[m], sizeof(double)) != 0)
             fail_msg("%s: loss of micro-batch %d is %.17g, the whole-model walk's %.17g", name, m, got[m], want[m]);
@@ -151,6 +154,10 @@ static void check_schedule(const char *name, const Step *steps, int nsteps, int 
     }
     capture_free(&c);
     device_destroy(&d);
+}
+
+static void check_schedule(const char *name, const Step *steps, int nsteps, int nmb, int slots) {
+    check_schedule_recompute(name, steps, nsteps, nmb, slots, GPT_RECOMPUTE_NONE);
 }
 
 static void test_two_slots_in_flight(void **state) {
@@ -167,6 +174,14 @@ static void test_all_forwards_then_all_backwards(void **state) {
 static void test_one_forward_one_backward(void **state) {
     const Step s[] = {{1, 0}, {1, 1}, {0, 0}, {1, 2}, {0, 1}, {1, 3}, {0, 2}, {0, 3}};
     check_schedule("1F1B, 2 slots", s, 8, 4, 2);
+}
+
+// Recomputation gives the gradients of the forward it repeats, to the bit,
+// with slots sharing the working set in a 1F1B order.
+static void test_recompute_matches_none(void **state) {
+    const Step s[] = {{1, 0}, {1, 1}, {0, 0}, {1, 2}, {0, 1}, {1, 3}, {0, 2}, {0, 3}};
+    check_schedule_recompute("1F1B, 2 slots, --recompute selective", s, 8, 4, 2, GPT_RECOMPUTE_SELECTIVE);
+    check_schedule_recompute("1F1B, 2 slots, --recompute full", s, 8, 4, 2, GPT_RECOMPUTE_FULL);
 }
 
 // Forwards of three slots interleaved unit by unit: the slots share no activation.
@@ -217,8 +232,8 @@ static void test_pipeline_stages_match_whole(void **state) {
     capture_clear(&c);
     const int range[NSTAGE][2] = {{0, 1}, {2, 3}, {4, 5}};
     GPT st[NSTAGE];
-    for (int k = 0; k < NSTAGE; k++) {
-        GPTPlan p = {B, T, NMB, range[k][0], range[k][1]};
+    for (int k = 0; k < NSTAGE; k++) {  // the middle stage recomputes its blocks
+        GPTPlan p = {B, T, NMB, range[k][0], range[k][1], k == 1 ? GPT_RECOMPUTE_FULL : GPT_RECOMPUTE_NONE};
         gpt_alloc(&st[k], &c.l, &d, &p, NULL);
     }
     size_t act_bytes = (size_t)BT * c.l.cfg.channels * d.act_bytes;
@@ -267,15 +282,24 @@ static size_t whole_model_bytes(const GPTConfig *c, int ab) {
     return c->num_layers * layer + BT * ((3 * C + Vp) * ab + 12 + 8);
 }
 
+// The allocation, gpt_activation_bytes and the closed form of act_math.c
+// agree, in every recompute mode.
 static void expect_alloc_matches(Device *d, const GPTLayout *l, GPTPlan p) {
-    GPT g;
-    gpt_alloc(&g, l, d, &p, NULL);
-    GPTActBytes a = gpt_activation_bytes(l, &p, d->act_bytes);
-    assert_int_equal(g.acts.bytes, a.total_saved);
-    assert_int_equal(a.total_saved, a.per_slot * p.slots + a.shared);
-    assert_int_equal(g.scratch.bytes, a.backward_scratch);
-    assert_int_equal(g.unit_grads.bytes + g.embed_grads.bytes, a.grad_workspace);
-    gpt_free(&g);
+    for (int rc = GPT_RECOMPUTE_NONE; rc <= GPT_RECOMPUTE_FULL; rc++) {
+        p.recompute = (GPTRecompute)rc;
+        GPT g;
+        gpt_alloc(&g, l, d, &p, NULL);
+        GPTActBytes a = gpt_activation_bytes(l, &p, d->act_bytes);
+        ActFormula f = act_formula(l, &p, d->act_bytes);
+        assert_int_equal(g.acts.bytes, a.total_saved);
+        assert_int_equal(g.working.bytes, a.working);
+        assert_true(f.saved == (double)a.total_saved && f.working == (double)a.working);
+        assert_true(f.per_layer == (double)a.per_layer);
+        assert_int_equal(a.total_saved, a.per_slot * p.slots + a.shared);
+        assert_int_equal(g.scratch.bytes, a.backward_scratch);
+        assert_int_equal(g.unit_grads.bytes + g.embed_grads.bytes, a.grad_workspace);
+        gpt_free(&g);
+    }
 }
 
 static void test_activation_bytes(void **state) {
@@ -296,7 +320,7 @@ static void test_activation_bytes(void **state) {
     const int cuts[3][2] = {{0, 2}, {3, 3}, {4, 5}};
     size_t sum = 0;
     for (int k = 0; k < 3; k++) {
-        GPTPlan p = {B, T, 3, cuts[k][0], cuts[k][1]};
+        GPTPlan p = {B, T, 3, cuts[k][0], cuts[k][1], GPT_RECOMPUTE_NONE};
         GPTActBytes a = gpt_activation_bytes(&l, &p, d.act_bytes);
         sum += a.per_slot;
         assert_int_equal(a.total_saved, 3 * a.per_slot + BT * C * ab);
@@ -304,7 +328,7 @@ static void test_activation_bytes(void **state) {
         expect_alloc_matches(&d, &l, p);
     }
     assert_int_equal(sum, w.per_slot + 2 * BT * C * ab);
-    GPTPlan mid = {B, T, 2, 2, 3};  // two blocks, no embeddings or head: no token ids, no logits
+    GPTPlan mid = {B, T, 2, 2, 3, GPT_RECOMPUTE_NONE};  // two blocks, no embeddings or head: no token ids, no logits
     assert_int_equal(gpt_activation_bytes(&l, &mid, d.act_bytes).per_slot, 2 * w.per_layer + BT * C * ab);
     whole.slots = 4;
     expect_alloc_matches(&d, &l, whole);
@@ -319,7 +343,7 @@ static void forward_outside_range(void) {
     Capture c;
     capture_init(&c, "tiny", 256);
     GPT g;
-    GPTPlan p = {B, T, 1, 0, 1};
+    GPTPlan p = {B, T, 1, 0, 1, GPT_RECOMPUTE_NONE};
     gpt_alloc(&g, &c.l, &d, &p, NULL);
     gpt_unit_forward(&g, 2, 0, c.params + c.l.unit[2].offset, c.params);
 }
@@ -372,7 +396,7 @@ static void tied_wte_grads_not_taken(void) {
     batches_fill(&bt, 256);
     GPT g;
     int hu = gpt_unit_head(&c.l);
-    GPTPlan p = {B, T, 2, hu, hu};
+    GPTPlan p = {B, T, 2, hu, hu, GPT_RECOMPUTE_NONE};
     gpt_alloc(&g, &c.l, &d, &p, NULL);
     const bf16 *ph = c.params + c.l.unit[hu].offset;
     size_t act_bytes = (size_t)BT * c.l.cfg.channels * d.act_bytes;
@@ -405,6 +429,7 @@ int main(void) {
         cmocka_unit_test(test_two_slots_in_flight),
         cmocka_unit_test(test_all_forwards_then_all_backwards),
         cmocka_unit_test(test_one_forward_one_backward),
+        cmocka_unit_test(test_recompute_matches_none),
         cmocka_unit_test(test_forwards_interleaved_by_unit),
         cmocka_unit_test(test_pipeline_stages_match_whole),
         cmocka_unit_test(test_activation_bytes),

@@ -44,34 +44,61 @@ static void check_plan(const GPTLayout *l, const GPTPlan *p, const Comm *tp) {
           "the ranks of one tp group, ordered by tp rank", l->tp_rank, l->tp_size, tp ? "another size or rank" : "none");
 }
 
-// Every slot's blocks and its fp32/int32 pieces (all sizes multiples of 4:
-// a block's bf16 pieces are (8C + 24Cp)*BT bytes), the shared fp32 pieces,
-// then every slot's pieces that may be odd-sized, then the shared temporary.
-static void carve_activations(GPT *g, Carver *ca) {
+// A block's fp32 pieces (the layernorms' statistics, then the attention
+// probabilities unless `att` is 0) and its activation pieces but x3.
+static void carve_block_words(Carver *c, LayerActs *la, size_t BT, size_t att) {
+    la->ln1_mean = carve_words(c, BT * sizeof(float));
+    la->ln1_rstd = carve_words(c, BT * sizeof(float));
+    la->ln2_mean = carve_words(c, BT * sizeof(float));
+    la->ln2_rstd = carve_words(c, BT * sizeof(float));
+    if (att) la->att = carve_words(c, att);
+}
+
+static void carve_block_acts(Carver *c, LayerActs *la, size_t BT, size_t C, size_t Cp, size_t F, size_t ab) {
+    la->ln1 = carve(c, BT * C * ab);
+    la->qkv = carve(c, BT * 3 * Cp * ab);
+    la->atty = carve(c, BT * Cp * ab);
+    la->x2 = carve(c, BT * C * ab);
+    la->ln2 = carve(c, BT * C * ab);
+    la->fch = carve(c, BT * F * ab);
+    la->fch_gelu = carve(c, BT * F * ab);
+}
+
+// The recomputation's working set: what a block does not save (its
+// probabilities under selective, all but x3 under full), which every block
+// of every slot points to; the block's forward writes it and its backward
+// recomputes it first (block_recompute).
+static void carve_working(GPT *g, Carver *cw, size_t BT, size_t att) {
+    const GPTConfig *c = &g->L.cfg;
+    size_t C = c->channels, Cp = C / g->L.tp_size, F = 4 * C / g->L.tp_size;
+    LayerActs *live = &g->work->live;
+    if (g->plan.recompute == GPT_RECOMPUTE_SELECTIVE) live->att = carve_words(cw, att);
+    if (g->plan.recompute != GPT_RECOMPUTE_FULL) return;
+    carve_block_words(cw, live, BT, att);
+    carve_block_acts(cw, live, BT, C, Cp, F, g->dev->act_bytes);
+}
+
+// Every slot's fp32 and int32 pieces first, then the shared fp32 pieces,
+// then every slot's activation pieces (in bf16 on cuda one may be 2 mod 4
+// bytes long), then the shared temporary. A block saves what the plan's
+// recompute keeps; the rest of its pointers go to the working set.
+static void carve_activations(GPT *g, Carver *ca, Carver *cw) {
     const GPTPlan *p = &g->plan;
     const GPTConfig *c = &g->L.cfg;
     size_t tp = g->L.tp_size, BT = (size_t)p->B * p->T, C = c->channels, Cp = C / tp, F = 4 * C / tp;
     size_t NHp = c->num_heads / tp, Vp = (size_t)gpt_logits_stride(&g->L);
-    size_t ab = g->dev->act_bytes, fb = sizeof(float);
+    size_t ab = g->dev->act_bytes, fb = sizeof(float), att = (size_t)p->B * NHp * p->T * p->T * fb;
     int nl = plan_end_layer(p, c->num_layers) - plan_first_layer(p);
     int embed = plan_has_unit(p, GPT_UNIT_EMBED), head = plan_has_unit(p, gpt_unit_head(&g->L));
+    if (nl > 0) carve_working(g, cw, BT, att);
+    GPTRecompute rc = p->recompute;
     for (int s = 0; s < p->slots; s++) {
         GPTSlot *sl = &g->slot[s];
         for (int i = 0; i < nl; i++) {
             LayerActs *la = &sl->layer[i];
-            la->ln1 = carve(ca, BT * C * ab);
-            la->qkv = carve(ca, BT * 3 * Cp * ab);
-            la->atty = carve(ca, BT * Cp * ab);
-            la->x2 = carve(ca, BT * C * ab);
-            la->ln2 = carve(ca, BT * C * ab);
-            la->fch = carve(ca, BT * F * ab);
-            la->fch_gelu = carve(ca, BT * F * ab);
-            la->x3 = carve(ca, BT * C * ab);
-            la->ln1_mean = carve_words(ca, BT * fb);
-            la->ln1_rstd = carve_words(ca, BT * fb);
-            la->ln2_mean = carve_words(ca, BT * fb);
-            la->ln2_rstd = carve_words(ca, BT * fb);
-            la->att = carve_words(ca, (size_t)p->B * NHp * p->T * p->T * fb);
+            if (rc == GPT_RECOMPUTE_FULL) *la = g->work->live;
+            else carve_block_words(ca, la, BT, rc == GPT_RECOMPUTE_NONE ? att : 0);
+            if (rc == GPT_RECOMPUTE_SELECTIVE) la->att = g->work->live.att;
         }
         if (head) {
             sl->lnf_mean = carve_words(ca, BT * fb);
@@ -87,6 +114,11 @@ static void carve_activations(GPT *g, Carver *ca) {
     }
     for (int s = 0; s < p->slots; s++) {
         GPTSlot *sl = &g->slot[s];
+        for (int i = 0; i < nl; i++) {
+            LayerActs *la = &sl->layer[i];
+            if (rc != GPT_RECOMPUTE_FULL) carve_block_acts(ca, la, BT, C, Cp, F, ab);
+            la->x3 = carve(ca, BT * C * ab);
+        }
         sl->x_in = carve(ca, BT * C * ab);
         if (head) {
             sl->lnf = carve(ca, BT * C * ab);
@@ -113,8 +145,12 @@ void gpt_alloc(GPT *g, const GPTLayout *l, Device *dev, const GPTPlan *p, Comm *
     g->work = xcalloc(1, sizeof(GPTWork));
     g->work->embed_grads_slot = -1;
     g->acts = buf_alloc(dev, TIER_DEVICE, CAT_ACTIVATIONS, sizes.total_saved, "activations");
-    Carver ca = {g->acts.ptr, g->acts.bytes};
-    carve_activations(g, &ca);
+    if (sizes.working)
+        g->working = buf_alloc(dev, TIER_DEVICE, CAT_ACT_WORKING, sizes.working, "recomputed block activations");
+    Carver ca = {g->acts.ptr, g->acts.bytes}, cw = {g->working.ptr, g->working.bytes};
+    carve_activations(g, &ca, &cw);
+    CHECK(ca.left == 0 && cw.left == 0, "activation layout: %zu + %zu bytes left over; hint: gpt_activation_bytes "
+          "and gpt_alloc disagree", ca.left, cw.left);
 
     g->scratch = buf_alloc(dev, TIER_DEVICE, CAT_WORKSPACE, sizes.backward_scratch, "backward scratch");
     Carver cs = {g->scratch.ptr, g->scratch.bytes};
@@ -135,6 +171,7 @@ void gpt_alloc(GPT *g, const GPTLayout *l, Device *dev, const GPTPlan *p, Comm *
 void gpt_free(GPT *g) {
     if (!g->slot) return;
     buf_free(g->dev, &g->acts);
+    buf_free(g->dev, &g->working);
     buf_free(g->dev, &g->scratch);
     if (g->unit_grads.ptr) buf_free(g->dev, &g->unit_grads);
     if (g->embed_grads.ptr) buf_free(g->dev, &g->embed_grads);
@@ -304,6 +341,7 @@ const float *gpt_unit_backward(GPT *g, int u, int s, const bf16 *p, const bf16 *
     } else {
         float *ug = g->unit_grads.ptr;
         dev_memset0(g->dev, ug, g->L.unit[u].count * sizeof(float), STREAM_COMPUTE);
+        block_recompute(g, p, u - 1, s);  // what the plan's recompute did not keep, again
         block_backward(g, p, ug, u - 1, s);
         grads = ug;
     }

@@ -129,25 +129,45 @@ static inline int gpt_logits_stride(const GPTLayout *l) { return (l->vocab_part 
 // of them in flight at once (each keeps its own activations), through units
 // first_unit..last_unit (a pipeline stage's contiguous range; the first stage
 // has the embeddings, the last the head).
+// What a block keeps for its backward (Korthikanti et al. 2022, "Reducing
+// Activation Recomputation in Large Transformer Models"; Megatron-LM's
+// --recompute-granularity):
+//   GPT_RECOMPUTE_NONE: every tensor its backward reads;
+//   GPT_RECOMPUTE_SELECTIVE: all but the attention core's (B, heads, T, T)
+//     probabilities, recomputed from the saved q, k, v before the block's
+//     backward;
+//   GPT_RECOMPUTE_FULL: only the block's input (the residual stream entering
+//     it); its backward first runs its forward again from there.
+// What is recomputed goes to one working set that every block and slot
+// shares (only one unit's backward runs at a time), and it is the same bits:
+// the same kernels on the same inputs.
+typedef enum { GPT_RECOMPUTE_NONE = 0, GPT_RECOMPUTE_SELECTIVE, GPT_RECOMPUTE_FULL } GPTRecompute;
+const char *gpt_recompute_name(GPTRecompute r);  // "none", "selective", "full"
+// -1 for a name that is none of those
+int gpt_recompute_of(const char *name);
+
 typedef struct GPTPlan {
     int B, T;
     int slots;
     int first_unit, last_unit;
+    GPTRecompute recompute;
 } GPTPlan;
 
 // Stages 01-06: every unit, one micro-batch at a time.
 static inline GPTPlan gpt_plan_whole(const GPTLayout *l, int B, int T) {
-    return (GPTPlan){B, T, 1, 0, l->num_units - 1};
+    return (GPTPlan){B, T, 1, 0, l->num_units - 1, GPT_RECOMPUTE_NONE};
 }
 
 // Bytes a plan keeps: saved activations per slot (one micro-batch through the
-// plan's units) and the temporaries all slots share; the backward scratch and
-// the fp32 gradient workspace. Used by the reports and memory_math.
+// plan's units) and the temporaries all slots share; the recomputation's
+// working set; the backward scratch and the fp32 gradient workspace. Used by
+// gpt_alloc, the budget check, the reports and memory_math.
 typedef struct GPTActBytes {
-    size_t per_layer;         // one block, one micro-batch
+    size_t per_layer;         // what one block saves for one micro-batch (by the plan's recompute)
     size_t per_slot;          // one micro-batch through the plan's units
     size_t shared;            // temporaries every slot shares
     size_t total_saved;       // per_slot * slots + shared: the activations buffer
+    size_t working;           // one block's tensors that are not saved (recomputed): the working set, 0 without recompute
     size_t backward_scratch;  // residual-stream gradient per slot + shared backward temporaries
     size_t grad_workspace;    // fp32 gradients of one unit, and of the embeddings
 } GPTActBytes;
@@ -159,6 +179,7 @@ typedef struct GPT {
     Device *dev;
     struct Comm *tp;   // tensor-parallel group (L.tp_size ranks); NULL when tp_size = 1
     Buf acts;          // saved activations of every slot, and shared temporaries (activations)
+    Buf working;       // one block's recomputed tensors (act_working); empty without recompute
     Buf scratch;       // backward temporaries (workspace)
     Buf unit_grads;    // fp32 gradients of the unit being differentiated (workspace)
     Buf embed_grads;   // fp32 gradients of the embeddings, live through backward (tied wte)

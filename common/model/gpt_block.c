@@ -22,13 +22,15 @@ static void row_parallel_forward(GPT *g, act *out, const act *inp, const bf16 *w
     d->k->bias_add(d, out, bias, BT, C);
 }
 
-// x3 = x + attn(ln1(x)) + mlp(ln2(...)): one GPT-2 block, pre-layernorm.
-void block_forward(GPT *g, const bf16 *p, int layer, int s) {
+// What the block's backward reads, computed from its input x into la:
+// x2 = x + attproj(attention(qkv(ln1(x)))), then ln2, fc and gelu of the MLP
+// up to its projection's input. Block_forward's first part, and all that
+// full recompute runs again (the MLP projection and the last residual add
+// make x3, which backward does not read).
+void block_forward_inner(GPT *g, const bf16 *p, LayerActs *la, const act *x) {
     Device *d = g->dev;
     const KernelOps *k = d->k;
     const size_t *o = g->L.blk_off;
-    LayerActs *la = layer_acts(g, layer, s);
-    const act *x = block_input(g, layer, s);
     act *tmp = g->work->tmp;
     int tp = g->L.tp_size, B = g->plan.B, T = g->plan.T, BT = B * T;
     int C = g->L.cfg.channels, Cp = C / tp, F = 4 * C / tp, NHp = g->L.cfg.num_heads / tp;
@@ -41,8 +43,16 @@ void block_forward(GPT *g, const bf16 *p, int layer, int s) {
     k->layernorm_forward(d, la->ln2, la->ln2_mean, la->ln2_rstd, la->x2, p + o[BLK_LN2W], p + o[BLK_LN2B], BT, C);
     k->matmul_forward(d, la->fch, la->ln2, p + o[BLK_FCW], p + o[BLK_FCB], BT, C, F, F);  // f
     k->gelu_forward(d, la->fch_gelu, la->fch, (size_t)BT * F);
-    row_parallel_forward(g, tmp, la->fch_gelu, p + o[BLK_FCPROJW], p + o[BLK_FCPROJB], F);
-    k->residual_forward(d, la->x3, la->x2, tmp, (size_t)BT * C);
+}
+
+// x3 = x + attn(ln1(x)) + mlp(ln2(...)): one GPT-2 block, pre-layernorm.
+void block_forward(GPT *g, const bf16 *p, int layer, int s) {
+    LayerActs *la = layer_acts(g, layer, s);
+    act *tmp = g->work->tmp;
+    int BT = g->plan.B * g->plan.T, C = g->L.cfg.channels, F = 4 * C / g->L.tp_size;
+    block_forward_inner(g, p, la, block_input(g, layer, s));
+    row_parallel_forward(g, tmp, la->fch_gelu, p + g->L.blk_off[BLK_FCPROJW], p + g->L.blk_off[BLK_FCPROJB], F);
+    g->dev->k->residual_forward(g->dev, la->x3, la->x2, tmp, (size_t)BT * C);
 }
 
 // The g operators' backward is the identity: every rank has the whole

@@ -144,7 +144,15 @@ GPTActBytes gpt_activation_bytes(const GPTLayout *l, const GPTPlan *p, int act_b
     // activations; fp32 mean and rstd of both layernorms; fp32 attention
     // probabilities NH·T. Under tensor parallelism qkv, atty, fch, fch_gelu
     // and the probabilities are the rank's heads' (1/tp); the rest is whole.
-    r.per_layer = BT * ((4 * C + 3 * Cp + Cp + 2 * F) * ab + 4 * fb) + (size_t)p->B * NHp * p->T * p->T * fb;
+    // Selective recompute keeps all but the probabilities, full only x3 (the
+    // next block's input; the first block's is the slot's x_in).
+    size_t att = (size_t)p->B * NHp * p->T * p->T * fb, x3 = BT * C * ab;
+    size_t layer = BT * ((4 * C + 3 * Cp + Cp + 2 * F) * ab + 4 * fb) + att;
+    // what a block saves by the plan's recompute, and the working set that
+    // holds what it does not (one block's worth, shared by all)
+    size_t unsaved = p->recompute == GPT_RECOMPUTE_FULL ? layer - x3 : p->recompute == GPT_RECOMPUTE_SELECTIVE ? att : 0;
+    r.per_layer = layer - unsaved;
+    r.working = blocks ? unsaved : 0;
     // per slot: the range's blocks and its input x_in (C); the embeddings add
     // the input token ids; the head lnf (C), the logits (Vp: this rank's
     // vocabulary, padded), lnf mean/rstd and losses in fp32, and the target ids

@@ -8,8 +8,10 @@
 #include "gpt.h"
 #include "kernels.h"
 
-// Saved activations of one transformer block; its input is the previous
-// block's x3, or the slot's x_in for the range's first block.
+// Activations of one transformer block that its backward reads; its input is
+// the previous block's x3, or the slot's x_in for the range's first block.
+// Under recompute the pieces a block does not save point into the working
+// set (GPTWork.live), which its backward fills again first.
 typedef struct LayerActs {
     act *ln1, *qkv, *atty, *x2, *ln2, *fch, *fch_gelu, *x3;  // (BT,C) except qkv (BT,3Cp), atty (BT,Cp), fch* (BT,F)
     float *ln1_mean, *ln1_rstd, *ln2_mean, *ln2_rstd;        // (BT)
@@ -36,6 +38,7 @@ typedef struct GPTWork {
     act *dc;                      // (BT,C)
     act *d4a, *d4b;               // (BT,F); d4a also serves as dqkv (BT,3Cp)
     int embed_grads_slot;         // slot whose head backward started embed_grads; -1 none
+    LayerActs live;               // the recomputation's working set (x3 unused): see gpt_recompute.c
 } GPTWork;
 
 // Blocks of the plan's range: layers [first, end).
@@ -62,6 +65,13 @@ static inline LayerActs *layer_acts(const GPT *g, int layer, int s) {
 // gradients accumulate into dp (fp32, the unit's layout).
 void block_forward(GPT *g, const bf16 *p, int layer, int s);
 void block_backward(GPT *g, const bf16 *p, float *dp, int layer, int s);
+// gpt_block.c: everything of block_forward that its backward reads, from the
+// block's input x into la (all but the MLP projection and x3): what full
+// recompute runs again.
+void block_forward_inner(GPT *g, const bf16 *p, LayerActs *la, const act *x);
+// gpt_recompute.c: before block `layer`'s backward of slot s, what the plan's
+// recompute did not save, computed again from what it did (the same bits).
+void block_recompute(GPT *g, const bf16 *p, int layer, int s);
 
 // ---- tensor parallelism (gpt_tp.c) ----
 // x (BT,C) summed in place over the tp group (nothing to do with tp_size 1),

@@ -206,16 +206,12 @@ const char *stage_comm_formula(StageId s) {
     }
 }
 
-double korthikanti_layer_bytes(double s, double b, double h, double a) {
-    return s * b * h * (34 + 5 * a * s / h);
-}
-
 RunDeviceBytes run_device_bytes(StageId s, const GPTLayout *l, const GPTPlan *p, size_t state_params, int dp_ranks,
                                 int act_bytes, double kernel_scratch, double stage_buffers, double held) {
     StateBytes sb;
     stage_state_bytes(s, state_params, dp_ranks, &sb);
     GPTActBytes ab = gpt_activation_bytes(l, p, act_bytes);
-    RunDeviceBytes r = {.states = sb.tier_total[TIER_DEVICE], .activations = (double)ab.total_saved,
+    RunDeviceBytes r = {.states = sb.tier_total[TIER_DEVICE], .activations = (double)ab.total_saved + (double)ab.working,
                         .workspace = (double)ab.backward_scratch + (double)ab.grad_workspace,
                         .kernel_scratch = kernel_scratch, .stage_buffers = stage_buffers, .held = held};
     r.total = r.states + r.activations + r.workspace + r.kernel_scratch + r.stage_buffers + r.held;

@@ -1,7 +1,6 @@
 // mem_math.h: the memory and communication formulas of the ZeRO paper
 // (Rajbhandari et al., 2020) and ZeRO-Offload/Infinity, per rank, with the
-// padding our partitioning adds; activation memory (Korthikanti et al., 2022)
-// beside what this trainer keeps. memory_math prints these; the trainers print
+// padding our partitioning adds (activation memory in closed form: act_math.h). memory_math prints these; the trainers print
 // them beside what they measure.
 #pragma once
 #include <stddef.h>
@@ -73,17 +72,14 @@ const char *transfer_name(Transfer x);  // "device -> host", ...
 void stage_transfer_bytes(StageId s, double psi, int ranks, int grad_accum, double out[XFER_COUNT]);
 const char *stage_transfer_formula(StageId s, Transfer x);  // "2kΨ/N", or "0"
 
-// Activation memory of one transformer layer for micro-batch b, sequence s,
-// hidden h, heads a: Korthikanti et al. (16-bit activations, no recomputation):
-// s*b*h*(34 + 5*a*s/h) bytes.
-double korthikanti_layer_bytes(double s, double b, double h, double a);
 
 // Device bytes per rank of a training run, by what holds them: the model
 // states on the device tier (stage_state_bytes, with padding), activations
 // saved for backward and the backward workspace (gpt_activation_bytes), the
 // kernels' largest scratch (KernelOps.scratch_bytes), the stage's own
 // buffers at their peak (Strategy.device_buffer_bytes: buckets, gathered
-// units, a reduced shard) and what the device held before (cuBLASLt's
+// units, a reduced shard); the activations are the saved ones and the
+// recomputation's working set (by the plan's recompute) and what the device held before (cuBLASLt's
 // workspace). The states are those this rank keeps (state_params of the
 // layout's tensors, sharded over dp_ranks), the activations those of plan p
 // (its units, micro-batches in flight). The trainers check it against the

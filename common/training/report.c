@@ -8,6 +8,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include "act_math.h"
 #include "check.h"
 #include "trainer.h"
 
@@ -133,8 +134,9 @@ typedef struct Summary {
     double tier_peak[TIER_COUNT];
     StateBytes formula;       // max over ranks, as the measured figures
     double state_params;      // Ψ of the states' partition, max over ranks
-    GPTActBytes acts;         // total_saved: max over ranks
+    ActFormula acts;          // activations saved and the recompute working set by the closed form, max over ranks
     double step_ms_median, tokens_per_s, flops_per_token, gflops_per_rank;
+    double hw_flops_per_token, hw_gflops_per_rank;  // with the recomputation's FLOPs
     double comm_bytes_step, comm_formula_bytes, eval_comm_bytes;
     const char *comm_formula_text;
     double op_bytes_step[OP_COUNT];  // mean per step, max over ranks
@@ -161,12 +163,15 @@ static void summarize(Trainer *t, Summary *s) {
     mpiCheck(MPI_Allreduce(MPI_IN_PLACE, &s->formula, sizeof s->formula / sizeof(double), MPI_DOUBLE, MPI_MAX,
                            t->world.mpi));
     s->state_params = comm_max_f64(&t->world, (double)t->state_params);
-    s->acts = gpt_activation_bytes(&t->layout, &t->plan, t->dev.act_bytes);
-    s->acts.total_saved = (size_t)comm_max_f64(&t->world, (double)s->acts.total_saved);
+    s->acts = act_formula(&t->layout, &t->plan, t->dev.act_bytes);
+    s->acts.saved = comm_max_f64(&t->world, s->acts.saved);
+    s->acts.working = comm_max_f64(&t->world, s->acts.working);
     s->step_ms_median = median(r->step_ms, r->n);
     s->tokens_per_s = global_tokens_per_step(t) / (s->step_ms_median / 1000.0);
-    s->flops_per_token = gpt_flops_per_token(&t->layout, t->cfg.seq_len);
+    s->flops_per_token = gpt_flops_per_token(&t->layout, t->cfg.seq_len);  // the whole model's (its cfg)
     s->gflops_per_rank = s->flops_per_token * s->tokens_per_s / t->world.size / 1e9;
+    s->hw_flops_per_token = s->flops_per_token + recompute_flops_per_token(&t->layout, t->cfg.seq_len, t->plan.recompute);
+    s->hw_gflops_per_rank = s->hw_flops_per_token * s->tokens_per_s / t->world.size / 1e9;
     s->comm_bytes_step = r->n ? comm_max_f64(&t->world, median(r->comm_bytes, r->n)) : 0;
     if (t->strategy->comm_formula) {
         s->comm_formula_bytes = comm_max_f64(&t->world, t->strategy->comm_formula(t, &s->comm_formula_text));
@@ -199,7 +204,8 @@ static void summarize(Trainer *t, Summary *s) {
 // Formula figure for a (tier, category) row, or NAN where no formula applies.
 static double formula_for(const Summary *s, int tier, int cat) {
     if (cat <= CAT_ADAM_V) return s->formula.bytes[tier][cat];
-    if (tier == TIER_DEVICE && cat == CAT_ACTIVATIONS) return (double)s->acts.total_saved;
+    if (tier == TIER_DEVICE && cat == CAT_ACTIVATIONS) return s->acts.saved;
+    if (tier == TIER_DEVICE && cat == CAT_ACT_WORKING) return s->acts.working;
     return NAN;
 }
 
@@ -227,7 +233,12 @@ static void print_memory_table(const Trainer *t, const Summary *s) {
            s->tier_peak[TIER_DEVICE] / 1e6, t->device_need.total / 1e6);
     if (s->driver_total > 0)
         printf("; driver reports %.1f of %.1f GB free", s->driver_free / 1e9, s->driver_total / 1e9);
-    printf("\n  formulas: model states from mem_math; activations = what this trainer saves (16C act + 4 fp32 + NH*T fp32 per token per layer, plus embed/head)\n");
+    GPTRecompute rc = t->plan.recompute;
+    printf("\n  formulas: model states from mem_math; activations (--recompute %s) = %d slot%s x (L_range x per "
+           "layer + input, embed and head) + shared, per layer %s", gpt_recompute_name(rc), t->plan.slots,
+           t->plan.slots == 1 ? "" : "s", act_formula_layer_text(rc));
+    if (rc != GPT_RECOMPUTE_NONE) printf("; act_working = %s", act_formula_working_text(rc));
+    printf(" (s = T, b = B, h = C, a = heads, t = tp, e = %d B; act_math.c)\n", t->dev.act_bytes);
 }
 
 static void print_summary(const Trainer *t, const Summary *s) {
@@ -238,11 +249,19 @@ static void print_summary(const Trainer *t, const Summary *s) {
            global_tokens_per_step(t));
     printf("  achieved GFLOP/s     %10.2f per rank (model FLOPs %.3g per token = 6*Psi_matmul + 12*L*C*T, computed)\n",
            s->gflops_per_rank, s->flops_per_token);
-    if (t->dev.peak_flops > 0)
+    if (t->plan.recompute != GPT_RECOMPUTE_NONE)
+        printf("  hardware GFLOP/s     %10.2f per rank (%.3g per token: the model's + %s recompute's %s)\n",
+               s->hw_gflops_per_rank, s->hw_flops_per_token, gpt_recompute_name(t->plan.recompute),
+               t->plan.recompute == GPT_RECOMPUTE_FULL ? "L*(16*C^2 + 4*C*T)" : "L*4*C*T");
+    if (t->dev.peak_flops > 0) {
         printf("  MFU                  %10.1f %% of %.0f TFLOP/s (%s%s)\n", 100 * s->gflops_per_rank * 1e9 / t->dev.peak_flops,
                t->dev.peak_flops / 1e12, t->dev.peak_source, t->dev.sharers > 1 ? ", split among the ranks sharing the GPU" : "");
-    else
+        if (t->plan.recompute != GPT_RECOMPUTE_NONE)
+            printf("  HFU                  %10.1f %% (hardware FLOPs, recomputation counted)\n",
+                   100 * s->hw_gflops_per_rank * 1e9 / t->dev.peak_flops);
+    } else {
         printf("  MFU                  %10s (%s)\n", "-", t->dev.peak_source ? t->dev.peak_source : "peak unknown");
+    }
     printf("communication per step per rank\n");
     printf("  bytes moved          %10.3f MB counted from the collectives issued (ring volume)\n", s->comm_bytes_step / 1e6);
     if (t->strategy->comm_formula)
@@ -302,7 +321,8 @@ static void json_mem(FILE *f, const Summary *s) {
             fprintf(f, "%s\"%s\":%.0f", c ? "," : "", mem_category_name(c), s->formula.bytes[i][c]);
         fprintf(f, ",\"total\":%.0f}", s->formula.tier_total[i]);
     }
-    fprintf(f, ",\"padding_params\":%.0f,\"activations\":%zu}", s->formula.padding_params, s->acts.total_saved);
+    fprintf(f, ",\"padding_params\":%.0f,\"activations\":%.0f,\"act_working\":%.0f}", s->formula.padding_params,
+            s->acts.saved, s->acts.working);
 }
 
 // What the budget check counted before the run (trainer_budget.c).
@@ -348,8 +368,12 @@ static int write_json(const Trainer *t, const Summary *s) {
     else fprintf(f, ",\"val_loss\":%.9g", r->val_loss);
     fprintf(f, ",\"tokens_per_s\":%.3f,\"step_ms_median\":%.3f,\"flops_per_token\":%.6g,\"gflops_per_rank\":%.4f,",
             s->tokens_per_s, s->step_ms_median, s->flops_per_token, s->gflops_per_rank);
-    if (t->dev.peak_flops > 0) fprintf(f, "\"mfu\":%.5f,", s->gflops_per_rank * 1e9 / t->dev.peak_flops);
-    else fprintf(f, "\"mfu\":null,");
+    fprintf(f, "\"recompute\":\"%s\",\"hw_flops_per_token\":%.6g,\"hw_gflops_per_rank\":%.4f,",
+            gpt_recompute_name(t->plan.recompute), s->hw_flops_per_token, s->hw_gflops_per_rank);
+    if (t->dev.peak_flops > 0)
+        fprintf(f, "\"mfu\":%.5f,\"hfu\":%.5f,", s->gflops_per_rank * 1e9 / t->dev.peak_flops,
+                s->hw_gflops_per_rank * 1e9 / t->dev.peak_flops);
+    else fprintf(f, "\"mfu\":null,\"hfu\":null,");
     json_mem(f, s);
     json_need(f, &t->device_need);
     const StepTimes *x = &s->times;

@@ -69,6 +69,7 @@ static void place(Trainer *t, const GPTConfig *mc) {
     t->state_ranges[0] = (Range){0, t->layout.num_params};
     t->nstate_ranges = 1;
     if (t->strategy->place) t->strategy->place(t, mc);
+    t->plan.recompute = (GPTRecompute)gpt_recompute_of(t->cfg.recompute);
     CHECK(t->nstate_ranges >= 1 && t->nstate_ranges <= TRAINER_MAX_STATE_RANGES && t->ngroups >= 0 &&
           t->ngroups <= TRAINER_MAX_GROUPS, "%s: %d state ranges, %d groups", t->strategy->name, t->nstate_ranges,
           t->ngroups);

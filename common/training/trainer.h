@@ -33,6 +33,7 @@ typedef struct TrainConfig {
     int schedule_steps;                  // steps the decay spans (DeepSpeed's total_num_steps); 0 = steps
     const char *data, *device, *comm;
     const char *data_order;              // permuted | sequential (llm.c's)
+    const char *recompute;               // none | selective | full: what a block keeps for backward (gpt.h)
     double hbm_gb;
     const char *json, *trace, *save, *resume;
     const char *init_from, *export_llmc;  // llm.c GPT-2 checkpoints (llmc.h)

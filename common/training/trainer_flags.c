@@ -44,6 +44,7 @@ static void set_defaults(TrainConfig *c) {
     c->lr_schedule = "cosine";
     c->warmup_type = "log";  // DeepSpeed's default; our cosine's warm-up is linear
     c->data_order = "permuted";
+    c->recompute = "none";
     c->print_every = 1;
 }
 
@@ -68,6 +69,9 @@ static void check_formats(const TrainConfig *c) {
         fail_usage("--beta1 %g, --beta2 %g: the betas are below 1", c->beta1, c->beta2);
     if (strcmp(c->data_order, "permuted") && strcmp(c->data_order, "sequential"))
         fail_usage("--data-order %s: choose permuted or sequential (llm.c's)", c->data_order);
+    if (gpt_recompute_of(c->recompute) < 0)
+        fail_usage("--recompute %s: choose none (keep every activation), selective (recompute the attention "
+                   "probabilities) or full (keep each block's input, run its forward again)", c->recompute);
     if (c->init_from && c->resume)
         fail_usage("--init-from and --resume both set the weights: a checkpoint of ours already holds them");
 }
@@ -143,6 +147,9 @@ void train_config_parse(TrainConfig *c, void *stage_ctx, int argc, char **argv, 
          .help = "text file, folder of text, or llm.c uint16 token shards (default: built-in corpus)"},
         {.name = "data-order", .type = FLAG_STRING, .dst = &c->data_order, .meta = "permuted|sequential",
          .help = "rows of the data: spread over the corpus, or llm.c's order (the i-th run of B*T+1 tokens)"},
+        {.name = "recompute", .type = FLAG_STRING, .dst = &c->recompute, .meta = "none|selective|full",
+         .help = "what each block keeps for its backward: everything; all but the attention probabilities "
+                 "(recomputed from q, k, v); only its input (its forward runs again before its backward)"},
         {.name = "init-from", .type = FLAG_STRING, .dst = &c->init_from, .meta = "FILE",
          .help = "start from an llm.c GPT-2 checkpoint: its shape is the model, its weights the initial ones"},
         {.name = "export-llmc", .type = FLAG_STRING, .dst = &c->export_llmc, .meta = "FILE",

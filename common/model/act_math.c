@@ -1,0 +1,88 @@
+// act_math.c: activation bytes and recomputation FLOPs in closed form (see
+// act_math.h).
+#include "act_math.h"
+
+// This trainer, per block, e bytes an activation, fp32 statistics:
+//   ln1, x2, ln2, x3: 4 sbh e; qkv 3sbh/t, attention output sbh/t, fc and
+//   gelu 4sbh/t each: 12 sbh e/t; layernorm mean and rstd, twice: 16 sb;
+//   attention probabilities in fp32: 4 a s^2 b / t.
+// Selective saves all but the probabilities; full saves x3 alone (the next
+// block's input), sbh e, and recomputes the rest but x3.
+ActFormula act_formula(const GPTLayout *l, const GPTPlan *p, int act_bytes) {
+    const GPTConfig *c = &l->cfg;
+    double s = p->T, b = p->B, h = c->channels, a = c->num_heads, t = l->tp_size, e = act_bytes;
+    double V = gpt_logits_stride(l);  // this rank's vocabulary, rows padded to a multiple of 64
+    double stats = 16 * s * b, probs = 4 * a * s * s * b / t, act = s * b * h * e * (4 + 12 / t);
+    double all = act + stats + probs, input = s * b * h * e;
+    ActFormula f = {0};
+    switch (p->recompute) {
+    case GPT_RECOMPUTE_NONE: f.per_layer = all; break;
+    case GPT_RECOMPUTE_SELECTIVE: f.per_layer = act + stats, f.working = probs; break;
+    case GPT_RECOMPUTE_FULL: f.per_layer = input, f.working = all - input; break;
+    }
+    int hu = gpt_unit_head(l);
+    int first = p->first_unit > 1 ? p->first_unit : 1, last = p->last_unit < hu ? p->last_unit : hu - 1;
+    double blocks = last >= first ? last - first + 1 : 0;
+    if (blocks == 0) f.working = 0;
+    // a slot: its blocks and its input x_in (sbh e); the embeddings' token
+    // ids (4sb); the head's lnf (sbh e), logits (sb V e), lnf mean, rstd and
+    // losses (12sb) and target ids (4sb)
+    double slot = blocks * f.per_layer + input;
+    if (p->first_unit == GPT_UNIT_EMBED) slot += 4 * s * b;
+    if (p->last_unit == hu) slot += s * b * (h + V) * e + 16 * s * b;
+    // shared: one projection output before its residual add (sbh e); under
+    // tensor parallelism the head's cross-entropy max, sum and target logit (12sb)
+    double shared = input + (p->last_unit == hu && t > 1 ? 12 * s * b : 0);
+    f.saved = p->slots * slot + shared;
+    return f;
+}
+
+const char *act_formula_layer_text(GPTRecompute r) {
+    switch (r) {
+    case GPT_RECOMPUTE_NONE: return "sbh(4 + 12/t)e + 16sb + 4as^2b/t";
+    case GPT_RECOMPUTE_SELECTIVE: return "sbh(4 + 12/t)e + 16sb";
+    case GPT_RECOMPUTE_FULL: return "sbhe";
+    }
+    return "?";
+}
+
+const char *act_formula_working_text(GPTRecompute r) {
+    switch (r) {
+    case GPT_RECOMPUTE_NONE: return "0";
+    case GPT_RECOMPUTE_SELECTIVE: return "4as^2b/t";
+    case GPT_RECOMPUTE_FULL: return "sbh(3 + 12/t)e + 16sb + 4as^2b/t";
+    }
+    return "?";
+}
+
+// Korthikanti et al., Table 2: tensor parallel without sequence parallelism
+// leaves 10 sbh of the 34 whole on every rank (the layernorms, dropouts and
+// residual inputs); sequence parallelism splits them too.
+double korthikanti_bytes(GPTRecompute r, double s, double b, double h, double a, double t, int sp) {
+    double attn = 5 * a * s / h;
+    switch (r) {
+    case GPT_RECOMPUTE_NONE: return sp ? s * b * h / t * (34 + attn) : s * b * h * (10 + 24 / t + attn / t);
+    case GPT_RECOMPUTE_SELECTIVE: return sp ? 34 * s * b * h / t : s * b * h * (10 + 24 / t);
+    case GPT_RECOMPUTE_FULL: return sp ? 2 * s * b * h / t : 2 * s * b * h;
+    }
+    return 0;
+}
+
+const char *korthikanti_text(GPTRecompute r, int tp, int sp) {
+    switch (r) {
+    case GPT_RECOMPUTE_NONE: return sp ? "sbh/t (34 + 5as/h)" : tp > 1 ? "sbh(10 + 24/t + 5as/(ht))" : "sbh(34 + 5as/h)";
+    case GPT_RECOMPUTE_SELECTIVE: return sp ? "34sbh/t" : tp > 1 ? "sbh(10 + 24/t)" : "34sbh";
+    case GPT_RECOMPUTE_FULL: return sp ? "2sbh/t" : "2sbh";
+    }
+    return "?";
+}
+
+double recompute_flops_per_token(const GPTLayout *l, int T, GPTRecompute r) {
+    double C = l->cfg.channels, L = l->cfg.num_layers, attention = 4.0 * C * T;
+    switch (r) {
+    case GPT_RECOMPUTE_NONE: return 0;
+    case GPT_RECOMPUTE_SELECTIVE: return L * attention;
+    case GPT_RECOMPUTE_FULL: return L * (2.0 * 8.0 * C * C + attention);
+    }
+    return 0;
+}

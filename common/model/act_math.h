@@ -1,0 +1,36 @@
+// act_math.h: activation memory per rank in closed form, in the notation of
+// Korthikanti et al. 2022 ("Reducing Activation Recomputation in Large
+// Transformer Models": s sequence, b micro-batch, h hidden, a heads, t
+// tensor-parallel ranks), for each --recompute mode: the paper's figures
+// (16-bit activations and dropout masks) beside this trainer's own (e bytes
+// per activation element: 4 on the cpu device, 2 on cuda; fp32 statistics;
+// no dropout). This trainer's are written from the tensors a block keeps,
+// apart from the allocation code (gpt_activation_bytes), which the reports
+// and tests check against them. And what recomputation costs: the FLOPs it
+// adds, for hardware FLOP utilization beside model FLOP utilization.
+#pragma once
+#include "gpt.h"
+
+typedef struct ActFormula {
+    double per_layer;  // what one block saves for one micro-batch
+    double saved;      // the plan's activations buffer: its slots x (blocks + input, embeddings, head) + shared temporaries
+    double working;    // the recomputation's working set: one block's unsaved tensors (0 without recompute)
+} ActFormula;
+ActFormula act_formula(const GPTLayout *l, const GPTPlan *p, int act_bytes);
+// This trainer's per-layer closed forms, saved and working set, as text.
+const char *act_formula_layer_text(GPTRecompute r);
+const char *act_formula_working_text(GPTRecompute r);
+
+// Korthikanti et al.'s bytes per layer (their Table 2; 16-bit activations,
+// dropout masks), at tensor parallelism t (1: none), with sequence
+// parallelism (sp) or without; full recompute keeps each layer's 16-bit input,
+// 2sbh (2sbh/t where it is partitioned over the tp ranks).
+double korthikanti_bytes(GPTRecompute r, double s, double b, double h, double a, double t, int sp);
+const char *korthikanti_text(GPTRecompute r, int tp, int sp);
+
+// FLOPs per token that recomputation adds to the model FLOPs
+// (gpt_flops_per_token), counted as the other matmul and attention FLOPs:
+// selective runs the attention forward again (scores and weighted sum:
+// 4TC per layer); full runs the block's forward but its MLP projection
+// (qkv 6C², projection 2C², fc 8C² and the attention: 16C² + 4TC per layer).
+double recompute_flops_per_token(const GPTLayout *l, int T, GPTRecompute r);

@@ -1,0 +1,46 @@
+// gpt_recompute.c: activation recomputation (Chen et al. 2016, "Training
+// Deep Nets with Sublinear Memory Cost"; Korthikanti et al. 2022 for the
+// selective kind). A block that did not save some of its activations
+// computes them again right before its backward, from what it saved, into
+// the working set that every block shares. The kernels are the forward's, on
+// the same inputs, so the recomputed tensors are the same bits and the
+// gradients are those of --recompute none. Under ZeRO-3 the block's params
+// are gathered for its backward anyway: recomputing moves no extra bytes.
+#include <string.h>
+#include "gpt_units.h"
+
+static const char *const names[] = {"none", "selective", "full"};
+
+const char *gpt_recompute_name(GPTRecompute r) {
+    return r >= GPT_RECOMPUTE_NONE && r <= GPT_RECOMPUTE_FULL ? names[r] : "unknown";
+}
+
+int gpt_recompute_of(const char *name) {
+    for (int r = GPT_RECOMPUTE_NONE; r <= GPT_RECOMPUTE_FULL; r++)
+        if (strcmp(name, names[r]) == 0) return r;
+    return -1;
+}
+
+// LAB 04: block_recompute -- what the block did not keep, computed again before its backward
+// Block `layer` of slot s, from its params p, before its backward reads la =
+// layer_acts(g, layer, s), by g->plan.recompute:
+//   GPT_RECOMPUTE_NONE: everything was saved; nothing to do.
+//   GPT_RECOMPUTE_SELECTIVE: the attention probabilities la->att (the
+//     working set's) were overwritten by later blocks: the attention
+//     forward again from the saved q, k, v (la->qkv), its output going to
+//     the scratch g->work->tmp (la->atty was saved and must stay as it is).
+//     Shapes: B = g->plan.B, T = g->plan.T, this rank's Cp = C / tp
+//     channels and NH / tp heads (g->L.cfg, g->L.tp_size).
+//   GPT_RECOMPUTE_FULL: only the block's input was saved
+//     (block_input(g, layer, s)): run the part of the block's forward that
+//     backward reads again (block_forward_inner) into la.
+void block_recompute(GPT *g, const bf16 *p, int layer, int s) {
+    LayerActs *la = layer_acts(g, layer, s);
+    int tp = g->L.tp_size, C = g->L.cfg.channels;
+    if (g->plan.recompute == GPT_RECOMPUTE_SELECTIVE)
+        g->dev->k->attention_forward(g->dev, g->work->tmp, la->att, la->qkv, g->plan.B, g->plan.T, C / tp,
+                                     g->L.cfg.num_heads / tp);
+    else if (g->plan.recompute == GPT_RECOMPUTE_FULL)
+        block_forward_inner(g, p, la, block_input(g, layer, s));
+}
+// LAB END

@@ -1,0 +1,171 @@
+// test_recompute.c: --recompute selective and full against none, run as
+// programs under mpirun. Recomputation runs the forward's kernels again on
+// the same inputs, so it must change nothing but memory and time: in every
+// stage at 1, 2 and 4 ranks with gradient accumulation, and in 3d_parallel's
+// grids, the losses, the gradient norms and the final fp32 weights (the
+// exported llm.c file, byte for byte) equal those of --recompute none, and
+// the activations and the recompute working set measured by the allocator
+// equal their closed forms (act_math.c) in every run.
+#include <sys/stat.h>
+#include "runs.h"
+
+#define PATH_LEN 512
+#define CMD_LEN 2048
+
+static const char *const STAGES[] = {"dp_baseline", "zero1", "zero2", "zero3", "cpu_offload", "infinity"};
+enum { NSTAGES = sizeof STAGES / sizeof STAGES[0], STEPS = 3 };
+static const char *const MODES[] = {"selective", "full"};
+
+// A run's figures: its record, and the bytes of its exported weights.
+typedef struct Run {
+    char *json;
+    unsigned char *weights;
+    long weights_bytes;
+} Run;
+
+static unsigned char *read_all(const char *path, long *n) {
+    FILE *f = fopen(path, "rb");
+    if (!f) fail_msg("cannot open %s", path);
+    fseek(f, 0, SEEK_END);
+    *n = ftell(f);
+    fseek(f, 0, SEEK_SET);
+    unsigned char *b = malloc((size_t)*n);
+    assert_int_equal(fread(b, 1, (size_t)*n, f), (size_t)*n);
+    fclose(f);
+    return b;
+}
+
+static double device_mem(const char *json, const char *cat, const char *which) {
+    const char *device = strstr(json, "\"mem\":{\"device\":{");
+    if (!device) fail_msg("no mem.device in the record");
+    char obj[64];
+    snprintf(obj, sizeof obj, "\"%s\":{", cat);
+    const char *p = strstr(device, obj);
+    if (!p) fail_msg("no mem.device.%s in the record", cat);
+    return number_of(p, which);
+}
+
+static double act_formula_of(const char *json, const char *key) {
+    const char *p = strstr(json, "\"mem_formula\":{");
+    if (!p) fail_msg("no mem_formula in the record");
+    p = strstr(p, "\"padding_params\"");  // activations follow the tiers
+    if (!p) fail_msg("no padding_params in mem_formula");
+    return number_of(p, key);
+}
+
+// The run, with its memory checked against the formulas. Its final weights:
+// the exported llm.c file, or where the master weights live in files
+// (infinity, which does not export) the checkpoint's master shards.
+static Run run(const char *root, const char *binary, int ranks, const char *flags, const char *name) {
+    char cmd[CMD_LEN], json[PATH_LEN], weights[PATH_LEN];
+    int in_files = strcmp(binary, "infinity") == 0;
+    snprintf(json, sizeof json, "%s/%s.json", root, name);
+    snprintf(weights, sizeof weights, "%s/%s.%s", root, name, in_files ? "ckpt" : "bin");
+    snprintf(cmd, sizeof cmd, "mpirun -np %d ./%s --model small --steps %d --quiet %s --json %s %s %s", ranks,
+             binary, STEPS, flags, json, in_files ? "--save" : "--export-llmc", weights);
+    Run r = {.json = train(cmd, json)};
+    if (in_files) {
+        char step[PATH_LEN + 32];
+        size_t n;
+        snprintf(step, sizeof step, "%s/step-%08d", weights, STEPS);
+        r.weights = (unsigned char *)ckpt_master(step, ranks, &n);
+        r.weights_bytes = (long)(n * sizeof(float));
+    } else {
+        r.weights = read_all(weights, &r.weights_bytes);
+    }
+    double acts = device_mem(r.json, "activations", "peak"), working = device_mem(r.json, "act_working", "peak");
+    double want_acts = act_formula_of(r.json, "activations"), want_working = act_formula_of(r.json, "act_working");
+    if (acts != want_acts || working != want_working)
+        fail_msg("%s: activations %.0f B and working set %.0f B measured; the formulas say %.0f and %.0f", cmd, acts,
+                 working, want_acts, want_working);
+    return r;
+}
+
+static void run_free(Run *r) {
+    free(r->json);
+    free(r->weights);
+}
+
+// Losses and gradient norms as the record prints them, and the weights to the byte.
+static void expect_same(const Run *got, const Run *want, const char *what) {
+    double a[RUN_MAX_STEPS], b[RUN_MAX_STEPS];
+    losses_of(got->json, a, STEPS);
+    losses_of(want->json, b, STEPS);
+    for (int i = 0; i < STEPS; i++)
+        if (a[i] != b[i]) fail_msg("%s: loss of step %d is %.9g, --recompute none's %.9g", what, i + 1, a[i], b[i]);
+    assert_int_equal(json_numbers(got->json, "grad_norms", a, RUN_MAX_STEPS), STEPS);
+    assert_int_equal(json_numbers(want->json, "grad_norms", b, RUN_MAX_STEPS), STEPS);
+    for (int i = 0; i < STEPS; i++)
+        if (a[i] != b[i]) fail_msg("%s: gradient norm of step %d is %.9g, none's %.9g", what, i + 1, a[i], b[i]);
+    if (got->weights_bytes != want->weights_bytes || memcmp(got->weights, want->weights, (size_t)want->weights_bytes))
+        fail_msg("%s: the final weights differ from --recompute none's", what);
+}
+
+// Every stage at `ranks` ranks, 2 micro-batches a step, against itself
+// without recompute.
+static void stages_at(void **state, int ranks) {
+    RunDir *c = *state;
+    char nvme[PATH_LEN], flags[PATH_LEN + 64], name[64], what[128];
+    snprintf(nvme, sizeof nvme, "%s/nvme-%d", c->root, ranks);
+    assert_int_equal(mkdir(nvme, 0700), 0);
+    for (int s = 0; s < NSTAGES; s++) {
+        int inf = strcmp(STAGES[s], "infinity") == 0;
+        snprintf(flags, sizeof flags, "--batch 2 --grad-accum 2%s%s", inf ? " --nvme-path " : "", inf ? nvme : "");
+        snprintf(name, sizeof name, "%s-none-%d", STAGES[s], ranks);
+        Run ref = run(c->root, STAGES[s], ranks, flags, name);
+        for (int m = 0; m < 2; m++) {
+            char mode_flags[PATH_LEN + 96];
+            snprintf(mode_flags, sizeof mode_flags, "%s --recompute %s", flags, MODES[m]);
+            snprintf(name, sizeof name, "%s-%s-%d", STAGES[s], MODES[m], ranks);
+            Run r = run(c->root, STAGES[s], ranks, mode_flags, name);
+            snprintf(what, sizeof what, "%s --recompute %s at %d rank%s", STAGES[s], MODES[m], ranks,
+                     ranks == 1 ? "" : "s");
+            expect_same(&r, &ref, what);
+            run_free(&r);
+        }
+        run_free(&ref);
+    }
+}
+
+static void test_stages_one_rank(void **state) { stages_at(state, 1); }
+static void test_stages_two_ranks(void **state) { stages_at(state, 2); }
+static void test_stages_four_ranks(void **state) { stages_at(state, 4); }
+
+// 3d_parallel's grids at 4 ranks, 4 micro-batches in flight through the
+// pipelines, against the same grid without recompute.
+static void test_3d_grids(void **state) {
+    RunDir *c = *state;
+    static const char *const GRIDS[] = {"--tp 2 --pp 2", "--tp 2", "--pp 2 --schedule afab", "--pp 4"};
+    for (size_t k = 0; k < sizeof GRIDS / sizeof GRIDS[0]; k++) {
+        char flags[PATH_LEN], name[64];
+        snprintf(flags, sizeof flags, "%s --batch 2 --grad-accum 4", GRIDS[k]);
+        snprintf(name, sizeof name, "3d-%zu-none", k);
+        Run ref = run(c->root, "3d_parallel", 4, flags, name);
+        for (int m = 0; m < 2; m++) {
+            snprintf(flags, sizeof flags, "%s --batch 2 --grad-accum 4 --recompute %s", GRIDS[k], MODES[m]);
+            snprintf(name, sizeof name, "3d-%zu-%s", k, MODES[m]);
+            Run r = run(c->root, "3d_parallel", 4, flags, name);
+            char what[128];
+            snprintf(what, sizeof what, "3d_parallel %s --recompute %s", GRIDS[k], MODES[m]);
+            expect_same(&r, &ref, what);
+            run_free(&r);
+        }
+        run_free(&ref);
+    }
+}
+
+static int setup(void **state) {
+    static const char *const needs[] = {"./dp_baseline", "./zero1", "./zero2", "./zero3", "./cpu_offload",
+                                        "./infinity", "./3d_parallel", NULL};
+    return run_dir_setup(state, "test_recompute", needs);
+}
+
+int main(void) {
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_stages_one_rank),
+        cmocka_unit_test(test_stages_two_ranks),
+        cmocka_unit_test(test_stages_four_ranks),
+        cmocka_unit_test(test_3d_grids),
+    };
+    return cmocka_run_group_tests(tests, setup, run_dir_teardown);
+}
