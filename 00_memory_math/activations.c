@@ -10,28 +10,31 @@
 
 static const Col act_cols[] = {
     {"recompute", "recompute", 9, NULL},
-    {"what", "what", 32, NULL},
+    {"what", "what", 38, NULL},
     {"bytes_per_element", "B/elem", 6, "%.0f"},
     {"per_layer_bytes", "per layer bytes", 15, PRINT_GROUPED},
     {"saved_gb", "saved GB", 10, "%.3f"},
     {"working_gb", "working GB", 10, "%.3f"},
+    {"host_gb", "host GB", 8, "%.3f"},
     {"extra_flops", "+FLOPs", 7, "%.3f"},
 };
 
 // The whole model for one micro-batch, on one rank.
-static GPTPlan plan_of(const Inputs *in, GPTRecompute r) {
+static GPTPlan plan_of(const Inputs *in, GPTRecompute r, int offload) {
     GPTPlan plan = gpt_plan_whole(&in->layout, in->batch, in->seq_len);
     plan.recompute = r;
+    plan.offload_activations = offload;
     return plan;
 }
 
-static void trainer_row(Printer *p, const Inputs *in, GPTRecompute r, const char *what, int act_bytes) {
-    GPTPlan plan = plan_of(in, r);
+static void trainer_row(Printer *p, const Inputs *in, GPTRecompute r, int offload, const char *what, int act_bytes) {
+    GPTPlan plan = plan_of(in, r, offload);
     ActFormula a = act_formula(&in->layout, &plan, act_bytes);
     double extra = recompute_flops_per_token(&in->layout, in->seq_len, r) /
                    gpt_flops_per_token(&in->layout, in->seq_len);
-    Cell row[7] = {cell_str(gpt_recompute_name(r)), cell_str(what), cell_num(act_bytes), cell_num(a.per_layer),
-                   cell_num(a.saved / GB), cell_num(a.working / GB), cell_num(extra)};
+    Cell row[8] = {cell_str(offload ? "full+host" : gpt_recompute_name(r)), cell_str(what), cell_num(act_bytes),
+                   cell_num(a.per_layer), cell_num(a.saved / GB), cell_num(a.working / GB),
+                   cell_num(a.offloaded / GB), cell_num(extra)};
     printer_row(p, row);
 }
 
@@ -47,20 +50,22 @@ void section_activations(Printer *p, const Inputs *in) {
     printer_num(p, "context", "context (wpe rows)", c->max_seq_len, "%.0f", NULL);
     printer_str(p, "recompute", "recompute (the run's, in the fit tables)", gpt_recompute_name(in->recompute));
 
-    printer_table(p, "rows", act_cols, 7);
+    printer_table(p, "rows", act_cols, 8);
     for (int r = GPT_RECOMPUTE_NONE; r <= GPT_RECOMPUTE_FULL; r++) {
         double k = korthikanti_bytes((GPTRecompute)r, s, b, h, a, 1, 0);
         char what[64];
         snprintf(what, sizeof what, "Korthikanti %s", korthikanti_text((GPTRecompute)r, 1, 0));
-        Cell krow[7] = {cell_str(gpt_recompute_name((GPTRecompute)r)), cell_str(what), cell_num(2), cell_num(k),
-                        cell_num(L * k / GB), cell_num(NAN), cell_num(NAN)};
+        Cell krow[8] = {cell_str(gpt_recompute_name((GPTRecompute)r)), cell_str(what), cell_num(2), cell_num(k),
+                        cell_num(L * k / GB), cell_num(NAN), cell_num(NAN), cell_num(NAN)};
         printer_row(p, krow);
-        trainer_row(p, in, (GPTRecompute)r, "this trainer, cpu device (fp32)", 4);
-        trainer_row(p, in, (GPTRecompute)r, "this trainer, cuda device (bf16)", 2);
+        trainer_row(p, in, (GPTRecompute)r, 0, "this trainer, cpu device (fp32)", 4);
+        trainer_row(p, in, (GPTRecompute)r, 0, "this trainer, cuda device (bf16)", 2);
     }
+    trainer_row(p, in, GPT_RECOMPUTE_FULL, 1, "this trainer, cpu, inputs on the host", 4);
+    trainer_row(p, in, GPT_RECOMPUTE_FULL, 1, "this trainer, cuda, inputs on the host", 2);
     printer_table_end(p);
 
-    GPTPlan none = plan_of(in, GPT_RECOMPUTE_NONE), mine = plan_of(in, in->recompute);
+    GPTPlan none = plan_of(in, GPT_RECOMPUTE_NONE, 0), mine = plan_of(in, in->recompute, in->offload_activations);
     ActFormula an = act_formula(&in->layout, &none, 2), am = act_formula(&in->layout, &mine, 2);
     printer_num(p, "trainer_cuda_over_korthikanti", "per layer without recompute, this trainer on cuda / Korthikanti",
                 an.per_layer / korthikanti_bytes(GPT_RECOMPUTE_NONE, s, b, h, a, 1, 0), "%.2f", "x");
@@ -75,6 +80,9 @@ void section_activations(Printer *p, const Inputs *in) {
                     "probabilities and layernorm statistics.", act_formula_layer_text(GPT_RECOMPUTE_NONE),
                  act_formula_layer_text(GPT_RECOMPUTE_SELECTIVE), act_formula_working_text(GPT_RECOMPUTE_SELECTIVE),
                  act_formula_layer_text(GPT_RECOMPUTE_FULL), act_formula_working_text(GPT_RECOMPUTE_FULL));
+    printer_note(p, "full+host (--offload-activations, ZeRO-R's CPU checkpointing): every block's input but the "
+                    "first's in pinned host memory, (L - 1) sbhe (host GB); the device keeps a ring of two, "
+                    "2 sbhe, and the copies move (L - 1) sbhe down in forward and back in backward per micro-batch.");
     printer_note(p, "saved adds the embedding output, the final layernorm, the logits (B, T, V, rows padded to a "
                     "multiple of 64), the token ids and one projection temporary; working is the one block's "
                     "tensors that are recomputed before its backward, shared by every block.");

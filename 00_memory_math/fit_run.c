@@ -39,6 +39,7 @@ static RunDeviceBytes stage_run(int i, const Inputs *in, int threads, const char
                                                        c->vocab_size);
     GPTPlan plan = gpt_plan_whole(l, in->batch, in->seq_len);
     plan.recompute = in->recompute;
+    plan.offload_activations = in->offload_activations;
     free(ctx);
     *name = stage_name(formula);
     return run_device_bytes(formula, l, &plan, l->num_params, in->ranks, CPU_ACT_BYTES, scratch, buffers, 0);
@@ -54,6 +55,10 @@ void section_fit_run(Printer *p, const Inputs *in) {
              "What fits in %g GB per rank at N = %d with this run: %s, B = %d, T = %d, --recompute %s, on the "
              "cpu device, computed by run_device_bytes (the trainers' budget check)", in->hbm_gb, in->ranks,
              in->model, in->batch, in->seq_len, gpt_recompute_name(in->recompute));
+    if (in->offload_activations) {
+        size_t len = strlen(title);
+        snprintf(title + len, sizeof title - len, " (its saved inputs offloaded to the host)");
+    }
     printer_section(p, "fit_run", title);
     printer_table(p, "stages", run_cols, 6);
     char fits[400] = "", refused[400] = "";

@@ -16,8 +16,8 @@
 
 static const char *usage =
     "usage: memory_math [--params 7.5B | --model NAME] [--ranks N] [--batch B --seq-len T]\n"
-    "                   [--recompute none|selective|full] [--hbm-gb GB] [--measure] [--json]\n"
-    "                   [--deepspeed-config FILE]\n"
+    "                   [--recompute none|selective|full [--offload-activations]] [--hbm-gb GB]\n"
+    "                   [--measure] [--json] [--deepspeed-config FILE]\n"
     "\n"
     "Per-rank memory of the ZeRO stages, computed from the formulas: model states\n"
     "(16 bytes per parameter, and how ZeRO-1/2/3, Offload and Infinity split them over\n"
@@ -31,12 +31,12 @@ static const char *usage =
 typedef struct Flags {
     double params, hbm_gb;
     const char *model, *deepspeed_config, *recompute;
-    int ranks, batch, seq_len, grad_accum, global_batch, measure, json;
+    int ranks, batch, seq_len, grad_accum, global_batch, measure, json, offload_activations;
 } Flags;
 
 enum {
     F_PARAMS, F_MODEL, F_RANKS, F_BATCH, F_SEQ_LEN, F_GRAD_ACCUM, F_GLOBAL_BATCH, F_HBM_GB, F_MEASURE, F_JSON,
-    F_DEEPSPEED_CONFIG, F_RECOMPUTE, F_COUNT
+    F_DEEPSPEED_CONFIG, F_RECOMPUTE, F_OFFLOAD_ACTIVATIONS, F_COUNT
 };
 
 // infinity's bf16 params follow offload_param.device (a flag of infinity's,
@@ -95,6 +95,8 @@ static void parse_flags(int argc, char **argv, Flags *f, FlagSpec *specs, Inputs
         [F_RECOMPUTE] = {.name = "recompute", .type = FLAG_STRING, .dst = &f->recompute,
                          .meta = "none|selective|full",
                          .help = "what each block keeps for backward (the trainers' flag): in the fit tables"},
+        [F_OFFLOAD_ACTIVATIONS] = {.name = "offload-activations", .type = FLAG_BOOL, .dst = &f->offload_activations,
+                                   .help = "with --recompute full: the blocks' inputs in pinned host memory"},
     };
     memcpy(specs, table, sizeof table);
     apply_config(argc, argv, specs, in);
@@ -159,6 +161,10 @@ static void check_shapes(const Flags *f, Inputs *in) {
         fail_usage("--recompute %s: choose none (keep every activation), selective (recompute the attention "
                    "probabilities) or full (keep each block's input, run its forward again)", f->recompute);
     in->recompute = (GPTRecompute)r;
+    if (f->offload_activations && in->recompute != GPT_RECOMPUTE_FULL)
+        fail_usage("--offload-activations moves the blocks' saved inputs to the host, and only --recompute full "
+                   "keeps each block's input alone (here --recompute %s): add --recompute full", f->recompute);
+    in->offload_activations = f->offload_activations;
     if (in->have_model) {
         int context = in->layout.cfg.max_seq_len;
         if (f->seq_len > context)

@@ -17,6 +17,7 @@ typedef struct Inputs {
     int batch, seq_len, grad_accum;
     double hbm_gb;            // 0: no --hbm-gb
     GPTRecompute recompute;   // --recompute: what the activation and fit sections count
+    int offload_activations;  // --offload-activations (with full): the blocks' inputs in pinned host memory
     int measure, json;
     int world, rank;          // MPI world
     int local_rank, local_size;

@@ -52,7 +52,8 @@ static void place(Trainer *t, const GPTConfig *mc) {
     t->tp = g->tp > 1 ? &g->tp_comm : NULL;
     trainer_resolve_batch(t);  // the micro-batches, m, set the slots
     int slots = pipeline_slots(z->schedule, g->pp, g->stage, t->cfg.grad_accum);
-    t->plan = (GPTPlan){t->cfg.batch, t->cfg.seq_len, slots, g->first_unit, g->last_unit, GPT_RECOMPUTE_NONE};
+    t->plan = (GPTPlan){.B = t->cfg.batch, .T = t->cfg.seq_len, .slots = slots, .first_unit = g->first_unit,
+                        .last_unit = g->last_unit};
     const GPTLayout *l = &t->layout;
     CHECK(l->emb_off[EMB_WTE] == 0, "3d_parallel: wte must open the embeddings' unit (states keep it first)");
     z->units_offset = l->unit[g->first_unit].offset;

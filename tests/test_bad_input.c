@@ -55,6 +55,18 @@ static void test_empty_strings(void **state) {
     refuse_all(cases, sizeof cases / sizeof cases[0]);
 }
 
+// Activation settings that cannot work together: one line that says what to change.
+static void test_activation_combinations(void **state) {
+    (void)state;
+    const Case cases[] = {
+        {"./zero2 --model tiny --steps 1 --recompute some", "--recompute some: choose none"},
+        {"./zero2 --model tiny --steps 1 --offload-activations", "add --recompute full"},
+        {"./zero3 --model tiny --steps 1 --offload-activations --recompute selective", "(here --recompute selective)"},
+        {"./memory_math --model tiny --recompute partial", "--recompute partial: choose none"},
+    };
+    refuse_all(cases, sizeof cases / sizeof cases[0]);
+}
+
 // --help shows every numeric flag's range beside its default.
 static void test_help_shows_ranges(void **state) {
     (void)state;
@@ -90,6 +102,7 @@ int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_numbers_out_of_range),
         cmocka_unit_test(test_empty_strings),
+        cmocka_unit_test(test_activation_combinations),
         cmocka_unit_test(test_help_shows_ranges),
         cmocka_unit_test(test_memory_math_large_figures),
     };

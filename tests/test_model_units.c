@@ -233,7 +233,8 @@ static void test_pipeline_stages_match_whole(void **state) {
     const int range[NSTAGE][2] = {{0, 1}, {2, 3}, {4, 5}};
     GPT st[NSTAGE];
     for (int k = 0; k < NSTAGE; k++) {  // the middle stage recomputes its blocks
-        GPTPlan p = {B, T, NMB, range[k][0], range[k][1], k == 1 ? GPT_RECOMPUTE_FULL : GPT_RECOMPUTE_NONE};
+        GPTPlan p = {.B = B, .T = T, .slots = NMB, .first_unit = range[k][0], .last_unit = range[k][1],
+                     .recompute = k == 1 ? GPT_RECOMPUTE_FULL : GPT_RECOMPUTE_NONE};
         gpt_alloc(&st[k], &c.l, &d, &p, NULL);
     }
     size_t act_bytes = (size_t)BT * c.l.cfg.channels * d.act_bytes;
@@ -320,7 +321,7 @@ static void test_activation_bytes(void **state) {
     const int cuts[3][2] = {{0, 2}, {3, 3}, {4, 5}};
     size_t sum = 0;
     for (int k = 0; k < 3; k++) {
-        GPTPlan p = {B, T, 3, cuts[k][0], cuts[k][1], GPT_RECOMPUTE_NONE};
+        GPTPlan p = {.B = B, .T = T, .slots = 3, .first_unit = cuts[k][0], .last_unit = cuts[k][1]};
         GPTActBytes a = gpt_activation_bytes(&l, &p, d.act_bytes);
         sum += a.per_slot;
         assert_int_equal(a.total_saved, 3 * a.per_slot + BT * C * ab);
@@ -328,7 +329,7 @@ static void test_activation_bytes(void **state) {
         expect_alloc_matches(&d, &l, p);
     }
     assert_int_equal(sum, w.per_slot + 2 * BT * C * ab);
-    GPTPlan mid = {B, T, 2, 2, 3, GPT_RECOMPUTE_NONE};  // two blocks, no embeddings or head: no token ids, no logits
+    GPTPlan mid = {.B = B, .T = T, .slots = 2, .first_unit = 2, .last_unit = 3};  // two blocks, no embeddings or head: no token ids, no logits
     assert_int_equal(gpt_activation_bytes(&l, &mid, d.act_bytes).per_slot, 2 * w.per_layer + BT * C * ab);
     whole.slots = 4;
     expect_alloc_matches(&d, &l, whole);
@@ -343,7 +344,7 @@ static void forward_outside_range(void) {
     Capture c;
     capture_init(&c, "tiny", 256);
     GPT g;
-    GPTPlan p = {B, T, 1, 0, 1, GPT_RECOMPUTE_NONE};
+    GPTPlan p = {.B = B, .T = T, .slots = 1, .first_unit = 0, .last_unit = 1};
     gpt_alloc(&g, &c.l, &d, &p, NULL);
     gpt_unit_forward(&g, 2, 0, c.params + c.l.unit[2].offset, c.params);
 }
@@ -396,7 +397,7 @@ static void tied_wte_grads_not_taken(void) {
     batches_fill(&bt, 256);
     GPT g;
     int hu = gpt_unit_head(&c.l);
-    GPTPlan p = {B, T, 2, hu, hu, GPT_RECOMPUTE_NONE};
+    GPTPlan p = {.B = B, .T = T, .slots = 2, .first_unit = hu, .last_unit = hu};
     gpt_alloc(&g, &c.l, &d, &p, NULL);
     const bf16 *ph = c.params + c.l.unit[hu].offset;
     size_t act_bytes = (size_t)BT * c.l.cfg.channels * d.act_bytes;

@@ -5,7 +5,10 @@
 // grids, the losses, the gradient norms and the final fp32 weights (the
 // exported llm.c file, byte for byte) equal those of --recompute none, and
 // the activations and the recompute working set measured by the allocator
-// equal their closed forms (act_math.c) in every run.
+// equal their closed forms (act_math.c) in every run. With
+// --offload-activations the blocks' inputs live in pinned host memory and
+// come back for backward: the same bits again, the pinned bytes and the
+// bytes each way per step by their formulas.
 #include <sys/stat.h>
 #include "runs.h"
 
@@ -14,7 +17,9 @@
 
 static const char *const STAGES[] = {"dp_baseline", "zero1", "zero2", "zero3", "cpu_offload", "infinity"};
 enum { NSTAGES = sizeof STAGES / sizeof STAGES[0], STEPS = 3 };
-static const char *const MODES[] = {"selective", "full"};
+static const char *const MODES[] = {"selective", "full", "full --offload-activations"};
+static const char *const MODE_NAMES[] = {"selective", "full", "offload"};  // in file names
+enum { NMODES = sizeof MODES / sizeof MODES[0] };
 
 // A run's figures: its record, and the bytes of its exported weights.
 typedef struct Run {
@@ -78,6 +83,19 @@ static Run run(const char *root, const char *binary, int ranks, const char *flag
     if (acts != want_acts || working != want_working)
         fail_msg("%s: activations %.0f B and working set %.0f B measured; the formulas say %.0f and %.0f", cmd, acts,
                  working, want_acts, want_working);
+    // offloaded checkpoints: pinned bytes, and what a step moves each way, by the formula
+    const char *pinned = strstr(r.json, "\"pinned\":{");
+    double host = pinned ? number_of(strstr(pinned, "\"activations\":{"), "peak") : NAN;
+    double want_host = act_formula_of(r.json, "act_offloaded");
+    const char *moved = strstr(r.json, "\"act_offload_bytes_per_step\":{");
+    if (!moved) fail_msg("%s: no act_offload_bytes_per_step in the record", cmd);
+    double down = number_of(moved, "to_host"), up = number_of(moved, "to_device"), each = number_of(moved, "formula");
+    if (host != want_host || down != each || up != each)
+        fail_msg("%s: pinned activations %.0f B (formula %.0f), %.0f B down and %.0f B back per step (formula %.0f "
+                 "each way)", cmd, host, want_host, down, up, each);
+    // a range of one block keeps its input on the device (3d_parallel --pp 4 on small)
+    if (strstr(flags, "--offload-activations") && !strstr(flags, "--pp 4") && !(want_host > 0 && each > 0))
+        fail_msg("%s: nothing was offloaded", cmd);
     return r;
 }
 
@@ -113,10 +131,10 @@ static void stages_at(void **state, int ranks) {
         snprintf(flags, sizeof flags, "--batch 2 --grad-accum 2%s%s", inf ? " --nvme-path " : "", inf ? nvme : "");
         snprintf(name, sizeof name, "%s-none-%d", STAGES[s], ranks);
         Run ref = run(c->root, STAGES[s], ranks, flags, name);
-        for (int m = 0; m < 2; m++) {
-            char mode_flags[PATH_LEN + 96];
+        for (int m = 0; m < NMODES; m++) {
+            char mode_flags[PATH_LEN + 128];
             snprintf(mode_flags, sizeof mode_flags, "%s --recompute %s", flags, MODES[m]);
-            snprintf(name, sizeof name, "%s-%s-%d", STAGES[s], MODES[m], ranks);
+            snprintf(name, sizeof name, "%s-%s-%d", STAGES[s], MODE_NAMES[m], ranks);
             Run r = run(c->root, STAGES[s], ranks, mode_flags, name);
             snprintf(what, sizeof what, "%s --recompute %s at %d rank%s", STAGES[s], MODES[m], ranks,
                      ranks == 1 ? "" : "s");
@@ -141,9 +159,9 @@ static void test_3d_grids(void **state) {
         snprintf(flags, sizeof flags, "%s --batch 2 --grad-accum 4", GRIDS[k]);
         snprintf(name, sizeof name, "3d-%zu-none", k);
         Run ref = run(c->root, "3d_parallel", 4, flags, name);
-        for (int m = 0; m < 2; m++) {
+        for (int m = 0; m < NMODES; m++) {
             snprintf(flags, sizeof flags, "%s --batch 2 --grad-accum 4 --recompute %s", GRIDS[k], MODES[m]);
-            snprintf(name, sizeof name, "3d-%zu-%s", k, MODES[m]);
+            snprintf(name, sizeof name, "3d-%zu-%s", k, MODE_NAMES[m]);
             Run r = run(c->root, "3d_parallel", 4, flags, name);
             char what[128];
             snprintf(what, sizeof what, "3d_parallel %s --recompute %s", GRIDS[k], MODES[m]);

@@ -33,6 +33,14 @@ ActFormula act_formula(const GPTLayout *l, const GPTPlan *p, int act_bytes) {
     // shared: one projection output before its residual add (sbh e); under
     // tensor parallelism the head's cross-entropy max, sum and target logit (12sb)
     double shared = input + (p->last_unit == hu && t > 1 ? 12 * s * b : 0);
+    // offloaded (full recompute): every block's input but the first's goes to
+    // the host, L - 1 of sbhe per slot; the device keeps a ring of two
+    if (p->offload_activations && blocks > 1) {
+        f.offload_per_micro = (blocks - 1) * input;
+        f.offloaded = p->slots * f.offload_per_micro;
+        slot -= f.offload_per_micro;
+        shared += 2 * input;
+    }
     f.saved = p->slots * slot + shared;
     return f;
 }

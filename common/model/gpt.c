@@ -39,6 +39,9 @@ static void check_plan(const GPTLayout *l, const GPTPlan *p, const Comm *tp) {
           "gpt_alloc: units %d..%d are not a range of the model's %d units", p->first_unit, p->last_unit, l->num_units);
     if (p->T > l->cfg.max_seq_len)
         fail_usage("--seq-len %d is longer than the model's context (%d)", p->T, l->cfg.max_seq_len);
+    CHECK(!p->offload_activations || p->recompute == GPT_RECOMPUTE_FULL,
+          "gpt_alloc: offload_activations moves the blocks' saved inputs, which only full recompute keeps alone; "
+          "hint: --offload-activations needs --recompute full");
     CHECK(l->tp_size == 1 || (tp && tp->size == l->tp_size && tp->rank == l->tp_rank),
           "gpt_alloc: a layout of tp rank %d of %d needs its tensor-parallel group (here %s); hint: comm_split "
           "the ranks of one tp group, ordered by tp rank", l->tp_rank, l->tp_size, tp ? "another size or rank" : "none");
@@ -112,12 +115,17 @@ static void carve_activations(GPT *g, Carver *ca, Carver *cw) {
         g->work->ce_max = carve_words(ca, BT * fb);
         g->work->ce_sums = carve_words(ca, 2 * BT * fb);
     }
+    // offloaded inputs: x3 of every block but the last is one of the ring's two
+    act *ring[2] = {NULL, NULL};
+    int offloaded = p->offload_activations && nl > 1 ? nl - 1 : 0;
+    if (offloaded)
+        for (int k = 0; k < 2; k++) ring[k] = carve(ca, BT * C * ab);
     for (int s = 0; s < p->slots; s++) {
         GPTSlot *sl = &g->slot[s];
         for (int i = 0; i < nl; i++) {
             LayerActs *la = &sl->layer[i];
             if (rc != GPT_RECOMPUTE_FULL) carve_block_acts(ca, la, BT, C, Cp, F, ab);
-            la->x3 = carve(ca, BT * C * ab);
+            la->x3 = i < offloaded ? ring[i % 2] : carve(ca, BT * C * ab);
         }
         sl->x_in = carve(ca, BT * C * ab);
         if (head) {
@@ -126,6 +134,7 @@ static void carve_activations(GPT *g, Carver *ca, Carver *cw) {
         }
     }
     g->work->tmp = carve(ca, BT * C * ab);
+    if (offloaded) offload_init(g, ring[0], ring[1], (size_t)offloaded * p->slots * BT * C * ab);
 }
 
 void gpt_alloc(GPT *g, const GPTLayout *l, Device *dev, const GPTPlan *p, Comm *tp) {
@@ -170,6 +179,7 @@ void gpt_alloc(GPT *g, const GPTLayout *l, Device *dev, const GPTPlan *p, Comm *
 
 void gpt_free(GPT *g) {
     if (!g->slot) return;
+    offload_free(g);
     buf_free(g->dev, &g->acts);
     buf_free(g->dev, &g->working);
     buf_free(g->dev, &g->scratch);
@@ -319,17 +329,26 @@ static void check_unit(const GPT *g, int u, int s, const bf16 *p, const bf16 *em
           u, p ? " (the head reads the embeddings' too: wte is its output projection)" : "");
 }
 
+// The unit's compute goes on the trace's compute row; the checkpoints'
+// copies to and from the host (offload_activations) are left out of it, so
+// their overlap with compute means what it says.
 void gpt_unit_forward(GPT *g, int u, int s, const bf16 *p, const bf16 *embed) {
     check_unit(g, u, s, p, embed, 0);
+    int i = u - 1 - plan_first_layer(&g->plan);  // a block's place in the range
+    int block = u != GPT_UNIT_EMBED && u != gpt_unit_head(&g->L);
+    if (block) offload_before_forward(g, i, s);
     double t0 = now_us();
     if (u == GPT_UNIT_EMBED) embed_forward(g, p, s);
-    else if (u == gpt_unit_head(&g->L)) head_forward(g, p, embed, s);
+    else if (!block) head_forward(g, p, embed, s);
     else block_forward(g, p, u - 1, s);
     trace_span(g->dev->trace, TRACE_TID_COMPUTE, "forward", t0, now_us(), 0);
+    if (block) offload_after_forward(g, i, s);  // its x3 down to the host, when it is a checkpoint there
 }
 
 const float *gpt_unit_backward(GPT *g, int u, int s, const bf16 *p, const bf16 *embed) {
     check_unit(g, u, s, p, embed, 1);
+    if (u == gpt_unit_head(&g->L)) offload_before_head_backward(g, s);  // the last block's input starts back
+    else if (u != GPT_UNIT_EMBED) offload_before_backward(g, u - 1 - plan_first_layer(&g->plan), s);  // and ahead
     double t0 = now_us();
     const float *grads;
     if (u == gpt_unit_head(&g->L)) {
@@ -341,7 +360,10 @@ const float *gpt_unit_backward(GPT *g, int u, int s, const bf16 *p, const bf16 *
     } else {
         float *ug = g->unit_grads.ptr;
         dev_memset0(g->dev, ug, g->L.unit[u].count * sizeof(float), STREAM_COMPUTE);
+        double r0 = now_us();
         block_recompute(g, p, u - 1, s);  // what the plan's recompute did not keep, again
+        if (g->plan.recompute != GPT_RECOMPUTE_NONE)
+            trace_span(g->dev->trace, TRACE_TID_COMPUTE, "recompute", r0, now_us(), 0);
         block_backward(g, p, ug, u - 1, s);
         grads = ug;
     }

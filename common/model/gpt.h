@@ -151,11 +151,16 @@ typedef struct GPTPlan {
     int slots;
     int first_unit, last_unit;
     GPTRecompute recompute;
+    // With full recompute: the blocks' saved inputs live in pinned host
+    // memory (DeepSpeed's cpu_checkpointing; gpt_offload.c). Each goes down on
+    // the copy stream as its block's forward writes it and comes back one unit
+    // ahead of the backward that needs it; the device keeps two of them.
+    int offload_activations;
 } GPTPlan;
 
 // Stages 01-06: every unit, one micro-batch at a time.
 static inline GPTPlan gpt_plan_whole(const GPTLayout *l, int B, int T) {
-    return (GPTPlan){B, T, 1, 0, l->num_units - 1, GPT_RECOMPUTE_NONE};
+    return (GPTPlan){.B = B, .T = T, .slots = 1, .first_unit = 0, .last_unit = l->num_units - 1};
 }
 
 // Bytes a plan keeps: saved activations per slot (one micro-batch through the
@@ -168,6 +173,8 @@ typedef struct GPTActBytes {
     size_t shared;            // temporaries every slot shares
     size_t total_saved;       // per_slot * slots + shared: the activations buffer
     size_t working;           // one block's tensors that are not saved (recomputed): the working set, 0 without recompute
+    size_t offloaded;         // pinned host: the blocks' saved inputs under offload_activations (in total_saved's place)
+    size_t offload_per_micro; // of them, what one micro-batch moves down in forward (and back in backward)
     size_t backward_scratch;  // residual-stream gradient per slot + shared backward temporaries
     size_t grad_workspace;    // fp32 gradients of one unit, and of the embeddings
 } GPTActBytes;
@@ -180,6 +187,7 @@ typedef struct GPT {
     struct Comm *tp;   // tensor-parallel group (L.tp_size ranks); NULL when tp_size = 1
     Buf acts;          // saved activations of every slot, and shared temporaries (activations)
     Buf working;       // one block's recomputed tensors (act_working); empty without recompute
+    struct ActOffload *offload;  // offload_activations: the saved inputs on the host (gpt_offload.c), else NULL
     Buf scratch;       // backward temporaries (workspace)
     Buf unit_grads;    // fp32 gradients of the unit being differentiated (workspace)
     Buf embed_grads;   // fp32 gradients of the embeddings, live through backward (tied wte)
@@ -233,6 +241,9 @@ double gpt_slot_loss(GPT *g, int s);
 void *gpt_slot_input(GPT *g, int s);
 // (BT,C) residual stream leaving the range's last block: what a pipeline stage sends on.
 void *gpt_slot_output(GPT *g, int s);
+// Activation bytes offload_activations moved since the last call (device to
+// host in forward, host to device in backward), then zeroes them.
+void gpt_take_offload_bytes(GPT *g, double *to_host, double *to_device);
 // (BT,C) gradient of the residual stream: before the backward of a range
 // without the head, where dL/d(gpt_slot_output) is received; after the
 // backward of the range's first block, dL/d(gpt_slot_input), to send back.

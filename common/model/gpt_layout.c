@@ -157,11 +157,24 @@ GPTActBytes gpt_activation_bytes(const GPTLayout *l, const GPTPlan *p, int act_b
     // the input token ids; the head lnf (C), the logits (Vp: this rank's
     // vocabulary, padded), lnf mean/rstd and losses in fp32, and the target ids
     r.per_slot = blocks * r.per_layer + BT * C * ab;
+    // offloaded: the inputs of the range's blocks but the first (the slot's
+    // x_in), that is every block's x3 but the last one's (the head's input,
+    // what a pipeline stage sends on), go to pinned host memory; the device
+    // keeps two of them, the one in use and the one coming or going
+    r.offload_per_micro = 0;
+    r.offloaded = 0;
+    size_t ring = 0;
+    if (p->offload_activations && blocks > 1) {
+        r.offload_per_micro = (blocks - 1) * x3;
+        r.offloaded = r.offload_per_micro * (size_t)p->slots;
+        r.per_slot -= r.offload_per_micro;
+        ring = 2 * x3;
+    }
     if (has_embed) r.per_slot += BT * ib;
     if (has_head) r.per_slot += BT * ((C + Vp) * ab + 3 * fb + ib);
     // one (BT,C) projection output before its residual add; under tensor
     // parallelism the head's cross-entropy statistics (max, sum, target logit)
-    r.shared = BT * C * ab + (has_head && tp > 1 ? BT * 3 * fb : 0);
+    r.shared = BT * C * ab + (has_head && tp > 1 ? BT * 3 * fb : 0) + ring;
     r.total_saved = r.per_slot * (size_t)p->slots + r.shared;
     // backward: the residual gradient C per slot; one C-wide and two 4C-wide (F) temporaries
     r.backward_scratch = BT * C * ab * (size_t)p->slots + BT * (C + 2 * F) * ab;

@@ -41,6 +41,35 @@ typedef struct GPTWork {
     LayerActs live;               // the recomputation's working set (x3 unused): see gpt_recompute.c
 } GPTWork;
 
+// gpt_offload.c: the blocks' saved inputs in pinned host memory
+// (offload_activations), through a ring of two device buffers.
+typedef struct RingTag {
+    int slot, layer;  // whose x3 the buffer holds (layer: 0-based in the range), -1: none
+    int back;         // brought back from the host for a backward (else written by a forward)
+} RingTag;
+
+typedef struct ActOffload {
+    act *buf[2];             // the device ring, in the activations buffer
+    Buf host;                // pinned: [slot][block] x3, per_slot per slot
+    size_t bytes;            // one (BT,C) tensor
+    int per_slot;            // offloaded inputs per slot: the range's blocks - 1
+    RingTag holds[2];
+    Event written[2];        // compute: the block's x3 is in buf[k]
+    Event out[2];            // copy: buf[k] is on the host, free to write
+    Event in[2];             // copy: buf[k] is back for a backward
+    Event free[2];           // compute: everything that read buf[k] has run
+    double to_host, to_device;  // bytes moved since gpt_take_offload_bytes
+} ActOffload;
+
+void offload_init(GPT *g, act *ring0, act *ring1, size_t host_bytes);
+void offload_free(GPT *g);
+// Around the forward of block i (0-based in the range) of slot s, and before
+// its backward (or the head's, which starts the last block's input ahead).
+void offload_before_forward(GPT *g, int i, int s);
+void offload_after_forward(GPT *g, int i, int s);
+void offload_before_backward(GPT *g, int i, int s);
+void offload_before_head_backward(GPT *g, int s);
+
 // Blocks of the plan's range: layers [first, end).
 static inline int plan_first_layer(const GPTPlan *p) { return (p->first_unit > 1 ? p->first_unit : 1) - 1; }
 static inline int plan_end_layer(const GPTPlan *p, int num_layers) {

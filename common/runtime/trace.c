@@ -96,7 +96,7 @@ static void write_json_string(FILE *f, const char *s) {
 
 static void write_metadata(FILE *f, int nranks, const RankHeader *hdr) {
     static const char *const tid_names[TRACE_TIDS] = {"compute", "comm", "copy", "io", "step", "host optimizer",
-                                                      "waiting on comm"};
+                                                      "waiting on comm", "activation checkpoints"};
     for (int r = 0; r < nranks; r++) {
         fprintf(f, "{\"name\":\"process_name\",\"ph\":\"M\",\"pid\":%d,\"args\":{\"name\":\"rank %d", r, r);
         if (hdr[r].dropped) fprintf(f, " (%llu spans dropped past the cap)", hdr[r].dropped);

@@ -16,11 +16,12 @@ typedef struct TraceSpan {
 
 // Rows: compute (forward, backward and optimizer kernels; nothing else),
 // communication in flight (issue to completion), copies between tiers, file
-// I/O, whole steps, the host optimizer (CPU Adam), and waiting (the compute
-// stream blocked on communication: exposed communication).
+// I/O, whole steps, the host optimizer (CPU Adam), waiting (the compute
+// stream blocked on communication: exposed communication), and the
+// activation checkpoints' copies to and from the host (--offload-activations).
 enum {
     TRACE_TID_COMPUTE = 0, TRACE_TID_COMM = 1, TRACE_TID_COPY = 2, TRACE_TID_IO = 3, TRACE_TID_STEP = 4,
-    TRACE_TID_HOST = 5, TRACE_TID_WAIT = 6, TRACE_TIDS
+    TRACE_TID_HOST = 5, TRACE_TID_WAIT = 6, TRACE_TID_ACT_COPY = 7, TRACE_TIDS
 };
 
 typedef struct Trace {

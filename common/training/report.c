@@ -26,6 +26,8 @@ void report_init(Trainer *t) {
     r->grad_norm = xcalloc((size_t)r->cap, sizeof(double));
     r->comm_bytes = xcalloc((size_t)r->cap, sizeof(double));
     for (int x = 0; x < XFER_COUNT; x++) r->xfer[x] = xcalloc((size_t)r->cap, sizeof(double));
+    r->act_down = xcalloc((size_t)r->cap, sizeof(double));
+    r->act_up = xcalloc((size_t)r->cap, sizeof(double));
     r->first_step = t->step;
     r->val_loss = NAN;
     if (t->world.rank == 0) {  // --quiet drops only the per-step lines
@@ -45,6 +47,8 @@ void report_free(Trainer *t) {
     Report *r = &t->report;
     free(r->loss); free(r->step_ms); free(r->lr); free(r->grad_norm); free(r->comm_bytes);
     for (int x = 0; x < XFER_COUNT; x++) free(r->xfer[x]);
+    free(r->act_down);
+    free(r->act_up);
 }
 
 // Measures the window of the step before: every row's union and its
@@ -65,6 +69,8 @@ static void measure_window(Trainer *t) {
     x.host = timeline_union_us(tl, TRACE_TID_HOST, w0, w1) / 1000.0;
     x.host_hidden = timeline_overlap_us(tl, TRACE_TID_HOST, TRACE_TID_COMPUTE, w0, w1) / 1000.0;
     x.io = timeline_union_us(tl, TRACE_TID_IO, w0, w1) / 1000.0;
+    x.act_copy = timeline_union_us(tl, TRACE_TID_ACT_COPY, w0, w1) / 1000.0;
+    x.act_copy_hidden = timeline_overlap_us(tl, TRACE_TID_ACT_COPY, TRACE_TID_COMPUTE, w0, w1) / 1000.0;
     // file I/O hides behind either kind of computing: the device's, or the
     // host optimizer's that the swapper feeds
     x.io_hidden = timeline_overlap_any_us(tl, TRACE_TID_IO, 1u << TRACE_TID_COMPUTE | 1u << TRACE_TID_HOST, w0, w1) /
@@ -76,10 +82,12 @@ static void measure_window(Trainer *t) {
     r->window_t1_us = 0;
 }
 
-void report_transfers(Trainer *t, const double bytes[XFER_COUNT]) {
+void report_transfers(Trainer *t, const double bytes[XFER_COUNT], double act_down, double act_up) {
     Report *r = &t->report;
     CHECK(r->n < r->cap, "more steps than --steps");
     for (int x = 0; x < XFER_COUNT; x++) r->xfer[x][r->n] = bytes[x];
+    r->act_down[r->n] = act_down;
+    r->act_up[r->n] = act_up;
 }
 
 void report_step(Trainer *t, double loss, double t0_us, double t1_us, double lr, double grad_norm,
@@ -141,6 +149,7 @@ typedef struct Summary {
     const char *comm_formula_text;
     double op_bytes_step[OP_COUNT];  // mean per step, max over ranks
     double xfer_step[XFER_COUNT], xfer_formula[XFER_COUNT];  // mean over ranks of each rank's median step
+    double act_down, act_up, act_formula;  // activation checkpoints per step (max over ranks of the median), formula each way
     StepTimes times;  // mean per step, over steps and ranks
     double driver_free, driver_total;
 } Summary;
@@ -166,6 +175,7 @@ static void summarize(Trainer *t, Summary *s) {
     s->acts = act_formula(&t->layout, &t->plan, t->dev.act_bytes);
     s->acts.saved = comm_max_f64(&t->world, s->acts.saved);
     s->acts.working = comm_max_f64(&t->world, s->acts.working);
+    s->acts.offloaded = comm_max_f64(&t->world, s->acts.offloaded);
     s->step_ms_median = median(r->step_ms, r->n);
     s->tokens_per_s = global_tokens_per_step(t) / (s->step_ms_median / 1000.0);
     s->flops_per_token = gpt_flops_per_token(&t->layout, t->cfg.seq_len);  // the whole model's (its cfg)
@@ -183,6 +193,10 @@ static void summarize(Trainer *t, Summary *s) {
     stage_transfer_bytes(t->formula, (double)t->state_params, t->dp->size, t->cfg.grad_accum, s->xfer_formula);
     for (int x = 0; x < XFER_COUNT; x++)
         s->xfer_step[x] = comm_sum_f64(&t->world, r->n ? median(r->xfer[x], r->n) : 0) / t->world.size;
+    s->act_down = comm_max_f64(&t->world, r->n ? median(r->act_down, r->n) : 0);
+    s->act_up = comm_max_f64(&t->world, r->n ? median(r->act_up, r->n) : 0);
+    // a micro-batch's offloaded inputs, down in forward and back in backward
+    s->act_formula = comm_max_f64(&t->world, s->acts.offload_per_micro * t->cfg.grad_accum);
     s->eval_comm_bytes = comm_max_f64(&t->world, r->evals ? r->eval_comm_bytes / r->evals : 0);
     for (int op = 0; op < OP_COUNT; op++) s->op_bytes_step[op] = comm_max_f64(&t->world, r->n ? r->op_bytes[op] / r->n : 0);
     measure_window(t);  // the last step
@@ -206,6 +220,7 @@ static double formula_for(const Summary *s, int tier, int cat) {
     if (cat <= CAT_ADAM_V) return s->formula.bytes[tier][cat];
     if (tier == TIER_DEVICE && cat == CAT_ACTIVATIONS) return s->acts.saved;
     if (tier == TIER_DEVICE && cat == CAT_ACT_WORKING) return s->acts.working;
+    if (tier == TIER_PINNED && cat == CAT_ACTIVATIONS) return s->acts.offloaded;
     return NAN;
 }
 
@@ -238,6 +253,8 @@ static void print_memory_table(const Trainer *t, const Summary *s) {
            "layer + input, embed and head) + shared, per layer %s", gpt_recompute_name(rc), t->plan.slots,
            t->plan.slots == 1 ? "" : "s", act_formula_layer_text(rc));
     if (rc != GPT_RECOMPUTE_NONE) printf("; act_working = %s", act_formula_working_text(rc));
+    if (t->plan.offload_activations)
+        printf("; --offload-activations: (L_range - 1) sbhe per slot pinned, 2 sbhe on the device");
     printf(" (s = T, b = B, h = C, a = heads, t = tp, e = %d B; act_math.c)\n", t->dev.act_bytes);
 }
 
@@ -299,6 +316,13 @@ static void print_summary(const Trainer *t, const Summary *s) {
         if (nvme_bytes > 0) printf("; %.3f GB/s (nvme bytes / file I/O time)", nvme_bytes / (x->io / 1000) / 1e9);
         printf("\n");
     }
+    if (t->plan.offload_activations) {
+        printf("activation checkpoints per step per rank (--offload-activations; counted by the model, max over ranks)\n");
+        printf("  to the host          %10.3f MB, back %.3f MB; formula k(L_range - 1)sbhe = %.3f MB each way\n",
+               s->act_down / 1e6, s->act_up / 1e6, s->act_formula / 1e6);
+        printf("  their copies         %10.2f ms, hidden %.2f ms (∩ compute)%s\n", x->act_copy, x->act_copy_hidden,
+               t->dev.kind == DEVICE_CPU ? "; the cpu device copies on the computing thread, so nothing hides" : "");
+    }
     if (!isnan(r->val_loss)) printf("validation loss      %10.6f at step %ld\n", r->val_loss, r->val_step);
     if (s->eval_comm_bytes > 0)
         printf("evaluation           %10.3f MB communicated per evaluation (counted apart from the steps)\n",
@@ -321,8 +345,8 @@ static void json_mem(FILE *f, const Summary *s) {
             fprintf(f, "%s\"%s\":%.0f", c ? "," : "", mem_category_name(c), s->formula.bytes[i][c]);
         fprintf(f, ",\"total\":%.0f}", s->formula.tier_total[i]);
     }
-    fprintf(f, ",\"padding_params\":%.0f,\"activations\":%.0f,\"act_working\":%.0f}", s->formula.padding_params,
-            s->acts.saved, s->acts.working);
+    fprintf(f, ",\"padding_params\":%.0f,\"activations\":%.0f,\"act_working\":%.0f,\"act_offloaded\":%.0f}",
+            s->formula.padding_params, s->acts.saved, s->acts.working, s->acts.offloaded);
 }
 
 // What the budget check counted before the run (trainer_budget.c).
@@ -388,11 +412,15 @@ static int write_json(const Trainer *t, const Summary *s) {
         fprintf(f, "%s\"%s\":{\"counted\":%.0f,\"formula\":%.0f}", k ? "," : "", xfer_key[k], s->xfer_step[k],
                 s->xfer_formula[k]);
     fprintf(f, "},");
+    fprintf(f, "\"offload_activations\":%s,\"act_offload_bytes_per_step\":{\"to_host\":%.0f,\"to_device\":%.0f,"
+               "\"formula\":%.0f},", t->plan.offload_activations ? "true" : "false", s->act_down, s->act_up,
+            s->act_formula);
     fprintf(f, "\"times_ms_per_step\":{\"step\":%.4f,\"compute\":%.4f,\"comm\":%.4f,\"comm_exposed\":%.4f,"
                "\"comm_hidden\":%.4f,\"copy\":%.4f,\"copy_hidden\":%.4f,\"host_optimizer\":%.4f,"
-               "\"host_optimizer_hidden\":%.4f,\"io\":%.4f,\"io_hidden\":%.4f}",
+               "\"host_optimizer_hidden\":%.4f,\"io\":%.4f,\"io_hidden\":%.4f,\"act_copy\":%.4f,"
+               "\"act_copy_hidden\":%.4f}",
             x->step, x->compute, x->comm, x->exposed, x->comm_hidden, x->copy, x->copy_hidden, x->host,
-            x->host_hidden, x->io, x->io_hidden);
+            x->host_hidden, x->io, x->io_hidden, x->act_copy, x->act_copy_hidden);
     settings_json(&t->cfg.settings, f);
     if (t->strategy->report_json) t->strategy->report_json((Trainer *)t, f);
     fprintf(f, "}\n");

@@ -17,12 +17,14 @@ struct Trainer;
 typedef struct StepTimes {
     double step, compute, comm, exposed, comm_hidden;
     double copy, copy_hidden, host, host_hidden, io, io_hidden;
+    double act_copy, act_copy_hidden;  // the activation checkpoints' copies (--offload-activations)
 } StepTimes;
 
 typedef struct Report {
     double *loss, *step_ms, *lr, *grad_norm;  // one per step of this run
     double *comm_bytes;                       // ring bytes per rank counted in each step
     double *xfer[XFER_COUNT];                 // bytes between tiers counted in each step (count_transfer)
+    double *act_down, *act_up;                // activation checkpoints to the host and back in each step
     long n, cap;
     long first_step;                          // step number of loss[0] (after a resume)
     double val_loss;                          // last validation loss, NAN if none
@@ -47,8 +49,9 @@ void report_free(struct Trainer *t);
 void report_step(struct Trainer *t, double loss, double t0_us, double t1_us, double lr, double grad_norm,
                  double comm_bytes);
 void report_eval(struct Trainer *t, double val_loss);
-// The step's bytes between tiers (call before report_step).
-void report_transfers(struct Trainer *t, const double bytes[XFER_COUNT]);
+// The step's bytes between tiers: the stage's (count_transfer), and the
+// activation checkpoints' down to the host and back (call before report_step).
+void report_transfers(struct Trainer *t, const double bytes[XFER_COUNT], double act_down, double act_up);
 // Collective: reduces memory over ranks; rank 0 prints the table and appends
 // JSON. Returns 0, or (rank 0) nonzero after one line saying the record
 // could not be written.

@@ -70,6 +70,7 @@ static void place(Trainer *t, const GPTConfig *mc) {
     t->nstate_ranges = 1;
     if (t->strategy->place) t->strategy->place(t, mc);
     t->plan.recompute = (GPTRecompute)gpt_recompute_of(t->cfg.recompute);
+    t->plan.offload_activations = t->cfg.offload_activations;
     CHECK(t->nstate_ranges >= 1 && t->nstate_ranges <= TRAINER_MAX_STATE_RANGES && t->ngroups >= 0 &&
           t->ngroups <= TRAINER_MAX_GROUPS, "%s: %d state ranges, %d groups", t->strategy->name, t->nstate_ranges,
           t->ngroups);
@@ -185,6 +186,8 @@ static void train_step(Trainer *t, int32_t *in, int32_t *tgt) {
     double op0[OP_COUNT], op1[OP_COUNT], bytes0 = trainer_ring_bytes(t, op0);
     // what set-up or an evaluation moved between tiers is not this step's
     for (int x = 0; x < XFER_COUNT; x++) t->xfer_bytes[x] = 0;
+    double act_down, act_up;
+    gpt_take_offload_bytes(&t->model, &act_down, &act_up);
     // dloss/dlogits carries 1/(tokens in the global batch), so summing the
     // ranks' gradients gives the gradient of the global mean loss
     float dloss_scale = 1.0f / ((float)c->batch * c->seq_len * c->grad_accum * t->dp->size);
@@ -206,7 +209,8 @@ static void train_step(Trainer *t, int32_t *in, int32_t *tgt) {
     trace_span(&t->trace, TRACE_TID_STEP, "step", t0, t1, 0);
     double bytes1 = trainer_ring_bytes(t, op1);
     for (int op = 0; op < OP_COUNT; op++) t->report.op_bytes[op] += op1[op] - op0[op];
-    report_transfers(t, t->xfer_bytes);
+    gpt_take_offload_bytes(&t->model, &act_down, &act_up);
+    report_transfers(t, t->xfer_bytes, act_down, act_up);
     t->step++;
     report_step(t, mean_loss, t0, t1, hp.lr, norm, bytes1 - bytes0);
 }

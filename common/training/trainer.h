@@ -34,6 +34,7 @@ typedef struct TrainConfig {
     const char *data, *device, *comm;
     const char *data_order;              // permuted | sequential (llm.c's)
     const char *recompute;               // none | selective | full: what a block keeps for backward (gpt.h)
+    int offload_activations;             // with full recompute: the blocks' saved inputs in pinned host memory
     double hbm_gb;
     const char *json, *trace, *save, *resume;
     const char *init_from, *export_llmc;  // llm.c GPT-2 checkpoints (llmc.h)

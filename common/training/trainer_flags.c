@@ -72,6 +72,9 @@ static void check_formats(const TrainConfig *c) {
     if (gpt_recompute_of(c->recompute) < 0)
         fail_usage("--recompute %s: choose none (keep every activation), selective (recompute the attention "
                    "probabilities) or full (keep each block's input, run its forward again)", c->recompute);
+    if (c->offload_activations && strcmp(c->recompute, "full") != 0)
+        fail_usage("--offload-activations moves the blocks' saved inputs to the host, and only --recompute full "
+                   "keeps each block's input alone (here --recompute %s): add --recompute full", c->recompute);
     if (c->init_from && c->resume)
         fail_usage("--init-from and --resume both set the weights: a checkpoint of ours already holds them");
 }
@@ -150,6 +153,9 @@ void train_config_parse(TrainConfig *c, void *stage_ctx, int argc, char **argv, 
         {.name = "recompute", .type = FLAG_STRING, .dst = &c->recompute, .meta = "none|selective|full",
          .help = "what each block keeps for its backward: everything; all but the attention probabilities "
                  "(recomputed from q, k, v); only its input (its forward runs again before its backward)"},
+        {.name = "offload-activations", .type = FLAG_BOOL, .dst = &c->offload_activations,
+         .help = "with --recompute full: the blocks' saved inputs live in pinned host memory, down in forward "
+                 "and back one unit ahead of backward (DeepSpeed's cpu_checkpointing)"},
         {.name = "init-from", .type = FLAG_STRING, .dst = &c->init_from, .meta = "FILE",
          .help = "start from an llm.c GPT-2 checkpoint: its shape is the model, its weights the initial ones"},
         {.name = "export-llmc", .type = FLAG_STRING, .dst = &c->export_llmc, .meta = "FILE",
