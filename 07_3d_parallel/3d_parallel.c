@@ -32,10 +32,30 @@ static int flags(void *ctx, FlagSpec *out) {
     out[2] = (FlagSpec){.name = "schedule", .type = FLAG_STRING, .dst = &z->schedule_name, .meta = "1f1b|afab",
                         .help = "pipeline schedule: one forward one backward, or all forwards then all backwards; "
                                 "micro-batches = --grad-accum"};
-    return 3;
+    out[3] = (FlagSpec){.name = "partition-activations", .type = FLAG_BOOL, .dst = &z->partition_activations,
+                        .help = "with --recompute full and --tp > 1: each tp rank keeps 1/T of every block's saved "
+                                "input, all-gathered before the block recomputes (DeepSpeed's partition_activations)"};
+    return 4;
 }
 
 // ---- where this rank sits, and what its states hold ----
+
+// Partitioned checkpoints split each block's saved input, which only full
+// recompute keeps alone, over the tp ranks by its B·T tokens.
+static void check_activation_flags(const Trainer *t, const Stage *z) {
+    if (!z->partition_activations) return;
+    if (strcmp(t->cfg.recompute, "full") != 0)
+        fail_usage("--partition-activations splits the blocks' saved inputs over the tp ranks, and only "
+                   "--recompute full keeps each block's input alone (here --recompute %s): add --recompute full",
+                   t->cfg.recompute);
+    if (z->grid.tp == 1)
+        fail_usage("--partition-activations splits each saved input over the tensor-parallel ranks: give --tp 2 "
+                   "or more");
+    if ((long)t->cfg.batch * t->cfg.seq_len % z->grid.tp)
+        fail_usage("--partition-activations: --batch %d x --seq-len %d = %ld tokens do not split over --tp %d; "
+                   "give a batch or sequence length whose product is a multiple of it", t->cfg.batch,
+                   t->cfg.seq_len, (long)t->cfg.batch * t->cfg.seq_len, z->grid.tp);
+}
 
 // The grid, this rank's tp part of the layout, its stage's units with
 // min(P - s, m) micro-batches in flight (1F1B) or m (AFAB), and its states:
@@ -53,7 +73,8 @@ static void place(Trainer *t, const GPTConfig *mc) {
     trainer_resolve_batch(t);  // the micro-batches, m, set the slots
     int slots = pipeline_slots(z->schedule, g->pp, g->stage, t->cfg.grad_accum);
     t->plan = (GPTPlan){.B = t->cfg.batch, .T = t->cfg.seq_len, .slots = slots, .first_unit = g->first_unit,
-                        .last_unit = g->last_unit};
+                        .last_unit = g->last_unit, .partition_activations = z->partition_activations};
+    check_activation_flags(t, z);
     const GPTLayout *l = &t->layout;
     CHECK(l->emb_off[EMB_WTE] == 0, "3d_parallel: wte must open the embeddings' unit (states keep it first)");
     z->units_offset = l->unit[g->first_unit].offset;

@@ -18,6 +18,8 @@ typedef struct GridShape {
     int batch, seq_len;     // B, S of a micro-batch
     int micro_batches;      // m
     int act_bytes;          // a: 4 (cpu: fp32 activations) or 2 (cuda: bf16)
+    GPTRecompute recompute; // --recompute
+    int offload, partition; // --offload-activations, --partition-activations (with full)
 } GridShape;
 
 // Vocabulary rows of wte over the tp group: V, or V rounded up to 64·T when T > 1.
@@ -30,17 +32,28 @@ double grid_stage_params(const GridShape *g, int stage);
 // Model states of one rank of stage s: ZeRO-1 over the D replicas of its
 // part, 4Ψ_s + 12Ψ_s/D with Ψ_s padded to a multiple of 64·D (mem_math's).
 void grid_state_bytes(const GridShape *g, int stage, StateBytes *out);
-// Activation bytes of stage s with `slots` micro-batches in flight:
-// slots x (one micro-batch through its units) + what the slots share.
-// Per block and micro-batch, BS = B·S tokens: BS·(4C + 12C/T)·a (the
-// layernorm outputs, x2 and x3 whole; QKV, attention output and the MLP's
-// two 4C activations split) + 16·BS (fp32 mean and rstd of two layernorms)
-// + 4·B·(NH/T)·S² (the rank's heads' attention probabilities, fp32).
-double grid_act_bytes(const GridShape *g, int stage, int slots);
+// Activation bytes of stage s with `slots` micro-batches in flight, on the
+// device (and the recompute's working set, and on the host): slots x (one
+// micro-batch through its units) + what the slots share. Per block and
+// micro-batch, BS = B·S tokens: BS·(4C + 12C/T)·a (the layernorm outputs, x2
+// and x3 whole; QKV, attention output and the MLP's two 4C activations
+// split) + 16·BS (fp32 mean and rstd of two layernorms) + 4·B·(NH/T)·S² (the
+// rank's heads' attention probabilities, fp32). Selective recompute keeps
+// all but the probabilities, full only x3 (BS·C·a); what they do not keep is
+// one block's working set. Under full, the x3 of every block but the
+// stage's last go to the host (offload) and/or keep 1/T (partition), with a
+// ring of two whole ones on the device.
+typedef struct GridActs {
+    double device, working, host;
+} GridActs;
+GridActs grid_act_bytes(const GridShape *g, int stage, int slots);
 // Bytes per rank per step, as the comm layer counts them (ring volume):
 //   tp:  all-reduces of (BS,C) activations, 2(T-1)/T of each: 4 per block
 //        (f and g, forward and backward), 1 for the embedding, the head's 1
 //        (BS,C) plus its fp32 statistics (max BS, sums 2BS), x m micro-batches;
+//        full recompute runs the attention's g again (1 more per block);
+//        partitioned checkpoints are all-gathered before the recompute:
+//        (T-1)/T of (BS,C) for every block but the stage's last;
 //   pp:  m micro-batches' (BS,C) to each neighbour and from it (1 each way);
 //   emb: the tied wte gradient between the first and last stage, V_pad·C/T
 //        bf16 all-reduced over 2 ranks (2(2-1)/2 = 1 of it);

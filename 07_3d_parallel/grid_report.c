@@ -15,7 +15,9 @@ typedef struct RankFigures {
     double stage, tp_rank, replica;
     double params;                        // Ψ_s: what this rank's states hold, from the layout
     double states, states_formula;        // model-state bytes on the device after the last step
-    double acts, acts_formula;            // activation bytes: the allocator's peak
+    double acts, acts_formula;            // activation bytes on the device: the allocator's peak
+    double working, working_formula;      // the recompute's working set
+    double acts_host, acts_host_formula;  // checkpoints offloaded to pinned host memory
     double slots, peak_in_flight, in_flight_formula;
     double bubble;                        // mean over the steps
     double comm[GROUP_COUNT][OP_COUNT], comm_formula[GROUP_COUNT][OP_COUNT];  // per step
@@ -24,7 +26,8 @@ typedef struct RankFigures {
 
 GridShape grid_shape(const Trainer *t, const Stage *z) {
     return (GridShape){t->layout.cfg, z->grid.tp, z->grid.pp, z->grid.dp, t->cfg.batch, t->cfg.seq_len,
-                       t->cfg.grad_accum, t->dev.act_bytes};
+                       t->cfg.grad_accum, t->dev.act_bytes, t->plan.recompute, t->plan.offload_activations,
+                       t->plan.partition_activations};
 }
 
 double grid_comm_formula(Trainer *t, const char **text) {
@@ -57,7 +60,12 @@ static RankFigures my_figures(Trainer *t, Stage *z) {
     f.peak_in_flight = z->pipe.peak_in_flight;
     f.in_flight_formula = z->schedule == SCHEDULE_AFAB ? shape.micro_batches
                         : fmin(g->pp - g->stage, shape.micro_batches);
-    f.acts_formula = grid_act_bytes(&shape, g->stage, (int)f.in_flight_formula);
+    GridActs ga = grid_act_bytes(&shape, g->stage, (int)f.in_flight_formula);
+    f.acts_formula = ga.device;
+    f.working = (double)t->dev.mem.peak[TIER_DEVICE][CAT_ACT_WORKING];
+    f.working_formula = ga.working;
+    f.acts_host = (double)t->dev.mem.peak[TIER_PINNED][CAT_ACTIVATIONS];
+    f.acts_host_formula = ga.host;
     f.bubble = z->pipe.bubble_steps ? z->pipe.bubble_sum / z->pipe.bubble_steps : NAN;
     grid_comm_bytes(&shape, g->stage, f.comm_formula);
     for (int k = 0; k < GROUP_COUNT; k++)
@@ -111,6 +119,15 @@ static void print_stages(const Trainer *t, const Stage *z) {
     }
 }
 
+// The recompute's working set and the checkpoints on the host, per stage.
+static void print_act_extra(const Trainer *t, const Stage *z) {
+    printf("  %-5s %16s %11s %16s %11s\n", "stage", "act_working MB", "formula MB", "host acts MB", "formula MB");
+    for (int s = 0; s < z->grid.pp; s++)
+        printf("  %-5d %16.3f %11.3f %16.3f %11.3f\n", s, STAGE_MAX(z, s, working) / 1e6,
+               STAGE_MAX(z, s, working_formula) / 1e6, STAGE_MAX(z, s, acts_host) / 1e6,
+               STAGE_MAX(z, s, acts_host_formula) / 1e6);
+}
+
 static void print_comm(const Stage *z, int act_bytes) {
     printf("communication per step per rank by group (counted from the calls, ring bytes, max over the stage's "
            "ranks) beside the formula\n");
@@ -125,8 +142,9 @@ static void print_comm(const Stage *z, int act_bytes) {
                 printf("  %-5d %-5s %-15s %12.4f %12.4f\n", s, grid_group_name((GridGroup)k), comm_op_name((CommOp)op),
                        got / 1e6, want / 1e6);
             }
-    printf("  tp: 2(T-1)/T x m x (4 per block + 1 embedding + 1 head) x B·S·C·a, + the head's fp32 max and sums "
-           "3·B·S·4; pp: m x B·S·C·a to and from each neighbour;\n"
+    printf("  tp: 2(T-1)/T x m x (4 per block, 5 with full recompute, + 1 embedding + 1 head) x B·S·C·a, + the "
+           "head's fp32 max and sums 3·B·S·4, + partitioned checkpoints' all-gathers (T-1)/T x m x (blocks - 1) x "
+           "B·S·C·a; pp: m x B·S·C·a to and from each neighbour;\n"
            "  emb: V_pad·C/T x 2 B, the tied wte between the first and last stage; dp: ZeRO-1, 2Ψ_pad(D-1)/D each "
            "of reduce-scatter and all-gather (a = %d B per activation)\n", act_bytes);
 }
@@ -148,8 +166,10 @@ void grid_report_figures(Trainer *t) {
     print_stages(t, z);
     printf("  states: ZeRO-1 over dp of the stage's part, 4Ψ_s + 12Ψ_s/D (Ψ_s padded to 64·D); the even split "
            "Ψ/(T·P) = %.0f of Ψ = %.0f\n", psi / (g->tp * g->pp), psi);
-    printf("  acts: slots x one micro-batch through the stage + shared; in flight: min(P - stage, m) for 1f1b, "
-           "m for afab (peak counted by the schedule)\n");
+    printf("  acts: slots x one micro-batch through the stage + shared (device; --recompute %s%s); in flight: "
+           "min(P - stage, m) for 1f1b, m for afab (peak counted by the schedule)\n", gpt_recompute_name(t->plan.recompute),
+           t->plan.partition_activations ? ", checkpoints partitioned over tp" : "");
+    if (t->plan.recompute != GPT_RECOMPUTE_NONE || t->plan.offload_activations) print_act_extra(t, z);
     print_comm(z, t->dev.act_bytes);
     printf("pipeline bubble: %.3f measured (idle share of each rank's compute row in the pipeline's window, mean "
            "over steps and ranks), formula (P-1)/(m+P-1) = %.3f\n", mean_bubble(z),
@@ -170,9 +190,11 @@ void grid_report_json(Trainer *t, FILE *f) {
         const RankFigures *x = &z->figures[r];
         fprintf(f, "%s{\"rank\":%d,\"stage\":%.0f,\"tp_rank\":%.0f,\"replica\":%.0f,\"params\":%.0f,"
                    "\"states\":%.0f,\"states_formula\":%.0f,\"activations\":%.0f,\"activations_formula\":%.0f,"
+                   "\"act_working\":%.0f,\"act_working_formula\":%.0f,\"act_host\":%.0f,\"act_host_formula\":%.0f,"
                    "\"slots\":%.0f,\"peak_in_flight\":%.0f,\"in_flight_formula\":%.0f,\"comm\":{",
                 r ? "," : "", r, x->stage, x->tp_rank, x->replica, x->params, x->states, x->states_formula, x->acts,
-                x->acts_formula, x->slots, x->peak_in_flight, x->in_flight_formula);
+                x->acts_formula, x->working, x->working_formula, x->acts_host, x->acts_host_formula, x->slots,
+                x->peak_in_flight, x->in_flight_formula);
         for (int k = 0; k < GROUP_COUNT; k++) {
             double got = 0, want = 0;
             for (int op = 0; op < OP_COUNT; op++) got += x->comm[k][op], want += x->comm_formula[k][op];

@@ -9,6 +9,7 @@
 typedef struct Stage {
     int tp, pp;                  // --tp, --pp
     const char *schedule_name;   // --schedule
+    int partition_activations;   // --partition-activations
     Schedule schedule;
     Grid grid;
     Pipeline pipe;

@@ -63,6 +63,8 @@ static void test_activation_combinations(void **state) {
         {"./zero2 --model tiny --steps 1 --offload-activations", "add --recompute full"},
         {"./zero3 --model tiny --steps 1 --offload-activations --recompute selective", "(here --recompute selective)"},
         {"./memory_math --model tiny --recompute partial", "--recompute partial: choose none"},
+        {"mpirun -np 2 ./3d_parallel --model tiny --tp 2 --steps 1 --partition-activations", "add --recompute full"},
+        {"./3d_parallel --model tiny --steps 1 --recompute full --partition-activations", "give --tp 2 or more"},
     };
     refuse_all(cases, sizeof cases / sizeof cases[0]);
 }

@@ -19,6 +19,7 @@
 #include "device.h"
 #include "act_math.h"
 #include "gpt.h"
+#include "gpt_units.h"  // the checkpoint store's size (white-box)
 #include "model_walk.h"
 
 enum { B = 2, T = 8, BT = B * T, MAX_MB = 4 };
@@ -284,17 +285,20 @@ static size_t whole_model_bytes(const GPTConfig *c, int ab) {
 }
 
 // The allocation, gpt_activation_bytes and the closed form of act_math.c
-// agree, in every recompute mode.
+// agree, in every recompute mode, and with full recompute's inputs on the host.
 static void expect_alloc_matches(Device *d, const GPTLayout *l, GPTPlan p) {
-    for (int rc = GPT_RECOMPUTE_NONE; rc <= GPT_RECOMPUTE_FULL; rc++) {
-        p.recompute = (GPTRecompute)rc;
+    for (int rc = GPT_RECOMPUTE_NONE; rc <= GPT_RECOMPUTE_FULL + 1; rc++) {
+        p.recompute = rc > GPT_RECOMPUTE_FULL ? GPT_RECOMPUTE_FULL : (GPTRecompute)rc;
+        p.offload_activations = rc > GPT_RECOMPUTE_FULL;
         GPT g;
         gpt_alloc(&g, l, d, &p, NULL);
         GPTActBytes a = gpt_activation_bytes(l, &p, d->act_bytes);
         ActFormula f = act_formula(l, &p, d->act_bytes);
         assert_int_equal(g.acts.bytes, a.total_saved);
         assert_int_equal(g.working.bytes, a.working);
+        assert_int_equal(g.ckpt ? g.ckpt->store.bytes : 0, a.stored);
         assert_true(f.saved == (double)a.total_saved && f.working == (double)a.working);
+        assert_true(f.offloaded == (double)a.stored);
         assert_true(f.per_layer == (double)a.per_layer);
         assert_int_equal(a.total_saved, a.per_slot * p.slots + a.shared);
         assert_int_equal(g.scratch.bytes, a.backward_scratch);

@@ -149,23 +149,56 @@ static void test_stages_one_rank(void **state) { stages_at(state, 1); }
 static void test_stages_two_ranks(void **state) { stages_at(state, 2); }
 static void test_stages_four_ranks(void **state) { stages_at(state, 4); }
 
+// Every rank's figures in a 3d_parallel record against the grid's formulas
+// (grid_math.c, from the shapes): device activations, the working set, the
+// checkpoints on the host, and the bytes of each group.
+static void expect_grid_formulas(const char *json, int ranks, const char *what) {
+    static const char *const PAIRS[][2] = {{"activations", "activations_formula"},
+                                           {"act_working", "act_working_formula"},
+                                           {"act_host", "act_host_formula"}};
+    static const char *const GROUPS[] = {"tp", "pp", "emb", "dp"};
+    for (int r = 0; r < ranks; r++) {
+        char key[64];
+        snprintf(key, sizeof key, "{\"rank\":%d,", r);
+        const char *x = strstr(json, key);
+        if (!x) fail_msg("%s: no rank %d in the record's grid", what, r);
+        for (int i = 0; i < 3; i++)
+            if (number_of(x, PAIRS[i][0]) != number_of(x, PAIRS[i][1]))
+                fail_msg("%s rank %d: %s %.0f B, formula %.0f B", what, r, PAIRS[i][0], number_of(x, PAIRS[i][0]),
+                         number_of(x, PAIRS[i][1]));
+        for (int k = 0; k < 4; k++) {
+            double v[2] = {0, 0};
+            if (json_numbers(x, GROUPS[k], v, 2) != 2) fail_msg("%s rank %d: no comm.%s", what, r, GROUPS[k]);
+            if (fabs(v[0] - v[1]) > 1e-3)
+                fail_msg("%s rank %d %s: %.3f B counted per step, formula %.3f B", what, r, GROUPS[k], v[0], v[1]);
+        }
+    }
+}
+
 // 3d_parallel's grids at 4 ranks, 4 micro-batches in flight through the
-// pipelines, against the same grid without recompute.
+// pipelines, against the same grid without recompute; with tensor
+// parallelism also the checkpoints partitioned over the tp ranks (on the
+// device and on the host).
 static void test_3d_grids(void **state) {
     RunDir *c = *state;
     static const char *const GRIDS[] = {"--tp 2 --pp 2", "--tp 2", "--pp 2 --schedule afab", "--pp 4"};
+    static const char *const TP_MODES[] = {"full --partition-activations",
+                                           "full --partition-activations --offload-activations"};
     for (size_t k = 0; k < sizeof GRIDS / sizeof GRIDS[0]; k++) {
         char flags[PATH_LEN], name[64];
         snprintf(flags, sizeof flags, "%s --batch 2 --grad-accum 4", GRIDS[k]);
         snprintf(name, sizeof name, "3d-%zu-none", k);
         Run ref = run(c->root, "3d_parallel", 4, flags, name);
-        for (int m = 0; m < NMODES; m++) {
-            snprintf(flags, sizeof flags, "%s --batch 2 --grad-accum 4 --recompute %s", GRIDS[k], MODES[m]);
-            snprintf(name, sizeof name, "3d-%zu-%s", k, MODE_NAMES[m]);
+        int tp = strstr(GRIDS[k], "--tp") != NULL;
+        for (int m = 0; m < NMODES + (tp ? 2 : 0); m++) {
+            const char *mode = m < NMODES ? MODES[m] : TP_MODES[m - NMODES];
+            snprintf(flags, sizeof flags, "%s --batch 2 --grad-accum 4 --recompute %s", GRIDS[k], mode);
+            snprintf(name, sizeof name, "3d-%zu-%d", k, m);
             Run r = run(c->root, "3d_parallel", 4, flags, name);
-            char what[128];
-            snprintf(what, sizeof what, "3d_parallel %s --recompute %s", GRIDS[k], MODES[m]);
+            char what[160];
+            snprintf(what, sizeof what, "3d_parallel %s --recompute %s", GRIDS[k], mode);
             expect_same(&r, &ref, what);
+            expect_grid_formulas(r.json, 4, what);
             run_free(&r);
         }
         run_free(&ref);

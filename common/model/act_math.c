@@ -33,12 +33,14 @@ ActFormula act_formula(const GPTLayout *l, const GPTPlan *p, int act_bytes) {
     // shared: one projection output before its residual add (sbh e); under
     // tensor parallelism the head's cross-entropy max, sum and target logit (12sb)
     double shared = input + (p->last_unit == hu && t > 1 ? 12 * s * b : 0);
-    // offloaded (full recompute): every block's input but the first's goes to
-    // the host, L - 1 of sbhe per slot; the device keeps a ring of two
-    if (p->offload_activations && blocks > 1) {
-        f.offload_per_micro = (blocks - 1) * input;
-        f.offloaded = p->slots * f.offload_per_micro;
-        slot -= f.offload_per_micro;
+    // stored (full recompute): every block's input but the first's, L - 1 of
+    // sbhe per slot, goes to the host (offloaded) and/or keeps 1/t of it
+    // (partitioned); the device keeps a ring of two whole ones
+    if ((p->offload_activations || p->partition_activations) && blocks > 1) {
+        double kept = (blocks - 1) * input / (p->partition_activations ? t : 1);
+        slot -= (blocks - 1) * input;
+        if (p->offload_activations) f.offload_per_micro = kept, f.offloaded = p->slots * kept;
+        else slot += kept;
         shared += 2 * input;
     }
     f.saved = p->slots * slot + shared;

@@ -15,7 +15,8 @@ typedef struct ActFormula {
     double per_layer;  // what one block saves for one micro-batch
     double saved;      // the plan's activations buffer: its slots x (blocks + input, embeddings, head) + shared temporaries
     double working;    // the recomputation's working set: one block's unsaved tensors (0 without recompute)
-    double offloaded;  // pinned host: the blocks' saved inputs under offload_activations (out of `saved`)
+    double offloaded;  // pinned host: the blocks' saved inputs under offload_activations (out of `saved`;
+                       // partitioned, 1/t of each)
     double offload_per_micro;  // what one micro-batch takes down in forward and back in backward
 } ActFormula;
 ActFormula act_formula(const GPTLayout *l, const GPTPlan *p, int act_bytes);

@@ -39,9 +39,12 @@ static void check_plan(const GPTLayout *l, const GPTPlan *p, const Comm *tp) {
           "gpt_alloc: units %d..%d are not a range of the model's %d units", p->first_unit, p->last_unit, l->num_units);
     if (p->T > l->cfg.max_seq_len)
         fail_usage("--seq-len %d is longer than the model's context (%d)", p->T, l->cfg.max_seq_len);
-    CHECK(!p->offload_activations || p->recompute == GPT_RECOMPUTE_FULL,
-          "gpt_alloc: offload_activations moves the blocks' saved inputs, which only full recompute keeps alone; "
-          "hint: --offload-activations needs --recompute full");
+    CHECK(!(p->offload_activations || p->partition_activations) || p->recompute == GPT_RECOMPUTE_FULL,
+          "gpt_alloc: offload_activations and partition_activations move the blocks' saved inputs, which only full "
+          "recompute keeps alone; hint: --recompute full");
+    CHECK(!p->partition_activations || (l->tp_size > 1 && (size_t)p->B * p->T % (size_t)l->tp_size == 0),
+          "gpt_alloc: partition_activations splits the B*T = %d tokens over tp %d ranks; hint: a tp group, and B*T "
+          "a multiple of it", p->B * p->T, l->tp_size);
     CHECK(l->tp_size == 1 || (tp && tp->size == l->tp_size && tp->rank == l->tp_rank),
           "gpt_alloc: a layout of tp rank %d of %d needs its tensor-parallel group (here %s); hint: comm_split "
           "the ranks of one tp group, ordered by tp rank", l->tp_rank, l->tp_size, tp ? "another size or rank" : "none");
@@ -115,17 +118,18 @@ static void carve_activations(GPT *g, Carver *ca, Carver *cw) {
         g->work->ce_max = carve_words(ca, BT * fb);
         g->work->ce_sums = carve_words(ca, 2 * BT * fb);
     }
-    // offloaded inputs: x3 of every block but the last is one of the ring's two
+    // inputs kept in the checkpoint store: x3 of every block but the last is one of the ring's two
     act *ring[2] = {NULL, NULL};
-    int offloaded = p->offload_activations && nl > 1 ? nl - 1 : 0;
-    if (offloaded)
+    int stored = (p->offload_activations || p->partition_activations) && nl > 1 ? nl - 1 : 0;
+    size_t part = BT * C * ab / (p->partition_activations ? tp : 1);
+    if (stored)
         for (int k = 0; k < 2; k++) ring[k] = carve(ca, BT * C * ab);
     for (int s = 0; s < p->slots; s++) {
         GPTSlot *sl = &g->slot[s];
         for (int i = 0; i < nl; i++) {
             LayerActs *la = &sl->layer[i];
             if (rc != GPT_RECOMPUTE_FULL) carve_block_acts(ca, la, BT, C, Cp, F, ab);
-            la->x3 = i < offloaded ? ring[i % 2] : carve(ca, BT * C * ab);
+            la->x3 = i < stored ? ring[i % 2] : carve(ca, BT * C * ab);
         }
         sl->x_in = carve(ca, BT * C * ab);
         if (head) {
@@ -134,7 +138,7 @@ static void carve_activations(GPT *g, Carver *ca, Carver *cw) {
         }
     }
     g->work->tmp = carve(ca, BT * C * ab);
-    if (offloaded) offload_init(g, ring[0], ring[1], (size_t)offloaded * p->slots * BT * C * ab);
+    if (stored) ckpt_store_init(g, ring[0], ring[1], (size_t)stored * (size_t)p->slots * part);
 }
 
 void gpt_alloc(GPT *g, const GPTLayout *l, Device *dev, const GPTPlan *p, Comm *tp) {
@@ -179,7 +183,7 @@ void gpt_alloc(GPT *g, const GPTLayout *l, Device *dev, const GPTPlan *p, Comm *
 
 void gpt_free(GPT *g) {
     if (!g->slot) return;
-    offload_free(g);
+    ckpt_store_free(g);
     buf_free(g->dev, &g->acts);
     buf_free(g->dev, &g->working);
     buf_free(g->dev, &g->scratch);
@@ -330,25 +334,25 @@ static void check_unit(const GPT *g, int u, int s, const bf16 *p, const bf16 *em
 }
 
 // The unit's compute goes on the trace's compute row; the checkpoints'
-// copies to and from the host (offload_activations) are left out of it, so
+// copies to and from their store (gpt_checkpoints.c) are left out of it, so
 // their overlap with compute means what it says.
 void gpt_unit_forward(GPT *g, int u, int s, const bf16 *p, const bf16 *embed) {
     check_unit(g, u, s, p, embed, 0);
     int i = u - 1 - plan_first_layer(&g->plan);  // a block's place in the range
     int block = u != GPT_UNIT_EMBED && u != gpt_unit_head(&g->L);
-    if (block) offload_before_forward(g, i, s);
+    if (block) ckpt_before_forward(g, i, s);
     double t0 = now_us();
     if (u == GPT_UNIT_EMBED) embed_forward(g, p, s);
     else if (!block) head_forward(g, p, embed, s);
     else block_forward(g, p, u - 1, s);
     trace_span(g->dev->trace, TRACE_TID_COMPUTE, "forward", t0, now_us(), 0);
-    if (block) offload_after_forward(g, i, s);  // its x3 down to the host, when it is a checkpoint there
+    if (block) ckpt_after_forward(g, i, s);  // its x3 (or the rank's part) to the store, when it is kept there
 }
 
 const float *gpt_unit_backward(GPT *g, int u, int s, const bf16 *p, const bf16 *embed) {
     check_unit(g, u, s, p, embed, 1);
-    if (u == gpt_unit_head(&g->L)) offload_before_head_backward(g, s);  // the last block's input starts back
-    else if (u != GPT_UNIT_EMBED) offload_before_backward(g, u - 1 - plan_first_layer(&g->plan), s);  // and ahead
+    if (u == gpt_unit_head(&g->L)) ckpt_before_head_backward(g, s);  // the last block's input starts back
+    else if (u != GPT_UNIT_EMBED) ckpt_before_backward(g, u - 1 - plan_first_layer(&g->plan), s);  // and ahead
     double t0 = now_us();
     const float *grads;
     if (u == gpt_unit_head(&g->L)) {

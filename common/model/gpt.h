@@ -151,11 +151,13 @@ typedef struct GPTPlan {
     int slots;
     int first_unit, last_unit;
     GPTRecompute recompute;
-    // With full recompute: the blocks' saved inputs live in pinned host
-    // memory (DeepSpeed's cpu_checkpointing; gpt_offload.c). Each goes down on
-    // the copy stream as its block's forward writes it and comes back one unit
-    // ahead of the backward that needs it; the device keeps two of them.
-    int offload_activations;
+    // With full recompute (gpt_checkpoints.c): the blocks' saved inputs live
+    // in pinned host memory (DeepSpeed's cpu_checkpointing), and/or each tp
+    // rank keeps 1/tp of them (partition_activations, tp > 1), all-gathered
+    // again before the block recomputes. Each goes to its store as its
+    // block's forward writes it and comes back one unit ahead of the backward
+    // that needs it; the device keeps two whole ones.
+    int offload_activations, partition_activations;
 } GPTPlan;
 
 // Stages 01-06: every unit, one micro-batch at a time.
@@ -173,8 +175,11 @@ typedef struct GPTActBytes {
     size_t shared;            // temporaries every slot shares
     size_t total_saved;       // per_slot * slots + shared: the activations buffer
     size_t working;           // one block's tensors that are not saved (recomputed): the working set, 0 without recompute
-    size_t offloaded;         // pinned host: the blocks' saved inputs under offload_activations (in total_saved's place)
-    size_t offload_per_micro; // of them, what one micro-batch moves down in forward (and back in backward)
+    // the checkpoint store of offload_activations / partition_activations
+    // (apart from total_saved): in pinned host memory with offload, else on
+    // the device; and what one micro-batch puts there in forward (and takes
+    // back in backward)
+    size_t stored, stored_per_micro;
     size_t backward_scratch;  // residual-stream gradient per slot + shared backward temporaries
     size_t grad_workspace;    // fp32 gradients of one unit, and of the embeddings
 } GPTActBytes;
@@ -187,7 +192,7 @@ typedef struct GPT {
     struct Comm *tp;   // tensor-parallel group (L.tp_size ranks); NULL when tp_size = 1
     Buf acts;          // saved activations of every slot, and shared temporaries (activations)
     Buf working;       // one block's recomputed tensors (act_working); empty without recompute
-    struct ActOffload *offload;  // offload_activations: the saved inputs on the host (gpt_offload.c), else NULL
+    struct CkptStore *ckpt;  // the blocks' saved inputs on the host or in parts (gpt_checkpoints.c), else NULL
     Buf scratch;       // backward temporaries (workspace)
     Buf unit_grads;    // fp32 gradients of the unit being differentiated (workspace)
     Buf embed_grads;   // fp32 gradients of the embeddings, live through backward (tied wte)

@@ -157,17 +157,17 @@ GPTActBytes gpt_activation_bytes(const GPTLayout *l, const GPTPlan *p, int act_b
     // the input token ids; the head lnf (C), the logits (Vp: this rank's
     // vocabulary, padded), lnf mean/rstd and losses in fp32, and the target ids
     r.per_slot = blocks * r.per_layer + BT * C * ab;
-    // offloaded: the inputs of the range's blocks but the first (the slot's
+    // stored: the inputs of the range's blocks but the first (the slot's
     // x_in), that is every block's x3 but the last one's (the head's input,
-    // what a pipeline stage sends on), go to pinned host memory; the device
-    // keeps two of them, the one in use and the one coming or going
-    r.offload_per_micro = 0;
-    r.offloaded = 0;
+    // what a pipeline stage sends on), go to pinned host memory (offloaded)
+    // and/or 1/tp of each stays (partitioned); the device keeps two whole
+    // ones, the one in use and the one coming or going
+    r.stored_per_micro = r.stored = 0;
     size_t ring = 0;
-    if (p->offload_activations && blocks > 1) {
-        r.offload_per_micro = (blocks - 1) * x3;
-        r.offloaded = r.offload_per_micro * (size_t)p->slots;
-        r.per_slot -= r.offload_per_micro;
+    if ((p->offload_activations || p->partition_activations) && blocks > 1) {
+        r.stored_per_micro = (blocks - 1) * (p->partition_activations ? x3 / tp : x3);
+        r.stored = r.stored_per_micro * (size_t)p->slots;
+        r.per_slot -= (blocks - 1) * x3;
         ring = 2 * x3;
     }
     if (has_embed) r.per_slot += BT * ib;

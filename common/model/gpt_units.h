@@ -41,34 +41,40 @@ typedef struct GPTWork {
     LayerActs live;               // the recomputation's working set (x3 unused): see gpt_recompute.c
 } GPTWork;
 
-// gpt_offload.c: the blocks' saved inputs in pinned host memory
-// (offload_activations), through a ring of two device buffers.
+// gpt_checkpoints.c: the blocks' saved inputs under full recompute, on the
+// host (offload_activations) and/or in 1/tp parts (partition_activations),
+// through a ring of two whole ones on the device.
 typedef struct RingTag {
     int slot, layer;  // whose x3 the buffer holds (layer: 0-based in the range), -1: none
-    int back;         // brought back from the host for a backward (else written by a forward)
+    int back;         // brought back from the store for a backward (else written by a forward)
 } RingTag;
 
-typedef struct ActOffload {
+#define GPT_MAX_TP GPT_MAX_HEADS
+
+typedef struct CkptStore {
     act *buf[2];             // the device ring, in the activations buffer
-    Buf host;                // pinned: [slot][block] x3, per_slot per slot
-    size_t bytes;            // one (BT,C) tensor
-    int per_slot;            // offloaded inputs per slot: the range's blocks - 1
+    Buf store;               // [slot][block] this rank's part of x3, per_slot per slot
+    int on_host;             // the store is pinned host memory (else device memory)
+    size_t bytes;            // one whole (BT,C) tensor
+    size_t part_bytes;       // what the store keeps of one: bytes, or bytes / tp partitioned
+    size_t part_offset;      // where this rank's part starts in a whole one
+    int per_slot;            // stored inputs per slot: the range's blocks - 1
     RingTag holds[2];
     Event written[2];        // compute: the block's x3 is in buf[k]
-    Event out[2];            // copy: buf[k] is on the host, free to write
-    Event in[2];             // copy: buf[k] is back for a backward
+    Event out[2];            // copy: buf[k]'s part is in the store, buf[k] free to write
+    Event in[2];             // copy: buf[k]'s part is back for a backward
     Event free[2];           // compute: everything that read buf[k] has run
-    double to_host, to_device;  // bytes moved since gpt_take_offload_bytes
-} ActOffload;
+    double to_host, to_device;  // bytes moved between device and host since gpt_take_offload_bytes
+} CkptStore;
 
-void offload_init(GPT *g, act *ring0, act *ring1, size_t host_bytes);
-void offload_free(GPT *g);
+void ckpt_store_init(GPT *g, act *ring0, act *ring1, size_t store_bytes);
+void ckpt_store_free(GPT *g);
 // Around the forward of block i (0-based in the range) of slot s, and before
 // its backward (or the head's, which starts the last block's input ahead).
-void offload_before_forward(GPT *g, int i, int s);
-void offload_after_forward(GPT *g, int i, int s);
-void offload_before_backward(GPT *g, int i, int s);
-void offload_before_head_backward(GPT *g, int s);
+void ckpt_before_forward(GPT *g, int i, int s);
+void ckpt_after_forward(GPT *g, int i, int s);
+void ckpt_before_backward(GPT *g, int i, int s);
+void ckpt_before_head_backward(GPT *g, int s);
 
 // Blocks of the plan's range: layers [first, end).
 static inline int plan_first_layer(const GPTPlan *p) { return (p->first_unit > 1 ? p->first_unit : 1) - 1; }

@@ -211,7 +211,9 @@ RunDeviceBytes run_device_bytes(StageId s, const GPTLayout *l, const GPTPlan *p,
     StateBytes sb;
     stage_state_bytes(s, state_params, dp_ranks, &sb);
     GPTActBytes ab = gpt_activation_bytes(l, p, act_bytes);
-    RunDeviceBytes r = {.states = sb.tier_total[TIER_DEVICE], .activations = (double)ab.total_saved + (double)ab.working,
+    double store = p->offload_activations ? 0 : (double)ab.stored;  // a partitioned store on the device
+    RunDeviceBytes r = {.states = sb.tier_total[TIER_DEVICE],
+                        .activations = (double)ab.total_saved + (double)ab.working + store,
                         .workspace = (double)ab.backward_scratch + (double)ab.grad_workspace,
                         .kernel_scratch = kernel_scratch, .stage_buffers = stage_buffers, .held = held};
     r.total = r.states + r.activations + r.workspace + r.kernel_scratch + r.stage_buffers + r.held;

@@ -79,7 +79,8 @@ const char *stage_transfer_formula(StageId s, Transfer x);  // "2kΨ/N", or "0"
 // kernels' largest scratch (KernelOps.scratch_bytes), the stage's own
 // buffers at their peak (Strategy.device_buffer_bytes: buckets, gathered
 // units, a reduced shard); the activations are the saved ones and the
-// recomputation's working set (by the plan's recompute) and what the device held before (cuBLASLt's
+// recomputation's working set (by the plan's recompute), and the checkpoint
+// store where it is on the device and what the device held before (cuBLASLt's
 // workspace). The states are those this rank keeps (state_params of the
 // layout's tensors, sharded over dp_ranks), the activations those of plan p
 // (its units, micro-batches in flight). The trainers check it against the
