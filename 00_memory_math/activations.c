@@ -19,17 +19,9 @@ static const Col act_cols[] = {
     {"extra_flops", "+FLOPs", 7, "%.3f"},
 };
 
-// The whole model for one micro-batch, on one rank.
-static GPTPlan plan_of(const Inputs *in, GPTRecompute r, int offload) {
-    GPTPlan plan = gpt_plan_whole(&in->layout, in->batch, in->seq_len);
-    plan.recompute = r;
-    plan.offload_activations = offload;
-    return plan;
-}
-
 static void trainer_row(Printer *p, const Inputs *in, GPTRecompute r, int offload, const char *what, int act_bytes) {
-    GPTPlan plan = plan_of(in, r, offload);
-    ActFormula a = act_formula(&in->layout, &plan, act_bytes);
+    GPTPlan plan = act_plan(in, r, offload);
+    ActFormula a = act_formula(act_layout(in), &plan, act_bytes);
     double extra = recompute_flops_per_token(&in->layout, in->seq_len, r) /
                    gpt_flops_per_token(&in->layout, in->seq_len);
     Cell row[8] = {cell_str(offload ? "full+host" : gpt_recompute_name(r)), cell_str(what), cell_num(act_bytes),
@@ -40,7 +32,8 @@ static void trainer_row(Printer *p, const Inputs *in, GPTRecompute r, int offloa
 
 void section_activations(Printer *p, const Inputs *in) {
     const GPTConfig *c = &in->layout.cfg;
-    double s = in->seq_len, b = in->batch, h = c->channels, a = c->num_heads, L = c->num_layers;
+    double s = in->seq_len, b = in->batch, h = c->channels, a = c->num_heads, L = c->num_layers, t = in->tp;
+    int sp = in->tp > 1 && in->sequence_parallel;
     printer_section(p, "activations",
                     "Activations of one micro-batch per rank by --recompute mode, computed from the formulas");
     printer_num(p, "layers", "L (layers)", L, "%.0f", NULL);
@@ -49,12 +42,16 @@ void section_activations(Printer *p, const Inputs *in) {
     printer_num(p, "vocab", "V (vocabulary)", c->vocab_size, "%.0f", NULL);
     printer_num(p, "context", "context (wpe rows)", c->max_seq_len, "%.0f", NULL);
     printer_str(p, "recompute", "recompute (the run's, in the fit tables)", gpt_recompute_name(in->recompute));
+    printer_num(p, "tp", "t (tensor-parallel ranks; per rank below)", t, "%.0f", NULL);
+    if (in->tp > 1)
+        printer_str(p, "tp_split", "between the tensor-parallel regions",
+                    sp ? "split over the t ranks (--sequence-parallel)" : "whole on every rank");
 
     printer_table(p, "rows", act_cols, 8);
     for (int r = GPT_RECOMPUTE_NONE; r <= GPT_RECOMPUTE_FULL; r++) {
-        double k = korthikanti_bytes((GPTRecompute)r, s, b, h, a, 1, 0);
+        double k = korthikanti_bytes((GPTRecompute)r, s, b, h, a, t, sp);
         char what[64];
-        snprintf(what, sizeof what, "Korthikanti %s", korthikanti_text((GPTRecompute)r, 1, 0));
+        snprintf(what, sizeof what, "Korthikanti %s", korthikanti_text((GPTRecompute)r, in->tp, sp));
         Cell krow[8] = {cell_str(gpt_recompute_name((GPTRecompute)r)), cell_str(what), cell_num(2), cell_num(k),
                         cell_num(L * k / GB), cell_num(NAN), cell_num(NAN), cell_num(NAN)};
         printer_row(p, krow);
@@ -65,10 +62,10 @@ void section_activations(Printer *p, const Inputs *in) {
     trainer_row(p, in, GPT_RECOMPUTE_FULL, 1, "this trainer, cuda, inputs on the host", 2);
     printer_table_end(p);
 
-    GPTPlan none = plan_of(in, GPT_RECOMPUTE_NONE, 0), mine = plan_of(in, in->recompute, in->offload_activations);
-    ActFormula an = act_formula(&in->layout, &none, 2), am = act_formula(&in->layout, &mine, 2);
+    GPTPlan none = act_plan(in, GPT_RECOMPUTE_NONE, 0), mine = act_plan(in, in->recompute, in->offload_activations);
+    ActFormula an = act_formula(act_layout(in), &none, 2), am = act_formula(act_layout(in), &mine, 2);
     printer_num(p, "trainer_cuda_over_korthikanti", "per layer without recompute, this trainer on cuda / Korthikanti",
-                an.per_layer / korthikanti_bytes(GPT_RECOMPUTE_NONE, s, b, h, a, 1, 0), "%.2f", "x");
+                an.per_layer / korthikanti_bytes(GPT_RECOMPUTE_NONE, s, b, h, a, t, sp), "%.2f", "x");
     printer_num(p, "saved_fraction", "saved + working with the run's --recompute / without (cuda)",
                 (am.saved + am.working) / an.saved, "%.3f", NULL);
     printer_note(p, "Korthikanti et al. (2022), Table 2, 16-bit: no recompute 34sbh per layer of tensors and "
@@ -77,9 +74,16 @@ void section_activations(Printer *p, const Inputs *in) {
                     "per layer (no embedding or logits).");
     printer_note(p, "this trainer per layer: none %s; selective %s (working set %s); full %s (working set %s); "
                     "e = 4 bytes on the cpu device, 2 on cuda; no dropout, so no masks; fp32 attention "
-                    "probabilities and layernorm statistics.", act_formula_layer_text(GPT_RECOMPUTE_NONE),
-                 act_formula_layer_text(GPT_RECOMPUTE_SELECTIVE), act_formula_working_text(GPT_RECOMPUTE_SELECTIVE),
-                 act_formula_layer_text(GPT_RECOMPUTE_FULL), act_formula_working_text(GPT_RECOMPUTE_FULL));
+                    "probabilities and layernorm statistics.", act_formula_layer_text(GPT_RECOMPUTE_NONE, sp),
+                 act_formula_layer_text(GPT_RECOMPUTE_SELECTIVE, sp),
+                 act_formula_working_text(GPT_RECOMPUTE_SELECTIVE, sp), act_formula_layer_text(GPT_RECOMPUTE_FULL, sp),
+                 act_formula_working_text(GPT_RECOMPUTE_FULL, sp));
+    if (in->tp > 1)
+        printer_note(p, "with --tp %d the figures are one tensor-parallel rank's (3d_parallel --tp %d, pp 1): its "
+                        "heads' qkv, attention and MLP tensors; the rest %s%s.", in->tp, in->tp,
+                     sp ? "split by the tokens (sequence parallel), with a gathered (BT,C) and a scattered "
+                          "(BT/t,C) temporary" : "whole on every rank",
+                     in->partition_activations ? "; full recompute's saved inputs 1/t each (partitioned)" : "");
     printer_note(p, "full+host (--offload-activations, ZeRO-R's CPU checkpointing): every block's input but the "
                     "first's in pinned host memory, (L - 1) sbhe (host GB); the device keeps a ring of two, "
                     "2 sbhe, and the copies move (L - 1) sbhe down in forward and back in backward per micro-batch.");

@@ -37,12 +37,26 @@ static RunDeviceBytes stage_run(int i, const Inputs *in, int threads, const char
     double buffers = s->device_buffer_bytes ? s->device_buffer_bytes(ctx, l, &part) : 0;
     double scratch = (double)kernels_cpu.scratch_bytes(threads, in->batch, in->seq_len, c->channels, c->num_heads,
                                                        c->vocab_size);
-    GPTPlan plan = gpt_plan_whole(l, in->batch, in->seq_len);
-    plan.recompute = in->recompute;
-    plan.offload_activations = in->offload_activations;
+    GPTPlan plan = act_plan(in, in->recompute, in->offload_activations);
+    plan.sequence_parallel = plan.partition_activations = 0;  // data parallel: the whole model
     free(ctx);
     *name = stage_name(formula);
     return run_device_bytes(formula, l, &plan, l->num_params, in->ranks, CPU_ACT_BYTES, scratch, buffers, 0);
+}
+
+// 3d_parallel --tp T (pp 1): ZeRO-1 over the N/T replicas of each rank's tp
+// part, its activations by the plan (sequence parallel, partitioned), its
+// buffer the reduced gradient shard; as its budget check counts them.
+static RunDeviceBytes tp_run(const Inputs *in, int threads) {
+    const GPTLayout *l = &in->tp_layout;
+    const GPTConfig *c = &l->cfg;
+    Partition part;
+    partition_init(&part, l->num_params, in->ranks / in->tp, 0);
+    double scratch = (double)kernels_cpu.scratch_bytes(threads, in->batch, in->seq_len, c->channels, c->num_heads,
+                                                       c->vocab_size);
+    GPTPlan plan = act_plan(in, in->recompute, in->offload_activations);
+    return run_device_bytes(STAGE_ZERO1, l, &plan, l->num_params, in->ranks / in->tp, CPU_ACT_BYTES, scratch,
+                            (double)part.shard * sizeof(bf16), 0);
 }
 
 void section_fit_run(Printer *p, const Inputs *in) {
@@ -65,6 +79,20 @@ void section_fit_run(Printer *p, const Inputs *in) {
     for (int i = 0; i < measured_stage_count(); i++) {
         const char *name;
         RunDeviceBytes r = stage_run(i, in, threads, &name);
+        int ok = r.total <= budget;
+        Cell row[6] = {cell_str(name), cell_num(r.states / GB), cell_num((r.activations + r.workspace) / GB),
+                       cell_num((r.stage_buffers + r.kernel_scratch) / GB), cell_num(r.total / GB),
+                       cell_str(ok ? "yes" : "no")};
+        printer_row(p, row);
+        char *list = ok ? fits : refused;
+        size_t len = strlen(list);
+        snprintf(list + len, 400 - len, "%s%s (%.3g GB)", len ? ", " : "", name, r.total / GB);
+    }
+    if (in->tp > 1) {
+        RunDeviceBytes r = tp_run(in, threads);
+        char name[96];
+        snprintf(name, sizeof name, "3d_parallel --tp %d%s%s", in->tp, in->sequence_parallel ? " --sp" : "",
+                 in->partition_activations ? " --pa" : "");
         int ok = r.total <= budget;
         Cell row[6] = {cell_str(name), cell_num(r.states / GB), cell_num((r.activations + r.workspace) / GB),
                        cell_num((r.stage_buffers + r.kernel_scratch) / GB), cell_num(r.total / GB),

@@ -16,7 +16,8 @@
 
 static const char *usage =
     "usage: memory_math [--params 7.5B | --model NAME] [--ranks N] [--batch B --seq-len T]\n"
-    "                   [--recompute none|selective|full [--offload-activations]] [--hbm-gb GB]\n"
+    "                   [--recompute none|selective|full [--offload-activations]]\n"
+    "                   [--tp T [--sequence-parallel] [--partition-activations]] [--hbm-gb GB]\n"
     "                   [--measure] [--json] [--deepspeed-config FILE]\n"
     "\n"
     "Per-rank memory of the ZeRO stages, computed from the formulas: model states\n"
@@ -32,11 +33,13 @@ typedef struct Flags {
     double params, hbm_gb;
     const char *model, *deepspeed_config, *recompute;
     int ranks, batch, seq_len, grad_accum, global_batch, measure, json, offload_activations;
+    int tp, sequence_parallel, partition_activations;
 } Flags;
 
 enum {
     F_PARAMS, F_MODEL, F_RANKS, F_BATCH, F_SEQ_LEN, F_GRAD_ACCUM, F_GLOBAL_BATCH, F_HBM_GB, F_MEASURE, F_JSON,
-    F_DEEPSPEED_CONFIG, F_RECOMPUTE, F_OFFLOAD_ACTIVATIONS, F_COUNT
+    F_DEEPSPEED_CONFIG, F_RECOMPUTE, F_OFFLOAD_ACTIVATIONS, F_TP, F_SEQUENCE_PARALLEL, F_PARTITION_ACTIVATIONS,
+    F_COUNT
 };
 
 // infinity's bf16 params follow offload_param.device (a flag of infinity's,
@@ -97,6 +100,14 @@ static void parse_flags(int argc, char **argv, Flags *f, FlagSpec *specs, Inputs
                          .help = "what each block keeps for backward (the trainers' flag): in the fit tables"},
         [F_OFFLOAD_ACTIVATIONS] = {.name = "offload-activations", .type = FLAG_BOOL, .dst = &f->offload_activations,
                                    .help = "with --recompute full: the blocks' inputs in pinned host memory"},
+        [F_TP] = {.name = "tp", .type = FLAG_INT, .dst = &f->tp, .meta = "T",
+                  .help = "3d_parallel's tensor-parallel ranks (pp 1, dp N/T): its activations and fit row",
+                  .min = 1, .max = GPT_MAX_HEADS},
+        [F_SEQUENCE_PARALLEL] = {.name = "sequence-parallel", .type = FLAG_BOOL, .dst = &f->sequence_parallel,
+                                 .help = "with --tp > 1: the residual stream and layernorms split over the tp ranks"},
+        [F_PARTITION_ACTIVATIONS] = {.name = "partition-activations", .type = FLAG_BOOL,
+                                     .dst = &f->partition_activations,
+                                     .help = "with --tp > 1 and --recompute full: 1/T of each saved input per tp rank"},
     };
     memcpy(specs, table, sizeof table);
     apply_config(argc, argv, specs, in);
@@ -151,7 +162,48 @@ static void choose_ranks(const Flags *f, const FlagSpec *specs, Inputs *in) {
     }
 }
 
-static void check_shapes(const Flags *f, Inputs *in) {
+// --tp and what needs it, refused as 3d_parallel refuses them (one line, exit 2).
+static void check_tp(Flags *f, Inputs *in) {
+    // from a config (activation_checkpointing.partition_activations) without
+    // --tp: 3d_parallel's knob, counted once memory_math has a tp group
+    const Setting *pa = settings_find(&in->settings, "partition-activations");
+    if (f->partition_activations && f->tp == 1 && pa && pa->from == FROM_CONFIG) {
+        f->partition_activations = 0;
+        settings_key(&in->settings, "activation_checkpointing.partition_activations",
+                     "--partition-activations, 3d_parallel's: counted with --tp 2 or more, not at --tp 1");
+    }
+    in->tp = f->tp;
+    in->sequence_parallel = f->sequence_parallel;
+    in->partition_activations = f->partition_activations;
+    if ((f->sequence_parallel || f->partition_activations) && f->tp == 1)
+        fail_usage("--%s splits tensors over the tensor-parallel ranks: give --tp 2 or more",
+                   f->sequence_parallel ? "sequence-parallel" : "partition-activations");
+    if (f->partition_activations && in->recompute != GPT_RECOMPUTE_FULL)
+        fail_usage("--partition-activations splits the blocks' saved inputs, and only --recompute full keeps each "
+                   "block's input alone: add --recompute full");
+    if (f->partition_activations && f->sequence_parallel)
+        fail_usage("--sequence-parallel already keeps 1/T of every block's input on each tp rank: leave out "
+                   "--partition-activations");
+    if (f->tp == 1) return;
+    if (in->ranks % f->tp) fail_usage("--tp %d does not divide --ranks %d: the grid is T x dp", f->tp, in->ranks);
+    if (!in->have_model) fail_usage("--tp %d needs --model NAME: tensor parallelism splits the model's heads", f->tp);
+    if ((long)f->batch * in->seq_len % f->tp && (f->sequence_parallel || f->partition_activations))
+        fail_usage("--batch %d x --seq-len %d tokens do not split over --tp %d", f->batch, in->seq_len, f->tp);
+    gpt_layout_tp(&in->tp_layout, &in->layout.cfg, f->tp, 0);  // refuses a T that does not divide the heads
+}
+
+GPTPlan act_plan(const Inputs *in, GPTRecompute r, int offload) {
+    GPTPlan plan = gpt_plan_whole(act_layout(in), in->batch, in->seq_len);
+    plan.recompute = r;
+    plan.offload_activations = offload;
+    plan.sequence_parallel = in->tp > 1 && in->sequence_parallel;
+    plan.partition_activations = in->tp > 1 && in->partition_activations && r == GPT_RECOMPUTE_FULL;
+    return plan;
+}
+
+const GPTLayout *act_layout(const Inputs *in) { return in->tp > 1 ? &in->tp_layout : &in->layout; }
+
+static void check_shapes(Flags *f, Inputs *in) {
     in->batch = f->batch;
     in->grad_accum = f->grad_accum;
     in->hbm_gb = f->hbm_gb;
@@ -171,6 +223,7 @@ static void check_shapes(const Flags *f, Inputs *in) {
             fail_usage("--seq-len %d is longer than %s's context of %d tokens", f->seq_len, in->model, context);
         if (f->seq_len == 0) in->seq_len = context;
     }
+    check_tp(f, in);
 }
 
 int main(int argc, char **argv) {
@@ -182,7 +235,7 @@ int main(int argc, char **argv) {
     in.rank = world.rank;
 
     Flags f = {.params = 0, .hbm_gb = 0, .model = NULL, .ranks = 8, .batch = 8, .seq_len = 0,
-               .grad_accum = 1, .global_batch = 0, .measure = 0, .json = 0, .recompute = "none"};
+               .grad_accum = 1, .global_batch = 0, .measure = 0, .json = 0, .recompute = "none", .tp = 1};
     FlagSpec specs[F_COUNT];
     parse_flags(argc, argv, &f, specs, &in);
     choose_params(&f, specs, &in);

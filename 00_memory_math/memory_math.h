@@ -18,6 +18,10 @@ typedef struct Inputs {
     double hbm_gb;            // 0: no --hbm-gb
     GPTRecompute recompute;   // --recompute: what the activation and fit sections count
     int offload_activations;  // --offload-activations (with full): the blocks' inputs in pinned host memory
+    // 3d_parallel's tensor parallelism (pp 1, dp N/T): --tp, and with it
+    // --sequence-parallel and --partition-activations; tp_layout is rank 0's part
+    int tp, sequence_parallel, partition_activations;
+    GPTLayout tp_layout;
     int measure, json;
     int world, rank;          // MPI world
     int local_rank, local_size;
@@ -45,6 +49,10 @@ int section_measure(Printer *p, const Inputs *in);
 struct Strategy;
 int measured_stage_count(void);
 void *measured_stage(int i, const struct Strategy **strategy, StatesLayout *layout, StageId *formula);
+// The activation settings as a plan of the whole model for one micro-batch
+// (the tp part's with --tp > 1: act_layout says which layout).
+GPTPlan act_plan(const Inputs *in, GPTRecompute r, int offload);
+const GPTLayout *act_layout(const Inputs *in);
 // fit_run.c: with a model, batch and sequence length, what each stage's run
 // needs on the device (run_device_bytes, as the trainers' budget check
 // counts it) and whether it fits in --hbm-gb.

@@ -35,14 +35,30 @@ static int flags(void *ctx, FlagSpec *out) {
     out[3] = (FlagSpec){.name = "partition-activations", .type = FLAG_BOOL, .dst = &z->partition_activations,
                         .help = "with --recompute full and --tp > 1: each tp rank keeps 1/T of every block's saved "
                                 "input, all-gathered before the block recomputes (DeepSpeed's partition_activations)"};
-    return 4;
+    out[4] = (FlagSpec){.name = "sequence-parallel", .type = FLAG_BOOL, .dst = &z->sequence_parallel,
+                        .help = "with --tp > 1: the residual stream and the layernorms split over the tp ranks by "
+                                "the tokens; f and g become all-gather and reduce-scatter (Korthikanti et al.)"};
+    return 5;
 }
 
 // ---- where this rank sits, and what its states hold ----
 
-// Partitioned checkpoints split each block's saved input, which only full
-// recompute keeps alone, over the tp ranks by its B·T tokens.
+// Sequence parallelism and partitioned checkpoints split tensors over the
+// tp ranks by their B·T tokens; partitioned checkpoints split the blocks'
+// saved inputs, which only full recompute keeps alone, and sequence
+// parallelism splits those already.
 static void check_activation_flags(const Trainer *t, const Stage *z) {
+    long tokens = (long)t->cfg.batch * t->cfg.seq_len;
+    if (z->sequence_parallel && z->grid.tp == 1)
+        fail_usage("--sequence-parallel splits the tensors between the tensor-parallel regions over the --tp ranks: "
+                   "give --tp 2 or more");
+    if (z->sequence_parallel && tokens % z->grid.tp)
+        fail_usage("--sequence-parallel: --batch %d x --seq-len %d = %ld tokens do not split over --tp %d; give a "
+                   "batch or sequence length whose product is a multiple of it", t->cfg.batch, t->cfg.seq_len,
+                   tokens, z->grid.tp);
+    if (z->sequence_parallel && z->partition_activations)
+        fail_usage("--sequence-parallel already keeps 1/T of every block's input on each tp rank: leave out "
+                   "--partition-activations");
     if (!z->partition_activations) return;
     if (strcmp(t->cfg.recompute, "full") != 0)
         fail_usage("--partition-activations splits the blocks' saved inputs over the tp ranks, and only "
@@ -73,7 +89,8 @@ static void place(Trainer *t, const GPTConfig *mc) {
     trainer_resolve_batch(t);  // the micro-batches, m, set the slots
     int slots = pipeline_slots(z->schedule, g->pp, g->stage, t->cfg.grad_accum);
     t->plan = (GPTPlan){.B = t->cfg.batch, .T = t->cfg.seq_len, .slots = slots, .first_unit = g->first_unit,
-                        .last_unit = g->last_unit, .partition_activations = z->partition_activations};
+                        .last_unit = g->last_unit, .partition_activations = z->partition_activations,
+                        .sequence_parallel = z->sequence_parallel};
     check_activation_flags(t, z);
     const GPTLayout *l = &t->layout;
     CHECK(l->emb_off[EMB_WTE] == 0, "3d_parallel: wte must open the embeddings' unit (states keep it first)");

@@ -34,15 +34,16 @@ void grid_state_bytes(const GridShape *g, int s, StateBytes *out) {
 
 GridActs grid_act_bytes(const GridShape *g, int s, int slots) {
     double C = g->cfg.channels, T = g->tp, a = g->act_bytes, B = g->batch, S = g->seq_len, BS = B * S;
-    double heads = g->cfg.num_heads / g->tp, blocks = stage_blocks(g, s);
-    double probs = 4 * B * heads * S * S, x3 = BS * C * a;
-    double block = BS * (4 * C + 12 * C / T) * a + 16 * BS + probs, kept = block;
+    double heads = g->cfg.num_heads / g->tp, blocks = stage_blocks(g, s), sp = g->sp ? T : 1;
+    double probs = 4 * B * heads * S * S, x3 = BS * C * a / sp;
+    double block = BS * (4 * C / sp + 12 * C / T) * a + 16 * BS / sp + probs, kept = block;
     GridActs r = {0};
     if (g->recompute == GPT_RECOMPUTE_SELECTIVE) kept = block - probs, r.working = probs;
     if (g->recompute == GPT_RECOMPUTE_FULL) kept = x3, r.working = block - x3;
     if (blocks == 0) r.working = 0;
     double micro = blocks * kept + x3;  // and the stage's input, x_in
-    double shared = x3;                 // a projection before its residual add
+    double shared = BS * C * a;         // a projection before its residual add
+    if (g->sp) shared += BS * C * a + x3;  // an all-gathered (BS,C) and a reduce-scattered (BS/T,C)
     if ((g->offload || g->partition) && blocks > 1) {  // every block's x3 but the last: stored
         double stored = (blocks - 1) * x3 / (g->partition ? T : 1);
         micro -= (blocks - 1) * x3;
@@ -53,8 +54,8 @@ GridActs grid_act_bytes(const GridShape *g, int s, int slots) {
     if (s == 0) micro += 4 * BS;                              // the input token ids
     if (s == g->pp - 1) {
         double logits_row = ceil(grid_vocab_padded(g) / T / 64) * 64;  // the logits' rows start aligned
-        // lnf (C) and this rank's logits; lnf's mean and rstd, the losses (fp32) and the targets (int32)
-        micro += BS * (C + logits_row) * a + 16 * BS;
+        // lnf and this rank's logits; lnf's mean and rstd, the losses (fp32) and the targets (int32)
+        micro += x3 + BS * logits_row * a + 8 * BS / sp + 8 * BS;
         if (g->tp > 1) shared += 12 * BS;  // the vocabulary-parallel cross-entropy's max, sum, target logit
     }
     r.device = slots * micro + shared;
@@ -66,10 +67,20 @@ void grid_comm_bytes(const GridShape *g, int s, double out[GROUP_COUNT][OP_COUNT
     double C = g->cfg.channels, T = g->tp, D = g->dp, a = g->act_bytes, m = g->micro_batches;
     double BS = (double)g->batch * g->seq_len, residual = BS * C * a;
     int first = s == 0, last = s == g->pp - 1;
-    double blocks = stage_blocks(g, s), f_and_g = g->recompute == GPT_RECOMPUTE_FULL ? 5 : 4;
-    double per_micro = blocks * f_and_g * residual + (first ? residual : 0) + (last ? residual + 3 * BS * 4 : 0);
-    out[GROUP_TP][OP_ALL_REDUCE] = 2 * (T - 1) / T * m * per_micro;
+    double blocks = stage_blocks(g, s), full = g->recompute == GPT_RECOMPUTE_FULL;
+    if (g->sp) {
+        double gathers = blocks * (6 + 2 * full) + (first ? 1 : 0) + (last ? 2 : 0);
+        double scatters = blocks * (4 + full) + (first ? 1 : 0) + (last ? 1 : 0);
+        out[GROUP_TP][OP_ALL_GATHER] = (T - 1) / T * m * gathers * residual;
+        out[GROUP_TP][OP_REDUCE_SCATTER] = (T - 1) / T * m * scatters * residual;
+        double ln_grads = (blocks * 4 * C + (last ? 2 * C : 0)) * 4;  // fp32, each rank's from its rows
+        out[GROUP_TP][OP_ALL_REDUCE] = 2 * (T - 1) / T * m * ((last ? 3 * BS * 4 : 0) + ln_grads);
+    } else {
+        double per_micro = blocks * (4 + full) * residual + (first ? residual : 0) + (last ? residual + 3 * BS * 4 : 0);
+        out[GROUP_TP][OP_ALL_REDUCE] = 2 * (T - 1) / T * m * per_micro;
+    }
     if (g->partition && blocks > 1) out[GROUP_TP][OP_ALL_GATHER] = (T - 1) / T * m * (blocks - 1) * residual;
+    if (g->sp) residual /= T;  // what crosses between stages: each tp rank's rows
     out[GROUP_PP][OP_SEND] = out[GROUP_PP][OP_RECV] = m * residual * ((first ? 0 : 1) + (last ? 0 : 1));
     if (g->pp > 1 && (first || last)) out[GROUP_EMB][OP_ALL_REDUCE] = grid_vocab_padded(g) * C / T * 2;
     double padded = padded_params(grid_stage_params(g, s), g->dp);

@@ -20,6 +20,7 @@ typedef struct GridShape {
     int act_bytes;          // a: 4 (cpu: fp32 activations) or 2 (cuda: bf16)
     GPTRecompute recompute; // --recompute
     int offload, partition; // --offload-activations, --partition-activations (with full)
+    int sp;                 // --sequence-parallel
 } GridShape;
 
 // Vocabulary rows of wte over the tp group: V, or V rounded up to 64·T when T > 1.
@@ -42,7 +43,9 @@ void grid_state_bytes(const GridShape *g, int stage, StateBytes *out);
 // all but the probabilities, full only x3 (BS·C·a); what they do not keep is
 // one block's working set. Under full, the x3 of every block but the
 // stage's last go to the host (offload) and/or keep 1/T (partition), with a
-// ring of two whole ones on the device.
+// ring of two whole ones on the device. Sequence parallelism divides the
+// whole tensors by T (4C/T per block, the statistics, the stage's input,
+// lnf) and adds a gathered (BS,C) and a scattered (BS/T,C) temporary.
 typedef struct GridActs {
     double device, working, host;
 } GridActs;
@@ -54,7 +57,15 @@ GridActs grid_act_bytes(const GridShape *g, int stage, int slots);
 //        full recompute runs the attention's g again (1 more per block);
 //        partitioned checkpoints are all-gathered before the recompute:
 //        (T-1)/T of (BS,C) for every block but the stage's last;
-//   pp:  m micro-batches' (BS,C) to each neighbour and from it (1 each way);
+//        sequence parallel: (T-1)/T of (BS,C) per all-gather and
+//        reduce-scatter, per block 2 of each forward, 4 all-gathers (the
+//        output gradients, the layernorms' outputs again) and 2
+//        reduce-scatters backward, full recompute 2 + 1 more, the
+//        embedding 1 each way, the head 2 all-gathers and 1 reduce-scatter,
+//        and the layernorms' fp32 gradients all-reduced (4C per block, 2C
+//        the head's);
+//   pp:  m micro-batches' (BS,C) to each neighbour and from it (1 each way;
+//        sequence parallel: each tp rank its (BS/T,C));
 //   emb: the tied wte gradient between the first and last stage, V_pad·C/T
 //        bf16 all-reduced over 2 ranks (2(2-1)/2 = 1 of it);
 //   dp:  ZeRO-1's reduce-scatter and all-gather of Ψ_s padded, bf16, (D-1)/D each.

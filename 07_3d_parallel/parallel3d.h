@@ -10,6 +10,7 @@ typedef struct Stage {
     int tp, pp;                  // --tp, --pp
     const char *schedule_name;   // --schedule
     int partition_activations;   // --partition-activations
+    int sequence_parallel;       // --sequence-parallel
     Schedule schedule;
     Grid grid;
     Pipeline pipe;

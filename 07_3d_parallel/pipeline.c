@@ -45,8 +45,10 @@ void pipeline_free(Pipeline *p) {
 static int is_first(const Pipeline *p) { return p->stage == 0; }
 static int is_last(const Pipeline *p) { return p->stage == p->stages - 1; }
 static GPT *model(Pipeline *p) { return &p->t->model; }
-// (BT,C) of the residual stream: what crosses between stages, in the activations' type
-static size_t act_count(Pipeline *p) { return (size_t)model(p)->plan.B * model(p)->plan.T * model(p)->L.cfg.channels; }
+// the rank's residual stream, (BT,C) or its rows under sequence parallelism:
+// what crosses between stages (each tp rank to its own on the next stage), in
+// the activations' type
+static size_t act_count(Pipeline *p) { return gpt_residual_elems(model(p)); }
 static DType act_type(Pipeline *p) { return model(p)->dev->act_bytes == 4 ? DT_F32 : DT_BF16; }
 
 // ---- slots ----

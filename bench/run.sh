@@ -15,6 +15,8 @@
 #   training  dp_baseline gpt2-124m against the roof; dp scaling; every stage
 #             at 4 ranks on small relative to dp_baseline
 #   offload   cpu_offload with and without --dpu; the CPU step hidden
+#   recompute dp_baseline gpt2-124m by --recompute: tokens/s beside the FLOP
+#             formula's prediction, the activation bytes each keeps
 #   progress  zero2 with and without --progress-thread
 #   aio       the aio module against fio over block sizes and queue depths
 #             on a file in $AIO_DIR (default build/bench/aio-files)
@@ -63,6 +65,7 @@ section sgemm bash bench/sgemm.sh
 section cpu_adam bash bench/cpu_adam.sh --params 64M
 section training bash bench/training.sh "$out/sgemm.json"
 section offload bash bench/offload.sh
+section recompute bash bench/recompute.sh
 section progress bash bench/progress.sh
 # 3 x 3 points x read, write x ours, fio x 3 rounds of 1 GiB = 108 GiB moved;
 # AIO_BLOCKS_KB, AIO_DEPTHS widen it to the full sweep (bench/aio.sh)

@@ -65,6 +65,11 @@ static void test_activation_combinations(void **state) {
         {"./memory_math --model tiny --recompute partial", "--recompute partial: choose none"},
         {"mpirun -np 2 ./3d_parallel --model tiny --tp 2 --steps 1 --partition-activations", "add --recompute full"},
         {"./3d_parallel --model tiny --steps 1 --recompute full --partition-activations", "give --tp 2 or more"},
+        {"./3d_parallel --model tiny --steps 1 --sequence-parallel", "--sequence-parallel splits"},
+        {"mpirun -np 2 ./3d_parallel --model tiny --tp 2 --steps 1 --sequence-parallel --recompute full "
+         "--partition-activations", "leave out --partition-activations"},
+        {"mpirun -np 2 ./3d_parallel --model tiny --tp 2 --batch 1 --seq-len 7 --steps 1 --sequence-parallel",
+         "7 tokens do not split over --tp 2"},
     };
     refuse_all(cases, sizeof cases / sizeof cases[0]);
 }

@@ -399,6 +399,55 @@ static void test_memory_math(void **state) {
     free(expect_refusal("./memory_math --model tiny --ranks 4 --global-batch 10 --batch 2", "does not divide"));
 }
 
+// ---- activation_checkpointing: the flags it sets, in a trainer and in memory_math ----
+
+// partition_activations and cpu_checkpointing set 3d_parallel's
+// --partition-activations and --offload-activations, and --recompute full
+// with them; the other keys are checked or ignored, each saying why; the
+// run with the file trains as the same flags by hand. memory_math sets the
+// same flags and counts the partition with --tp.
+static void test_activation_checkpointing(void **state) {
+    Ctx *c = *state;
+    const char *file = CONFIGS "/activation_checkpointing.json";
+    char args[CMD_LEN];
+    snprintf(args, sizeof args, "mpirun -np 2 ./3d_parallel --model small --tp 2 --steps 3 --quiet "
+             "--deepspeed-config %s", file);
+    json_t *rec = run(c, "ac-config", args, NULL);
+    assert_true(setting(rec, "partition-activations", "config", "activation_checkpointing.partition_activations") == 1);
+    assert_true(setting(rec, "offload-activations", "config", "activation_checkpointing.cpu_checkpointing") == 1);
+    setting(rec, "recompute", "config", "activation_checkpointing.cpu_checkpointing");
+    assert_string_equal(setting_text(rec, "recompute"), "full");
+    json_t *keys = json_object_get(json_object_get(rec, "deepspeed_config"), "keys");
+    const char *block[] = {"partition_activations", "cpu_checkpointing", "contiguous_memory_optimization",
+                           "number_checkpoints", "synchronize_checkpoint_boundary", "profile"};
+    for (int i = 0; i < 6; i++) {
+        char key[96];
+        snprintf(key, sizeof key, "activation_checkpointing.%s", block[i]);
+        const char *effect = json_string_value(json_object_get(keys, key));
+        if (!effect) fail_msg("no record of %s", key);
+        if (strstr(effect, "no use for it") || (!strncmp(effect, "ignored", 7) && !strchr(effect, ':')))
+            fail_msg("%s: '%s' gives no reason", key, effect);
+    }
+    json_t *hand = run(c, "ac-hand", "mpirun -np 2 ./3d_parallel --model small --tp 2 --steps 3 --quiet --batch 2 "
+                       "--grad-accum 2 --recompute full --partition-activations --offload-activations", NULL);
+    json_t *a = json_object_get(rec, "losses"), *b = json_object_get(hand, "losses");
+    for (size_t i = 0; i < 3; i++)
+        if (json_number_value(json_array_get(a, i)) != json_number_value(json_array_get(b, i)))
+            fail_msg("step %zu: the config's loss differs from the same flags by hand", i + 1);
+    json_decref(rec);
+    json_decref(hand);
+    char *out = NULL;
+    char cmd[CMD_LEN];
+    snprintf(cmd, sizeof cmd, "./memory_math --model small --ranks 2 --hbm-gb 1 --tp 2 --json --deepspeed-config %s",
+             file);
+    int rc = test_run(cmd, &out);
+    if (rc != 0) fail_msg("%s: exit %d:\n%s", cmd, rc, out);
+    assert_non_null(strstr(out, "\"activation_checkpointing.partition_activations\",\"effect\":\"--partition-activations on\""));
+    assert_non_null(strstr(out, "\"activation_checkpointing.cpu_checkpointing\",\"effect\":\"--offload-activations on\""));
+    assert_non_null(strstr(out, "\"stage\":\"3d_parallel --tp 2 --pa\""));
+    free(out);
+}
+
 static int group_setup(void **state) {
     return run_dir_setup(state, "test_ds_config", (const char *const[]){"./zero2", CONFIGS, NULL});
 }
@@ -412,6 +461,7 @@ int main(void) {
         cmocka_unit_test(test_stage_mismatch_names_the_binary),
         cmocka_unit_test(test_bad_values_name_the_key),
         cmocka_unit_test(test_memory_math),
+        cmocka_unit_test(test_activation_checkpointing),
     };
     return cmocka_run_group_tests(tests, group_setup, run_dir_teardown);
 }

@@ -452,6 +452,26 @@ static void test_binary_fit_counts_the_run(void **state) {
         }
         free(mm);
     }
+    // 3d_parallel's row: --tp 2 (pp 1, dp 1), with sequence parallelism or partitioned checkpoints
+    const char *tp_flags[] = {"--tp 2", "--tp 2 --sequence-parallel --recompute selective",
+                              "--tp 2 --recompute full --partition-activations --offload-activations"};
+    const char *tp_rows[] = {"3d_parallel --tp 2", "3d_parallel --tp 2 --sp", "3d_parallel --tp 2 --pa"};
+    for (int i = 0; i < 3; i++) {
+        char cmd[640];
+        snprintf(cmd, sizeof cmd, "./memory_math --hbm-gb 1 --ranks 2 --model small --batch 4 --seq-len 64 %s --json",
+                 tp_flags[i]);
+        assert_int_equal(test_run(cmd, &mm), 0);
+        snprintf(cmd, sizeof cmd, "mpirun -np 2 ./3d_parallel --model small --batch 4 --seq-len 64 --steps 1 %s "
+                 "--eval-batches 1 --quiet --json %s/3d.json > /dev/null && tail -1 %s/3d.json", tp_flags[i], root, root);
+        assert_int_equal(test_run(cmd, &out), 0);
+        double need = NAN;
+        if (json_numbers(strstr(out, "\"device_need\""), "total", &need, 1) != 1)
+            fail_msg("3d_parallel %s: no device_need in its record:\n%.300s", tp_flags[i], out);
+        double mine = stage_total(mm, tp_rows[i]);
+        if (fabs(mine - need) > 1) fail_msg("%s: memory_math counts %.0f B, the trainer %.0f B", tp_flags[i], mine, need);
+        free(out);
+        free(mm);
+    }
     assert_int_equal(test_remove_dir(root), 0);
     // the case: 61 GB of activations per rank; model states alone would fit zero1 (8.6 GB)
     assert_int_equal(test_run("./memory_math --model gpt2-1558m --ranks 8 --hbm-gb 16 --batch 8 --seq-len 1024 "

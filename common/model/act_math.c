@@ -8,12 +8,17 @@
 //   attention probabilities in fp32: 4 a s^2 b / t.
 // Selective saves all but the probabilities; full saves x3 alone (the next
 // block's input), sbh e, and recomputes the rest but x3.
+// Sequence parallelism (sp) splits the whole tensors and the statistics over
+// the t ranks too: ln1, x2, ln2, x3 4sbhe/t, the statistics 16sb/t, and the
+// slot's input, lnf and its statistics; it adds an all-gathered (BT,C) and a
+// reduce-scattered (BT/t,C) temporary.
 ActFormula act_formula(const GPTLayout *l, const GPTPlan *p, int act_bytes) {
     const GPTConfig *c = &l->cfg;
     double s = p->T, b = p->B, h = c->channels, a = c->num_heads, t = l->tp_size, e = act_bytes;
+    double sp = p->sequence_parallel ? t : 1;  // what the whole tensors are divided by
     double V = gpt_logits_stride(l);  // this rank's vocabulary, rows padded to a multiple of 64
-    double stats = 16 * s * b, probs = 4 * a * s * s * b / t, act = s * b * h * e * (4 + 12 / t);
-    double all = act + stats + probs, input = s * b * h * e;
+    double stats = 16 * s * b / sp, probs = 4 * a * s * s * b / t, act = s * b * h * e * (4 / sp + 12 / t);
+    double all = act + stats + probs, input = s * b * h * e / sp;
     ActFormula f = {0};
     switch (p->recompute) {
     case GPT_RECOMPUTE_NONE: f.per_layer = all; break;
@@ -29,10 +34,12 @@ ActFormula act_formula(const GPTLayout *l, const GPTPlan *p, int act_bytes) {
     // losses (12sb) and target ids (4sb)
     double slot = blocks * f.per_layer + input;
     if (p->first_unit == GPT_UNIT_EMBED) slot += 4 * s * b;
-    if (p->last_unit == hu) slot += s * b * (h + V) * e + 16 * s * b;
+    if (p->last_unit == hu) slot += input + s * b * V * e + 8 * s * b / sp + 8 * s * b;
     // shared: one projection output before its residual add (sbh e); under
-    // tensor parallelism the head's cross-entropy max, sum and target logit (12sb)
-    double shared = input + (p->last_unit == hu && t > 1 ? 12 * s * b : 0);
+    // tensor parallelism the head's cross-entropy max, sum and target logit
+    // (12sb); under sequence parallelism a gathered sbhe and a scattered sbhe/t
+    double shared = s * b * h * e + (p->last_unit == hu && t > 1 ? 12 * s * b : 0);
+    if (p->sequence_parallel) shared += s * b * h * e + input;
     // stored (full recompute): every block's input but the first's, L - 1 of
     // sbhe per slot, goes to the host (offloaded) and/or keeps 1/t of it
     // (partitioned); the device keeps a ring of two whole ones
@@ -47,22 +54,20 @@ ActFormula act_formula(const GPTLayout *l, const GPTPlan *p, int act_bytes) {
     return f;
 }
 
-const char *act_formula_layer_text(GPTRecompute r) {
-    switch (r) {
-    case GPT_RECOMPUTE_NONE: return "sbh(4 + 12/t)e + 16sb + 4as^2b/t";
-    case GPT_RECOMPUTE_SELECTIVE: return "sbh(4 + 12/t)e + 16sb";
-    case GPT_RECOMPUTE_FULL: return "sbhe";
-    }
-    return "?";
+const char *act_formula_layer_text(GPTRecompute r, int sp) {
+    static const char *const text[2][3] = {
+        {"sbh(4 + 12/t)e + 16sb + 4as^2b/t", "sbh(4 + 12/t)e + 16sb", "sbhe"},
+        {"sbh(16/t)e + 16sb/t + 4as^2b/t", "sbh(16/t)e + 16sb/t", "sbhe/t"},
+    };
+    return r >= GPT_RECOMPUTE_NONE && r <= GPT_RECOMPUTE_FULL ? text[sp != 0][r] : "?";
 }
 
-const char *act_formula_working_text(GPTRecompute r) {
-    switch (r) {
-    case GPT_RECOMPUTE_NONE: return "0";
-    case GPT_RECOMPUTE_SELECTIVE: return "4as^2b/t";
-    case GPT_RECOMPUTE_FULL: return "sbh(3 + 12/t)e + 16sb + 4as^2b/t";
-    }
-    return "?";
+const char *act_formula_working_text(GPTRecompute r, int sp) {
+    static const char *const text[2][3] = {
+        {"0", "4as^2b/t", "sbh(3 + 12/t)e + 16sb + 4as^2b/t"},
+        {"0", "4as^2b/t", "sbh(15/t)e + 16sb/t + 4as^2b/t"},
+    };
+    return r >= GPT_RECOMPUTE_NONE && r <= GPT_RECOMPUTE_FULL ? text[sp != 0][r] : "?";
 }
 
 // Korthikanti et al., Table 2: tensor parallel without sequence parallelism

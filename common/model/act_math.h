@@ -20,9 +20,10 @@ typedef struct ActFormula {
     double offload_per_micro;  // what one micro-batch takes down in forward and back in backward
 } ActFormula;
 ActFormula act_formula(const GPTLayout *l, const GPTPlan *p, int act_bytes);
-// This trainer's per-layer closed forms, saved and working set, as text.
-const char *act_formula_layer_text(GPTRecompute r);
-const char *act_formula_working_text(GPTRecompute r);
+// This trainer's per-layer closed forms, saved and working set, as text
+// (with sequence parallelism, sp, or without).
+const char *act_formula_layer_text(GPTRecompute r, int sp);
+const char *act_formula_working_text(GPTRecompute r, int sp);
 
 // Korthikanti et al.'s bytes per layer (their Table 2; 16-bit activations,
 // dropout masks), at tensor parallelism t (1: none), with sequence

@@ -42,30 +42,37 @@ static void check_plan(const GPTLayout *l, const GPTPlan *p, const Comm *tp) {
     CHECK(!(p->offload_activations || p->partition_activations) || p->recompute == GPT_RECOMPUTE_FULL,
           "gpt_alloc: offload_activations and partition_activations move the blocks' saved inputs, which only full "
           "recompute keeps alone; hint: --recompute full");
-    CHECK(!p->partition_activations || (l->tp_size > 1 && (size_t)p->B * p->T % (size_t)l->tp_size == 0),
-          "gpt_alloc: partition_activations splits the B*T = %d tokens over tp %d ranks; hint: a tp group, and B*T "
-          "a multiple of it", p->B * p->T, l->tp_size);
+    CHECK(!(p->partition_activations || p->sequence_parallel) ||
+          (l->tp_size > 1 && (size_t)p->B * p->T % (size_t)l->tp_size == 0),
+          "gpt_alloc: partition_activations and sequence_parallel split the B*T = %d tokens over tp %d ranks; hint: "
+          "a tp group, and B*T a multiple of it", p->B * p->T, l->tp_size);
+    CHECK(!(p->partition_activations && p->sequence_parallel), "gpt_alloc: sequence_parallel already splits the "
+          "blocks' inputs over the tp group; hint: leave out partition_activations");
     CHECK(l->tp_size == 1 || (tp && tp->size == l->tp_size && tp->rank == l->tp_rank),
           "gpt_alloc: a layout of tp rank %d of %d needs its tensor-parallel group (here %s); hint: comm_split "
           "the ranks of one tp group, ordered by tp rank", l->tp_rank, l->tp_size, tp ? "another size or rank" : "none");
 }
 
-// A block's fp32 pieces (the layernorms' statistics, then the attention
-// probabilities unless `att` is 0) and its activation pieces but x3.
-static void carve_block_words(Carver *c, LayerActs *la, size_t BT, size_t att) {
-    la->ln1_mean = carve_words(c, BT * sizeof(float));
-    la->ln1_rstd = carve_words(c, BT * sizeof(float));
-    la->ln2_mean = carve_words(c, BT * sizeof(float));
-    la->ln2_rstd = carve_words(c, BT * sizeof(float));
+// A block's fp32 pieces (the layernorms' statistics of its R rows, then
+// the attention probabilities unless `att` is 0).
+static void carve_block_words(Carver *c, LayerActs *la, size_t R, size_t att) {
+    la->ln1_mean = carve_words(c, R * sizeof(float));
+    la->ln1_rstd = carve_words(c, R * sizeof(float));
+    la->ln2_mean = carve_words(c, R * sizeof(float));
+    la->ln2_rstd = carve_words(c, R * sizeof(float));
     if (att) la->att = carve_words(c, att);
 }
 
-static void carve_block_acts(Carver *c, LayerActs *la, size_t BT, size_t C, size_t Cp, size_t F, size_t ab) {
-    la->ln1 = carve(c, BT * C * ab);
+// A block's activation pieces but x3: the layernorms' and x2 on the R rows
+// of the residual stream this rank holds, the tensor-parallel region's on BT.
+static void carve_block_acts(GPT *g, Carver *c, LayerActs *la) {
+    size_t BT = (size_t)g->plan.B * g->plan.T, R = (size_t)res_rows(g), ab = g->dev->act_bytes;
+    size_t C = g->L.cfg.channels, Cp = C / g->L.tp_size, F = 4 * C / g->L.tp_size;
+    la->ln1 = carve(c, R * C * ab);
     la->qkv = carve(c, BT * 3 * Cp * ab);
     la->atty = carve(c, BT * Cp * ab);
-    la->x2 = carve(c, BT * C * ab);
-    la->ln2 = carve(c, BT * C * ab);
+    la->x2 = carve(c, R * C * ab);
+    la->ln2 = carve(c, R * C * ab);
     la->fch = carve(c, BT * F * ab);
     la->fch_gelu = carve(c, BT * F * ab);
 }
@@ -74,14 +81,12 @@ static void carve_block_acts(Carver *c, LayerActs *la, size_t BT, size_t C, size
 // probabilities under selective, all but x3 under full), which every block
 // of every slot points to; the block's forward writes it and its backward
 // recomputes it first (block_recompute).
-static void carve_working(GPT *g, Carver *cw, size_t BT, size_t att) {
-    const GPTConfig *c = &g->L.cfg;
-    size_t C = c->channels, Cp = C / g->L.tp_size, F = 4 * C / g->L.tp_size;
+static void carve_working(GPT *g, Carver *cw, size_t att) {
     LayerActs *live = &g->work->live;
     if (g->plan.recompute == GPT_RECOMPUTE_SELECTIVE) live->att = carve_words(cw, att);
     if (g->plan.recompute != GPT_RECOMPUTE_FULL) return;
-    carve_block_words(cw, live, BT, att);
-    carve_block_acts(cw, live, BT, C, Cp, F, g->dev->act_bytes);
+    carve_block_words(cw, live, (size_t)res_rows(g), att);
+    carve_block_acts(g, cw, live);
 }
 
 // Every slot's fp32 and int32 pieces first, then the shared fp32 pieces,
@@ -91,24 +96,24 @@ static void carve_working(GPT *g, Carver *cw, size_t BT, size_t att) {
 static void carve_activations(GPT *g, Carver *ca, Carver *cw) {
     const GPTPlan *p = &g->plan;
     const GPTConfig *c = &g->L.cfg;
-    size_t tp = g->L.tp_size, BT = (size_t)p->B * p->T, C = c->channels, Cp = C / tp, F = 4 * C / tp;
+    size_t tp = g->L.tp_size, BT = (size_t)p->B * p->T, R = (size_t)res_rows(g), C = c->channels;
     size_t NHp = c->num_heads / tp, Vp = (size_t)gpt_logits_stride(&g->L);
     size_t ab = g->dev->act_bytes, fb = sizeof(float), att = (size_t)p->B * NHp * p->T * p->T * fb;
     int nl = plan_end_layer(p, c->num_layers) - plan_first_layer(p);
     int embed = plan_has_unit(p, GPT_UNIT_EMBED), head = plan_has_unit(p, gpt_unit_head(&g->L));
-    if (nl > 0) carve_working(g, cw, BT, att);
+    if (nl > 0) carve_working(g, cw, att);
     GPTRecompute rc = p->recompute;
     for (int s = 0; s < p->slots; s++) {
         GPTSlot *sl = &g->slot[s];
         for (int i = 0; i < nl; i++) {
             LayerActs *la = &sl->layer[i];
             if (rc == GPT_RECOMPUTE_FULL) *la = g->work->live;
-            else carve_block_words(ca, la, BT, rc == GPT_RECOMPUTE_NONE ? att : 0);
+            else carve_block_words(ca, la, R, rc == GPT_RECOMPUTE_NONE ? att : 0);
             if (rc == GPT_RECOMPUTE_SELECTIVE) la->att = g->work->live.att;
         }
         if (head) {
-            sl->lnf_mean = carve_words(ca, BT * fb);
-            sl->lnf_rstd = carve_words(ca, BT * fb);
+            sl->lnf_mean = carve_words(ca, R * fb);
+            sl->lnf_rstd = carve_words(ca, R * fb);
             sl->losses = carve_words(ca, BT * fb);
         }
         if (embed) sl->inputs = carve_words(ca, BT * sizeof(int32_t));
@@ -121,23 +126,27 @@ static void carve_activations(GPT *g, Carver *ca, Carver *cw) {
     // inputs kept in the checkpoint store: x3 of every block but the last is one of the ring's two
     act *ring[2] = {NULL, NULL};
     int stored = (p->offload_activations || p->partition_activations) && nl > 1 ? nl - 1 : 0;
-    size_t part = BT * C * ab / (p->partition_activations ? tp : 1);
+    size_t part = R * C * ab / (p->partition_activations ? tp : 1);
     if (stored)
-        for (int k = 0; k < 2; k++) ring[k] = carve(ca, BT * C * ab);
+        for (int k = 0; k < 2; k++) ring[k] = carve(ca, R * C * ab);
     for (int s = 0; s < p->slots; s++) {
         GPTSlot *sl = &g->slot[s];
         for (int i = 0; i < nl; i++) {
             LayerActs *la = &sl->layer[i];
-            if (rc != GPT_RECOMPUTE_FULL) carve_block_acts(ca, la, BT, C, Cp, F, ab);
-            la->x3 = i < stored ? ring[i % 2] : carve(ca, BT * C * ab);
+            if (rc != GPT_RECOMPUTE_FULL) carve_block_acts(g, ca, la);
+            la->x3 = i < stored ? ring[i % 2] : carve(ca, R * C * ab);
         }
-        sl->x_in = carve(ca, BT * C * ab);
+        sl->x_in = carve(ca, R * C * ab);
         if (head) {
-            sl->lnf = carve(ca, BT * C * ab);
+            sl->lnf = carve(ca, R * C * ab);
             sl->logits = carve(ca, BT * Vp * ab);
         }
     }
     g->work->tmp = carve(ca, BT * C * ab);
+    if (p->sequence_parallel) {
+        g->work->gathered = carve(ca, BT * C * ab);
+        g->work->part = carve(ca, R * C * ab);
+    }
     if (stored) ckpt_store_init(g, ring[0], ring[1], (size_t)stored * (size_t)p->slots * part);
 }
 
@@ -149,7 +158,7 @@ void gpt_alloc(GPT *g, const GPTLayout *l, Device *dev, const GPTPlan *p, Comm *
     g->dev = dev;
     g->tp = l->tp_size > 1 ? tp : NULL;
     size_t BT = (size_t)p->B * p->T, C = l->cfg.channels, F = 4 * C / l->tp_size;
-    size_t ab = dev->act_bytes, fb = sizeof(float);
+    size_t ab = dev->act_bytes, fb = sizeof(float), R = (size_t)res_rows(g);
     GPTActBytes sizes = gpt_activation_bytes(l, p, dev->act_bytes);
     int nl = plan_end_layer(p, l->cfg.num_layers) - plan_first_layer(p);
 
@@ -167,7 +176,7 @@ void gpt_alloc(GPT *g, const GPTLayout *l, Device *dev, const GPTPlan *p, Comm *
 
     g->scratch = buf_alloc(dev, TIER_DEVICE, CAT_WORKSPACE, sizes.backward_scratch, "backward scratch");
     Carver cs = {g->scratch.ptr, g->scratch.bytes};
-    for (int s = 0; s < p->slots; s++) g->slot[s].dres = carve(&cs, BT * C * ab);
+    for (int s = 0; s < p->slots; s++) g->slot[s].dres = carve(&cs, R * C * ab);
     g->work->dc = carve(&cs, BT * C * ab);
     g->work->d4a = carve(&cs, BT * F * ab);
     g->work->d4b = carve(&cs, BT * F * ab);
@@ -228,6 +237,7 @@ double gpt_slot_loss(GPT *g, int s) {
     return sum / BT;
 }
 
+size_t gpt_residual_elems(const GPT *g) { return (size_t)res_rows(g) * g->L.cfg.channels; }
 void *gpt_slot_input(GPT *g, int s) { return slot_of(g, s)->x_in; }
 void *gpt_slot_output(GPT *g, int s) {
     slot_of(g, s);
@@ -249,6 +259,15 @@ static void embed_forward(GPT *g, const bf16 *pe, int s) {
                           g->plan.T, l->cfg.channels);
 }
 
+// The final layernorm's output, whole on every rank: under sequence
+// parallelism every rank's rows of it all-gathered (f before the head's
+// column-parallel linear).
+static const act *lnf_whole(GPT *g, const GPTSlot *sl) {
+    if (!g->plan.sequence_parallel) return sl->lnf;
+    tp_gather_rows(g, g->work->gathered, sl->lnf);
+    return g->work->gathered;
+}
+
 // logits = lnf(x_L) @ wte^T (tied), then the loss (and dlogits with a loss
 // scale). Under tensor parallelism the rank's logits are those of its wte
 // rows (a column-parallel linear: f before it, an identity forward).
@@ -260,8 +279,8 @@ static void head_forward(GPT *g, const bf16 *ph, const bf16 *pe, int s) {
     int BT = g->plan.B * g->plan.T, C = l->cfg.channels, V = l->vocab_part, Vp = gpt_logits_stride(l);
     const bf16 *wte = pe + l->emb_off[EMB_WTE];
     k->layernorm_forward(d, sl->lnf, sl->lnf_mean, sl->lnf_rstd, block_input(g, l->cfg.num_layers, s),
-                         ph + l->head_off[HEAD_LNFW], ph + l->head_off[HEAD_LNFB], BT, C);
-    k->matmul_forward(d, sl->logits, sl->lnf, wte, NULL, BT, C, V, Vp);
+                         ph + l->head_off[HEAD_LNFW], ph + l->head_off[HEAD_LNFB], res_rows(g), C);
+    k->matmul_forward(d, sl->logits, lnf_whole(g, sl), wte, NULL, BT, C, V, Vp);
     if (l->tp_size > 1) tp_head_loss(g, s);
     else k->softmax_crossentropy(d, sl->losses, sl->logits, sl->targets, BT, V, Vp, sl->dloss_scale);
 }
@@ -282,13 +301,18 @@ static void head_backward(GPT *g, const bf16 *ph, const bf16 *pe, int s) {
     dev_memset0(d, eg, g->embed_grads.bytes, STREAM_COMPUTE);
     g->work->embed_grads_slot = s;
     dev_memset0(d, ug, l->unit[hu].count * sizeof(float), STREAM_COMPUTE);
-    k->matmul_backward(d, g->work->dc, eg + l->emb_off[EMB_WTE], NULL, sl->logits, sl->lnf, wte, BT, C, V,
+    int R = res_rows(g);
+    k->matmul_backward(d, g->work->dc, eg + l->emb_off[EMB_WTE], NULL, sl->logits, lnf_whole(g, sl), wte, BT, C, V,
                        gpt_logits_stride(l));
-    tp_sum(g, g->work->dc);  // f: all-reduce backward
-    dev_memset0(d, sl->dres, (size_t)BT * C * d->act_bytes, STREAM_COMPUTE);
-    k->layernorm_backward(d, sl->dres, ug + l->head_off[HEAD_LNFW], ug + l->head_off[HEAD_LNFB], g->work->dc,
+    // f's backward: the partial input gradients summed (all-reduce), or this rank's rows of the sum
+    const act *dlnf = g->work->dc;
+    if (g->plan.sequence_parallel) tp_scatter_sum_rows(g, g->work->part, g->work->dc), dlnf = g->work->part;
+    else tp_sum(g, g->work->dc);
+    dev_memset0(d, sl->dres, (size_t)R * C * d->act_bytes, STREAM_COMPUTE);
+    k->layernorm_backward(d, sl->dres, ug + l->head_off[HEAD_LNFW], ug + l->head_off[HEAD_LNFB], dlnf,
                           block_input(g, l->cfg.num_layers, s), ph + l->head_off[HEAD_LNFW], sl->lnf_mean,
-                          sl->lnf_rstd, BT, C);
+                          sl->lnf_rstd, R, C);
+    tp_sum_grads(g, ug + l->head_off[HEAD_LNFW], l->head_off[HEAD_LNFB + 1] - l->head_off[HEAD_LNFW]);
 }
 
 const float *gpt_tied_wte_grads(GPT *g, int s) {
@@ -311,8 +335,10 @@ static void embed_backward(GPT *g, int s) {
         dev_memset0(d, eg, g->embed_grads.bytes, STREAM_COMPUTE);  // a first pipeline stage: no head contribution
     g->work->embed_grads_slot = -1;
     const GPTSlot *sl = &g->slot[s];
+    const act *dx = sl->dres;  // sequence parallel: every rank's rows of dL/dx0 gathered
+    if (g->plan.sequence_parallel) tp_gather_rows(g, g->work->gathered, sl->dres), dx = g->work->gathered;
     if (l->tp_size > 1)  // every rank has the whole dL/dx0: its rows' part of dwte, and dwpe
-        d->k->embedding_part_backward(d, eg + l->emb_off[EMB_WTE], eg + l->emb_off[EMB_WPE], sl->dres, sl->inputs,
+        d->k->embedding_part_backward(d, eg + l->emb_off[EMB_WTE], eg + l->emb_off[EMB_WPE], dx, sl->inputs,
                                       l->vocab_begin, l->vocab_part, g->plan.B, g->plan.T, l->cfg.channels);
     else
         d->k->encoder_backward(d, eg + l->emb_off[EMB_WTE], eg + l->emb_off[EMB_WPE], sl->dres, sl->inputs, g->plan.B,

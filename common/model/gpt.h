@@ -158,6 +158,12 @@ typedef struct GPTPlan {
     // block's forward writes it and comes back one unit ahead of the backward
     // that needs it; the device keeps two whole ones.
     int offload_activations, partition_activations;
+    // Sequence parallelism (Korthikanti et al. 2022, tp > 1): the residual
+    // stream, the layernorms and their outputs are split over the tp ranks by
+    // the B·T tokens (rank r holds rows [r BT/tp, (r+1) BT/tp)); Megatron's f
+    // and g become an all-gather before each column-parallel linear and a
+    // reduce-scatter after each row-parallel one (gpt_tp.c).
+    int sequence_parallel;
 } GPTPlan;
 
 // Stages 01-06: every unit, one micro-batch at a time.
@@ -241,6 +247,9 @@ const float *gpt_unit_backward(GPT *g, int u, int s, const bf16 *p, const bf16 *
 const float *gpt_tied_wte_grads(GPT *g, int s);
 // Mean loss over the slot's B*T tokens, after the head's forward (synchronizes).
 double gpt_slot_loss(GPT *g, int s);
+// Elements of the residual stream this rank holds for one micro-batch:
+// B·T·C, or B·T·C/tp under sequence parallelism (what a pipeline stage sends).
+size_t gpt_residual_elems(const GPT *g);
 // (BT,C) residual stream entering the range's first block: the embeddings'
 // output, or where a pipeline stage receives the previous stage's output.
 void *gpt_slot_input(GPT *g, int s);

@@ -4,23 +4,68 @@
 // (whole input, its part of the outputs), the attention projection and the
 // MLP's second linear row-parallel (its part of the inputs, partial sums of
 // the whole output); the layernorms and the residual stream are whole on
-// every rank. With one rank the same calls are the plain block.
+// every rank, or under sequence parallelism split over the ranks by the
+// tokens (R = res_rows rows each). With one rank the same calls are the
+// plain block.
 #include "gpt_units.h"
 
-// out (BT,C) = inp (BT,in) @ w (C,in)^T + bias. Row-parallel: each rank's
-// product is a partial sum over its inputs; the g operator all-reduces it and
-// the bias is added once, after.
-static void row_parallel_forward(GPT *g, act *out, const act *inp, const bf16 *w, const bf16 *bias, int in) {
+// ---- Megatron's f and g around the tensor-parallel regions ----
+
+// f before a column-parallel linear: its input, whole on every rank. It is
+// the layernorm's output itself (identity forward), or under sequence
+// parallelism every rank's rows of it all-gathered.
+static const act *column_input(GPT *g, const act *ln) {
+    if (!g->plan.sequence_parallel) return ln;
+    tp_gather_rows(g, g->work->gathered, ln);
+    return g->work->gathered;
+}
+
+// f's backward: the column-parallel linear's input gradient dc (BT,C), a
+// partial sum on each rank, summed over the group in place (all-reduce), or
+// under sequence parallelism this rank's rows of the sum (reduce-scatter).
+// Returns the (R,C) gradient of the layernorm's output.
+static const act *column_input_grad(GPT *g, act *dc) {
+    if (!g->plan.sequence_parallel) {
+        tp_sum(g, dc);
+        return dc;
+    }
+    tp_scatter_sum_rows(g, g->work->part, dc);
+    return g->work->part;
+}
+
+// out = inp (BT,in) @ w (C,in)^T + bias: a row-parallel linear and g after
+// it. Each rank's product is a partial sum over its inputs: g all-reduces it
+// (or under sequence parallelism reduce-scatters this rank's rows) and the
+// bias is added once, after. Returns the (R,C) result.
+static const act *row_parallel_forward(GPT *g, const act *inp, const bf16 *w, const bf16 *bias, int in) {
     Device *d = g->dev;
     int BT = g->plan.B * g->plan.T, C = g->L.cfg.channels;
+    act *out = g->work->tmp;
     if (g->L.tp_size == 1) {
         d->k->matmul_forward(d, out, inp, w, bias, BT, in, C, C);
-        return;
+        return out;
     }
     d->k->matmul_forward(d, out, inp, w, NULL, BT, in, C, C);
-    tp_sum(g, out);  // g: all-reduce forward
-    d->k->bias_add(d, out, bias, BT, C);
+    if (g->plan.sequence_parallel) {
+        tp_scatter_sum_rows(g, g->work->part, out);
+        out = g->work->part;
+    } else {
+        tp_sum(g, out);  // g: all-reduce forward
+    }
+    d->k->bias_add(d, out, bias, res_rows(g), C);
+    return out;
 }
+
+// g's backward: the gradient of a row-parallel linear's output, whole (BT,C)
+// on every rank: the residual stream's gradient itself (identity), or under
+// sequence parallelism every rank's rows of it all-gathered.
+static const act *row_output_grad(GPT *g, const act *dres) {
+    if (!g->plan.sequence_parallel) return dres;
+    tp_gather_rows(g, g->work->gathered, dres);
+    return g->work->gathered;
+}
+
+// ---- the block ----
 
 // What the block's backward reads, computed from its input x into la:
 // x2 = x + attproj(attention(qkv(ln1(x)))), then ln2, fc and gelu of the MLP
@@ -31,34 +76,33 @@ void block_forward_inner(GPT *g, const bf16 *p, LayerActs *la, const act *x) {
     Device *d = g->dev;
     const KernelOps *k = d->k;
     const size_t *o = g->L.blk_off;
-    act *tmp = g->work->tmp;
-    int tp = g->L.tp_size, B = g->plan.B, T = g->plan.T, BT = B * T;
+    int tp = g->L.tp_size, B = g->plan.B, T = g->plan.T, BT = B * T, R = res_rows(g);
     int C = g->L.cfg.channels, Cp = C / tp, F = 4 * C / tp, NHp = g->L.cfg.num_heads / tp;
-    k->layernorm_forward(d, la->ln1, la->ln1_mean, la->ln1_rstd, x, p + o[BLK_LN1W], p + o[BLK_LN1B], BT, C);
-    // f: identity forward, every rank's QKV reads the whole ln1
-    k->matmul_forward(d, la->qkv, la->ln1, p + o[BLK_QKVW], p + o[BLK_QKVB], BT, C, 3 * Cp, 3 * Cp);
+    k->layernorm_forward(d, la->ln1, la->ln1_mean, la->ln1_rstd, x, p + o[BLK_LN1W], p + o[BLK_LN1B], R, C);
+    k->matmul_forward(d, la->qkv, column_input(g, la->ln1), p + o[BLK_QKVW], p + o[BLK_QKVB], BT, C, 3 * Cp, 3 * Cp);
     k->attention_forward(d, la->atty, la->att, la->qkv, B, T, Cp, NHp);
-    row_parallel_forward(g, tmp, la->atty, p + o[BLK_ATTPROJW], p + o[BLK_ATTPROJB], Cp);
-    k->residual_forward(d, la->x2, x, tmp, (size_t)BT * C);
-    k->layernorm_forward(d, la->ln2, la->ln2_mean, la->ln2_rstd, la->x2, p + o[BLK_LN2W], p + o[BLK_LN2B], BT, C);
-    k->matmul_forward(d, la->fch, la->ln2, p + o[BLK_FCW], p + o[BLK_FCB], BT, C, F, F);  // f
+    const act *y = row_parallel_forward(g, la->atty, p + o[BLK_ATTPROJW], p + o[BLK_ATTPROJB], Cp);
+    k->residual_forward(d, la->x2, x, y, (size_t)R * C);
+    k->layernorm_forward(d, la->ln2, la->ln2_mean, la->ln2_rstd, la->x2, p + o[BLK_LN2W], p + o[BLK_LN2B], R, C);
+    k->matmul_forward(d, la->fch, column_input(g, la->ln2), p + o[BLK_FCW], p + o[BLK_FCB], BT, C, F, F);
     k->gelu_forward(d, la->fch_gelu, la->fch, (size_t)BT * F);
 }
 
 // x3 = x + attn(ln1(x)) + mlp(ln2(...)): one GPT-2 block, pre-layernorm.
 void block_forward(GPT *g, const bf16 *p, int layer, int s) {
     LayerActs *la = layer_acts(g, layer, s);
-    act *tmp = g->work->tmp;
-    int BT = g->plan.B * g->plan.T, C = g->L.cfg.channels, F = 4 * C / g->L.tp_size;
+    const size_t *o = g->L.blk_off;
+    int C = g->L.cfg.channels, F = 4 * C / g->L.tp_size;
     block_forward_inner(g, p, la, block_input(g, layer, s));
-    row_parallel_forward(g, tmp, la->fch_gelu, p + g->L.blk_off[BLK_FCPROJW], p + g->L.blk_off[BLK_FCPROJB], F);
-    g->dev->k->residual_forward(g->dev, la->x3, la->x2, tmp, (size_t)BT * C);
+    const act *y = row_parallel_forward(g, la->fch_gelu, p + o[BLK_FCPROJW], p + o[BLK_FCPROJB], F);
+    g->dev->k->residual_forward(g->dev, la->x3, la->x2, y, (size_t)res_rows(g) * C);
 }
 
-// The g operators' backward is the identity: every rank has the whole
-// dL/dx3, and the row-parallel biases' gradients are the same on every rank.
-// The f operators' backward all-reduces the column-parallel linears' partial
-// input gradients before the layernorms.
+// Backward through the same operators: g's backward gathers (or passes) the
+// output gradient, f's backward sums the column-parallel linears' partial
+// input gradients before the layernorms. The weight gradient of a
+// column-parallel linear reads its whole input: under sequence parallelism
+// the layernorm's rows are all-gathered again (Megatron keeps them split).
 void block_backward(GPT *g, const bf16 *p, float *dp, int layer, int s) {
     Device *d = g->dev;
     const KernelOps *k = d->k;
@@ -67,19 +111,26 @@ void block_backward(GPT *g, const bf16 *p, float *dp, int layer, int s) {
     const act *x = block_input(g, layer, s);
     GPTWork *w = g->work;
     act *dres = g->slot[s].dres;
-    int tp = g->L.tp_size, B = g->plan.B, T = g->plan.T, BT = B * T;
+    int tp = g->L.tp_size, B = g->plan.B, T = g->plan.T, BT = B * T, R = res_rows(g);
     int C = g->L.cfg.channels, Cp = C / tp, F = 4 * C / tp, NHp = g->L.cfg.num_heads / tp;
     // x3 = x2 + fcproj(gelu(fc(ln2(x2))))
-    k->matmul_backward(d, w->d4a, dp + o[BLK_FCPROJW], dp + o[BLK_FCPROJB], dres, la->fch_gelu, p + o[BLK_FCPROJW], BT, F, C, C);
+    k->matmul_backward(d, w->d4a, dp + o[BLK_FCPROJW], dp + o[BLK_FCPROJB], row_output_grad(g, dres), la->fch_gelu,
+                       p + o[BLK_FCPROJW], BT, F, C, C);
     k->gelu_backward(d, w->d4b, la->fch, w->d4a, (size_t)BT * F);
-    k->matmul_backward(d, w->dc, dp + o[BLK_FCW], dp + o[BLK_FCB], w->d4b, la->ln2, p + o[BLK_FCW], BT, C, F, F);
-    tp_sum(g, w->dc);  // f: all-reduce backward
-    k->layernorm_backward(d, dres, dp + o[BLK_LN2W], dp + o[BLK_LN2B], w->dc, la->x2, p + o[BLK_LN2W], la->ln2_mean, la->ln2_rstd, BT, C);
+    k->matmul_backward(d, w->dc, dp + o[BLK_FCW], dp + o[BLK_FCB], w->d4b, column_input(g, la->ln2),
+                       p + o[BLK_FCW], BT, C, F, F);
+    k->layernorm_backward(d, dres, dp + o[BLK_LN2W], dp + o[BLK_LN2B], column_input_grad(g, w->dc), la->x2,
+                          p + o[BLK_LN2W], la->ln2_mean, la->ln2_rstd, R, C);
     // x2 = x + attproj(attention(qkv(ln1(x))))
-    k->matmul_backward(d, w->dc, dp + o[BLK_ATTPROJW], dp + o[BLK_ATTPROJB], dres, la->atty, p + o[BLK_ATTPROJW], BT, Cp, C, C);
+    k->matmul_backward(d, w->dc, dp + o[BLK_ATTPROJW], dp + o[BLK_ATTPROJB], row_output_grad(g, dres), la->atty,
+                       p + o[BLK_ATTPROJW], BT, Cp, C, C);
     act *dqkv = w->d4a;
     k->attention_backward(d, dqkv, w->dc, la->qkv, la->att, B, T, Cp, NHp);
-    k->matmul_backward(d, w->dc, dp + o[BLK_QKVW], dp + o[BLK_QKVB], dqkv, la->ln1, p + o[BLK_QKVW], BT, C, 3 * Cp, 3 * Cp);
-    tp_sum(g, w->dc);  // f: all-reduce backward
-    k->layernorm_backward(d, dres, dp + o[BLK_LN1W], dp + o[BLK_LN1B], w->dc, x, p + o[BLK_LN1W], la->ln1_mean, la->ln1_rstd, BT, C);
+    k->matmul_backward(d, w->dc, dp + o[BLK_QKVW], dp + o[BLK_QKVB], dqkv, column_input(g, la->ln1),
+                       p + o[BLK_QKVW], BT, C, 3 * Cp, 3 * Cp);
+    k->layernorm_backward(d, dres, dp + o[BLK_LN1W], dp + o[BLK_LN1B], column_input_grad(g, w->dc), x,
+                          p + o[BLK_LN1W], la->ln1_mean, la->ln1_rstd, R, C);
+    // the layernorms' gradients, each rank's from its rows: summed over the group
+    tp_sum_grads(g, dp + o[BLK_LN1W], o[BLK_LN1B + 1] - o[BLK_LN1W]);
+    tp_sum_grads(g, dp + o[BLK_LN2W], o[BLK_LN2B + 1] - o[BLK_LN2W]);
 }

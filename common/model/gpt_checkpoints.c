@@ -25,7 +25,7 @@ void ckpt_store_init(GPT *g, act *ring0, act *ring1, size_t store_bytes) {
     CkptStore *o = xcalloc(1, sizeof *o);
     Device *d = g->dev;
     const GPTPlan *p = &g->plan;
-    size_t rows = (size_t)p->B * p->T, row_bytes = (size_t)g->L.cfg.channels * d->act_bytes;
+    size_t rows = (size_t)res_rows(g), row_bytes = (size_t)g->L.cfg.channels * d->act_bytes;
     int parts = p->partition_activations ? g->L.tp_size : 1, part = p->partition_activations ? g->L.tp_rank : 0;
     o->buf[0] = ring0;
     o->buf[1] = ring1;

@@ -145,9 +145,12 @@ GPTActBytes gpt_activation_bytes(const GPTLayout *l, const GPTPlan *p, int act_b
     // probabilities NH·T. Under tensor parallelism qkv, atty, fch, fch_gelu
     // and the probabilities are the rank's heads' (1/tp); the rest is whole.
     // Selective recompute keeps all but the probabilities, full only x3 (the
-    // next block's input; the first block's is the slot's x_in).
-    size_t att = (size_t)p->B * NHp * p->T * p->T * fb, x3 = BT * C * ab;
-    size_t layer = BT * ((4 * C + 3 * Cp + Cp + 2 * F) * ab + 4 * fb) + att;
+    // next block's input; the first block's is the slot's x_in). Sequence
+    // parallelism splits the whole ones (ln1, x2, ln2, x3, the statistics,
+    // and x_in, lnf below) over the tp ranks: R = BT/tp rows each.
+    size_t R = p->sequence_parallel ? BT / tp : BT;
+    size_t att = (size_t)p->B * NHp * p->T * p->T * fb, x3 = R * C * ab;
+    size_t layer = R * (4 * C * ab + 4 * fb) + BT * (3 * Cp + Cp + 2 * F) * ab + att;
     // what a block saves by the plan's recompute, and the working set that
     // holds what it does not (one block's worth, shared by all)
     size_t unsaved = p->recompute == GPT_RECOMPUTE_FULL ? layer - x3 : p->recompute == GPT_RECOMPUTE_SELECTIVE ? att : 0;
@@ -156,7 +159,7 @@ GPTActBytes gpt_activation_bytes(const GPTLayout *l, const GPTPlan *p, int act_b
     // per slot: the range's blocks and its input x_in (C); the embeddings add
     // the input token ids; the head lnf (C), the logits (Vp: this rank's
     // vocabulary, padded), lnf mean/rstd and losses in fp32, and the target ids
-    r.per_slot = blocks * r.per_layer + BT * C * ab;
+    r.per_slot = blocks * r.per_layer + x3;
     // stored: the inputs of the range's blocks but the first (the slot's
     // x_in), that is every block's x3 but the last one's (the head's input,
     // what a pipeline stage sends on), go to pinned host memory (offloaded)
@@ -171,13 +174,16 @@ GPTActBytes gpt_activation_bytes(const GPTLayout *l, const GPTPlan *p, int act_b
         ring = 2 * x3;
     }
     if (has_embed) r.per_slot += BT * ib;
-    if (has_head) r.per_slot += BT * ((C + Vp) * ab + 3 * fb + ib);
+    if (has_head) r.per_slot += R * (C * ab + 2 * fb) + BT * (Vp * ab + fb + ib);
     // one (BT,C) projection output before its residual add; under tensor
-    // parallelism the head's cross-entropy statistics (max, sum, target logit)
+    // parallelism the head's cross-entropy statistics (max, sum, target
+    // logit); under sequence parallelism an all-gathered (BT,C) and a
+    // reduce-scattered (R,C)
     r.shared = BT * C * ab + (has_head && tp > 1 ? BT * 3 * fb : 0) + ring;
+    if (p->sequence_parallel) r.shared += BT * C * ab + R * C * ab;
     r.total_saved = r.per_slot * (size_t)p->slots + r.shared;
-    // backward: the residual gradient C per slot; one C-wide and two 4C-wide (F) temporaries
-    r.backward_scratch = BT * C * ab * (size_t)p->slots + BT * (C + 2 * F) * ab;
+    // backward: the residual gradient per slot (R,C); one C-wide and two 4C-wide (F) temporaries
+    r.backward_scratch = R * C * ab * (size_t)p->slots + BT * (C + 2 * F) * ab;
     size_t unit_max = 0;  // the largest unit of the range but the embeddings
     for (int u = first_block; u <= p->last_unit; u++)
         if (l->unit[u].count > unit_max) unit_max = l->unit[u].count;

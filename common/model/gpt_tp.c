@@ -9,6 +9,15 @@
 //     of exponentials with the target logits (2BT, fp32) all-reduced forward,
 //     so the full logits are never gathered; the head's input gradient, an f
 //     operator, all-reduced backward (BT,C).
+// Under sequence parallelism (Korthikanti et al. 2022) the residual stream
+// and the layernorms are split over the group by the tokens: f becomes an
+// all-gather of the layernorm's output forward (and again backward, where
+// the column-parallel linear's weight gradient needs it whole) and a
+// reduce-scatter of its input gradient backward; g a reduce-scatter forward
+// and an all-gather of the output gradient backward; the embedding's sum a
+// reduce-scatter; and the layernorms' weight gradients, each rank's from
+// its tokens, are summed over the group.
+#include "check.h"
 #include "comm.h"
 #include "gpt_units.h"
 
@@ -27,17 +36,41 @@ void tp_sum(GPT *g, act *x) {
 }
 // LAB END
 
+static DType act_type(const GPT *g) { return g->dev->act_bytes == 4 ? DT_F32 : DT_BF16; }
+
+void tp_gather_rows(GPT *g, act *full, const act *part) {
+    int n = g->L.tp_size, r = g->L.tp_rank;
+    size_t rows = (size_t)res_rows(g), C = g->L.cfg.channels, ab = g->dev->act_bytes;
+    size_t counts[GPT_MAX_TP], displs[GPT_MAX_TP];
+    for (int q = 0; q < n; q++) counts[q] = rows * C, displs[q] = (size_t)q * rows * C;
+    dev_copy(g->dev, (char *)full + displs[r] * ab, part, rows * C * ab, STREAM_COMPUTE);
+    comm_all_gather(g->tp, full, counts, displs, act_type(g), NULL);
+}
+
+void tp_scatter_sum_rows(GPT *g, act *part, const act *full) {
+    size_t counts[GPT_MAX_TP], elems = (size_t)res_rows(g) * g->L.cfg.channels;
+    for (int q = 0; q < g->L.tp_size; q++) counts[q] = elems;
+    comm_reduce_scatter_sum(g->tp, full, part, counts, act_type(g), NULL);
+}
+
+void tp_sum_grads(GPT *g, float *grads, size_t n) {
+    if (g->plan.sequence_parallel) comm_all_reduce_sum(g->tp, grads, n, DT_F32, NULL);
+}
+
 // Each rank looks up the tokens of its vocabulary rows (zero for the others),
 // the first adds the positions, and the sum over the group has every token's
 // row and its position once: bit for bit the whole model's embedding, as a
-// sum of one row and zeros is exact.
+// sum of one row and zeros is exact. Sequence parallel: the sum's rows of
+// this rank only (a reduce-scatter).
 void tp_embed_forward(GPT *g, const bf16 *pe, int s) {
     const GPTLayout *l = &g->L;
     GPTSlot *sl = &g->slot[s];
     const bf16 *wpe = l->tp_rank == 0 ? pe + l->emb_off[EMB_WPE] : NULL;
-    g->dev->k->embedding_part_forward(g->dev, sl->x_in, sl->inputs, pe + l->emb_off[EMB_WTE], l->vocab_begin,
+    act *out = g->plan.sequence_parallel ? g->work->tmp : sl->x_in;
+    g->dev->k->embedding_part_forward(g->dev, out, sl->inputs, pe + l->emb_off[EMB_WTE], l->vocab_begin,
                                       l->vocab_part, wpe, g->plan.B, g->plan.T, l->cfg.channels);
-    tp_sum(g, sl->x_in);
+    if (g->plan.sequence_parallel) tp_scatter_sum_rows(g, sl->x_in, out);
+    else tp_sum(g, sl->x_in);
 }
 
 // Rows of this rank's wte part below V: its real vocabulary (the rest is padding).

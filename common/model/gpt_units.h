@@ -20,20 +20,22 @@ typedef struct LayerActs {
 
 // One micro-batch in flight: what its backward needs from its forward.
 typedef struct GPTSlot {
-    act *x_in;                    // (BT,C) residual stream entering the range's first block
+    act *x_in;                    // (R,C) residual stream entering the range's first block (R: res_rows)
     LayerActs *layer;             // the range's blocks, [layer - first layer]
     act *lnf;                     // (BT,C) head only, like the three below
     float *lnf_mean, *lnf_rstd;   // (BT)
     act *logits;                  // (BT,vocab_part), rows gpt_logits_stride apart; dlogits after forward with a loss scale
     float *losses;                // (BT)
     int32_t *inputs, *targets;    // (BT) embeddings / head only
-    act *dres;                    // (BT,C) gradient of the residual stream (backward scratch)
+    act *dres;                    // (R,C) gradient of the residual stream (backward scratch)
     float dloss_scale;
 } GPTSlot;
 
 // Temporaries the slots share: live within one unit's forward or backward.
 typedef struct GPTWork {
-    act *tmp;                     // (BT,C) projection outputs before the residual add
+    act *tmp;                     // (BT,C) projection outputs before the residual add (partial sums under tp)
+    act *gathered;                // (BT,C) sequence parallel: a column-parallel linear's all-gathered input, or a gradient
+    act *part;                    // (R,C) sequence parallel: this rank's rows of a reduce-scattered sum
     float *ce_max, *ce_sums;      // (BT), (2,BT): the vocabulary-parallel cross-entropy's statistics (tp > 1)
     act *dc;                      // (BT,C)
     act *d4a, *d4b;               // (BT,F); d4a also serves as dqkv (BT,3Cp)
@@ -76,6 +78,13 @@ void ckpt_after_forward(GPT *g, int i, int s);
 void ckpt_before_backward(GPT *g, int i, int s);
 void ckpt_before_head_backward(GPT *g, int s);
 
+// Rows of the residual stream and the layernorms' tensors this rank holds:
+// B·T, or B·T/tp under sequence parallelism.
+static inline int res_rows(const GPT *g) {
+    int BT = g->plan.B * g->plan.T;
+    return g->plan.sequence_parallel ? BT / g->L.tp_size : BT;
+}
+
 // Blocks of the plan's range: layers [first, end).
 static inline int plan_first_layer(const GPTPlan *p) { return (p->first_unit > 1 ? p->first_unit : 1) - 1; }
 static inline int plan_end_layer(const GPTPlan *p, int num_layers) {
@@ -113,6 +122,16 @@ void block_recompute(GPT *g, const bf16 *p, int layer, int s);
 // in the activations' type (fp32 on cpu, bf16 on cuda):
 // Megatron-LM's g operator forward and f operator backward.
 void tp_sum(GPT *g, act *x);
+// Sequence parallelism: full (BT,C) = every rank's rows part (R,C) gathered
+// (f before a column-parallel linear; g's backward), and part (R,C) = this
+// rank's rows of full (BT,C) summed over the group (g after a row-parallel
+// linear; f's backward).
+void tp_gather_rows(GPT *g, act *full, const act *part);
+void tp_scatter_sum_rows(GPT *g, act *part, const act *full);
+// Sequence parallelism: a unit's layernorm gradients (fp32, n from `grads`)
+// came from this rank's rows only; summed over the group they are the
+// whole micro-batch's, the same on every rank.
+void tp_sum_grads(GPT *g, float *grads, size_t n);
 // x_in of slot s = the vocabulary-parallel embedding of its input tokens.
 void tp_embed_forward(GPT *g, const bf16 *embed_params, int s);
 // The slot's losses (and dlogits) from this rank's logits, with the

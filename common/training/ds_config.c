@@ -164,6 +164,8 @@ void ds_config_load(DsConfig *ds, const char *path) {
 
 void ds_config_check_binary(const DsConfig *ds, const char *binary) {
     if (!ds->root || !ds->binary[0] || strcmp(ds->binary, binary) == 0) return;
+    // 3d_parallel's data parallelism is ZeRO-1 over its replicas (Megatron-DeepSpeed's 3D configs say stage 1)
+    if (strcmp(binary, "3d_parallel") == 0 && strcmp(ds->binary, "zero1") == 0) return;
     const DsStage *want = ds_stage_of(ds->binary);
     CHECK(want, "ds_config: no stage runs %s", ds->binary);
     fail_usage("--deepspeed-config %s: %s is %s: run ./%s (stage %s%s) with this config, not ./%s", ds->path,
@@ -202,7 +204,10 @@ void ds_config_apply(const DsConfig *ds, FlagSpec *specs, int n, Settings *s, co
     if (!ds->root) return;
     snprintf(s->config_path, sizeof s->config_path, "%s", ds->path);
     DsApply a = {.ds = ds, .specs = specs, .n = n, .s = s, .binary = binary};
-    if (ds->binary[0]) {
+    if (ds->binary[0] && strcmp(binary, "3d_parallel") == 0)
+        settings_key(s, "zero_optimization.stage", "checked: 3d_parallel runs ZeRO-1 over its data-parallel replicas "
+                     "(%s)", ds->binary_why);
+    else if (ds->binary[0]) {
         settings_key(s, "zero_optimization.stage", "checked: %s runs it (%s)", ds->binary, ds->binary_why);
         if (ds_lookup(ds, "zero_optimization.offload_optimizer.device"))
             settings_key(s, "zero_optimization.offload_optimizer.device", "checked: %s runs it", ds->binary);
@@ -211,6 +216,7 @@ void ds_config_apply(const DsConfig *ds, FlagSpec *specs, int n, Settings *s, co
     ds_apply_scheduler(&a);
     ds_apply_rules(&a);
     ds_apply_checks(&a);
+    ds_apply_activation_checkpointing(&a);
     note_unused(ds, s, ds->root, "");
 }
 

@@ -23,6 +23,7 @@ static const struct {
     {"sub-group-mb", "infinity"},
     {"aio-block-kb", "infinity"},
     {"aio-queue-depth", "infinity"},
+    {"partition-activations", "3d_parallel"},
 };
 
 static void append(char *to, size_t n, const char *word) {
@@ -64,10 +65,7 @@ static FlagSpec *spec(DsApply *a, const char *flag) {
     return NULL;
 }
 
-// Sets --flag to `text` through the command line's parser; `key` (NULL for
-// DeepSpeed's defaults) is named if the value is refused. Returns 0 when
-// this binary has no such flag.
-static int set_flag(DsApply *a, const char *key, const char *flag, const char *text, SettingFrom from,
+int ds_set_flag(DsApply *a, const char *key, const char *flag, const char *text, SettingFrom from,
                     const char *why) {
     FlagSpec *f = spec(a, flag);
     if (!f) {
@@ -118,7 +116,7 @@ void ds_apply_optimizer(DsApply *a) {
     // DeepSpeed's FusedAdam defaults: lr 1e-3, betas (0.9, 0.999), eps 1e-8, weight_decay 0
     static const char *const DEFAULTS[][2] = {
         {"lr", "0.001"}, {"beta1", "0.9"}, {"beta2", "0.999"}, {"adam-eps", "1e-08"}, {"weight-decay", "0"}};
-    for (int i = 0; i < 5; i++) set_flag(a, NULL, DEFAULTS[i][0], DEFAULTS[i][1], FROM_DS_DEFAULT, "optimizer.type AdamW");
+    for (int i = 0; i < 5; i++) ds_set_flag(a, NULL, DEFAULTS[i][0], DEFAULTS[i][1], FROM_DS_DEFAULT, "optimizer.type AdamW");
     const char *key = "optimizer.params.betas";
     json_t *betas = ds_lookup(a->ds, key);
     if (!betas || ds_is_auto(betas)) return;
@@ -130,7 +128,7 @@ void ds_apply_optimizer(DsApply *a) {
         char text[32], why[64];
         exact_text(b, text, sizeof text);
         snprintf(why, sizeof why, "%s[%d]", key, i);
-        set_flag(a, NULL, i ? "beta2" : "beta1", text, FROM_CONFIG, why);
+        ds_set_flag(a, NULL, i ? "beta2" : "beta1", text, FROM_CONFIG, why);
     }
     settings_key(a->s, key, "--beta1 and --beta2");
 }
@@ -157,8 +155,8 @@ static void apply_warmup_min_lr(DsApply *a) {
     char text[32], why[96];
     exact_text(hi > 0 ? lo / hi : 0.0, text, sizeof text);
     snprintf(why, sizeof why, "%s %g / warmup_max_lr %g", key, lo, hi);
-    set_flag(a, NULL, "warmup-start-frac", text, FROM_CONFIG, why);
-    if (strcmp(a->scheduler, "WarmupDecayLR") == 0) set_flag(a, NULL, "min-lr-frac", text, FROM_CONFIG, why);
+    ds_set_flag(a, NULL, "warmup-start-frac", text, FROM_CONFIG, why);
+    if (strcmp(a->scheduler, "WarmupDecayLR") == 0) ds_set_flag(a, NULL, "min-lr-frac", text, FROM_CONFIG, why);
     settings_key(a->s, key, "--warmup-start-frac %s (a fraction of --lr)", text);
 }
 
@@ -175,19 +173,19 @@ void ds_apply_scheduler(DsApply *a) {
         ds_fail(a->ds, "scheduler.type", "%s is not implemented here: choose WarmupLR, WarmupDecayLR or "
                 "WarmupCosineLR", t);
     a->scheduler = t;
-    set_flag(a, "scheduler.type", "lr-schedule", t, FROM_CONFIG, "scheduler.type");
+    ds_set_flag(a, "scheduler.type", "lr-schedule", t, FROM_CONFIG, "scheduler.type");
     char why[64];
     snprintf(why, sizeof why, "scheduler.type %s", t);
     // DeepSpeed's defaults for the parameters the config leaves out
-    set_flag(a, NULL, "warmup", "1000", FROM_DS_DEFAULT, why);
-    set_flag(a, NULL, "warmup-type", "log", FROM_DS_DEFAULT, why);
-    set_flag(a, NULL, "warmup-start-frac", "0", FROM_DS_DEFAULT, why);
+    ds_set_flag(a, NULL, "warmup", "1000", FROM_DS_DEFAULT, why);
+    ds_set_flag(a, NULL, "warmup-type", "log", FROM_DS_DEFAULT, why);
+    ds_set_flag(a, NULL, "warmup-start-frac", "0", FROM_DS_DEFAULT, why);
     if (strcmp(t, "WarmupCosineLR") == 0) {
-        set_flag(a, NULL, "min-lr-frac", "0.0001", FROM_DS_DEFAULT, why);
+        ds_set_flag(a, NULL, "min-lr-frac", "0.0001", FROM_DS_DEFAULT, why);
     } else {
         // the rate ramps to warmup_max_lr whatever the optimizer's lr says
-        set_flag(a, NULL, "lr", "0.001", FROM_DS_DEFAULT, why);
-        set_flag(a, NULL, "min-lr-frac", "0", FROM_DS_DEFAULT, why);
+        ds_set_flag(a, NULL, "lr", "0.001", FROM_DS_DEFAULT, why);
+        ds_set_flag(a, NULL, "min-lr-frac", "0", FROM_DS_DEFAULT, why);
     }
     apply_warmup_min_lr(a);
 }
@@ -303,7 +301,7 @@ void ds_apply_rules(DsApply *a) {
             ds_fail(a->ds, r->key, "differs from %s: infinity keeps every swap file under one --nvme-path", prev->why);
         if (r->scale) snprintf(why, sizeof why, "%s (%s)", r->key, r->unit);
         else snprintf(why, sizeof why, "%s", r->key);
-        set_flag(a, r->key, r->flag, text, FROM_CONFIG, why);
+        ds_set_flag(a, r->key, r->flag, text, FROM_CONFIG, why);
     }
     apply_prefetch(a);
 }

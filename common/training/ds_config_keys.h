@@ -35,3 +35,10 @@ void ds_apply_optimizer(DsApply *a);  // optimizer.type and betas; DeepSpeed's A
 void ds_apply_scheduler(DsApply *a);  // scheduler.type; its defaults; warmup_min_lr
 void ds_apply_rules(DsApply *a);      // the keys that set one flag each
 void ds_apply_checks(DsApply *a);     // switches checked, keys known to have no knob here
+void ds_apply_activation_checkpointing(DsApply *a);  // ds_config_activations.c
+
+// Sets --flag to `text` through the command line's parser; `key` (NULL for
+// DeepSpeed's defaults, or a flag a key implies) is named if the value is
+// refused, and records what the key did. Returns 0 when this binary has no
+// such flag (the key's record says where it works).
+int ds_set_flag(DsApply *a, const char *key, const char *flag, const char *text, SettingFrom from, const char *why);

@@ -251,8 +251,10 @@ static void print_memory_table(const Trainer *t, const Summary *s) {
     GPTRecompute rc = t->plan.recompute;
     printf("\n  formulas: model states from mem_math; activations (--recompute %s) = %d slot%s x (L_range x per "
            "layer + input, embed and head) + shared, per layer %s", gpt_recompute_name(rc), t->plan.slots,
-           t->plan.slots == 1 ? "" : "s", act_formula_layer_text(rc));
-    if (rc != GPT_RECOMPUTE_NONE) printf("; act_working = %s", act_formula_working_text(rc));
+           t->plan.slots == 1 ? "" : "s", act_formula_layer_text(rc, t->plan.sequence_parallel));
+    if (rc != GPT_RECOMPUTE_NONE)
+        printf("; act_working = %s", act_formula_working_text(rc, t->plan.sequence_parallel));
+    if (t->plan.sequence_parallel) printf("; sequence parallel: the whole tensors / t, + sbhe + sbhe/t shared");
     if (t->plan.offload_activations)
         printf("; --offload-activations: (L_range - 1) sbhe per slot pinned, 2 sbhe on the device");
     printf(" (s = T, b = B, h = C, a = heads, t = tp, e = %d B; act_math.c)\n", t->dev.act_bytes);

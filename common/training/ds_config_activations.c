@@ -1,0 +1,54 @@
+// ds_config_activations.c: DeepSpeed's activation_checkpointing block. In
+// DeepSpeed a model's code checkpoints layers (deepspeed.checkpointing:
+// a layer keeps its input and runs its forward again in backward) and this
+// block says how; here every block is such a checkpoint under --recompute
+// full, and the block's switches are flags of their own:
+//   partition_activations -> 3d_parallel's --partition-activations
+//   cpu_checkpointing     -> --offload-activations
+// Either one, on, asks for --recompute full too (what it moves is what full
+// recompute keeps). The other keys are checked or ignored, each with why.
+#include <stdio.h>
+#include "ds_config_keys.h"
+
+#define BLOCK "activation_checkpointing."
+
+// A switch of the block that sets a flag when on; returns whether it is on.
+static int apply_switch(DsApply *a, const char *key, const char *flag) {
+    json_t *v = ds_lookup(a->ds, key);
+    if (!v || ds_is_auto(v)) return 0;
+    if (!ds_bool(a->ds, key, v)) {
+        settings_key(a->s, key, "checked: off, as without the config (--%s not set)", flag);
+        return 0;
+    }
+    ds_set_flag(a, key, flag, "on", FROM_CONFIG, key);
+    return 1;
+}
+
+static void checked(DsApply *a, const char *key, const char *what) {
+    json_t *v = ds_lookup(a->ds, key);
+    if (v) settings_key(a->s, key, "checked: %s", what);
+}
+
+static void ignored(DsApply *a, const char *key, const char *why) {
+    if (ds_lookup(a->ds, key)) settings_key(a->s, key, "ignored: %s", why);
+}
+
+void ds_apply_activation_checkpointing(DsApply *a) {
+    int partition = apply_switch(a, BLOCK "partition_activations", "partition-activations");
+    int cpu = apply_switch(a, BLOCK "cpu_checkpointing", "offload-activations");
+    if (partition || cpu)
+        ds_set_flag(a, NULL, "recompute", "full", FROM_CONFIG,
+                    cpu ? BLOCK "cpu_checkpointing: what it moves is each block's input, all that full recompute "
+                          "keeps"
+                        : BLOCK "partition_activations: what it splits is each block's input, all that full "
+                          "recompute keeps");
+    checked(a, BLOCK "contiguous_memory_optimization",
+            "the saved inputs always lie in one buffer per tier (the activations, the checkpoint store)");
+    ignored(a, BLOCK "number_checkpoints",
+            "with --recompute full every block is a checkpoint; the number only sizes DeepSpeed's contiguous buffer");
+    ignored(a, BLOCK "synchronize_checkpoint_boundary",
+            "the checkpoints' copies are ordered by events on the copy stream, never by a device-wide "
+            "synchronization");
+    checked(a, BLOCK "profile",
+            "always measured: hardware FLOPs (HFU) count the recomputation; --trace shows each block's (recompute)");
+}
