@@ -105,6 +105,8 @@ def run_checks(lab, expected, r):
                  "communication per step equals the formula", f"with {ACCUM}: losses equal the reference's",
                  "resume reproduces the run"]
         names += ["--dpu equals the reference's delayed update"] if lab == "05" else []
+        names += [f"--recompute {m}: losses equal none's to the bit, activations equal the formula"
+                  for m in ("selective", "full")] if lab == "04" else []
         return [(n, False, main["error"], f"{stage} exits 0") for n in names]
     out = []
     same = main["losses"] == expected["losses"]
@@ -136,6 +138,18 @@ def run_checks(lab, expected, r):
     ok = "error" not in resumed and resumed["losses"] == main["losses"][4:]
     out.append(("resume from step 4 reproduces steps 5-8", ok,
                 resumed.get("error") or f"{resumed['losses'][-1]:.9g}", f"{main['losses'][-1]:.9g}"))
+    if lab == "04":  # block_recompute: the same bits as the forward it repeats, in the working set the formula counts
+        for mode in ("selective", "full"):
+            rec = r.run(stage, f"{MODEL} {extra} --recompute {mode}")
+            name = f"--recompute {mode}: losses equal none's to the bit, activations equal the formula"
+            if "error" in rec:
+                out.append((name, False, rec["error"], f"{stage} exits 0"))
+                continue
+            acts = [rec["mem"]["device"][c]["peak"] for c in ("activations", "act_working")]
+            want = [rec["mem_formula"][c] for c in ("activations", "act_working")]
+            ok = rec["losses"] == main["losses"] and acts == want
+            out.append((name, ok, f"{rec['losses'][-1]:.9g} at step 8; {acts[0]:.0f} + {acts[1]:.0f} B",
+                        f"{main['losses'][-1]:.9g}; {want[0]:.0f} + {want[1]:.0f} B"))
     if lab == "05":
         dpu = figures(r.run(stage, f"{MODEL} --dpu --dpu-warmup 2"), tiers)
         ok = "error" not in dpu and dpu["losses"] == expected["dpu_losses"]

@@ -37,6 +37,18 @@ for stage in dp_baseline zero1 zero2 zero3 cpu_offload infinity; do
     rm -f "$log"
 done
 
+# the activations: zero3 again, each block keeping only its input and running
+# its forward again in backward; the same losses, a fraction of the bytes
+if [ -x ./zero3 ]; then
+    echo
+    echo "== zero3 --recompute full: mpirun -np $np ./zero3 --model $model --batch 4 --steps $steps --recompute full"
+    log=$(mktemp)
+    mpirun -np "$np" ./zero3 --model "$model" --batch 4 --steps "$steps" --eval-every 10 --recompute full \
+        --json "$json" | tee "$log"
+    summaries+=("$(grep '^summary ' "$log") (--recompute full)")
+    rm -f "$log"
+fi
+
 # 3d_parallel on the same global batch: tp 2 x pp 2 x dp np/4, each replica
 # 4 micro-batches of 4 sequences (np x 4 sequences per step, as above)
 if [ -x ./3d_parallel ] && [ $((np % 4)) -eq 0 ]; then

@@ -25,7 +25,10 @@ def main():
     first = recs[0]
 
     def name(r):
-        return f"{r['stage']} N={r['ranks']}" + (f" k={r['grad_accum']}" if r.get("grad_accum", 1) > 1 else "")
+        rc = r.get("recompute", "none")
+        return (f"{r['stage']} N={r['ranks']}" + (f" k={r['grad_accum']}" if r.get("grad_accum", 1) > 1 else "") +
+                (f" --recompute {rc}" if rc != "none" else "") +
+                (" --offload-activations" if r.get("offload_activations") else ""))
 
     print(f"against {name(first)} ({len(first['losses'])} steps):")
     for r in recs[1:]:

@@ -23,7 +23,8 @@ OPS = ["all_reduce", "reduce_scatter", "all_gather", "broadcast", "send", "recv"
 
 
 def label(rec):
-    return f"{rec['stage']} N={rec['ranks']}"
+    rc = rec.get("recompute", "none")
+    return f"{rec['stage']} N={rec['ranks']}" + (f" recompute {rc}" if rc != "none" else "")
 
 
 def write_losses(recs, tmp):
@@ -59,7 +60,8 @@ def write_table(path, recs, columns, value):
 # one colour per category (the same on every tier); the tier is the fill:
 # solid on the device, hatched on pinned/host memory, dotted on NVMe
 COLOURS = {"params_bf16": "#7b3294", "grads_bf16": "#1b9e77", "master_fp32": "#3288bd", "adam_m": "#e6ab02",
-           "adam_v": "#f46d43", "activations": "#66a61e", "comm_buffers": "#444444", "workspace": "#a6761d",
+           "adam_v": "#f46d43", "activations": "#66a61e", "act_working": "#b2df8a", "comm_buffers": "#444444",
+           "workspace": "#a6761d",
            "all_reduce": "#3288bd", "reduce_scatter": "#1b9e77", "all_gather": "#7b3294", "broadcast": "#e6ab02",
            "send": "#f46d43", "recv": "#a6761d"}
 FILLS = {"device": "solid 0.85", "host": "pattern 4", "pinned": "pattern 5", "nvme": "pattern 2"}
