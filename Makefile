@@ -81,8 +81,8 @@ STAGE_IDS := 00 01 02 03 04 05 06 07
 STAGES := $(foreach n,$(STAGE_IDS),$(if $(wildcard */$(BIN_$(n)).c),$(n)))
 TRAINERS := $(filter-out 00,$(STAGES))
 BINS := $(foreach n,$(STAGES),$(BIN_PREFIX)$(BIN_$(n)))
-# memory_math links every trainer's strategy to read what each stage keeps
-SRC_00 := $(wildcard 00_memory_math/*.c) $(sort $(foreach n,$(TRAINERS),$(SRC_$(n))))
+# memory_math reads what each stage keeps and its buffers from mem_math's tables
+SRC_00 := $(wildcard 00_memory_math/*.c)
 # a trainer's main: stage_main.c naming its strategy, strategy_<binary>
 MAIN_OBJ = $(BUILD)/main/$(1).o
 

@@ -3,7 +3,8 @@
 // every stage's device bytes are counted by run_device_bytes, the function
 // the trainers' budget check calls before they allocate anything (model
 // states with padding, activations, workspace, the kernels' scratch, the
-// stage's own buffers at its flags' defaults), on the cpu device.
+// stage's own buffers at its flags' defaults: stage_buffer_bytes), on the
+// cpu device.
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -11,7 +12,6 @@
 #include "device.h"
 #include "kernels.h"
 #include "memory_math.h"
-#include "trainer.h"
 
 #define GB 1e9
 #define CPU_ACT_BYTES 4  // fp32 activations on the cpu device
@@ -26,20 +26,16 @@ static const Col run_cols[] = {
 };
 
 static RunDeviceBytes stage_run(int i, const Inputs *in, int threads, const char **name) {
-    const Strategy *s;
-    StatesLayout states;
-    StageId formula;
-    void *ctx = measured_stage(i, &s, &states, &formula);
+    StageId formula = measured_stage(i);
     const GPTLayout *l = &in->layout;
     const GPTConfig *c = &l->cfg;
     Partition part;
     partition_init(&part, l->num_params, in->ranks, 0);  // shards are padded to equal sizes
-    double buffers = s->device_buffer_bytes ? s->device_buffer_bytes(ctx, l, &part) : 0;
+    double buffers = stage_buffer_bytes(formula, l, &part);
     double scratch = (double)kernels_cpu.scratch_bytes(threads, in->batch, in->seq_len, c->channels, c->num_heads,
                                                        c->vocab_size);
     GPTPlan plan = act_plan(in, in->recompute, in->offload_activations);
     plan.sequence_parallel = plan.partition_activations = 0;  // data parallel: the whole model
-    free(ctx);
     *name = stage_name(formula);
     return run_device_bytes(formula, l, &plan, l->num_params, in->ranks, CPU_ACT_BYTES, scratch, buffers, 0);
 }

@@ -1,55 +1,27 @@
 // measure.c: memory_math --measure. Every rank allocates each stage's model
 // states with states_alloc (the function the trainers use) on the cpu device,
-// reads what the memory tracker counted, and frees them again; rank 0 sets
-// the largest count over ranks beside the formula, category by category.
+// in the layout mem_math's table gives the stage, reads what the memory
+// tracker counted, and frees them again; rank 0 sets the largest count over
+// ranks beside the formula, category by category.
 #include <math.h>
 #include <mpi.h>
 #include <string.h>
 #include "check.h"
 #include "device.h"
 #include "memory_math.h"
-#include "trainer.h"
 
 #define NSLOTS (TIER_COUNT * CAT_COUNT)
-// Every stage's own strategy declares what it keeps (its .states, or what
-// .states_of picks for an option); memory_math links the stages and
-// allocates exactly that.
-extern const Strategy strategy_dp_baseline, strategy_zero1, strategy_zero2, strategy_zero3, strategy_cpu_offload,
-    strategy_infinity;
-
-// A stage, with one of its string options set where that option picks the
-// layout (flag NULL: the stage's defaults).
-typedef struct Measured {
-    const Strategy *s;
-    const char *flag, *value;
-} Measured;
-static const Measured measured_stages[] = {
-    {&strategy_dp_baseline, NULL, NULL}, {&strategy_zero1, NULL, NULL},
-    {&strategy_zero2, NULL, NULL},       {&strategy_zero3, NULL, NULL},
-    {&strategy_cpu_offload, NULL, NULL}, {&strategy_infinity, "offload-params", "none"},
-    {&strategy_infinity, "offload-params", "cpu"}, {&strategy_infinity, "offload-params", "nvme"},
+// The stages (and options) whose states memory_math allocates: what each
+// keeps is mem_math's table (stage_states), which every trainer's report
+// holds its own allocation to.
+static const StageId measured_stages[] = {
+    STAGE_DP, STAGE_ZERO1, STAGE_ZERO2, STAGE_ZERO3, STAGE_OFFLOAD, STAGE_INFINITY, STAGE_INFINITY_CPU,
+    STAGE_INFINITY_NVME,
 };
 static const MemCategory state_cats[] = {CAT_PARAMS, CAT_GRADS, CAT_MASTER, CAT_ADAM_M, CAT_ADAM_V};
 
 int measured_stage_count(void) { return (int)(sizeof measured_stages / sizeof measured_stages[0]); }
-
-// The layout and closed form the stage picks with the option set, read
-// through its own flag table and states_of / formula_of.
-void *measured_stage(int i, const Strategy **strategy, StatesLayout *layout, StageId *formula) {
-    const Measured *m = &measured_stages[i];
-    void *ctx = xcalloc(1, m->s->context_bytes);
-    FlagSpec specs[STRATEGY_MAX_FLAGS];
-    int n = m->s->flags ? m->s->flags(ctx, specs) : 0;  // the flags' defaults go into ctx
-    if (m->flag) {
-        const FlagSpec *f = flags_find(specs, n, m->flag);
-        CHECK(f && f->type == FLAG_STRING, "%s has no string flag --%s", m->s->name, m->flag);
-        *(const char **)f->dst = m->value;
-    }
-    *strategy = m->s;
-    *layout = m->s->states_of ? m->s->states_of(ctx) : m->s->states;
-    *formula = m->s->formula_of ? m->s->formula_of(ctx) : m->s->formula;
-    return ctx;
-}
+StageId measured_stage(int i) { return measured_stages[i]; }
 
 // Bytes by tier x category that states_alloc added on this rank, reduced to
 // the maximum and minimum over ranks. On NVMe, where it allocates nothing,
@@ -130,12 +102,9 @@ int section_measure(Printer *p, const Inputs *in) {
     int differ = 0;
     for (size_t i = 0; i < sizeof measured_stages / sizeof measured_stages[0]; i++) {
         double mx[NSLOTS], mn[NSLOTS];
-        StatesLayout layout;
-        StageId formula;
-        const Strategy *strategy;
-        free(measured_stage((int)i, &strategy, &layout, &formula));
+        StatesLayout layout = stage_states(measured_stages[i]);
         measure_stage(&d, &layout, in, mx, mn);
-        differ += stage_rows(p, in, formula, mx, mn);
+        differ += stage_rows(p, in, measured_stages[i], mx, mn);
     }
     printer_table_end(p);
     printer_bool(p, "all_equal", "measured equals formula everywhere", differ == 0);

@@ -43,12 +43,10 @@ void section_config(Printer *p, const Inputs *in);
 // measure.c: returns the number of (stage, tier, category) entries where the
 // measured bytes differ from the formula (0: all equal). Collective.
 int section_measure(Printer *p, const Inputs *in);
-// The stages memory_math links (measure.c), some with an option set
-// (infinity's --offload-params): stage i's strategy, the layout and closed
-// form it picks, and a context holding its flags' defaults (the caller frees it).
-struct Strategy;
+// The stages memory_math measures and fits (measure.c), some with an option
+// set (infinity's --offload-params): stage i's closed form.
 int measured_stage_count(void);
-void *measured_stage(int i, const struct Strategy **strategy, StatesLayout *layout, StageId *formula);
+StageId measured_stage(int i);
 // The activation settings as a plan of the whole model for one micro-batch
 // (the tp part's with --tp > 1: act_layout says which layout).
 GPTPlan act_plan(const Inputs *in, GPTRecompute r, int offload);

@@ -13,27 +13,15 @@ FlagSpec grad_shard_flag(double *bucket_mb) {
                       .min = 0, .max = 1e6};
 }
 
-// Elements per bucket. Default: an eighth of the gradients, so the two
-// buckets stay a quarter of what ZeRO-1 keeps, and at most 25 MB, so large
-// models still send several buckets while backward runs.
-static size_t bucket_elems(double bucket_mb, const Partition *p) {
-    size_t cap = bucket_mb > 0 ? (size_t)(bucket_mb * 1e6 / sizeof(bf16)) : p->padded / 8;
-    if (bucket_mb == 0 && cap > 25 * 1000 * 1000 / sizeof(bf16)) cap = 25 * 1000 * 1000 / sizeof(bf16);
-    if (cap > p->padded) cap = p->padded;
-    return cap < 1 ? 1 : cap;
-}
-
 // A bucket's received part is at most the rank's shard.
 static size_t recv_elems(size_t cap, const Partition *p) { return cap < p->shard ? cap : p->shard; }
 
-double grad_shard_device_bytes(double bucket_mb, const Partition *p) {
-    size_t cap = bucket_elems(bucket_mb, p);
-    return 2.0 * (double)(cap + recv_elems(cap, p)) * sizeof(bf16);
-}
-
 void grad_shard_init(GradShard *gs, Trainer *t, double bucket_mb) {
     memset(gs, 0, sizeof *gs);
-    size_t cap = bucket_elems(bucket_mb, &t->part);
+    // elements per bucket (mem_math.h): by default an eighth of the gradients,
+    // so the two buckets stay a quarter of what ZeRO-1 keeps, and at most
+    // 25 MB, so large models still send several buckets while backward runs
+    size_t cap = zero_bucket_elems(bucket_mb, &t->part);
     gs->cap = cap;
     size_t recv_cap = recv_elems(cap, &t->part);
     for (int i = 0; i < 2; i++) {

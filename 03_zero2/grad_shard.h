@@ -36,11 +36,10 @@ typedef struct GradShard {
 // default, 0, picks the size in grad_shard_init).
 FlagSpec grad_shard_flag(double *bucket_mb);
 // Allocates two buckets of bucket_mb (0: the default; capped at the padded
-// model size); the flag's range keeps bucket_mb in [0, 1e6].
+// model size); the flag's range keeps bucket_mb in [0, 1e6]. Their device
+// bytes are zero_bucket_bytes (mem_math.h).
 void grad_shard_init(GradShard *gs, Trainer *t, double bucket_mb);
 void grad_shard_free(GradShard *gs, Trainer *t);
-// Device bytes of the two buckets (send and receive) grad_shard_init allocates.
-double grad_shard_device_bytes(double bucket_mb, const Partition *p);
 // Unit u's fp32 gradients for this micro-batch are complete: bucket them,
 // launching reduce-scatters as buckets fill; the received parts land in the
 // rank's gradient shard, t->st.grads.

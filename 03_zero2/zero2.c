@@ -27,7 +27,7 @@ static void setup(Trainer *t) {
 
 static double device_buffer_bytes(const void *ctx, const GPTLayout *l, const Partition *p) {
     const Stage *z = ctx;
-    return grad_shard_device_bytes(z->bucket_mb, p);
+    return zero_bucket_bytes(z->bucket_mb, p);
 }
 
 // The micro-batch step. bf16 params stay whole, as in ZeRO-1; the gradients

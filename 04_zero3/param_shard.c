@@ -20,7 +20,7 @@ static int entry_reads(const GPTLayout *l, int e, int out[2]) {
 }
 
 FlagSpec param_shard_flag(int *prefetch) {
-    *prefetch = 1;
+    *prefetch = ZERO_PREFETCH_DEFAULT;
     return (FlagSpec){.name = "prefetch", .type = FLAG_INT, .dst = prefetch, .meta = "N",
                       .help = "units whose parameters are gathered ahead of use",
                       .min = 0, .max = GPT_MAX_UNITS};
@@ -113,27 +113,6 @@ void param_shard_release(ParamShard *ps, Trainer *t, int u, int backward) {
     int n = entry_reads(&t->layout, e, reads);
     for (int i = 0; i < n; i++)
         if (!read_soon(ps->prefetch, &t->layout, num_entries(t), e, reads[i])) drop(t, &ps->live[reads[i]]);
-}
-
-// A training micro-batch's schedule (an evaluation's, forward only, gathers
-// a subset of it) replayed on sizes, by the rules of acquire and release.
-double param_shard_peak_bytes(const GPTLayout *l, int prefetch) {
-    int entries = 2 * l->num_units, reads[2];
-    char live[GPT_MAX_UNITS] = {0};
-    double bytes = 0, peak = 0;
-    for (int e = 0; e < entries; e++) {
-        for (int k = 0; k <= prefetch && e + k < entries; k++) {
-            int m = entry_reads(l, e + k, reads);
-            for (int i = 0; i < m; i++)
-                if (!live[reads[i]]) live[reads[i]] = 1, bytes += (double)l->unit[reads[i]].count * sizeof(bf16);
-        }
-        if (bytes > peak) peak = bytes;
-        int n = entry_reads(l, e, reads);
-        for (int i = 0; i < n; i++)
-            if (live[reads[i]] && !read_soon(prefetch, l, entries, e, reads[i]))
-                live[reads[i]] = 0, bytes -= (double)l->unit[reads[i]].count * sizeof(bf16);
-    }
-    return peak;
 }
 // LAB END
 

@@ -41,8 +41,6 @@ void param_shard_free(ParamShard *ps, Trainer *t);
 void param_shard_acquire(ParamShard *ps, Trainer *t, int u, int backward);
 // After unit u computed: release what the next units do not read.
 void param_shard_release(ParamShard *ps, Trainer *t, int u, int backward);
-// The most bytes of gathered units live at once, at this prefetch depth.
-double param_shard_peak_bytes(const GPTLayout *l, int prefetch);
 // Drop every live unit (the params are about to change).
 void param_shard_release_all(ParamShard *ps, Trainer *t);
 const bf16 *param_shard_view(const ParamShard *ps, int u);

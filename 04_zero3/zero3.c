@@ -33,7 +33,7 @@ static void setup(Trainer *t) {
 // The buckets, and the units gathered at once at this prefetch depth.
 static double device_buffer_bytes(const void *ctx, const GPTLayout *l, const Partition *p) {
     const Stage *z = ctx;
-    return grad_shard_device_bytes(z->bucket_mb, p) + param_shard_peak_bytes(l, z->prefetch);
+    return zero_bucket_bytes(z->bucket_mb, p) + zero_gathered_peak_bytes(l, z->prefetch);
 }
 
 // The micro-batch step. No rank holds the params whole: before a unit

@@ -77,15 +77,13 @@ static int flags(void *ctx, FlagSpec *out) {
     return 5;
 }
 
-// The threaded delayed update keeps a second gradient shard.
-static StageId formula_of(const void *ctx) {
-    const Stage *z = ctx;
-    return z->dpu && !z->dpu_serial ? STAGE_OFFLOAD_DPU : STAGE_OFFLOAD;
-}
-
-static void check_flags(const Stage *z) {
+// The delayed update's own flags need --dpu; the threaded one keeps a
+// second gradient shard, which its closed form counts.
+static void configure(Trainer *t, const GPTConfig *model) {
+    const Stage *z = t->sctx;
     if (!z->dpu && (z->warmup_given || z->dpu_serial))
         fail_usage("--%s tunes the delayed update: add --dpu", z->dpu_serial ? "dpu-serial" : "dpu-warmup");
+    if (z->dpu && !z->dpu_serial) t->formula = STAGE_OFFLOAD_DPU;
 }
 
 // The cores: on the cpu device the delayed update's host thread and the
@@ -104,7 +102,6 @@ static void split_threads(Trainer *t, Stage *z) {
 
 static void setup(Trainer *t) {
     Stage *z = t->sctx;
-    check_flags(z);
     split_threads(t, z);
     grad_shard_init(&z->grads, t, z->bucket_mb);
     host_grads_init(&z->host_grads, &z->grads, t);
@@ -122,7 +119,7 @@ static void setup(Trainer *t) {
 // On the device only zero2's buckets: the other buffers are pinned host memory.
 static double device_buffer_bytes(const void *ctx, const GPTLayout *l, const Partition *p) {
     const Stage *z = ctx;
-    return grad_shard_device_bytes(z->bucket_mb, p);
+    return zero_bucket_bytes(z->bucket_mb, p);
 }
 
 // The micro-batch step: zero2's. The buckets' reduced parts go down to the
@@ -239,28 +236,39 @@ static void params_from_master(Trainer *t) {
 
 // ---- checkpoints: under --dpu the device's params lag the master by a step ----
 
-static int ckpt_extra(Trainer *t, CkptTensor *out, int saving) {
+static Buf *ckpt_params(Trainer *t, Stage *z) {
+    if (!z->ckpt_params.ptr)
+        z->ckpt_params = buf_alloc(&t->dev, TIER_HOST, CAT_WORKSPACE, t->part.shard * sizeof(bf16),
+                                   "checkpoint staging");
+    return &z->ckpt_params;
+}
+
+// Master, m and v as every stage saves them, and under --dpu the device's
+// own shard of the params, a step behind them.
+static void ckpt_out(Trainer *t, CkptStates *c) {
     Stage *z = t->sctx;
-    if (!z->dpu) return 0;
-    size_t bytes = t->part.shard * sizeof(bf16);
-    if (!z->ckpt_params.ptr) z->ckpt_params = buf_alloc(&t->dev, TIER_HOST, CAT_WORKSPACE, bytes, "checkpoint staging");
-    if (saving) {
-        dev_sync(&t->dev, STREAM_COMPUTE);
-        dev_copy(&t->dev, z->ckpt_params.ptr, own_param_slice(t), bytes, STREAM_COPY);
-        dev_sync(&t->dev, STREAM_COPY);
-    }
-    out[0] = (CkptTensor){"device_params", z->ckpt_params.ptr, bytes};
-    return 1;
+    trainer_ckpt_out(t, c);
+    if (!z->dpu) return;
+    Buf *b = ckpt_params(t, z);
+    dev_sync(&t->dev, STREAM_COMPUTE);
+    dev_copy(&t->dev, b->ptr, own_param_slice(t), b->bytes, STREAM_COPY);
+    dev_sync(&t->dev, STREAM_COPY);
+    ckpt_states_add(c, "device_params", b->ptr, b->bytes);
 }
 
 // Resume: the device gets the params it had (bf16 of the master a step
 // back); params_out holds bf16 of the master, due to go up after the next
 // step, exactly where the uninterrupted run stood once its save had waited
 // for the update in flight.
-static void ckpt_restore(Trainer *t, const CkptTensor *in, int n) {
+static void ckpt_in(Trainer *t, CkptStates *c, int loaded) {
     Stage *z = t->sctx;
-    if (n == 0) return;
-    dev_copy(&t->dev, own_param_slice(t), in[0].host, in[0].bytes, STREAM_COPY);
+    if (!loaded) {
+        if (z->dpu) ckpt_states_add(c, "device_params", ckpt_params(t, z)->ptr, ckpt_params(t, z)->bytes);
+        return;
+    }
+    trainer_ckpt_in(t, c, 1);  // master, m, v; params_out = bf16(master), up on the device
+    if (!z->dpu) return;
+    dev_copy(&t->dev, own_param_slice(t), z->ckpt_params.ptr, z->ckpt_params.bytes, STREAM_COPY);
     dev_sync(&t->dev, STREAM_COPY);
     all_gather_params(t);
     z->upload_due = t->step > z->dpu_warmup;
@@ -286,7 +294,7 @@ const Strategy strategy_cpu_offload = {
                "memory, updated by a SIMD CPU Adam; bf16 params on the device. --dpu delays the update by\n"
                "one step so the CPU Adam runs while the device computes the next step.",
     .formula = STAGE_OFFLOAD,
-    .formula_of = formula_of,
+    .configure = configure,
     // the optimizer states and the gradient shard leave the device for pinned host memory
     .states = {.params = STATE_FULL, .grads = STATE_SHARD, .optim = STATE_SHARD,
                .params_tier = TIER_DEVICE, .grads_tier = TIER_PINNED, .optim_tier = TIER_PINNED},
@@ -299,7 +307,7 @@ const Strategy strategy_cpu_offload = {
     .update = update,
     .params_from_master = params_from_master,
     .finish_update = finish_update,
-    .ckpt_extra = ckpt_extra,
-    .ckpt_restore = ckpt_restore,
+    .ckpt_out = ckpt_out,
+    .ckpt_in = ckpt_in,
     .teardown = teardown,
 };

@@ -78,22 +78,12 @@ static ParamsAt params_at_of(const char *s) {
                "or nvme", s);
 }
 
-static StatesLayout states_of(const void *ctx) {
+// Before anything is allocated: the flags, where the bf16 param shard
+// lives (which picks the states' layout and closed form), and the room on
+// the disk for the files.
+static void configure(Trainer *t, const GPTConfig *model) {
     static const MemTier tier[3] = {TIER_DEVICE, TIER_PINNED, TIER_NVME};
-    const Stage *z = ctx;
-    return (StatesLayout){.params = STATE_SHARD, .grads = STATE_SHARD, .optim = STATE_SHARD,
-                          .params_tier = tier[params_at_of(z->offload_params)], .grads_tier = TIER_PINNED,
-                          .optim_tier = TIER_NVME};
-}
-
-static StageId formula_of(const void *ctx) {
     static const StageId form[3] = {STAGE_INFINITY, STAGE_INFINITY_CPU, STAGE_INFINITY_NVME};
-    const Stage *z = ctx;
-    return form[params_at_of(z->offload_params)];
-}
-
-// Before any state is allocated: the flags, then the folder and its room.
-static void check(Trainer *t) {
     Stage *z = t->sctx;
     z->params_at = params_at_of(z->offload_params);
     if (!z->nvme_path)
@@ -102,7 +92,13 @@ static void check(Trainer *t) {
     if (z->aio_block_kb % 4)  // the flag's range holds the rest
         fail_usage("--aio-block-kb %d: give a multiple of 4 (O_DIRECT moves whole 4 KiB blocks) from 4 to 1048576",
                    z->aio_block_kb);
-    nvme_files_check(&z->files, t, z->nvme_path);
+    t->states.params_tier = tier[z->params_at];
+    t->formula = form[z->params_at];
+    // the folder and its room for this rank's shard of the whole model (the
+    // partition the trainer makes next), before anything is allocated
+    Partition part;
+    partition_init(&part, t->layout.num_params, t->world.size, t->world.rank);
+    nvme_files_check(&z->files, t, part.shard, z->nvme_path);
 }
 
 static void say_where(Trainer *t, Stage *z) {
@@ -141,7 +137,7 @@ static void setup(Trainer *t) {
 // prefetch depth (the swapper's slots and the param slices are pinned host memory).
 static double device_buffer_bytes(const void *ctx, const GPTLayout *l, const Partition *p) {
     const Stage *z = ctx;
-    return grad_shard_device_bytes(z->bucket_mb, p) + param_shard_peak_bytes(l, z->prefetch);
+    return zero_bucket_bytes(z->bucket_mb, p) + zero_gathered_peak_bytes(l, z->prefetch);
 }
 
 // ---- the micro-batch step: zero3's, with the disk kept busy ----
@@ -314,17 +310,25 @@ static void copy_group(const SwapGroup *g, void *arg) {
     }
 }
 
-// The checkpoint holds the states themselves, never the swap files: a run
-// resumes into fresh files wherever its --nvme-path points.
-static void optim_host_copy(Trainer *t, void *const host[3], size_t bytes, int saving) {
-    Stage *z = t->sctx;
-    CHECK(bytes == t->part.shard * sizeof(float), "checkpoint tensors of %zu bytes, shard of %zu", bytes,
-          t->part.shard * sizeof(float));
-    HostCopy c = {.host = host, .saving = saving};
-    int rc = swapper_pass(&z->swap, saving ? SWAP_READ : SWAP_WRITE, copy_group, &c);
+// Between the files and the checkpoint's host copies, either way.
+static void copy_states(Trainer *t, Stage *z, CkptStates *c, int saving) {
+    CHECK(c->optim_bytes == t->part.shard * sizeof(float), "checkpoint tensors of %zu bytes, shard of %zu",
+          c->optim_bytes, t->part.shard * sizeof(float));
+    HostCopy hc = {.host = c->optim, .saving = saving};
+    int rc = swapper_pass(&z->swap, saving ? SWAP_READ : SWAP_WRITE, copy_group, &hc);
     if (!rc) rc = swapper_drain(&z->swap);  // in the files before anything reads them
     take_nvme_bytes(t, z, 0);
     stop_on_io_error(t, z, rc);
+}
+
+// The checkpoint holds the states themselves, never the swap files: a run
+// resumes into fresh files wherever its --nvme-path points.
+static void ckpt_out(Trainer *t, CkptStates *c) { copy_states(t, t->sctx, c, 1); }
+
+static void ckpt_in(Trainer *t, CkptStates *c, int loaded) {
+    if (!loaded) return;
+    copy_states(t, t->sctx, c, 0);
+    params_from_master(t);
 }
 
 static void teardown(Trainer *t) {
@@ -346,14 +350,12 @@ const Strategy strategy_infinity = {
                "through a pipelined swapper to a SIMD CPU Adam; the gradient shard in pinned host memory;\n"
                "--offload-params moves the bf16 param shard to pinned host memory or NVMe too.",
     .formula = STAGE_INFINITY,
-    .formula_of = formula_of,
     // zero3's shards; the optimizer states on NVMe, the gradients beside the CPU Adam
     .states = {.params = STATE_SHARD, .grads = STATE_SHARD, .optim = STATE_SHARD,
                .params_tier = TIER_DEVICE, .grads_tier = TIER_PINNED, .optim_tier = TIER_NVME},
-    .states_of = states_of,
     .context_bytes = sizeof(Stage),
     .flags = flags,
-    .check = check,
+    .configure = configure,
     .setup = setup,
     .device_buffer_bytes = device_buffer_bytes,
     .forward_backward = forward_backward,
@@ -361,6 +363,7 @@ const Strategy strategy_infinity = {
     .update = update,
     .params_from_master = params_from_master,
     .finish_update = finish_update,
-    .optim_host_copy = optim_host_copy,
+    .ckpt_out = ckpt_out,
+    .ckpt_in = ckpt_in,
     .teardown = teardown,
 };

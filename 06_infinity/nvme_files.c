@@ -39,13 +39,13 @@ static size_t bytes_on_same_disk(Trainer *t, const char *path, size_t mine, int 
     return sum;
 }
 
-void nvme_files_check(NvmeFiles *f, Trainer *t, const char *path) {
+void nvme_files_check(NvmeFiles *f, Trainer *t, size_t shard, const char *path) {
     memset(f, 0, sizeof *f);
     for (int i = 0; i < SWAP_TENSORS; i++) f->file[i] = (AioFile){.fd = -1};
     CHECK(t->states.optim == STATE_SHARD && t->states.params == STATE_SHARD, "nvme files hold shards");
     if (t->states.optim_tier == TIER_NVME)
-        for (int i = SWAP_MASTER; i <= SWAP_V; i++) f->payload[i] = t->part.shard * sizeof(float);
-    if (t->states.params_tier == TIER_NVME) f->payload[SWAP_PARAMS] = t->part.shard * sizeof(bf16);
+        for (int i = SWAP_MASTER; i <= SWAP_V; i++) f->payload[i] = shard * sizeof(float);
+    if (t->states.params_tier == TIER_NVME) f->payload[SWAP_PARAMS] = shard * sizeof(bf16);
     size_t need = 0;
     for (int i = 0; i < SWAP_TENSORS; i++) need += aio_round_up(f->payload[i]);
     int sharing = 1;

@@ -25,9 +25,9 @@ typedef struct NvmeFiles {
 void nvme_agree(Trainer *t, int failed, const char *msg);
 // Collective, before any model state is allocated: checks --nvme-path on
 // every rank (exists, is a folder, on a disk) and the room for the files of
-// the states that t->states puts on NVMe; exits 2 with one line otherwise.
-// Makes DIR/rank-R.
-void nvme_files_check(NvmeFiles *f, Trainer *t, const char *path);
+// the states that t->states puts on NVMe, for a shard of `shard` elements;
+// exits 2 with one line otherwise. Makes DIR/rank-R.
+void nvme_files_check(NvmeFiles *f, Trainer *t, size_t shard, const char *path);
 // Collective: creates and preallocates the files, then writes the initial
 // values (master = the init weights, params = their bf16; m = v = 0 from
 // fallocate, whose blocks read as zeros) through pinned buffers.

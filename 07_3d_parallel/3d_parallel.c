@@ -76,7 +76,7 @@ static void check_activation_flags(const Trainer *t, const Stage *z) {
 // The grid, this rank's tp part of the layout, its stage's units with
 // min(P - s, m) micro-batches in flight (1F1B) or m (AFAB), and its states:
 // [wte copy (last stage of a pipeline) | the stage's units].
-static void place(Trainer *t, const GPTConfig *mc) {
+static void configure(Trainer *t, const GPTConfig *mc) {
     Stage *z = t->sctx;
     if (strcmp(z->schedule_name, "1f1b") == 0) z->schedule = SCHEDULE_1F1B;
     else if (strcmp(z->schedule_name, "afab") == 0) z->schedule = SCHEDULE_AFAB;
@@ -165,6 +165,7 @@ static void setup(Trainer *t) {
     Stage *z = t->sctx;
     z->reduced = buf_alloc(&t->dev, TIER_DEVICE, CAT_COMM, t->part.shard * sizeof(bf16), "reduced gradient shard");
     count_once(t, z);
+    grid_comm_formula(t);
     int max_micro = t->cfg.grad_accum * t->cfg.eval_batches;  // an evaluation's, the most in one pass
     pipeline_init(&z->pipe, t, &z->grid.pp_comm, z->grid.stage, z->grid.pp, z->schedule, t->plan.slots, max_micro);
 }
@@ -252,15 +253,13 @@ const Strategy strategy_3d_parallel = {
                .params_tier = TIER_DEVICE, .grads_tier = TIER_DEVICE, .optim_tier = TIER_DEVICE},
     .context_bytes = sizeof(Stage),
     .flags = flags,
-    .place = place,
+    .configure = configure,
     .setup = setup,
     .device_buffer_bytes = device_buffer_bytes,
     .forward_backward = forward_backward,
     .grad_norm_sq = grad_norm_sq,
     .update = update,
     .params_from_master = params_from_master,
-    .comm_formula = grid_comm_formula,
-    .report_figures = grid_report_figures,
-    .report_json = grid_report_json,
+    .report = grid_report,
     .teardown = teardown,
 };

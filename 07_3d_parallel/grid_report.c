@@ -30,15 +30,15 @@ GridShape grid_shape(const Trainer *t, const Stage *z) {
                        t->plan.partition_activations, t->plan.sequence_parallel};
 }
 
-double grid_comm_formula(Trainer *t, const char **text) {
+void grid_comm_formula(Trainer *t) {
     Stage *z = t->sctx;
     GridShape shape = grid_shape(t, z);
     double by[GROUP_COUNT][OP_COUNT], sum = 0;
     grid_comm_bytes(&shape, z->grid.stage, by);
     for (int k = 0; k < GROUP_COUNT; k++)
         for (int op = 0; op < OP_COUNT; op++) sum += by[k][op];
-    *text = "tp + pp + emb + dp of the grid's formulas (by group below)";
-    return sum;
+    t->comm_formula_bytes = sum;
+    t->comm_formula_text = "tp + pp + emb + dp of the grid's formulas (by group below)";
 }
 
 static RankFigures my_figures(Trainer *t, Stage *z) {
@@ -149,13 +149,16 @@ static void print_comm(const Stage *z, int act_bytes) {
            "of reduce-scatter and all-gather (a = %d B per activation)\n", act_bytes);
 }
 
-void grid_report_figures(Trainer *t) {
+static void report_json(Trainer *t, FILE *f);
+
+void grid_report(Trainer *t, FILE *json) {
     Stage *z = t->sctx;
     int N = t->world.size;
     RankFigures mine = my_figures(t, z);
     if (t->world.rank == 0) z->figures = xmalloc((size_t)N * sizeof(RankFigures));
     mpiCheck(MPI_Gather(&mine, FIGURE_DOUBLES, MPI_DOUBLE, z->figures, FIGURE_DOUBLES, MPI_DOUBLE, 0, t->world.mpi));
     if (t->world.rank != 0) return;
+    if (json) report_json(t, json);
     const Grid *g = &z->grid;
     GridShape shape = grid_shape(t, z);
     double psi = (double)t->model_params;
@@ -176,7 +179,7 @@ void grid_report_figures(Trainer *t) {
            pipeline_bubble_formula(g->pp, shape.micro_batches));
 }
 
-void grid_report_json(Trainer *t, FILE *f) {
+static void report_json(Trainer *t, FILE *f) {
     Stage *z = t->sctx;
     const Grid *g = &z->grid;
     GridShape shape = grid_shape(t, z);

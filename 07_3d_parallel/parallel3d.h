@@ -37,6 +37,10 @@ void part_add_grads(Trainer *t, int u, const float *g);
 
 // grid_report.c
 GridShape grid_shape(const Trainer *t, const Stage *z);
-double grid_comm_formula(Trainer *t, const char **text);
-void grid_report_figures(Trainer *t);
-void grid_report_json(Trainer *t, FILE *f);
+// The rank's bytes per step by the grid's formulas, as the report's
+// communication formula (t->comm_formula_*); in setup.
+void grid_comm_formula(Trainer *t);
+// The stage's rows (Strategy.report): per pipeline stage, states,
+// activations, micro-batches in flight, bytes by group beside their
+// formulas, the bubble; the record's "grid" member.
+void grid_report(Trainer *t, FILE *json);

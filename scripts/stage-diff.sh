@@ -1,8 +1,10 @@
 #!/usr/bin/env bash
-# make diff-NN: what stage NN adds over the stage before it. Every trainer's
-# strategy file uses the same names (Stage, setup, the hooks, reduce_grads,
+# make diff-NN: what stage NN adds over the stage it builds on. Every
+# trainer's strategy file uses the same names (Stage, forward_backward,
 # update, ...), so the diff of the two strategy files is the technique; the
-# files a stage adds (its machinery, reused by later stages) follow in full.
+# files the stage adds follow in full: its own machinery (reused by later
+# stages), and the common/ files that only it uses or that hold its lab's
+# regions. The last line counts the changed lines.
 set -euo pipefail
 n=$1
 here=$(cd "$(dirname "$0")/.." && pwd)
@@ -20,13 +22,25 @@ if [ "$n" = "00" ]; then
     exit 0
 fi
 mine=$(strategy_of "$cur")
-# the stage before; 06 builds on zero3 (it links 05's gradient path and CPU
-# Adam, but its hooks are zero3's); 07 builds on zero1 (its data parallelism
-# is ZeRO-1's, tensor and pipeline parallelism are new beside it)
+# the stage each builds on: 05 is ZeRO-Offload on zero2's gradient path;
+# 06 ZeRO-Infinity on zero3's gathers (with 05's host gradients and CPU
+# Adam, shown by diff-05); 07 builds on zero1 (its data parallelism is
+# ZeRO-1's, tensor and pipeline parallelism are new beside it)
 case "$n" in
+05) prev_n=03 ;;
 06) prev_n=04 ;;
 07) prev_n=02 ;;
 *) prev_n=$(printf '%02d' $((10#$n - 1))) ;;
+esac
+# the common/ files a stage owns: only it uses them, or they hold its lab's
+# regions (lab 04's recompute, lab 05's SIMD CPU Adam, lab 07's f and g)
+case "$n" in
+04) owned="common/model/gpt_recompute.c" ;;
+05) owned="common/device/cpu_adam.h common/device/cpu_adam.c common/device/cpu_adam_paths.h
+           common/device/cpu_adam_avx2.c common/device/cpu_adam_avx512.c common/device/cpu_adam_scalar.c" ;;
+06) owned="common/io/aio.h common/io/aio.c common/io/aio_file.c" ;;
+07) owned="common/model/gpt_tp.c" ;;
+*) owned="" ;;
 esac
 prev=$(ls -d "${prev_n}"_* 2>/dev/null | head -1)
 theirs=$([ -n "$prev" ] && strategy_of "$prev" || true)
@@ -37,12 +51,25 @@ if [ -z "$theirs" ]; then
     cat "$mine"
     exit 0
 fi
-echo "# what $cur adds over $prev"
-echo "# 1. the strategy: $theirs -> $mine"
-diff -u --label "$theirs" --label "$mine" "$theirs" "$mine" || true
-for f in "$cur"/*.c "$cur"/*.h; do
-    [ -e "$f" ] && [ "$f" != "$mine" ] || continue
-    echo
-    echo "# new in $cur: $f"
-    diff -u /dev/null "$f" | tail -n +3 || true
-done
+out=$(mktemp)
+trap 'rm -f "$out"' EXIT
+{
+    echo "# what $cur adds over $prev"
+    echo "# 1. the strategy: $theirs -> $mine"
+    diff -u --label "$theirs" --label "$mine" "$theirs" "$mine" || true
+    echo "# (end of the strategy's diff)"
+    k=2
+    for f in "$cur"/*.c "$cur"/*.h $owned; do
+        [ -e "$f" ] && [ "$f" != "$mine" ] || continue
+        case "$f" in common/*) why="used by $cur, or its lab" ;; *) why="new in $cur" ;; esac
+        echo
+        echo "# $k. $why: $f"
+        diff -u /dev/null "$f" | tail -n +3 || true
+        k=$((k + 1))
+    done
+} > "$out"
+cat "$out"
+echo
+strategy=$(sed '/^# (end of the strategy/q' "$out" | grep -cE '^[+-]' || true)
+all=$(grep -cE '^[+-]' "$out" || true)
+echo "# changed lines: $all (added or removed): $strategy in the strategy over $prev's, $((all - strategy)) in the files it adds"

@@ -56,6 +56,15 @@ static const StateForm FORMS[STAGE_COUNT][5] = {  // params, grads, master, m, v
 
 static void check_stage(StageId s) { CHECK(s >= 0 && s < STAGE_COUNT, "mem_math: no stage %d", (int)s); }
 
+StatesLayout stage_states(StageId s) {
+    check_stage(s);
+    const StateForm *f = FORMS[s];  // params, grads, master (m and v as master)
+    return (StatesLayout){.params = f[0].whole > 0 ? STATE_FULL : STATE_SHARD,
+                          .grads = f[1].whole > 0 ? STATE_FULL : STATE_SHARD,
+                          .optim = f[2].whole > 0 ? STATE_FULL : STATE_SHARD,
+                          .params_tier = f[0].tier, .grads_tier = f[1].tier, .optim_tier = f[2].tier};
+}
+
 // "2Ψ + 14Ψ/N", "16Ψ", "16Ψ/N" or "0" from the summed coefficients.
 static void form_text(double whole, double shard, char *out, size_t n) {
     if (whole > 0 && shard > 0) snprintf(out, n, "%gΨ + %gΨ/N", whole, shard);

@@ -99,3 +99,27 @@ double stage_max_params(StageId s, double bytes_per_rank, int ranks);
 // One line: which stages/rank counts would fit Ψ in `budget_bytes`, e.g.
 // "fits: zero2 at 4 ranks (3.1 GB), zero3 at 2 ranks (...)".
 void stage_fit_hint(size_t psi, int ranks, double budget_bytes, char *out, size_t n);
+
+// What each stage keeps: which states are whole or sharded and on which
+// tier, as its strategy declares it (with its options: cpu_offload --dpu
+// keeps a second gradient shard of its own; infinity --offload-params picks
+// the params' tier). From the closed forms above; memory_math --measure
+// allocates it with states_alloc.
+StatesLayout stage_states(StageId s);
+
+// ---- the stages' own device buffers (buffer_math.c) ----
+// ZeRO-2's buckets: --bucket-mb, or by default an eighth of the padded
+// gradients and at most 25 MB, at most the whole; elements per bucket.
+#define ZERO_BUCKET_MAX_BYTES ((size_t)25 * 1000 * 1000)
+#define ZERO_PREFETCH_DEFAULT 1  // zero3's --prefetch
+size_t zero_bucket_elems(double bucket_mb, const Partition *p);
+// Two buckets, each bucket_elems sent and its part (at most the shard) received, bf16.
+double zero_bucket_bytes(double bucket_mb, const Partition *p);
+// The most bytes of units ZeRO-3 keeps gathered at once at this prefetch
+// depth: a training micro-batch's schedule replayed on sizes (an
+// evaluation's, forward only, gathers a subset of it).
+double zero_gathered_peak_bytes(const GPTLayout *l, int prefetch);
+// A stage's own device buffers at its flags' defaults: ZeRO-1's reduced
+// gradient shard, ZeRO-2's and Offload's buckets, ZeRO-3's and Infinity's
+// buckets and gathered units.
+double stage_buffer_bytes(StageId s, const GPTLayout *l, const Partition *p);

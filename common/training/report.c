@@ -183,8 +183,9 @@ static void summarize(Trainer *t, Summary *s) {
     s->hw_flops_per_token = s->flops_per_token + recompute_flops_per_token(&t->layout, t->cfg.seq_len, t->plan.recompute);
     s->hw_gflops_per_rank = s->hw_flops_per_token * s->tokens_per_s / t->world.size / 1e9;
     s->comm_bytes_step = r->n ? comm_max_f64(&t->world, median(r->comm_bytes, r->n)) : 0;
-    if (t->strategy->comm_formula) {
-        s->comm_formula_bytes = comm_max_f64(&t->world, t->strategy->comm_formula(t, &s->comm_formula_text));
+    if (t->comm_formula_text) {  // the stage's own (3d_parallel's grid), each rank's, the largest
+        s->comm_formula_bytes = comm_max_f64(&t->world, t->comm_formula_bytes);
+        s->comm_formula_text = t->comm_formula_text;
     } else {
         s->comm_formula_bytes = stage_comm_elems(t->formula, (double)t->state_params, t->dp->size,
                                                  t->cfg.grad_accum) * sizeof(bf16);
@@ -283,7 +284,7 @@ static void print_summary(const Trainer *t, const Summary *s) {
     }
     printf("communication per step per rank\n");
     printf("  bytes moved          %10.3f MB counted from the collectives issued (ring volume)\n", s->comm_bytes_step / 1e6);
-    if (t->strategy->comm_formula)
+    if (t->comm_formula_text)
         printf("  formula              %10.3f MB = %s\n", s->comm_formula_bytes / 1e6, s->comm_formula_text);
     else
         printf("  formula              %10.3f MB = %s x 2 B (bf16)\n", s->comm_formula_bytes / 1e6, s->comm_formula_text);
@@ -366,12 +367,14 @@ static void json_array(FILE *f, const char *name, const double *x, long n) {
 
 static const char *const xfer_key[XFER_COUNT] = {"d2h", "h2d", "nvme_read", "nvme_write"};
 
-static int write_json(const Trainer *t, const Summary *s) {
+// The run's record up to the stage's own members: appended to --json, left
+// open (NULL when it cannot be opened: said in one line).
+static FILE *json_begin(const Trainer *t, const Summary *s) {
     FILE *f = fopen(t->cfg.json, "a");
     if (!f) {
         fprintf(stderr, "%s: error: --json %s: cannot append (%s); the run's record was not written\n",
                 t->strategy->name, t->cfg.json, strerror(errno));
-        return 1;
+        return NULL;
     }
     const Report *r = &t->report;
     const GPTConfig *m = &t->layout.cfg;
@@ -424,7 +427,10 @@ static int write_json(const Trainer *t, const Summary *s) {
             x->step, x->compute, x->comm, x->exposed, x->comm_hidden, x->copy, x->copy_hidden, x->host,
             x->host_hidden, x->io, x->io_hidden, x->act_copy, x->act_copy_hidden);
     settings_json(&t->cfg.settings, f);
-    if (t->strategy->report_json) t->strategy->report_json((Trainer *)t, f);
+    return f;
+}
+
+static int json_end(const Trainer *t, FILE *f) {
     fprintf(f, "}\n");
     int bad = ferror(f) != 0;
     bad |= fclose(f) != 0;  // a full disk shows here, when the buffer is written
@@ -454,9 +460,11 @@ int report_finish(Trainer *t) {
         print_memory_table(t, &s);
         print_summary(t, &s);
     }
-    if (t->strategy->report_figures) t->strategy->report_figures(t);  // collective
+    FILE *json = t->world.rank == 0 && t->cfg.json ? json_begin(t, &s) : NULL;
+    if (t->strategy->report) t->strategy->report(t, json);  // collective
     if (t->world.rank != 0) return 0;
     print_summary_line(t, &s);
     fflush(stdout);
-    return t->cfg.json ? write_json(t, &s) : 0;
+    if (t->cfg.json && !json) return 1;  // json_begin said why
+    return json ? json_end(t, json) : 0;
 }

@@ -62,13 +62,13 @@ static void print_settings(const Trainer *t) {
 }
 
 // The whole model, every unit, data parallel over the world; then the
-// strategy's place where the model is split over ranks.
+// strategy's configure (its options, and where the model is split over ranks).
 static void place(Trainer *t, const GPTConfig *mc) {
     t->dp = &t->world;
     t->plan = gpt_plan_whole(&t->layout, t->cfg.batch, t->cfg.seq_len);
     t->state_ranges[0] = (Range){0, t->layout.num_params};
     t->nstate_ranges = 1;
-    if (t->strategy->place) t->strategy->place(t, mc);
+    if (t->strategy->configure) t->strategy->configure(t, mc);
     t->plan.recompute = (GPTRecompute)gpt_recompute_of(t->cfg.recompute);
     t->plan.offload_activations = t->cfg.offload_activations;
     CHECK(t->nstate_ranges >= 1 && t->nstate_ranges <= TRAINER_MAX_STATE_RANGES && t->ngroups >= 0 &&
@@ -90,8 +90,8 @@ static void setup(Trainer *t, int argc, char **argv, const Strategy *s) {
     if (s->context_bytes) t->sctx = xcalloc(1, s->context_bytes);
     train_config_parse(&t->cfg, t->sctx, argc, argv, s);
     trainer_check_same_settings(t);
-    t->formula = s->formula_of ? s->formula_of(t->sctx) : s->formula;
-    t->states = s->states_of ? s->states_of(t->sctx) : s->states;
+    t->formula = s->formula;
+    t->states = s->states;
     GPTConfig mc;
     train_config_model(&t->cfg, &mc);
     gpt_layout(&t->layout, &mc);
@@ -114,7 +114,6 @@ static void setup(Trainer *t, int argc, char **argv, const Strategy *s) {
     trainer_resolve_batch(t);
     print_settings(t);
     partition_init(&t->part, t->state_params, t->dp->size, t->dp->rank);
-    if (s->check) s->check(t);
     trainer_check_budget(t, local_size);
 
     char err[512];

@@ -58,6 +58,18 @@ struct Trainer;
 #define TRAINER_MAX_STATE_RANGES 2
 #define TRAINER_MAX_GROUPS 4
 
+// A checkpoint's tensors of this rank: host copies of the fp32 master, m and
+// v it owns (optim[0..2], `optim_bytes` each; in `t` too where this rank saves
+// them), then the stage's own.
+typedef struct CkptStates {
+    CkptTensor t[3 + STRATEGY_MAX_CKPT];
+    int n;
+    void *optim[3];
+    size_t optim_bytes;
+} CkptStates;
+// Adds a stage's own tensor (a host buffer of `bytes`) to c.
+void ckpt_states_add(CkptStates *c, const char *name, void *host, size_t bytes);
+
 // Micro-batches that one pass runs: a step's forward and backward, or an
 // evaluation's forwards.
 typedef struct MicroBatches {
@@ -76,18 +88,18 @@ typedef struct Strategy {
     const char *name;       // binary and checkpoint stage name: "zero2"
     const char *summary;    // one paragraph for --help
     StageId formula;        // the closed form of mem_math that this stage is checked against
-    // where a stage option picks another closed form (cpu_offload --dpu): which
-    StageId (*formula_of)(const void *ctx);
     StatesLayout states;    // which states are whole or sharded, and on which tier
-    // where a stage option moves a state to another tier (infinity --offload-params): the layout
-    StatesLayout (*states_of)(const void *ctx);
     size_t context_bytes;   // the stage's own struct (its options and buffers), zeroed, at t->sctx
-    // Model parallelism: once the device and the world's comm are set up,
-    // before anything is allocated, this rank's place in the model: the part
-    // of the layout it holds, its data-parallel group, the units it computes
-    // and the layout ranges its states hold (the Trainer fields under "what
-    // this rank holds"). NULL: the whole model, data parallel over the world.
-    void (*place)(struct Trainer *t, const GPTConfig *model);
+    // Once the flags are parsed and the device and the world's comm are set
+    // up, before anything is allocated: the stage's refusals of its own
+    // flags (exit 2, one line); what its options change of what it keeps
+    // (t->formula and t->states, the declared ones until then: cpu_offload
+    // --dpu, infinity --offload-params); and under model parallelism this
+    // rank's place in the model: the part of the layout it holds, its
+    // data-parallel group, the units it computes and the layout ranges its
+    // states hold (the Trainer fields under "what this rank holds", which
+    // otherwise stay the whole model, data parallel over the world).
+    void (*configure)(struct Trainer *t, const GPTConfig *model);
     // The micro-batch step: forward (and, for a training step, backward) of
     // every micro-batch in mb, the stage's loop over the units with its
     // gathers, releases and gradient reduction where they happen. A training
@@ -95,21 +107,15 @@ typedef struct Strategy {
     // Returns the sum of the micro-batches' mean losses, the same on every
     // rank of a data-parallel replica.
     double (*forward_backward)(struct Trainer *t, const MicroBatches *mb);
-    // This rank's communication per step by the stage's formula, in bytes,
-    // and the formula's text. NULL: mem_math's closed form of `formula`.
-    double (*comm_formula)(struct Trainer *t, const char **text);
-    // The stage's own end-of-run figures: report_figures is collective, rank 0
-    // prints them after the shared tables; report_json (rank 0) writes them
-    // as members (",\"key\":value") of the run's JSON object.
-    void (*report_figures)(struct Trainer *t);
-    void (*report_json)(struct Trainer *t, FILE *f);
+    // The stage's own end-of-run rows, collective: rank 0 prints them after
+    // the shared tables and, where json is not NULL (rank 0 with --json),
+    // writes them as members (",\"key\":value") of the run's record.
+    void (*report)(struct Trainer *t, FILE *json);
     // Stage-only flags: write their defaults into the context and their specs
     // into out[]; returns how many (at most STRATEGY_MAX_FLAGS).
     int (*flags)(void *ctx, FlagSpec *out);
-    // Before any model state is allocated: refuse (exit 2, one line) what
-    // cannot work, such as too little room for infinity's files.
-    void (*check)(struct Trainer *t);
-    // After the model states are allocated and initialized: the stage's own buffers.
+    // After the model states are allocated and initialized: the stage's own
+    // buffers (and files: infinity checks the room for them first).
     void (*setup)(struct Trainer *t);
     // The most device bytes its own buffers hold at once (setup's, and what
     // its step allocates and frees), for this model and partition, with the
@@ -122,20 +128,22 @@ typedef struct Strategy {
     void (*update)(struct Trainer *t, const AdamWStep *s);
     // After loading master weights from a checkpoint: params = bf16(master) everywhere.
     void (*params_from_master)(struct Trainer *t);
-    // An update still running (cpu_offload --dpu): finish it before the states
-    // are saved or evaluated; `to_device` also brings the device's params up
-    // to date (at the end of the run), which a run going on must not do.
+    // An update still running (cpu_offload --dpu, infinity's last writes):
+    // finish it before the states are saved or evaluated; `to_device` also
+    // brings the device's params up to date (at the end of the run), which a
+    // run going on must not do.
     void (*finish_update)(struct Trainer *t, int to_device);
-    // Checkpoints hold master, m and v. A stage whose next step depends on
-    // more (the lagging device params of a delayed update) names those
-    // tensors: host buffers it fills (saving) or that the loader fills, then
-    // ckpt_restore applies them. Returns how many (at most STRATEGY_MAX_CKPT).
-    int (*ckpt_extra)(struct Trainer *t, CkptTensor *out, int saving);
-    void (*ckpt_restore)(struct Trainer *t, const CkptTensor *in, int n);
-    // Master, m and v that no pointer reaches (infinity keeps them in files):
-    // copies them into host[0..2] (saving) or back from there (resuming),
-    // `bytes` each. NULL: the trainer copies t->st.master, m and v itself.
-    void (*optim_host_copy)(struct Trainer *t, void *const host[3], size_t bytes, int saving);
+    // Checkpoints hold what this rank's next step depends on: by default the
+    // fp32 master, m and v it owns, copied from and back to t->st
+    // (trainer_ckpt_out, trainer_ckpt_in; then params_from_master). A stage
+    // whose states no pointer reaches (infinity: files), or whose next step
+    // depends on more (cpu_offload --dpu: the device's lagging params), does
+    // it itself: ckpt_out fills the host copies of master, m and v in c and
+    // may add tensors of its own; ckpt_in, before the load (loaded 0), adds
+    // the buffers of its own tensors, and after it (loaded 1) puts them all
+    // back and rebuilds the bf16 params.
+    void (*ckpt_out)(struct Trainer *t, CkptStates *c);
+    void (*ckpt_in)(struct Trainer *t, CkptStates *c, int loaded);
     void (*teardown)(struct Trainer *t);
 } Strategy;
 
@@ -149,15 +157,15 @@ typedef struct Trainer {
     TrainConfig cfg;
     const Strategy *strategy;
     void *sctx;              // the strategy's own struct (context_bytes), or NULL
-    StageId formula;         // strategy->formula, or what formula_of picked for the options
-    StatesLayout states;     // strategy->states, or what states_of picked
+    StageId formula;         // strategy->formula, or what its configure picked for the options
+    StatesLayout states;     // strategy->states, or what its configure picked
     Comm world;
     Device dev;
     Trace trace;
     GPTLayout layout;        // of the part this rank holds (the whole model unless tensor parallel)
     GPT model;
     // What this rank holds: the whole model and data parallel over the world,
-    // unless the strategy's place says otherwise.
+    // unless the strategy's configure says otherwise.
     Comm *dp;                // data-parallel group: data rows, the states' partition, the loss mean, tokens/s
     Comm *tp;                // tensor-parallel group of the layout; NULL when the layout is whole
     GPTPlan plan;            // the units this rank computes, micro-batches in flight
@@ -168,6 +176,11 @@ typedef struct Trainer {
     Comm *groups[TRAINER_MAX_GROUPS];  // sub-groups whose bytes the steps count beside the world's
     int ngroups;
     char grid[48];           // the process grid, as checkpoints record it ("": data parallel over the world)
+    // This rank's communication per step by the stage's own formula, and its
+    // text, where the stage sets one (3d_parallel's grid; in setup); else
+    // the report takes mem_math's closed form of `formula`.
+    double comm_formula_bytes;
+    const char *comm_formula_text;
     Partition part;
     ModelStates st;
     DataSet data;
@@ -258,6 +271,10 @@ void divergence_check_states(Trainer *t, const CkptTensor *fp32, int n);
 // Checkpoint glue: save/resume the optimizer states this rank owns.
 void trainer_save(Trainer *t, uint64_t data_rows);
 void trainer_resume(Trainer *t);
+// What ckpt_out and ckpt_in do by default: master, m and v between t->st and
+// c's host copies; trainer_ckpt_in then rebuilds the bf16 params.
+void trainer_ckpt_out(Trainer *t, CkptStates *c);
+void trainer_ckpt_in(Trainer *t, CkptStates *c, int loaded);
 // llm.c checkpoints (trainer_llmc.c): --init-from fills the master weights
 // of this rank's range (m = v = 0 from states_init) and the stage rebuilds
 // its bf16 params; --export-llmc gathers every rank's master weights to

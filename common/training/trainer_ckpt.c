@@ -64,97 +64,85 @@ static CkptManifest manifest_of(const Trainer *t, uint64_t data_rows) {
     return m;
 }
 
-// Host copies of master, m, v (the device may not be host-addressable).
-typedef struct HostOptim {
-    Buf host;
-    CkptTensor t[3];
-} HostOptim;
+void ckpt_states_add(CkptStates *c, const char *name, void *host, size_t bytes) {
+    CHECK(c->n < 3 + STRATEGY_MAX_CKPT, "more than %d checkpoint tensors", 3 + STRATEGY_MAX_CKPT);
+    c->t[c->n++] = (CkptTensor){name, host, bytes};
+}
 
-static void host_optim_alloc(Trainer *t, HostOptim *h) {
-    size_t bytes = t->st.optim_count * sizeof(float);
-    h->host = buf_alloc(&t->dev, TIER_HOST, CAT_WORKSPACE, 3 * bytes, "checkpoint staging");
+// Host copies of master, m and v (the device may not be host-addressable):
+// in the part where this rank saves them.
+static Buf ckpt_states_init(Trainer *t, CkptStates *c) {
+    memset(c, 0, sizeof *c);
+    c->optim_bytes = t->st.optim_count * sizeof(float);
+    Buf host = buf_alloc(&t->dev, TIER_HOST, CAT_WORKSPACE, 3 * c->optim_bytes, "checkpoint staging");
     const char *names[3] = {"master", "adam_m", "adam_v"};
-    for (int i = 0; i < 3; i++) h->t[i] = (CkptTensor){names[i], (char *)h->host.ptr + i * bytes, bytes};
+    for (int i = 0; i < 3; i++) {
+        c->optim[i] = (char *)host.ptr + i * c->optim_bytes;
+        if (saves_optim(t)) ckpt_states_add(c, names[i], c->optim[i], c->optim_bytes);
+    }
+    return host;
 }
 
 static Buf *optim_buf(Trainer *t, int i) { return i == 0 ? &t->st.master : (i == 1 ? &t->st.m : &t->st.v); }
 
-// master, m, v between their tier and the host copies, either way; a stage
-// whose states no pointer reaches (files) moves them itself.
-static void copy_optim(Trainer *t, HostOptim *h, int saving) {
-    if (t->strategy->optim_host_copy) {
-        void *const host[3] = {h->t[0].host, h->t[1].host, h->t[2].host};
-        t->strategy->optim_host_copy(t, host, h->t[0].bytes, saving);
-        return;
-    }
-    for (int i = 0; i < 3; i++) {
-        void *dev = optim_buf(t, i)->ptr;
-        if (saving) dev_copy(&t->dev, h->t[i].host, dev, h->t[i].bytes, STREAM_COPY);
-        else dev_copy(&t->dev, dev, h->t[i].host, h->t[i].bytes, STREAM_COPY);
-    }
+void trainer_ckpt_out(Trainer *t, CkptStates *c) {
+    dev_sync(&t->dev, STREAM_COMPUTE);  // the update wrote the states on the compute stream
+    for (int i = 0; i < 3; i++) dev_copy(&t->dev, c->optim[i], optim_buf(t, i)->ptr, c->optim_bytes, STREAM_COPY);
     dev_sync(&t->dev, STREAM_COPY);
 }
 
-// The tensors of this rank's part: master, m, v where it saves them, then
-// the stage's own (ckpt_extra); returns how many.
-static int part_tensors(Trainer *t, HostOptim *h, CkptTensor *all, int saving) {
-    int n = 0;
-    if (saves_optim(t))
-        for (int i = 0; i < 3; i++) all[n++] = h->t[i];
-    if (t->strategy->ckpt_extra) {
-        int extra = t->strategy->ckpt_extra(t, all + n, saving);
-        CHECK(extra >= 0 && extra <= STRATEGY_MAX_CKPT, "%s: %d extra checkpoint tensors", t->strategy->name, extra);
-        n += extra;
-    }
-    return n;
+void trainer_ckpt_in(Trainer *t, CkptStates *c, int loaded) {
+    if (!loaded) return;
+    for (int i = 0; i < 3; i++) dev_copy(&t->dev, optim_buf(t, i)->ptr, c->optim[i], c->optim_bytes, STREAM_COPY);
+    dev_sync(&t->dev, STREAM_COPY);
+    t->strategy->params_from_master(t);
 }
 
 void trainer_save(Trainer *t, uint64_t data_rows) {
+    const Strategy *s = t->strategy;
     // an update still running first completes: the states saved are whole
-    if (t->strategy->finish_update) t->strategy->finish_update(t, 0);
-    HostOptim h;
-    host_optim_alloc(t, &h);
-    dev_sync(&t->dev, STREAM_COMPUTE);  // the update wrote the states on the compute stream
-    copy_optim(t, &h, 1);
-    divergence_check_states(t, h.t, 3);  // no checkpoint is written from diverged states
-    CkptTensor all[3 + STRATEGY_MAX_CKPT];
-    int n = part_tensors(t, &h, all, 1);
+    if (s->finish_update) s->finish_update(t, 0);
+    CkptStates c;
+    Buf host = ckpt_states_init(t, &c);
+    if (s->ckpt_out) s->ckpt_out(t, &c);
+    else trainer_ckpt_out(t, &c);
+    CkptTensor optim[3] = {{"master", c.optim[0], c.optim_bytes}, {"adam_m", c.optim[1], c.optim_bytes},
+                           {"adam_v", c.optim[2], c.optim_bytes}};
+    divergence_check_states(t, optim, 3);  // no checkpoint is written from diverged states
     CkptManifest m = manifest_of(t, data_rows);
     char err[512];
     double t0 = now_us();
     char latest[4096];
     snprintf(latest, sizeof latest, "%s/latest", t->cfg.save);
     int had_one = access(latest, F_OK) == 0;  // rank 0's view decides the message, which rank 0 prints
-    if (ckpt_save(&t->world, t->cfg.save, &m, all, n, err, sizeof err)) {
+    if (ckpt_save(&t->world, t->cfg.save, &m, c.t, c.n, err, sizeof err)) {
         if (had_one) fail_usage("checkpoint not saved: %s (the previous checkpoint in %s is unchanged)", err, t->cfg.save);
         fail_usage("checkpoint not saved: %s (%s holds no earlier checkpoint)", err, t->cfg.save);
     }
     trace_span(&t->trace, TRACE_TID_IO, "checkpoint", t0, now_us(), 0);
     if (t->world.rank == 0)
         printf("saved checkpoint: %s, step %ld (%.0f ms)\n", t->cfg.save, t->step, (now_us() - t0) / 1000);
-    buf_free(&t->dev, &h.host);
+    buf_free(&t->dev, &host);
 }
 
 void trainer_resume(Trainer *t) {
-    HostOptim h;
-    host_optim_alloc(t, &h);
+    const Strategy *s = t->strategy;
+    CkptStates c;
+    Buf host = ckpt_states_init(t, &c);
+    if (s->ckpt_in) s->ckpt_in(t, &c, 0);  // the buffers of the stage's own tensors
     CkptManifest expect = manifest_of(t, 0), got;
-    CkptTensor all[3 + STRATEGY_MAX_CKPT];
-    int n = part_tensors(t, &h, all, 0);
     char err[512];
-    if (ckpt_load(&t->world, t->cfg.resume, &expect, &got, all, n, err, sizeof err))
+    if (ckpt_load(&t->world, t->cfg.resume, &expect, &got, c.t, c.n, err, sizeof err))
         fail_usage("%s", err);
     if (got.step >= t->cfg.steps)
         fail_usage("--resume %s is at step %ld, not before --steps %d: ask for more steps", t->cfg.resume,
                    got.step, t->cfg.steps);
     if (t->st.layout.optim != STATE_SHARD)  // replicated: rank 0 read it, everyone gets it
-        for (int i = 0; i < 3; i++) comm_broadcast(&t->world, h.t[i].host, t->st.optim_count, DT_F32, 0, NULL);
-    copy_optim(t, &h, 0);
-    buf_free(&t->dev, &h.host);
+        for (int i = 0; i < 3; i++) comm_broadcast(&t->world, c.optim[i], t->st.optim_count, DT_F32, 0, NULL);
     t->step = got.step;
-    t->strategy->params_from_master(t);
-    int first_extra = saves_optim(t) ? 3 : 0;
-    if (t->strategy->ckpt_restore) t->strategy->ckpt_restore(t, all + first_extra, n - first_extra);
+    if (s->ckpt_in) s->ckpt_in(t, &c, 1);
+    else trainer_ckpt_in(t, &c, 1);
+    buf_free(&t->dev, &host);
     if (t->world.rank == 0)
         printf("resumed from %s at step %ld (data row %llu)\n", t->cfg.resume, got.step,
                (unsigned long long)got.data_rows);
