@@ -1,6 +1,10 @@
 # zero-workbench: `make` builds every stage; `make stage-NN` one of them.
 # Libraries are found by compiling a small probe, not by asking a package
-# manager; the cuda parts are built only where nvcc is found (GPU=0 skips them).
+# manager, and each target asks only for what it needs: every binary Open
+# MPI and OpenBLAS; stage 06 libaio; --deepspeed-config jansson (without it
+# the binaries refuse that flag); make test cmocka, jansson and libaio. The
+# cuda parts are built only where nvcc is found (GPU=0 skips them). `make`
+# prints what it found and what it left out, a line per optional part.
 
 SHELL := /bin/bash
 GPU ?= 1
@@ -13,6 +17,7 @@ NP ?= 4
 
 # ---- probes ---------------------------------------------------------------
 probe = $(shell bash scripts/probe.sh $(1))
+, := ,
 
 MPICC := $(shell command -v mpicc 2>/dev/null)
 HAVE_MPI := $(if $(MPICC),$(call probe,mpi $(MPICC)))
@@ -25,8 +30,16 @@ NVCC := $(if $(filter 1,$(GPU)),$(shell command -v nvcc 2>/dev/null))
 CUDA_HOME ?= $(if $(NVCC),$(patsubst %/bin/nvcc,%,$(realpath $(NVCC))))
 HAVE_NCCL := $(if $(NVCC),$(call probe,nccl gcc -I$(CUDA_HOME)/include -L$(CUDA_HOME)/lib64))
 
-MISSING := $(if $(HAVE_MPI),,Open MPI) $(if $(HAVE_BLAS),,OpenBLAS) $(if $(HAVE_AIO),,libaio) $(if $(HAVE_CMOCKA),,cmocka) $(if $(HAVE_JANSSON),,jansson)
-SKIPPED := $(if $(NVCC),$(if $(HAVE_NCCL),,nccl (no nccl.h of NCCL 2.18 or newer)),cuda device and NCCL ($(if $(filter 1,$(GPU)),nvcc not found,GPU=0)))
+# what every binary needs, and what single parts need besides
+MISSING := $(strip $(if $(HAVE_MPI),,Open MPI) $(if $(HAVE_BLAS),,OpenBLAS))
+MISSING_06 := $(if $(HAVE_AIO),,libaio)
+MISSING_TEST := $(strip $(if $(HAVE_CMOCKA),,cmocka) $(if $(HAVE_JANSSON),,jansson) $(if $(HAVE_AIO),,libaio))
+# a line per optional part: found, or what is left out without it
+PARTS := libaio: $(if $(HAVE_AIO),found,not found: stage 06 (infinity) and the aio tests are left out);\
+         jansson: $(if $(HAVE_JANSSON),found,not found: --deepspeed-config is refused$(,) --json records carry no settings);\
+         cmocka: $(if $(HAVE_CMOCKA),found,not found: make test needs it);\
+         cuda: $(if $(NVCC),found ($(NVCC)),left out ($(if $(filter 1,$(GPU)),nvcc not found,GPU=0)));\
+         nccl: $(if $(HAVE_NCCL),found,left out$(if $(NVCC), (no nccl.h of NCCL 2.18 or newer)))
 
 # ---- flags ----------------------------------------------------------------
 CC := $(if $(MPICC),$(MPICC),cc)
@@ -36,7 +49,8 @@ OPT ?= -O3 -march=native
 COMMON_DIRS := $(patsubst %/,%,$(sort $(dir $(wildcard common/*/*))))
 COMMON_INC := $(addprefix -I,$(COMMON_DIRS))
 CFLAGS := $(OPT) -fno-math-errno -std=gnu11 -fopenmp -Wall -Wextra -Wno-unused-parameter $(COMMON_INC) -I$(BLAS_INC) -MMD -MP
-LDLIBS := -lopenblas -laio -ljansson -lm -fopenmp
+LDLIBS := -lopenblas -lm -fopenmp $(if $(HAVE_JANSSON),-ljansson)
+CFLAGS += $(if $(HAVE_JANSSON),-DWB_HAVE_JANSSON)
 # sm_80 and sm_90, the visible GPU's own architecture, and PTX for newer ones
 # (only a "major.minor" answer counts: a failing nvidia-smi prints prose)
 GPU_ARCH := $(if $(NVCC),$(shell nvidia-smi --query-gpu=compute_cap --format=csv,noheader 2>/dev/null | grep -E '^[0-9]+\.[0-9]+$$' | head -1 | tr -d '.'))
@@ -54,7 +68,14 @@ endif
 CUDA_C_SRC := $(wildcard common/*/*_cuda.c common/*/*_nccl.c)
 # stage_main.c is every trainer's main(), compiled once per stage (below)
 STAGE_MAIN := common/training/stage_main.c
-COMMON_SRC := $(filter-out $(CUDA_C_SRC) $(STAGE_MAIN),$(wildcard common/*/*.c))
+# the DeepSpeed-config reader with jansson, or the refusal of the flag without it
+DS_SRC := $(wildcard common/training/ds_config*.c)
+DS_NONE := common/training/ds_config_none.c
+DS_USED := $(if $(HAVE_JANSSON),$(filter-out $(DS_NONE),$(DS_SRC)),$(DS_NONE))
+# the aio module: only stage 06 (and its tests and benchmarks) reads files with it
+AIO_SRC := $(wildcard common/io/*.c)
+COMMON_SRC := $(filter-out $(CUDA_C_SRC) $(STAGE_MAIN) $(DS_SRC) $(if $(HAVE_AIO),,$(AIO_SRC)),$(wildcard common/*/*.c)) \
+              $(DS_USED)
 COMMON_OBJ := $(COMMON_SRC:%.c=$(BUILD)/%.o)
 ifneq ($(NVCC),)
   COMMON_OBJ += $(CUDA_C_SRC:%.c=$(BUILD)/%.o) $(patsubst %.cu,$(BUILD)/%.o,$(wildcard common/*/*.cu))
@@ -79,19 +100,24 @@ SRC_06 := $(wildcard 06_infinity/*.c) $(wildcard 04_zero3/param_shard.c 03_zero2
 SRC_07 := $(wildcard 07_3d_parallel/*.c) $(wildcard 02_zero1/shard_update.c)
 STAGE_IDS := 00 01 02 03 04 05 06 07
 STAGES := $(foreach n,$(STAGE_IDS),$(if $(wildcard */$(BIN_$(n)).c),$(n)))
+# stage 06 reads its files with libaio: without it `make` leaves it out and says so
+BUILT_STAGES := $(filter-out $(if $(HAVE_AIO),,06),$(STAGES))
 TRAINERS := $(filter-out 00,$(STAGES))
-BINS := $(foreach n,$(STAGES),$(BIN_PREFIX)$(BIN_$(n)))
+BINS := $(foreach n,$(BUILT_STAGES),$(BIN_PREFIX)$(BIN_$(n)))
 # memory_math reads what each stage keeps and its buffers from mem_math's tables
 SRC_00 := $(wildcard 00_memory_math/*.c)
 # a trainer's main: stage_main.c naming its strategy, strategy_<binary>
 MAIN_OBJ = $(BUILD)/main/$(1).o
 
-TEST_SRC := $(wildcard tests/test_*.c)
+# tests/core: the core's units; tests/tp: tensor parallelism; tests/stages:
+# whole trainers run as programs; tests/lib: what they share
+TEST_SRC := $(wildcard tests/core/test_*.c tests/tp/test_*.c tests/stages/test_*.c)
 TEST_BINS := $(TEST_SRC:tests/%.c=$(BUILD)/tests/%)
 
-.PHONY: all deps check-deps demo test sanitize fuzz bench bench-cuda bench-compare clean help lab-% check-lab-% $(addprefix stage-,$(STAGES)) $(addprefix diff-,$(STAGES))
+.PHONY: all deps check-deps check-deps-06 check-deps-test demo test sanitize fuzz bench bench-cuda bench-compare clean help lab-% check-lab-% $(addprefix stage-,$(STAGES)) $(addprefix diff-,$(STAGES))
 all: check-deps $(BINS)
-	@echo "built: $(BINS)$(if $(strip $(SKIPPED)), | skipped: $(strip $(SKIPPED)))"
+	@echo "built: $(BINS)"
+	@printf '%s\n' "$(PARTS)" | tr ';' '\n' | sed 's/^ */  /' 
 
 help:
 	@echo "make            build every stage (binaries at the repository root)"
@@ -110,16 +136,20 @@ help:
 	@echo "make GPU=0      leave the cuda parts out"
 
 check-deps:
-	@if [ -n "$(strip $(MISSING))" ]; then echo "missing: $(strip $(MISSING)); run 'make deps' (installs the Debian packages)"; exit 2; fi
+	@if [ -n "$(MISSING)" ]; then echo "missing: $(MISSING), which every binary needs; run 'make deps' (installs the Debian packages)"; exit 2; fi
+check-deps-06: check-deps
+	@if [ -n "$(MISSING_06)" ]; then echo "missing: libaio, which stage 06 (infinity) needs; run 'make deps'"; exit 2; fi
+check-deps-test: check-deps
+	@if [ -n "$(MISSING_TEST)" ]; then echo "missing: $(MISSING_TEST), which make test needs; run 'make deps'"; exit 2; fi
 
 deps:
 	@bash scripts/install-deps.sh
 
 # (OPT at the link too: a sanitizer's runtime is linked by the flag that asks for it)
-$(foreach n,$(STAGES),$(eval stage-$(n): check-deps $(BIN_PREFIX)$(BIN_$(n))))
+$(foreach n,$(STAGES),$(eval stage-$(n): check-deps $(if $(filter 06,$(n)),check-deps-06) $(BIN_PREFIX)$(BIN_$(n))))
 $(BIN_PREFIX)$(BIN_00): $(SRC_00:%.c=$(BUILD)/%.o) $(LIB)
 	$(CC) $(OPT) $^ -o $@ $(LDLIBS)
-$(foreach n,$(TRAINERS),$(eval $(BIN_PREFIX)$(BIN_$(n)): $(call MAIN_OBJ,$(BIN_$(n))) $(SRC_$(n):%.c=$(BUILD)/%.o) $(LIB) ; $$(CC) $$(OPT) $$^ -o $$@ $$(LDLIBS)))
+$(foreach n,$(TRAINERS),$(eval $(BIN_PREFIX)$(BIN_$(n)): $(call MAIN_OBJ,$(BIN_$(n))) $(SRC_$(n):%.c=$(BUILD)/%.o) $(LIB) ; $$(CC) $$(OPT) $$^ -o $$@ $$(LDLIBS) $(if $(filter 06,$(n)),-laio)))
 
 $(BUILD)/main/%.o: $(STAGE_MAIN)
 	@mkdir -p $(dir $@)
@@ -135,7 +165,7 @@ $(BUILD)/%.o: %.c
 
 # the DeepSpeed config reader names the stages this tree has (a config for
 # one it lacks says so); it is rebuilt when that list changes here
-$(BUILD)/common/training/ds_config.o: CFLAGS += -DWB_BUILT_STAGES='"$(STAGES)"'
+$(BUILD)/common/training/ds_config.o: CFLAGS += -DWB_BUILT_STAGES='"$(BUILT_STAGES)"'
 $(BUILD)/common/training/ds_config.o: Makefile
 
 # the CPU Adam's scalar path stays scalar: it is the reference the SIMD paths
@@ -152,18 +182,18 @@ $(BUILD)/%.o: %.cu
 # tests link the core; tests of whole stages run the binaries
 $(BUILD)/tests/%: tests/%.c $(LIB)
 	@mkdir -p $(dir $@)
-	$(CC) $(CFLAGS) $< $(LIB) -o $@ -lcmocka $(LDLIBS)
+	$(CC) $(CFLAGS) -Itests/lib $< $(LIB) -o $@ -lcmocka $(LDLIBS) -laio -ljansson
 
 # benchmarks built against the core (bench/*.sh build and run them)
 # (swap_pipeline drives stage 06's swapper: it links that file too)
 $(BUILD)/bench/swap_pipeline: bench/swap_pipeline.c 06_infinity/swapper.c $(LIB)
 	@mkdir -p $(dir $@)
-	$(CC) $(CFLAGS) -I06_infinity $< 06_infinity/swapper.c $(LIB) -o $@ $(LDLIBS)
+	$(CC) $(CFLAGS) -I06_infinity $< 06_infinity/swapper.c $(LIB) -o $@ $(LDLIBS) -laio
 $(BUILD)/bench/%: bench/%.c $(LIB)
 	@mkdir -p $(dir $@)
-	$(CC) $(CFLAGS) $< $(LIB) -o $@ $(LDLIBS)
+	$(CC) $(CFLAGS) $< $(LIB) -o $@ $(LDLIBS) -laio
 
-test: all $(TEST_BINS)
+test: check-deps-test all $(TEST_BINS)
 	@bash tests/run.sh $(TEST_BINS)
 
 # libFuzzer targets (tests/fuzz/fuzz_*.c: the data readers, the checkpoint

@@ -9,74 +9,10 @@
 // (nvme); then each unit's slice comes up for its gather along zero3's
 // schedule, read from NVMe ahead of time, and the device holds only the
 // units being computed.
-#include <string.h>
-#include "../05_cpu_offload/host_grads.h"
 #include "check.h"
 #include "cpu_adam.h"
+#include "infinity.h"
 #include "kernels.h"
-#include "nvme_files.h"
-#include "param_fetch.h"
-#include "swapper.h"
-#include "trainer.h"
-
-// Defaults, justified in the handout: a sub-group of 64 MB keeps the three
-// pinned slots near 220 MB per rank while every request spans many aio
-// blocks; 1 MiB blocks 8 deep (8 MiB in flight) where the aio sweep levels off.
-#define SUB_GROUP_MB_DEFAULT 64.0
-#define AIO_BLOCK_KB_DEFAULT 1024
-#define AIO_QUEUE_DEPTH_DEFAULT 8
-
-typedef enum { PARAMS_DEVICE, PARAMS_CPU, PARAMS_NVME } ParamsAt;
-
-typedef struct Stage {
-    const char *nvme_path, *offload_params;  // --nvme-path, --offload-params
-    double sub_group_mb, bucket_mb;          // --sub-group-mb, --bucket-mb
-    int aio_block_kb, aio_queue_depth;       // --aio-block-kb, --aio-queue-depth
-    int prefetch;                            // --prefetch
-    ParamsAt params_at;
-    GradShard grads;          // zero2's buckets...
-    HostGrads host_grads;     // ... delivering to the pinned gradient shard
-    ParamShard params;        // zero3's gathers
-    ParamFetch fetch;         // ... fed from pinned memory or NVMe (params off the device)
-    Aio aio;                  // master, m, v
-    Aio params_aio;           // the params on NVMe: reads the compute waits for never queue behind the states
-    NvmeFiles files;
-    Swapper swap;             // master, m, v through pinned slots
-    Event uploaded[SWAP_SLOTS];  // params on the device: a slot's new bf16 sub-group is up
-} Stage;
-
-// ---- flags and the layout they pick ----
-
-static int flags(void *ctx, FlagSpec *out) {
-    Stage *z = ctx;
-    z->offload_params = "none";
-    z->sub_group_mb = SUB_GROUP_MB_DEFAULT;
-    z->aio_block_kb = AIO_BLOCK_KB_DEFAULT;
-    z->aio_queue_depth = AIO_QUEUE_DEPTH_DEFAULT;
-    out[0] = (FlagSpec){.name = "nvme-path", .type = FLAG_STRING, .dst = &z->nvme_path, .meta = "DIR",
-                        .help = "folder on a disk for the swap files (DIR/rank-R/), removed at the end",
-                        .shown_default = "none: required"};
-    out[1] = (FlagSpec){.name = "offload-params", .type = FLAG_STRING, .dst = &z->offload_params,
-                        .meta = "none|cpu|nvme", .help = "where the bf16 param shard lives: device, pinned host memory, NVMe"};
-    out[2] = (FlagSpec){.name = "sub-group-mb", .type = FLAG_DOUBLE, .dst = &z->sub_group_mb, .meta = "MB",
-                        .help = "fp32 master, m and v per sub-group of the swapper (three in pinned memory at once)",
-                        .min = 0, .min_open = 1, .max = 1e6};
-    out[3] = (FlagSpec){.name = "aio-block-kb", .type = FLAG_INT, .dst = &z->aio_block_kb, .meta = "KB",
-                        .help = "size of one aio request to the disk (a multiple of 4)", .min = 4, .max = 1 << 20};
-    out[4] = (FlagSpec){.name = "aio-queue-depth", .type = FLAG_INT, .dst = &z->aio_queue_depth, .meta = "N",
-                        .help = "aio requests kept in the disk's queue", .min = 1, .max = 1024};
-    out[5] = grad_shard_flag(&z->bucket_mb);
-    out[6] = param_shard_flag(&z->prefetch);
-    return 7;
-}
-
-static ParamsAt params_at_of(const char *s) {
-    if (strcmp(s, "none") == 0) return PARAMS_DEVICE;
-    if (strcmp(s, "cpu") == 0) return PARAMS_CPU;
-    if (strcmp(s, "nvme") == 0) return PARAMS_NVME;
-    fail_usage("--offload-params %s: choose none (the param shard on the device), cpu (pinned host memory) "
-               "or nvme", s);
-}
 
 // Before anything is allocated: the flags, where the bf16 param shard
 // lives (which picks the states' layout and closed form), and the room on
@@ -85,13 +21,7 @@ static void configure(Trainer *t, const GPTConfig *model) {
     static const MemTier tier[3] = {TIER_DEVICE, TIER_PINNED, TIER_NVME};
     static const StageId form[3] = {STAGE_INFINITY, STAGE_INFINITY_CPU, STAGE_INFINITY_NVME};
     Stage *z = t->sctx;
-    z->params_at = params_at_of(z->offload_params);
-    if (!z->nvme_path)
-        fail_usage("--nvme-path DIR is missing: give a folder on a disk-backed file system (ext4, xfs) with room "
-                   "for the states (memory_math --model NAME --ranks N prints the nvme bytes)");
-    if (z->aio_block_kb % 4)  // the flag's range holds the rest
-        fail_usage("--aio-block-kb %d: give a multiple of 4 (O_DIRECT moves whole 4 KiB blocks) from 4 to 1048576",
-                   z->aio_block_kb);
+    infinity_check_flags(z);
     t->states.params_tier = tier[z->params_at];
     t->formula = form[z->params_at];
     // the folder and its room for this rank's shard of the whole model (the
@@ -99,16 +29,6 @@ static void configure(Trainer *t, const GPTConfig *model) {
     Partition part;
     partition_init(&part, t->layout.num_params, t->world.size, t->world.rank);
     nvme_files_check(&z->files, t, part.shard, z->nvme_path);
-}
-
-static void say_where(Trainer *t, Stage *z) {
-    if (t->world.rank != 0) return;
-    static const char *const where[3] = {"on the device", "in pinned host memory", "on NVMe"};
-    double file_gb = 0;
-    for (int i = 0; i < SWAP_TENSORS; i++) file_gb += aio_round_up(z->files.payload[i]) / 1e9;
-    printf("nvme: %.3f GB of files per rank under %s/rank-*/; bf16 params %s; %d sub-group%s of %zu "
-           "elements; aio %d KiB x %d deep\n", file_gb, z->nvme_path, where[z->params_at], z->swap.groups,
-           z->swap.groups == 1 ? "" : "s", z->swap.group_elems, z->aio_block_kb, z->aio_queue_depth);
 }
 
 static void setup(Trainer *t) {
@@ -130,7 +50,7 @@ static void setup(Trainer *t) {
     if (z->params_at != PARAMS_DEVICE)
         param_fetch_init(&z->fetch, t, &z->params, &z->params_aio, files[SWAP_PARAMS], &z->swap);
     for (int i = 0; i < SWAP_SLOTS; i++) t->dev.ops->event_create(&t->dev, &z->uploaded[i]);
-    say_where(t, z);
+    infinity_say_where(t, z);
 }
 
 // zero3's on the device: the buckets, and the units gathered at once at this
@@ -142,6 +62,15 @@ static double device_buffer_bytes(const void *ctx, const GPTLayout *l, const Par
 
 // ---- the micro-batch step: zero3's, with the disk kept busy ----
 
+// With the params on NVMe the update held back its last master, m and v
+// writes (SWAP_HOLD_LAST): the next forward starts by reading the params
+// back, and a disk shares itself between the requests it holds rather than
+// serving the first first, so reads beside those writes would take as long
+// as the writes. Once the first units' param reads are in, the writes go.
+static void release_held_writes(Stage *z) {
+    if (param_fetch_window_in(&z->fetch)) swapper_release_writes(&z->swap);
+}
+
 // Before unit u computes: while the model computes, the next optimizer
 // step's first sub-groups come in (training only: after the last step
 // nothing reads them), the param slices of the units ahead are read from
@@ -149,7 +78,9 @@ static double device_buffer_bytes(const void *ctx, const GPTLayout *l, const Par
 static void before_unit(Trainer *t, Stage *z, int u, int pass) {
     if (t->step < t->cfg.steps) swapper_progress(&z->swap);
     if (z->params_at != PARAMS_DEVICE) param_fetch_ahead(&z->fetch, t, u, pass);
+    release_held_writes(z);
     param_shard_acquire(&z->params, t, u, pass);
+    release_held_writes(z);
 }
 
 static double forward_backward(Trainer *t, const MicroBatches *mb) {
@@ -185,24 +116,6 @@ static double forward_backward(Trainer *t, const MicroBatches *mb) {
 }
 
 // ---- the optimizer step, through the swapper ----
-
-// A read or write that failed on any rank stops every rank here, where all
-// of them arrive, with one line (the job may not go on with a state it could
-// not save or read back). The swap files are scratch: they go first.
-static void stop_on_io_error(Trainer *t, Stage *z, int rc) {
-    int any = 0;
-    mpiCheck(MPI_Allreduce(&rc, &any, 1, MPI_INT, MPI_MAX, t->world.mpi));
-    if (!any) return;
-    if (z->params_at != PARAMS_DEVICE) param_fetch_forget(&z->fetch, t);
-    swapper_drain(&z->swap);
-    nvme_files_remove(&z->files, t);
-    char msg[2 * AIO_ERR_BYTES] = "";
-    if (rc)
-        snprintf(msg, sizeof msg, "step %ld: %s; the run stops here (%s)", t->step + 1, z->swap.error_msg,
-                 t->cfg.save ? "the last checkpoint in --save is as it was: it does not need the swap files"
-                             : "no --save: there is no checkpoint to resume from");
-    nvme_agree(t, rc != 0, msg);
-}
 
 // Where a sub-group's new bf16 params go: straight into the pinned shard
 // (cpu), or the slot, from where they go up to the device (none) or out to
@@ -241,16 +154,6 @@ static void adam_group(const SwapGroup *g, void *arg) {
     upload(t, z, g);
 }
 
-// The pass's reads and writes counted for the step, or dropped (set-up,
-// checkpoints: not a step's traffic).
-static void take_nvme_bytes(Trainer *t, Stage *z, int count) {
-    double read_bytes, write_bytes;
-    swapper_take_bytes(&z->swap, &read_bytes, &write_bytes);
-    if (!count) return;
-    count_transfer(t, XFER_NVME_READ, read_bytes);
-    count_transfer(t, XFER_NVME_WRITE, write_bytes);
-}
-
 // Before the params change: no unit stays gathered, no slice read ahead.
 static void forget_params(Trainer *t, Stage *z) {
     param_shard_release_all(&z->params, t);
@@ -262,11 +165,12 @@ static void update(Trainer *t, const AdamWStep *s) {
     forget_params(t, z);
     dev_sync(&t->dev, STREAM_COPY);  // every reduced gradient part is on the host
     AdamWork w = {.t = t, .s = s, .path = cpu_adam_best_path()};
-    unsigned what = SWAP_READ | SWAP_WRITE | (z->params_at == PARAMS_NVME ? SWAP_WRITE_PARAMS : 0);
+    // with the params on NVMe, the pass writes them too, and holds its last state writes (release_held_writes)
+    unsigned what = SWAP_READ | SWAP_WRITE | (z->params_at == PARAMS_NVME ? SWAP_WRITE_PARAMS | SWAP_HOLD_LAST : 0);
     int rc = swapper_pass(&z->swap, what, adam_group, &w);
     dev_sync(&t->dev, STREAM_COPY);  // the new params are up before the next forward gathers them
-    take_nvme_bytes(t, z, 1);
-    stop_on_io_error(t, z, rc);
+    infinity_take_nvme_bytes(t, z, 1);
+    infinity_stop_on_io_error(t, z, rc);
 }
 
 static void params_group(const SwapGroup *g, void *arg) {
@@ -276,59 +180,21 @@ static void params_group(const SwapGroup *g, void *arg) {
     upload(t, z, g);
 }
 
-static void params_from_master(Trainer *t) {
+void infinity_params_from_master(Trainer *t) {
     Stage *z = t->sctx;
     forget_params(t, z);
     unsigned what = SWAP_READ | (z->params_at == PARAMS_NVME ? SWAP_WRITE_PARAMS : 0);
     int rc = swapper_pass(&z->swap, what, params_group, t);
     dev_sync(&t->dev, STREAM_COPY);
-    take_nvme_bytes(t, z, 0);
-    stop_on_io_error(t, z, rc);
+    infinity_take_nvme_bytes(t, z, 0);
+    infinity_stop_on_io_error(t, z, rc);
 }
 
 // Writes left in flight by the last step finish before a checkpoint reads
 // the files, and before the end.
 static void finish_update(Trainer *t, int to_device) {
     Stage *z = t->sctx;
-    stop_on_io_error(t, z, swapper_drain(&z->swap));
-}
-
-// ---- checkpoints: master, m and v through the swapper ----
-
-typedef struct HostCopy {
-    void *const *host;
-    int saving;
-} HostCopy;
-
-static void copy_group(const SwapGroup *g, void *arg) {
-    const HostCopy *c = arg;
-    float *slot[3] = {g->master, g->m, g->v};
-    for (int i = 0; i < 3; i++) {
-        float *host = (float *)c->host[i] + g->first;
-        if (c->saving) memcpy(host, slot[i], g->count * sizeof(float));
-        else memcpy(slot[i], host, g->count * sizeof(float));
-    }
-}
-
-// Between the files and the checkpoint's host copies, either way.
-static void copy_states(Trainer *t, Stage *z, CkptStates *c, int saving) {
-    CHECK(c->optim_bytes == t->part.shard * sizeof(float), "checkpoint tensors of %zu bytes, shard of %zu",
-          c->optim_bytes, t->part.shard * sizeof(float));
-    HostCopy hc = {.host = c->optim, .saving = saving};
-    int rc = swapper_pass(&z->swap, saving ? SWAP_READ : SWAP_WRITE, copy_group, &hc);
-    if (!rc) rc = swapper_drain(&z->swap);  // in the files before anything reads them
-    take_nvme_bytes(t, z, 0);
-    stop_on_io_error(t, z, rc);
-}
-
-// The checkpoint holds the states themselves, never the swap files: a run
-// resumes into fresh files wherever its --nvme-path points.
-static void ckpt_out(Trainer *t, CkptStates *c) { copy_states(t, t->sctx, c, 1); }
-
-static void ckpt_in(Trainer *t, CkptStates *c, int loaded) {
-    if (!loaded) return;
-    copy_states(t, t->sctx, c, 0);
-    params_from_master(t);
+    infinity_stop_on_io_error(t, z, swapper_drain(&z->swap));
 }
 
 static void teardown(Trainer *t) {
@@ -354,16 +220,16 @@ const Strategy strategy_infinity = {
     .states = {.params = STATE_SHARD, .grads = STATE_SHARD, .optim = STATE_SHARD,
                .params_tier = TIER_DEVICE, .grads_tier = TIER_PINNED, .optim_tier = TIER_NVME},
     .context_bytes = sizeof(Stage),
-    .flags = flags,
+    .flags = infinity_flags,
     .configure = configure,
     .setup = setup,
     .device_buffer_bytes = device_buffer_bytes,
     .forward_backward = forward_backward,
     .grad_norm_sq = host_grads_norm_sq,
     .update = update,
-    .params_from_master = params_from_master,
+    .params_from_master = infinity_params_from_master,
     .finish_update = finish_update,
-    .ckpt_out = ckpt_out,
-    .ckpt_in = ckpt_in,
+    .ckpt_out = infinity_ckpt_out,
+    .ckpt_in = infinity_ckpt_in,
     .teardown = teardown,
 };

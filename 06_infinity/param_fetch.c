@@ -121,12 +121,10 @@ void param_fetch_ahead(ParamFetch *pf, Trainer *t, int u, int backward) {
             if (!start_read(pf, t, units[i], blocking) || (r->active && !aio_test(pf->aio, &r->req))) done = 0;
         }
     }
-    // The window's params are in: the optimizer states held back may go out
-    // now. Not sooner: the disk shares itself between requests in flight
-    // rather than serving the first first, so reads beside those writes
-    // would take as long as the writes.
-    if (done) swapper_release_writes(pf->swap);
+    pf->window_in = done;
 }
+
+int param_fetch_window_in(const ParamFetch *pf) { return pf->from_nvme && pf->window_in; }
 
 // Dropped reads still took the disk's time: they go on the I/O row, but no
 // slice came of them, so they are not counted as moved.

@@ -23,6 +23,7 @@ typedef struct ParamFetch {
     ParamShard *ps;         // the gathers it feeds
     int ahead;              // schedule entries ahead of the unit computing whose reads start
     int ahead_from, ahead_backward;  // the last param_fetch_ahead's unit and direction (-1: none yet)
+    int window_in;          // every read of the last window started is in
     Aio *aio;
     const AioFile *file;    // the bf16 param shard on NVMe
     Swapper *swap;          // its writes of the params, which a read must not overtake
@@ -36,7 +37,10 @@ typedef struct ParamFetch {
 void param_fetch_init(ParamFetch *pf, Trainer *t, ParamShard *ps, Aio *aio, const AioFile *file, Swapper *swap);
 void param_fetch_free(ParamFetch *pf, Trainer *t);
 // Before unit u computes: start reading the slices of the units the next
-// entries of the schedule gather (NVMe only; never blocks).
+// entries of the schedule gather (NVMe only; never blocks). At a forward's
+// start those reads wait for the last update's writes of the same params.
 void param_fetch_ahead(ParamFetch *pf, Trainer *t, int u, int backward);
+// 1 once every read of the window last started is in (NVMe only).
+int param_fetch_window_in(const ParamFetch *pf);
 // The params are about to change: reads started from the old ones are dropped.
 void param_fetch_forget(ParamFetch *pf, Trainer *t);

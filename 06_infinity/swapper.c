@@ -127,8 +127,8 @@ static void zero_tail(Swapper *sw, SwapSlot *s, int i, size_t n) {
     memset((char *)s->t[i] + n * eb, 0, end - n * eb);
 }
 
-// The states of sub-group k wait for swapper_release_writes when the params
-// go out too and no later sub-group of the pass needs k's slot.
+// The states of sub-group k wait for swapper_release_writes when the pass
+// holds its last writes and no later sub-group of the pass needs k's slot.
 static void write_back(Swapper *sw, SwapSlot *s, int k, unsigned what) {
     int states = (what & SWAP_WRITE) != 0, params = (what & SWAP_WRITE_PARAMS) && sw->file[SWAP_PARAMS];
     if (!states && !params) return;
@@ -146,7 +146,7 @@ static void write_back(Swapper *sw, SwapSlot *s, int k, unsigned what) {
     if (!states) return;
     for (int i = SWAP_MASTER; i <= SWAP_V; i++) zero_tail(sw, s, i, n);
     sw->write_bytes += 12.0 * n;  // counted for this step, even when they go out during the next
-    if (params && k + SWAP_SLOTS >= sw->groups) s->held = 1;
+    if ((what & SWAP_HOLD_LAST) && k + SWAP_SLOTS >= sw->groups) s->held = 1;
     else submit_states(sw, s);
 }
 

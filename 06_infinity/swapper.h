@@ -8,14 +8,12 @@
 //
 // Between passes the swapper keeps the disk busy too: the last write-backs
 // finish while the model computes, and swapper_progress (called by the
-// step before each unit, never blocking) starts reading the first sub-groups of the
-// next pass as soon as their slots are free. When the pass also writes the
-// bf16 params (they live on NVMe), the next forward starts by reading them
-// back: so the last sub-groups' master, m and v (whose slots this pass does
-// not need again) are held back until swapper_release_writes, which the
-// param fetch calls once the step's first param reads are in (a disk shares
-// itself between the requests it holds, so reads beside those writes would
-// take as long as the writes). The forward then waits for its params alone.
+// step before each unit, never blocking) starts reading the first
+// sub-groups of the next pass as soon as their slots are free. A pass asked
+// to (SWAP_HOLD_LAST) holds back the master, m and v writes of its last
+// sub-groups, whose slots it does not need again, until
+// swapper_release_writes: the stage says when (infinity.c: once the next
+// forward's first param reads are in).
 //
 // Every request's interval goes on the trace's I/O row when it is collected;
 // a failed request stops the pass and is reported, never exits: the stage
@@ -34,7 +32,7 @@
 enum { SWAP_MASTER, SWAP_M, SWAP_V, SWAP_PARAMS, SWAP_TENSORS };
 
 // What a pass does with each sub-group (flags).
-enum { SWAP_READ = 1, SWAP_WRITE = 2, SWAP_WRITE_PARAMS = 4 };
+enum { SWAP_READ = 1, SWAP_WRITE = 2, SWAP_WRITE_PARAMS = 4, SWAP_HOLD_LAST = 8 };
 
 typedef enum { SLOT_FREE, SLOT_READING, SLOT_WRITING } SlotState;
 
@@ -86,7 +84,8 @@ void swapper_init(Swapper *sw, Device *dev, Trace *trace, Aio *aio, Aio *params_
 void swapper_free(Swapper *sw);
 // Runs `work` on every sub-group in order. SWAP_READ: master, m, v are read
 // first (else the work fills them); SWAP_WRITE: written back after it;
-// SWAP_WRITE_PARAMS: the group's bf16 params written to the params file.
+// SWAP_WRITE_PARAMS: the group's bf16 params written to the params file;
+// SWAP_HOLD_LAST: the last sub-groups' state writes held (see above).
 // Returns 0, or the first failure (message in sw->error_msg).
 int swapper_pass(Swapper *sw, unsigned what, SwapWork work, void *arg);
 // Never blocks: collects finished requests and starts reading the next

@@ -17,70 +17,14 @@
 #include "kernels.h"
 #include "parallel3d.h"
 
-static int flags(void *ctx, FlagSpec *out) {
-    Stage *z = ctx;
-    z->tp = 1;
-    z->pp = 1;
-    z->schedule_name = "1f1b";
-    out[0] = (FlagSpec){.name = "tp", .type = FLAG_INT, .dst = &z->tp, .meta = "T",
-                        .help = "tensor-parallel ranks (adjacent): each block's heads and MLP split over T",
-                        .min = 1, .max = GPT_MAX_HEADS};  // T divides the heads
-    out[1] = (FlagSpec){.name = "pp", .type = FLAG_INT, .dst = &z->pp, .meta = "P",
-                        .help = "pipeline stages of contiguous blocks (embeddings first, head last); "
-                                "dp = ranks / (T x P)",
-                        .min = 1, .max = GPT_MAX_UNITS - 2};  // at most a block per stage
-    out[2] = (FlagSpec){.name = "schedule", .type = FLAG_STRING, .dst = &z->schedule_name, .meta = "1f1b|afab",
-                        .help = "pipeline schedule: one forward one backward, or all forwards then all backwards; "
-                                "micro-batches = --grad-accum"};
-    out[3] = (FlagSpec){.name = "partition-activations", .type = FLAG_BOOL, .dst = &z->partition_activations,
-                        .help = "with --recompute full and --tp > 1: each tp rank keeps 1/T of every block's saved "
-                                "input, all-gathered before the block recomputes (DeepSpeed's partition_activations)"};
-    out[4] = (FlagSpec){.name = "sequence-parallel", .type = FLAG_BOOL, .dst = &z->sequence_parallel,
-                        .help = "with --tp > 1: the residual stream and the layernorms split over the tp ranks by "
-                                "the tokens; f and g become all-gather and reduce-scatter (Korthikanti et al.)"};
-    return 5;
-}
-
 // ---- where this rank sits, and what its states hold ----
-
-// Sequence parallelism and partitioned checkpoints split tensors over the
-// tp ranks by their B·T tokens; partitioned checkpoints split the blocks'
-// saved inputs, which only full recompute keeps alone, and sequence
-// parallelism splits those already.
-static void check_activation_flags(const Trainer *t, const Stage *z) {
-    long tokens = (long)t->cfg.batch * t->cfg.seq_len;
-    if (z->sequence_parallel && z->grid.tp == 1)
-        fail_usage("--sequence-parallel splits the tensors between the tensor-parallel regions over the --tp ranks: "
-                   "give --tp 2 or more");
-    if (z->sequence_parallel && tokens % z->grid.tp)
-        fail_usage("--sequence-parallel: --batch %d x --seq-len %d = %ld tokens do not split over --tp %d; give a "
-                   "batch or sequence length whose product is a multiple of it", t->cfg.batch, t->cfg.seq_len,
-                   tokens, z->grid.tp);
-    if (z->sequence_parallel && z->partition_activations)
-        fail_usage("--sequence-parallel already keeps 1/T of every block's input on each tp rank: leave out "
-                   "--partition-activations");
-    if (!z->partition_activations) return;
-    if (strcmp(t->cfg.recompute, "full") != 0)
-        fail_usage("--partition-activations splits the blocks' saved inputs over the tp ranks, and only "
-                   "--recompute full keeps each block's input alone (here --recompute %s): add --recompute full",
-                   t->cfg.recompute);
-    if (z->grid.tp == 1)
-        fail_usage("--partition-activations splits each saved input over the tensor-parallel ranks: give --tp 2 "
-                   "or more");
-    if ((long)t->cfg.batch * t->cfg.seq_len % z->grid.tp)
-        fail_usage("--partition-activations: --batch %d x --seq-len %d = %ld tokens do not split over --tp %d; "
-                   "give a batch or sequence length whose product is a multiple of it", t->cfg.batch,
-                   t->cfg.seq_len, (long)t->cfg.batch * t->cfg.seq_len, z->grid.tp);
-}
 
 // The grid, this rank's tp part of the layout, its stage's units with
 // min(P - s, m) micro-batches in flight (1F1B) or m (AFAB), and its states:
 // [wte copy (last stage of a pipeline) | the stage's units].
 static void configure(Trainer *t, const GPTConfig *mc) {
     Stage *z = t->sctx;
-    if (strcmp(z->schedule_name, "1f1b") == 0) z->schedule = SCHEDULE_1F1B;
-    else if (strcmp(z->schedule_name, "afab") == 0) z->schedule = SCHEDULE_AFAB;
-    else fail_usage("--schedule %s: choose 1f1b or afab", z->schedule_name);
+    z->schedule = grid_schedule_of(z->schedule_name);
     Grid *g = &z->grid;
     grid_init(g, &t->world, z->tp, z->pp, mc);
     gpt_layout_tp(&t->layout, mc, g->tp, g->tp_rank);
@@ -91,7 +35,7 @@ static void configure(Trainer *t, const GPTConfig *mc) {
     t->plan = (GPTPlan){.B = t->cfg.batch, .T = t->cfg.seq_len, .slots = slots, .first_unit = g->first_unit,
                         .last_unit = g->last_unit, .partition_activations = z->partition_activations,
                         .sequence_parallel = z->sequence_parallel};
-    check_activation_flags(t, z);
+    grid_check_activation_flags(t, z);
     const GPTLayout *l = &t->layout;
     CHECK(l->emb_off[EMB_WTE] == 0, "3d_parallel: wte must open the embeddings' unit (states keep it first)");
     z->units_offset = l->unit[g->first_unit].offset;
@@ -252,7 +196,7 @@ const Strategy strategy_3d_parallel = {
     .states = {.params = STATE_FULL, .grads = STATE_FULL, .optim = STATE_SHARD,
                .params_tier = TIER_DEVICE, .grads_tier = TIER_DEVICE, .optim_tier = TIER_DEVICE},
     .context_bytes = sizeof(Stage),
-    .flags = flags,
+    .flags = grid_flags,
     .configure = configure,
     .setup = setup,
     .device_buffer_bytes = device_buffer_bytes,

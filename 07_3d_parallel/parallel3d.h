@@ -1,5 +1,6 @@
 // parallel3d.h: what the files of stage 07 share: the stage's context
-// (3d_parallel.c is the strategy, grid_report.c its end-of-run figures).
+// (3d_parallel.c is the strategy, grid_flags.c its flags and refusals,
+// grid_report.c its end-of-run figures).
 #pragma once
 #include "grid.h"
 #include "grid_math.h"
@@ -34,6 +35,13 @@ typedef struct Stage {
 // (written by the step's first micro-batch).
 const bf16 *part_unit_params(Trainer *t, int u);
 void part_add_grads(Trainer *t, int u, const float *g);
+
+// grid_flags.c: the stage's flags (Strategy.flags), with their defaults;
+// --schedule's name; the activation flags that cannot work on this grid
+// (exit 2, one line), once the grid is known.
+int grid_flags(void *ctx, FlagSpec *out);
+Schedule grid_schedule_of(const char *name);
+void grid_check_activation_flags(const Trainer *t, const Stage *z);
 
 // grid_report.c
 GridShape grid_shape(const Trainer *t, const Stage *z);

@@ -67,7 +67,9 @@ class Runner:
         done = subprocess.run(argv, env=dict(os.environ, **MPI_ENV), capture_output=True, text=True)
         if done.returncode != 0 or not path.exists():
             lines = (done.stdout + done.stderr).strip().splitlines()
-            return {"error": f"exit {done.returncode}: " + (lines[-1] if lines else "no output")}
+            # the program's own error line, not what MPI's runtime says after it as the ranks go
+            said = [l for l in lines if "error" in l and not l.startswith("[warn]")] or lines
+            return {"error": f"exit {done.returncode}: " + (said[-1] if said else "no output")}
         return json.loads(path.read_text().splitlines()[-1])
 
 

@@ -20,7 +20,7 @@ export ASAN_OPTIONS=detect_leaks=0:log_path=$logs/asan
 export UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1:log_path=$logs/ubsan
 start=$(date +%s)
 bins=()
-for b in "$dir"/tests/test_*; do [[ $b == *.d ]] || bins+=("$b"); done
+for b in "$dir"/tests/*/test_*; do [[ $b == *.d ]] || bins+=("$b"); done
 (cd "$root" && bash tests/run.sh "${bins[@]}")
 status=$?
 echo "sanitize: the suite took $(( $(date +%s) - start )) s"

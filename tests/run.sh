@@ -9,8 +9,8 @@ passed=0 failed=0 skipped=0
 failed_names=()
 for bin in "$@"; do
     name=$(basename "$bin")
-    src="$here/tests/$name.c"
-    np=$(sed -n 's|^// mpirun: *\([0-9][0-9]*\).*|\1|p' "$src" 2>/dev/null | head -1)
+    src=$(ls "$here"/tests/*/"$name.c" 2>/dev/null | head -1)
+    np=$([ -n "$src" ] && sed -n 's|^// mpirun: *\([0-9][0-9]*\).*|\1|p' "$src" | head -1)
     log=$(mktemp)
     start=$(date +%s)
     if [ -n "$np" ]; then

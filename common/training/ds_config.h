@@ -13,15 +13,15 @@
 // to run. bf16.enabled, fp16.enabled and a few switches are checked. Keys
 // the workbench does not use are listed once at start-up; a key with the
 // wrong type or an impossible value exits 2 with one line naming the key.
-// "auto" leaves a setting to the command line or the default.
+// "auto" leaves a setting to the command line or the default. A build
+// without jansson (ds_config_none.c) refuses --deepspeed-config in one line.
 #pragma once
-#include <jansson.h>
 #include "flags.h"
 #include "gpt.h"
 #include "settings.h"
 
 typedef struct DsConfig {
-    json_t *root;           // NULL: no config
+    struct json_t *root;    // NULL: no config (a jansson document)
     const char *path;
     // The binary the config's stage asks for ("zero2", "cpu_offload"), ""
     // when it names no zero_optimization.stage; why: the keys that chose it.

@@ -2,6 +2,7 @@
 // key of the config with its type checked, and the steps that apply the
 // config's sections to a binary's flags.
 #pragma once
+#include <jansson.h>
 #include "ds_config.h"
 
 // A stage of the workbench: its number, binary and what it implements.

@@ -1,7 +1,10 @@
 // settings.c: the record of where each setting came from (see settings.h).
-// The JSON part is built with jansson, so paths and messages are escaped.
+// The JSON part is built with jansson, so paths and messages are escaped; a
+// build without jansson records no settings in the --json record (null).
 #include "settings.h"
+#ifdef WB_HAVE_JANSSON
 #include <jansson.h>
+#endif
 #include <math.h>
 #include <stdarg.h>
 #include <string.h>
@@ -95,6 +98,12 @@ void settings_print(const Settings *s, FILE *f, const char *binary) {
         fprintf(f, "  config key %-40s %s\n", s->key[i].key, s->key[i].effect);
 }
 
+#ifndef WB_HAVE_JANSSON
+void settings_json(const Settings *s, FILE *f) {
+    (void)s;
+    fprintf(f, ",\"settings\":null,\"deepspeed_config\":null");
+}
+#else
 // Strings are the user's (paths, names): encoded as given, even where they
 // are not valid UTF-8, rather than dropped.
 static json_t *text_json(const char *v) { return v ? json_string_nocheck(v) : json_null(); }
@@ -142,3 +151,4 @@ void settings_json(const Settings *s, FILE *f) {
     free(text);
     json_decref(all);
 }
+#endif

@@ -1,0 +1,64 @@
+// grid_flags.c: stage 07's flags and their refusals (see parallel3d.h).
+#include <string.h>
+#include "check.h"
+#include "parallel3d.h"
+
+int grid_flags(void *ctx, FlagSpec *out) {
+    Stage *z = ctx;
+    z->tp = 1;
+    z->pp = 1;
+    z->schedule_name = "1f1b";
+    out[0] = (FlagSpec){.name = "tp", .type = FLAG_INT, .dst = &z->tp, .meta = "T",
+                        .help = "tensor-parallel ranks (adjacent): each block's heads and MLP split over T",
+                        .min = 1, .max = GPT_MAX_HEADS};  // T divides the heads
+    out[1] = (FlagSpec){.name = "pp", .type = FLAG_INT, .dst = &z->pp, .meta = "P",
+                        .help = "pipeline stages of contiguous blocks (embeddings first, head last); "
+                                "dp = ranks / (T x P)",
+                        .min = 1, .max = GPT_MAX_UNITS - 2};  // at most a block per stage
+    out[2] = (FlagSpec){.name = "schedule", .type = FLAG_STRING, .dst = &z->schedule_name, .meta = "1f1b|afab",
+                        .help = "pipeline schedule: one forward one backward, or all forwards then all backwards; "
+                                "micro-batches = --grad-accum"};
+    out[3] = (FlagSpec){.name = "partition-activations", .type = FLAG_BOOL, .dst = &z->partition_activations,
+                        .help = "with --recompute full and --tp > 1: each tp rank keeps 1/T of every block's saved "
+                                "input, all-gathered before the block recomputes (DeepSpeed's partition_activations)"};
+    out[4] = (FlagSpec){.name = "sequence-parallel", .type = FLAG_BOOL, .dst = &z->sequence_parallel,
+                        .help = "with --tp > 1: the residual stream and the layernorms split over the tp ranks by "
+                                "the tokens; f and g become all-gather and reduce-scatter (Korthikanti et al.)"};
+    return 5;
+}
+
+// Sequence parallelism and partitioned checkpoints split tensors over the
+// tp ranks by their B·T tokens; partitioned checkpoints split the blocks'
+// saved inputs, which only full recompute keeps alone, and sequence
+// parallelism splits those already.
+void grid_check_activation_flags(const Trainer *t, const Stage *z) {
+    long tokens = (long)t->cfg.batch * t->cfg.seq_len;
+    if (z->sequence_parallel && z->grid.tp == 1)
+        fail_usage("--sequence-parallel splits the tensors between the tensor-parallel regions over the --tp ranks: "
+                   "give --tp 2 or more");
+    if (z->sequence_parallel && tokens % z->grid.tp)
+        fail_usage("--sequence-parallel: --batch %d x --seq-len %d = %ld tokens do not split over --tp %d; give a "
+                   "batch or sequence length whose product is a multiple of it", t->cfg.batch, t->cfg.seq_len,
+                   tokens, z->grid.tp);
+    if (z->sequence_parallel && z->partition_activations)
+        fail_usage("--sequence-parallel already keeps 1/T of every block's input on each tp rank: leave out "
+                   "--partition-activations");
+    if (!z->partition_activations) return;
+    if (strcmp(t->cfg.recompute, "full") != 0)
+        fail_usage("--partition-activations splits the blocks' saved inputs over the tp ranks, and only "
+                   "--recompute full keeps each block's input alone (here --recompute %s): add --recompute full",
+                   t->cfg.recompute);
+    if (z->grid.tp == 1)
+        fail_usage("--partition-activations splits each saved input over the tensor-parallel ranks: give --tp 2 "
+                   "or more");
+    if ((long)t->cfg.batch * t->cfg.seq_len % z->grid.tp)
+        fail_usage("--partition-activations: --batch %d x --seq-len %d = %ld tokens do not split over --tp %d; "
+                   "give a batch or sequence length whose product is a multiple of it", t->cfg.batch,
+                   t->cfg.seq_len, (long)t->cfg.batch * t->cfg.seq_len, z->grid.tp);
+}
+
+Schedule grid_schedule_of(const char *name) {
+    if (strcmp(name, "1f1b") == 0) return SCHEDULE_1F1B;
+    if (strcmp(name, "afab") == 0) return SCHEDULE_AFAB;
+    fail_usage("--schedule %s: choose 1f1b or afab", name);
+}
