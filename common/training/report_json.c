@@ -1,0 +1,134 @@
+// report_json.c: the run's --json record (see report_summary.h): one JSON
+// object per run, appended, with the settings and the stage's own members.
+#include <errno.h>
+#include <math.h>
+#include <stdio.h>
+#include <string.h>
+#include "report_summary.h"
+
+static void json_mem(FILE *f, const Summary *s) {
+    fprintf(f, "\"mem\":{");
+    for (int i = 0; i < TIER_COUNT; i++) {
+        fprintf(f, "%s\"%s\":{", i ? "," : "", mem_tier_name(i));
+        for (int c = 0; c < CAT_COUNT; c++)
+            fprintf(f, "%s\"%s\":{\"current\":%.0f,\"peak\":%.0f}", c ? "," : "", mem_category_name(c), s->cur[i][c],
+                    s->peak[i][c]);
+        fprintf(f, ",\"peak_total\":%.0f}", s->tier_peak[i]);
+    }
+    fprintf(f, "},\"mem_formula\":{");
+    for (int i = 0; i < TIER_COUNT; i++) {
+        fprintf(f, "%s\"%s\":{", i ? "," : "", mem_tier_name(i));
+        for (int c = 0; c <= CAT_ADAM_V; c++)
+            fprintf(f, "%s\"%s\":%.0f", c ? "," : "", mem_category_name(c), s->formula.bytes[i][c]);
+        fprintf(f, ",\"total\":%.0f}", s->formula.tier_total[i]);
+    }
+    fprintf(f, ",\"padding_params\":%.0f,\"activations\":%.0f,\"act_working\":%.0f,\"act_offloaded\":%.0f}",
+            s->formula.padding_params, s->acts.saved, s->acts.working, s->acts.offloaded);
+}
+
+// What the budget check counted before the run (trainer_budget.c).
+static void json_need(FILE *f, const RunDeviceBytes *r) {
+    fprintf(f, ",\"device_need\":{\"states\":%.0f,\"activations\":%.0f,\"workspace\":%.0f,\"kernel_scratch\":%.0f,"
+               "\"stage_buffers\":%.0f,\"held\":%.0f,\"total\":%.0f}",
+            r->states, r->activations, r->workspace, r->kernel_scratch, r->stage_buffers, r->held, r->total);
+}
+
+static void json_array(FILE *f, const char *name, const double *x, long n) {
+    fprintf(f, "\"%s\":[", name);
+    for (long i = 0; i < n; i++) fprintf(f, "%s%.9g", i ? "," : "", x[i]);
+    fprintf(f, "]");
+}
+
+static const char *const xfer_key[XFER_COUNT] = {"d2h", "h2d", "nvme_read", "nvme_write"};
+
+// The run's record up to the stage's own members: appended to --json, left
+// open (NULL when it cannot be opened: said in one line).
+// The run: what ran, on what, and each step's loss, time, norm and rate.
+static void json_run(FILE *f, const Trainer *t) {
+    const Report *r = &t->report;
+    const GPTConfig *m = &t->layout.cfg;
+    fprintf(f, "{\"stage\":\"%s\",\"ranks\":%d,\"device\":\"%s\",\"comm\":\"%s\",\"gpu_sharers\":%d,"
+               "\"model\":\"%s\",\"layers\":%d,\"d_model\":%d,"
+               "\"heads\":%d,\"vocab\":%d,\"params\":%zu,\"batch\":%d,\"seq_len\":%d,\"grad_accum\":%d,"
+               "\"global_batch_tokens\":%.0f,\"first_step\":%ld,\"steps\":%ld,",
+            t->strategy->name, t->world.size, t->dev.name, t->world.backend == COMM_NCCL ? "nccl" : "mpi",
+            t->dev.sharers, t->cfg.model, m->num_layers, m->channels, m->num_heads,
+            m->vocab_size, t->model_params, t->cfg.batch, t->cfg.seq_len, t->cfg.grad_accum,
+            global_tokens_per_step(t), r->first_step, r->n);
+    json_array(f, "losses", r->loss, r->n);
+    fprintf(f, ",");
+    json_array(f, "step_ms", r->step_ms, r->n);
+    fprintf(f, ",");
+    json_array(f, "grad_norms", r->grad_norm, r->n);
+    fprintf(f, ",");
+    json_array(f, "lrs", r->lr, r->n);
+    if (isnan(r->val_loss)) fprintf(f, ",\"val_loss\":null");
+    else fprintf(f, ",\"val_loss\":%.9g", r->val_loss);
+}
+
+// Throughput and FLOPs, the model's and the hardware's.
+static void json_throughput(FILE *f, const Trainer *t, const Summary *s) {
+    fprintf(f, ",\"tokens_per_s\":%.3f,\"step_ms_median\":%.3f,\"flops_per_token\":%.6g,\"gflops_per_rank\":%.4f,",
+            s->tokens_per_s, s->step_ms_median, s->flops_per_token, s->gflops_per_rank);
+    fprintf(f, "\"recompute\":\"%s\",\"hw_flops_per_token\":%.6g,\"hw_gflops_per_rank\":%.4f,",
+            gpt_recompute_name(t->plan.recompute), s->hw_flops_per_token, s->hw_gflops_per_rank);
+    if (t->dev.peak_flops > 0)
+        fprintf(f, "\"mfu\":%.5f,\"hfu\":%.5f,", s->gflops_per_rank * 1e9 / t->dev.peak_flops,
+                s->hw_gflops_per_rank * 1e9 / t->dev.peak_flops);
+    else fprintf(f, "\"mfu\":null,\"hfu\":null,");
+}
+
+// Bytes moved: between ranks by operation, between tiers, the activation checkpoints'.
+static void json_traffic(FILE *f, const Trainer *t, const Summary *s) {
+    fprintf(f, ",\"comm_bytes_per_step\":%.0f,\"comm_formula_bytes_per_step\":%.0f,\"eval_comm_bytes\":%.0f,",
+            s->comm_bytes_step, s->comm_formula_bytes, s->eval_comm_bytes);
+    fprintf(f, "\"comm_bytes_by_op_per_step\":{");
+    for (int op = 0; op < OP_COUNT; op++)
+        fprintf(f, "%s\"%s\":%.0f", op ? "," : "", comm_op_name((CommOp)op), s->op_bytes_step[op]);
+    fprintf(f, "},");
+    fprintf(f, "\"transfer_bytes_per_step\":{");
+    for (int k = 0; k < XFER_COUNT; k++)
+        fprintf(f, "%s\"%s\":{\"counted\":%.0f,\"formula\":%.0f}", k ? "," : "", xfer_key[k], s->xfer_step[k],
+                s->xfer_formula[k]);
+    fprintf(f, "},");
+    fprintf(f, "\"offload_activations\":%s,\"act_offload_bytes_per_step\":{\"to_host\":%.0f,\"to_device\":%.0f,"
+               "\"formula\":%.0f},", t->plan.offload_activations ? "true" : "false", s->act_down, s->act_up,
+            s->act_formula);
+}
+
+static void json_times(FILE *f, const StepTimes *x) {
+    fprintf(f, "\"times_ms_per_step\":{\"step\":%.4f,\"compute\":%.4f,\"comm\":%.4f,\"comm_exposed\":%.4f,"
+               "\"comm_hidden\":%.4f,\"copy\":%.4f,\"copy_hidden\":%.4f,\"host_optimizer\":%.4f,"
+               "\"host_optimizer_hidden\":%.4f,\"io\":%.4f,\"io_hidden\":%.4f,\"act_copy\":%.4f,"
+               "\"act_copy_hidden\":%.4f}",
+            x->step, x->compute, x->comm, x->exposed, x->comm_hidden, x->copy, x->copy_hidden, x->host,
+            x->host_hidden, x->io, x->io_hidden, x->act_copy, x->act_copy_hidden);
+}
+
+FILE *json_begin(const Trainer *t, const Summary *s) {
+    FILE *f = fopen(t->cfg.json, "a");
+    if (!f) {
+        fprintf(stderr, "%s: error: --json %s: cannot append (%s); the run's record was not written\n",
+                t->strategy->name, t->cfg.json, strerror(errno));
+        return NULL;
+    }
+    json_run(f, t);
+    json_throughput(f, t, s);
+    json_mem(f, s);
+    json_need(f, &t->device_need);
+    json_traffic(f, t, s);
+    json_times(f, &s->times);
+    settings_json(&t->cfg.settings, f);
+    return f;
+}
+
+int json_end(const Trainer *t, FILE *f) {
+    fprintf(f, "}\n");
+    int bad = ferror(f) != 0;
+    bad |= fclose(f) != 0;  // a full disk shows here, when the buffer is written
+    if (bad)
+        fprintf(stderr, "%s: error: --json %s: writing failed (%s); the run's record was not written whole\n",
+                t->strategy->name, t->cfg.json, strerror(errno));
+    return bad;
+}
+

@@ -1,0 +1,150 @@
+// report_print.c: the end-of-run text (see report_summary.h): memory per
+// rank by tier and category beside the formulas, throughput with MFU (and
+// HFU), communication with its exposed and overlapped time, the other work
+// of the step, and one summary line per run.
+#include <math.h>
+#include <stdio.h>
+#include "report_summary.h"
+
+// Formula figure for a (tier, category) row, or NAN where no formula applies.
+static double formula_for(const Summary *s, int tier, int cat) {
+    if (cat <= CAT_ADAM_V) return s->formula.bytes[tier][cat];
+    if (tier == TIER_DEVICE && cat == CAT_ACTIVATIONS) return s->acts.saved;
+    if (tier == TIER_DEVICE && cat == CAT_ACT_WORKING) return s->acts.working;
+    if (tier == TIER_PINNED && cat == CAT_ACTIVATIONS) return s->acts.offloaded;
+    return NAN;
+}
+
+void print_memory_table(const Trainer *t, const Summary *s) {
+    printf("\nmemory per rank (measured by the allocator, max over %d ranks; current = after the last step) beside the formula\n", t->world.size);
+    printf("  %-7s %-13s %12s %12s %12s\n", "tier", "category", "current MB", "peak MB", "formula MB");
+    for (int i = 0; i < TIER_COUNT; i++)
+        for (int c = 0; c < CAT_COUNT; c++) {
+            double f = formula_for(s, i, c);
+            if (s->peak[i][c] == 0 && !(f > 0)) continue;
+            char fs[32] = "-";
+            if (!isnan(f)) snprintf(fs, sizeof fs, "%.3f", f / 1e6);
+            printf("  %-7s %-13s %12.3f %12.3f %12s\n", mem_tier_name(i), mem_category_name(c), s->cur[i][c] / 1e6,
+                   s->peak[i][c] / 1e6, fs);
+        }
+    for (int i = 0; i < TIER_COUNT; i++) {
+        double states = 0, states_formula = s->formula.tier_total[i];
+        for (int c = 0; c <= CAT_ADAM_V; c++) states += s->cur[i][c];
+        if (states == 0 && states_formula == 0 && i != TIER_DEVICE) continue;
+        printf("  %s model states: %.3f MB measured, %.3f MB by %s (Psi=%.0f, N=%d, padding %.0f params)\n",
+               mem_tier_name((MemTier)i), states / 1e6, states_formula / 1e6, stage_tier_formula(t->formula, (MemTier)i),
+               s->state_params, t->dp->size, s->formula.padding_params);
+    }
+    printf("  device peak: %.3f MB (all categories); counted before the run: %.3f MB (run_device_bytes)",
+           s->tier_peak[TIER_DEVICE] / 1e6, t->device_need.total / 1e6);
+    if (s->driver_total > 0)
+        printf("; driver reports %.1f of %.1f GB free", s->driver_free / 1e9, s->driver_total / 1e9);
+    GPTRecompute rc = t->plan.recompute;
+    printf("\n  formulas: model states from mem_math; activations (--recompute %s) = %d slot%s x (L_range x per "
+           "layer + input, embed and head) + shared, per layer %s", gpt_recompute_name(rc), t->plan.slots,
+           t->plan.slots == 1 ? "" : "s", act_formula_layer_text(rc, t->plan.sequence_parallel));
+    if (rc != GPT_RECOMPUTE_NONE)
+        printf("; act_working = %s", act_formula_working_text(rc, t->plan.sequence_parallel));
+    if (t->plan.sequence_parallel) printf("; sequence parallel: the whole tensors / t, + sbhe + sbhe/t shared");
+    if (t->plan.offload_activations)
+        printf("; --offload-activations: (L_range - 1) sbhe per slot pinned, 2 sbhe on the device");
+    printf(" (s = T, b = B, h = C, a = heads, t = tp, e = %d B; act_math.c)\n", t->dev.act_bytes);
+}
+
+static void print_throughput(const Trainer *t, const Summary *s) {
+    printf("\nthroughput (measured over %ld steps)\n", t->report.n);
+    printf("  step time median     %10.1f ms\n", s->step_ms_median);
+    printf("  tokens/s             %10.0f  (%0.f tokens per step / median step time)\n", s->tokens_per_s,
+           global_tokens_per_step(t));
+    printf("  achieved GFLOP/s     %10.2f per rank (model FLOPs %.3g per token = 6*Psi_matmul + 12*L*C*T, computed)\n",
+           s->gflops_per_rank, s->flops_per_token);
+    GPTRecompute rc = t->plan.recompute;
+    if (rc != GPT_RECOMPUTE_NONE)
+        printf("  hardware GFLOP/s     %10.2f per rank (%.3g per token: the model's + %s recompute's %s)\n",
+               s->hw_gflops_per_rank, s->hw_flops_per_token, gpt_recompute_name(rc),
+               rc == GPT_RECOMPUTE_FULL ? "L*(16*C^2 + 4*C*T)" : "L*4*C*T");
+    if (t->dev.peak_flops <= 0) {
+        printf("  MFU                  %10s (%s)\n", "-", t->dev.peak_source ? t->dev.peak_source : "peak unknown");
+        return;
+    }
+    printf("  MFU                  %10.1f %% of %.0f TFLOP/s (%s%s)\n", 100 * s->gflops_per_rank * 1e9 / t->dev.peak_flops,
+           t->dev.peak_flops / 1e12, t->dev.peak_source, t->dev.sharers > 1 ? ", split among the ranks sharing the GPU" : "");
+    if (rc != GPT_RECOMPUTE_NONE)
+        printf("  HFU                  %10.1f %% (hardware FLOPs, recomputation counted)\n",
+               100 * s->hw_gflops_per_rank * 1e9 / t->dev.peak_flops);
+}
+
+static void print_comm(const Trainer *t, const Summary *s) {
+    printf("communication per step per rank\n");
+    printf("  bytes moved          %10.3f MB counted from the collectives issued (ring volume)\n", s->comm_bytes_step / 1e6);
+    if (t->comm_formula_text)
+        printf("  formula              %10.3f MB = %s\n", s->comm_formula_bytes / 1e6, s->comm_formula_text);
+    else
+        printf("  formula              %10.3f MB = %s x 2 B (bf16)\n", s->comm_formula_bytes / 1e6, s->comm_formula_text);
+    // NCCL's nonblocking calls are timed on the GPU (events), the rest on the host clock
+    const StepTimes *x = &s->times;
+    const char *clock = t->world.backend == COMM_NCCL ? "CUDA events for nonblocking NCCL calls" : "host clock";
+    printf("  exposed comm %.2f ms of step %.2f ms (compute blocked on communication; mean over steps and ranks; %s)\n",
+           x->exposed, x->step, clock);
+    printf("  in flight            %10.2f ms (wall-clock union of issue-to-completion intervals)\n", x->comm);
+    printf("  overlapped           %10.2f ms (in flight while computing: comm intervals ∩ compute intervals;\n"
+           "                                  compute %.2f ms)\n", x->comm_hidden, x->compute);
+    if (t->dev.kind == DEVICE_CPU && t->world.size > 1 && t->cfg.progress_us > 0)
+        printf("  note: a progress thread entered MPI every %d us (--progress-thread), so collectives in flight\n"
+               "        could advance during compute; it took CPU time from the compute threads\n", t->cfg.progress_us);
+    else if (t->dev.kind == DEVICE_CPU && t->world.size > 1)
+        printf("  note: on the cpu device MPI moves a nonblocking collective only inside MPI calls (no progress\n"
+               "        thread; try --progress-thread 50), so \"overlapped\" is time in flight, not time spent\n"
+               "        transferring\n");
+}
+
+// Bytes between tiers, the host's and the disk's work, the activation checkpoints' copies.
+static void print_other_work(const Trainer *t, const Summary *s) {
+    const StepTimes *x = &s->times;
+    int xfers = 0;
+    for (int k = 0; k < XFER_COUNT; k++) xfers += s->xfer_step[k] > 0 || s->xfer_formula[k] > 0;
+    if (xfers) printf("between tiers per step per rank (counted by the stage, mean over ranks) beside the formula\n");
+    for (int k = 0; k < XFER_COUNT && xfers; k++)
+        if (s->xfer_step[k] > 0 || s->xfer_formula[k] > 0)
+            printf("  %-16s %12.3f MB, formula %s = %.3f MB\n", transfer_name((Transfer)k), s->xfer_step[k] / 1e6,
+                   stage_transfer_formula(t->formula, (Transfer)k), s->xfer_formula[k] / 1e6);
+    if (x->copy > 0 || x->host > 0 || x->io > 0) printf("other work per step (mean, wall-clock; hidden = ∩ compute)\n");
+    if (x->copy > 0) printf("  copies between tiers %10.2f ms, hidden %.2f ms\n", x->copy, x->copy_hidden);
+    if (x->host > 0) printf("  host optimizer       %10.2f ms, hidden %.2f ms\n", x->host, x->host_hidden);
+    if (x->io > 0) {
+        printf("  file I/O             %10.2f ms, hidden %.2f ms (∩ compute or host optimizer)", x->io, x->io_hidden);
+        double nvme_bytes = s->xfer_step[XFER_NVME_READ] + s->xfer_step[XFER_NVME_WRITE];
+        if (nvme_bytes > 0) printf("; %.3f GB/s (nvme bytes / file I/O time)", nvme_bytes / (x->io / 1000) / 1e9);
+        printf("\n");
+    }
+    if (!t->plan.offload_activations) return;
+    printf("activation checkpoints per step per rank (--offload-activations; counted by the model, max over ranks)\n");
+    printf("  to the host          %10.3f MB, back %.3f MB; formula k(L_range - 1)sbhe = %.3f MB each way\n",
+           s->act_down / 1e6, s->act_up / 1e6, s->act_formula / 1e6);
+    printf("  their copies         %10.2f ms, hidden %.2f ms (∩ compute)%s\n", x->act_copy, x->act_copy_hidden,
+           t->dev.kind == DEVICE_CPU ? "; the cpu device copies on the computing thread, so nothing hides" : "");
+}
+
+void print_summary(const Trainer *t, const Summary *s) {
+    const Report *r = &t->report;
+    print_throughput(t, s);
+    print_comm(t, s);
+    print_other_work(t, s);
+    if (!isnan(r->val_loss)) printf("validation loss      %10.6f at step %ld\n", r->val_loss, r->val_step);
+    if (s->eval_comm_bytes > 0)
+        printf("evaluation           %10.3f MB communicated per evaluation (counted apart from the steps)\n",
+               s->eval_comm_bytes / 1e6);
+}
+
+// One line per run, so runs of different stages line up side by side.
+void print_summary_line(const Trainer *t, const Summary *s) {
+    const Report *r = &t->report;
+    double states = 0;
+    for (int c = 0; c <= CAT_ADAM_V; c++) states += s->cur[TIER_DEVICE][c];
+    printf("summary %-12s N=%d | loss %.4f val %.4f | %8.0f tok/s | device model states %8.3f MB (formula %8.3f) | "
+           "device peak %8.3f MB | comm %7.3f MB/step (formula %7.3f)\n",
+           t->strategy->name, t->world.size, r->n ? r->loss[r->n - 1] : NAN, r->val_loss, s->tokens_per_s,
+           states / 1e6, s->formula.tier_total[TIER_DEVICE] / 1e6, s->tier_peak[TIER_DEVICE] / 1e6,
+           s->comm_bytes_step / 1e6, s->comm_formula_bytes / 1e6);
+}
+

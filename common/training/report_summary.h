@@ -1,0 +1,36 @@
+// report_summary.h: what the files of the report share (report.c sums the
+// run up; report_print.c prints it; report_json.c records it).
+#pragma once
+#include <stdio.h>
+#include "act_math.h"
+#include "trainer.h"
+
+// Figures of the run, reduced over ranks where they differ.
+typedef struct Summary {
+    double cur[TIER_COUNT][CAT_COUNT], peak[TIER_COUNT][CAT_COUNT];  // max over ranks
+    double tier_peak[TIER_COUNT];
+    StateBytes formula;       // max over ranks, as the measured figures
+    double state_params;      // Ψ of the states' partition, max over ranks
+    ActFormula acts;          // activations saved and the recompute working set by the closed form, max over ranks
+    double step_ms_median, tokens_per_s, flops_per_token, gflops_per_rank;
+    double hw_flops_per_token, hw_gflops_per_rank;  // with the recomputation's FLOPs
+    double comm_bytes_step, comm_formula_bytes, eval_comm_bytes;
+    const char *comm_formula_text;
+    double op_bytes_step[OP_COUNT];  // mean per step, max over ranks
+    double xfer_step[XFER_COUNT], xfer_formula[XFER_COUNT];  // mean over ranks of each rank's median step
+    double act_down, act_up, act_formula;  // activation checkpoints per step (max over ranks of the median), formula each way
+    StepTimes times;  // mean per step, over steps and ranks
+    double driver_free, driver_total;
+} Summary;
+
+double global_tokens_per_step(const Trainer *t);
+// report_print.c (rank 0): the memory table, the throughput, communication
+// and other work, and the one summary line.
+void print_memory_table(const Trainer *t, const Summary *s);
+void print_summary(const Trainer *t, const Summary *s);
+void print_summary_line(const Trainer *t, const Summary *s);
+// report_json.c (rank 0): the run's record up to the stage's own members,
+// appended to --json and left open (NULL when it cannot be opened: said in
+// one line); json_end closes it, returns nonzero (said) when writing failed.
+FILE *json_begin(const Trainer *t, const Summary *s);
+int json_end(const Trainer *t, FILE *f);
