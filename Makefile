@@ -5,6 +5,8 @@
 # the binaries refuse that flag); make test cmocka, jansson and libaio. The
 # cuda parts are built only where nvcc is found (GPU=0 skips them). `make`
 # prints what it found and what it left out, a line per optional part.
+# EMU=1 builds the cuda parts for the cuda emulator instead (tests/emu: g++
+# and Boost.Context); make test does so in build-emu/ where no GPU is visible.
 
 SHELL := /bin/bash
 GPU ?= 1
@@ -29,17 +31,22 @@ HAVE_JANSSON := $(call probe,jansson gcc)
 NVCC := $(if $(filter 1,$(GPU)),$(shell command -v nvcc 2>/dev/null))
 CUDA_HOME ?= $(if $(NVCC),$(patsubst %/bin/nvcc,%,$(realpath $(NVCC))))
 HAVE_NCCL := $(if $(NVCC),$(call probe,nccl gcc -I$(CUDA_HOME)/include -L$(CUDA_HOME)/lib64))
+EMU ?= 0
+MPICXX := $(shell command -v mpicxx 2>/dev/null)
+HAVE_EMU := $(if $(MPICXX),$(call probe,boost_context $(MPICXX)))
 
 # what every binary needs, and what single parts need besides
 MISSING := $(strip $(if $(HAVE_MPI),,Open MPI) $(if $(HAVE_BLAS),,OpenBLAS))
 MISSING_06 := $(if $(HAVE_AIO),,libaio)
-MISSING_TEST := $(strip $(if $(HAVE_CMOCKA),,cmocka) $(if $(HAVE_JANSSON),,jansson) $(if $(HAVE_AIO),,libaio))
+MISSING_TEST := $(strip $(if $(HAVE_CMOCKA),,cmocka) $(if $(HAVE_JANSSON),,jansson) $(if $(HAVE_AIO),,libaio) \
+                $(if $(HAVE_EMU),,Boost.Context and mpicxx (the cuda emulator)))
 # a line per optional part: found, or what is left out without it
 PARTS := libaio: $(if $(HAVE_AIO),found,not found: stage 06 (infinity) and the aio tests are left out);\
          jansson: $(if $(HAVE_JANSSON),found,not found: --deepspeed-config is refused$(,) --json records carry no settings);\
          cmocka: $(if $(HAVE_CMOCKA),found,not found: make test needs it);\
          cuda: $(if $(NVCC),found ($(NVCC)),left out ($(if $(filter 1,$(GPU)),nvcc not found,GPU=0)));\
-         nccl: $(if $(HAVE_NCCL),found,left out$(if $(NVCC), (no nccl.h of NCCL 2.18 or newer)))
+         nccl: $(if $(HAVE_NCCL),found,left out$(if $(NVCC), (no nccl.h of NCCL 2.18 or newer)));\
+         cuda emulator: $(if $(HAVE_EMU),found (make test runs the cuda tests on it where no GPU is visible),not found: make test needs Boost.Context and mpicxx)
 
 # ---- flags ----------------------------------------------------------------
 CC := $(if $(MPICC),$(MPICC),cc)
@@ -62,6 +69,18 @@ ifneq ($(NVCC),)
              -gencode arch=compute_$(lastword $(CUDA_ARCHS)),code=compute_$(lastword $(CUDA_ARCHS)) -Xcompiler -fopenmp -MMD -MP
   LDLIBS += -L$(CUDA_HOME)/lib64 -Wl,-rpath,$(CUDA_HOME)/lib64 -lcublasLt -lcublas -lcudart $(if $(HAVE_NCCL),-lnccl) -lstdc++
 endif
+# The emulator build: the emulator's cuda_runtime.h, cublasLt.h and nccl.h
+# stand in for the toolkit's; each .cu file is rewritten by cu2cpp.sed
+# (launches) and compiled by g++ with cuda_runtime.h included first, as nvcc
+# does; -g keeps the source lines the emulator's fault reports name.
+ifeq ($(EMU),1)
+  EMU_INC := -Itests/emu/include
+  CFLAGS += -DWB_HAVE_CUDA -DWB_HAVE_NCCL $(EMU_INC)
+  EMU_CXXFLAGS := -O2 -gdwarf-4 -std=c++17 -fopenmp -DOMPI_SKIP_MPICXX -Wall -Wextra -Wno-unused-parameter -Werror \
+                  $(EMU_INC) -Itests/emu -I$(BLAS_INC) -MMD -MP
+  EMU_LIB := $(BUILD)/libcudaemu.a
+  LDLIBS += $(EMU_LIB) -lboost_context -ldl -lstdc++
+endif
 
 # ---- sources ----------------------------------------------------------------
 # common/*/*_cuda.c, *_nccl.c and *.cu are the cuda parts.
@@ -77,7 +96,7 @@ AIO_SRC := $(wildcard common/io/*.c)
 COMMON_SRC := $(filter-out $(CUDA_C_SRC) $(STAGE_MAIN) $(DS_SRC) $(if $(HAVE_AIO),,$(AIO_SRC)),$(wildcard common/*/*.c)) \
               $(DS_USED)
 COMMON_OBJ := $(COMMON_SRC:%.c=$(BUILD)/%.o)
-ifneq ($(NVCC),)
+ifneq ($(NVCC)$(filter 1,$(EMU)),)
   COMMON_OBJ += $(CUDA_C_SRC:%.c=$(BUILD)/%.o) $(patsubst %.cu,$(BUILD)/%.o,$(wildcard common/*/*.cu))
 endif
 LIB := $(BUILD)/libcommon.a
@@ -113,8 +132,12 @@ MAIN_OBJ = $(BUILD)/main/$(1).o
 # whole trainers run as programs; tests/lib: what they share
 TEST_SRC := $(wildcard tests/core/test_*.c tests/tp/test_*.c tests/stages/test_*.c)
 TEST_BINS := $(TEST_SRC:tests/%.c=$(BUILD)/tests/%)
+# the cuda tests, and the cuda emulator's own (make test: below)
+CUDA_TEST_SRC := $(wildcard tests/*/test_cuda*.c)
+EMU_TEST_SRC := $(CUDA_TEST_SRC) $(wildcard tests/emu/test_*.c)
+EMU_TEST_BINS := $(EMU_TEST_SRC:tests/%.c=build-emu/tests/%)
 
-.PHONY: all deps check-deps check-deps-06 check-deps-test demo test sanitize fuzz bench bench-cuda bench-compare clean help lab-% check-lab-% $(addprefix stage-,$(STAGES)) $(addprefix diff-,$(STAGES))
+.PHONY: all deps check-deps check-deps-06 check-deps-test demo test emu sanitize fuzz bench bench-cuda bench-compare clean help lab-% check-lab-% $(addprefix stage-,$(STAGES)) $(addprefix diff-,$(STAGES))
 all: check-deps $(BINS)
 	@echo "built: $(BINS)"
 	@printf '%s\n' "$(PARTS)" | tr ';' '\n' | sed 's/^ */  /' 
@@ -125,6 +148,7 @@ help:
 	@echo "make deps       install the Debian packages the project needs"
 	@echo "make demo       install, build, run every stage on the same model with NP=$(NP) ranks, side by side"
 	@echo "make test       build and run the tests; ends with 'N passed, N failed'"
+	@echo "make emu        the cuda emulator's build (build-emu/): the trainers run --device cuda on the CPU"
 	@echo "make sanitize   the tests against an ASan + UBSan build (build-sanitize/); fails on any report"
 	@echo "make fuzz       each libFuzzer target for FUZZ_SECONDS (default 30) from its corpus; fails on any finding"
 	@echo "make bench      benchmarks, JSON in build/bench/ (with the cuda part where a GPU is usable)"
@@ -175,9 +199,27 @@ NO_VECTORIZE := $(if $(shell $(CC) --version 2>/dev/null | grep -i clang),-fno-v
                 -fno-tree-loop-vectorize -fno-tree-slp-vectorize)
 $(BUILD)/common/device/cpu_adam_scalar.o: CFLAGS += $(NO_VECTORIZE)
 
+ifeq ($(EMU),1)
+$(BUILD)/%.o: %.cu tests/emu/cu2cpp.sed
+	@mkdir -p $(dir $@)
+	@(echo '#line 1 "$<"'; sed -f tests/emu/cu2cpp.sed $<) > $(BUILD)/$*.cu.cpp
+	$(MPICXX) $(EMU_CXXFLAGS) $(COMMON_INC) -include cuda_runtime.h -D__CUDACC__ -DWB_HAVE_CUDA -DWB_HAVE_NCCL \
+		-c -x c++ $(BUILD)/$*.cu.cpp -o $@
+$(BUILD)/emu/%.o: tests/emu/%.cpp
+	@mkdir -p $(dir $@)
+	$(MPICXX) $(EMU_CXXFLAGS) -c $< -o $@
+$(EMU_LIB): $(patsubst tests/emu/%.cpp,$(BUILD)/emu/%.o,$(wildcard tests/emu/*.cpp))
+	@rm -f $@
+	ar rcs $@ $^
+$(BINS) $(TEST_BINS) $(EMU_TEST_BINS): $(EMU_LIB)
+# the emulator's fault cases (tests/emu/emu_faults.cu), for tests/emu/test_emu.c
+$(BUILD)/tests/emu/emu_faults: $(BUILD)/tests/emu/emu_faults.o $(EMU_LIB)
+	$(MPICXX) -fopenmp $^ -o $@ -lopenblas -lboost_context -ldl
+else
 $(BUILD)/%.o: %.cu
 	@mkdir -p $(dir $@)
 	$(NVCC) $(NVFLAGS) -c $< -o $@
+endif
 
 # tests link the core; tests of whole stages run the binaries
 $(BUILD)/tests/%: tests/%.c $(LIB)
@@ -193,8 +235,20 @@ $(BUILD)/bench/%: bench/%.c $(LIB)
 	@mkdir -p $(dir $@)
 	$(CC) $(CFLAGS) $< $(LIB) -o $@ $(LDLIBS) -laio
 
-test: check-deps-test all $(TEST_BINS)
-	@bash tests/run.sh $(TEST_BINS)
+# Where no GPU is visible the cuda tests run on the cuda emulator instead of
+# skipping: the emulator's build of the trainers and of those tests
+# (build-emu/, EMU=1), run from build-emu/root beside links to the tree;
+# tests/emu/ holds the emulator's own tests (what it must catch).
+ON_EMU := $(if $(GPU_ARCH),,1)
+TEST_RUN := $(if $(ON_EMU),$(filter-out $(CUDA_TEST_SRC:tests/%.c=$(BUILD)/tests/%),$(TEST_BINS)) $(EMU_TEST_BINS),$(TEST_BINS))
+test: check-deps-test all $(TEST_BINS) $(if $(ON_EMU),emu)
+	@bash tests/run.sh $(TEST_RUN)
+
+# the emulator's build: every trainer, the cuda tests and the emulator's own
+emu: check-deps-test
+	@mkdir -p build-emu/root
+	@$(MAKE) --no-print-directory GPU=0 EMU=1 BUILD=build-emu BINDIR=build-emu/root \
+		all $(EMU_TEST_BINS) build-emu/tests/emu/emu_faults
 
 # libFuzzer targets (tests/fuzz/fuzz_*.c: the data readers, the checkpoint
 # reader, the flag parser), each with ASan and UBSan, built with clang (mpicc
@@ -254,7 +308,7 @@ check-lab-%:
 	@python3 scripts/check_lab.py $*
 
 clean:
-	rm -rf $(BUILD) $(foreach n,$(STAGE_IDS),$(BIN_$(n)))
+	rm -rf $(BUILD) build-emu $(foreach n,$(STAGE_IDS),$(BIN_$(n)))
 
 # The compiler writes the dependency files; no rule makes them (else, when
 # one is older than its source, make chains its built-in rules into

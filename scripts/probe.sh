@@ -23,7 +23,9 @@ int main(void){json_error_t e;json_t *j=json_loads("{}",0,&e);json_decref(j);ret
 #error "ncclCommSplit needs NCCL 2.18 or newer"
 #endif
 int main(void){int v;return ncclGetVersion(&v);}'; libs=(-lnccl -lcudart);;
+  boost_context) lang=c++; src='#include <boost/context/fiber.hpp>
+int main(){boost::context::fiber f([](boost::context::fiber &&m){return std::move(m);});f=std::move(f).resume();return 0;}'; libs=(-lboost_context);;
   *) exit 0;;
 esac
-printf '%s\n' "$src" | $cc -x c - -o /dev/null "${flags[@]}" "${libs[@]}" >/dev/null 2>&1 && echo 1
+printf '%s\n' "$src" | $cc -x "${lang:-c}" - -o /dev/null "${flags[@]}" "${libs[@]}" >/dev/null 2>&1 && echo 1
 exit 0

@@ -1,0 +1,8 @@
+# cu2cpp.sed: CUDA C++ to plain C++ for the cuda emulator (make's emulator
+# build runs it over each .cu file, after a #line naming the source).
+# A launch  k<<<grid, block, shmem, stream>>>(args)  becomes
+#   emu::launcher(__FILE__, __LINE__, "k", k, grid, block, shmem, stream)(args)
+s/\([A-Za-z_][A-Za-z_0-9]*\)<<</emu::launcher(__FILE__, __LINE__, "\1", \1, /g
+s/>>>(/)(/g
+# __global__ void __launch_bounds__(N) k(  registers N for k's launches
+s/^\(.*\)__global__ void __launch_bounds__(\([^)]*\)) \([A-Za-z_][A-Za-z_0-9]*\)(/static const int emu_bounds_\3 __attribute__((unused)) = emu::register_launch_bounds("\3", \2); \1__global__ void \3(/

@@ -1,0 +1,776 @@
+// emu_runtime.cpp: the CUDA runtime API on the CPU.
+//
+// Memory. Every cudaMalloc (and cudaHostAlloc) is its own mapping: 64 KiB
+// without access on each side, the data ending at the upper guard (16-byte aligned, so
+// at most 15 bytes of slack), and canary bytes in the slack and before the
+// data. A read or write past either end faults on a guard page, and the
+// fault handler names the allocation, the kernel, its block and thread, and
+// the source line of the access; a write into the slack is found by the
+// canary check after every device operation. Freed memory is never reused:
+// it stays mapped without access, so work still queued that touches it
+// faults the same way. New device memory is filled with 0xff bytes (a NaN in
+// fp32 and bf16), as a GPU gives no zeroed memory either.
+//
+// Streams. Work on a stream is queued and runs only when the host waits for
+// something (a stream, an event, the device, a blocking copy; cudaEventQuery
+// runs one operation per call; an MPI call of the host runs what can start,
+// see emu_nccl.cpp). The scheduler then picks at random (EMU_SEED) among the
+// streams whose next operation may start: stream order and event waits are
+// kept, nothing else is. The legacy default stream orders against the
+// blocking streams as CUDA's does; non-blocking streams do not.
+//
+// Device time. Each operation gets a start and an end on a device clock, as
+// if every stream had the GPU to itself: it starts at the latest of its
+// host issue time, its stream's previous end and its dependencies' ends, and
+// lasts as long as the emulator took to run it. Events take their time from
+// it, so cudaEventElapsedTime measures device spans and concurrent streams
+// overlap on this clock as they would on a GPU with room for both.
+#include <dlfcn.h>
+#include <signal.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/mman.h>
+#include <time.h>
+#include <ucontext.h>
+#include <unistd.h>
+#include <algorithm>
+#include <deque>
+#include <map>
+#include <mutex>
+#include <random>
+#include <string>
+#include <vector>
+#include "emu.h"
+
+namespace emu {
+int stack_guard_hit(const void *addr);
+void set_dynamic_smem_optin(const void *func, int bytes);
+}
+
+using namespace emu;
+
+// ---- basics ----------------------------------------------------------------------------------
+
+static std::recursive_mutex lock_;
+Lock::Lock() { lock_.lock(); }
+Lock::~Lock() { lock_.unlock(); }
+
+double emu::now_us() {
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return ts.tv_sec * 1e6 + ts.tv_nsec / 1e3;
+}
+
+int emu::world_rank() {
+    const char *names[] = {"OMPI_COMM_WORLD_RANK", "PMIX_RANK", "PMI_RANK"};
+    for (const char *n : names)
+        if (getenv(n)) return atoi(getenv(n));
+    return 0;
+}
+
+void emu::die(const char *fmt, ...) {
+    char text[2048];
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(text, sizeof text, fmt, ap);
+    va_end(ap);
+    fprintf(stderr, "cuda emulator (rank %d): %s\n", world_rank(), text);
+    fflush(stderr);
+    _exit(70);
+}
+
+uint64_t emu::random_u64() {
+    static std::mt19937_64 rng([] {
+        const char *s = getenv("EMU_SEED");
+        return s ? strtoull(s, NULL, 0) : 1ull;
+    }());
+    return rng();
+}
+
+static cudaError_t last_error = cudaSuccess;
+static cudaError_t ret(cudaError_t e) {
+    if (e != cudaSuccess) last_error = e;
+    return e;
+}
+
+// ---- counters --------------------------------------------------------------------------------
+
+static std::map<std::string, long> calls;
+static void write_stats() {
+    const char *path = getenv("EMU_STATS");
+    if (!path || !*path) return;
+    std::string p = path;
+    size_t at = p.find("%r");
+    if (at != std::string::npos) p.replace(at, 2, std::to_string(world_rank()));
+    FILE *f = fopen(p.c_str(), "w");
+    if (!f) return;
+    for (auto &c : calls) fprintf(f, "%s %ld\n", c.first.c_str(), c.second);
+    fclose(f);
+}
+void emu::count_call(const char *name) {
+    static bool registered = false;
+    if (!registered) registered = true, atexit(write_stats);
+    calls[name]++;
+}
+#define COUNT() count_call(__func__)
+
+// ---- memory ------------------------------------------------------------------------------------
+
+#define PAGE 4096
+#define GUARD (16 * PAGE)  // no access on either side of every allocation
+#define ALIGN 16
+#define CANARY 0xa5
+#define FRONT_CHECK 64  // canary bytes checked before the data
+#define DEVICE_BYTES (80ull << 30)
+
+static std::map<uintptr_t, Alloc> allocs;  // by map start: live and freed
+static std::vector<Alloc *> live_allocs;
+static long alloc_serial;
+static size_t device_in_use;
+
+const Alloc *emu::find_alloc(const void *p) {
+    uintptr_t a = (uintptr_t)p;
+    auto it = allocs.upper_bound(a);
+    if (it == allocs.begin()) return NULL;
+    --it;
+    const Alloc &x = it->second;
+    return a < (uintptr_t)x.map + x.map_len ? &x : NULL;
+}
+
+static Alloc *new_mapping(size_t bytes, MemKind kind) {
+    size_t data = (std::max(bytes, (size_t)1) + ALIGN - 1) / ALIGN * ALIGN;
+    size_t pages = (data + PAGE - 1) / PAGE;
+    size_t len = pages * PAGE + 2 * GUARD;
+    void *m = mmap(NULL, len, PROT_NONE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
+    if (m == MAP_FAILED) return NULL;
+    char *map = (char *)m;
+    mprotect(map + GUARD, pages * PAGE, PROT_READ | PROT_WRITE);
+    char *ptr = map + GUARD + pages * PAGE - data;
+    size_t front = std::min((size_t)(ptr - (map + GUARD)), (size_t)FRONT_CHECK);
+    memset(ptr - front, CANARY, front);
+    memset(ptr, kind == MEM_DEVICE ? 0xff : 0, bytes);
+    memset(ptr + bytes, CANARY, data - bytes);
+    Alloc &a = allocs[(uintptr_t)map];
+    a = Alloc{ptr, bytes, map, len, kind, false, ++alloc_serial};
+    live_allocs.push_back(&a);
+    return &a;
+}
+
+static const char *kind_name(MemKind k) { return k == MEM_DEVICE ? "device" : "pinned host"; }
+
+static bool canaries_intact(const Alloc *a, size_t *where) {
+    size_t front = std::min((size_t)(a->ptr - (a->map + GUARD)), (size_t)FRONT_CHECK);
+    for (size_t i = 0; i < front; i++)
+        if ((unsigned char)a->ptr[-(ptrdiff_t)front + (ptrdiff_t)i] != CANARY) return *where = i, false;
+    size_t data = (std::max(a->bytes, (size_t)1) + ALIGN - 1) / ALIGN * ALIGN;
+    for (size_t i = a->bytes; i < data; i++)
+        if ((unsigned char)a->ptr[i] != CANARY) return *where = i, false;
+    return true;
+}
+
+void emu::check_canaries(const char *after_what) {
+    for (const Alloc *a : live_allocs) {
+        size_t where = 0;
+        if (!canaries_intact(a, &where))
+            die("%s wrote outside %s allocation #%ld (%zu bytes at %p): %s", after_what, kind_name(a->kind), a->serial,
+                a->bytes, (void *)a->ptr,
+                where < a->bytes ? "before its start" : "past its end, into the slack before the guard page");
+    }
+}
+
+static void free_mapping(Alloc *a) {
+    a->freed = true;
+    madvise(a->map, a->map_len, MADV_DONTNEED);
+    mprotect(a->map, a->map_len, PROT_NONE);
+    live_allocs.erase(std::find(live_allocs.begin(), live_allocs.end(), a));
+}
+
+static Alloc *live_alloc_at(void *ptr, MemKind kind) {
+    const Alloc *c = find_alloc(ptr);
+    if (!c || c->freed || c->ptr != ptr || c->kind != kind) return NULL;
+    return const_cast<Alloc *>(c);
+}
+
+// ---- faults ------------------------------------------------------------------------------------------
+
+// addr2line of the faulting instruction (the emulator's binaries keep -g)
+static void print_source_of(void *pc) {
+    Dl_info info;
+    if (!dladdr(pc, &info) || !info.dli_fname) return;
+    char cmd[1024];
+    uintptr_t off = (uintptr_t)pc - (uintptr_t)info.dli_fbase;
+    snprintf(cmd, sizeof cmd, "addr2line -C -f -i -e '%s' 0x%lx 1>&2", info.dli_fname, (unsigned long)off);
+    fprintf(stderr, "cuda emulator: the access is at:\n");
+    fflush(stderr);
+    if (system(cmd) != 0) fprintf(stderr, "  (addr2line failed: pc %p in %s)\n", pc, info.dli_fname);
+}
+
+static void on_fault(int sig, siginfo_t *si, void *uc_) {
+    ucontext_t *uc = (ucontext_t *)uc_;
+    void *pc = (void *)uc->uc_mcontext.gregs[REG_RIP];
+    const char *addr = (const char *)si->si_addr;
+    std::string who = running_kernel_text();
+    if (who.empty()) who = "host code";
+    const Alloc *a = find_alloc(addr);
+    int slot = stack_guard_hit(addr);
+    char text[1024];
+    if (a && a->freed)
+        snprintf(text, sizeof text, "%s touched freed %s allocation #%ld (%zu bytes at %p), at %p", who.c_str(),
+                 kind_name(a->kind), a->serial, a->bytes, (void *)a->ptr, (const void *)addr);
+    else if (a && addr >= a->ptr + a->bytes)
+        snprintf(text, sizeof text, "%s read or wrote %zu bytes past the end of %s allocation #%ld (%zu bytes at %p)",
+                 who.c_str(), (size_t)(addr - (a->ptr + a->bytes)), kind_name(a->kind), a->serial, a->bytes,
+                 (void *)a->ptr);
+    else if (a)
+        snprintf(text, sizeof text, "%s read or wrote %zu bytes before the start of %s allocation #%ld (%zu bytes at %p)",
+                 who.c_str(), (size_t)(a->ptr - addr), kind_name(a->kind), a->serial, a->bytes, (void *)a->ptr);
+    else if (slot >= 0)
+        snprintf(text, sizeof text, "%s overflowed its fiber stack (%d KiB)", who.c_str(), 64);
+    else
+        snprintf(text, sizeof text, "%s: %s at %p, outside every device allocation", who.c_str(),
+                 sig == SIGSEGV ? "segmentation fault" : "bus error", (const void *)addr);
+    fprintf(stderr, "cuda emulator (rank %d): %s\n", world_rank(), text);
+    print_source_of(pc);
+    fflush(stderr);
+    _exit(70);
+}
+
+static void install_fault_handler() {
+    static bool done = false;
+    if (done) return;
+    done = true;
+    static char alt[1 << 16];
+    stack_t ss = {};
+    ss.ss_sp = alt;
+    ss.ss_size = sizeof alt;
+    sigaltstack(&ss, NULL);
+    struct sigaction sa = {};
+    sa.sa_sigaction = on_fault;
+    sa.sa_flags = SA_SIGINFO | SA_ONSTACK;
+    sigaction(SIGSEGV, &sa, NULL);
+    sigaction(SIGBUS, &sa, NULL);
+}
+
+// ---- streams and the scheduler -----------------------------------------------------------------------
+
+struct EmuStream {
+    unsigned flags;
+    int priority;
+    bool legacy, destroyed;
+    std::deque<OpRef> queue;   // not yet done, in order; the head may be in flight
+    OpRef tail;                // the last operation queued
+    double clock_us;           // device time at which the stream is free
+    int id;
+};
+
+struct EmuEvent {
+    unsigned flags;
+    OpRef record;  // the last record; NULL until recorded
+    bool destroyed;
+};
+
+static EmuStream legacy_stream = {0, 0, true, false, {}, NULL, 0, 0};
+static std::vector<EmuStream *> streams = {&legacy_stream};
+static int streams_made;
+
+static EmuStream *stream_of(cudaStream_t s) { return s ? (EmuStream *)s : &legacy_stream; }
+
+static bool blocking(const EmuStream *s) { return !s->legacy && !(s->flags & cudaStreamNonBlocking); }
+
+OpRef emu::enqueue(cudaStream_t handle, OpRef op) {
+    EmuStream *s = stream_of(handle);
+    if (s->destroyed) die("%s queued on a destroyed stream", op->what.c_str());
+    op->enqueue_us = now_us();
+    // CUDA's legacy default stream waits for the blocking streams and they for it
+    if (s->legacy) {
+        for (EmuStream *o : streams)
+            if (blocking(o) && o->tail && !o->tail->done) op->deps.push_back(o->tail);
+    } else if (blocking(s) && legacy_stream.tail && !legacy_stream.tail->done) {
+        op->deps.push_back(legacy_stream.tail);
+    }
+    s->queue.push_back(op);
+    s->tail = op;
+    return op;
+}
+
+static bool may_start(const OpRef &op) {
+    if (op->started) return false;
+    for (const OpRef &d : op->deps)
+        if (!d->done) return false;
+    return true;
+}
+
+static void finish(EmuStream *s, const OpRef &op) {
+    op->done = true;
+    op->end_us = op->start_us + (now_us() - op->host_start_us);
+    s->clock_us = op->end_us;
+    s->queue.pop_front();
+    check_canaries(op->what.c_str());
+}
+
+static void begin(EmuStream *s, const OpRef &op) {
+    double t = std::max(op->enqueue_us, s->clock_us);
+    for (const OpRef &d : op->deps) t = std::max(t, d->end_us);
+    op->start_us = t;
+    op->host_start_us = now_us();
+    op->started = true;
+}
+
+// One step: starts one operation that may start (drawn at random), or
+// completes a collective in flight. Returns false when nothing moved.
+static bool step() {
+    std::vector<EmuStream *> ready;
+    bool moved = false;
+    for (EmuStream *s : streams) {
+        if (s->queue.empty()) continue;
+        const OpRef &head = s->queue.front();
+        if (head->started && head->test && head->test()) {
+            finish(s, head);
+            moved = true;
+        } else if (may_start(head)) {
+            ready.push_back(s);
+        }
+    }
+    if (ready.empty()) return moved;
+    EmuStream *s = ready[random_u64() % ready.size()];
+    OpRef op = s->queue.front();
+    begin(s, op);
+    if (op->start) {
+        op->start();
+    } else {
+        if (op->run) op->run();
+        finish(s, op);
+    }
+    return true;
+}
+
+static bool anything_queued() {
+    for (EmuStream *s : streams)
+        if (!s->queue.empty()) return true;
+    return false;
+}
+
+// Runs queued work until done() holds. Nothing can move only while a
+// collective waits for its peers: then it polls.
+static void progress_until(const std::function<bool()> &done) {
+    while (!done()) {
+        if (step()) continue;
+        if (!anything_queued()) die("waiting for work that was never queued");
+        sched_yield();
+    }
+}
+
+void emu::flush_started() {
+    Lock l;
+    for (;;) {
+        bool any = false;
+        for (EmuStream *s : streams)
+            if (!s->queue.empty() && may_start(s->queue.front())) any = true;
+        if (!any) return;
+        step();
+    }
+}
+
+static OpRef make_op(std::string what, std::function<void()> run) {
+    OpRef op = std::make_shared<Op>();
+    op->what = std::move(what);
+    op->run = std::move(run);
+    return op;
+}
+
+static void sync_op(const OpRef &op) {
+    progress_until([&] { return op->done; });
+}
+
+// ---- kernels --------------------------------------------------------------------------------------
+
+void emu::launch(const LaunchSite &site, dim3 grid, dim3 block, size_t shmem, cudaStream_t stream,
+                 std::function<void()> body) {
+    Lock l;
+    count_call("kernel launch");
+    install_fault_handler();
+    check_launch(site, grid, block, shmem);
+    char what[512];
+    snprintf(what, sizeof what, "kernel %s (launched at %s:%d)", site.name, site.file, site.line);
+    LaunchSite copy = site;
+    enqueue(stream, make_op(what, [copy, grid, block, shmem, body]() { run_grid(copy, grid, block, shmem, body); }));
+}
+
+// ---- the API --------------------------------------------------------------------------------------
+
+extern "C" {
+
+cudaError_t cudaGetDeviceCount(int *count) {
+    COUNT();
+    *count = 1;
+    return cudaSuccess;
+}
+cudaError_t cudaSetDevice(int device) {
+    COUNT();
+    return ret(device == 0 ? cudaSuccess : cudaErrorInvalidDevice);
+}
+cudaError_t cudaGetDevice(int *device) {
+    *device = 0;
+    return cudaSuccess;
+}
+cudaError_t cudaDriverGetVersion(int *v) {
+    *v = 13000;
+    return cudaSuccess;
+}
+cudaError_t cudaRuntimeGetVersion(int *v) {
+    *v = 13000;
+    return cudaSuccess;
+}
+
+cudaError_t cudaGetDeviceProperties(struct cudaDeviceProp *p, int device) {
+    COUNT();
+    if (device != 0) return ret(cudaErrorInvalidDevice);
+    memset(p, 0, sizeof *p);
+    snprintf(p->name, sizeof p->name, "cuda emulator");
+    // one emulated GPU per process: ranks never share one
+    uint64_t id = ((uint64_t)getpid() << 20) ^ (uint64_t)gethostid();
+    memcpy(p->uuid.bytes, &id, sizeof id);
+    memcpy(p->uuid.bytes + 8, "emulator", 8);
+    p->totalGlobalMem = DEVICE_BYTES;
+    p->sharedMemPerBlock = 48 << 10;
+    p->warpSize = 32;
+    p->maxThreadsPerBlock = 1024;
+    p->maxThreadsDim[0] = p->maxThreadsDim[1] = 1024, p->maxThreadsDim[2] = 64;
+    p->maxGridSize[0] = 2147483647, p->maxGridSize[1] = p->maxGridSize[2] = 65535;
+    p->major = 9, p->minor = 0;
+    p->multiProcessorCount = 132;
+    return cudaSuccess;
+}
+
+cudaError_t cudaDeviceGetStreamPriorityRange(int *least, int *greatest) {
+    *least = 0, *greatest = -5;
+    return cudaSuccess;
+}
+
+cudaError_t cudaFuncGetAttributes(struct cudaFuncAttributes *attr, const void *func) {
+    memset(attr, 0, sizeof *attr);
+    attr->maxThreadsPerBlock = 1024;
+    return func ? cudaSuccess : ret(cudaErrorInvalidDeviceFunction);
+}
+
+cudaError_t cudaFuncSetAttribute(const void *func, enum cudaFuncAttribute attr, int value) {
+    Lock l;
+    if (attr != cudaFuncAttributeMaxDynamicSharedMemorySize || value < 0) return ret(cudaErrorInvalidValue);
+    set_dynamic_smem_optin(func, value);
+    return cudaSuccess;
+}
+
+cudaError_t cudaMalloc(void **ptr, size_t bytes) {
+    Lock l;
+    COUNT();
+    install_fault_handler();
+    *ptr = NULL;
+    if (bytes > DEVICE_BYTES - device_in_use) return ret(cudaErrorMemoryAllocation);
+    Alloc *a = new_mapping(bytes, MEM_DEVICE);
+    if (!a) return ret(cudaErrorMemoryAllocation);
+    device_in_use += bytes;
+    *ptr = a->ptr;
+    return cudaSuccess;
+}
+
+cudaError_t cudaFree(void *ptr) {
+    Lock l;
+    COUNT();
+    if (!ptr) return cudaSuccess;
+    Alloc *a = live_alloc_at(ptr, MEM_DEVICE);
+    if (!a) return ret(cudaErrorInvalidValue);
+    device_in_use -= a->bytes;
+    free_mapping(a);
+    return cudaSuccess;
+}
+
+cudaError_t cudaHostAlloc(void **ptr, size_t bytes, unsigned int flags) {
+    Lock l;
+    COUNT();
+    *ptr = NULL;
+    Alloc *a = new_mapping(bytes, MEM_PINNED);
+    if (!a) return ret(cudaErrorMemoryAllocation);
+    *ptr = a->ptr;
+    return cudaSuccess;
+}
+cudaError_t cudaMallocHost(void **ptr, size_t bytes) { return cudaHostAlloc(ptr, bytes, 0); }
+
+cudaError_t cudaFreeHost(void *ptr) {
+    Lock l;
+    COUNT();
+    if (!ptr) return cudaSuccess;
+    Alloc *a = live_alloc_at(ptr, MEM_PINNED);
+    if (!a) return ret(cudaErrorInvalidValue);
+    free_mapping(a);
+    return cudaSuccess;
+}
+
+// Stream-ordered: the memory is there for work queued after this on the
+// stream; the free waits for the work queued before it.
+cudaError_t cudaMallocAsync(void **ptr, size_t bytes, cudaStream_t stream) { return cudaMalloc(ptr, bytes); }
+cudaError_t cudaFreeAsync(void *ptr, cudaStream_t stream) {
+    Lock l;
+    COUNT();
+    if (!ptr) return cudaSuccess;
+    if (!live_alloc_at(ptr, MEM_DEVICE)) return ret(cudaErrorInvalidValue);
+    enqueue(stream, make_op("cudaFreeAsync", [ptr]() {
+        Alloc *a = live_alloc_at(ptr, MEM_DEVICE);
+        device_in_use -= a->bytes;
+        free_mapping(a);
+    }));
+    return cudaSuccess;
+}
+
+cudaError_t cudaMemGetInfo(size_t *free_bytes, size_t *total_bytes) {
+    Lock l;
+    *total_bytes = DEVICE_BYTES;
+    *free_bytes = DEVICE_BYTES - device_in_use;
+    return cudaSuccess;
+}
+
+cudaError_t cudaPointerGetAttributes(struct cudaPointerAttributes *attr, const void *ptr) {
+    Lock l;
+    memset(attr, 0, sizeof *attr);
+    const Alloc *a = find_alloc(ptr);
+    if (!a || a->freed || (const char *)ptr < a->ptr || (const char *)ptr >= a->ptr + std::max(a->bytes, (size_t)1)) {
+        attr->type = cudaMemoryTypeUnregistered;
+        attr->hostPointer = (void *)ptr;
+        return cudaSuccess;
+    }
+    attr->type = a->kind == MEM_DEVICE ? cudaMemoryTypeDevice : cudaMemoryTypeHost;
+    attr->devicePointer = (void *)ptr;
+    attr->hostPointer = a->kind == MEM_PINNED ? (void *)ptr : NULL;
+    return cudaSuccess;
+}
+
+// ---- copies --------------------------------------------------------------------------------------------
+
+enum Where { HOST_PAGEABLE, HOST_PINNED, DEVICE };
+static Where where_is(const void *p, size_t bytes, const char *role, const char *call) {
+    const Alloc *a = find_alloc(p);
+    if (!a) return HOST_PAGEABLE;
+    if (a->freed) die("%s: the %s (%p) is freed %s memory", call, role, p, kind_name(a->kind));
+    if ((const char *)p < a->ptr || (const char *)p + bytes > a->ptr + a->bytes)
+        die("%s: %zu bytes at the %s (%p) run past %s allocation #%ld (%zu bytes at %p)", call, bytes, role, p,
+            kind_name(a->kind), a->serial, a->bytes, (void *)a->ptr);
+    return a->kind == MEM_DEVICE ? DEVICE : HOST_PINNED;
+}
+
+static cudaError_t copy_async(void *dst, const void *src, size_t bytes, enum cudaMemcpyKind kind,
+                              cudaStream_t stream, const char *call) {
+    if (bytes == 0) return cudaSuccess;
+    Where d = where_is(dst, bytes, "destination", call), s = where_is(src, bytes, "source", call);
+    bool dst_dev = d == DEVICE, src_dev = s == DEVICE;
+    static const bool expect_dst[] = {false, true, false, true}, expect_src[] = {false, false, true, true};
+    if (kind != cudaMemcpyDefault && (expect_dst[kind] != dst_dev || expect_src[kind] != src_dev))
+        die("%s: the direction given (%d) does not match the pointers (destination on the %s, source on the %s)",
+            call, (int)kind, dst_dev ? "device" : "host", src_dev ? "device" : "host");
+    char what[128];
+    snprintf(what, sizeof what, "%s of %zu bytes", call, bytes);
+    if (s == HOST_PAGEABLE && d != HOST_PAGEABLE) {
+        // from pageable memory CUDA stages the source before returning
+        std::shared_ptr<std::vector<char>> staged = std::make_shared<std::vector<char>>((const char *)src,
+                                                                                         (const char *)src + bytes);
+        enqueue(stream, make_op(what, [dst, staged]() { memcpy(dst, staged->data(), staged->size()); }));
+        return cudaSuccess;
+    }
+    OpRef op = enqueue(stream, make_op(what, [dst, src, bytes]() { memmove(dst, src, bytes); }));
+    // into pageable memory the call returns once the copy is done
+    if (d == HOST_PAGEABLE) sync_op(op);
+    return cudaSuccess;
+}
+
+cudaError_t cudaMemcpyAsync(void *dst, const void *src, size_t bytes, enum cudaMemcpyKind kind,
+                            cudaStream_t stream) {
+    Lock l;
+    COUNT();
+    return copy_async(dst, src, bytes, kind, stream, "cudaMemcpyAsync");
+}
+
+cudaError_t cudaMemcpy(void *dst, const void *src, size_t bytes, enum cudaMemcpyKind kind) {
+    Lock l;
+    COUNT();
+    cudaError_t e = copy_async(dst, src, bytes, kind, NULL, "cudaMemcpy");
+    if (legacy_stream.tail) sync_op(legacy_stream.tail);
+    return e;
+}
+
+cudaError_t cudaMemsetAsync(void *dst, int value, size_t bytes, cudaStream_t stream) {
+    Lock l;
+    COUNT();
+    if (bytes == 0) return cudaSuccess;
+    if (where_is(dst, bytes, "destination", "cudaMemsetAsync") != DEVICE) return ret(cudaErrorInvalidValue);
+    char what[96];
+    snprintf(what, sizeof what, "cudaMemsetAsync of %zu bytes", bytes);
+    enqueue(stream, make_op(what, [dst, value, bytes]() { memset(dst, value, bytes); }));
+    return cudaSuccess;
+}
+
+cudaError_t cudaMemset(void *dst, int value, size_t bytes) {
+    cudaError_t e = cudaMemsetAsync(dst, value, bytes, NULL);
+    Lock l;
+    if (legacy_stream.tail) sync_op(legacy_stream.tail);
+    return e;
+}
+
+// ---- streams ---------------------------------------------------------------------------------------------
+
+cudaError_t cudaStreamCreateWithPriority(cudaStream_t *stream, unsigned int flags, int priority) {
+    Lock l;
+    COUNT();
+    EmuStream *s = new EmuStream{flags, priority, false, false, {}, NULL, 0, ++streams_made};
+    streams.push_back(s);
+    *stream = (cudaStream_t)s;
+    return cudaSuccess;
+}
+cudaError_t cudaStreamCreateWithFlags(cudaStream_t *stream, unsigned int flags) {
+    return cudaStreamCreateWithPriority(stream, flags, 0);
+}
+cudaError_t cudaStreamCreate(cudaStream_t *stream) { return cudaStreamCreateWithPriority(stream, 0, 0); }
+
+cudaError_t cudaStreamGetFlags(cudaStream_t stream, unsigned int *flags) {
+    *flags = stream_of(stream)->flags;
+    return cudaSuccess;
+}
+
+// Work still queued runs; the stream is released after it (never reused here).
+cudaError_t cudaStreamDestroy(cudaStream_t stream) {
+    Lock l;
+    COUNT();
+    EmuStream *s = stream_of(stream);
+    if (s->legacy || s->destroyed) return ret(cudaErrorInvalidResourceHandle);
+    s->destroyed = true;
+    return cudaSuccess;
+}
+
+cudaError_t cudaStreamSynchronize(cudaStream_t stream) {
+    Lock l;
+    COUNT();
+    EmuStream *s = stream_of(stream);
+    if (s->tail) sync_op(s->tail);
+    return cudaSuccess;
+}
+
+cudaError_t cudaStreamQuery(cudaStream_t stream) {
+    Lock l;
+    EmuStream *s = stream_of(stream);
+    if (!s->tail || s->tail->done) return cudaSuccess;
+    step();
+    return s->tail->done ? cudaSuccess : cudaErrorNotReady;
+}
+
+cudaError_t cudaStreamWaitEvent(cudaStream_t stream, cudaEvent_t event, unsigned int flags) {
+    Lock l;
+    COUNT();
+    EmuEvent *e = (EmuEvent *)event;
+    if (!e || e->destroyed) return ret(cudaErrorInvalidResourceHandle);
+    if (!e->record) return cudaSuccess;  // never recorded: nothing to wait for
+    OpRef op = make_op("cudaStreamWaitEvent", NULL);
+    op->deps.push_back(e->record);
+    enqueue(stream, op);
+    return cudaSuccess;
+}
+
+cudaError_t cudaDeviceSynchronize(void) {
+    Lock l;
+    COUNT();
+    progress_until([] { return !anything_queued(); });
+    return cudaSuccess;
+}
+
+// ---- events ---------------------------------------------------------------------------------------------------
+
+cudaError_t cudaEventCreateWithFlags(cudaEvent_t *event, unsigned int flags) {
+    Lock l;
+    COUNT();
+    *event = (cudaEvent_t) new EmuEvent{flags, NULL, false};
+    return cudaSuccess;
+}
+cudaError_t cudaEventCreate(cudaEvent_t *event) { return cudaEventCreateWithFlags(event, 0); }
+
+cudaError_t cudaEventDestroy(cudaEvent_t event) {
+    Lock l;
+    COUNT();
+    EmuEvent *e = (EmuEvent *)event;
+    if (!e || e->destroyed) return ret(cudaErrorInvalidResourceHandle);
+    e->destroyed = true;  // kept: a handle used after this is found
+    e->record = NULL;
+    return cudaSuccess;
+}
+
+cudaError_t cudaEventRecord(cudaEvent_t event, cudaStream_t stream) {
+    Lock l;
+    COUNT();
+    EmuEvent *e = (EmuEvent *)event;
+    if (!e || e->destroyed) return ret(cudaErrorInvalidResourceHandle);
+    e->record = enqueue(stream, make_op("cudaEventRecord", NULL));
+    return cudaSuccess;
+}
+
+cudaError_t cudaEventQuery(cudaEvent_t event) {
+    Lock l;
+    COUNT();
+    EmuEvent *e = (EmuEvent *)event;
+    if (!e || e->destroyed) return ret(cudaErrorInvalidResourceHandle);
+    if (!e->record || e->record->done) return cudaSuccess;
+    step();  // a poll lets the device move on by one operation
+    return e->record->done ? cudaSuccess : cudaErrorNotReady;
+}
+
+cudaError_t cudaEventSynchronize(cudaEvent_t event) {
+    Lock l;
+    COUNT();
+    EmuEvent *e = (EmuEvent *)event;
+    if (!e || e->destroyed) return ret(cudaErrorInvalidResourceHandle);
+    if (e->record) sync_op(e->record);
+    return cudaSuccess;
+}
+
+cudaError_t cudaEventElapsedTime(float *ms, cudaEvent_t start, cudaEvent_t end) {
+    Lock l;
+    COUNT();
+    EmuEvent *a = (EmuEvent *)start, *b = (EmuEvent *)end;
+    if (!a || !b || a->destroyed || b->destroyed) return ret(cudaErrorInvalidResourceHandle);
+    if ((a->flags | b->flags) & cudaEventDisableTiming) return ret(cudaErrorInvalidResourceHandle);
+    if (!a->record || !b->record) return ret(cudaErrorInvalidResourceHandle);
+    if (!a->record->done || !b->record->done) return ret(cudaErrorNotReady);
+    *ms = (float)((b->record->end_us - a->record->end_us) / 1000.0);
+    return cudaSuccess;
+}
+
+// ---- errors ---------------------------------------------------------------------------------------------------
+
+cudaError_t cudaGetLastError(void) {
+    cudaError_t e = last_error;
+    last_error = cudaSuccess;
+    return e;
+}
+cudaError_t cudaPeekAtLastError(void) { return last_error; }
+
+const char *cudaGetErrorName(cudaError_t e) {
+    switch (e) {
+    case cudaSuccess: return "cudaSuccess";
+    case cudaErrorInvalidValue: return "cudaErrorInvalidValue";
+    case cudaErrorMemoryAllocation: return "cudaErrorMemoryAllocation";
+    case cudaErrorInvalidDevice: return "cudaErrorInvalidDevice";
+    case cudaErrorInvalidConfiguration: return "cudaErrorInvalidConfiguration";
+    case cudaErrorInvalidResourceHandle: return "cudaErrorInvalidResourceHandle";
+    case cudaErrorNotReady: return "cudaErrorNotReady";
+    case cudaErrorInvalidDeviceFunction: return "cudaErrorInvalidDeviceFunction";
+    default: return "cudaErrorUnknown";
+    }
+}
+const char *cudaGetErrorString(cudaError_t e) {
+    switch (e) {
+    case cudaSuccess: return "no error";
+    case cudaErrorInvalidValue: return "invalid argument";
+    case cudaErrorMemoryAllocation: return "out of memory";
+    case cudaErrorInvalidResourceHandle: return "invalid resource handle";
+    case cudaErrorNotReady: return "device not ready";
+    default: return "error in the cuda emulator";
+    }
+}
+
+}  // extern "C"
