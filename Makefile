@@ -64,7 +64,10 @@ GPU_ARCH := $(if $(NVCC),$(shell nvidia-smi --query-gpu=compute_cap --format=csv
 CUDA_ARCHS ?= $(shell printf '%s\n' 80 90 $(GPU_ARCH) | sort -n -u)
 ifneq ($(NVCC),)
   CFLAGS += -DWB_HAVE_CUDA -I$(CUDA_HOME)/include $(if $(HAVE_NCCL),-DWB_HAVE_NCCL)
-  NVFLAGS := -O3 -std=c++17 $(COMMON_INC) -DWB_HAVE_CUDA $(if $(HAVE_NCCL),-DWB_HAVE_NCCL) \
+  # -lineinfo: compute-sanitizer and the profilers name source lines; every
+  # warning, nvcc's and the host compiler's, is an error
+  NVFLAGS := -O3 -std=c++17 -lineinfo -Werror all-warnings -Xcompiler -Wall,-Wextra,-Wno-unused-parameter,-Werror \
+             $(COMMON_INC) -DWB_HAVE_CUDA $(if $(HAVE_NCCL),-DWB_HAVE_NCCL) \
              $(foreach a,$(CUDA_ARCHS),-gencode arch=compute_$(a),code=sm_$(a)) \
              -gencode arch=compute_$(lastword $(CUDA_ARCHS)),code=compute_$(lastword $(CUDA_ARCHS)) -Xcompiler -fopenmp -MMD -MP
   LDLIBS += -L$(CUDA_HOME)/lib64 -Wl,-rpath,$(CUDA_HOME)/lib64 -lcublasLt -lcublas -lcudart $(if $(HAVE_NCCL),-lnccl) -lstdc++

@@ -10,9 +10,9 @@
 // LAB 01: dp_step -- all-reduce the gradients; the same AdamW on every replica
 // After the last micro-batch each rank holds its own rows' gradient sum in
 // t->st.grads (bf16, Ψ elements): make it the sum over all ranks, in place
-// (comm_all_reduce_sum), once the compute stream has finished writing it.
+// (comm_all_reduce_sum). A collective reads a device buffer after the work
+// queued on the compute stream so far (comm.h): the host need not wait.
 static void all_reduce_grads(Trainer *t) {
-    dev_sync(&t->dev, STREAM_COMPUTE);  // gradients complete before they travel
     comm_all_reduce_sum(&t->world, t->st.grads.ptr, t->layout.num_params, DT_BF16, NULL);
 }
 
@@ -39,18 +39,17 @@ static void update(Trainer *t, const AdamWStep *s) {
 static double forward_backward(Trainer *t, const MicroBatches *mb) {
     GPT *g = &t->model;
     const bf16 *embed = replicated_unit_params(t, GPT_UNIT_EMBED);  // the head reads wte too (tied)
-    double loss = 0;
     for (int i = 0; i < mb->count; i++) {
         trainer_micro_batch_to_slot(t, mb, i, 0);
         for (int u = 0; u < g->L.num_units; u++) gpt_unit_forward(g, u, 0, replicated_unit_params(t, u), embed);
-        loss += gpt_slot_loss(g, 0);
+        gpt_slot_loss_queue(g, 0);
         if (!mb->backward) continue;
         t->micro = i;
         for (int u = g->L.num_units - 1; u >= 0; u--)
             replicated_add_grads(t, u, gpt_unit_backward(g, u, 0, replicated_unit_params(t, u), embed));
     }
     if (mb->backward) all_reduce_grads(t);
-    return loss;
+    return gpt_losses_take(g);  // the one wait for the loss, once per step
 }
 
 static void params_from_master(Trainer *t) {

@@ -23,8 +23,8 @@ void shard_adamw(Trainer *t, const bf16 *grad_shard, bf16 *param_shard, const Ad
 
 // In place: rank q's slice [q·shard, (q+1)·shard) of the full params buffer
 // (t->st.params) goes to every rank of t->dp (comm_all_gather, counts and
-// displacements of each rank's slice); the compute stream must be done
-// writing this rank's slice first.
+// displacements of each rank's slice), which travels once the compute
+// stream has written it (comm.h: collectives keep compute-stream order).
 void all_gather_params(Trainer *t) {
     int N = t->dp->size;
     size_t counts[N], displs[N];
@@ -32,7 +32,6 @@ void all_gather_params(Trainer *t) {
         counts[q] = t->part.shard;
         displs[q] = (size_t)q * t->part.shard;
     }
-    dev_sync(&t->dev, STREAM_COMPUTE);  // the updated slice is written before it travels
     comm_all_gather(t->dp, t->st.params.ptr, counts, displs, DT_BF16, NULL);
 }
 // LAB END

@@ -32,7 +32,6 @@ static void reduce_scatter_grads(Trainer *t) {
     int N = t->world.size;
     size_t counts[N];
     for (int q = 0; q < N; q++) counts[q] = t->part.shard;
-    dev_sync(&t->dev, STREAM_COMPUTE);
     comm_reduce_scatter_sum(&t->world, t->st.grads.ptr, z->reduced.ptr, counts, DT_BF16, NULL);
 }
 
@@ -55,18 +54,17 @@ static void update(Trainer *t, const AdamWStep *s) {
 static double forward_backward(Trainer *t, const MicroBatches *mb) {
     GPT *g = &t->model;
     const bf16 *embed = replicated_unit_params(t, GPT_UNIT_EMBED);  // the head reads wte too (tied)
-    double loss = 0;
     for (int i = 0; i < mb->count; i++) {
         trainer_micro_batch_to_slot(t, mb, i, 0);
         for (int u = 0; u < g->L.num_units; u++) gpt_unit_forward(g, u, 0, replicated_unit_params(t, u), embed);
-        loss += gpt_slot_loss(g, 0);
+        gpt_slot_loss_queue(g, 0);
         if (!mb->backward) continue;
         t->micro = i;
         for (int u = g->L.num_units - 1; u >= 0; u--)
             replicated_add_grads(t, u, gpt_unit_backward(g, u, 0, replicated_unit_params(t, u), embed));
     }
     if (mb->backward) reduce_scatter_grads(t);
-    return loss;
+    return gpt_losses_take(g);  // the one wait for the loss, once per step
 }
 
 static void params_from_master(Trainer *t) {

@@ -128,11 +128,10 @@ static double forward_backward(Trainer *t, const MicroBatches *mb) {
     Stage *z = t->sctx;
     GPT *g = &t->model;
     const bf16 *embed = replicated_unit_params(t, GPT_UNIT_EMBED);  // the head reads wte too (tied)
-    double loss = 0;
     for (int i = 0; i < mb->count; i++) {
         trainer_micro_batch_to_slot(t, mb, i, 0);
         for (int u = 0; u < g->L.num_units; u++) gpt_unit_forward(g, u, 0, replicated_unit_params(t, u), embed);
-        loss += gpt_slot_loss(g, 0);
+        gpt_slot_loss_queue(g, 0);
         if (!mb->backward) continue;
         t->micro = i;
         for (int u = g->L.num_units - 1; u >= 0; u--) {
@@ -142,7 +141,7 @@ static double forward_backward(Trainer *t, const MicroBatches *mb) {
         }
         grad_shard_flush(&z->grads, t);
     }
-    return loss;
+    return gpt_losses_take(g);  // the one wait for the loss, once per step
 }
 
 // ---- the update on the host, and the new shard up ----

@@ -88,7 +88,6 @@ static double forward_backward(Trainer *t, const MicroBatches *mb) {
     GPT *g = &t->model;
     ParamShard *ps = &z->params;
     int head = gpt_unit_head(&g->L);
-    double loss = 0;
     for (int i = 0; i < mb->count; i++) {
         trainer_micro_batch_to_slot(t, mb, i, 0);
         for (int u = 0; u < g->L.num_units; u++) {
@@ -97,7 +96,7 @@ static double forward_backward(Trainer *t, const MicroBatches *mb) {
             gpt_unit_forward(g, u, 0, param_shard_view(ps, u), wte);
             param_shard_release(ps, t, u, PASS_FORWARD);
         }
-        loss += gpt_slot_loss(g, 0);
+        gpt_slot_loss_queue(g, 0);
         if (!mb->backward) continue;
         t->micro = i;
         for (int u = g->L.num_units - 1; u >= 0; u--) {
@@ -112,7 +111,7 @@ static double forward_backward(Trainer *t, const MicroBatches *mb) {
         }
         grad_shard_flush(&z->grads, t);
     }
-    return loss;
+    return gpt_losses_take(g);  // the one wait for the loss, once per step
 }
 
 // ---- the optimizer step, through the swapper ----

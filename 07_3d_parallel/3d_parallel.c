@@ -127,7 +127,6 @@ static double device_buffer_bytes(const void *ctx, const GPTLayout *l, const Par
 // the replicas: rank r of dp receives the sum of its shard.
 static void reduce_grads(Trainer *t) {
     Stage *z = t->sctx;
-    dev_sync(&t->dev, STREAM_COMPUTE);  // gradients complete before they travel
     if (z->grid.emb_comm.size == 2)     // wte opens the states of both ends
         comm_all_reduce_sum(&z->grid.emb_comm, t->st.grads.ptr, (size_t)t->layout.vocab_part * t->layout.cfg.channels,
                             DT_BF16, NULL);

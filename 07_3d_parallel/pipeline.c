@@ -151,7 +151,7 @@ static void forward(Pipeline *p, int i) {
     for (int u = g->plan.first_unit; u <= g->plan.last_unit; u++)
         gpt_unit_forward(g, u, s, part_unit_params(t, u), wte);
     trace_span(&t->trace, TRACE_TID_COMPUTE, p->names[i], t0, now_us(), 0);
-    if (is_last(p)) p->loss += gpt_slot_loss(g, s);
+    if (is_last(p)) gpt_slot_loss_queue(g, s);
     if (++p->in_flight > p->peak_in_flight && mb->backward) p->peak_in_flight = p->in_flight;
 }
 
@@ -251,7 +251,6 @@ static void measure_bubble(Pipeline *p, double t0_us, double t1_us) {
 double pipeline_run(Pipeline *p, const MicroBatches *mb) {
     CHECK(mb->count <= p->max_micro, "pipeline: %d micro-batches in a pass, at most %d", mb->count, p->max_micro);
     p->mb = mb;
-    p->loss = 0;
     int training = mb->backward;
     double t0 = now_us();
     if (!training) forwards_only(p, mb->count);
@@ -260,6 +259,7 @@ double pipeline_run(Pipeline *p, const MicroBatches *mb) {
     wait_sends(p);
     CHECK(p->in_flight == 0, "pipeline: %d micro-batches still in flight after the schedule", p->in_flight);
     if (training) measure_bubble(p, t0, now_us());
-    // the losses are the last stage's: every stage returns them
-    return comm_sum_f64(p->pp, is_last(p) ? p->loss : 0.0);
+    // the losses are the last stage's (read back once per step): every stage returns them
+    double loss = gpt_losses_take(model(p));
+    return comm_sum_f64(p->pp, loss);
 }

@@ -24,7 +24,6 @@ typedef struct Pipeline {
     CommHandle *sent_fwd;      // per slot: the send of its output, until it completes
     CommHandle *sent_bwd;      // per slot: the send of its input gradient
     const MicroBatches *mb;    // the pass being run
-    double loss;               // this pass's losses (last stage)
     int in_flight, peak_in_flight;  // forwarded and not yet backwarded: now, and the most in any step
     int max_micro;             // micro-batches a pass may have (the trace's names)
     char (*names)[12];         // "F3", "B3": each micro-batch's span on the trace (2 x max_micro)

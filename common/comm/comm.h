@@ -3,6 +3,14 @@
 // buffers staged through pinned host memory when MPI is not CUDA-aware) and
 // NCCL (one GPU per rank). Every call counts the bytes a bandwidth-optimal
 // (ring) algorithm moves per rank, so reports can set them beside the formula.
+//
+// Order: a collective on device buffers reads and writes them after the work
+// queued on the compute stream before the call (NCCL: its stream waits on an
+// event; MPI on the cuda device: the staging copy runs on the compute stream,
+// which the host waits for; the cpu device runs everything in order), and
+// its completion (the call's return when blocking, comm_wait otherwise)
+// makes the compute and copy streams wait for it. So no caller needs a
+// dev_sync before a collective, and on NCCL no call makes the host wait.
 #pragma once
 #include <mpi.h>
 #include <stddef.h>
@@ -34,6 +42,8 @@ typedef struct Comm {
     int rank, size;
     CommBackend backend;
     void *nccl;          // ncclComm_t when backend == COMM_NCCL
+    void *nccl_stream;   // its cudaStream_t: the device's comm stream for the world, a stream of its own for a split
+    int owns_nccl_stream;
     Device *dev;         // where the buffers live (for staging and streams)
     CommStats stats;
     Trace *trace;

@@ -171,6 +171,16 @@ static void finish_blocking(Comm *c, CommHandle *k) {
     trace_span(c->trace, TRACE_TID_WAIT, "wait", k->t_issue_us, t_done_us, 0);
 }
 
+#ifdef WB_HAVE_NCCL
+// A blocking call on NCCL: the compute and copy streams wait for it on the
+// GPU, the host goes on; its exposed time is read off CUDA events
+// (comm_settle_stats), as for a nonblocking call that is waited at once.
+static void finish_on_gpu(Comm *c, CommHandle *k) {
+    comm_nccl_wait(c, k);
+    complete_op(c, k, 0);
+}
+#endif
+
 void comm_wait(Comm *c, CommHandle *h) {
     if (!h || !h->active) return;
 #ifdef WB_HAVE_NCCL
@@ -226,9 +236,9 @@ static void all_reduce(Comm *c, void *buf, size_t count, DType t, int max, CommH
     CommHandle local, *k = begin_op(c, h, &local, OP_ALL_REDUCE, bytes);
 #ifdef WB_HAVE_NCCL
     if (comm_nccl_owns(c, buf, NULL)) {
-        if (max) comm_nccl_all_reduce_max(c, buf, count, t, k, !h);
-        else comm_nccl_all_reduce_sum(c, buf, count, t, k, !h);
-        if (!h) finish_blocking(c, k);
+        if (max) comm_nccl_all_reduce_max(c, buf, count, t, k);
+        else comm_nccl_all_reduce_sum(c, buf, count, t, k);
+        if (!h) finish_on_gpu(c, k);
         return;
     }
 #endif
@@ -267,8 +277,8 @@ void comm_reduce_scatter_sum(Comm *c, const void *send, void *recv, const size_t
     k->mpi_counts = counts;
 #ifdef WB_HAVE_NCCL
     if (comm_nccl_owns(c, send, recvcounts[c->rank] ? recv : NULL)) {
-        comm_nccl_reduce_scatter_sum(c, send, recv, recvcounts, t, k, !h);
-        if (!h) finish_blocking(c, k);
+        comm_nccl_reduce_scatter_sum(c, send, recv, recvcounts, t, k);
+        if (!h) finish_on_gpu(c, k);
         return;
     }
 #endif
@@ -306,8 +316,8 @@ void comm_all_gather(Comm *c, void *buf, const size_t *counts, const size_t *dis
     k->mpi_counts = ints;
 #ifdef WB_HAVE_NCCL
     if (comm_nccl_owns(c, buf, NULL)) {
-        comm_nccl_all_gather(c, buf, counts, displs, t, k, !h);
-        if (!h) finish_blocking(c, k);
+        comm_nccl_all_gather(c, buf, counts, displs, t, k);
+        if (!h) finish_on_gpu(c, k);
         return;
     }
 #endif
@@ -336,8 +346,8 @@ void comm_broadcast(Comm *c, void *buf, size_t count, DType t, int root, CommHan
     CommHandle local, *k = begin_op(c, h, &local, OP_BROADCAST, bytes);
 #ifdef WB_HAVE_NCCL
     if (comm_nccl_owns(c, buf, NULL)) {
-        comm_nccl_broadcast(c, buf, count, t, root, k, !h);
-        if (!h) finish_blocking(c, k);
+        comm_nccl_broadcast(c, buf, count, t, root, k);
+        if (!h) finish_on_gpu(c, k);
         return;
     }
 #endif
@@ -361,8 +371,8 @@ void comm_send(Comm *c, const void *buf, size_t count, DType t, int peer, int ta
     CommHandle local, *k = begin_op(c, h, &local, OP_SEND, bytes);
 #ifdef WB_HAVE_NCCL
     if (comm_nccl_owns(c, buf, NULL)) {  // NCCL has no tags: pairs match in issue order
-        comm_nccl_send(c, buf, count, t, peer, k, !h);
-        if (!h) finish_blocking(c, k);
+        comm_nccl_send(c, buf, count, t, peer, k);
+        if (!h) finish_on_gpu(c, k);
         return;
     }
 #endif
@@ -382,8 +392,8 @@ void comm_recv(Comm *c, void *buf, size_t count, DType t, int peer, int tag, Com
     CommHandle local, *k = begin_op(c, h, &local, OP_RECV, bytes);
 #ifdef WB_HAVE_NCCL
     if (comm_nccl_owns(c, buf, NULL)) {
-        comm_nccl_recv(c, buf, count, t, peer, k, !h);
-        if (!h) finish_blocking(c, k);
+        comm_nccl_recv(c, buf, count, t, peer, k);
+        if (!h) finish_on_gpu(c, k);
         return;
     }
 #endif
@@ -406,10 +416,10 @@ void comm_send_recv(Comm *c, const void *send, int send_tag, void *recv, int rec
         size_t bytes = count * dtype_bytes(t);
         ks = begin_op(c, hs, &local_s, OP_SEND, bytes);
         kr = begin_op(c, hr, &local_r, OP_RECV, bytes);
-        comm_nccl_send_recv(c, send, recv, count, t, peer, ks, kr, !hs);
+        comm_nccl_send_recv(c, send, recv, count, t, peer, ks, kr);
         if (!hs) {
-            finish_blocking(c, ks);
-            finish_blocking(c, kr);
+            finish_on_gpu(c, ks);
+            finish_on_gpu(c, kr);
         }
         return;
     }

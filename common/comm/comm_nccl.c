@@ -55,6 +55,38 @@ int comm_nccl_supported(Comm *c) {
     return all;
 }
 
+// Every wait of the cuda device polls these: an asynchronous error (a peer
+// that died, a network that failed) ends the run with its reason instead of
+// leaving the host waiting for a collective that will never complete.
+static void check_comms(CudaImpl *impl) {
+    for (int i = 0; i < impl->ncomms; i++) {
+        ncclComm_t comm = (ncclComm_t)impl->comms[i];
+        ncclResult_t async = ncclSuccess;
+        ncclCheck(ncclCommGetAsyncError(comm, &async));
+        if (async == ncclSuccess || async == ncclInProgress) continue;
+        const char *why = ncclGetLastError(comm);
+        int n = 0;
+        (void)ncclCommCount(comm, &n);
+        (void)ncclCommAbort(comm);
+        fail_at(__FILE__, __LINE__, "NCCL error on a communicator of %d ranks: %s (%s); hint: a peer rank exited or "
+                "the network between the ranks failed; its own output says why", n, ncclGetErrorString(async),
+                why && *why ? why : "no detail");
+    }
+}
+
+static void watch(Comm *c) {
+    CudaImpl *impl = cuda_impl(c->dev);
+    CHECK(impl->ncomms < CUDA_MAX_COMMS, "more than %d NCCL communicators on one rank", CUDA_MAX_COMMS);
+    impl->comms[impl->ncomms++] = c->nccl;
+    impl->check_comms = check_comms;
+}
+
+static void unwatch(Comm *c) {
+    CudaImpl *impl = cuda_impl(c->dev);
+    for (int i = 0; i < impl->ncomms; i++)
+        if (impl->comms[i] == c->nccl) impl->comms[i] = impl->comms[--impl->ncomms];
+}
+
 void comm_nccl_init(Comm *c) {
     if (!c->dev || c->dev->kind != DEVICE_CUDA)
         fail_usage("--comm nccl: NCCL needs the cuda device; use --comm mpi");
@@ -68,9 +100,13 @@ void comm_nccl_init(Comm *c) {
     cudaCheck(cudaSetDevice(cuda_impl(c->dev)->ordinal));  // NCCL binds to the current device
     ncclCheck(ncclCommInitRank(&comm, c->size, id, c->rank));
     c->nccl = comm;
+    c->nccl_stream = cuda_stream(c->dev, STREAM_COMM);  // the world's: the device's comm stream
     c->backend = COMM_NCCL;
+    watch(c);
 }
 
+// A communicator of its own gets a stream of its own: a pipeline send then
+// never holds back the data-parallel collectives queued behind it.
 void comm_nccl_split(Comm *parent, int color, int key, Comm *out) {
     // MPI_UNDEFINED (no group for this rank) is NCCL_SPLIT_NOCOLOR to NCCL;
     // every rank of the parent still takes part in the split
@@ -83,17 +119,27 @@ void comm_nccl_split(Comm *parent, int color, int key, Comm *out) {
     ncclCheck(ncclCommUserRank(comm, &rank));
     CHECK(rank == out->rank, "NCCL split gave rank %d where MPI gave %d; hint: both order ranks "
           "by key, then parent rank", rank, out->rank);
+    int lowest = 0, highest = 0;
+    cudaStream_t s;
+    cudaCheck(cudaDeviceGetStreamPriorityRange(&lowest, &highest));
+    cudaCheck(cudaStreamCreateWithPriority(&s, cudaStreamNonBlocking, highest));
+    out->nccl_stream = s;
+    out->owns_nccl_stream = 1;
+    watch(out);
 }
 
 void comm_nccl_free(Comm *c) {
     if (!c->nccl) return;
-    cudaCheck(cudaStreamSynchronize(cuda_stream(c->dev, STREAM_COMM)));
+    cuda_wait(c->dev, (cudaStream_t)c->nccl_stream, NULL);
     comm_nccl_settle(c);
     if (c->nccl_timing) free(((NcclTimings *)c->nccl_timing)->item);
     free(c->nccl_timing);
     c->nccl_timing = NULL;
+    unwatch(c);
     ncclCheck(ncclCommDestroy(nccl_of(c)));
-    c->nccl = NULL;
+    if (c->owns_nccl_stream) cudaCheck(cudaStreamDestroy((cudaStream_t)c->nccl_stream));
+    c->nccl = c->nccl_stream = NULL;
+    c->owns_nccl_stream = 0;
 }
 
 int comm_nccl_owns(const Comm *c, const void *a, const void *b) {
@@ -102,8 +148,10 @@ int comm_nccl_owns(const Comm *c, const void *a, const void *b) {
     for (int i = 0; i < 2; i++) {
         if (i == 1 && !b) break;
         struct cudaPointerAttributes attr;
-        if (!ptrs[i] || cudaPointerGetAttributes(&attr, ptrs[i]) != cudaSuccess) {
-            (void)cudaGetLastError();  // not a pointer CUDA knows: not device memory
+        if (!ptrs[i]) return 0;
+        cudaError_t st = cudaPointerGetAttributes(&attr, ptrs[i]);
+        if (st != cudaSuccess) {
+            cuda_clear_error(st);  // not a pointer CUDA knows: not device memory
             return 0;
         }
         if (attr.type != cudaMemoryTypeDevice && attr.type != cudaMemoryTypeManaged) return 0;
@@ -113,36 +161,29 @@ int comm_nccl_owns(const Comm *c, const void *a, const void *b) {
 
 // ---- issue and completion ---------------------------------------------------------
 
-// The comm stream first waits for everything issued on the compute stream so
-// far: the kernels that wrote the buffer, and those still reading a buffer the
-// collective is about to overwrite. Then an event marks the operation's start.
+// The communicator's stream first waits for everything issued on the compute
+// stream so far: the kernels that wrote the buffer, and those still reading a
+// buffer the collective is about to overwrite. Then an event marks the
+// operation's start. The host never waits here.
 static cudaStream_t begin_nccl(Comm *c, CommHandle *k) {
-    cudaStream_t comm_stream = cuda_stream(c->dev, STREAM_COMM);
-    cudaEvent_t ready, start;
-    cudaCheck(cudaEventCreateWithFlags(&ready, cudaEventDisableTiming));
-    cudaCheck(cudaEventRecord(ready, cuda_stream(c->dev, STREAM_COMPUTE)));
-    cudaCheck(cudaStreamWaitEvent(comm_stream, ready, 0));
-    cudaCheck(cudaEventDestroy(ready));  // released once the wait has been satisfied
+    cudaStream_t comm_stream = (cudaStream_t)c->nccl_stream;
+    CudaImpl *impl = cuda_impl(c->dev);
+    cudaCheck(cudaEventRecord(impl->ordering, cuda_stream(c->dev, STREAM_COMPUTE)));
+    cudaCheck(cudaStreamWaitEvent(comm_stream, impl->ordering, 0));
+    cudaEvent_t start;
     cudaCheck(cudaEventCreate(&start));
     cudaCheck(cudaEventRecord(start, comm_stream));
     k->event_start = start;
     return comm_stream;
 }
 
-// The event after the operation marks its completion on the comm stream.
-static void end_nccl(Comm *c, CommHandle *k, int blocking) {
+// The event after the operation marks its completion on the comm stream;
+// whoever needs the result waits for it (comm_nccl_wait).
+static void end_nccl(Comm *c, CommHandle *k) {
     cudaEvent_t done;
     cudaCheck(cudaEventCreate(&done));
-    cudaCheck(cudaEventRecord(done, cuda_stream(c->dev, STREAM_COMM)));
-    if (blocking) {
-        // blocking means the host waits: comm_mpi.c then counts the time as exposed
-        cudaCheck(cudaEventSynchronize(done));
-        cudaCheck(cudaEventDestroy(done));
-        cudaCheck(cudaEventDestroy((cudaEvent_t)k->event_start));
-        k->event = k->event_start = NULL;
-    } else {
-        k->event = done;
-    }
+    cudaCheck(cudaEventRecord(done, (cudaStream_t)c->nccl_stream));
+    k->event = done;
 }
 
 static void keep_timing(Comm *c, const NcclTiming *t) {
@@ -182,8 +223,8 @@ void comm_nccl_settle(Comm *c) {
     NcclTimings *l = c->nccl_timing;
     for (int i = 0; l && i < l->n; i++) {
         NcclTiming *t = &l->item[i];
-        cudaCheck(cudaEventSynchronize(t->done));
-        cudaCheck(cudaEventSynchronize(t->reached));
+        cuda_wait(c->dev, NULL, t->done);
+        cuda_wait(c->dev, NULL, t->reached);
         double flight = elapsed_us(t->start, t->done), stall = elapsed_us(t->reached, t->done);
         double done_us = t->t_issue_us + flight;
         trace_span(c->trace, TRACE_TID_COMM, comm_op_name(t->op), t->t_issue_us, done_us, t->bytes);
@@ -199,7 +240,8 @@ int comm_nccl_test(Comm *c, CommHandle *k) {
     if (!k->event) return 1;
     cudaError_t st = cudaEventQuery((cudaEvent_t)k->event);
     if (st == cudaErrorNotReady) {
-        (void)cudaGetLastError();  // NotReady is also recorded as the last error: the next launch check would blame its kernel
+        cuda_clear_error(st);
+        cuda_impl(c->dev)->check_comms(cuda_impl(c->dev));  // a poll that never succeeds: is a peer gone?
         return 0;
     }
     cudaCheck(st);
@@ -209,18 +251,16 @@ int comm_nccl_test(Comm *c, CommHandle *k) {
 
 // ---- collectives ---------------------------------------------------------------------
 
-void comm_nccl_all_reduce_sum(Comm *c, void *buf, size_t count, DType t, CommHandle *k,
-                              int blocking) {
+void comm_nccl_all_reduce_sum(Comm *c, void *buf, size_t count, DType t, CommHandle *k) {
     cudaStream_t s = begin_nccl(c, k);
     ncclCheck(ncclAllReduce(buf, buf, count, nccl_type(t), ncclSum, nccl_of(c), s));
-    end_nccl(c, k, blocking);
+    end_nccl(c, k);
 }
 
-void comm_nccl_all_reduce_max(Comm *c, void *buf, size_t count, DType t, CommHandle *k,
-                              int blocking) {
+void comm_nccl_all_reduce_max(Comm *c, void *buf, size_t count, DType t, CommHandle *k) {
     cudaStream_t s = begin_nccl(c, k);
     ncclCheck(ncclAllReduce(buf, buf, count, nccl_type(t), ncclMax, nccl_of(c), s));
-    end_nccl(c, k, blocking);
+    end_nccl(c, k);
 }
 
 static int counts_equal(const size_t *counts, int n) {
@@ -235,7 +275,7 @@ static int counts_equal(const size_t *counts, int n) {
 // ncclGroupStart/End into a single launch: rank r receives the sum of its
 // part, and each element still crosses the ring once, as in a reduce-scatter.
 void comm_nccl_reduce_scatter_sum(Comm *c, const void *send, void *recv, const size_t *recvcounts,
-                                  DType t, CommHandle *k, int blocking) {
+                                  DType t, CommHandle *k) {
     cudaStream_t s = begin_nccl(c, k);
     ncclDataType_t nt = nccl_type(t);
     if (counts_equal(recvcounts, c->size)) {
@@ -254,7 +294,7 @@ void comm_nccl_reduce_scatter_sum(Comm *c, const void *send, void *recv, const s
         }
         ncclCheck(ncclGroupEnd());
     }
-    end_nccl(c, k, blocking);
+    end_nccl(c, k);
 }
 
 static int parts_packed_in_order(const size_t *counts, const size_t *displs, int n) {
@@ -267,7 +307,7 @@ static int parts_packed_in_order(const size_t *counts, const size_t *displs, int
 // anything else is one in-place ncclBroadcast per rank with a nonzero part,
 // fused in one group (the same bytes per rank as an all-gather).
 void comm_nccl_all_gather(Comm *c, void *buf, const size_t *counts, const size_t *displs, DType t,
-                          CommHandle *k, int blocking) {
+                          CommHandle *k) {
     cudaStream_t s = begin_nccl(c, k);
     ncclDataType_t nt = nccl_type(t);
     size_t es = dtype_bytes(t);
@@ -285,39 +325,36 @@ void comm_nccl_all_gather(Comm *c, void *buf, const size_t *counts, const size_t
         }
         ncclCheck(ncclGroupEnd());
     }
-    end_nccl(c, k, blocking);
+    end_nccl(c, k);
 }
 
-void comm_nccl_broadcast(Comm *c, void *buf, size_t count, DType t, int root, CommHandle *k,
-                         int blocking) {
+void comm_nccl_broadcast(Comm *c, void *buf, size_t count, DType t, int root, CommHandle *k) {
     cudaStream_t s = begin_nccl(c, k);
     ncclCheck(ncclBroadcast(buf, buf, count, nccl_type(t), root, nccl_of(c), s));
-    end_nccl(c, k, blocking);
+    end_nccl(c, k);
 }
 
-void comm_nccl_send(Comm *c, const void *buf, size_t count, DType t, int peer, CommHandle *k,
-                    int blocking) {
+void comm_nccl_send(Comm *c, const void *buf, size_t count, DType t, int peer, CommHandle *k) {
     cudaStream_t s = begin_nccl(c, k);
     ncclCheck(ncclSend(buf, count, nccl_type(t), peer, nccl_of(c), s));
-    end_nccl(c, k, blocking);
+    end_nccl(c, k);
 }
 
-void comm_nccl_recv(Comm *c, void *buf, size_t count, DType t, int peer, CommHandle *k,
-                    int blocking) {
+void comm_nccl_recv(Comm *c, void *buf, size_t count, DType t, int peer, CommHandle *k) {
     cudaStream_t s = begin_nccl(c, k);
     ncclCheck(ncclRecv(buf, count, nccl_type(t), peer, nccl_of(c), s));
-    end_nccl(c, k, blocking);
+    end_nccl(c, k);
 }
 
 void comm_nccl_send_recv(Comm *c, const void *send, void *recv, size_t count, DType t, int peer, CommHandle *ks,
-                         CommHandle *kr, int blocking) {
+                         CommHandle *kr) {
     cudaStream_t s = begin_nccl(c, ks);
     begin_nccl(c, kr);  // its start event at the same point of the comm stream
     ncclCheck(ncclGroupStart());
     ncclCheck(ncclSend(send, count, nccl_type(t), peer, nccl_of(c), s));
     ncclCheck(ncclRecv(recv, count, nccl_type(t), peer, nccl_of(c), s));
     ncclCheck(ncclGroupEnd());
-    end_nccl(c, ks, blocking);
-    end_nccl(c, kr, blocking);
+    end_nccl(c, ks);
+    end_nccl(c, kr);
 }
 #endif

@@ -1,9 +1,12 @@
 // comm_nccl.h: the NCCL backend of comm (comm.h), one GPU per rank. comm_mpi.c
 // owns groups, handles and statistics; when a group's backend is COMM_NCCL
 // and the buffers are device memory, its collectives hand the transfer to the
-// functions below. Every operation runs on the device's comm stream, after
+// functions below. Every operation runs on its communicator's stream (the
+// device's comm stream for the world, one of its own for each split), after
 // the work already issued on the compute stream (that is what produced the
-// buffer); its completion is a cudaEvent in CommHandle.event.
+// buffer); its completion is a cudaEvent in CommHandle.event. No operation
+// makes the host wait; every wait of the cuda device polls the
+// communicators' asynchronous errors.
 #pragma once
 #include "comm.h"
 
@@ -25,27 +28,22 @@ void comm_nccl_free(Comm *c);
 int comm_nccl_owns(const Comm *c, const void *a, const void *b);
 
 // The collectives of comm.h on NCCL. `k` is the handle comm_mpi.c set up
-// (its own local one for a blocking call); with `blocking` the call returns
-// once the transfer is complete, otherwise at once with k->event recorded.
-void comm_nccl_all_reduce_sum(Comm *c, void *buf, size_t count, DType t, CommHandle *k,
-                              int blocking);
-void comm_nccl_all_reduce_max(Comm *c, void *buf, size_t count, DType t, CommHandle *k,
-                              int blocking);
+// (its own local one for a blocking call, which it then waits on the GPU);
+// each returns at once with k->event recorded.
+void comm_nccl_all_reduce_sum(Comm *c, void *buf, size_t count, DType t, CommHandle *k);
+void comm_nccl_all_reduce_max(Comm *c, void *buf, size_t count, DType t, CommHandle *k);
 void comm_nccl_reduce_scatter_sum(Comm *c, const void *send, void *recv, const size_t *recvcounts,
-                                  DType t, CommHandle *k, int blocking);
+                                  DType t, CommHandle *k);
 void comm_nccl_all_gather(Comm *c, void *buf, const size_t *counts, const size_t *displs, DType t,
-                          CommHandle *k, int blocking);
-void comm_nccl_broadcast(Comm *c, void *buf, size_t count, DType t, int root, CommHandle *k,
-                         int blocking);
+                          CommHandle *k);
+void comm_nccl_broadcast(Comm *c, void *buf, size_t count, DType t, int root, CommHandle *k);
 // NCCL has no tags: sends and receives between two ranks match in issue order.
-void comm_nccl_send(Comm *c, const void *buf, size_t count, DType t, int peer, CommHandle *k,
-                    int blocking);
-void comm_nccl_recv(Comm *c, void *buf, size_t count, DType t, int peer, CommHandle *k,
-                    int blocking);
+void comm_nccl_send(Comm *c, const void *buf, size_t count, DType t, int peer, CommHandle *k);
+void comm_nccl_recv(Comm *c, void *buf, size_t count, DType t, int peer, CommHandle *k);
 // A send and a receive with `peer` in one NCCL group: neither waits for the
 // other (ks and kr get their own events).
 void comm_nccl_send_recv(Comm *c, const void *send, void *recv, size_t count, DType t, int peer, CommHandle *ks,
-                         CommHandle *kr, int blocking);
+                         CommHandle *kr);
 
 // Completion of a handle with k->event set: the compute and copy streams wait
 // for the event (on the GPU; the host goes on); its events are kept for

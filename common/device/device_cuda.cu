@@ -4,6 +4,7 @@
 // different streams overlaps on the GPU and events order it where it must.
 #include <math.h>
 #include <omp.h>
+#include <time.h>
 #include <unistd.h>
 #include "device_cuda.h"
 extern "C" {
@@ -20,7 +21,7 @@ static void *cuda_alloc(Device *d, MemTier tier, size_t bytes) {
     void *p = NULL;
     cudaError_t st = cudaSuccess;
     switch (tier) {
-    case TIER_DEVICE: st = cudaMalloc(&p, bytes); break;
+    case TIER_DEVICE: st = cudaMallocAsync(&p, bytes, cuda_impl(d)->stream[STREAM_COMPUTE]); break;
     case TIER_PINNED: st = cudaHostAlloc(&p, bytes, cudaHostAllocPortable); break;
     case TIER_HOST:
         if (posix_memalign(&p, HOST_ALIGN_BYTES, bytes) != 0) p = NULL;
@@ -30,21 +31,37 @@ static void *cuda_alloc(Device *d, MemTier tier, size_t bytes) {
                 "the aio module owns files on nvme (and accounts them with mem_track_alloc)");
     }
     if (st != cudaSuccess) {
-        // out of memory is reported by buf_alloc; clear the error so that the
-        // next cudaGetLastError() does not blame an unrelated kernel
-        (void)cudaGetLastError();
+        cuda_clear_error(st);  // out of memory is reported by buf_alloc
         return NULL;
+    }
+    if (tier == TIER_DEVICE) {
+        // memory from the stream-ordered pool is ready in compute-stream
+        // order; the other streams start using it after this point
+        CudaImpl *impl = cuda_impl(d);
+        cudaCheck(cudaEventRecord(impl->ordering, impl->stream[STREAM_COMPUTE]));
+        for (int s = 0; s < STREAM_COUNT; s++)
+            if (s != STREAM_COMPUTE) cudaCheck(cudaStreamWaitEvent(impl->stream[s], impl->ordering, 0));
     }
     return p;
 }
 
+// Device memory goes back to the stream-ordered pool in compute-stream order,
+// after what every stream has queued so far (a ZeRO-3 unit released while
+// its gather's successors are still queued): no host wait, no device-wide
+// sync. NCCL's communicator streams are ordered before compute by the
+// collectives' own events (comm_nccl_wait).
 static void cuda_free(Device *d, MemTier tier, void *ptr, size_t bytes) {
-    (void)d, (void)bytes;
+    (void)bytes;
+    CudaImpl *impl = cuda_impl(d);
     switch (tier) {
-    // cudaFree only "may" synchronize; kernels and collectives still queued
-    // on any stream may read the buffer (a ZeRO-3 unit released after its
-    // backward was issued), so the device finishes first
-    case TIER_DEVICE: cudaCheck(cudaDeviceSynchronize()); cudaCheck(cudaFree(ptr)); break;
+    case TIER_DEVICE:
+        for (int s = 0; s < STREAM_COUNT; s++) {
+            if (s == STREAM_COMPUTE) continue;
+            cudaCheck(cudaEventRecord(impl->ordering, impl->stream[s]));
+            cudaCheck(cudaStreamWaitEvent(impl->stream[STREAM_COMPUTE], impl->ordering, 0));
+        }
+        cudaCheck(cudaFreeAsync(ptr, impl->stream[STREAM_COMPUTE]));
+        break;
     case TIER_PINNED: cudaCheck(cudaFreeHost(ptr)); break;
     default: free(ptr); break;
     }
@@ -59,8 +76,9 @@ static void cuda_copy(Device *d, void *dst, const void *src, size_t bytes, Strea
 
 static int is_host_memory(const void *p) {
     cudaPointerAttributes attr;
-    if (cudaPointerGetAttributes(&attr, p) != cudaSuccess) {
-        (void)cudaGetLastError();  // unknown to CUDA: plain host memory
+    cudaError_t st = cudaPointerGetAttributes(&attr, p);
+    if (st != cudaSuccess) {
+        cuda_clear_error(st);  // unknown to CUDA: plain host memory
         return 1;
     }
     return attr.type == cudaMemoryTypeHost || attr.type == cudaMemoryTypeUnregistered;
@@ -70,7 +88,7 @@ static void cuda_memset0(Device *d, void *dst, size_t bytes, StreamId s) {
     if (bytes == 0) return;
     if (is_host_memory(dst)) {
         // host memory: wait for what the stream still does with it, then clear it here
-        cudaCheck(cudaStreamSynchronize(cuda_stream(d, s)));
+        cuda_wait(d, cuda_stream(d, s), NULL);
         memset(dst, 0, bytes);
         return;
     }
@@ -111,21 +129,36 @@ static void cuda_stream_wait_event(Device *d, StreamId s, Event *e) {
     cudaCheck(cudaStreamWaitEvent(cuda_stream(d, s), (cudaEvent_t)e->handle, 0));
 }
 
-static void cuda_event_sync(Device *d, Event *e) {
-    (void)d;
-    if (e->handle) cudaCheck(cudaEventSynchronize((cudaEvent_t)e->handle));
+void cuda_wait(Device *d, cudaStream_t stream, cudaEvent_t event) {
+    CudaImpl *impl = cuda_impl(d);
+    for (long spins = 0;; spins++) {
+        cudaError_t st = event ? cudaEventQuery(event) : cudaStreamQuery(stream);
+        if (st == cudaSuccess) return;
+        if (st != cudaErrorNotReady) cudaCheck(st);
+        cuda_clear_error(st);
+        if (impl->check_comms) impl->check_comms(impl);
+        if (spins > 1000) {
+            struct timespec nap = {0, 20000};  // 20 us: a poll costs the GPU nothing
+            nanosleep(&nap, NULL);
+        }
+    }
 }
 
-static void cuda_stream_sync(Device *d, StreamId s) {
-    cudaCheck(cudaStreamSynchronize(cuda_stream(d, s)));
+static void cuda_event_sync(Device *d, Event *e) {
+    if (e->handle) cuda_wait(d, NULL, (cudaEvent_t)e->handle);
 }
+
+static void cuda_stream_sync(Device *d, StreamId s) { cuda_wait(d, cuda_stream(d, s), NULL); }
 
 static void cuda_destroy(Device *d) {
     CudaImpl *impl = cuda_impl(d);
     if (!impl) return;
-    cudaCheck(cudaDeviceSynchronize());
+    for (int s = 0; s < STREAM_COUNT; s++) cuda_wait(d, impl->stream[s], NULL);
+    gemm_cache_free(impl);
     buf_free(d, &impl->lt_workspace);
     buf_free(d, &impl->host_result);
+    cudaCheck(cudaDeviceSynchronize());  // the frees above, queued on the compute stream
+    cudaCheck(cudaEventDestroy(impl->ordering));
     cublasCheck(cublasLtDestroy(impl->lt));
     for (int s = 0; s < STREAM_COUNT; s++) cudaCheck(cudaStreamDestroy(impl->stream[s]));
     free(impl);
@@ -176,6 +209,15 @@ static void set_peak(Device *d, const char *name) {
     }
 }
 
+// The stream-ordered pool keeps what is freed for the next allocation
+// instead of giving it back to the driver at every synchronization.
+static void keep_freed_memory(int ordinal) {
+    cudaMemPool_t pool;
+    cudaCheck(cudaDeviceGetDefaultMemPool(&pool, ordinal));
+    uint64_t keep = UINT64_MAX;
+    cudaCheck(cudaMemPoolSetAttribute(pool, cudaMemPoolAttrReleaseThreshold, &keep));
+}
+
 // Ranks on one node share its cores (the CPU Adam of the offload stages runs here).
 static int host_threads(const DeviceOptions *opt) {
     if (opt->threads > 0) return opt->threads;
@@ -195,7 +237,7 @@ extern "C" int device_cuda_count(char *why, size_t why_bytes) {
     int n = 0, driver = 0, runtime = 0;
     cudaError_t st = cudaGetDeviceCount(&n);
     if (st == cudaSuccess && n > 0) return n;
-    (void)cudaGetLastError();
+    cuda_clear_error(st);
     (void)cudaDriverGetVersion(&driver);  // 0 = no driver installed
     (void)cudaRuntimeGetVersion(&runtime);
     char text[256];
@@ -218,13 +260,13 @@ extern "C" int device_cuda_count(char *why, size_t why_bytes) {
 
 // An empty kernel: asking for its attributes tells whether this binary holds
 // code the GPU can run (a build for sm_80/sm_90 has none for a newer major).
-__global__ void probe_kernel(void) {}
+__global__ void __launch_bounds__(1) probe_kernel(void) {}
 
 static void check_kernel_image(const cudaDeviceProp *prop) {
     cudaFuncAttributes attr;
     cudaError_t st = cudaFuncGetAttributes(&attr, probe_kernel);
     if (st == cudaErrorNoKernelImageForDevice || st == cudaErrorInvalidDeviceFunction) {
-        (void)cudaGetLastError();
+        cuda_clear_error(st);
         fail_usage("--device cuda: this binary has no kernels for %s (sm_%d%d); rebuild with "
                    "make CUDA_ARCHS=%d%d, or use --device cpu", prop->name, prop->major,
                    prop->minor, prop->major, prop->minor);
@@ -234,13 +276,16 @@ static void check_kernel_image(const cudaDeviceProp *prop) {
 
 static void create_streams(CudaImpl *impl) {
     // collectives get the higher priority: their few small kernels then start
-    // as soon as a slot frees, instead of queuing behind a long GEMM
+    // as soon as a slot frees, instead of queuing behind a long GEMM.
+    // Non-blocking: no implicit order with the legacy default stream, only
+    // the events the code records.
     int lowest = 0, highest = 0;
     cudaCheck(cudaDeviceGetStreamPriorityRange(&lowest, &highest));
     for (int s = 0; s < STREAM_COUNT; s++) {
         int prio = s == STREAM_COMM ? highest : lowest;
-        cudaCheck(cudaStreamCreateWithPriority(&impl->stream[s], cudaStreamDefault, prio));
+        cudaCheck(cudaStreamCreateWithPriority(&impl->stream[s], cudaStreamNonBlocking, prio));
     }
+    cudaCheck(cudaEventCreateWithFlags(&impl->ordering, cudaEventDisableTiming));
 }
 
 extern "C" void device_cuda_init(Device *d, const DeviceOptions *opt) {
@@ -263,6 +308,7 @@ extern "C" void device_cuda_init(Device *d, const DeviceOptions *opt) {
     CudaImpl *impl = (CudaImpl *)xcalloc(1, sizeof *impl);
     impl->ordinal = ordinal;
     impl->sm_count = prop.multiProcessorCount;
+    keep_freed_memory(ordinal);
     create_streams(impl);
     cublasCheck(cublasLtCreate(&impl->lt));
 

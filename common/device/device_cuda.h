@@ -48,6 +48,15 @@ extern "C" {
 // the like); 32 MiB is what NVIDIA suggests for Hopper.
 #define CUDA_LT_WORKSPACE_BYTES ((size_t)32 << 20)
 
+// Clears the runtime's last error when it is `handled` (the error the caller
+// just dealt with), so that a later launch check does not blame its kernel;
+// an error of something else stays for the check that will report it.
+static inline void cuda_clear_error(cudaError_t handled) {
+    if (cudaPeekAtLastError() == handled) (void)cudaGetLastError();
+}
+
+#define CUDA_MAX_COMMS 16  // NCCL communicators a rank holds (world, tp, pp, dp, ...)
+
 // The backend state behind Device.impl on the cuda device.
 typedef struct CudaImpl {
     int ordinal;                      // which GPU (cudaSetDevice)
@@ -56,9 +65,29 @@ typedef struct CudaImpl {
     cublasLtHandle_t lt;
     Buf lt_workspace;                 // (CUDA_LT_WORKSPACE_BYTES) device, workspace category
     Buf host_result;                  // pinned doubles: reductions read back by the host
+    cudaEvent_t ordering;             // recorded on one stream for another to wait on (reused)
+    void *gemm_cache;                 // cuBLASLt descriptors and algorithms by GEMM shape (kernels_cuda_matmul.cu)
+    // the NCCL communicators (ncclComm_t) whose asynchronous errors every
+    // wait polls, and the function that polls them (comm_nccl.c)
+    void *comms[CUDA_MAX_COMMS];
+    int ncomms;
+    void (*check_comms)(struct CudaImpl *impl);
 } CudaImpl;
 
 static inline CudaImpl *cuda_impl(const Device *d) { return (CudaImpl *)d->impl; }
+
+// The host waits for a stream (event NULL) or an event by polling, and ends
+// the run when a communicator reports an asynchronous error (a peer that
+// died): a blocking wait would hang on a collective that never completes.
+// Frees the cuBLASLt plans of gemm_bf16 (at the device's destruction).
+#ifdef __cplusplus
+extern "C"
+#endif
+void gemm_cache_free(CudaImpl *impl);
+#ifdef __cplusplus
+extern "C"
+#endif
+void cuda_wait(Device *d, cudaStream_t stream, cudaEvent_t event);
 static inline cudaStream_t cuda_stream(const Device *d, StreamId s) {
     return cuda_impl(d)->stream[s];
 }

@@ -11,7 +11,6 @@
 // token race); that is the one place where two runs may differ in the last bit.
 #include "kernels_cuda.h"
 
-#define BLOCK 256
 #define SUMSQ_BLOCKS 1024  // fixed grid of sum_squares: the sum order does not depend on the GPU
 
 static cudaStream_t compute(Device *d) { return cuda_stream(d, STREAM_COMPUTE); }
@@ -19,7 +18,7 @@ static cudaStream_t compute(Device *d) { return cuda_stream(d, STREAM_COMPUTE); 
 // ---- encoder ------------------------------------------------------------------
 
 // out (B,T,C) = wte[tokens] + wpe[t]
-__global__ void encoder_forward_kernel(floatX *out, const int32_t *tokens, const floatX *wte,
+__global__ void __launch_bounds__(BLOCK) encoder_forward_kernel(floatX *out, const int32_t *tokens, const floatX *wte,
                                        const floatX *wpe, int T, int C, size_t n) {
     FOR_EACH_ELEMENT(i, n) {
         size_t bt = i / C;
@@ -29,7 +28,7 @@ __global__ void encoder_forward_kernel(floatX *out, const int32_t *tokens, const
 }
 
 // dwte (V,C) += dout scattered by token
-__global__ void encoder_backward_wte_kernel(float *dwte, const floatX *dout, const int32_t *tokens,
+__global__ void __launch_bounds__(BLOCK) encoder_backward_wte_kernel(float *dwte, const floatX *dout, const int32_t *tokens,
                                             int C, size_t n) {
     FOR_EACH_ELEMENT(i, n) {
         size_t bt = i / C;
@@ -38,7 +37,7 @@ __global__ void encoder_backward_wte_kernel(float *dwte, const floatX *dout, con
 }
 
 // dwpe (T,C) += sum over the batch of dout; one thread per (t,c), b in order
-__global__ void encoder_backward_wpe_kernel(float *dwpe, const floatX *dout, int B, int T, int C) {
+__global__ void __launch_bounds__(BLOCK) encoder_backward_wpe_kernel(float *dwpe, const floatX *dout, int B, int T, int C) {
     size_t TC = (size_t)T * C;
     FOR_EACH_ELEMENT(i, TC) {
         float s = 0.0f;
@@ -72,16 +71,16 @@ static void encoder_backward(Device *d, float *dwte, float *dwpe, const act *dou
 
 // ---- GELU and residual ------------------------------------------------------------
 
-__global__ void gelu_forward_kernel(floatX *out, const floatX *inp, size_t n) {
+__global__ void __launch_bounds__(BLOCK) gelu_forward_kernel(floatX *out, const floatX *inp, size_t n) {
     FOR_EACH_ELEMENT(i, n) out[i] = to_bf16(gelu_f32(to_f32(inp[i])));
 }
 
-__global__ void gelu_backward_kernel(floatX *dinp, const floatX *inp, const floatX *dout,
+__global__ void __launch_bounds__(BLOCK) gelu_backward_kernel(floatX *dinp, const floatX *inp, const floatX *dout,
                                      size_t n) {
     FOR_EACH_ELEMENT(i, n) dinp[i] = to_bf16(gelu_grad_f32(to_f32(inp[i])) * to_f32(dout[i]));
 }
 
-__global__ void residual_forward_kernel(floatX *out, const floatX *a, const floatX *b, size_t n) {
+__global__ void __launch_bounds__(BLOCK) residual_forward_kernel(floatX *out, const floatX *a, const floatX *b, size_t n) {
     FOR_EACH_ELEMENT(i, n) out[i] = to_bf16(to_f32(a[i]) + to_f32(b[i]));
 }
 
@@ -109,7 +108,7 @@ static void residual_forward(Device *d, act *out, const act *a, const act *b, si
 // ("online softmax", Milakov & Gimelshein 2018): each thread keeps a running
 // max m and the sum s of exp(z - m), rescaling s when m grows.
 
-__global__ void softmax_crossentropy_kernel(float *losses, floatX *logits, const int32_t *targets,
+__global__ void __launch_bounds__(ROW_BLOCK_MAX) softmax_crossentropy_kernel(float *losses, floatX *logits, const int32_t *targets,
                                             int V, int ld, float dloss_scale) {
     floatX *z = logits + (size_t)blockIdx.x * ld;
     int target = targets[blockIdx.x];
@@ -139,7 +138,7 @@ __global__ void softmax_crossentropy_kernel(float *losses, floatX *logits, const
 
 void softmax_crossentropy_cuda(Device *d, float *losses, act *logits, const int32_t *targets,
                                int BT, int V, int ld, float dloss_scale) {
-    int block = V >= 4096 ? 1024 : BLOCK;
+    int block = row_block(V);
     softmax_crossentropy_kernel<<<BT, block, 0, compute(d)>>>(losses, (floatX *)logits, targets, V,
                                                               ld, dloss_scale);
     LAUNCH_CHECK();
@@ -147,25 +146,25 @@ void softmax_crossentropy_cuda(Device *d, float *losses, act *logits, const int3
 
 // ---- bf16 gradients and the optimizer ----------------------------------------------
 
-__global__ void grad_to_bf16_kernel(floatX *dst, const float *src, size_t n, int accumulate) {
+__global__ void __launch_bounds__(BLOCK) grad_to_bf16_kernel(floatX *dst, const float *src, size_t n, int accumulate) {
     FOR_EACH_ELEMENT(i, n) dst[i] = to_bf16(accumulate ? to_f32(dst[i]) + src[i] : src[i]);
 }
 
-__global__ void add_bf16_kernel(floatX *dst, const floatX *src, size_t n) {
+__global__ void __launch_bounds__(BLOCK) add_bf16_kernel(floatX *dst, const floatX *src, size_t n) {
     FOR_EACH_ELEMENT(i, n) dst[i] = to_bf16(to_f32(dst[i]) + to_f32(src[i]));
 }
 
-__global__ void f32_to_bf16_kernel(floatX *dst, const float *src, size_t n) {
+__global__ void __launch_bounds__(BLOCK) f32_to_bf16_kernel(floatX *dst, const float *src, size_t n) {
     FOR_EACH_ELEMENT(i, n) dst[i] = to_bf16(src[i]);
 }
 
-__global__ void bf16_to_f32_kernel(float *dst, const floatX *src, size_t n) {
+__global__ void __launch_bounds__(BLOCK) bf16_to_f32_kernel(float *dst, const floatX *src, size_t n) {
     FOR_EACH_ELEMENT(i, n) dst[i] = to_f32(src[i]);
 }
 
 // Each block sums its grid-stride share in double, then one block adds the
 // SUMSQ_BLOCKS partials in a fixed tree order.
-__global__ void sum_squares_partials_kernel(double *part, const floatX *x, size_t n) {
+__global__ void __launch_bounds__(BLOCK) sum_squares_partials_kernel(double *part, const floatX *x, size_t n) {
     double s = 0.0;
     FOR_EACH_ELEMENT(i, n) {
         double v = to_f32(x[i]);
@@ -175,12 +174,12 @@ __global__ void sum_squares_partials_kernel(double *part, const floatX *x, size_
     if (threadIdx.x == 0) part[blockIdx.x] = s;
 }
 
-__global__ void sum_partials_f64_kernel(double *out, const double *part) {
+__global__ void __launch_bounds__(SUMSQ_BLOCKS) sum_partials_f64_kernel(double *out, const double *part) {
     double s = block_sum_f64(part[threadIdx.x]);  // blockDim.x == SUMSQ_BLOCKS
     if (threadIdx.x == 0) *out = s;
 }
 
-__global__ void adamw_kernel(float *master, float *m, float *v, const floatX *grad, floatX *param,
+__global__ void __launch_bounds__(BLOCK) adamw_kernel(float *master, float *m, float *v, const floatX *grad, floatX *param,
                              size_t n, AdamWStep s) {
     FOR_EACH_ELEMENT(i, n) {
         float w = master[i], mi = m[i], vi = v[i];
@@ -224,7 +223,7 @@ static double sum_squares_bf16(Device *d, const bf16 *x, size_t n) {
     LAUNCH_CHECK();
     double *host = (double *)cuda_impl(d)->host_result.ptr;
     cudaCheck(cudaMemcpyAsync(host, total, sizeof(double), cudaMemcpyDeviceToHost, compute(d)));
-    cudaCheck(cudaStreamSynchronize(compute(d)));
+    cuda_wait(d, compute(d), NULL);  // the host reads the norm
     return *host;
 }
 

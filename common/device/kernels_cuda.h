@@ -16,6 +16,13 @@ typedef __nv_bfloat16 floatX;
 
 #define WARP_SIZE 32
 #define FULL_MASK 0xffffffffu
+// Threads per block of the element-wise kernels, and of the row kernels
+// (one block per row) at their widest. Every kernel declares the most it is
+// launched with (__launch_bounds__): the compiler sizes its registers to it.
+#define BLOCK 256
+#define ROW_BLOCK_MAX 1024
+// one block per row: wide rows (a vocabulary) get the widest block
+static inline int row_block(int V) { return V >= 4096 ? ROW_BLOCK_MAX : BLOCK; }
 
 static inline size_t ceil_div(size_t a, size_t b) { return (a + b - 1) / b; }
 
@@ -35,7 +42,10 @@ static inline unsigned grid_for(size_t n, int block) {
          i += (size_t)gridDim.x * blockDim.x)
 
 __device__ inline float to_f32(floatX x) { return __bfloat162float(x); }
-__device__ inline floatX to_bf16(float x) { return __float2bfloat16_rn(x); }
+// Rounding to bf16 is bf16.h's, as on the cpu: the same bits for every
+// input, a NaN included (it keeps its sign and payload, made quiet), where
+// __float2bfloat16_rn returns 0x7fff for every NaN.
+__device__ inline floatX to_bf16(float x) { return __ushort_as_bfloat16(f32_to_bf16(x)); }
 
 // Reductions over a warp and over a block: a sum (float or double) or a max (float).
 struct SumOp {

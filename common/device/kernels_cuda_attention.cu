@@ -11,7 +11,6 @@
 // head, as the cpu kernel); FlashAttention would avoid it.
 #include "kernels_cuda.h"
 
-#define BLOCK 256
 #define ROWS_PER_BLOCK (BLOCK / WARP_SIZE)  // softmax: one warp per row
 
 // ---- permutes ------------------------------------------------------------------------
@@ -26,7 +25,7 @@ __device__ inline size_t head_major_to_token_major(size_t i, int NH, int T, int 
 }
 
 // q, k, v (B,NH,T,hs) <- qkv (B,T,3C)
-__global__ void split_qkv_kernel(floatX *q, floatX *k, floatX *v, const floatX *qkv, int NH, int T,
+__global__ void __launch_bounds__(BLOCK) split_qkv_kernel(floatX *q, floatX *k, floatX *v, const floatX *qkv, int NH, int T,
                                  int hs, size_t n) {
     int C = NH * hs;
     FOR_EACH_ELEMENT(i, n) {
@@ -38,7 +37,7 @@ __global__ void split_qkv_kernel(floatX *q, floatX *k, floatX *v, const floatX *
 }
 
 // dqkv (B,T,3C) <- dq, dk, dv (B,NH,T,hs): every element of dqkv is written (overwrite)
-__global__ void merge_dqkv_kernel(floatX *dqkv, const floatX *dq, const floatX *dk,
+__global__ void __launch_bounds__(BLOCK) merge_dqkv_kernel(floatX *dqkv, const floatX *dq, const floatX *dk,
                                   const floatX *dv, int NH, int T, int hs, size_t n) {
     int C = NH * hs;
     FOR_EACH_ELEMENT(i, n) {
@@ -51,7 +50,7 @@ __global__ void merge_dqkv_kernel(floatX *dqkv, const floatX *dq, const floatX *
 
 // to_token_major: dst (B,T,C) <- src (B,NH,T,hs) (the forward's y);
 // otherwise dst (B,NH,T,hs) <- src (B,T,C) (the backward's dout)
-__global__ void permute_heads_kernel(floatX *dst, const floatX *src, int NH, int T, int hs,
+__global__ void __launch_bounds__(BLOCK) permute_heads_kernel(floatX *dst, const floatX *src, int NH, int T, int hs,
                                      size_t n, int to_token_major) {
     FOR_EACH_ELEMENT(i, n) {
         size_t j = head_major_to_token_major(i, NH, T, hs, NH * hs);
@@ -64,7 +63,7 @@ __global__ void permute_heads_kernel(floatX *dst, const floatX *src, int NH, int
 // Row r of the (B*NH*T, T) matrix is query position t = r % T.
 
 // In place on att: P[t,:] = softmax(S[t, 0..t]), zero for s > t; also a bf16 copy
-__global__ void causal_softmax_kernel(float *att, floatX *p_bf16, int T, size_t rows) {
+__global__ void __launch_bounds__(BLOCK) causal_softmax_kernel(float *att, floatX *p_bf16, int T, size_t rows) {
     size_t row = (size_t)blockIdx.x * ROWS_PER_BLOCK + threadIdx.x / WARP_SIZE;
     int lane = threadIdx.x % WARP_SIZE;
     if (row >= rows) return;
@@ -86,7 +85,7 @@ __global__ void causal_softmax_kernel(float *att, floatX *p_bf16, int T, size_t 
 
 // Softmax backward, row-wise, with the 1/sqrt(hs) of the forward folded in:
 //   dS[t,s] = scale * P[t,s] (dP[t,s] - sum_u P[t,u] dP[t,u]),  zero for s > t
-__global__ void causal_softmax_backward_kernel(floatX *ds, const float *dp, const float *att,
+__global__ void __launch_bounds__(BLOCK) causal_softmax_backward_kernel(floatX *ds, const float *dp, const float *att,
                                                float scale, int T, size_t rows) {
     size_t row = (size_t)blockIdx.x * ROWS_PER_BLOCK + threadIdx.x / WARP_SIZE;
     int lane = threadIdx.x % WARP_SIZE;
@@ -100,7 +99,7 @@ __global__ void causal_softmax_backward_kernel(floatX *ds, const float *dp, cons
         ds[row * T + s] = to_bf16(s <= t ? scale * p[s] * (g[s] - dot) : 0.0f);
 }
 
-__global__ void f32_to_bf16_copy_kernel(floatX *dst, const float *src, size_t n) {
+__global__ void __launch_bounds__(BLOCK) f32_to_bf16_copy_kernel(floatX *dst, const float *src, size_t n) {
     FOR_EACH_ELEMENT(i, n) dst[i] = to_bf16(src[i]);
 }
 

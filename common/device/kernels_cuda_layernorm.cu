@@ -9,7 +9,7 @@
 #define LN_ROWS_PER_BLOCK 8  // warps per block, one row each
 
 // out (BT,C); mean, rstd (BT)
-__global__ void layernorm_forward_kernel(floatX *out, float *mean, float *rstd, const floatX *inp,
+__global__ void __launch_bounds__(LN_ROWS_PER_BLOCK * WARP_SIZE) layernorm_forward_kernel(floatX *out, float *mean, float *rstd, const floatX *inp,
                                          const floatX *w, const floatX *b, int BT, int C) {
     int row = blockIdx.x * LN_ROWS_PER_BLOCK + threadIdx.x / WARP_SIZE;
     int lane = threadIdx.x % WARP_SIZE;
@@ -35,7 +35,7 @@ __global__ void layernorm_forward_kernel(floatX *out, float *mean, float *rstd, 
 
 // With xhat = (x - mean) * rstd and g = dout * w:
 //   dx = rstd * (g - mean(g) - xhat * mean(g * xhat))      (+= into dinp)
-__global__ void layernorm_backward_dinp_kernel(floatX *dinp, const floatX *dout, const floatX *inp,
+__global__ void __launch_bounds__(LN_ROWS_PER_BLOCK * WARP_SIZE) layernorm_backward_dinp_kernel(floatX *dinp, const floatX *dout, const floatX *inp,
                                                const floatX *w, const float *mean,
                                                const float *rstd, int BT, int C) {
     int row = blockIdx.x * LN_ROWS_PER_BLOCK + threadIdx.x / WARP_SIZE;
@@ -59,7 +59,7 @@ __global__ void layernorm_backward_dinp_kernel(floatX *dinp, const floatX *dout,
 
 // Partial column sums of dout * xhat (for dw) and dout (for db) over
 // COLSUM_ROWS_PER_PART rows per block; layout as bias_grad_partials_kernel.
-__global__ void layernorm_param_partials_kernel(float *part_w, float *part_b, const floatX *dout,
+__global__ void __launch_bounds__(WARP_SIZE * COLSUM_BLOCK_ROWS) layernorm_param_partials_kernel(float *part_w, float *part_b, const floatX *dout,
                                                 const floatX *inp, const float *mean,
                                                 const float *rstd, int BT, int C) {
     __shared__ float tile_w[COLSUM_BLOCK_ROWS][WARP_SIZE];

@@ -39,80 +39,134 @@ static void set_min_alignment(cublasLtMatmulPreference_t pref,
     cublasCheck(cublasLtMatmulPreferenceSetAttribute(pref, attr, &bytes, sizeof bytes));
 }
 
+// What cuBLASLt is told about one GEMM shape, and the algorithm its
+// heuristic picked for it: made at the shape's first call, kept for the run
+// (a step repeats the same few dozen shapes; the heuristic's search is slow).
+typedef struct GemmKey {
+    int M, N, K, lda, ldb, ldc, transA, transB, batch, c_f32, bias;
+    long long strideA, strideB, strideC;
+    uint32_t align[3];  // promised to the heuristic: B, A, C (cuBLASLt's A, B, C/D)
+} GemmKey;
+
+typedef struct GemmPlan {
+    GemmKey key;
+    cublasLtMatmulDesc_t desc;
+    cublasLtMatrixLayout_t first, second, c;
+    cublasLtMatmulHeuristicResult_t heur;
+} GemmPlan;
+
+typedef struct GemmCache {
+    GemmPlan *plan;
+    int n, cap;
+} GemmCache;
+
 // cuBLASLt is column-major. A row-major (R,S) matrix is a column-major (S,R)
 // one, so row-major C = op(A) op(B) is column-major C^T = op(B)^T op(A)^T:
 // cuBLASLt computes D (N,M) = B' (N,K) x A' (K,M) with B as its first operand.
-void gemm_bf16(Device *d, const GemmArgs *g) {
+static void make_plan(Device *d, GemmPlan *pl) {
+    const GemmKey *k = &pl->key;
     CudaImpl *impl = cuda_impl(d);
-    CHECK(!g->bias || g->batch == 1, "gemm_bf16: a bias only on a single GEMM");
-    int M = g->M, N = g->N, K = g->K;
-    cublasOperation_t op_first = g->transB ? CUBLAS_OP_T : CUBLAS_OP_N;
-    cublasOperation_t op_second = g->transA ? CUBLAS_OP_T : CUBLAS_OP_N;
-    cudaDataType_t c_type = g->c_f32 ? CUDA_R_32F : CUDA_R_16BF;
-    size_t c_bytes = g->c_f32 ? 4 : 2;
-
-    cublasLtMatmulDesc_t desc;
-    cublasCheck(cublasLtMatmulDescCreate(&desc, CUBLAS_COMPUTE_32F, CUDA_R_32F));
-    cublasCheck(cublasLtMatmulDescSetAttribute(desc, CUBLASLT_MATMUL_DESC_TRANSA, &op_first,
-                                               sizeof op_first));
-    cublasCheck(cublasLtMatmulDescSetAttribute(desc, CUBLASLT_MATMUL_DESC_TRANSB, &op_second,
-                                               sizeof op_second));
-    if (g->bias) {
+    int M = k->M, N = k->N, K = k->K;
+    cublasOperation_t op_first = k->transB ? CUBLAS_OP_T : CUBLAS_OP_N;
+    cublasOperation_t op_second = k->transA ? CUBLAS_OP_T : CUBLAS_OP_N;
+    cublasCheck(cublasLtMatmulDescCreate(&pl->desc, CUBLAS_COMPUTE_32F, CUDA_R_32F));
+    cublasCheck(cublasLtMatmulDescSetAttribute(pl->desc, CUBLASLT_MATMUL_DESC_TRANSA, &op_first, sizeof op_first));
+    cublasCheck(cublasLtMatmulDescSetAttribute(pl->desc, CUBLASLT_MATMUL_DESC_TRANSB, &op_second, sizeof op_second));
+    if (k->bias) {
         // bias (N) is one value per row of D (N,M): per column of the row-major C
         cublasLtEpilogue_t epi = CUBLASLT_EPILOGUE_BIAS;
-        cublasCheck(cublasLtMatmulDescSetAttribute(desc, CUBLASLT_MATMUL_DESC_EPILOGUE, &epi,
-                                                   sizeof epi));
-        cublasCheck(cublasLtMatmulDescSetAttribute(desc, CUBLASLT_MATMUL_DESC_BIAS_POINTER,
-                                                   &g->bias, sizeof g->bias));
+        cublasCheck(cublasLtMatmulDescSetAttribute(pl->desc, CUBLASLT_MATMUL_DESC_EPILOGUE, &epi, sizeof epi));
     }
     // layouts of the stored matrices (before op): B (K,N) row-major is (N,K)
     // column-major with ld N; B stored transposed, (N,K) row-major, is (K,N) with ld K
-    int ldb = g->ldb ? g->ldb : (g->transB ? K : N);
-    int lda = g->lda ? g->lda : (g->transA ? M : K);
-    int ldc = g->ldc ? g->ldc : N;
-    cublasLtMatrixLayout_t lay_first =
-        g->transB ? make_layout(CUDA_R_16BF, K, N, ldb, g->batch, g->strideB)
-                  : make_layout(CUDA_R_16BF, N, K, ldb, g->batch, g->strideB);
-    cublasLtMatrixLayout_t lay_second =
-        g->transA ? make_layout(CUDA_R_16BF, M, K, lda, g->batch, g->strideA)
-                  : make_layout(CUDA_R_16BF, K, M, lda, g->batch, g->strideA);
-    cublasLtMatrixLayout_t lay_c = make_layout(c_type, N, M, ldc, g->batch, g->strideC);
+    pl->first = k->transB ? make_layout(CUDA_R_16BF, K, N, k->ldb, k->batch, k->strideB)
+                          : make_layout(CUDA_R_16BF, N, K, k->ldb, k->batch, k->strideB);
+    pl->second = k->transA ? make_layout(CUDA_R_16BF, M, K, k->lda, k->batch, k->strideA)
+                           : make_layout(CUDA_R_16BF, K, M, k->lda, k->batch, k->strideA);
+    pl->c = make_layout(k->c_f32 ? CUDA_R_32F : CUDA_R_16BF, N, M, k->ldc, k->batch, k->strideC);
 
     cublasLtMatmulPreference_t pref;
     cublasCheck(cublasLtMatmulPreferenceCreate(&pref));
     size_t ws_bytes = impl->lt_workspace.bytes;
-    cublasCheck(cublasLtMatmulPreferenceSetAttribute(
-        pref, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES, &ws_bytes, sizeof ws_bytes));
+    cublasCheck(cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES, &ws_bytes,
+                                                     sizeof ws_bytes));
+    set_min_alignment(pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_A_BYTES, k->align[0]);
+    set_min_alignment(pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_B_BYTES, k->align[1]);
+    set_min_alignment(pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_C_BYTES, k->align[2]);
+    set_min_alignment(pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_D_BYTES, k->align[2]);
+    int found = 0;
+    cublasCheck(cublasLtMatmulAlgoGetHeuristic(impl->lt, pl->desc, pl->first, pl->second, pl->c, pl->c, pref, 1,
+                                               &pl->heur, &found));
+    CHECK(found > 0, "cuBLASLt has no GEMM for M=%d N=%d K=%d transA=%d transB=%d batch=%d "
+          "out=%s%s; hint: check shapes and pointer alignment", M, N, K, k->transA, k->transB,
+          k->batch, k->c_f32 ? "fp32" : "bf16", k->bias ? " with bias" : "");
+    cublasCheck(cublasLtMatmulPreferenceDestroy(pref));
+}
+
+static GemmPlan *plan_for(Device *d, const GemmKey *key) {
+    CudaImpl *impl = cuda_impl(d);
+    GemmCache *c = (GemmCache *)impl->gemm_cache;
+    if (!c) c = (GemmCache *)(impl->gemm_cache = xcalloc(1, sizeof *c));
+    for (int i = 0; i < c->n; i++)
+        if (!memcmp(&c->plan[i].key, key, sizeof *key)) return &c->plan[i];
+    if (c->n == c->cap) {
+        c->cap = c->cap ? 2 * c->cap : 32;
+        c->plan = (GemmPlan *)realloc(c->plan, (size_t)c->cap * sizeof *c->plan);
+        CHECK(c->plan, "out of host memory for %d GEMM plans", c->cap);
+    }
+    GemmPlan *pl = &c->plan[c->n++];
+    memset(pl, 0, sizeof *pl);
+    pl->key = *key;
+    make_plan(d, pl);
+    return pl;
+}
+
+void gemm_cache_free(CudaImpl *impl) {
+    GemmCache *c = (GemmCache *)impl->gemm_cache;
+    if (!c) return;
+    for (int i = 0; i < c->n; i++) {
+        cublasCheck(cublasLtMatrixLayoutDestroy(c->plan[i].c));
+        cublasCheck(cublasLtMatrixLayoutDestroy(c->plan[i].second));
+        cublasCheck(cublasLtMatrixLayoutDestroy(c->plan[i].first));
+        cublasCheck(cublasLtMatmulDescDestroy(c->plan[i].desc));
+    }
+    free(c->plan);
+    free(c);
+    impl->gemm_cache = NULL;
+}
+
+void gemm_bf16(Device *d, const GemmArgs *g) {
+    CudaImpl *impl = cuda_impl(d);
+    CHECK(!g->bias || g->batch == 1, "gemm_bf16: a bias only on a single GEMM");
+    int M = g->M, N = g->N, K = g->K;
+    size_t c_bytes = g->c_f32 ? 4 : 2;
+    GemmKey key;
+    memset(&key, 0, sizeof key);  // padding too: keys compare with memcmp
+    key.M = M, key.N = N, key.K = K;
+    key.ldb = g->ldb ? g->ldb : (g->transB ? K : N);
+    key.lda = g->lda ? g->lda : (g->transA ? M : K);
+    key.ldc = g->ldc ? g->ldc : N;
+    key.transA = g->transA, key.transB = g->transB, key.batch = g->batch, key.c_f32 = g->c_f32;
+    key.bias = g->bias != NULL;
+    key.strideA = g->strideA, key.strideB = g->strideB, key.strideC = g->strideC;
     long long sB = g->batch > 1 ? g->strideB * 2 : 0, sA = g->batch > 1 ? g->strideA * 2 : 0;
     long long sC = g->batch > 1 ? g->strideC * (long long)c_bytes : 0;
-    long long ldb_bytes = 2LL * ldb, lda_bytes = 2LL * lda, ldc_bytes = (long long)c_bytes * ldc;
-    set_min_alignment(pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_A_BYTES, alignment_of(g->B, sB, ldb_bytes));
-    set_min_alignment(pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_B_BYTES, alignment_of(g->A, sA, lda_bytes));
-    set_min_alignment(pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_C_BYTES, alignment_of(g->C, sC, ldc_bytes));
-    set_min_alignment(pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_D_BYTES, alignment_of(g->C, sC, ldc_bytes));
-
-    cublasLtMatmulHeuristicResult_t heur;
-    int found = 0;
-    cublasCheck(cublasLtMatmulAlgoGetHeuristic(impl->lt, desc, lay_first, lay_second, lay_c, lay_c,
-                                               pref, 1, &heur, &found));
-    CHECK(found > 0, "cuBLASLt has no GEMM for M=%d N=%d K=%d transA=%d transB=%d batch=%d "
-          "out=%s%s; hint: check shapes and pointer alignment", M, N, K, g->transA, g->transB,
-          g->batch, g->c_f32 ? "fp32" : "bf16", g->bias ? " with bias" : "");
-    cublasCheck(cublasLtMatmul(impl->lt, desc, &g->alpha, g->B, lay_first, g->A, lay_second,
-                               &g->beta, g->C, lay_c, g->C, lay_c, &heur.algo,
-                               impl->lt_workspace.ptr, ws_bytes, cuda_stream(d, STREAM_COMPUTE)));
-
-    cublasCheck(cublasLtMatmulPreferenceDestroy(pref));
-    cublasCheck(cublasLtMatrixLayoutDestroy(lay_c));
-    cublasCheck(cublasLtMatrixLayoutDestroy(lay_second));
-    cublasCheck(cublasLtMatrixLayoutDestroy(lay_first));
-    cublasCheck(cublasLtMatmulDescDestroy(desc));
+    key.align[0] = alignment_of(g->B, sB, 2LL * key.ldb);
+    key.align[1] = alignment_of(g->A, sA, 2LL * key.lda);
+    key.align[2] = alignment_of(g->C, sC, (long long)c_bytes * key.ldc);
+    GemmPlan *pl = plan_for(d, &key);
+    if (g->bias)
+        cublasCheck(cublasLtMatmulDescSetAttribute(pl->desc, CUBLASLT_MATMUL_DESC_BIAS_POINTER, &g->bias,
+                                                   sizeof g->bias));
+    cublasCheck(cublasLtMatmul(impl->lt, pl->desc, &g->alpha, g->B, pl->first, g->A, pl->second, &g->beta, g->C,
+                               pl->c, g->C, pl->c, &pl->heur.algo, impl->lt_workspace.ptr, impl->lt_workspace.bytes,
+                               cuda_stream(d, STREAM_COMPUTE)));
 }
 
 // ---- deterministic column sums -----------------------------------------------------------
 
 // partials (rows,cols) summed down each column in row order
-__global__ void column_partials_kernel(float *acc, const float *partials, int rows, int cols) {
+__global__ void __launch_bounds__(BLOCK) column_partials_kernel(float *acc, const float *partials, int rows, int cols) {
     int c = blockIdx.x * blockDim.x + threadIdx.x;
     if (c >= cols) return;
     float s = 0.0f;
@@ -121,8 +175,7 @@ __global__ void column_partials_kernel(float *acc, const float *partials, int ro
 }
 
 void column_partials_accumulate(Device *d, float *acc, const float *partials, int rows, int cols) {
-    int block = 256;
-    column_partials_kernel<<<(unsigned)ceil_div(cols, block), block, 0,
+    column_partials_kernel<<<(unsigned)ceil_div(cols, BLOCK), BLOCK, 0,
                              cuda_stream(d, STREAM_COMPUTE)>>>(acc, partials, rows, cols);
     LAUNCH_CHECK();
 }
@@ -130,7 +183,7 @@ void column_partials_accumulate(Device *d, float *acc, const float *partials, in
 // One block per (32 columns, COLSUM_ROWS_PER_PART rows): threadIdx.x picks the
 // column (adjacent threads read adjacent bf16, coalesced), threadIdx.y strides
 // the rows; the block then sums its rows in a fixed tree order.
-__global__ void bias_grad_partials_kernel(float *partials, const floatX *dout, int BT, int OC,
+__global__ void __launch_bounds__(WARP_SIZE * COLSUM_BLOCK_ROWS) bias_grad_partials_kernel(float *partials, const floatX *dout, int BT, int OC,
                                           int ldo) {
     __shared__ float tile[COLSUM_BLOCK_ROWS][WARP_SIZE];
     int c = blockIdx.x * WARP_SIZE + threadIdx.x;
@@ -166,7 +219,7 @@ static void bias_grad(Device *d, float *dbias, const floatX *dout, int BT, int O
 
 // out (BT,OC), rows ldo apart, = bias (OC) in every row, for a bias the GEMM
 // epilogue cannot read
-__global__ void broadcast_bias_kernel(floatX *out, const floatX *bias, size_t n, int OC, int ldo) {
+__global__ void __launch_bounds__(BLOCK) broadcast_bias_kernel(floatX *out, const floatX *bias, size_t n, int OC, int ldo) {
     FOR_EACH_ELEMENT(i, n) out[i / OC * ldo + i % OC] = bias[i % OC];
 }
 
@@ -188,7 +241,7 @@ void matmul_forward_cuda(Device *d, act *out, const act *inp, const bf16 *w, con
     g.bias = epilogue_bias ? bias : NULL;
     if (bias && !epilogue_bias) {
         size_t n = (size_t)BT * OC;
-        broadcast_bias_kernel<<<grid_for(n, 256), 256, 0, cuda_stream(d, STREAM_COMPUTE)>>>(
+        broadcast_bias_kernel<<<grid_for(n, BLOCK), BLOCK, 0, cuda_stream(d, STREAM_COMPUTE)>>>(
             (floatX *)out, (const floatX *)bias, n, OC, ldo);
         LAUNCH_CHECK();
         g.beta = 1.0f;

@@ -7,13 +7,12 @@
 // encoder_backward).
 #include "kernels_cuda.h"
 
-#define BLOCK 256
 
 static cudaStream_t compute(Device *d) { return cuda_stream(d, STREAM_COMPUTE); }
 
 // ---- row-parallel bias ---------------------------------------------------------------------
 
-__global__ void bias_add_kernel(floatX *out, const floatX *bias, int OC, size_t n) {
+__global__ void __launch_bounds__(BLOCK) bias_add_kernel(floatX *out, const floatX *bias, int OC, size_t n) {
     FOR_EACH_ELEMENT(i, n) out[i] = to_bf16(to_f32(out[i]) + to_f32(bias[i % OC]));
 }
 
@@ -26,7 +25,7 @@ void bias_add_cuda(Device *d, act *out, const bf16 *bias, int BT, int OC) {
 // ---- vocabulary-parallel embedding ----------------------------------------------------------
 
 // out (B,T,C) = wte_part[token - begin] (0 outside the part) + wpe[t] (when given)
-__global__ void embedding_part_forward_kernel(floatX *out, const int32_t *tokens, const floatX *wte_part,
+__global__ void __launch_bounds__(BLOCK) embedding_part_forward_kernel(floatX *out, const int32_t *tokens, const floatX *wte_part,
                                               int begin, int rows, const floatX *wpe, int T, int C,
                                               size_t n) {
     FOR_EACH_ELEMENT(i, n) {
@@ -39,7 +38,7 @@ __global__ void embedding_part_forward_kernel(floatX *out, const int32_t *tokens
 }
 
 // dwte_part (rows,C) += dout scattered by the tokens inside the part
-__global__ void embedding_part_backward_wte_kernel(float *dwte_part, const floatX *dout,
+__global__ void __launch_bounds__(BLOCK) embedding_part_backward_wte_kernel(float *dwte_part, const floatX *dout,
                                                    const int32_t *tokens, int begin, int rows, int C,
                                                    size_t n) {
     FOR_EACH_ELEMENT(i, n) {
@@ -69,7 +68,7 @@ void embedding_part_backward_cuda(Device *d, float *dwte_part, float *dwpe, cons
 // One block per row, as softmax_crossentropy; the group's max and sums come
 // between the kernels from the caller's all-reduces.
 
-__global__ void crossentropy_part_max_kernel(float *maxv, const floatX *logits, int V, int ld) {
+__global__ void __launch_bounds__(ROW_BLOCK_MAX) crossentropy_part_max_kernel(float *maxv, const floatX *logits, int V, int ld) {
     const floatX *z = logits + (size_t)blockIdx.x * ld;
     float m = -INFINITY;
     for (int i = threadIdx.x; i < V; i += blockDim.x) m = fmaxf(m, to_f32(z[i]));
@@ -77,7 +76,7 @@ __global__ void crossentropy_part_max_kernel(float *maxv, const floatX *logits, 
     if (threadIdx.x == 0) maxv[blockIdx.x] = m;
 }
 
-__global__ void crossentropy_part_sums_kernel(float *sums, const floatX *logits, const float *maxv,
+__global__ void __launch_bounds__(ROW_BLOCK_MAX) crossentropy_part_sums_kernel(float *sums, const floatX *logits, const float *maxv,
                                               const int32_t *targets, int begin, int BT, int V, int ld) {
     int r = blockIdx.x;
     const floatX *z = logits + (size_t)r * ld;
@@ -91,7 +90,7 @@ __global__ void crossentropy_part_sums_kernel(float *sums, const floatX *logits,
     }
 }
 
-__global__ void crossentropy_part_finish_kernel(float *losses, floatX *logits, const float *maxv,
+__global__ void __launch_bounds__(ROW_BLOCK_MAX) crossentropy_part_finish_kernel(float *losses, floatX *logits, const float *maxv,
                                                 const float *sums, const int32_t *targets, int begin,
                                                 int BT, int V, int ld, float dloss_scale) {
     int r = blockIdx.x;
@@ -108,7 +107,6 @@ __global__ void crossentropy_part_finish_kernel(float *losses, floatX *logits, c
     }
 }
 
-static int row_block(int V) { return V >= 4096 ? 1024 : BLOCK; }
 
 void crossentropy_part_max_cuda(Device *d, float *maxv, const act *logits, int BT, int V, int ld) {
     crossentropy_part_max_kernel<<<BT, row_block(V), 0, compute(d)>>>(maxv, (const floatX *)logits, V, ld);

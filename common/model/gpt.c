@@ -187,7 +187,8 @@ void gpt_alloc(GPT *g, const GPTLayout *l, Device *dev, const GPTPlan *p, Comm *
     if (unit_max) g->unit_grads = buf_alloc(dev, TIER_DEVICE, CAT_WORKSPACE, unit_max * fb, "fp32 unit gradients");
     if (plan_has_unit(p, GPT_UNIT_EMBED) || plan_has_unit(p, gpt_unit_head(l)))
         g->embed_grads = buf_alloc(dev, TIER_DEVICE, CAT_WORKSPACE, l->unit[GPT_UNIT_EMBED].count * fb, "fp32 embedding gradients");
-    g->losses_host = xmalloc(BT * fb);
+    g->losses = (Buf){0};
+    g->losses_queued = 0;
 }
 
 void gpt_free(GPT *g) {
@@ -198,7 +199,7 @@ void gpt_free(GPT *g) {
     buf_free(g->dev, &g->scratch);
     if (g->unit_grads.ptr) buf_free(g->dev, &g->unit_grads);
     if (g->embed_grads.ptr) buf_free(g->dev, &g->embed_grads);
-    free(g->losses_host);
+    buf_free(g->dev, &g->losses);
     for (int s = 0; s < g->plan.slots; s++) free(g->slot[s].layer);
     free(g->slot);
     free(g->work);
@@ -226,15 +227,49 @@ void gpt_slot_tokens(GPT *g, int s, const int32_t *inputs, const int32_t *target
     sl->dloss_scale = dloss_scale;
 }
 
-double gpt_slot_loss(GPT *g, int s) {
+// Room for n micro-batches' losses in pinned memory (a device copies into it
+// without stopping the host). Growing keeps what is queued: it waits for the
+// copies first. The first step grows it to the step's micro-batches.
+static void losses_room(GPT *g, int n) {
+    size_t BT = (size_t)g->plan.B * g->plan.T, bytes = (size_t)n * BT * sizeof(float);
+    if (bytes <= g->losses.bytes) return;
+    Buf grown = buf_alloc(g->dev, TIER_PINNED, CAT_WORKSPACE, 2 * bytes, "losses read back");
+    if (g->losses_queued) {
+        dev_sync(g->dev, STREAM_COMPUTE);
+        memcpy(grown.ptr, g->losses.ptr, (size_t)g->losses_queued * BT * sizeof(float));
+    }
+    buf_free(g->dev, &g->losses);
+    g->losses = grown;
+}
+
+void gpt_slot_loss_queue(GPT *g, int s) {
     GPTSlot *sl = slot_of(g, s);
     CHECK(sl->losses, "gpt_slot_loss: the plan has no head; hint: the loss is on the last pipeline stage");
-    int BT = g->plan.B * g->plan.T;
-    dev_copy(g->dev, g->losses_host, sl->losses, (size_t)BT * sizeof(float), STREAM_COMPUTE);
+    size_t BT = (size_t)g->plan.B * g->plan.T;
+    losses_room(g, g->losses_queued + 1);
+    dev_copy(g->dev, (float *)g->losses.ptr + (size_t)g->losses_queued * BT, sl->losses, BT * sizeof(float),
+             STREAM_COMPUTE);
+    g->losses_queued++;
+}
+
+double gpt_losses_take(GPT *g) {
+    if (!g->losses_queued) return 0;
     dev_sync(g->dev, STREAM_COMPUTE);
-    double sum = 0;
-    for (int i = 0; i < BT; i++) sum += g->losses_host[i];
-    return sum / BT;
+    size_t BT = (size_t)g->plan.B * g->plan.T;
+    const float *l = g->losses.ptr;
+    double total = 0;
+    for (int m = 0; m < g->losses_queued; m++) {
+        double sum = 0;
+        for (size_t i = 0; i < BT; i++) sum += l[m * BT + i];
+        total += sum / BT;
+    }
+    g->losses_queued = 0;
+    return total;
+}
+
+double gpt_slot_loss(GPT *g, int s) {
+    gpt_slot_loss_queue(g, s);
+    return gpt_losses_take(g);
 }
 
 size_t gpt_residual_elems(const GPT *g) { return (size_t)res_rows(g) * g->L.cfg.channels; }

@@ -202,7 +202,8 @@ typedef struct GPT {
     Buf scratch;       // backward temporaries (workspace)
     Buf unit_grads;    // fp32 gradients of the unit being differentiated (workspace)
     Buf embed_grads;   // fp32 gradients of the embeddings, live through backward (tied wte)
-    float *losses_host;
+    Buf losses;        // per-token losses of the micro-batches queued since the last take (pinned)
+    int losses_queued;
     // pointers into acts/scratch, set by gpt_alloc (gpt_units.h)
     struct GPTSlot *slot;  // [plan.slots]
     struct GPTWork *work;
@@ -245,7 +246,13 @@ const float *gpt_unit_backward(GPT *g, int u, int s, const bf16 *p, const bf16 *
 // embeddings' unit gradient from the tied output projection (wte's part; wpe's
 // is zero), for the copy of wte this range keeps.
 const float *gpt_tied_wte_grads(GPT *g, int s);
-// Mean loss over the slot's B*T tokens, after the head's forward (synchronizes).
+// The loss, read back once per step: after the head's forward of slot s,
+// gpt_slot_loss_queue copies its per-token losses to the host on the compute
+// stream (no wait); gpt_losses_take then waits once and returns the sum over
+// the queued micro-batches of each one's mean over its B*T tokens.
+// gpt_slot_loss is the two at once (it synchronizes).
+void gpt_slot_loss_queue(GPT *g, int s);
+double gpt_losses_take(GPT *g);
 double gpt_slot_loss(GPT *g, int s);
 // Elements of the residual stream this rank holds for one micro-batch:
 // B·T·C, or B·T·C/tp under sequence parallelism (what a pipeline stage sends).

@@ -115,8 +115,37 @@ static void check_conversions(Devices *dv, size_t n) {
     free(x);
 }
 
+// NaNs and infinities convert to the same bits on both devices: a NaN keeps
+// its sign and payload and becomes quiet (bf16.h), where CUDA's own
+// __float2bfloat16_rn would give every NaN 0x7fff.
+static void check_special_values(Devices *dv) {
+    const uint32_t bits[8] = {0x7fa12345u, 0xffc00001u, 0x7f800001u, 0x7fffffffu,
+                              0x7f800000u, 0xff800000u, 0x00000000u, 0x80000000u};
+    float x[8];
+    memcpy(x, bits, sizeof x);
+    bf16 *h[2];
+    uint32_t back[2][8];
+    FOR_BOTH_DEVICES(dv, k, d) {
+        Arena a = {.d = d};
+        float *xi = put_f32(&a, x, 8), *yi = arena_alloc(&a, 8 * sizeof(float));
+        bf16 *hi = arena_alloc(&a, 8 * sizeof(bf16));
+        d->k->f32_to_bf16(d, hi, xi, 8);
+        d->k->bf16_to_f32(d, yi, hi, 8);
+        h[k] = get_bf16_raw(d, hi, 8);
+        float *y = get_f32(d, yi, 8);
+        memcpy(back[k], y, sizeof back[k]);
+        free(y);
+        arena_free(&a);
+    }
+    for (int i = 0; i < 8; i++) print_message("%08x -> cpu %04x cuda %04x\n", bits[i], h[0][i], h[1][i]);
+    expect_bits_equal("f32_to_bf16 of NaN, inf and zero", h[1], h[0], 8);
+    assert_memory_equal(back[1], back[0], sizeof back[0]);
+    free(h[0]), free(h[1]);
+}
+
 static void test_conversions(void **state) {
     Devices *dv = devices_or_skip(state);
+    check_special_values(dv);
     check_conversions(dv, 4096);
     // more elements than a capped grid has threads (65536 blocks x 256):
     // the grid-stride loops make a second pass

@@ -181,8 +181,9 @@ static bool has(cublasLtEpilogue_t e, int bit) { return ((int)e & bit) != 0; }
 #define EPI_AUX 128
 #define EPI_BGRAD 16
 
+// `pointers`: the matmul itself, which needs the epilogue's pointers (the heuristic does not)
 static cublasStatus_t check_problem(const EmuLtDesc *d, const EmuLtLayout *a, const EmuLtLayout *b,
-                                    const EmuLtLayout *c, const EmuLtLayout *dl, Problem *p) {
+                                    const EmuLtLayout *c, const EmuLtLayout *dl, Problem *p, bool pointers) {
     if (d->compute != CUBLAS_COMPUTE_32F || d->scale != CUDA_R_32F)
         return refuse("compute type %d with scale type %d: only fp32 compute with fp32 scale is emulated",
                       (int)d->compute, (int)d->scale);
@@ -211,9 +212,9 @@ static cublasStatus_t check_problem(const EmuLtDesc *d, const EmuLtLayout *a, co
                       (long long)(dl->ld * (int64_t)n));
     int e = (int)d->epilogue;
     if ((has(d->epilogue, EPI_BIAS) || e == CUBLASLT_EPILOGUE_DGELU_BGRAD || e == CUBLASLT_EPILOGUE_BGRADB ||
-         e == CUBLASLT_EPILOGUE_BGRADA) && !d->bias)
+         e == CUBLASLT_EPILOGUE_BGRADA) && pointers && !d->bias)
         return refuse("epilogue %d needs the bias pointer", e);
-    if (has(d->epilogue, EPI_AUX) && (!d->aux || d->aux_ld < (int64_t)m))
+    if (has(d->epilogue, EPI_AUX) && ((pointers && !d->aux) || d->aux_ld < (int64_t)m))
         return refuse("epilogue %d needs an aux pointer and an aux leading dimension of at least %llu", e,
                       (unsigned long long)m);
     if ((has(d->epilogue, EPI_BIAS) || has(d->epilogue, EPI_AUX) || has(d->epilogue, EPI_BGRAD)) && dl->batch > 1)
@@ -240,7 +241,7 @@ extern "C" cublasStatus_t cublasLtMatmulAlgoGetHeuristic(cublasLtHandle_t h, cub
     if (!h || !h->alive) return CUBLAS_STATUS_NOT_INITIALIZED;
     if (requested < 1) return refuse("asked for %d algorithms", requested);
     Problem p;
-    cublasStatus_t st = check_problem(desc, a, b, c, d, &p);
+    cublasStatus_t st = check_problem(desc, a, b, c, d, &p, false);
     if (st != CUBLAS_STATUS_SUCCESS) return st;
     memset(results, 0, sizeof *results);
     AlgoData data;
@@ -381,7 +382,7 @@ extern "C" cublasStatus_t cublasLtMatmul(cublasLtHandle_t h, cublasLtMatmulDesc_
     count_call("cublasLtMatmul");
     if (!h || !h->alive) return CUBLAS_STATUS_NOT_INITIALIZED;
     Problem p;
-    cublasStatus_t st = check_problem(desc, a, b, c, d, &p);
+    cublasStatus_t st = check_problem(desc, a, b, c, d, &p, true);
     if (st != CUBLAS_STATUS_SUCCESS) return st;
     AlgoData data;
     uint32_t align[4] = {256, 256, 256, 256};

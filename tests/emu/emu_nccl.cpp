@@ -12,7 +12,8 @@
 // work runs only when the host waits for it, so every blocking MPI call of
 // the program (the PMPI profiling interface names them) first starts all
 // queued device work that can start: a peer that waits on a collective this
-// rank has queued is then never stuck behind this rank's host.
+// rank has queued is then never stuck behind this rank's host. Calls that
+// only poll (MPI_Test, MPI_Iprobe) block nothing and run nothing.
 //
 // EMU_NCCL_DEAD_PEER=N makes this rank's collectives from the N-th on never
 // finish, and ncclCommGetAsyncError report ncclRemoteError: a peer that died.
@@ -435,14 +436,6 @@ int MPI_Recv(void *b, int n, MPI_Datatype t, int src, int tag, MPI_Comm c, MPI_S
 int MPI_Wait(MPI_Request *r, MPI_Status *st) {
     BEFORE_BLOCKING();
     return PMPI_Wait(r, st);
-}
-int MPI_Test(MPI_Request *r, int *flag, MPI_Status *st) {
-    BEFORE_BLOCKING();
-    return PMPI_Test(r, flag, st);
-}
-int MPI_Iprobe(int src, int tag, MPI_Comm c, int *flag, MPI_Status *st) {
-    BEFORE_BLOCKING();
-    return PMPI_Iprobe(src, tag, c, flag, st);
 }
 int MPI_Comm_split(MPI_Comm c, int color, int key, MPI_Comm *out) {
     BEFORE_BLOCKING();

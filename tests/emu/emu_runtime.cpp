@@ -373,6 +373,20 @@ void emu::flush_started() {
     }
 }
 
+// "host_wait" counts the times the host waited for unfinished device work:
+// a blocking sync that found work queued, or a first poll (cudaStreamQuery,
+// cudaEventQuery) that found its target unfinished (the polls after it, on
+// the same target, are the same wait).
+static const void *polled;
+static void count_wait(bool done, const void *target, bool poll) {
+    if (done) {
+        if (poll && polled == target) polled = NULL;
+        return;
+    }
+    if (!poll || polled != target) count_call("host_wait");
+    if (poll) polled = target;
+}
+
 static OpRef make_op(std::string what, std::function<void()> run) {
     OpRef op = std::make_shared<Op>();
     op->what = std::move(what);
@@ -509,7 +523,18 @@ cudaError_t cudaFreeHost(void *ptr) {
 
 // Stream-ordered: the memory is there for work queued after this on the
 // stream; the free waits for the work queued before it.
-cudaError_t cudaMallocAsync(void **ptr, size_t bytes, cudaStream_t stream) { return cudaMalloc(ptr, bytes); }
+cudaError_t cudaMallocAsync(void **ptr, size_t bytes, cudaStream_t stream) {
+    Lock l;
+    COUNT();
+    install_fault_handler();
+    *ptr = NULL;
+    if (bytes > DEVICE_BYTES - device_in_use) return ret(cudaErrorMemoryAllocation);
+    Alloc *a = new_mapping(bytes, MEM_DEVICE);
+    if (!a) return ret(cudaErrorMemoryAllocation);
+    device_in_use += bytes;
+    *ptr = a->ptr;
+    return cudaSuccess;
+}
 cudaError_t cudaFreeAsync(void *ptr, cudaStream_t stream) {
     Lock l;
     COUNT();
@@ -520,6 +545,23 @@ cudaError_t cudaFreeAsync(void *ptr, cudaStream_t stream) {
         device_in_use -= a->bytes;
         free_mapping(a);
     }));
+    return cudaSuccess;
+}
+
+// One pool per device; what it keeps after a free does not change here (freed
+// memory is never reused), so its attributes are accepted and kept.
+struct EmuMemPool {
+    uint64_t release_threshold;
+};
+static EmuMemPool default_pool;
+cudaError_t cudaDeviceGetDefaultMemPool(cudaMemPool_t *pool, int device) {
+    if (device != 0) return ret(cudaErrorInvalidDevice);
+    *pool = &default_pool;
+    return cudaSuccess;
+}
+cudaError_t cudaMemPoolSetAttribute(cudaMemPool_t pool, enum cudaMemPoolAttr attr, void *value) {
+    if (pool != &default_pool || attr != cudaMemPoolAttrReleaseThreshold) return ret(cudaErrorInvalidValue);
+    memcpy(&pool->release_threshold, value, sizeof pool->release_threshold);
     return cudaSuccess;
 }
 
@@ -649,6 +691,7 @@ cudaError_t cudaStreamSynchronize(cudaStream_t stream) {
     Lock l;
     COUNT();
     EmuStream *s = stream_of(stream);
+    count_wait(!s->tail || s->tail->done, s, false);
     if (s->tail) sync_op(s->tail);
     return cudaSuccess;
 }
@@ -656,9 +699,13 @@ cudaError_t cudaStreamSynchronize(cudaStream_t stream) {
 cudaError_t cudaStreamQuery(cudaStream_t stream) {
     Lock l;
     EmuStream *s = stream_of(stream);
-    if (!s->tail || s->tail->done) return cudaSuccess;
+    bool done = !s->tail || s->tail->done;
+    count_wait(done, s, true);
+    if (done) return cudaSuccess;
     step();
-    return s->tail->done ? cudaSuccess : cudaErrorNotReady;
+    if (!s->tail->done) return cudaErrorNotReady;
+    polled = NULL;
+    return cudaSuccess;
 }
 
 cudaError_t cudaStreamWaitEvent(cudaStream_t stream, cudaEvent_t event, unsigned int flags) {
@@ -676,6 +723,7 @@ cudaError_t cudaStreamWaitEvent(cudaStream_t stream, cudaEvent_t event, unsigned
 cudaError_t cudaDeviceSynchronize(void) {
     Lock l;
     COUNT();
+    count_wait(!anything_queued(), NULL, false);
     progress_until([] { return !anything_queued(); });
     return cudaSuccess;
 }
@@ -714,9 +762,13 @@ cudaError_t cudaEventQuery(cudaEvent_t event) {
     COUNT();
     EmuEvent *e = (EmuEvent *)event;
     if (!e || e->destroyed) return ret(cudaErrorInvalidResourceHandle);
-    if (!e->record || e->record->done) return cudaSuccess;
+    bool done = !e->record || e->record->done;
+    count_wait(done, e, true);
+    if (done) return cudaSuccess;
     step();  // a poll lets the device move on by one operation
-    return e->record->done ? cudaSuccess : cudaErrorNotReady;
+    if (!e->record->done) return cudaErrorNotReady;
+    polled = NULL;
+    return cudaSuccess;
 }
 
 cudaError_t cudaEventSynchronize(cudaEvent_t event) {
@@ -724,6 +776,7 @@ cudaError_t cudaEventSynchronize(cudaEvent_t event) {
     COUNT();
     EmuEvent *e = (EmuEvent *)event;
     if (!e || e->destroyed) return ret(cudaErrorInvalidResourceHandle);
+    count_wait(!e->record || e->record->done, e, false);
     if (e->record) sync_op(e->record);
     return cudaSuccess;
 }

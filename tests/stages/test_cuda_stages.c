@@ -4,6 +4,13 @@
 // states it), and stage against stage to the bit, as on the cpu: the math
 // of dp_baseline, zero1-3, cpu_offload and infinity is the same. Tensor
 // parallelism (3d_parallel --tp 2) within the same tolerance of its cpu run.
+// On the emulator, the runtime calls it counts (EMU_STATS): a training step
+// makes no cudaDeviceSynchronize, no cudaMalloc or cudaFree, no blocking
+// stream or event synchronize and no cuBLASLt descriptor or heuristic
+// search (plans are kept by GEMM shape), and the host waits for the device as often
+// at 2 micro-batches per step as at 1 (the loss is read once per step) in
+// the stages that keep the gradients on the device.
+// A peer that stops taking part ends the run with NCCL's reason.
 // Where no cuda device can run (no GPU and not the emulator's build) every
 // test is skipped; the emulator's build runs them on the CPU (make test).
 #include <sys/stat.h>
@@ -80,10 +87,116 @@ static void test_tensor_parallel_matches_cpu(void **state) {
     }
 }
 
+// Runtime calls of rank 0 per step: counted over `steps` and 2*steps steps, the difference over steps.
+typedef struct Calls {
+    char name[64];
+    double per_step;
+} Calls;
+
+static int calls_per_step(const RunDir *c, const char *args, int accum, Calls *out, int max) {
+    enum { STEPS_A = 2, STEPS_B = 4 };
+    double count[2][64] = {{0}};
+    char names[64][64];
+    int n = 0;
+    for (int k = 0; k < 2; k++) {
+        char stats[128], path[160], cmd[1024];
+        snprintf(stats, sizeof stats, "%s/calls-%d-%%r", c->root, k);
+        snprintf(path, sizeof path, "%s/calls-%d-0", c->root, k);
+        remove(path);
+        snprintf(cmd, sizeof cmd, "EMU_STATS=%s mpirun -np 2 %s --device cuda --model tiny --steps %d --grad-accum %d --quiet",
+                 stats, args, k ? STEPS_B : STEPS_A, accum);
+        char *out = NULL;
+        int rc = test_run(cmd, &out);
+        if (rc != 0) fail_msg("%s: exit %d:\n%s", cmd, rc, out);
+        free(out);
+        FILE *f = fopen(path, "r");
+        if (!f) return -1;  // not the emulator: nothing counts the calls
+        char name[64];
+        double v;
+        while (fscanf(f, "%63s %lf", name, &v) == 2) {
+            int i = 0;
+            while (i < n && strcmp(names[i], name)) i++;
+            if (i == n) {
+                if (n == 64) break;
+                snprintf(names[n++], sizeof names[0], "%s", name);
+            }
+            count[k][i] = v;
+        }
+        fclose(f);
+    }
+    int m = 0;
+    for (int i = 0; i < n && m < max; i++, m++) {
+        snprintf(out[m].name, sizeof out[m].name, "%s", names[i]);
+        out[m].per_step = (count[1][i] - count[0][i]) / (STEPS_B - STEPS_A);
+    }
+    return m;
+}
+
+static double calls_of(const Calls *c, int n, const char *name) {
+    for (int i = 0; i < n; i++)
+        if (!strcmp(c[i].name, name)) return c[i].per_step;
+    return 0;
+}
+
+static void test_no_sync_or_allocation_in_a_step(void **state) {
+    if (skip_without_cuda()) skip();
+    const RunDir *c = *state;
+    char nvme[128], args[256];
+    snprintf(nvme, sizeof nvme, "%s/nvme-calls", c->root);
+    mkdir(nvme, 0755);
+    const char *stages[] = {"zero2", "zero3", "cpu_offload", "infinity"};
+    const char *banned[] = {"cudaDeviceSynchronize", "cudaMalloc", "cudaFree", "cudaStreamSynchronize",
+                            "cudaEventSynchronize", "cublasLtMatmulDescCreate", "cublasLtMatmulAlgoGetHeuristic"};
+    for (size_t s = 0; s < sizeof stages / sizeof *stages; s++) {
+        int inf = !strcmp(stages[s], "infinity");
+        snprintf(args, sizeof args, "./%s%s%s", stages[s], inf ? " --nvme-path " : "", inf ? nvme : "");
+        double waits[2];
+        for (int accum = 1; accum <= 2; accum++) {
+            Calls calls[64];
+            int n = calls_per_step(c, args, accum, calls, 64);
+            if (n < 0) {
+                print_message("the runtime calls are counted on the emulator only: skipped\n");
+                skip();
+            }
+            for (size_t b = 0; b < sizeof banned / sizeof *banned; b++) {
+                double per = calls_of(calls, n, banned[b]);
+                if (per != 0) fail_msg("%s --grad-accum %d: %g %s per training step", stages[s], accum, per, banned[b]);
+            }
+            waits[accum - 1] = calls_of(calls, n, "host_wait");
+        }
+        print_message("%s: host waits per step %g at 1 micro-batch, %g at 2\n", stages[s], waits[0], waits[1]);
+        // the offload stages add each micro-batch's reduced gradient on the host: a wait per micro-batch is theirs
+        if (!strcmp(stages[s], "zero2") || !strcmp(stages[s], "zero3")) assert_true(waits[1] == waits[0]);
+    }
+}
+
+// A peer that stops taking part (the emulator's EMU_NCCL_DEAD_PEER: this
+// rank's third collective on never completes and NCCL reports an
+// asynchronous error): the run ends with NCCL's reason, instead of waiting
+// for ever on a collective (timeout 120 says which happened).
+static void test_dead_peer_ends_the_run(void **state) {
+    if (skip_without_cuda()) skip();
+    char *out = NULL;
+    int rc = test_run("EMU_NCCL_DEAD_PEER=3 timeout 120 mpirun -np 2 ./zero2 --device cuda --model tiny --steps 4 --quiet",
+                      &out);
+    print_message("exit %d:\n%s", rc, out);
+    if (rc == 0) {
+        free(out);
+        print_message("no peer died: not the emulator: skipped\n");
+        skip();
+    }
+    assert_int_not_equal(rc, 124);  // ended, not timed out
+    assert_non_null(strstr(out, "NCCL error on a communicator of 2 ranks"));
+    assert_non_null(strstr(out, "a peer rank exited"));
+    free(out);
+}
+
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_stages_match_cpu_and_each_other),
         cmocka_unit_test(test_tensor_parallel_matches_cpu),
+        cmocka_unit_test(test_no_sync_or_allocation_in_a_step),
+        cmocka_unit_test(test_dead_peer_ends_the_run),
     };
     return cmocka_run_group_tests(tests, setup, run_dir_teardown);
 }
