@@ -25,10 +25,10 @@ static double grad_norm_sq(Trainer *t) {
 // m, v and the reduced gradient in, bf16(master) out into t->st.params. Every
 // rank does the same, so the replicas stay identical.
 static void update(Trainer *t, const AdamWStep *s) {
-    double t0 = now_us();
+    DevSpan sp = dev_span_begin(&t->dev, STREAM_COMPUTE);
     t->dev.k->adamw(&t->dev, t->st.master.ptr, t->st.m.ptr, t->st.v.ptr, t->st.grads.ptr, t->st.params.ptr,
                     t->layout.num_params, s);
-    compute_span(t, "optimizer", t0);
+    dev_span_end(&t->dev, &sp, TRACE_TID_COMPUTE, "optimizer", 0);
 }
 // LAB END
 

@@ -14,11 +14,11 @@ bf16 *own_param_slice(Trainer *t) { return (bf16 *)t->st.params.ptr + t->part.be
 // master, m, v (t->st.*, t->part.shard elements each) with the reduced
 // gradient shard, writing bf16(master) to param_shard.
 void shard_adamw(Trainer *t, const bf16 *grad_shard, bf16 *param_shard, const AdamWStep *s) {
-    double t0 = now_us();
+    DevSpan sp = dev_span_begin(&t->dev, STREAM_COMPUTE);
     // padding past Ψ has zero gradient and zero master weight, so it stays zero
     t->dev.k->adamw(&t->dev, t->st.master.ptr, t->st.m.ptr, t->st.v.ptr, grad_shard, param_shard,
                     t->part.shard, s);
-    compute_span(t, "optimizer", t0);
+    dev_span_end(&t->dev, &sp, TRACE_TID_COMPUTE, "optimizer", 0);
 }
 
 // In place: rank q's slice [q·shard, (q+1)·shard) of the full params buffer

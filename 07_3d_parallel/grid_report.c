@@ -66,6 +66,7 @@ static RankFigures my_figures(Trainer *t, Stage *z) {
     f.working_formula = ga.working;
     f.acts_host = (double)t->dev.mem.peak[TIER_PINNED][CAT_ACTIVATIONS];
     f.acts_host_formula = ga.host;
+    pipeline_settle(&z->pipe);  // the last step's bubble
     f.bubble = z->pipe.bubble_steps ? z->pipe.bubble_sum / z->pipe.bubble_steps : NAN;
     grid_comm_bytes(&shape, g->stage, f.comm_formula);
     for (int k = 0; k < GROUP_COUNT; k++)

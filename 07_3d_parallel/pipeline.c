@@ -147,10 +147,10 @@ static void forward(Pipeline *p, int i) {
     int s = claim_slot(p, i);
     trainer_micro_batch_to_slot(t, mb, i, s);
     const bf16 *wte = is_last(p) ? part_unit_params(t, GPT_UNIT_EMBED) : NULL;  // the head's tied projection
-    double t0 = now_us();
+    DevSpan sp = dev_span_begin(&t->dev, STREAM_COMPUTE);
     for (int u = g->plan.first_unit; u <= g->plan.last_unit; u++)
         gpt_unit_forward(g, u, s, part_unit_params(t, u), wte);
-    trace_span(&t->trace, TRACE_TID_COMPUTE, p->names[i], t0, now_us(), 0);
+    dev_span_end(&t->dev, &sp, TRACE_TID_COMPUTE, p->names[i], 0);
     if (is_last(p)) gpt_slot_loss_queue(g, s);
     if (++p->in_flight > p->peak_in_flight && mb->backward) p->peak_in_flight = p->in_flight;
 }
@@ -162,13 +162,13 @@ static void backward(Pipeline *p, int j) {
     comm_wait(p->pp, &p->sent_bwd[s]);  // the backward rewrites the gradient an earlier send carries
     t->micro = j;  // the first micro-batch writes the gradients, the others add to them
     const bf16 *wte = is_last(p) ? part_unit_params(t, GPT_UNIT_EMBED) : NULL;
-    double t0 = now_us();
+    DevSpan sp = dev_span_begin(&t->dev, STREAM_COMPUTE);
     for (int u = g->plan.last_unit; u >= g->plan.first_unit; u--) {
         part_add_grads(t, u, gpt_unit_backward(g, u, s, part_unit_params(t, u), wte));
         // the last stage keeps a copy of wte: the head's part of its tied gradient goes there
         if (u == gpt_unit_head(&g->L) && !is_first(p)) part_add_grads(t, GPT_UNIT_EMBED, gpt_tied_wte_grads(g, s));
     }
-    trace_span(&t->trace, TRACE_TID_COMPUTE, p->names[p->max_micro + j], t0, now_us(), 0);
+    dev_span_end(&t->dev, &sp, TRACE_TID_COMPUTE, p->names[p->max_micro + j], 0);
     release_slot(p, s);
 }
 
@@ -239,11 +239,18 @@ static void one_forward_one_backward(Pipeline *p, int m) {
 
 // The pipeline's window: from the first stage's start to the last stage's
 // end (a clock every rank shares, as the trace assumes); idle = the window
-// less this rank's compute in it.
-static void measure_bubble(Pipeline *p, double t0_us, double t1_us) {
-    double w0 = -comm_max_f64(p->pp, -t0_us), w1 = comm_max_f64(p->pp, t1_us);
-    double busy = timeline_union_us(&p->t->trace.tl, TRACE_TID_COMPUTE, w0, w1);
+// less this rank's compute in it, read at pipeline_settle. The stage's
+// device work has ended at t1 (the caller waited for it).
+static void measure_window(Pipeline *p, double t0_us, double t1_us) {
+    p->window_us[0] = -comm_max_f64(p->pp, -t0_us);
+    p->window_us[1] = comm_max_f64(p->pp, t1_us);
+}
+
+void pipeline_settle(Pipeline *p) {
+    double w0 = p->window_us[0], w1 = p->window_us[1];
+    p->window_us[0] = p->window_us[1] = 0;
     if (w1 <= w0) return;
+    double busy = timeline_union_us(&p->t->trace.tl, TRACE_TID_COMPUTE, w0, w1);
     p->bubble_sum += 1.0 - busy / (w1 - w0);
     p->bubble_steps++;
 }
@@ -252,13 +259,17 @@ double pipeline_run(Pipeline *p, const MicroBatches *mb) {
     CHECK(mb->count <= p->max_micro, "pipeline: %d micro-batches in a pass, at most %d", mb->count, p->max_micro);
     p->mb = mb;
     int training = mb->backward;
+    pipeline_settle(p);  // the step before's, its spans on the trace by now
     double t0 = now_us();
     if (!training) forwards_only(p, mb->count);
     else if (p->schedule == SCHEDULE_AFAB) all_forward_all_backward(p, mb->count);
     else one_forward_one_backward(p, mb->count);
     wait_sends(p);
     CHECK(p->in_flight == 0, "pipeline: %d micro-batches still in flight after the schedule", p->in_flight);
-    if (training) measure_bubble(p, t0, now_us());
+    if (training) {
+        dev_sync(&p->t->dev, STREAM_COMPUTE);  // the window ends with this stage's last backward
+        measure_window(p, t0, now_us());
+    }
     // the losses are the last stage's (read back once per step): every stage returns them
     double loss = gpt_losses_take(model(p));
     return comm_sum_f64(p->pp, loss);

@@ -31,6 +31,7 @@ typedef struct Pipeline {
     // first start to its last end, busy = the union of this rank's compute spans in it
     double bubble_sum;
     long bubble_steps;
+    double window_us[2];       // the last step's window, its busy time not yet read (pipeline_settle)
 } Pipeline;
 
 // Micro-batches stage `stage` of `stages` keeps at once: min(P - s, m) for
@@ -42,5 +43,8 @@ void pipeline_free(Pipeline *p);
 // One pass: the step's schedule over mb's micro-batches (forwards only when
 // mb->dloss_scale is 0). Returns the sum of their mean losses, on every stage.
 double pipeline_run(Pipeline *p, const MicroBatches *mb);
+// The last step's bubble into bubble_sum, once its compute spans are on the
+// trace (on cuda, at the step's end: device.h's dev_spans_settle).
+void pipeline_settle(Pipeline *p);
 // The closed form of the bubble: (P - 1) / (m + P - 1).
 double pipeline_bubble_formula(int stages, int micro_batches);

@@ -68,8 +68,8 @@ class Runner:
         if done.returncode != 0 or not path.exists():
             lines = (done.stdout + done.stderr).strip().splitlines()
             # the program's own error line, not what MPI's runtime says after it as the ranks go
-            # (its lines start with the binary's name; MPI's warnings may come after them)
-            said = [l for l in lines if l.startswith(binary + ":")] or lines
+            # ("zero1: error: ..." or "zero1: rank 0: ..."; MPI's warnings may come after them)
+            said = [l for l in lines if l.startswith((binary + ": error", binary + ": rank "))] or lines
             return {"error": f"exit {done.returncode}: " + (said[0] if said else "no output")}
         return json.loads(path.read_text().splitlines()[-1])
 

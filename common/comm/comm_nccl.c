@@ -35,7 +35,7 @@ static ncclDataType_t nccl_type(DType t) {
 // done on the comm stream, `reached` where the compute stream came to the wait.
 typedef struct NcclTiming {
     cudaEvent_t start, done, reached;
-    double t_issue_us, bytes;
+    double bytes;
     CommOp op;
 } NcclTiming;
 
@@ -199,7 +199,7 @@ static void keep_timing(Comm *c, const NcclTiming *t) {
 
 void comm_nccl_wait(Comm *c, CommHandle *k) {
     if (!k->event) return;
-    NcclTiming t = {(cudaEvent_t)k->event_start, (cudaEvent_t)k->event, NULL, k->t_issue_us, k->bytes, k->op};
+    NcclTiming t = {(cudaEvent_t)k->event_start, (cudaEvent_t)k->event, NULL, k->bytes, k->op};
     cudaStream_t compute = cuda_stream(c->dev, STREAM_COMPUTE);
     cudaCheck(cudaEventCreate(&t.reached));
     cudaCheck(cudaEventRecord(t.reached, compute));
@@ -216,18 +216,19 @@ static double elapsed_us(cudaEvent_t from, cudaEvent_t to) {
     return 1000.0 * ms;
 }
 
-// In flight: start to done on the comm stream. Waiting: how long the compute
-// stream stood at the wait before done (zero when done came first: overlap).
-// The timeline gets the span at its host issue time, with the GPU's duration.
+// In flight: start to done on the comm stream. Waiting: the compute stream
+// stood at the wait from `reached` until done (nothing when done came first:
+// overlap). Both in device time, on the host's clock (device_cuda_spans.cu),
+// like the compute spans they are compared with.
 void comm_nccl_settle(Comm *c) {
     NcclTimings *l = c->nccl_timing;
     for (int i = 0; l && i < l->n; i++) {
         NcclTiming *t = &l->item[i];
         cuda_wait(c->dev, NULL, t->done);
         cuda_wait(c->dev, NULL, t->reached);
-        double flight = elapsed_us(t->start, t->done), stall = elapsed_us(t->reached, t->done);
-        double done_us = t->t_issue_us + flight;
-        trace_span(c->trace, TRACE_TID_COMM, comm_op_name(t->op), t->t_issue_us, done_us, t->bytes);
+        double start_us = cuda_event_host_us(c->dev, t->start), done_us = cuda_event_host_us(c->dev, t->done);
+        trace_span(c->trace, TRACE_TID_COMM, comm_op_name(t->op), start_us, done_us, t->bytes);
+        double stall = elapsed_us(t->reached, t->done);
         if (stall > 0) trace_span(c->trace, TRACE_TID_WAIT, "wait", done_us - stall, done_us, 0);
         cudaCheck(cudaEventDestroy(t->start));
         cudaCheck(cudaEventDestroy(t->done));

@@ -26,6 +26,19 @@ typedef struct Buf {
     MemCategory cat;
 } Buf;
 
+// A span of queued device work for the trace (forward, backward, a copy).
+// On the cpu device work runs as it is issued, so a span is the host's clock
+// at its begin and end. On cuda the host only enqueues: a span is a pair of
+// timing events on its stream, put on the host's clock after the step's sync
+// (dev_spans_settle) from their device time since an anchor event recorded
+// while the device was idle. So "compute", "exposed comm" and "overlapped"
+// mean device time on both.
+typedef struct DevSpan {
+    void *start;   // cuda: the timing event recorded at the begin; NULL on cpu
+    double t0_us;  // cpu: host time at the begin
+    StreamId stream;
+} DevSpan;
+
 struct KernelOps;
 struct Device;
 
@@ -43,6 +56,9 @@ typedef struct DeviceOps {
     void (*event_destroy)(struct Device *d, Event *e);
     // bytes free and total as the driver sees them; 0,0 where not meaningful
     void (*mem_get_info)(struct Device *d, size_t *free_bytes, size_t *total_bytes);
+    void (*span_begin)(struct Device *d, DevSpan *sp);
+    void (*span_end)(struct Device *d, DevSpan *sp, int tid, const char *what, double bytes);
+    void (*spans_settle)(struct Device *d);
     void (*destroy)(struct Device *d);
 } DeviceOps;
 
@@ -93,3 +109,17 @@ void *device_scratch(Device *d, size_t bytes);
 static inline void dev_copy(Device *d, void *dst, const void *src, size_t n, StreamId s) { d->ops->copy(d, dst, src, n, s); }
 static inline void dev_memset0(Device *d, void *dst, size_t n, StreamId s) { d->ops->memset0(d, dst, n, s); }
 static inline void dev_sync(Device *d, StreamId s) { d->ops->stream_sync(d, s); }
+
+// Device work between these two goes on the trace's row `tid` as `what`.
+static inline DevSpan dev_span_begin(Device *d, StreamId s) {
+    DevSpan sp = {NULL, 0, s};
+    d->ops->span_begin(d, &sp);
+    return sp;
+}
+static inline void dev_span_end(Device *d, DevSpan *sp, int tid, const char *what, double bytes) {
+    d->ops->span_end(d, sp, tid, what, bytes);
+}
+// Once the compute stream has synced (a step's end): the spans ended since
+// the last call go onto the trace, and the device's clock is anchored to
+// the host's again (cuda; nothing to do on cpu).
+static inline void dev_spans_settle(Device *d) { d->ops->spans_settle(d); }

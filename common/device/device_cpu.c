@@ -41,9 +41,9 @@ static void cpu_free(Device *d, MemTier tier, void *ptr, size_t bytes) {
 static void cpu_copy(Device *d, void *dst, const void *src, size_t bytes, StreamId s) {
     (void)s;
     if (!bytes) return;
-    double t0 = d->trace ? now_us() : 0;
+    DevSpan sp = dev_span_begin(d, s);
     memcpy(dst, src, bytes);
-    if (t0 > 0) trace_span(d->trace, TRACE_TID_COPY, "copy", t0, now_us(), (double)bytes);
+    dev_span_end(d, &sp, TRACE_TID_COPY, "copy", (double)bytes);
 }
 
 static void cpu_memset0(Device *d, void *dst, size_t bytes, StreamId s) {
@@ -55,6 +55,14 @@ static void cpu_event_record(Device *d, Event *e, StreamId s) {
     (void)d, (void)s;
     e->t_us = now_us();
 }
+
+static void cpu_span_begin(Device *d, DevSpan *sp) { sp->t0_us = d->trace ? now_us() : 0; }
+
+static void cpu_span_end(Device *d, DevSpan *sp, int tid, const char *what, double bytes) {
+    if (d->trace) trace_span(d->trace, tid, what, sp->t0_us, now_us(), bytes);
+}
+
+static void cpu_spans_settle(Device *d) { (void)d; }
 
 static void cpu_stream_wait_event(Device *d, StreamId s, Event *e) { (void)d, (void)s, (void)e; }
 static void cpu_event_sync(Device *d, Event *e) { (void)d, (void)e; }
@@ -88,6 +96,9 @@ static const DeviceOps cpu_ops = {
     .event_create = cpu_event_create,
     .event_destroy = cpu_event_destroy,
     .mem_get_info = cpu_mem_get_info,
+    .span_begin = cpu_span_begin,
+    .span_end = cpu_span_end,
+    .spans_settle = cpu_spans_settle,
     .destroy = cpu_destroy,
 };
 

@@ -71,7 +71,9 @@ static void cuda_free(Device *d, MemTier tier, void *ptr, size_t bytes) {
 // so one call serves every pair of tiers.
 static void cuda_copy(Device *d, void *dst, const void *src, size_t bytes, StreamId s) {
     if (bytes == 0) return;
+    DevSpan sp = dev_span_begin(d, s);
     cudaCheck(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDefault, cuda_stream(d, s)));
+    dev_span_end(d, &sp, TRACE_TID_COPY, "copy", (double)bytes);
 }
 
 static int is_host_memory(const void *p) {
@@ -155,6 +157,7 @@ static void cuda_destroy(Device *d) {
     if (!impl) return;
     for (int s = 0; s < STREAM_COUNT; s++) cuda_wait(d, impl->stream[s], NULL);
     gemm_cache_free(impl);
+    cuda_spans_free(d);
     buf_free(d, &impl->lt_workspace);
     buf_free(d, &impl->host_result);
     cudaCheck(cudaDeviceSynchronize());  // the frees above, queued on the compute stream
@@ -168,7 +171,8 @@ static void cuda_destroy(Device *d) {
 static const DeviceOps cuda_ops = {
     cuda_alloc,         cuda_free,          cuda_copy,       cuda_memset0,
     cuda_event_record,  cuda_stream_wait_event, cuda_event_sync, cuda_stream_sync,
-    cuda_event_create,  cuda_event_destroy, cuda_mem_get_info, cuda_destroy,
+    cuda_event_create,  cuda_event_destroy, cuda_mem_get_info, cuda_span_begin,
+    cuda_span_end,      cuda_spans_settle,  cuda_destroy,
 };
 
 // ---- what the GPU is ---------------------------------------------------------------
@@ -329,4 +333,5 @@ extern "C" void device_cuda_init(Device *d, const DeviceOptions *opt) {
     impl->lt_workspace = buf_alloc(d, TIER_DEVICE, CAT_WORKSPACE, CUDA_LT_WORKSPACE_BYTES,
                                    "cuBLASLt workspace");
     impl->host_result = buf_alloc(d, TIER_PINNED, CAT_WORKSPACE, 64, "reduction read-back");
+    cuda_spans_init(d);
 }

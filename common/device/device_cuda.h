@@ -72,6 +72,7 @@ typedef struct CudaImpl {
     void *comms[CUDA_MAX_COMMS];
     int ncomms;
     void (*check_comms)(struct CudaImpl *impl);
+    void *spans;                      // the trace's spans in device time (device_cuda_spans.cu)
 } CudaImpl;
 
 static inline CudaImpl *cuda_impl(const Device *d) { return (CudaImpl *)d->impl; }
@@ -91,3 +92,19 @@ void cuda_wait(Device *d, cudaStream_t stream, cudaEvent_t event);
 static inline cudaStream_t cuda_stream(const Device *d, StreamId s) {
     return cuda_impl(d)->stream[s];
 }
+
+// Spans of device work timed by events (device_cuda_spans.cu): DeviceOps'
+// span_begin, span_end and spans_settle on cuda; cuda_event_host_us puts a
+// completed timing event on the host's clock (the NCCL spans, comm_nccl.c).
+#ifdef __cplusplus
+extern "C" {
+#endif
+void cuda_spans_init(Device *d);
+void cuda_spans_free(Device *d);
+void cuda_span_begin(Device *d, DevSpan *sp);
+void cuda_span_end(Device *d, DevSpan *sp, int tid, const char *what, double bytes);
+void cuda_spans_settle(Device *d);
+double cuda_event_host_us(Device *d, cudaEvent_t ev);
+#ifdef __cplusplus
+}
+#endif

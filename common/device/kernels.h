@@ -53,6 +53,11 @@ typedef struct KernelOps {
     void (*gelu_backward)(Device *d, act *dinp, const act *inp, const act *dout, size_t n);
     // out = a + b (out may alias a)
     void (*residual_forward)(Device *d, act *out, const act *a, const act *b, size_t n);
+    // res (BT,C) = a + b, then out = layernorm(res) as layernorm_forward
+    // (res may alias a): the residual add fused into the layernorm after it,
+    // so the residual stream is read once where the two kernels read it twice
+    void (*residual_layernorm_forward)(Device *d, act *res, act *out, float *mean, float *rstd, const act *a,
+                                       const act *b, const bf16 *w, const bf16 *bias, int BT, int C);
     // Fused softmax + cross-entropy over logits (BT,V), rows ld >= V apart.
     // losses (BT) = -log p[target]. When dloss_scale != 0, logits are
     // overwritten by dloss/dlogits = (softmax - onehot(target)) * dloss_scale

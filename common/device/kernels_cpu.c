@@ -160,6 +160,13 @@ static void residual_forward(Device *d, act *out_, const act *a_, const act *b_,
     for (size_t i = 0; i < n; i++) out[i] = a[i] + b[i];
 }
 
+// The cpu computes in fp32 from caches: two passes cost it nothing worth fusing.
+static void residual_layernorm_forward(Device *d, act *res, act *out, float *mean, float *rstd, const act *a,
+                                       const act *b, const bf16 *w, const bf16 *bias, int BT, int C) {
+    residual_forward(d, res, a, b, (size_t)BT * C);
+    layernorm_forward(d, out, mean, rstd, res, w, bias, BT, C);
+}
+
 // ---- softmax + cross-entropy ----------------------------------------------------
 // loss = logsumexp(z) - z[target];  dloss/dz = softmax(z) - onehot(target)
 // The row maximum is subtracted before exp, so exp never overflows.
@@ -261,6 +268,7 @@ const KernelOps kernels_cpu = {
     .gelu_forward = gelu_forward,
     .gelu_backward = gelu_backward,
     .residual_forward = residual_forward,
+    .residual_layernorm_forward = residual_layernorm_forward,
     .softmax_crossentropy = softmax_crossentropy,
     .bias_add = bias_add_cpu,
     .embedding_part_forward = embedding_part_forward_cpu,

@@ -71,34 +71,49 @@ static void encoder_backward(Device *d, float *dwte, float *dwpe, const act *dou
 
 // ---- GELU and residual ------------------------------------------------------------
 
-__global__ void __launch_bounds__(BLOCK) gelu_forward_kernel(floatX *out, const floatX *inp, size_t n) {
-    FOR_EACH_ELEMENT(i, n) out[i] = to_bf16(gelu_f32(to_f32(inp[i])));
+__global__ void __launch_bounds__(BLOCK) gelu_forward_kernel(floatX *out, const floatX *inp, size_t n, bool wide) {
+    FOR_EACH_PACK(base, n) {
+        Pack<floatX> x = load_pack(inp, base, n, wide), y;
+        for (int k = 0; k < PACK; k++) y.x[k] = to_bf16(gelu_f32(to_f32(x.x[k])));
+        store_pack(out, base, n, wide, y);
+    }
 }
 
 __global__ void __launch_bounds__(BLOCK) gelu_backward_kernel(floatX *dinp, const floatX *inp, const floatX *dout,
-                                     size_t n) {
-    FOR_EACH_ELEMENT(i, n) dinp[i] = to_bf16(gelu_grad_f32(to_f32(inp[i])) * to_f32(dout[i]));
+                                                              size_t n, bool wide) {
+    FOR_EACH_PACK(base, n) {
+        Pack<floatX> x = load_pack(inp, base, n, wide), g = load_pack(dout, base, n, wide), y;
+        for (int k = 0; k < PACK; k++) y.x[k] = to_bf16(gelu_grad_f32(to_f32(x.x[k])) * to_f32(g.x[k]));
+        store_pack(dinp, base, n, wide, y);
+    }
 }
 
-__global__ void __launch_bounds__(BLOCK) residual_forward_kernel(floatX *out, const floatX *a, const floatX *b, size_t n) {
-    FOR_EACH_ELEMENT(i, n) out[i] = to_bf16(to_f32(a[i]) + to_f32(b[i]));
+__global__ void __launch_bounds__(BLOCK) residual_forward_kernel(floatX *out, const floatX *a, const floatX *b, size_t n,
+                                                                 bool wide) {
+    FOR_EACH_PACK(base, n) {
+        Pack<floatX> x = load_pack(a, base, n, wide), r = load_pack(b, base, n, wide), y;
+        for (int k = 0; k < PACK; k++) y.x[k] = to_bf16(to_f32(x.x[k]) + to_f32(r.x[k]));
+        store_pack(out, base, n, wide, y);
+    }
 }
 
 static void gelu_forward(Device *d, act *out, const act *inp, size_t n) {
-    gelu_forward_kernel<<<grid_for(n, BLOCK), BLOCK, 0, compute(d)>>>((floatX *)out,
-                                                                      (const floatX *)inp, n);
+    bool wide = aligned16(out) && aligned16(inp);
+    gelu_forward_kernel<<<grid_for_packs(n), BLOCK, 0, compute(d)>>>((floatX *)out, (const floatX *)inp, n, wide);
     LAUNCH_CHECK();
 }
 
 static void gelu_backward(Device *d, act *dinp, const act *inp, const act *dout, size_t n) {
-    gelu_backward_kernel<<<grid_for(n, BLOCK), BLOCK, 0, compute(d)>>>(
-        (floatX *)dinp, (const floatX *)inp, (const floatX *)dout, n);
+    bool wide = aligned16(dinp) && aligned16(inp) && aligned16(dout);
+    gelu_backward_kernel<<<grid_for_packs(n), BLOCK, 0, compute(d)>>>(
+        (floatX *)dinp, (const floatX *)inp, (const floatX *)dout, n, wide);
     LAUNCH_CHECK();
 }
 
 static void residual_forward(Device *d, act *out, const act *a, const act *b, size_t n) {
-    residual_forward_kernel<<<grid_for(n, BLOCK), BLOCK, 0, compute(d)>>>(
-        (floatX *)out, (const floatX *)a, (const floatX *)b, n);
+    bool wide = aligned16(out) && aligned16(a) && aligned16(b);
+    residual_forward_kernel<<<grid_for_packs(n), BLOCK, 0, compute(d)>>>(
+        (floatX *)out, (const floatX *)a, (const floatX *)b, n, wide);
     LAUNCH_CHECK();
 }
 
@@ -146,20 +161,41 @@ void softmax_crossentropy_cuda(Device *d, float *losses, act *logits, const int3
 
 // ---- bf16 gradients and the optimizer ----------------------------------------------
 
-__global__ void __launch_bounds__(BLOCK) grad_to_bf16_kernel(floatX *dst, const float *src, size_t n, int accumulate) {
-    FOR_EACH_ELEMENT(i, n) dst[i] = to_bf16(accumulate ? to_f32(dst[i]) + src[i] : src[i]);
+__global__ void __launch_bounds__(BLOCK) grad_to_bf16_kernel(floatX *dst, const float *src, size_t n, int accumulate,
+                                                             bool wide) {
+    FOR_EACH_PACK(base, n) {
+        Pack<float> g = load_pack(src, base, n, wide);
+        Pack<floatX> y;
+        if (accumulate) y = load_pack((const floatX *)dst, base, n, wide);
+        for (int k = 0; k < PACK; k++) y.x[k] = to_bf16(accumulate ? to_f32(y.x[k]) + g.x[k] : g.x[k]);
+        store_pack(dst, base, n, wide, y);
+    }
 }
 
-__global__ void __launch_bounds__(BLOCK) add_bf16_kernel(floatX *dst, const floatX *src, size_t n) {
-    FOR_EACH_ELEMENT(i, n) dst[i] = to_bf16(to_f32(dst[i]) + to_f32(src[i]));
+__global__ void __launch_bounds__(BLOCK) add_bf16_kernel(floatX *dst, const floatX *src, size_t n, bool wide) {
+    FOR_EACH_PACK(base, n) {
+        Pack<floatX> y = load_pack((const floatX *)dst, base, n, wide), x = load_pack(src, base, n, wide);
+        for (int k = 0; k < PACK; k++) y.x[k] = to_bf16(to_f32(y.x[k]) + to_f32(x.x[k]));
+        store_pack(dst, base, n, wide, y);
+    }
 }
 
-__global__ void __launch_bounds__(BLOCK) f32_to_bf16_kernel(floatX *dst, const float *src, size_t n) {
-    FOR_EACH_ELEMENT(i, n) dst[i] = to_bf16(src[i]);
+__global__ void __launch_bounds__(BLOCK) f32_to_bf16_kernel(floatX *dst, const float *src, size_t n, bool wide) {
+    FOR_EACH_PACK(base, n) {
+        Pack<float> x = load_pack(src, base, n, wide);
+        Pack<floatX> y;
+        for (int k = 0; k < PACK; k++) y.x[k] = to_bf16(x.x[k]);
+        store_pack(dst, base, n, wide, y);
+    }
 }
 
-__global__ void __launch_bounds__(BLOCK) bf16_to_f32_kernel(float *dst, const floatX *src, size_t n) {
-    FOR_EACH_ELEMENT(i, n) dst[i] = to_f32(src[i]);
+__global__ void __launch_bounds__(BLOCK) bf16_to_f32_kernel(float *dst, const floatX *src, size_t n, bool wide) {
+    FOR_EACH_PACK(base, n) {
+        Pack<floatX> x = load_pack(src, base, n, wide);
+        Pack<float> y;
+        for (int k = 0; k < PACK; k++) y.x[k] = to_f32(x.x[k]);
+        store_pack(dst, base, n, wide, y);
+    }
 }
 
 // Each block sums its grid-stride share in double, then one block adds the
@@ -180,36 +216,43 @@ __global__ void __launch_bounds__(SUMSQ_BLOCKS) sum_partials_f64_kernel(double *
 }
 
 __global__ void __launch_bounds__(BLOCK) adamw_kernel(float *master, float *m, float *v, const floatX *grad, floatX *param,
-                             size_t n, AdamWStep s) {
-    FOR_EACH_ELEMENT(i, n) {
-        float w = master[i], mi = m[i], vi = v[i];
-        float w_new = adamw_element(&w, &mi, &vi, to_f32(grad[i]), &s);
-        master[i] = w_new;
-        m[i] = mi;
-        v[i] = vi;
-        if (param) param[i] = to_bf16(w_new);
+                                                      size_t n, AdamWStep s, bool wide) {
+    FOR_EACH_PACK(base, n) {
+        Pack<float> w = load_pack((const float *)master, base, n, wide), mk = load_pack((const float *)m, base, n, wide),
+                    vk = load_pack((const float *)v, base, n, wide);
+        Pack<floatX> g = load_pack(grad, base, n, wide), p;
+        for (int k = 0; k < PACK; k++) {
+            w.x[k] = adamw_element(&w.x[k], &mk.x[k], &vk.x[k], to_f32(g.x[k]), &s);
+            p.x[k] = to_bf16(w.x[k]);
+        }
+        store_pack(master, base, n, wide, w);
+        store_pack(m, base, n, wide, mk);
+        store_pack(v, base, n, wide, vk);
+        if (param) store_pack(param, base, n, wide, p);
     }
 }
 
 static void grad_to_bf16(Device *d, bf16 *dst, const float *src, size_t n, int accumulate) {
-    grad_to_bf16_kernel<<<grid_for(n, BLOCK), BLOCK, 0, compute(d)>>>((floatX *)dst, src, n,
-                                                                      accumulate);
+    bool wide = aligned16(dst) && aligned16(src);
+    grad_to_bf16_kernel<<<grid_for_packs(n), BLOCK, 0, compute(d)>>>((floatX *)dst, src, n, accumulate, wide);
     LAUNCH_CHECK();
 }
 
 static void add_bf16(Device *d, bf16 *dst, const bf16 *src, size_t n) {
-    add_bf16_kernel<<<grid_for(n, BLOCK), BLOCK, 0, compute(d)>>>((floatX *)dst,
-                                                                  (const floatX *)src, n);
+    bool wide = aligned16(dst) && aligned16(src);
+    add_bf16_kernel<<<grid_for_packs(n), BLOCK, 0, compute(d)>>>((floatX *)dst, (const floatX *)src, n, wide);
     LAUNCH_CHECK();
 }
 
 static void f32_to_bf16_cuda(Device *d, bf16 *dst, const float *src, size_t n) {
-    f32_to_bf16_kernel<<<grid_for(n, BLOCK), BLOCK, 0, compute(d)>>>((floatX *)dst, src, n);
+    bool wide = aligned16(dst) && aligned16(src);
+    f32_to_bf16_kernel<<<grid_for_packs(n), BLOCK, 0, compute(d)>>>((floatX *)dst, src, n, wide);
     LAUNCH_CHECK();
 }
 
 static void bf16_to_f32_cuda(Device *d, float *dst, const bf16 *src, size_t n) {
-    bf16_to_f32_kernel<<<grid_for(n, BLOCK), BLOCK, 0, compute(d)>>>(dst, (const floatX *)src, n);
+    bool wide = aligned16(dst) && aligned16(src);
+    bf16_to_f32_kernel<<<grid_for_packs(n), BLOCK, 0, compute(d)>>>(dst, (const floatX *)src, n, wide);
     LAUNCH_CHECK();
 }
 
@@ -229,8 +272,10 @@ static double sum_squares_bf16(Device *d, const bf16 *x, size_t n) {
 
 static void adamw(Device *d, float *master, float *m, float *v, const bf16 *grad, bf16 *param,
                   size_t n, const AdamWStep *s) {
-    adamw_kernel<<<grid_for(n, BLOCK), BLOCK, 0, compute(d)>>>(
-        master, m, v, (const floatX *)grad, (floatX *)param, n, *s);
+    // param may be NULL (a sharded optimizer without a local bf16 copy): NULL is aligned
+    bool wide = aligned16(master) && aligned16(m) && aligned16(v) && aligned16(grad) && aligned16(param);
+    adamw_kernel<<<grid_for_packs(n), BLOCK, 0, compute(d)>>>(master, m, v, (const floatX *)grad, (floatX *)param, n,
+                                                               *s, wide);
     LAUNCH_CHECK();
 }
 
@@ -263,6 +308,7 @@ extern "C" const KernelOps kernels_cuda = {
     gelu_forward,                     // gelu_forward
     gelu_backward,                    // gelu_backward
     residual_forward,                 // residual_forward
+    residual_layernorm_forward_cuda,  // residual_layernorm_forward
     softmax_crossentropy_cuda,        // softmax_crossentropy
     bias_add_cuda,                    // bias_add
     embedding_part_forward_cuda,      // embedding_part_forward

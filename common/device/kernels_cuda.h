@@ -41,6 +41,44 @@ static inline unsigned grid_for(size_t n, int block) {
     for (size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x; i < (n);          \
          i += (size_t)gridDim.x * blockDim.x)
 
+// ---- 128-bit loads and stores ------------------------------------------------------
+// The element-wise kernels are memory bound: a thread takes 8 consecutive
+// elements (PACK) and moves them with 16-byte loads and stores (one for 8
+// bf16, two for 8 floats) instead of one instruction per element. That
+// needs every pointer 16-byte aligned, which the host checks (`wide`, by
+// aligned16); otherwise, and for the last pack past n, the elements go one
+// by one. Each pack reads all its inputs before it writes, so an output may
+// alias an input, as kernels.h allows.
+#define PACK 8
+template <class T> struct alignas(16) Pack {
+    T x[PACK];
+};
+
+static inline bool aligned16(const void *p) { return ((uintptr_t)p & 15u) == 0; }
+
+// grid-stride loop over packs: `base` is the first of a thread's PACK elements
+#define FOR_EACH_PACK(base, n)                                                                  \
+    for (size_t base = ((size_t)blockIdx.x * blockDim.x + threadIdx.x) * PACK; base < (n);     \
+         base += (size_t)gridDim.x * blockDim.x * PACK)
+
+// the grid for n elements in packs
+static inline unsigned grid_for_packs(size_t n) { return grid_for(ceil_div(n, PACK), BLOCK); }
+
+template <class T> __device__ inline Pack<T> load_pack(const T *p, size_t base, size_t n, bool wide) {
+    if (wide && base + PACK <= n) return *reinterpret_cast<const Pack<T> *>(p + base);
+    Pack<T> v = {};
+    for (int k = 0; k < PACK && base + k < n; k++) v.x[k] = p[base + k];
+    return v;
+}
+
+template <class T> __device__ inline void store_pack(T *p, size_t base, size_t n, bool wide, const Pack<T> &v) {
+    if (wide && base + PACK <= n) {
+        *reinterpret_cast<Pack<T> *>(p + base) = v;
+        return;
+    }
+    for (int k = 0; k < PACK && base + k < n; k++) p[base + k] = v.x[k];
+}
+
 __device__ inline float to_f32(floatX x) { return __bfloat162float(x); }
 // Rounding to bf16 is bf16.h's, as on the cpu: the same bits for every
 // input, a NaN included (it keeps its sign and payload, made quiet), where
@@ -129,6 +167,8 @@ void attention_backward_cuda(Device *d, act *dqkv, const act *dout, const act *q
                              const float *att, int B, int T, int C, int NH);
 void layernorm_forward_cuda(Device *d, act *out, float *mean, float *rstd, const act *inp,
                             const bf16 *w, const bf16 *b, int BT, int C);
+void residual_layernorm_forward_cuda(Device *d, act *res, act *out, float *mean, float *rstd, const act *a,
+                                     const act *b, const bf16 *w, const bf16 *bias, int BT, int C);
 void layernorm_backward_cuda(Device *d, act *dinp, float *dw, float *db, const act *dout,
                              const act *inp, const bf16 *w, const float *mean, const float *rstd,
                              int BT, int C);

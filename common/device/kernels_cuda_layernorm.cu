@@ -8,16 +8,30 @@
 #define LN_EPS 1e-5f
 #define LN_ROWS_PER_BLOCK 8  // warps per block, one row each
 
-// out (BT,C); mean, rstd (BT)
+// out (BT,C); mean, rstd (BT). With res_b: inp = res = inp + res_b first
+// (rounded to bf16 as residual_forward rounds it), written back to res; each
+// lane reads again only the elements it wrote, so no barrier is needed.
 __global__ void __launch_bounds__(LN_ROWS_PER_BLOCK * WARP_SIZE) layernorm_forward_kernel(floatX *out, float *mean, float *rstd, const floatX *inp,
-                                         const floatX *w, const floatX *b, int BT, int C) {
+                                         const floatX *w, const floatX *b, int BT, int C,
+                                         const floatX *res_b, floatX *res) {
     int row = blockIdx.x * LN_ROWS_PER_BLOCK + threadIdx.x / WARP_SIZE;
     int lane = threadIdx.x % WARP_SIZE;
     if (row >= BT) return;  // whole warps leave together: the shuffles below stay full
     const floatX *x = inp + (size_t)row * C;
     floatX *y = out + (size_t)row * C;
     float sum = 0.0f;
-    for (int c = lane; c < C; c += WARP_SIZE) sum += to_f32(x[c]);
+    if (res_b) {
+        const floatX *r = res_b + (size_t)row * C;
+        floatX *xr = res + (size_t)row * C;
+        for (int c = lane; c < C; c += WARP_SIZE) {
+            floatX v = to_bf16(to_f32(x[c]) + to_f32(r[c]));
+            xr[c] = v;
+            sum += to_f32(v);
+        }
+        x = xr;
+    } else {
+        for (int c = lane; c < C; c += WARP_SIZE) sum += to_f32(x[c]);
+    }
     float m = warp_sum(sum) / C;
     float var = 0.0f;  // two passes: no cancellation in E[x^2] - m^2
     for (int c = lane; c < C; c += WARP_SIZE) {
@@ -95,7 +109,17 @@ void layernorm_forward_cuda(Device *d, act *out, float *mean, float *rstd, const
     layernorm_forward_kernel<<<grid, LN_ROWS_PER_BLOCK * WARP_SIZE, 0,
                                cuda_stream(d, STREAM_COMPUTE)>>>(
         (floatX *)out, mean, rstd, (const floatX *)inp, (const floatX *)w, (const floatX *)b, BT,
-        C);
+        C, nullptr, nullptr);
+    LAUNCH_CHECK();
+}
+
+// res (BT,C) = a + b, out = layernorm(res): one kernel, the residual stream read once
+void residual_layernorm_forward_cuda(Device *d, act *res, act *out, float *mean, float *rstd, const act *a,
+                                     const act *b, const bf16 *w, const bf16 *bias, int BT, int C) {
+    unsigned grid = (unsigned)ceil_div(BT, LN_ROWS_PER_BLOCK);
+    layernorm_forward_kernel<<<grid, LN_ROWS_PER_BLOCK * WARP_SIZE, 0, cuda_stream(d, STREAM_COMPUTE)>>>(
+        (floatX *)out, mean, rstd, (const floatX *)a, (const floatX *)w, (const floatX *)bias, BT, C,
+        (const floatX *)b, (floatX *)res);
     LAUNCH_CHECK();
 }
 

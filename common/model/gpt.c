@@ -402,11 +402,11 @@ void gpt_unit_forward(GPT *g, int u, int s, const bf16 *p, const bf16 *embed) {
     int i = u - 1 - plan_first_layer(&g->plan);  // a block's place in the range
     int block = u != GPT_UNIT_EMBED && u != gpt_unit_head(&g->L);
     if (block) ckpt_before_forward(g, i, s);
-    double t0 = now_us();
+    DevSpan sp = dev_span_begin(g->dev, STREAM_COMPUTE);
     if (u == GPT_UNIT_EMBED) embed_forward(g, p, s);
     else if (!block) head_forward(g, p, embed, s);
     else block_forward(g, p, u - 1, s);
-    trace_span(g->dev->trace, TRACE_TID_COMPUTE, "forward", t0, now_us(), 0);
+    dev_span_end(g->dev, &sp, TRACE_TID_COMPUTE, "forward", 0);
     if (block) ckpt_after_forward(g, i, s);  // its x3 (or the rank's part) to the store, when it is kept there
 }
 
@@ -414,7 +414,7 @@ const float *gpt_unit_backward(GPT *g, int u, int s, const bf16 *p, const bf16 *
     check_unit(g, u, s, p, embed, 1);
     if (u == gpt_unit_head(&g->L)) ckpt_before_head_backward(g, s);  // the last block's input starts back
     else if (u != GPT_UNIT_EMBED) ckpt_before_backward(g, u - 1 - plan_first_layer(&g->plan), s);  // and ahead
-    double t0 = now_us();
+    DevSpan sp = dev_span_begin(g->dev, STREAM_COMPUTE);
     const float *grads;
     if (u == gpt_unit_head(&g->L)) {
         head_backward(g, p, embed, s);
@@ -425,13 +425,17 @@ const float *gpt_unit_backward(GPT *g, int u, int s, const bf16 *p, const bf16 *
     } else {
         float *ug = g->unit_grads.ptr;
         dev_memset0(g->dev, ug, g->L.unit[u].count * sizeof(float), STREAM_COMPUTE);
-        double r0 = now_us();
-        block_recompute(g, p, u - 1, s);  // what the plan's recompute did not keep, again
-        if (g->plan.recompute != GPT_RECOMPUTE_NONE)
-            trace_span(g->dev->trace, TRACE_TID_COMPUTE, "recompute", r0, now_us(), 0);
+        if (g->plan.recompute != GPT_RECOMPUTE_NONE) {
+            // the recompute on its own span, then the backward's after it
+            dev_span_end(g->dev, &sp, TRACE_TID_COMPUTE, "backward", 0);
+            sp = dev_span_begin(g->dev, STREAM_COMPUTE);
+            block_recompute(g, p, u - 1, s);  // what the plan's recompute did not keep, again
+            dev_span_end(g->dev, &sp, TRACE_TID_COMPUTE, "recompute", 0);
+            sp = dev_span_begin(g->dev, STREAM_COMPUTE);
+        }
         block_backward(g, p, ug, u - 1, s);
         grads = ug;
     }
-    trace_span(g->dev->trace, TRACE_TID_COMPUTE, "backward", t0, now_us(), 0);
+    dev_span_end(g->dev, &sp, TRACE_TID_COMPUTE, "backward", 0);
     return grads;
 }

@@ -82,8 +82,8 @@ void block_forward_inner(GPT *g, const bf16 *p, LayerActs *la, const act *x) {
     k->matmul_forward(d, la->qkv, column_input(g, la->ln1), p + o[BLK_QKVW], p + o[BLK_QKVB], BT, C, 3 * Cp, 3 * Cp);
     k->attention_forward(d, la->atty, la->att, la->qkv, B, T, Cp, NHp);
     const act *y = row_parallel_forward(g, la->atty, p + o[BLK_ATTPROJW], p + o[BLK_ATTPROJB], Cp);
-    k->residual_forward(d, la->x2, x, y, (size_t)R * C);
-    k->layernorm_forward(d, la->ln2, la->ln2_mean, la->ln2_rstd, la->x2, p + o[BLK_LN2W], p + o[BLK_LN2B], R, C);
+    k->residual_layernorm_forward(d, la->x2, la->ln2, la->ln2_mean, la->ln2_rstd, x, y, p + o[BLK_LN2W],
+                                  p + o[BLK_LN2B], R, C);
     k->matmul_forward(d, la->fch, column_input(g, la->ln2), p + o[BLK_FCW], p + o[BLK_FCB], BT, C, F, F);
     k->gelu_forward(d, la->fch_gelu, la->fch, (size_t)BT * F);
 }

@@ -70,11 +70,6 @@ static void *store_of(const CkptStore *o, int s, int i) {
     return (char *)o->store.ptr + ((size_t)s * o->per_slot + (size_t)i) * o->part_bytes;
 }
 
-// The copy-stream span of a checkpoint on its own trace row (its bytes too).
-static void copy_span(GPT *g, const char *what, double t0, size_t bytes) {
-    trace_span(g->dev->trace, TRACE_TID_ACT_COPY, what, t0, now_us(), (double)bytes);
-}
-
 void ckpt_before_forward(GPT *g, int i, int s) {
     if (!stored(g, i)) return;
     CkptStore *o = g->ckpt;
@@ -91,9 +86,11 @@ void ckpt_after_forward(GPT *g, int i, int s) {
     int k = i % 2;
     d->ops->event_record(d, &o->written[k], STREAM_COMPUTE);
     d->ops->stream_wait_event(d, STREAM_COPY, &o->written[k]);
-    double t0 = now_us();
+    // the copy-stream span of a checkpoint goes on its own trace row (its bytes too)
+    DevSpan sp = dev_span_begin(d, STREAM_COPY);
     dev_copy(d, store_of(o, s, i), (char *)o->buf[k] + o->part_offset, o->part_bytes, STREAM_COPY);
-    copy_span(g, o->on_host ? "checkpoint to host" : "checkpoint part kept", t0, o->part_bytes);
+    dev_span_end(d, &sp, TRACE_TID_ACT_COPY, o->on_host ? "checkpoint to host" : "checkpoint part kept",
+                 (double)o->part_bytes);
     d->ops->event_record(d, &o->out[k], STREAM_COPY);
     if (o->on_host) o->to_host += (double)o->part_bytes;
 }
@@ -108,9 +105,10 @@ static void bring_back(GPT *g, int i, int s) {
     if (o->holds[k].slot == s && o->holds[k].layer == i && o->holds[k].back) return;  // on its way
     d->ops->event_record(d, &o->free[k], STREAM_COMPUTE);
     d->ops->stream_wait_event(d, STREAM_COPY, &o->free[k]);
-    double t0 = now_us();
+    DevSpan sp = dev_span_begin(d, STREAM_COPY);
     dev_copy(d, (char *)o->buf[k] + o->part_offset, store_of(o, s, i), o->part_bytes, STREAM_COPY);
-    copy_span(g, o->on_host ? "checkpoint back" : "checkpoint part back", t0, o->part_bytes);
+    dev_span_end(d, &sp, TRACE_TID_ACT_COPY, o->on_host ? "checkpoint back" : "checkpoint part back",
+                 (double)o->part_bytes);
     d->ops->event_record(d, &o->in[k], STREAM_COPY);
     o->holds[k] = (RingTag){s, i, 1};
     if (o->on_host) o->to_device += (double)o->part_bytes;

@@ -211,10 +211,6 @@ void trainer_micro_batch_to_slot(struct Trainer *t, const MicroBatches *mb, int 
 // Ring bytes counted so far in the world and the stage's sub-groups, by
 // operation (out[OP_COUNT]); returns their total.
 double trainer_ring_bytes(const struct Trainer *t, double out[OP_COUNT]);
-// Puts [t0_us, now) on the compute row: a stage marks its optimizer kernels
-// with it (the model marks forward and backward). Only compute goes there, so
-// that overlap with communication, copies or I/O means what it says.
-void compute_span(struct Trainer *t, const char *what, double t0_us);
 // The stages that keep the bf16 params (and grads) whole on every rank:
 // unit u's params are a slice of the full buffer, and its fp32 gradients are
 // folded into the full bf16 gradient buffer, written by the first

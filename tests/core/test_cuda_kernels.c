@@ -83,6 +83,46 @@ static void test_layernorm_forward(void **state) {
     check_layernorm_forward(dv, 200, 768);
 }
 
+// The residual add fused into the layernorm: against the cpu, and on each
+// device to the bit of the two kernels it replaces (the model's losses do
+// not move); the sum written in place of a, as the block does.
+static void check_residual_layernorm(Devices *dv, int BT, int C) {
+    size_t n = (size_t)BT * C;
+    float *x = rand_values(n, 17, -2, 3), *y = rand_values(n, 18, -1, 1);
+    float *w = rand_values(C, 19, 0.5f, 1.5f), *b = rand_values(C, 20, -0.5f, 0.5f);
+    float *res[2], *out[2];
+    FOR_BOTH_DEVICES(dv, k, d) {
+        Arena a = {.d = d};
+        act *xi = put_act(&a, x, n), *yi = put_act(&a, y, n), *o = alloc_act(&a, n);
+        act *x2 = put_act(&a, x, n), *o2 = alloc_act(&a, n);
+        bf16 *wi = put_bf16(&a, w, C), *bi = put_bf16(&a, b, C);
+        float *m = arena_alloc(&a, 4 * BT * sizeof(float)), *r = m + BT, *m2 = m + 2 * BT, *r2 = m + 3 * BT;
+        d->k->residual_layernorm_forward(d, xi, o, m, r, xi, yi, wi, bi, BT, C);
+        d->k->residual_forward(d, x2, x2, yi, n);
+        d->k->layernorm_forward(d, o2, m2, r2, x2, wi, bi, BT, C);
+        size_t bytes = n * d->act_bytes;
+        void *h[4] = {get_bytes(d, xi, bytes), get_bytes(d, x2, bytes), get_bytes(d, o, bytes), get_bytes(d, o2, bytes)};
+        void *st[2] = {get_bytes(d, m, 2 * BT * sizeof(float)), get_bytes(d, m2, 2 * BT * sizeof(float))};
+        if (memcmp(h[0], h[1], bytes) || memcmp(h[2], h[3], bytes) || memcmp(st[0], st[1], 2 * BT * sizeof(float)))
+            fail_msg("%s: residual_layernorm_forward differs from residual_forward + layernorm_forward", d->name);
+        for (int i = 0; i < 4; i++) free(h[i]);
+        free(st[0]), free(st[1]);
+        res[k] = get_act(d, xi, n);
+        out[k] = get_act(d, o, n);
+        arena_free(&a);
+    }
+    expect_close("residual_layernorm_forward res", res[1], res[0], n, TOL_BF16_ONCE);
+    expect_close("residual_layernorm_forward out", out[1], out[0], n, TOL_BF16_TWICE);
+    free_pair(res), free_pair(out);
+    free(x), free(y), free(w), free(b);
+}
+
+static void test_residual_layernorm(void **state) {
+    Devices *dv = devices_or_skip(state);
+    check_residual_layernorm(dv, 48, 72);
+    check_residual_layernorm(dv, 200, 768);
+}
+
 static void check_layernorm_backward(Devices *dv, int BT, int C) {
     size_t n = (size_t)BT * C;
     float *x = rand_values(n, 11, -2, 3), *g = rand_values(n, 12, -1, 1);
@@ -368,6 +408,7 @@ int main(void) {
         cmocka_unit_test(test_attention),
         cmocka_unit_test(test_gelu),
         cmocka_unit_test(test_residual),
+        cmocka_unit_test(test_residual_layernorm),
         cmocka_unit_test(test_softmax_crossentropy),
     };
     return cmocka_run_group_tests(tests, group_setup, group_teardown);

@@ -1,21 +1,28 @@
 // test_cuda_optim.c: gradient rounding, the gradient norm, AdamW and the
 // bf16 conversions on the cuda device against the cpu device; tolerances and
 // their reasons in conformance.h. Where no GPU is visible every test is skipped.
+// The element-wise kernels move 8 elements with 16-byte loads where every
+// pointer is 16-byte aligned and one by one otherwise: each check runs at
+// element offsets that give both paths (and sizes with a partial last pack).
 #include "conformance.h"
 
 // ---- gradients, optimizer, conversions ---------------------------------------------------------
 
-static void test_grad_to_bf16_and_add(void **state) {
-    Devices *dv = devices_or_skip(state);
-    size_t n = 4099;
-    float *src = xmalloc(n * sizeof *src);  // arbitrary fp32: exercises the rounding
-    test_fill(src, n, 51, -1, 1);
-    float *dst0 = rand_values(n, 52, -1, 1), *other = rand_values(n, 53, -1, 1);
+// offsets in elements: 0 (aligned: 16-byte loads), 1 and 3 (2 and 6 bytes
+// off for bf16, 4 and 12 for fp32: one by one), 8 (aligned again)
+static const size_t OFFSETS[] = {0, 1, 3, 8};
+#define FOR_EACH_OFFSET(off) for (size_t oi_ = 0, off; oi_ < 4 && (off = OFFSETS[oi_], 1); oi_++)
+
+static void check_grad_to_bf16_and_add(Devices *dv, size_t off) {
+    size_t n = 4099, m = n + off;
+    float *src = xmalloc(m * sizeof *src);  // arbitrary fp32: exercises the rounding
+    test_fill(src, m, 51, -1, 1);
+    float *dst0 = rand_values(m, 52, -1, 1), *other = rand_values(m, 53, -1, 1);
     bf16 *set[2], *acc[2], *sum[2];
     FOR_BOTH_DEVICES(dv, k, d) {
         Arena a = {.d = d};
-        float *s = put_f32(&a, src, n);
-        bf16 *x = put_bf16(&a, dst0, n), *y = put_bf16(&a, dst0, n), *o = put_bf16(&a, other, n);
+        float *s = put_f32(&a, src, m) + off;
+        bf16 *x = put_bf16(&a, dst0, m) + off, *y = put_bf16(&a, dst0, m) + off, *o = put_bf16(&a, other, m) + off;
         d->k->grad_to_bf16(d, x, s, n, 0);
         d->k->grad_to_bf16(d, y, s, n, 1);
         set[k] = get_bf16_raw(d, x, n);
@@ -29,6 +36,11 @@ static void test_grad_to_bf16_and_add(void **state) {
     expect_bits_equal("add_bf16", sum[1], sum[0], n);
     for (int k = 0; k < 2; k++) free(set[k]), free(acc[k]), free(sum[k]);
     free(src), free(dst0), free(other);
+}
+
+static void test_grad_to_bf16_and_add(void **state) {
+    Devices *dv = devices_or_skip(state);
+    FOR_EACH_OFFSET(off) check_grad_to_bf16_and_add(dv, off);
 }
 
 static void test_sum_squares(void **state) {
@@ -49,12 +61,12 @@ static void test_sum_squares(void **state) {
     free(x);
 }
 
-static void check_adamw(Devices *dv, int with_param) {
-    size_t n = 5003;
-    float *master = xmalloc(n * sizeof(float));
-    test_fill(master, n, 61, -1, 1);
-    float *m = rand_values(n, 62, -0.1f, 0.1f), *v = rand_values(n, 63, 0, 0.01f);
-    float *g = rand_values(n, 64, -1, 1);
+static void check_adamw(Devices *dv, int with_param, size_t off) {
+    size_t n = 5003, all = n + off;
+    float *master = xmalloc(all * sizeof(float));
+    test_fill(master, all, 61, -1, 1);
+    float *m = rand_values(all, 62, -0.1f, 0.1f), *v = rand_values(all, 63, 0, 0.01f);
+    float *g = rand_values(all, 64, -1, 1);
     AdamWStep s = {.lr = 1e-3f, .beta1 = 0.9f, .beta2 = 0.95f, .eps = 1e-8f,
                    .weight_decay = 0.1f, .grad_scale = 0.5f};
     s.bias_corr1 = 1.0f - powf(s.beta1, 3);
@@ -63,8 +75,8 @@ static void check_adamw(Devices *dv, int with_param) {
     bf16 *p[2] = {NULL, NULL};
     FOR_BOTH_DEVICES(dv, k, d) {
         Arena a = {.d = d};
-        float *mi = put_f32(&a, master, n), *m1 = put_f32(&a, m, n), *v1 = put_f32(&a, v, n);
-        bf16 *gi = put_bf16(&a, g, n), *pi = with_param ? put_bf16(&a, g, n) : NULL;
+        float *mi = put_f32(&a, master, all) + off, *m1 = put_f32(&a, m, all) + off, *v1 = put_f32(&a, v, all) + off;
+        bf16 *gi = put_bf16(&a, g, all) + off, *pi = with_param ? put_bf16(&a, g, all) + off : NULL;
         d->k->adamw(d, mi, m1, v1, gi, pi, n, &s);
         mw[k] = get_f32(d, mi, n);
         mm[k] = get_f32(d, m1, n);
@@ -86,13 +98,16 @@ static void check_adamw(Devices *dv, int with_param) {
 
 static void test_adamw(void **state) {
     Devices *dv = devices_or_skip(state);
-    check_adamw(dv, 1);
-    check_adamw(dv, 0);  // param NULL (sharded optimizer without a local bf16 copy)
+    FOR_EACH_OFFSET(off) {
+        check_adamw(dv, 1, off);
+        check_adamw(dv, 0, off);  // param NULL (sharded optimizer without a local bf16 copy)
+    }
 }
 
-static void check_conversions(Devices *dv, size_t n) {
-    float *x = xmalloc(n * sizeof *x);
-    test_fill(x, n, 71, -100, 100);
+static void check_conversions(Devices *dv, size_t n, size_t off) {
+    float *x = xmalloc((n + off) * sizeof *x);
+    test_fill(x, n + off, 71, -100, 100);
+    x += off;
     x[0] = 1.0f + 1.0f / 256;  // exactly halfway between two bf16: ties to even (down)
     x[1] = 1.0f + 3.0f / 256;  // halfway, rounds up to the even neighbour
     x[2] = -0.0f, x[3] = 3.0e38f, x[4] = 1e-40f;  // signed zero, near max, subnormal
@@ -100,8 +115,8 @@ static void check_conversions(Devices *dv, size_t n) {
     float *back[2];
     FOR_BOTH_DEVICES(dv, k, d) {
         Arena a = {.d = d};
-        float *xi = put_f32(&a, x, n), *yi = arena_alloc(&a, n * sizeof(float));
-        bf16 *hi = arena_alloc(&a, n * sizeof(bf16));
+        float *xi = put_f32(&a, x - off, n + off) + off, *yi = (float *)arena_alloc(&a, (n + off) * sizeof(float)) + off;
+        bf16 *hi = (bf16 *)arena_alloc(&a, (n + off) * sizeof(bf16)) + off;
         d->k->f32_to_bf16(d, hi, xi, n);
         d->k->bf16_to_f32(d, yi, hi, n);
         h[k] = get_bf16_raw(d, hi, n);
@@ -112,7 +127,7 @@ static void check_conversions(Devices *dv, size_t n) {
     expect_close("bf16_to_f32", back[1], back[0], n, (Tol){0, 0});
     for (int k = 0; k < 2; k++) free(h[k]);
     free_pair(back);
-    free(x);
+    free(x - off);
 }
 
 // NaNs and infinities convert to the same bits on both devices: a NaN keeps
@@ -146,10 +161,10 @@ static void check_special_values(Devices *dv) {
 static void test_conversions(void **state) {
     Devices *dv = devices_or_skip(state);
     check_special_values(dv);
-    check_conversions(dv, 4096);
-    // more elements than a capped grid has threads (65536 blocks x 256):
-    // the grid-stride loops make a second pass
-    check_conversions(dv, (size_t)65536 * 256 + 4099);
+    FOR_EACH_OFFSET(off) check_conversions(dv, 4096 + off, off);
+    // more packs than a capped grid has threads (65536 blocks x 256, 8
+    // elements each): the grid-stride loops make a second pass
+    check_conversions(dv, (size_t)65536 * 256 * 8 + 4099, 0);
 }
 
 int main(void) {

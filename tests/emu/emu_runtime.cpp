@@ -228,6 +228,12 @@ static void on_fault(int sig, siginfo_t *si, void *uc_) {
                  who.c_str(), (size_t)(a->ptr - addr), kind_name(a->kind), a->serial, a->bytes, (void *)a->ptr);
     else if (slot >= 0)
         snprintf(text, sizeof text, "%s overflowed its fiber stack (%d KiB)", who.c_str(), 64);
+    else if (sig == SIGSEGV && si->si_code == SI_KERNEL && !addr)
+        // x86 reports no address for a general-protection fault, which is
+        // what an aligned 16-byte access (a Pack, int4, float4) makes at an
+        // address that is not 16-byte aligned: on a GPU, a misaligned address error
+        snprintf(text, sizeof text, "%s made a general-protection fault: most likely a 16-byte (vector) load or "
+                 "store at an address not 16-byte aligned (on a GPU: misaligned address)", who.c_str());
     else
         snprintf(text, sizeof text, "%s: %s at %p, outside every device allocation", who.c_str(),
                  sig == SIGSEGV ? "segmentation fault" : "bus error", (const void *)addr);
@@ -237,10 +243,13 @@ static void on_fault(int sig, siginfo_t *si, void *uc_) {
     _exit(70);
 }
 
+// Installed again whenever someone else took the signals over since (a
+// test framework that turns a crash into a failed test would leave the
+// stream's work half done, and the next wait would spin for ever).
 static void install_fault_handler() {
-    static bool done = false;
-    if (done) return;
-    done = true;
+    struct sigaction now = {};
+    sigaction(SIGSEGV, NULL, &now);
+    if ((now.sa_flags & SA_SIGINFO) && now.sa_sigaction == on_fault) return;
     static char alt[1 << 16];
     stack_t ss = {};
     ss.ss_sp = alt;

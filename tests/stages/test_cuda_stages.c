@@ -3,13 +3,15 @@
 // device (each per-step loss within 0.05 of the cpu run, as test_cuda_model
 // states it), and stage against stage to the bit, as on the cpu: the math
 // of dp_baseline, zero1-3, cpu_offload and infinity is the same. Tensor
-// parallelism (3d_parallel --tp 2) within the same tolerance of its cpu run.
+// parallelism (3d_parallel --tp 2) within the same tolerance of its cpu run;
+// zero3 with --recompute selective and full to the bit of dp_baseline.
 // On the emulator, the runtime calls it counts (EMU_STATS): a training step
 // makes no cudaDeviceSynchronize, no cudaMalloc or cudaFree, no blocking
 // stream or event synchronize and no cuBLASLt descriptor or heuristic
 // search (plans are kept by GEMM shape), and the host waits for the device as often
 // at 2 micro-batches per step as at 1 (the loss is read once per step) in
 // the stages that keep the gradients on the device.
+// The report's compute and communication spans are device time (CUDA events).
 // A peer that stops taking part ends the run with NCCL's reason.
 // Where no cuda device can run (no GPU and not the emulator's build) every
 // test is skipped; the emulator's build runs them on the CPU (make test).
@@ -61,12 +63,16 @@ static void test_stages_match_cpu_and_each_other(void **state) {
         print_message("step %d: cpu %.6f cuda %.6f\n", i + 1, cpu[i], base[i]);
         assert_true(fabs(base[i] - cpu[i]) <= TOL_LOSS);
     }
-    const char *stages[] = {"zero1", "zero2", "zero3", "cpu_offload", "infinity"};
+    // recomputation runs the same kernels on the same inputs again: the same bits
+    const char *stages[] = {"zero1", "zero2", "zero3", "cpu_offload", "infinity", "zero3 --recompute selective",
+                            "zero3 --recompute full"};
     for (size_t s = 0; s < sizeof stages / sizeof *stages; s++) {
         double l[STEPS];
+        char name[32];
+        snprintf(name, sizeof name, "run%zu", s);
         snprintf(args, sizeof args, "./%s%s%s", stages[s], strcmp(stages[s], "infinity") ? "" : " --nvme-path ",
                  strcmp(stages[s], "infinity") ? "" : nvme);
-        losses(c, stages[s], "cuda", args, l);
+        losses(c, name, "cuda", args, l);
         for (int i = 0; i < STEPS; i++)
             if (l[i] != base[i])
                 fail_msg("%s on cuda, step %d: loss %.9g where dp_baseline has %.9g (same math: must be equal)",
@@ -170,6 +176,32 @@ static void test_no_sync_or_allocation_in_a_step(void **state) {
     }
 }
 
+// The report's figures on cuda are device time: the compute spans are
+// timing events around the kernels, put on the host's clock. Timed on the
+// host instead, a span would time the launches (the emulator runs the work
+// later, when the host waits: 13% of the step for zero2 when measured so),
+// and the exposed communication would include the queued compute.
+static void test_spans_are_device_time(void **state) {
+    if (skip_without_cuda()) skip();
+    const RunDir *c = *state;
+    char json[128], cmd[512];
+    snprintf(json, sizeof json, "%s/spans.json", c->root);
+    snprintf(cmd, sizeof cmd, "mpirun -np 2 ./zero2 --device cuda --model small --steps %d --quiet --json %s", STEPS,
+             json);
+    char *rec = train(cmd, json);
+    const char *times = strstr(rec, "\"times_ms_per_step\"");
+    if (!times) fail_msg("no times_ms_per_step in the record:\n%.300s", rec);
+    double step = number_of(times, "step"), compute = number_of(times, "compute"), comm = number_of(times, "comm");
+    double hidden = number_of(times, "comm_hidden"), exposed = number_of(times, "comm_exposed");
+    print_message("per step: %.1f ms, compute %.1f, comm in flight %.1f (hidden %.1f), exposed %.1f\n", step,
+                  compute, comm, hidden, exposed);
+    free(rec);
+    assert_true(compute >= 0.3 * step && compute <= step);
+    assert_true(comm > 0 && comm <= step);
+    assert_true(hidden <= fmin(comm, compute) + 1e-6);
+    assert_true(exposed <= step);
+}
+
 // A peer that stops taking part (the emulator's EMU_NCCL_DEAD_PEER: this
 // rank's third collective on never completes and NCCL reports an
 // asynchronous error): the run ends with NCCL's reason, instead of waiting
@@ -196,6 +228,7 @@ int main(void) {
         cmocka_unit_test(test_stages_match_cpu_and_each_other),
         cmocka_unit_test(test_tensor_parallel_matches_cpu),
         cmocka_unit_test(test_no_sync_or_allocation_in_a_step),
+        cmocka_unit_test(test_spans_are_device_time),
         cmocka_unit_test(test_dead_peer_ends_the_run),
     };
     return cmocka_run_group_tests(tests, setup, run_dir_teardown);

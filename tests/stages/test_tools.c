@@ -136,9 +136,32 @@ static void test_cpu_adam_bench_runs(void **state) {
     free(out);
 }
 
+// scripts/offline-deps.sh lists what apt would add to a machine whose dpkg
+// status it is given: here, this machine's status less the cmocka
+// packages: exactly those, nothing it has. A file that is not a dpkg status
+// is refused in one line.
+static void test_offline_deps_list(void **state) {
+    (void)state;
+    char root[64], cmd[CMD_LEN];
+    assert_int_equal(test_make_dir(root, sizeof root, "offline"), 0);
+    snprintf(cmd, sizeof cmd, "awk -v RS= -v ORS='\\n\\n' '!/^Package: (lib)?cmocka/' /var/lib/dpkg/status > %s/status",
+             root);
+    assert_int_equal(test_run(cmd, NULL), 0);
+    snprintf(cmd, sizeof cmd, "bash scripts/offline-deps.sh list %s/status", root);
+    char *out = NULL;
+    int rc = test_run(cmd, &out);
+    if (rc != 0 || !strstr(out, "libcmocka-dev\n") || !strstr(out, "libcmocka0\n") || count_lines(out) > 3)
+        fail_msg("%s: exit %d, expected the cmocka packages alone:\n%s", cmd, rc, out);
+    free(out);
+    snprintf(cmd, sizeof cmd, "bash scripts/offline-deps.sh list /etc/passwd");
+    free(expect_refusal(cmd, "not a dpkg status file"));
+    assert_int_equal(test_remove_dir(root), 0);
+}
+
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_stage_diffs),
+        cmocka_unit_test(test_offline_deps_list),
         cmocka_unit_test(test_plot_runs),
         cmocka_unit_test(test_compare_needs_a_spread),
         cmocka_unit_test(test_bench_compare),
