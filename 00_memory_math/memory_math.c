@@ -255,6 +255,7 @@ int main(int argc, char **argv) {
         differ = section_measure(&p, &in);
     } else {
         if (in.psi > 0) section_model_states(&p, &in);
+        if (in.psi > 0) section_deepspeed_estimate(&p, &in);
         if (in.psi > 0) section_comm(&p, &in);
         if (in.have_model) section_activations(&p, &in);
         if (in.hbm_gb > 0) section_fit(&p, &in);

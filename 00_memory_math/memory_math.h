@@ -38,6 +38,8 @@ void section_model_states(Printer *p, const Inputs *in);
 void section_comm(Printer *p, const Inputs *in);
 void section_activations(Printer *p, const Inputs *in);
 void section_fit(Printer *p, const Inputs *in);
+// deepspeed_estimate.c: DeepSpeed's estimators beside the paper's formulas
+void section_deepspeed_estimate(Printer *p, const Inputs *in);
 // config.c: what a --deepspeed-config costs per rank by tier, and whether it fits
 void section_config(Printer *p, const Inputs *in);
 // measure.c: returns the number of (stage, tier, category) entries where the

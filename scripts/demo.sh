@@ -63,7 +63,7 @@ if [ -x ./3d_parallel ] && [ $((np % 4)) -eq 0 ]; then
     # dp_baseline with the same accumulation
     echo
     echo "== dp_baseline with 3d_parallel's accumulation: mpirun -np $((np / 4)) ./dp_baseline --model $model --batch 4 --grad-accum 4 --steps $steps"
-    mpirun -np $((np / 4)) ./dp_baseline --model "$model" --batch 4 --grad-accum 4 --steps "$steps" --eval-every 10 | tee "$log"
+    mpirun -np $((np / 4)) ./dp_baseline --model "$model" --batch 4 --grad-accum 4 --steps "$steps" --eval-every 10 --json "$json" | tee "$log"
     summaries+=("$(grep '^summary ' "$log")")
     rm -f "$log"
     accum_note="3d_parallel sums 4 micro-batches' gradients per step in bf16, as the last line's dp_baseline does: it agrees with that run within the test's tolerance (1e-3), not to the bit with the others"

@@ -4,10 +4,15 @@
 
   OUT_PREFIX_losses.png  the loss curves overlaid (picotron's way of showing
                          that every configuration computes the same math);
-  OUT_PREFIX_memory.png  memory per rank by tier and category, stacked, one
-                         bar per stage: the stages' real difference;
+                         runs whose losses are equal to the bit share one
+                         curve, its title naming them all;
+  OUT_PREFIX_memory.png  the device per rank, one bar per stage: model states
+                         by category, activations and buffers apart, the
+                         model states' formula as a marker and --hbm-gb as a
+                         line; host and NVMe memory in a second panel;
   OUT_PREFIX_comm.png    bytes per rank per step by collective, one bar per
-                         stage.
+                         stage; 3d_parallel's by process group (tp, pp, the
+                         embedding's tie, dp), as stage 07 teaches them.
 
 The loss curves are also drawn in the terminal. Without gnuplot it says so
 and draws nothing (make deps installs it).
@@ -24,26 +29,73 @@ OPS = ["all_reduce", "reduce_scatter", "all_gather", "broadcast", "send", "recv"
 
 def label(rec):
     rc = rec.get("recompute", "none")
-    return f"{rec['stage']} N={rec['ranks']}" + (f" recompute {rc}" if rc != "none" else "")
+    accum = rec.get("grad_accum", 1)
+    grid = rec.get("grid")
+    text = f"{rec['stage']} N={rec['ranks']}"
+    if grid:
+        text += f" tp{grid['tp']} pp{grid['pp']}"
+    if accum > 1:
+        text += f" accum {accum}"
+    return text + (f" recompute {rc}" if rc != "none" else "")
+
+
+def coinciding(recs):
+    """Runs grouped by their losses, equal to the bit (in order of first appearance)."""
+    groups = []
+    for rec in recs:
+        key = (rec.get("first_step", 0), tuple(rec["losses"]))
+        for g in groups:
+            if g[0] == key:
+                g[1].append(rec)
+                break
+        else:
+            groups.append((key, [rec]))
+    return [g[1] for g in groups]
 
 
 def write_losses(recs, tmp):
     data = Path(tmp, "losses.dat")
+    groups = coinciding(recs)
     with data.open("w") as f:
-        for rec in recs:
+        for group in groups:
+            rec = group[0]
             first = rec.get("first_step", 0)
             for i, loss in enumerate(rec["losses"]):
                 f.write(f"{first + i + 1} {loss}\n")
             f.write("\n\n")
-    plots = ", ".join(f"'{data}' index {i} with lines title '{label(r)}'" for i, r in enumerate(recs))
-    return plots
+
+    def title(group):
+        if len(group) == 1:
+            return label(group[0])
+        ranks = {r["ranks"] for r in group}
+        if len(ranks) == 1:  # "N=4: dp_baseline, zero1, ..."
+            n = f"N={ranks.pop()}"
+            return n + ": " + ", ".join(label(r).replace(" " + n, "") for r in group) + " (equal to the bit)"
+        return ", ".join(label(r) for r in group) + " (equal to the bit)"
+
+    return ", ".join(f"'{data}' index {i} with lines lw 2 title '{title(g)}'" for i, g in enumerate(groups))
 
 
-def memory_columns(recs):
-    """(tier, category) pairs that hold bytes in any run, in the report's order."""
+STATE_CATS = ["params_bf16", "grads_bf16", "master_fp32", "adam_m", "adam_v"]
+BUFFER_CATS = ["workspace", "comm_buffers"]
+
+
+def device_columns(rec):
+    """The device bar's segments: model states by category, activations, buffers (bytes)."""
+    dev = rec["mem"]["device"]
+    cols = [dev[c]["current"] for c in STATE_CATS]
+    cols.append(dev["activations"]["current"] + dev.get("act_working", {"current": 0})["current"])
+    cols.append(sum(dev[c]["current"] for c in BUFFER_CATS if c in dev))
+    return cols
+
+
+def offdevice_columns(recs):
+    """(tier, category) pairs off the device that hold bytes in any run."""
     cols = []
     for rec in recs:
         for tier, cats in rec["mem"].items():
+            if tier == "device":
+                continue
             for cat, v in cats.items():
                 if cat != "peak_total" and v["current"] > 0 and (tier, cat) not in cols:
                     cols.append((tier, cat))
@@ -57,34 +109,82 @@ def write_table(path, recs, columns, value):
             f.write(f"\"{label(rec)}\" " + " ".join(f"{value(rec, c) / 1e6:.6f}" for c in columns) + "\n")
 
 
-# one colour per category (the same on every tier); the tier is the fill:
-# solid on the device, hatched on pinned/host memory, dotted on NVMe
+# one colour per category (the same on every tier); off the device the tier
+# is the fill: hatched in pinned/host memory, dotted on NVMe
 COLOURS = {"params_bf16": "#7b3294", "grads_bf16": "#1b9e77", "master_fp32": "#3288bd", "adam_m": "#e6ab02",
-           "adam_v": "#f46d43", "activations": "#66a61e", "act_working": "#b2df8a", "comm_buffers": "#444444",
-           "workspace": "#a6761d",
+           "adam_v": "#f46d43", "activations": "#66a61e", "act_working": "#b2df8a", "buffers": "#a6761d",
+           "comm_buffers": "#444444", "workspace": "#a6761d",
            "all_reduce": "#3288bd", "reduce_scatter": "#1b9e77", "all_gather": "#7b3294", "broadcast": "#e6ab02",
-           "send": "#f46d43", "recv": "#a6761d"}
+           "send": "#f46d43", "recv": "#a6761d", "tp": "#d95f02", "pp": "#7570b3", "emb": "#e7298a",
+           "dp": "#1b9e77"}
 FILLS = {"device": "solid 0.85", "host": "pattern 4", "pinned": "pattern 5", "nvme": "pattern 2"}
+GROUPS = ["tp", "pp", "emb", "dp"]  # 07's process groups, in its report's order
 
 
-def stacked_plot(data, columns, title, ylabel):
+def stacked(data, columns, titles):
     cols = []
-    for i, (a, b) in enumerate(columns):
+    for i, ((a, b), t) in enumerate(zip(columns, titles)):
         colour, fill = (COLOURS.get(b, "#999999"), FILLS.get(a, "solid 0.85")) if b else (COLOURS.get(a), "solid 0.85")
-        cols.append(f"'{data}' using {i + 2}:xtic(1) title columnheader({i + 2}) lc rgb '{colour}' fs {fill}")
-    cols = ", ".join(cols)
-    return f"""
-set title '{title}'
-set ylabel '{ylabel}'
+        cols.append(f"'{data}' using {i + 2}:xtic(1) title '{t}' lc rgb '{colour}' fs {fill}")
+    return ", ".join(cols)
+
+
+HISTOGRAM = """
 set style data histograms
 set style histogram rowstacked
 set style fill border -1
 set boxwidth 0.6
-set key outside right top
-set xtics rotate by -20
+set xtics rotate by -25
 set grid ytics
-plot {cols}
 """
+
+
+def memory_script(recs, tmp, prefix):
+    dev = Path(tmp, "device.dat")
+    with dev.open("w") as f:
+        for rec in recs:
+            f.write(f"\"{label(rec)}\" " + " ".join(f"{v / 1e6:.6f}" for v in device_columns(rec)) + "\n")
+    formula = Path(tmp, "formula.dat")
+    with formula.open("w") as f:
+        for i, rec in enumerate(recs):
+            f.write(f"{i} {rec['mem_formula']['device']['total'] / 1e6:.6f}\n")
+    dev_cols = [(c, "") for c in STATE_CATS] + [("activations", ""), ("buffers", "")]
+    dev_titles = STATE_CATS + ["activations", "buffers (workspace, comm)"]
+    budgets = {r["settings"]["hbm-gb"]["value"] for r in recs if r.get("settings", {}).get("hbm-gb", {}).get("value")}
+    budget = f", {max(budgets) * 1e3} with lines dt 2 lw 2 lc 'red' title 'device budget (--hbm-gb)'" if budgets else ""
+    off_recs = [r for r in recs if any(v["current"] > 0 for t, cats in r["mem"].items() if t != "device"
+                                       for c, v in cats.items() if c != "peak_total")]
+    off_cols = offdevice_columns(off_recs)
+    script = f"""
+set terminal pngcairo size 1400,600 noenhanced
+set output '{prefix}_memory.png'
+set multiplot
+set origin 0,0
+set size 0.62,1
+set title 'device, per rank after the last step (measured; dot: model states by formula)'
+set ylabel 'MB'
+set key outside bottom center horizontal maxrows 2
+{HISTOGRAM}
+plot {stacked(dev, dev_cols, dev_titles)}, '{formula}' using 1:2 with points pt 7 ps 1.6 lc 'black' title 'model states, formula'{budget}
+"""
+    if off_cols:
+        off = Path(tmp, "offdevice.dat")
+        write_table(off, off_recs, off_cols, lambda r, c: r["mem"][c[0]][c[1]]["current"])
+        script += f"""
+set origin 0.62,0
+set size 0.38,1
+set title 'host (hatched) and NVMe (dotted), per rank'
+plot {stacked(off, off_cols, [f"{a}/{b}" for a, b in off_cols])}
+"""
+    return script + "unset multiplot\n"
+
+
+def comm_value(rec, col):
+    op = col[0]
+    grid = rec.get("grid")
+    if grid:  # rank 0's measured bytes by group; its ops are in the groups
+        return grid["ranks"][0]["comm"][op][0] if op in GROUPS else 0
+    return rec.get("comm_bytes_by_op_per_step", {}).get(op, 0) if op not in GROUPS else 0
 
 
 def main():
@@ -99,32 +199,36 @@ def main():
         return
     with tempfile.TemporaryDirectory() as tmp:
         loss_plots = write_losses(recs, tmp)
-        mem_cols = memory_columns(recs)
-        mem = Path(tmp, "memory.dat")
-        write_table(mem, recs, mem_cols, lambda r, c: r["mem"][c[0]][c[1]]["current"])
         comm = Path(tmp, "comm.dat")
-        comm_cols = [(op, "") for op in OPS if any(r.get("comm_bytes_by_op_per_step", {}).get(op, 0) for r in recs)]
-        write_table(comm, recs, comm_cols, lambda r, c: r["comm_bytes_by_op_per_step"][c[0]])
+        comm_cols = [(c, "") for c in OPS + GROUPS if any(comm_value(r, (c, "")) for r in recs)]
+        write_table(comm, recs, comm_cols, comm_value)
+        titles = [c if c not in GROUPS else f"{c} group (3d_parallel)" for c, _ in comm_cols]
         script = f"""
 set termoption noenhanced
-set terminal pngcairo size 900,540 noenhanced
+set terminal pngcairo size 1000,600 noenhanced
 set output '{prefix}_losses.png'
 set xlabel 'step'
 set ylabel 'training loss (nats/token)'
 set grid
+set key below left Left reverse
 plot {loss_plots}
 set terminal dumb size 100,28 noenhanced
 set output
 plot {loss_plots}
 unset xlabel
-set terminal pngcairo size 1000,560 noenhanced
-set output '{prefix}_memory.png'
-{stacked_plot(mem, mem_cols, 'memory per rank after the last step, measured (tier/category)', 'MB')}
+{memory_script(recs, tmp, prefix)}
 """
         if comm_cols:
             script += f"""
+set terminal pngcairo size 1000,560 noenhanced
 set output '{prefix}_comm.png'
-{stacked_plot(comm, comm_cols, 'bytes per rank per step by collective, counted (ring volume)', 'MB')}
+set origin 0,0
+set size 1,1
+set title 'bytes per rank per step, counted (ring volume): by collective; 3d_parallel by process group (rank 0)'
+set ylabel 'MB'
+set key outside right top
+{HISTOGRAM}
+plot {stacked(comm, comm_cols, titles)}
 """
         subprocess.run(["gnuplot"], input=script, text=True, check=True)
     made = [f"{prefix}_losses.png", f"{prefix}_memory.png"] + ([f"{prefix}_comm.png"] if comm_cols else [])
