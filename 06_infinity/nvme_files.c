@@ -5,6 +5,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 #include "check.h"
+#include "out_file.h"
 
 static const char *const FILE_NAMES[SWAP_TENSORS] = {"master.bin", "adam_m.bin", "adam_v.bin", "params_bf16.bin"};
 static const MemCategory FILE_CATS[SWAP_TENSORS] = {CAT_MASTER, CAT_ADAM_M, CAT_ADAM_V, CAT_PARAMS};
@@ -51,9 +52,18 @@ void nvme_files_check(NvmeFiles *f, Trainer *t, size_t shard, const char *path) 
     int sharing = 1;
     size_t shared = bytes_on_same_disk(t, path, need, &sharing);
     char err[AIO_ERR_BYTES] = "", msg[2 * AIO_ERR_BYTES] = "";
+    f->lock_fd = -1;
     int rc = aio_rank_dir(path, t->world.rank, shared, f->dir, sizeof f->dir, err);
     if (rc) snprintf(msg, sizeof msg, "--nvme-path %s (%d rank%s on this file system): %s", path, sharing,
                      sharing == 1 ? "" : "s", err);
+    else rc = out_folder_lock("--nvme-path", f->dir, &f->lock_fd, msg, sizeof msg);
+    int any = 0;
+    mpiCheck(MPI_Allreduce(&rc, &any, 1, MPI_INT, MPI_MAX, t->world.mpi));
+    if (any && f->lock_fd >= 0) {  // a refused run leaves no folder of its own behind
+        out_folder_unlock(f->dir, f->lock_fd);
+        f->lock_fd = -1;
+        rmdir(f->dir);
+    }
     nvme_agree(t, rc != 0, msg);
 }
 
@@ -144,5 +154,7 @@ void nvme_files_remove(NvmeFiles *f, Trainer *t) {
     for (int i = 0; i < SWAP_TENSORS; i++)
         if (f->file[i].path) track(t, f, i, 0);
     close_all(f, 1);
+    out_folder_unlock(f->dir, f->lock_fd);
+    f->lock_fd = -1;
     rmdir(f->dir);  // only if empty: a folder the user put more in stays
 }

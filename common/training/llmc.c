@@ -11,6 +11,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 #include "check.h"
+#include "out_file.h"
 
 #define HEADER_BYTES ((long long)LLMC_HEADER_INTS * 4)
 #define SHARD_MAGIC 20240520           // data.h: a token shard, not a model
@@ -170,10 +171,8 @@ static int write_params(FILE *f, const GPTLayout *l, const float *params) {
 
 int llmc_write(const char *path, const GPTLayout *l, const float *params, char *err, size_t err_len) {
     char tmp[4096];
-    if (snprintf(tmp, sizeof tmp, "%s.tmp", path) >= (int)sizeof tmp)
-        return fail(err, err_len, "--export-llmc %s: the path is too long", path);
-    FILE *f = fopen(tmp, "wb");
-    if (!f) return fail(err, err_len, "--export-llmc %s: cannot write %s (%s)", path, tmp, strerror(errno));
+    FILE *f = out_file_begin(path, tmp, sizeof tmp);
+    if (!f) return fail(err, err_len, "--export-llmc %s: cannot create a file beside it (%s)", path, strerror(errno));
     const GPTConfig *c = &l->cfg;
     int32_t hd[LLMC_HEADER_INTS] = {LLMC_MAGIC, LLMC_VERSION_FP32, c->max_seq_len, c->vocab_size,
                                     c->num_layers, c->num_heads, c->channels, llmc_padded_vocab(c->vocab_size)};
@@ -183,11 +182,10 @@ int llmc_write(const char *path, const GPTLayout *l, const float *params, char *
         bad = 1;
         write_errno = errno;
     }
-    if (!bad && rename(tmp, path) != 0) {
-        bad = 1;
-        write_errno = errno;
-    }
-    if (!bad) return 0;
-    unlink(tmp);
-    return fail(err, err_len, "--export-llmc %s: not written (%s)", path, strerror(write_errno));
+    if (bad) unlink(tmp);
+    else if (out_file_commit(tmp, path) == 0) return 0;  // it removes tmp when it cannot rename
+    else write_errno = errno;
+    return fail(err, err_len, "--export-llmc %s: not written (%s)", path,
+                write_errno == ELOOP ? "it became a symbolic link during the run; nothing replaces a link"
+                : write_errno == EINVAL ? "it is no longer a regular file" : strerror(write_errno));
 }

@@ -11,6 +11,7 @@
 #include <unistd.h>
 #include "check.h"
 #include "llmc.h"
+#include "out_file.h"
 #include "trainer.h"
 
 // The master weights of this rank's range, from or to a host buffer.
@@ -42,22 +43,25 @@ void trainer_init_from(Trainer *t) {
                h.version == LLMC_VERSION_FP32 ? "fp32" : "bf16", h.padded_vocab - h.cfg.vocab_size);
 }
 
-// Rank 0 tries the file (then removes it) and tells the others, so a path
+// Rank 0 checks the path (a regular file or a new name: out_file.h) and
+// tries a file beside it (then removes it), and tells the others, so a path
 // that cannot be written stops the run before step 1, not after the last.
 void trainer_check_export(Trainer *t) {
-    char tmp[4096];
+    const char *path = t->cfg.export_llmc;
+    char msg[OUT_MSG_BYTES] = "", tmp[4096];
     int rc = 0;
-    if (t->world.rank == 0) {
-        snprintf(tmp, sizeof tmp, "%s.tmp", t->cfg.export_llmc);
-        FILE *f = fopen(tmp, "wb");
-        rc = f ? 0 : errno;
+    if (t->world.rank == 0 && !(rc = out_file_check("--export-llmc", path, 1, msg))) {
+        FILE *f = out_file_begin(path, tmp, sizeof tmp);
+        rc = !f;
         if (f) {
             fclose(f);
             unlink(tmp);
+        } else {
+            snprintf(msg, sizeof msg, "--export-llmc %s: cannot write there (%s)", path, strerror(errno));
         }
     }
     mpiCheck(MPI_Bcast(&rc, 1, MPI_INT, 0, t->world.mpi));
-    if (rc) fail_usage("--export-llmc %s: cannot write there (%s)", t->cfg.export_llmc, strerror(rc));
+    if (rc) fail_usage("%s", msg);  // rank 0 prints it
 }
 
 void trainer_export_llmc(Trainer *t) {

@@ -395,6 +395,43 @@ static void test_write_fails_mid_run(void **state) {
     free(json);
 }
 
+// ---- 7. only the run's own files ----
+
+// Issue 28, item 2: with N/rank-0/master.bin a link to a user's file, the
+// run wrote its fp32 states into that file. A file left in a rank folder is
+// removed (the link, not its target) and the swap file created anew.
+static void test_swap_files_never_follow_links(void **state) {
+    Ctx *c = *state;
+    char cmd[CMD_LEN], *out = NULL;
+    snprintf(cmd, sizeof cmd, "mkdir -p %s/rank-0 && echo keep > %s/target && ln -sf %s/target %s/rank-0/master.bin",
+             c->nvme, c->root, c->root, c->nvme);
+    assert_int_equal(test_run(cmd, NULL), 0);
+    snprintf(cmd, sizeof cmd, "mpirun -np 2 ./infinity --model tiny --steps 2 --quiet --nvme-path %s", c->nvme);
+    int rc = test_run(cmd, &out);
+    if (rc != 0) fail_msg("%s: exit %d:\n%s", cmd, rc, out);
+    free(out);
+    snprintf(cmd, sizeof cmd, "[ \"$(cat %s/target)\" = keep ] && test -z \"$(ls -A %s)\"", c->root, c->nvme);
+    if (test_run(cmd, NULL) != 0) fail_msg("the link's target was written, or files were left in %s", c->nvme);
+}
+
+// Issue 28, item 4: a second run on the same --nvme-path finished with
+// wrong losses while the first drifted. Each rank folder is locked for the
+// run, so the second is refused in one line and leaves nothing behind.
+static void test_nvme_path_locked(void **state) {
+    Ctx *c = *state;
+    char cmd[CMD_LEN];
+    snprintf(cmd, sizeof cmd, "(./infinity --model small --steps 1000000 --quiet --nvme-path %s >/dev/null 2>&1 & "
+             "a=$!; for i in $(seq 600); do grep -qs process %s/rank-0/lock && break; sleep 0.1; done; "
+             "timeout 120 mpirun -np 2 ./infinity --model tiny --steps 2 --quiet --nvme-path %s; rc=$?; "
+             "kill $a; wait $a 2>/dev/null; exit $rc)", c->nvme, c->nvme, c->nvme);
+    char *out = expect_refusal(cmd, "is in use by another run (process ");
+    free(out);
+    // the refused run made rank-1 and took it back; the first run was killed,
+    // so its files stay: clear them for the next test
+    snprintf(cmd, sizeof cmd, "test ! -e %s/rank-1 && rm -rf %s/rank-0", c->nvme, c->nvme);
+    if (test_run(cmd, NULL) != 0) fail_msg("the refused run left %s/rank-1 behind", c->nvme);
+}
+
 // ---- set-up ----
 
 static int group_setup(void **state) {
@@ -430,6 +467,8 @@ int main(void) {
         cmocka_unit_test(test_step_start_reads_params_first),
         cmocka_unit_test(test_refusals),
         cmocka_unit_test(test_write_fails_mid_run),
+        cmocka_unit_test(test_swap_files_never_follow_links),
+        cmocka_unit_test(test_nvme_path_locked),
     };
     return cmocka_run_group_tests(tests, group_setup, group_teardown);
 }
