@@ -19,6 +19,7 @@ typedef struct NvmeFiles {
     AioFile file[SWAP_TENSORS];      // by swapper tensor; a state not on NVMe has none
     size_t payload[SWAP_TENSORS];    // bytes of the state in it (0: no file)
     int lock_fd;                     // DIR/rank-R/lock, held for the run (out_folder_lock), or -1
+    char lock_path[NVME_DIR_BYTES + 8];
 } NvmeFiles;
 
 // Every rank runs it; if any failed, every rank exits 2 with the lowest

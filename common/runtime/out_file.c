@@ -13,6 +13,7 @@
 #include <sys/file.h>
 #include <sys/stat.h>
 #include <unistd.h>
+#include "stop.h"
 
 #define PATH_BYTES 4096
 
@@ -98,22 +99,32 @@ FILE *out_file_begin(const char *path, char *tmp, size_t tmp_bytes) {
     if (!f) {
         close(fd);
         unlink(tmp);
+        return NULL;
     }
+    stop_track(tmp, 0);  // removed if the run stops before out_file_commit
     return f;
 }
 
 int out_file_commit(const char *tmp, const char *path) {
     struct stat st;
     if (lstat(path, &st) == 0 && !S_ISREG(st.st_mode)) {
-        unlink(tmp);
+        out_file_abandon(tmp);
         errno = S_ISLNK(st.st_mode) ? ELOOP : EINVAL;
         return 1;
     }
-    if (rename(tmp, path) == 0) return 0;
+    if (rename(tmp, path) == 0) {
+        stop_forget(tmp);
+        return 0;
+    }
     int why = errno;
-    unlink(tmp);
+    out_file_abandon(tmp);
     errno = why;
     return 1;
+}
+
+void out_file_abandon(const char *tmp) {
+    unlink(tmp);
+    stop_forget(tmp);
 }
 
 void out_file_resolve(const char *path, char *out, size_t out_bytes) {

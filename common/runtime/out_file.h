@@ -31,6 +31,9 @@ FILE *out_file_append(const char *path);
 // NULL and errno on failure.
 FILE *out_file_begin(const char *path, char *tmp, size_t tmp_bytes);
 
+// Removes a tmp of out_file_begin that is not to be committed.
+void out_file_abandon(const char *tmp);
+
 // Renames the finished tmp over `path` when `path` is still a regular file
 // or absent (0), else removes tmp and returns nonzero with errno set.
 int out_file_commit(const char *tmp, const char *path);

@@ -142,7 +142,7 @@ static int write_trace_file(const char *path, const PackedSpan *all, const RankH
         fprintf(f, "\n]}\n");
         bad = ferror(f) != 0;
         bad |= fclose(f) != 0;
-        if (bad) unlink(tmp);
+        if (bad) out_file_abandon(tmp);
         else bad = out_file_commit(tmp, path) != 0;  // it removes tmp when it cannot rename
     }
     if (!bad) return 0;

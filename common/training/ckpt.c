@@ -24,6 +24,7 @@
 #include "check.h"
 #include "ckpt_manifest.h"
 #include "out_file.h"
+#include "stop.h"
 
 #define PART_MAGIC "WBCKPT01"
 #define PART_VERSION 1
@@ -139,6 +140,7 @@ static int write_atomic(const char *dir, const char *name, const void *const *ch
     // target), and the new one is created: never a file someone put there
     unlink(tmp);
     int fd = open(tmp, O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0644), bad = fd < 0;
+    if (!bad) stop_track(tmp, 0);  // a signal mid-write leaves no temporary file
     for (int i = 0; i < nchunks && !bad; i++) bad = write_all(fd, chunk[i], bytes[i]);
     if (!bad) bad = fsync(fd) != 0;
     if (fd >= 0 && close(fd) != 0) bad = 1;
@@ -146,9 +148,11 @@ static int write_atomic(const char *dir, const char *name, const void *const *ch
     if (bad) {
         int why = errno;
         unlink(tmp);  // a failed save leaves no temporary file behind
+        stop_forget(tmp);
         return ckpt_msgf(msg, "cannot write checkpoint %s: %s; check the folder, free space and file size limit",
                     final, strerror(why));
     }
+    stop_forget(tmp);
     return fsync_dir(dir, msg);
 }
 

@@ -182,7 +182,7 @@ int llmc_write(const char *path, const GPTLayout *l, const float *params, char *
         bad = 1;
         write_errno = errno;
     }
-    if (bad) unlink(tmp);
+    if (bad) out_file_abandon(tmp);
     else if (out_file_commit(tmp, path) == 0) return 0;  // it removes tmp when it cannot rename
     else write_errno = errno;
     return fail(err, err_len, "--export-llmc %s: not written (%s)", path,

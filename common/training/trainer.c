@@ -11,6 +11,7 @@
 #include "check.h"
 #include "ds_config.h"
 #include "kernels.h"
+#include "stop.h"
 
 void compute_span(Trainer *t, const char *what, double t0_us) {
     trace_span(&t->trace, TRACE_TID_COMPUTE, what, t0_us, now_us(), 0);
@@ -87,6 +88,7 @@ static void setup(Trainer *t, int argc, char **argv, const Strategy *s) {
     signal(SIGXFSZ, SIG_IGN);
     t->strategy = s;
     comm_world_init(&t->world, &argc, &argv, &local_rank, &local_size, flags_present(argc, argv, "progress-thread"));
+    stop_catch_signals(t->world.rank);  // SIGTERM, SIGINT: scratch files removed, one line (stop.h)
     if (s->context_bytes) t->sctx = xcalloc(1, s->context_bytes);
     train_config_parse(&t->cfg, t->sctx, argc, argv, s);
     trainer_check_same_settings(t);
@@ -211,6 +213,7 @@ static void train_step(Trainer *t, int32_t *in, int32_t *tgt) {
     gpt_take_offload_bytes(&t->model, &act_down, &act_up);
     report_transfers(t, t->xfer_bytes, act_down, act_up);
     t->step++;
+    stop_note_step(t->step);
     report_step(t, mean_loss, t0, t1, hp.lr, norm, bytes1 - bytes0);
 }
 

@@ -103,7 +103,7 @@ void trainer_check_export(Trainer *t) {
         rc = !f;
         if (f) {
             fclose(f);
-            unlink(tmp);
+            out_file_abandon(tmp);
         } else {
             snprintf(msg, sizeof msg, "--export-llmc %s: cannot write there (%s)", path, strerror(errno));
         }

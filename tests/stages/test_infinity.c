@@ -432,6 +432,45 @@ static void test_nvme_path_locked(void **state) {
     if (test_run(cmd, NULL) != 0) fail_msg("the refused run left %s/rank-1 behind", c->nvme);
 }
 
+// Issue 28, items 10 and 11: SIGTERM, SIGINT or a diverged run left 12Ψ/N
+// of swap files per rank, and a signal stopped the job without a word. The
+// files go on every exit the process controls, and rank 0 says in one line
+// the step reached and the checkpoint to resume from. mpirun passes SIGTERM
+// and SIGINT on to the ranks as SIGTERM; a terminal's Ctrl-C reaches the
+// ranks themselves, as SIGINT.
+static void test_stops_remove_swap_files(void **state) {
+    Ctx *c = *state;
+    char ck[PATH_LEN], log[PATH_LEN], cmd[CMD_LEN];
+    const char *senders[2][2] = {{"kill -TERM $m", "stopped by SIGTERM after step "},
+                                 {"for p in $(pgrep -P $m -x infinity); do kill -INT $p; done",
+                                  "stopped by SIGINT after step "}};
+    for (int i = 0; i < 2; i++) {
+        snprintf(ck, sizeof ck, "%s/stopped-%d", c->root, i);
+        snprintf(log, sizeof log, "%s/stopped-%d.log", c->root, i);
+        snprintf(cmd, sizeof cmd, "mpirun -np 2 ./infinity --model small --steps 1000000 --save %s --save-every 3 "
+                 "--nvme-path %s --quiet < /dev/null > %s 2>&1 & m=$!; "
+                 "for i in $(seq 600); do grep -q 'saved checkpoint' %s && break; sleep 0.1; done; %s; wait $m",
+                 ck, c->nvme, log, log, senders[i][0]);
+        int rc = test_run(cmd, NULL);
+        char *out = whole_file(log), want[PATH_LEN + 32];
+        snprintf(want, sizeof want, "; resume with --resume %s (step ", ck);
+        const char *line = strstr(out, senders[i][1]);
+        if (rc == 0 || !line || !strstr(line, want) || strstr(line + 1, senders[i][1]))
+            fail_msg("%s: exit %d; expected one line '%s...%s':\n%s", cmd, rc, senders[i][1], want, out);
+        free(out);
+        snprintf(cmd, sizeof cmd, "test -z \"$(ls -A %s)\" && test -z \"$(find %s -name '*.tmp')\"", c->nvme, ck);
+        if (test_run(cmd, NULL) != 0) fail_msg("the stopped run left files in %s or %s", c->nvme, ck);
+    }
+    // a diverged run ends through exit_all: the swap files go too
+    snprintf(cmd, sizeof cmd, "mpirun -np 2 ./infinity --model tiny --steps 20 --lr 1e6 --quiet --nvme-path %s",
+             c->nvme);
+    char *out = NULL;
+    if (test_run(cmd, &out) == 0 || !strstr(out, "diverged")) fail_msg("%s: expected divergence:\n%s", cmd, out);
+    free(out);
+    snprintf(cmd, sizeof cmd, "test -z \"$(ls -A %s)\"", c->nvme);
+    if (test_run(cmd, NULL) != 0) fail_msg("the diverged run left files in %s", c->nvme);
+}
+
 // ---- set-up ----
 
 static int group_setup(void **state) {
@@ -469,6 +508,7 @@ int main(void) {
         cmocka_unit_test(test_write_fails_mid_run),
         cmocka_unit_test(test_swap_files_never_follow_links),
         cmocka_unit_test(test_nvme_path_locked),
+        cmocka_unit_test(test_stops_remove_swap_files),
     };
     return cmocka_run_group_tests(tests, group_setup, group_teardown);
 }
