@@ -37,12 +37,20 @@ void ds_fail(const DsConfig *ds, const char *key, const char *fmt, ...) {
     fail_usage("--deepspeed-config %s: %s: %s", ds->path, key, msg);
 }
 
+// A section on the way to the key that is not an object ("zero_optimization":
+// 3, "scheduler": "WarmupLR") is refused naming it, as a value of the wrong
+// type is; null stands for an absent section.
 json_t *ds_lookup(const DsConfig *ds, const char *key) {
-    char part[96];
+    char part[96], section[96];
     json_t *at = ds->root;
     for (const char *p = key; at && *p;) {
         size_t len = strcspn(p, ".");
-        if (len >= sizeof part || !json_is_object(at)) return NULL;
+        if (json_is_null(at)) return NULL;
+        if (!json_is_object(at)) {
+            snprintf(section, sizeof section, "%.*s", (int)(p - key - 1), key);
+            ds_fail(ds, section, "expected an object (a section of keys), got %s", ds_kind(at));
+        }
+        if (len >= sizeof part) return NULL;
         memcpy(part, p, len);
         part[len] = 0;
         at = json_object_get(at, part);
