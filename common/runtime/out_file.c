@@ -17,7 +17,7 @@
 
 #define PATH_BYTES 4096
 
-static const char *kind_of(mode_t m) {
+const char *file_kind(mode_t m) {
     if (S_ISREG(m)) return NULL;
     if (S_ISLNK(m)) return "a symbolic link";
     if (S_ISDIR(m)) return "a folder";
@@ -30,7 +30,7 @@ static const char *kind_of(mode_t m) {
 
 const char *out_file_kind(const char *path) {
     struct stat st;
-    return lstat(path, &st) == 0 ? kind_of(st.st_mode) : NULL;
+    return lstat(path, &st) == 0 ? file_kind(st.st_mode) : NULL;
 }
 
 // The folder a new file goes in must exist and take new files.
@@ -58,7 +58,7 @@ int out_file_check(const char *flag, const char *path, int renamed, char *msg) {
         return snprintf(msg, OUT_MSG_BYTES, "%s %s is a folder; give a file name", flag, path), 1;
     if (!S_ISREG(st.st_mode))
         return snprintf(msg, OUT_MSG_BYTES, "%s %s is %s, not a regular file; give a file name (outputs are "
-                        "written only to regular files or new names)", flag, path, kind_of(st.st_mode)), 1;
+                        "written only to regular files or new names)", flag, path, file_kind(st.st_mode)), 1;
     if (access(path, W_OK) != 0)
         return snprintf(msg, OUT_MSG_BYTES, "%s %s: cannot write (%s)", flag, path, strerror(errno)), 1;
     return renamed ? folder_takes_files(flag, path, msg) : 0;
@@ -72,6 +72,26 @@ static int regular_or_close(int fd) {
     close(fd);
     errno = EINVAL;
     return -1;
+}
+
+FILE *in_file_open(const char *path, const char **why) {
+    *why = NULL;
+    // O_NONBLOCK: a FIFO opens without waiting for a writer, and is then refused
+    int fd = open(path, O_RDONLY | O_NONBLOCK | O_CLOEXEC);
+    struct stat st;
+    if (fd < 0) return NULL;
+    int known = fstat(fd, &st) == 0;
+    if (!known || !S_ISREG(st.st_mode)) {
+        *why = known ? file_kind(st.st_mode) : "not a regular file";
+        close(fd);
+        errno = EINVAL;
+        return NULL;
+    }
+    int flags = fcntl(fd, F_GETFL);
+    if (flags >= 0) fcntl(fd, F_SETFL, flags & ~O_NONBLOCK);
+    FILE *f = fdopen(fd, "rb");
+    if (!f) close(fd);
+    return f;
 }
 
 FILE *out_file_append(const char *path) {

@@ -3,12 +3,21 @@
 // --nvme-path). A run writes only into what is its own: a regular file or a
 // new name. A device, FIFO, socket or folder is refused, and so is a
 // symbolic link: an output is never written through a link (its target may
-// be anyone's file) nor replaces one.
+// be anyone's file) nor replaces one. Inputs (in_file_open) are read only
+// from regular files.
 #pragma once
 #include <stdio.h>
 #include <sys/types.h>
 
 #define OUT_MSG_BYTES 600
+
+// A file type in words ("a folder", "a FIFO", ...), NULL for a regular file.
+const char *file_kind(mode_t mode);
+
+// Opens an input the user names (a checkpoint, a config) for reading, only
+// when it is a regular file: a FIFO or /dev/stdin would block the run or
+// never end. NULL with errno, or with `why` set to its kind ("a FIFO").
+FILE *in_file_open(const char *path, const char **why);
 
 // What `path` is, in words, when it is not a regular file ("a symbolic
 // link", "a character device", "a FIFO", "a socket", "a folder"), or NULL

@@ -40,14 +40,15 @@ static const char *shape_problem(const int32_t *h) {
 
 int llmc_read_header(const char *path, LlmcHeader *h, char *err, size_t err_len) {
     memset(h, 0, sizeof *h);
-    FILE *f = fopen(path, "rb");
+    const char *kind;
+    FILE *f = in_file_open(path, &kind);
+    if (!f && kind)
+        return fail(err, err_len, "--init-from %s is %s, not a regular file; give an llm.c checkpoint", path, kind);
     if (!f) return fail(err, err_len, "--init-from %s: %s", path, errno == ENOENT ? "no such file" : strerror(errno));
     int32_t hd[LLMC_HEADER_INTS];
     struct stat st;
-    int regular = fstat(fileno(f), &st) == 0 && S_ISREG(st.st_mode);
-    int got = regular && fread(hd, sizeof hd, 1, f) == 1;
+    int got = fstat(fileno(f), &st) == 0 && fread(hd, sizeof hd, 1, f) == 1;
     fclose(f);
-    if (!regular) return fail(err, err_len, "--init-from %s: not a regular file; give an llm.c checkpoint", path);
     if (!got)
         return fail(err, err_len, "--init-from %s: %lld bytes, shorter than an llm.c checkpoint's %lld-byte header",
                     path, (long long)st.st_size, HEADER_BYTES);
@@ -119,8 +120,9 @@ static int read_elems(FILE *f, const LlmcHeader *h, size_t file_elem, size_t n, 
 int llmc_read_range(const char *path, const LlmcHeader *h, const GPTLayout *l, size_t begin, size_t end,
                     float *out, char *err, size_t err_len) {
     CHECK(begin <= end, "llmc_read_range: [%zu, %zu)", begin, end);
-    FILE *f = fopen(path, "rb");
-    if (!f) return fail(err, err_len, "--init-from %s: %s", path, strerror(errno));
+    const char *kind;
+    FILE *f = in_file_open(path, &kind);
+    if (!f) return fail(err, err_len, "--init-from %s: %s", path, kind ? kind : strerror(errno));
     size_t real_end = end < l->num_params ? end : l->num_params;
     size_t first_pad = real_end > begin ? real_end : begin;  // a shard's padding past Ψ reads as 0
     memset(out + (first_pad - begin), 0, (end - first_pad) * sizeof(float));

@@ -331,6 +331,34 @@ static void test_bad_values_name_the_key(void **state) {
     free(expect_refusal("./zero2 --deepspeed-config /nonexistent.json", "unable to open"));
 }
 
+// Issue 28: a FIFO as the config hung, a folder was "not valid JSON", a
+// 100 MB file was read whole, and a UTF-8 byte-order mark was refused with an
+// invisible character in the line. Only a regular file of at most 1 MB is
+// read, and the mark is skipped. (timeout: code that opens the FIFO hangs.)
+static void test_config_file_kinds(void **state) {
+    Ctx *c = *state;
+    char cmd[CMD_LEN];
+    snprintf(cmd, sizeof cmd, "cd %s && rm -f fifo.json && mkfifo fifo.json && mkdir -p folder.json && "
+             "head -c 2000000 /dev/zero | tr '\\0' ' ' > big.json && "
+             "printf '\\357\\273\\277{\"train_micro_batch_size_per_gpu\": 2}' > bom.json", c->root);
+    assert_int_equal(test_run(cmd, NULL), 0);
+    const char *cases[][2] = {{"fifo.json", "fifo.json is a FIFO, not a file"},
+                              {"folder.json", "folder.json is a folder, not a file"},
+                              {"big.json", "big.json is more than 1048576 bytes"}};
+    for (int i = 0; i < 3; i++) {
+        snprintf(cmd, sizeof cmd, "timeout 60 ./zero2 --model tiny --steps 1 --deepspeed-config %s/%s", c->root,
+                 cases[i][0]);
+        free(expect_refusal(cmd, cases[i][1]));
+    }
+    char args[CMD_LEN], *out = NULL;
+    snprintf(args, sizeof args, "./zero2 --model tiny --steps 1 --verbose-config --deepspeed-config %s/bom.json",
+             c->root);
+    json_t *rec = run(c, "bom-run", args, &out);
+    if (!strstr(out, "train_micro_batch_size_per_gpu")) fail_msg("the config with a byte-order mark:\n%s", out);
+    free(out);
+    json_decref(rec);
+}
+
 // ---- 5. memory_math: what the config costs per rank, by tier ----
 
 static double section_number(json_t *mm, const char *section, const char *key) {
@@ -468,6 +496,7 @@ int main(void) {
         cmocka_unit_test(test_cosine_and_offload),
         cmocka_unit_test(test_stage_mismatch_names_the_binary),
         cmocka_unit_test(test_bad_values_name_the_key),
+        cmocka_unit_test(test_config_file_kinds),
         cmocka_unit_test(test_memory_math),
         cmocka_unit_test(test_activation_checkpointing),
     };
