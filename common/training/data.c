@@ -127,6 +127,11 @@ static int load_text(const char *path, const char *what, int model_vocab, TokenL
     int bad = ferror(f);
     fclose(f);
     if (bad) return fail(err, err_len, "--data %s: read error", path);
+    // text has no NUL bytes; a file that does is binary (an image, an archive, a shard without .bin)
+    for (size_t i = first; i < out->n; i++)
+        if (out->tok[i] == 0)
+            return fail(err, err_len, "--data %s: a NUL byte at byte %zu: not a text file; give text files, or "
+                        "llm.c token shards named *.bin", path, i - first);
     return check_vocab(out->tok + first, out->n - first, model_vocab, what, err, err_len);
 }
 
