@@ -183,6 +183,11 @@ static void test_command_line_overrides(void **state) {
     assert_true(setting(rec, "seed", "command line", NULL) == 5);
     assert_true(setting(rec, "grad-accum", "derived", NULL) == 4);  // 16 / (2 x 2 ranks)
     assert_true(setting(rec, "global-batch", "config", NULL) == 16);
+    // issue 28: the key's line showed the config's value the flag had replaced
+    json_t *keys = json_object_get(json_object_get(rec, "deepspeed_config"), "keys");
+    const char *clip = json_string_value(json_object_get(keys, "gradient_clipping"));
+    if (!clip || strcmp(clip, "overridden: --grad-clip on the command line") != 0)
+        fail_msg("gradient_clipping's line: %s", clip ? clip : "(none)");
     json_decref(rec);
 }
 
