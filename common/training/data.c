@@ -448,6 +448,11 @@ int data_set_sequential(DataSet *ds, int T, int rows_per_batch, char *err, size_
 // at multiples of T. With a coprime to W this visits every window once per
 // pass; a near W/golden-ratio puts consecutive rows far apart, so a batch
 // mixes documents instead of reading one text in order.
+uint64_t data_rows_per_pass(const DataSet *ds, int split, int T) {
+    if (ds->sequential_rows[split]) return ds->sequential_rows[split];
+    return (ds->count[split] - (uint64_t)T - 1) / (uint64_t)T + 1;  // as data_row_start's windows
+}
+
 uint64_t data_row_start(const DataSet *ds, int split, uint64_t row, int T) {
     CHECK(split == SPLIT_TRAIN || split == SPLIT_VAL, "data_rows: bad split %d", split);
     size_t n = ds->count[split];

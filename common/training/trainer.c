@@ -79,6 +79,21 @@ static void place(Trainer *t, const GPTConfig *mc) {
     for (int k = 0; k < t->nstate_ranges; k++) t->state_params += t->state_ranges[k].count;
 }
 
+// A validation reads eval_batches global batches of held-out rows from row 0;
+// past the split's distinct rows it reads the same ones again, which says
+// nothing more about the model.
+static void note_eval_repeats(const Trainer *t) {
+    const TrainConfig *c = &t->cfg;
+    uint64_t per_batch = (uint64_t)c->grad_accum * c->batch * t->dp->size;
+    uint64_t have = data_rows_per_pass(&t->data, SPLIT_VAL, c->seq_len);
+    if (t->world.rank != 0 || (uint64_t)c->eval_batches * per_batch <= have) return;
+    uint64_t most = have / per_batch > 0 ? have / per_batch : 1;
+    printf("note: --eval-batches %d reads %llu held-out rows per validation, but the held-out split has %llu "
+           "distinct rows of %d tokens: the rest repeat them; --eval-batches %llu reads each at most once\n",
+           c->eval_batches, (unsigned long long)((uint64_t)c->eval_batches * per_batch), (unsigned long long)have,
+           c->seq_len + 1, (unsigned long long)most);
+}
+
 static void setup(Trainer *t, int argc, char **argv, const Strategy *s) {
     int local_rank, local_size;
     memset(t, 0, sizeof *t);
@@ -123,6 +138,7 @@ static void setup(Trainer *t, int argc, char **argv, const Strategy *s) {
     if (strcmp(t->cfg.data_order, "sequential") == 0 &&
         data_set_sequential(&t->data, t->cfg.seq_len, t->cfg.batch * t->dp->size, err, sizeof err))
         fail_usage("%s", err);
+    note_eval_repeats(t);
     trainer_check_outputs(t);
 
     states_alloc(&t->st, &t->dev, &t->states, &t->part);
