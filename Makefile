@@ -306,7 +306,7 @@ $(foreach n,$(STAGES),$(eval diff-$(n): ; @bash scripts/stage-diff.sh $(n)))
 # course labs: a student copy with stage NN's technique stubbed out, and its checks
 LAB_DIR ?=
 lab-%: all
-	@python3 scripts/make_lab.py $* $(LAB_DIR)
+	@python3 scripts/make_lab.py $* $(if $(LAB_DIR),'$(subst ','\'',$(LAB_DIR))')
 check-lab-%:
 	@python3 scripts/check_lab.py $*
 

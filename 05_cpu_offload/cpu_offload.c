@@ -13,6 +13,8 @@
 // arrive in a second host shard while step i's are being applied.
 #include <limits.h>
 #include <omp.h>
+#include <stdio.h>
+#include <unistd.h>
 #include "../02_zero1/shard_update.h"
 #include "check.h"
 #include "cpu_adam.h"
@@ -100,8 +102,21 @@ static void split_threads(Trainer *t, Stage *z) {
     }
 }
 
+// Settings that run but do not do what they say: one note each (rank 0).
+static void note_settings(const Trainer *t, const Stage *z) {
+    if (t->world.rank != 0) return;
+    if (z->dpu && t->cfg.steps <= z->dpu_warmup)
+        printf("note: --dpu with --steps %d <= --dpu-warmup %d: every step is a warm-up step, so no update is "
+               "delayed; give more steps or a smaller --dpu-warmup\n", t->cfg.steps, z->dpu_warmup);
+    long cores = sysconf(_SC_NPROCESSORS_ONLN);
+    if (z->threads_given && cores > 0 && z->host_threads > cores)
+        printf("note: --host-threads %d is more than the %ld cores of this machine: the host optimizer's threads "
+               "take turns on them, which slows it (leave the flag out for one per core)\n", z->host_threads, cores);
+}
+
 static void setup(Trainer *t) {
     Stage *z = t->sctx;
+    note_settings(t, z);
     split_threads(t, z);
     grad_shard_init(&z->grads, t, z->bucket_mb);
     host_grads_init(&z->host_grads, &z->grads, t);

@@ -15,7 +15,8 @@ int infinity_flags(void *ctx, FlagSpec *out) {
     z->aio_block_kb = AIO_BLOCK_KB_DEFAULT;
     z->aio_queue_depth = AIO_QUEUE_DEPTH_DEFAULT;
     out[0] = (FlagSpec){.name = "nvme-path", .type = FLAG_STRING, .dst = &z->nvme_path, .meta = "DIR",
-                        .help = "folder on a disk for the swap files (DIR/rank-R/), removed at the end",
+                        .help = "folder on a disk for the swap files (DIR/rank-R/, locked for the run), removed "
+                                "however the run ends (an error, SIGTERM, SIGINT; not SIGKILL)",
                         .shown_default = "none: required"};
     out[1] = (FlagSpec){.name = "offload-params", .type = FLAG_STRING, .dst = &z->offload_params,
                         .meta = "none|cpu|nvme", .help = "where the bf16 param shard lives: device, pinned host memory, NVMe"};

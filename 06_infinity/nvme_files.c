@@ -5,6 +5,8 @@
 #include <sys/stat.h>
 #include <unistd.h>
 #include "check.h"
+#include "out_file.h"
+#include "stop.h"
 
 static const char *const FILE_NAMES[SWAP_TENSORS] = {"master.bin", "adam_m.bin", "adam_v.bin", "params_bf16.bin"};
 static const MemCategory FILE_CATS[SWAP_TENSORS] = {CAT_MASTER, CAT_ADAM_M, CAT_ADAM_V, CAT_PARAMS};
@@ -51,9 +53,23 @@ void nvme_files_check(NvmeFiles *f, Trainer *t, size_t shard, const char *path) 
     int sharing = 1;
     size_t shared = bytes_on_same_disk(t, path, need, &sharing);
     char err[AIO_ERR_BYTES] = "", msg[2 * AIO_ERR_BYTES] = "";
+    f->lock_fd = -1;
     int rc = aio_rank_dir(path, t->world.rank, shared, f->dir, sizeof f->dir, err);
     if (rc) snprintf(msg, sizeof msg, "--nvme-path %s (%d rank%s on this file system): %s", path, sharing,
                      sharing == 1 ? "" : "s", err);
+    else rc = out_folder_lock("--nvme-path", f->dir, &f->lock_fd, msg, sizeof msg);
+    if (!rc) {  // however the run ends, its swap files and their folder go (stop.h)
+        snprintf(f->lock_path, sizeof f->lock_path, "%s/lock", f->dir);
+        stop_track(f->dir, 1);
+        stop_track(f->lock_path, 0);
+    }
+    int any = 0;
+    mpiCheck(MPI_Allreduce(&rc, &any, 1, MPI_INT, MPI_MAX, t->world.mpi));
+    if (any && f->lock_fd >= 0) {  // a refused run leaves no folder of its own behind
+        out_folder_unlock(f->dir, f->lock_fd);
+        f->lock_fd = -1;
+        rmdir(f->dir);
+    }
     nvme_agree(t, rc != 0, msg);
 }
 
@@ -61,6 +77,7 @@ static void close_all(NvmeFiles *f, int unlink_them) {
     for (int i = 0; i < SWAP_TENSORS; i++) {
         if (!f->file[i].path) continue;
         if (unlink_them) unlink(f->file[i].path);
+        stop_forget(f->file[i].path);
         aio_file_close(&f->file[i]);
     }
 }
@@ -130,6 +147,7 @@ void nvme_files_create(NvmeFiles *f, Trainer *t, Aio *aio) {
         char path[NVME_DIR_BYTES + 32];
         snprintf(path, sizeof path, "%s/%s", f->dir, FILE_NAMES[i]);
         rc = aio_file_create(&f->file[i], path, aio_round_up(f->payload[i]), err);
+        if (f->file[i].path) stop_track(f->file[i].path, 0);
     }
     if (!rc) rc = write_initial(f, t, aio, err);
     int any = 0;
@@ -144,5 +162,9 @@ void nvme_files_remove(NvmeFiles *f, Trainer *t) {
     for (int i = 0; i < SWAP_TENSORS; i++)
         if (f->file[i].path) track(t, f, i, 0);
     close_all(f, 1);
-    rmdir(f->dir);  // only if empty: a folder the user put more in stays
+    out_folder_unlock(f->dir, f->lock_fd);
+    f->lock_fd = -1;
+    rmdir(f->dir);
+    stop_forget(f->lock_path);
+    stop_forget(f->dir);  // only if empty: a folder the user put more in stays
 }

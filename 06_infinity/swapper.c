@@ -1,5 +1,7 @@
 // swapper.c: the pipelined sub-group swapper (see swapper.h).
 #include "swapper.h"
+#include <errno.h>
+#include <stdint.h>
 #include <stdio.h>
 #include <string.h>
 #include "check.h"
@@ -37,6 +39,8 @@ void swapper_init(Swapper *sw, Device *dev, Trace *trace, Aio *aio, Aio *params_
         }
         slot->group = -1;
     }
+    for (int i = SWAP_MASTER; i <= SWAP_V; i++) sw->checksum[i] = xcalloc((size_t)sw->groups, sizeof(uint64_t));
+    sw->checksummed = xcalloc((size_t)sw->groups, 1);
 }
 
 static size_t group_first(const Swapper *sw, int k) { return (size_t)k * sw->group_elems; }
@@ -46,12 +50,47 @@ static size_t group_count(const Swapper *sw, int k) {
 }
 static SwapSlot *slot_of(Swapper *sw, int k) { return &sw->slot[(sw->base + k) % SWAP_SLOTS]; }
 
+// ---- checksums ----
+
+// FNV-1a over 64-bit words (a request is whole 4 KiB blocks): cheap, and
+// any changed word changes it.
+static uint64_t words_checksum(const void *p, size_t bytes) {
+    const uint64_t *w = p;
+    uint64_t h = 0xcbf29ce484222325ull;
+    for (size_t i = 0; i < bytes / sizeof(uint64_t); i++) h = (h ^ w[i]) * 0x100000001b3ull;
+    return h;
+}
+
+static size_t request_bytes(const Swapper *sw, int k, int i);
+
+static void take_checksums(Swapper *sw, const SwapSlot *s, int k) {
+    for (int i = SWAP_MASTER; i <= SWAP_V; i++) sw->checksum[i][k] = words_checksum(s->t[i], request_bytes(sw, k, i));
+    sw->checksummed[k] = 1;
+}
+
+// 0, or nonzero with the stop's message: sub-group k as read is not what was written.
+static int checksums_hold(Swapper *sw, const SwapSlot *s, int k) {
+    if (!sw->checksummed[k]) return 1;
+    for (int i = SWAP_MASTER; i <= SWAP_V; i++) {
+        size_t bytes = request_bytes(sw, k, i), at = (size_t)k * sw->group_elems * ELEM_BYTES[i];
+        if (words_checksum(s->t[i], bytes) == sw->checksum[i][k]) continue;
+        sw->error = EIO;
+        snprintf(sw->error_msg, sizeof sw->error_msg, "%s: bytes %zu to %zu (sub-group %d) are not what this run "
+                 "wrote there (checksum): the file was changed outside the run, or the disk returned bad data",
+                 sw->file[i]->path, at, at + bytes, k);
+        return 0;
+    }
+    return 1;
+}
+
 // ---- requests ----
+
+// A request moves whole 4 KiB blocks: the group's elements and the zeroed tail.
+static size_t request_bytes(const Swapper *sw, int k, int i) { return aio_round_up(group_count(sw, k) * ELEM_BYTES[i]); }
 
 static void submit(Swapper *sw, SwapSlot *s, int i, AioOp op, int k) {
     size_t eb = ELEM_BYTES[i];
-    aio_submit(sw->aio[i], &s->req[i], op, sw->file[i], group_first(sw, k) * eb, s->t[i],
-               aio_round_up(group_count(sw, k) * eb));
+    aio_submit(sw->aio[i], &s->req[i], op, sw->file[i], group_first(sw, k) * eb, s->t[i], request_bytes(sw, k, i));
     s->active[i] = 1;
 }
 
@@ -145,6 +184,7 @@ static void write_back(Swapper *sw, SwapSlot *s, int k, unsigned what) {
     }
     if (!states) return;
     for (int i = SWAP_MASTER; i <= SWAP_V; i++) zero_tail(sw, s, i, n);
+    take_checksums(sw, s, k);
     sw->write_bytes += 12.0 * n;  // counted for this step, even when they go out during the next
     if ((what & SWAP_HOLD_LAST) && k + SWAP_SLOTS >= sw->groups) s->held = 1;
     else submit_states(sw, s);
@@ -178,7 +218,7 @@ int swapper_pass(Swapper *sw, unsigned what, SwapWork work, void *arg) {
                 if (!start_read(sw, j, 0)) break;
         }
         settle(sw, s);  // its reads are in; writing only: its last write-back is out
-        if (sw->error) break;
+        if (sw->error || ((what & SWAP_READ) && !checksums_hold(sw, s, k))) break;
         size_t n = group_count(sw, k);
         if (what & SWAP_READ) sw->read_bytes += 12.0 * n;
         s->ready = 0;
@@ -243,4 +283,6 @@ void swapper_take_bytes(Swapper *sw, double *read_bytes, double *write_bytes) {
 void swapper_free(Swapper *sw) {
     swapper_drain(sw);
     for (int s = 0; s < SWAP_SLOTS; s++) buf_free(sw->dev, &sw->slot[s].buf);
+    for (int i = SWAP_MASTER; i <= SWAP_V; i++) free(sw->checksum[i]);
+    free(sw->checksummed);
 }

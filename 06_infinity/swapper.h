@@ -18,6 +18,14 @@
 // Every request's interval goes on the trace's I/O row when it is collected;
 // a failed request stops the pass and is reported, never exits: the stage
 // decides, with every rank, how to stop.
+//
+// Each sub-group's master, m and v carry a checksum taken when the pass
+// writes them and checked when a pass reads them back, so a file changed
+// outside the run (overwritten in place, a bad disk) stops it naming the
+// file and offset instead of being trained on. Cost: the 12 bytes per element
+// hashed twice per step (24 bytes x shard), one multiply per 8 bytes, on the
+// host thread that runs the CPU Adam. The first read of the initial values
+// (written by nvme_files) is not checked.
 #pragma once
 #include "aio.h"
 #include "bf16.h"
@@ -69,6 +77,8 @@ typedef struct Swapper {
     int base;                // sub-group k of the next pass goes to slot (base + k) % SWAP_SLOTS
     SwapSlot slot[SWAP_SLOTS];
     double read_bytes, write_bytes;  // payload consumed by passes / written, since swapper_take_bytes
+    uint64_t *checksum[SWAP_V + 1];  // per sub-group, of master, m and v as last written
+    unsigned char *checksummed;      // per sub-group: written by a pass, so its checksums hold
     int error;               // first failure (errno value), 0 while none
     char error_msg[AIO_ERR_BYTES];
 } Swapper;

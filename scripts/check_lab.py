@@ -11,14 +11,24 @@ formulas (bytes by tier and category, communication, transfers) and to
 itself (resume reproduces the uninterrupted run).
 
 --record (used by make_lab.py in the reference tree) runs the reference,
-checks it passes, and prints the expected figures as JSON.
+checks it passes, and prints the expected figures as JSON, with the time of
+the reference's slowest run.
+
+Each run of a check may take TIME_FACTOR times that (at least MIN_LIMIT_S):
+past it, its ranks are ended and the check says "timed out after N s (the
+reference took M s)"; the checks after it are not run. A rank killed by a
+signal is named by it ("segmentation fault"). Whether the grader ends, is
+stopped (SIGTERM, Ctrl-C) or a run times out, it ends every process it
+started and removes its temporary folder.
 """
 import json
 import os
 import shutil
+import signal
 import subprocess
 import sys
 import tempfile
+import time
 from pathlib import Path
 
 HERE = Path.cwd()
@@ -50,10 +60,64 @@ LABS = {
 }
 RANKS = {"07": 4}  # tp 2 x pp 2; the others run on 2 ranks
 
+# A student's run may be slower than the reference's (a first version, a
+# loaded machine) but not TIME_FACTOR times slower: then it is taken to hang.
+TIME_FACTOR = 10
+MIN_LIMIT_S = 10        # start-up alone takes seconds where the machine is busy
+UNTIMED_LIMIT_S = 600   # an expected.json recorded before the reference was timed
+GRACE_S = 3             # after SIGTERM, before SIGKILL
+
+
+def session_pids(sid):
+    """Processes of session `sid`: mpirun (started in a session of its own) and every rank it forked."""
+    pids = []
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit():
+            continue
+        try:
+            fields = (entry / "stat").read_text().rsplit(")", 1)[1].split()
+        except OSError:
+            continue  # gone meanwhile
+        if int(fields[3]) == sid:
+            pids.append(int(entry.name))
+    return pids
+
+
+def end_session(proc):
+    """Ends a run: SIGTERM to mpirun (it passes it to the ranks), then SIGKILL to what is left of its session."""
+    if proc.poll() is None:
+        proc.send_signal(signal.SIGTERM)
+        try:
+            proc.wait(timeout=GRACE_S)
+        except subprocess.TimeoutExpired:
+            pass
+    for pid in session_pids(proc.pid):
+        try:
+            os.kill(pid, signal.SIGKILL)
+        except ProcessLookupError:
+            pass
+    proc.wait()
+
+
+def crash_name(status):
+    """'segmentation fault (SIGSEGV)' for a run ended by a signal (mpirun exits 128 + its number), else None."""
+    number = -status if status < 0 else status - 128 if status > 128 else 0
+    try:
+        sig = signal.Signals(number)
+    except ValueError:
+        return None
+    return f"{(signal.strsignal(sig) or sig.name).lower()} ({sig.name})"
+
 
 class Runner:
-    def __init__(self, tmp, ranks):
+    def __init__(self, tmp, ranks, reference_s=None):
+        """reference_s: the reference's slowest run, which sets the limit of each run (None: the reference itself)."""
         self.tmp, self.n, self.ranks = Path(tmp), 0, ranks
+        self.reference_s, self.slowest_s, self.timed_out = reference_s, 0.0, None
+        if reference_s is None:
+            self.limit_s = UNTIMED_LIMIT_S
+        else:
+            self.limit_s = max(MIN_LIMIT_S, TIME_FACTOR * reference_s)
 
     def run(self, binary, flags):
         """Runs a trainer on the lab's ranks; returns its --json record, or the error it died with."""
@@ -64,13 +128,35 @@ class Runner:
         nvme.mkdir(exist_ok=True)
         flags = flags.replace("{nvme}", str(nvme))
         argv = ["mpirun", "-np", str(ranks), f"./{binary}"] + flags.split() + ["--quiet", "--json", str(path)]
-        done = subprocess.run(argv, env=dict(os.environ, **MPI_ENV), capture_output=True, text=True)
-        if done.returncode != 0 or not path.exists():
-            lines = (done.stdout + done.stderr).strip().splitlines()
+        if self.timed_out:
+            return {"error": f"not run: an earlier run {self.timed_out}"}
+        t0 = time.monotonic()
+        # a session of its own: every rank it starts can be found and ended
+        proc = subprocess.Popen(argv, env=dict(os.environ, **MPI_ENV), stdout=subprocess.PIPE,
+                                stderr=subprocess.STDOUT, text=True, start_new_session=True)
+        try:
+            output, _ = proc.communicate(timeout=self.limit_s)
+        except subprocess.TimeoutExpired:
+            self.timed_out = (f"timed out after {self.limit_s:.0f} s (the reference took "
+                              f"{self.reference_s:.1f} s; the limit is {TIME_FACTOR}x that, at least {MIN_LIMIT_S} s)"
+                              if self.reference_s is not None else f"timed out after {self.limit_s:.0f} s")
+            return {"error": self.timed_out}
+        finally:
+            if proc.returncode is None:  # a timeout, or the grader stopped (SIGTERM, Ctrl-C)
+                end_session(proc)
+        self.slowest_s = max(self.slowest_s, time.monotonic() - t0)
+        if proc.returncode != 0 or not path.exists():
+            lines = output.strip().splitlines()
             # the program's own error line, not what MPI's runtime says after it as the ranks go
-            # ("zero1: error: ..." or "zero1: rank 0: ..."; MPI's warnings may come after them)
-            said = [l for l in lines if l.startswith((binary + ": error", binary + ": rank "))] or lines
-            return {"error": f"exit {done.returncode}: " + (said[0] if said else "no output")}
+            # (its lines start with the binary's name; MPI's warnings may come after them)
+            own = [l for l in lines if l.startswith(binary + ":")]
+            # its error line ("NAME: error: ...", "NAME: rank R: ..."), not the settings line it printed first
+            own = [l for l in own if ": error:" in l or l.startswith(binary + ": rank ")] or own
+            crash = crash_name(proc.returncode)
+            if crash:
+                return {"error": f"crashed: {crash}" + (f"; it said: {own[0]}" if own else "")}
+            said = own or lines
+            return {"error": f"exit {proc.returncode}: " + (said[0] if said else "no output")}
         return json.loads(path.read_text().splitlines()[-1])
 
 
@@ -95,6 +181,7 @@ def reference_figures(lab, r):
     expected["accum_losses"] = figures(r.run(stage, f"{MODEL} {extra} {ACCUM}"), tiers)["losses"]
     if lab == "05":
         expected["dpu_losses"] = figures(r.run(stage, MODEL + " --dpu --dpu-warmup 2"), tiers)["losses"]
+    expected["reference_s"] = round(r.slowest_s, 2)  # sets the checks' time limits (TIME_FACTOR)
     return expected
 
 
@@ -179,15 +266,23 @@ def main():
     if not shutil.which("mpirun"):
         sys.exit("check_lab: mpirun not found; run make deps")
     build(lab)
+    # SIGTERM unwinds as Ctrl-C does: the run in progress is ended and the temporary folder removed
+    def stopped(number, frame):
+        print(f"check-lab-{lab}: stopped by {signal.Signals(number).name}; the runs it started are ended and its "
+              "temporary files removed", file=sys.stderr)
+        sys.exit(128 + number)
+
+    signal.signal(signal.SIGTERM, stopped)
     with tempfile.TemporaryDirectory(dir=HERE) as tmp:
-        r = Runner(tmp, RANKS.get(lab, 2))
         if record:
+            r = Runner(tmp, RANKS.get(lab, 2))
             expected = reference_figures(lab, r)
         else:
             path = HERE / ".lab/expected.json"
             if not path.exists():
                 sys.exit(f"check-lab-{lab}: no .lab/expected.json here: run it in the copy make lab-{lab} made")
             expected = json.loads(path.read_text())
+            r = Runner(tmp, RANKS.get(lab, 2), expected.get("reference_s"))
         results = run_checks(lab, expected, r)
     passed = sum(ok for _, ok, _, _ in results)
     if record:

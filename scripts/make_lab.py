@@ -127,6 +127,8 @@ def main():
     lab = sys.argv[1]
     dest = Path(sys.argv[2] if len(sys.argv) == 3 else f"labs/{lab}")
     dest = dest if dest.is_absolute() else HERE / dest
+    if dest.exists() and not dest.is_dir():
+        sys.exit(f"make_lab: {dest} is a file, not a folder. Name a folder: make lab-{lab} LAB_DIR=...")
     if dest.exists() and any(dest.iterdir()):
         sys.exit(f"make_lab: {dest} exists and is not empty; it may hold your work. "
                  f"Name another folder: make lab-{lab} LAB_DIR=...")

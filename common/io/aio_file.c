@@ -88,9 +88,13 @@ int aio_rank_dir(const char *dir, int rank, size_t bytes_needed, char *rank_dir,
     if (mkdir(rank_dir, 0755) != 0 && errno != EEXIST)
         return set_error(err, errno, "aio: cannot make '%s': %s", rank_dir,
                          strerror_r(errno, reason, sizeof reason));
-    if (stat(rank_dir, &st) != 0 || !S_ISDIR(st.st_mode))
-        return set_error(err, ENOTDIR, "aio: '%s' exists and is not a directory; hint: move it away",
-                         rank_dir);
+    // lstat: a link planted in place of the folder would send the files to its target
+    if (lstat(rank_dir, &st) != 0 || !S_ISDIR(st.st_mode))
+        return set_error(err, ENOTDIR, "aio: '%s' exists and is not a directory%s; hint: move it away",
+                         rank_dir, S_ISLNK(st.st_mode) ? " (a symbolic link, which the swap files never follow)" : "");
+    if (st.st_uid != geteuid())
+        return set_error(err, EPERM, "aio: '%s' belongs to another user (uid %d); hint: give a folder of your own",
+                         rank_dir, (int)st.st_uid);
     return 0;
 }
 
@@ -126,7 +130,7 @@ static void parent_dir(const char *path, char *dir, size_t dir_bytes) {
 static int preallocate(int fd, const char *path, size_t bytes) {
     if (fallocate(fd, 0, 0, (off_t)bytes) == 0) return 0;
     if (errno != EOPNOTSUPP) return errno;
-    int plain_fd = open(path, O_RDWR | O_CLOEXEC);
+    int plain_fd = open(path, O_RDWR | O_NOFOLLOW | O_CLOEXEC);
     if (plain_fd < 0) return errno;
     int rc = posix_fallocate(plain_fd, 0, (off_t)bytes);
     close(plain_fd);
@@ -146,7 +150,10 @@ int aio_file_create(AioFile *f, const char *path, size_t bytes, char err[AIO_ERR
         if (rc) return rc;
     }
     aio_ignore_sigxfsz();
-    int fd = open(path, O_CREAT | O_TRUNC | O_RDWR | O_DIRECT | O_CLOEXEC, 0600);
+    // a file left by a killed run is removed (a link, not its target) and the
+    // new one created: never a file someone else put there (O_EXCL, O_NOFOLLOW)
+    unlink(path);
+    int fd = open(path, O_CREAT | O_EXCL | O_NOFOLLOW | O_RDWR | O_DIRECT | O_CLOEXEC, 0600);
     if (fd < 0) return open_error(path, errno, 1, err);
     int rc = bytes ? preallocate(fd, path, bytes) : 0;
     if (rc != 0) {
@@ -171,7 +178,7 @@ int aio_file_create(AioFile *f, const char *path, size_t bytes, char err[AIO_ERR
 
 int aio_file_open(AioFile *f, const char *path, char err[AIO_ERR_BYTES]) {
     *f = (AioFile){.fd = -1};
-    int fd = open(path, O_RDWR | O_DIRECT | O_CLOEXEC);
+    int fd = open(path, O_RDWR | O_DIRECT | O_NOFOLLOW | O_CLOEXEC);
     if (fd < 0) return open_error(path, errno, 0, err);
     struct stat st;
     int rc = fstat(fd, &st) != 0 ? errno : 0;

@@ -7,6 +7,7 @@
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
+#include "stop.h"
 
 // glibc's short program name (argv[0] without its directory)
 extern char *program_invocation_short_name;
@@ -45,6 +46,7 @@ int world_size(void) {
 }
 
 void exit_all(int status) {
+    stop_remove_files();  // the run's scratch files go on every exit it controls
     fflush(stdout);
     fflush(stderr);
     if (mpi_is_running()) MPI_Finalize();
@@ -54,6 +56,7 @@ void exit_all(int status) {
 // Ends the job from one rank. With other ranks alive only MPI_Abort is sure
 // to stop them (they may be waiting in a collective that will never finish).
 __attribute__((noreturn)) static void abort_job(int status) {
+    stop_remove_files();  // before MPI_Abort, which the other ranks see as SIGTERM (stop.c)
     fflush(stdout);
     fflush(stderr);
     if (mpi_is_running() && world_size() > 1) MPI_Abort(MPI_COMM_WORLD, status);

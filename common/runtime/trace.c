@@ -11,6 +11,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 #include "check.h"
+#include "out_file.h"
 
 extern char *program_invocation_short_name;  // glibc's argv[0] without its folder
 
@@ -125,16 +126,14 @@ static void write_events(FILE *f, const PackedSpan *all, const RankHeader *hdr, 
     }
 }
 
-// A file is written to PATH.tmp and renamed, so a reader never sees half of
-// it; a device or a FIFO (/dev/null, a pipe) is written in place, never
-// replaced. A failed write removes the temporary file and says so in one line.
+// A file is written beside PATH (out_file_begin) and renamed, so a reader
+// never sees half of it; PATH is a regular file or a new name (checked
+// before step 1, and again before the rename). A failed write removes the
+// temporary file and says so in one line.
 static int write_trace_file(const char *path, const PackedSpan *all, const RankHeader *hdr,
                             int nranks, double origin_us) {
-    struct stat st;
-    int in_place = stat(path, &st) == 0 && !S_ISREG(st.st_mode);
     char tmp[4096];
-    snprintf(tmp, sizeof tmp, "%s%s", path, in_place ? "" : ".tmp");
-    FILE *f = fopen(tmp, "w");
+    FILE *f = out_file_begin(path, tmp, sizeof tmp);
     int opened = f != NULL, bad = !opened;
     if (opened) {
         fprintf(f, "{\"traceEvents\":[\n");
@@ -143,13 +142,15 @@ static int write_trace_file(const char *path, const PackedSpan *all, const RankH
         fprintf(f, "\n]}\n");
         bad = ferror(f) != 0;
         bad |= fclose(f) != 0;
-        if (!bad && !in_place) bad = rename(tmp, path) != 0;
+        if (bad) out_file_abandon(tmp);
+        else bad = out_file_commit(tmp, path) != 0;  // it removes tmp when it cannot rename
     }
     if (!bad) return 0;
     int why = errno;
-    if (opened && !in_place) unlink(tmp);
     fprintf(stderr, "%s: error: --trace %s: writing failed (%s); the trace was not written\n",
-            program_invocation_short_name, path, strerror(why));
+            program_invocation_short_name, path,
+            why == ELOOP ? "it became a symbolic link during the run; nothing replaces a link"
+            : why == EINVAL ? "it is no longer a regular file" : strerror(why));
     return 1;
 }
 

@@ -19,11 +19,12 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/file.h>
 #include <sys/stat.h>
 #include <unistd.h>
 #include "check.h"
 #include "ckpt_manifest.h"
+#include "out_file.h"
+#include "stop.h"
 
 #define PART_MAGIC "WBCKPT01"
 #define PART_VERSION 1
@@ -135,7 +136,11 @@ static int write_atomic(const char *dir, const char *name, const void *const *ch
     char tmp[PATH_BYTES], final[PATH_BYTES];
     pathf(tmp, "%s/%s.tmp", dir, name);
     pathf(final, "%s/%s", dir, name);
-    int fd = open(tmp, O_WRONLY | O_CREAT | O_TRUNC, 0644), bad = fd < 0;
+    // a temporary file left by a killed run is removed (a link, not its
+    // target), and the new one is created: never a file someone put there
+    unlink(tmp);
+    int fd = open(tmp, O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0644), bad = fd < 0;
+    if (!bad) stop_track(tmp, 0);  // a signal mid-write leaves no temporary file
     for (int i = 0; i < nchunks && !bad; i++) bad = write_all(fd, chunk[i], bytes[i]);
     if (!bad) bad = fsync(fd) != 0;
     if (fd >= 0 && close(fd) != 0) bad = 1;
@@ -143,9 +148,11 @@ static int write_atomic(const char *dir, const char *name, const void *const *ch
     if (bad) {
         int why = errno;
         unlink(tmp);  // a failed save leaves no temporary file behind
+        stop_forget(tmp);
         return ckpt_msgf(msg, "cannot write checkpoint %s: %s; check the folder, free space and file size limit",
                     final, strerror(why));
     }
+    stop_forget(tmp);
     return fsync_dir(dir, msg);
 }
 
@@ -186,34 +193,10 @@ static int write_part(Comm *world, const char *step_dir, long step, const CkptTe
 }
 
 int ckpt_lock(const char *dir, int *lock_fd, char *err, size_t err_len) {
-    char msg[MSG_BYTES] = "", path[PATH_BYTES];
+    char msg[MSG_BYTES] = "";
     *lock_fd = -1;
     if (dir_too_long(dir, msg) || mkdir_p(dir, msg)) return snprintf(err, err_len, "%s", msg), 1;
-    pathf(path, "%s/lock", dir);
-    int fd = open(path, O_RDWR | O_CREAT | O_CLOEXEC, 0644);
-    if (fd < 0) {
-        snprintf(err, err_len, "--save %s: cannot create %s: %s; choose a folder this job can write", dir, path,
-                 strerror(errno));
-        return 1;
-    }
-    if (flock(fd, LOCK_EX | LOCK_NB) != 0) {
-        char holder[128] = "";
-        ssize_t got = pread(fd, holder, sizeof holder - 1, 0);
-        holder[got > 0 ? got : 0] = 0;
-        holder[strcspn(holder, "\n")] = 0;
-        snprintf(err, err_len, "--save %s is in use by another run (%s holds its lock); give another folder, or "
-                 "wait for that run to end", dir, holder[0] ? holder : "a process");
-        close(fd);
-        return 1;
-    }
-    char host[64] = "?", me[128];
-    gethostname(host, sizeof host - 1);
-    int len = snprintf(me, sizeof me, "process %d on %s\n", (int)getpid(), host);
-    // the note names the holder in a refused run's message; the lock holds without it
-    int noted = ftruncate(fd, 0) == 0 && pwrite(fd, me, (size_t)len, 0) == len;
-    (void)noted;
-    *lock_fd = fd;
-    return 0;
+    return out_folder_lock("--save", dir, lock_fd, err, err_len);
 }
 
 // Rank 0, after every part is in place: the manifest, then `latest` (the commit).

@@ -127,6 +127,11 @@ static int load_text(const char *path, const char *what, int model_vocab, TokenL
     int bad = ferror(f);
     fclose(f);
     if (bad) return fail(err, err_len, "--data %s: read error", path);
+    // text has no NUL bytes; a file that does is binary (an image, an archive, a shard without .bin)
+    for (size_t i = first; i < out->n; i++)
+        if (out->tok[i] == 0)
+            return fail(err, err_len, "--data %s: a NUL byte at byte %zu: not a text file; give text files, or "
+                        "llm.c token shards named *.bin", path, i - first);
     return check_vocab(out->tok + first, out->n - first, model_vocab, what, err, err_len);
 }
 
@@ -443,6 +448,11 @@ int data_set_sequential(DataSet *ds, int T, int rows_per_batch, char *err, size_
 // at multiples of T. With a coprime to W this visits every window once per
 // pass; a near W/golden-ratio puts consecutive rows far apart, so a batch
 // mixes documents instead of reading one text in order.
+uint64_t data_rows_per_pass(const DataSet *ds, int split, int T) {
+    if (ds->sequential_rows[split]) return ds->sequential_rows[split];
+    return (ds->count[split] - (uint64_t)T - 1) / (uint64_t)T + 1;  // as data_row_start's windows
+}
+
 uint64_t data_row_start(const DataSet *ds, int split, uint64_t row, int T) {
     CHECK(split == SPLIT_TRAIN || split == SPLIT_VAL, "data_rows: bad split %d", split);
     size_t n = ds->count[split];

@@ -41,6 +41,8 @@ void data_free(DataSet *ds);
 // rows of T+1 tokens. Returns 0, or nonzero with one line in err when a split
 // holds less than one global micro-batch.
 int data_set_sequential(DataSet *ds, int T, int rows_per_batch, char *err, size_t err_len);
+// Distinct rows of a split: after that many, row i reads what row i - count read.
+uint64_t data_rows_per_pass(const DataSet *ds, int split, int T);
 // Where row `row` of a split starts (token index).
 uint64_t data_row_start(const DataSet *ds, int split, uint64_t row, int T);
 // rows [row_begin, row_begin + rows) of a split; inputs/targets are rows*T int32

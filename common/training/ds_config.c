@@ -1,11 +1,13 @@
 // ds_config.c: reading --deepspeed-config and deciding which binary runs it
 // (see ds_config.h); the keys' meanings are in ds_config_keys.c.
 #include "ds_config.h"
+#include <errno.h>
 #include <math.h>
 #include <stdarg.h>
 #include <string.h>
 #include "check.h"
 #include "ds_config_keys.h"
+#include "out_file.h"
 
 #ifndef WB_BUILT_STAGES
 #error "the Makefile defines WB_BUILT_STAGES, the stages of this tree (\"00 01 02 ...\")"
@@ -37,12 +39,20 @@ void ds_fail(const DsConfig *ds, const char *key, const char *fmt, ...) {
     fail_usage("--deepspeed-config %s: %s: %s", ds->path, key, msg);
 }
 
+// A section on the way to the key that is not an object ("zero_optimization":
+// 3, "scheduler": "WarmupLR") is refused naming it, as a value of the wrong
+// type is; null stands for an absent section.
 json_t *ds_lookup(const DsConfig *ds, const char *key) {
-    char part[96];
+    char part[96], section[96];
     json_t *at = ds->root;
     for (const char *p = key; at && *p;) {
         size_t len = strcspn(p, ".");
-        if (len >= sizeof part || !json_is_object(at)) return NULL;
+        if (json_is_null(at)) return NULL;
+        if (!json_is_object(at)) {
+            snprintf(section, sizeof section, "%.*s", (int)(p - key - 1), key);
+            ds_fail(ds, section, "expected an object (a section of keys), got %s", ds_kind(at));
+        }
+        if (len >= sizeof part) return NULL;
         memcpy(part, p, len);
         part[len] = 0;
         at = json_object_get(at, part);
@@ -145,12 +155,40 @@ static void decide_binary(DsConfig *ds) {
     }
 }
 
+#define CONFIG_MAX_BYTES (1 << 20)  // DeepSpeed's configs are a few KB
+
+// The file's text (malloc'd, *len bytes) without a UTF-8 byte-order mark,
+// which editors on some systems write and JSON parsers refuse. A folder, a
+// FIFO or a device, or a file past CONFIG_MAX_BYTES, is refused in one line.
+static char *read_config(const char *path, size_t *len) {
+    const char *kind;
+    FILE *f = in_file_open(path, &kind);
+    if (!f && kind) fail_usage("--deepspeed-config %s is %s, not a file; give a JSON file", path, kind);
+    if (!f) fail_usage("--deepspeed-config %s: unable to open: %s", path, strerror(errno));
+    char *text = xmalloc(CONFIG_MAX_BYTES + 1);
+    *len = fread(text, 1, CONFIG_MAX_BYTES + 1, f);
+    int bad = ferror(f);
+    fclose(f);
+    if (bad) fail_usage("--deepspeed-config %s: read error", path);
+    if (*len > CONFIG_MAX_BYTES)
+        fail_usage("--deepspeed-config %s is more than %d bytes; a DeepSpeed config is a few KB", path,
+                   CONFIG_MAX_BYTES);
+    if (*len >= 3 && memcmp(text, "\xEF\xBB\xBF", 3) == 0) {
+        memmove(text, text + 3, *len - 3);
+        *len -= 3;
+    }
+    return text;
+}
+
 void ds_config_load(DsConfig *ds, const char *path) {
     memset(ds, 0, sizeof *ds);
     if (!path) return;
     ds->path = path;
     json_error_t e;
-    ds->root = json_load_file(path, JSON_REJECT_DUPLICATES, &e);
+    size_t len;
+    char *text = read_config(path, &len);
+    ds->root = json_loadb(text, len, JSON_REJECT_DUPLICATES, &e);
+    free(text);
     for (char *c = e.text; *c; c++)  // it quotes the file, whose line breaks would split the refusal
         if ((unsigned char)*c < 0x20) *c = '?';
     if (!ds->root && e.line < 1) fail_usage("--deepspeed-config %s: %s", path, e.text);

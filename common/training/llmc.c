@@ -11,6 +11,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 #include "check.h"
+#include "out_file.h"
 
 #define HEADER_BYTES ((long long)LLMC_HEADER_INTS * 4)
 #define SHARD_MAGIC 20240520           // data.h: a token shard, not a model
@@ -39,14 +40,15 @@ static const char *shape_problem(const int32_t *h) {
 
 int llmc_read_header(const char *path, LlmcHeader *h, char *err, size_t err_len) {
     memset(h, 0, sizeof *h);
-    FILE *f = fopen(path, "rb");
+    const char *kind;
+    FILE *f = in_file_open(path, &kind);
+    if (!f && kind)
+        return fail(err, err_len, "--init-from %s is %s, not a regular file; give an llm.c checkpoint", path, kind);
     if (!f) return fail(err, err_len, "--init-from %s: %s", path, errno == ENOENT ? "no such file" : strerror(errno));
     int32_t hd[LLMC_HEADER_INTS];
     struct stat st;
-    int regular = fstat(fileno(f), &st) == 0 && S_ISREG(st.st_mode);
-    int got = regular && fread(hd, sizeof hd, 1, f) == 1;
+    int got = fstat(fileno(f), &st) == 0 && fread(hd, sizeof hd, 1, f) == 1;
     fclose(f);
-    if (!regular) return fail(err, err_len, "--init-from %s: not a regular file; give an llm.c checkpoint", path);
     if (!got)
         return fail(err, err_len, "--init-from %s: %lld bytes, shorter than an llm.c checkpoint's %lld-byte header",
                     path, (long long)st.st_size, HEADER_BYTES);
@@ -118,8 +120,9 @@ static int read_elems(FILE *f, const LlmcHeader *h, size_t file_elem, size_t n, 
 int llmc_read_range(const char *path, const LlmcHeader *h, const GPTLayout *l, size_t begin, size_t end,
                     float *out, char *err, size_t err_len) {
     CHECK(begin <= end, "llmc_read_range: [%zu, %zu)", begin, end);
-    FILE *f = fopen(path, "rb");
-    if (!f) return fail(err, err_len, "--init-from %s: %s", path, strerror(errno));
+    const char *kind;
+    FILE *f = in_file_open(path, &kind);
+    if (!f) return fail(err, err_len, "--init-from %s: %s", path, kind ? kind : strerror(errno));
     size_t real_end = end < l->num_params ? end : l->num_params;
     size_t first_pad = real_end > begin ? real_end : begin;  // a shard's padding past Ψ reads as 0
     memset(out + (first_pad - begin), 0, (end - first_pad) * sizeof(float));
@@ -170,10 +173,8 @@ static int write_params(FILE *f, const GPTLayout *l, const float *params) {
 
 int llmc_write(const char *path, const GPTLayout *l, const float *params, char *err, size_t err_len) {
     char tmp[4096];
-    if (snprintf(tmp, sizeof tmp, "%s.tmp", path) >= (int)sizeof tmp)
-        return fail(err, err_len, "--export-llmc %s: the path is too long", path);
-    FILE *f = fopen(tmp, "wb");
-    if (!f) return fail(err, err_len, "--export-llmc %s: cannot write %s (%s)", path, tmp, strerror(errno));
+    FILE *f = out_file_begin(path, tmp, sizeof tmp);
+    if (!f) return fail(err, err_len, "--export-llmc %s: cannot create a file beside it (%s)", path, strerror(errno));
     const GPTConfig *c = &l->cfg;
     int32_t hd[LLMC_HEADER_INTS] = {LLMC_MAGIC, LLMC_VERSION_FP32, c->max_seq_len, c->vocab_size,
                                     c->num_layers, c->num_heads, c->channels, llmc_padded_vocab(c->vocab_size)};
@@ -183,11 +184,10 @@ int llmc_write(const char *path, const GPTLayout *l, const float *params, char *
         bad = 1;
         write_errno = errno;
     }
-    if (!bad && rename(tmp, path) != 0) {
-        bad = 1;
-        write_errno = errno;
-    }
-    if (!bad) return 0;
-    unlink(tmp);
-    return fail(err, err_len, "--export-llmc %s: not written (%s)", path, strerror(write_errno));
+    if (bad) out_file_abandon(tmp);
+    else if (out_file_commit(tmp, path) == 0) return 0;  // it removes tmp when it cannot rename
+    else write_errno = errno;
+    return fail(err, err_len, "--export-llmc %s: not written (%s)", path,
+                write_errno == ELOOP ? "it became a symbolic link during the run; nothing replaces a link"
+                : write_errno == EINVAL ? "it is no longer a regular file" : strerror(write_errno));
 }

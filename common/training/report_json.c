@@ -4,6 +4,7 @@
 #include <math.h>
 #include <stdio.h>
 #include <string.h>
+#include "out_file.h"
 #include "report_summary.h"
 
 static void json_mem(FILE *f, const Summary *s) {
@@ -106,10 +107,12 @@ static void json_times(FILE *f, const StepTimes *x) {
 }
 
 FILE *json_begin(const Trainer *t, const Summary *s) {
-    FILE *f = fopen(t->cfg.json, "a");
+    FILE *f = out_file_append(t->cfg.json);
     if (!f) {
         fprintf(stderr, "%s: error: --json %s: cannot append (%s); the run's record was not written\n",
-                t->strategy->name, t->cfg.json, strerror(errno));
+                t->strategy->name, t->cfg.json,
+                errno == ELOOP ? "it became a symbolic link during the run, which outputs never follow"
+                : errno == EINVAL ? "it is no longer a regular file" : strerror(errno));
         return NULL;
     }
     json_run(f, t);

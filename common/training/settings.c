@@ -17,9 +17,24 @@ void settings_begin(Settings *s, const FlagSpec *specs, int n) {
     for (int i = 0; i < n; i++) s->item[i] = (Setting){.flag = specs[i], .from = FROM_DEFAULT};
 }
 
+// A flag given on the command line over a config key's value: the key's line
+// says so, where it showed the value the run no longer uses. The setting's
+// `why` names the key (with its unit after a space, for a scaled one).
+static void note_overridden(Settings *s, const Setting *x) {
+    for (int k = 0; k < s->nkeys; k++) {
+        size_t len = strlen(s->key[k].key);
+        if (strncmp(x->why, s->key[k].key, len) == 0 && (x->why[len] == 0 || x->why[len] == ' '))
+            snprintf(s->key[k].effect, sizeof s->key[k].effect, "overridden: --%s on the command line", x->flag.name);
+    }
+}
+
 void settings_after_parse(Settings *s, const FlagSpec *specs, int n) {
-    for (int i = 0; i < n; i++)
-        if (specs[i].seen) settings_mark(s, specs[i].name, FROM_COMMAND_LINE, "%s", "");
+    for (int i = 0; i < n; i++) {
+        if (!specs[i].seen) continue;
+        const Setting *x = settings_find(s, specs[i].name);
+        if (x && x->from == FROM_CONFIG) note_overridden(s, x);
+        settings_mark(s, specs[i].name, FROM_COMMAND_LINE, "%s", "");
+    }
 }
 
 Setting *settings_find(Settings *s, const char *flag) {

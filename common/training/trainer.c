@@ -11,6 +11,7 @@
 #include "check.h"
 #include "ds_config.h"
 #include "kernels.h"
+#include "stop.h"
 
 const bf16 *replicated_unit_params(Trainer *t, int u) {
     return (const bf16 *)t->st.params.ptr + unit_range(t, u).offset;
@@ -74,6 +75,21 @@ static void place(Trainer *t, const GPTConfig *mc) {
     for (int k = 0; k < t->nstate_ranges; k++) t->state_params += t->state_ranges[k].count;
 }
 
+// A validation reads eval_batches global batches of held-out rows from row 0;
+// past the split's distinct rows it reads the same ones again, which says
+// nothing more about the model.
+static void note_eval_repeats(const Trainer *t) {
+    const TrainConfig *c = &t->cfg;
+    uint64_t per_batch = (uint64_t)c->grad_accum * c->batch * t->dp->size;
+    uint64_t have = data_rows_per_pass(&t->data, SPLIT_VAL, c->seq_len);
+    if (t->world.rank != 0 || (uint64_t)c->eval_batches * per_batch <= have) return;
+    uint64_t most = have / per_batch > 0 ? have / per_batch : 1;
+    printf("note: --eval-batches %d reads %llu held-out rows per validation, but the held-out split has %llu "
+           "distinct rows of %d tokens: the rest repeat them; --eval-batches %llu reads each at most once\n",
+           c->eval_batches, (unsigned long long)((uint64_t)c->eval_batches * per_batch), (unsigned long long)have,
+           c->seq_len + 1, (unsigned long long)most);
+}
+
 static void setup(Trainer *t, int argc, char **argv, const Strategy *s) {
     int local_rank, local_size;
     memset(t, 0, sizeof *t);
@@ -83,6 +99,7 @@ static void setup(Trainer *t, int argc, char **argv, const Strategy *s) {
     signal(SIGXFSZ, SIG_IGN);
     t->strategy = s;
     comm_world_init(&t->world, &argc, &argv, &local_rank, &local_size, flags_present(argc, argv, "progress-thread"));
+    stop_catch_signals(t->world.rank);  // SIGTERM, SIGINT: scratch files removed, one line (stop.h)
     if (s->context_bytes) t->sctx = xcalloc(1, s->context_bytes);
     train_config_parse(&t->cfg, t->sctx, argc, argv, s);
     trainer_check_same_settings(t);
@@ -117,6 +134,7 @@ static void setup(Trainer *t, int argc, char **argv, const Strategy *s) {
     if (strcmp(t->cfg.data_order, "sequential") == 0 &&
         data_set_sequential(&t->data, t->cfg.seq_len, t->cfg.batch * t->dp->size, err, sizeof err))
         fail_usage("%s", err);
+    note_eval_repeats(t);
     trainer_check_outputs(t);
 
     states_alloc(&t->st, &t->dev, &t->states, &t->part);
@@ -208,6 +226,7 @@ static void train_step(Trainer *t, int32_t *in, int32_t *tgt) {
     gpt_take_offload_bytes(&t->model, &act_down, &act_up);
     report_transfers(t, t->xfer_bytes, act_down, act_up);
     t->step++;
+    stop_note_step(t->step);
     report_step(t, mean_loss, t0, t1, hp.lr, norm, bytes1 - bytes0);
 }
 

@@ -6,6 +6,7 @@
 #include <string.h>
 #include <unistd.h>
 #include "check.h"
+#include "stop.h"
 #include "ckpt.h"
 #include "trainer.h"
 
@@ -120,6 +121,7 @@ void trainer_save(Trainer *t, uint64_t data_rows) {
         fail_usage("checkpoint not saved: %s (%s holds no earlier checkpoint)", err, t->cfg.save);
     }
     trace_span(&t->trace, TRACE_TID_IO, "checkpoint", t0, now_us(), 0);
+    stop_note_checkpoint(t->cfg.save, t->step);
     if (t->world.rank == 0)
         printf("saved checkpoint: %s, step %ld (%.0f ms)\n", t->cfg.save, t->step, (now_us() - t0) / 1000);
     buf_free(&t->dev, &host);
@@ -140,6 +142,8 @@ void trainer_resume(Trainer *t) {
     if (t->st.layout.optim != STATE_SHARD)  // replicated: rank 0 read it, everyone gets it
         for (int i = 0; i < 3; i++) comm_broadcast(&t->world, c.optim[i], t->st.optim_count, DT_F32, 0, NULL);
     t->step = got.step;
+    stop_note_step(t->step);
+    stop_note_checkpoint(t->cfg.resume, got.step);
     if (s->ckpt_in) s->ckpt_in(t, &c, 1);
     else trainer_ckpt_in(t, &c, 1);
     buf_free(&t->dev, &host);

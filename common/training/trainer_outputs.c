@@ -1,44 +1,46 @@
 // trainer_outputs.c: the files a run writes are checked before step 1, so a
-// run cannot end by failing to write what it was run for: --json and
-// --trace must be creatable (rank 0 writes them), and the --save folder is
-// created and locked for the run (ckpt_lock), which every rank then checks it
-// can write into.
+// run cannot end by failing to write what it was run for, nor write over
+// what is not its own: --json and --trace must be regular files or new names
+// that can be created (rank 0 writes them; out_file.h), no two outputs may
+// name one file, and the --save folder is created and locked for the run
+// (ckpt_lock), which every rank then checks it can write into.
 #include <errno.h>
-#include <libgen.h>
 #include <stdio.h>
 #include <string.h>
-#include <sys/stat.h>
 #include <unistd.h>
 #include "check.h"
+#include "out_file.h"
 #include "trainer.h"
 
-#define MSG_LEN 600
+#define MSG_LEN OUT_MSG_BYTES
+#define MAX_OUTPUTS 4
 
-// The folder a file goes in must exist and take new files.
-static int folder_takes_files(const char *flag, const char *path, char *msg) {
-    char copy[4096];
-    snprintf(copy, sizeof copy, "%s", path);
-    const char *dir = dirname(copy);
-    struct stat st;
-    if (stat(dir, &st) != 0 || !S_ISDIR(st.st_mode))
-        return snprintf(msg, MSG_LEN, "%s %s: the folder %s does not exist; create it or give another path", flag,
-                        path, dir), 1;
-    if (access(dir, W_OK | X_OK) != 0)
-        return snprintf(msg, MSG_LEN, "%s %s: cannot create files in %s (%s)", flag, path, dir, strerror(errno)), 1;
+typedef struct Output {
+    const char *flag, *path;
+    char resolved[4096];
+} Output;
+
+// Two outputs naming one file (after resolving the folders) would write over
+// each other, and a file inside the --save folder over a checkpoint's.
+static int outputs_overlap(const TrainConfig *c, char *msg) {
+    Output out[MAX_OUTPUTS] = {{"--json", c->json, ""}, {"--trace", c->trace, ""},
+                               {"--export-llmc", c->export_llmc, ""}, {"--save", c->save, ""}};
+    for (int i = 0; i < MAX_OUTPUTS; i++)
+        if (out[i].path) out_file_resolve(out[i].path, out[i].resolved, sizeof out[i].resolved);
+    for (int i = 0; i < MAX_OUTPUTS; i++)
+        for (int j = i + 1; j < MAX_OUTPUTS && out[i].path; j++) {
+            if (!out[j].path) continue;
+            size_t n = strlen(out[j].resolved);
+            int same = strcmp(out[i].resolved, out[j].resolved) == 0;
+            int inside = !same && strncmp(out[i].resolved, out[j].resolved, n) == 0 && out[i].resolved[n] == '/';
+            if (same)
+                return snprintf(msg, MSG_LEN, "%s %s and %s %s name the same file; give each output its own file",
+                                out[i].flag, out[i].path, out[j].flag, out[j].path), 1;
+            if (inside && strcmp(out[j].flag, "--save") == 0)
+                return snprintf(msg, MSG_LEN, "%s %s is inside the checkpoint folder (%s %s); give it a path of "
+                                "its own", out[i].flag, out[i].path, out[j].flag, out[j].path), 1;
+        }
     return 0;
-}
-
-// `path` can be written: an existing file that is not a folder and is
-// writable, or a new one in a folder that takes files (also needed where a
-// regular file is written beside and renamed, as the trace is).
-static int file_writable(const char *flag, const char *path, int renamed, char *msg) {
-    struct stat st;
-    if (stat(path, &st) != 0) return folder_takes_files(flag, path, msg);
-    if (S_ISDIR(st.st_mode))
-        return snprintf(msg, MSG_LEN, "%s %s is a folder; give a file name", flag, path), 1;
-    if (access(path, W_OK) != 0)
-        return snprintf(msg, MSG_LEN, "%s %s: cannot write (%s)", flag, path, strerror(errno)), 1;
-    return renamed && S_ISREG(st.st_mode) ? folder_takes_files(flag, path, msg) : 0;
 }
 
 // Every rank: 0, or the lowest failing rank's message on all and exit 2.
@@ -52,8 +54,8 @@ void trainer_check_outputs(Trainer *t) {
     int failed = 0;
     t->save_lock = -1;
     if (t->world.rank == 0) {
-        failed = (c->json && file_writable("--json", c->json, 0, msg)) ||
-                 (c->trace && file_writable("--trace", c->trace, 1, msg)) ||
+        failed = (c->json && out_file_check("--json", c->json, 0, msg)) ||
+                 (c->trace && out_file_check("--trace", c->trace, 1, msg)) || outputs_overlap(c, msg) ||
                  (c->save && ckpt_lock(c->save, &t->save_lock, msg, sizeof msg));
     }
     agree_or_fail(&t->world, failed, msg);

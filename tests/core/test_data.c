@@ -392,6 +392,19 @@ static void test_error_not_a_file(void **state) {
     expect_error("/proc/self/status", 256, 16, "/proc/self/status", "reports a size of 0 but has content");
 }
 
+// Issue 28: a binary file in a --data folder was read as text. A NUL byte
+// marks it: the file is named, with where the byte is.
+static void test_error_binary_in_text(void **state) {
+    char dir[PATH_LEN], path[PATH_LEN], img[PATH_LEN];
+    scratch(state, "err_binary", dir);
+    char *text = lines(2000);
+    write_bytes(join(dir, "a.txt", path), text, 2000);
+    write_bytes(join(dir, "b.png", img), "\x89PNG\r\n\x1a\n\0\0\0\rIHDR", 16);
+    expect_error(dir, 256, 16, img, "a NUL byte at byte 8: not a text file");
+    expect_error(img, 256, 16, img, "not a text file");
+    free(text);
+}
+
 static void test_error_too_short(void **state) {
     char dir[PATH_LEN], path[PATH_LEN];
     scratch(state, "err_short", dir);
@@ -463,6 +476,7 @@ int main(void) {
         cmocka_unit_test_prestate(test_sequential_is_llmc_order, root),
         cmocka_unit_test_prestate(test_error_missing_and_empty, root),
         cmocka_unit_test_prestate(test_error_not_a_file, root),
+        cmocka_unit_test_prestate(test_error_binary_in_text, root),
         cmocka_unit_test_prestate(test_error_too_short, root),
         cmocka_unit_test_prestate(test_error_bad_shards, root),
         cmocka_unit_test_prestate(test_error_token_outside_vocab, root),

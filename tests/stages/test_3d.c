@@ -126,6 +126,47 @@ static void test_losses_match_baseline(void **state) {
         }
 }
 
+// Issue 28, item 3: --init-from with tp or pp above 1 loaded the whole
+// model's first elements into each rank's part (first loss 5.54 where
+// dp_baseline gives 4.78), and --export-llmc wrote one rank's part as the
+// model. A checkpoint trained by dp_baseline (another seed, so it is not the
+// runs' own initial weights) is loaded at every grid: the first loss is
+// dp_baseline's from the same file, and with a learning rate too small to
+// move an fp32 weight (1e-30) the export gathered over tp, pp and dp is the
+// loaded file, byte for byte.
+static void test_llmc_import_export_every_grid(void **state) {
+    Ctx *c = *state;
+    char x[PATH_LEN], cmd[CMD_LEN], flags[CMD_LEN], tag[64];
+    snprintf(x, sizeof x, "%s/trained.bin", c->root);
+    snprintf(cmd, sizeof cmd, "./dp_baseline %s --steps 2 --seed 7 --quiet --export-llmc %s", MODEL[0], x);
+    assert_int_equal(test_run(cmd, NULL), 0);
+    snprintf(flags, sizeof flags, "--init-from %s --batch %d --grad-accum %d --lr 1e-30", x, BATCH, micro_batches(1));
+    char *base = run(c, "llmc-base", 1, "dp_baseline", flags);
+    double want[RUN_MAX_STEPS] = {0};
+    losses_of(base, want, STEPS);
+    for (int g = 0; g < NGRIDS; g++) {
+        const int *G = GRID[g];
+        char y[PATH_LEN];
+        snprintf(y, sizeof y, "%s/export-%d%d%d.bin", c->root, G[0], G[1], G[2]);
+        snprintf(flags, sizeof flags, "--init-from %s --tp %d --pp %d --batch %d --grad-accum %d --lr 1e-30 "
+                 "--export-llmc %s", x, G[0], G[1], BATCH, micro_batches(G[2]), y);
+        snprintf(tag, sizeof tag, "llmc-%d%d%d", G[0], G[1], G[2]);
+        char *json = run(c, tag, G[0] * G[1] * G[2], "3d_parallel", flags);
+        double got[RUN_MAX_STEPS] = {0};
+        losses_of(json, got, STEPS);
+        if (fabs(got[0] - want[0]) > 1e-6)  // as test_losses_match_baseline's first loss
+            fail_msg("grid (%d,%d,%d) from %s: first loss %.9g, dp_baseline's %.9g", G[0], G[1], G[2], x, got[0],
+                     want[0]);
+        snprintf(cmd, sizeof cmd, "cmp %s %s", x, y);
+        char *out = NULL;
+        if (test_run(cmd, &out) != 0) fail_msg("grid (%d,%d,%d): the export is not the loaded model: %s", G[0], G[1],
+                                               G[2], out);
+        free(out);
+        free(json);
+    }
+    free(base);
+}
+
 // 1F1B and AFAB run the same micro-batches through the same units and the
 // backwards in the same order: the same bits.
 static void test_schedules_same_bits(void **state) {
@@ -312,6 +353,7 @@ int main(void) {
         cmocka_unit_test(test_comm_by_group),
         cmocka_unit_test(test_resume_same_grid),
         cmocka_unit_test(test_refusals),
+        cmocka_unit_test(test_llmc_import_export_every_grid),
     };
     return cmocka_run_group_tests(tests, setup, teardown);
 }

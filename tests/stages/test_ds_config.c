@@ -183,6 +183,11 @@ static void test_command_line_overrides(void **state) {
     assert_true(setting(rec, "seed", "command line", NULL) == 5);
     assert_true(setting(rec, "grad-accum", "derived", NULL) == 4);  // 16 / (2 x 2 ranks)
     assert_true(setting(rec, "global-batch", "config", NULL) == 16);
+    // issue 28: the key's line showed the config's value the flag had replaced
+    json_t *keys = json_object_get(json_object_get(rec, "deepspeed_config"), "keys");
+    const char *clip = json_string_value(json_object_get(keys, "gradient_clipping"));
+    if (!clip || strcmp(clip, "overridden: --grad-clip on the command line") != 0)
+        fail_msg("gradient_clipping's line: %s", clip ? clip : "(none)");
     json_decref(rec);
 }
 
@@ -310,6 +315,14 @@ static void test_bad_values_name_the_key(void **state) {
         {"{\"zero_optimization\": {\"stage\": 2, \"reduce_bucket_size\": -1}}", "zero_optimization.reduce_bucket_size"},
         {"{\"zero_optimization\": {\"stage\": 2, \"cpu_offload\": true}}", "zero_optimization.cpu_offload"},
         {"{\"aio\": {\"block_size\": 1000}}", "aio.block_size"},
+        // issue 28, item 9: a section of the wrong type ran with "ignored"; it is refused naming it
+        {"{\"zero_optimization\": 3}", "zero_optimization: expected an object (a section of keys), got a whole number"},
+        {"{\"scheduler\": \"WarmupLR\"}", "scheduler: expected an object (a section of keys), got a string"},
+        {"{\"optimizer\": {\"type\": \"AdamW\", \"params\": \"lr=0.1\"}}", "optimizer.params: expected an object"},
+        {"{\"bf16\": true}", "bf16: expected an object (a section of keys), got true or false"},
+        {"{\"zero_optimization\": {\"offload_optimizer\": \"cpu\"}}", "zero_optimization.offload_optimizer: expected an object"},
+        {"{\"aio\": [4096]}", "aio: expected an object (a section of keys), got a list"},
+        {"{\"activation_checkpointing\": true}", "activation_checkpointing: expected an object"},
         {"{\"train_batch_size\": 6, \"train_micro_batch_size_per_gpu\": 4}", "train_batch_size 6 does not divide"},
         {"{\"train_batch_size\": 12, \"train_micro_batch_size_per_gpu\": 2, \"gradient_accumulation_steps\": 2}",
          "DeepSpeed's rule"},
@@ -321,6 +334,34 @@ static void test_bad_values_name_the_key(void **state) {
         free(expect_refusal(cmd, cases[i].says));
     }
     free(expect_refusal("./zero2 --deepspeed-config /nonexistent.json", "unable to open"));
+}
+
+// Issue 28: a FIFO as the config hung, a folder was "not valid JSON", a
+// 100 MB file was read whole, and a UTF-8 byte-order mark was refused with an
+// invisible character in the line. Only a regular file of at most 1 MB is
+// read, and the mark is skipped. (timeout: code that opens the FIFO hangs.)
+static void test_config_file_kinds(void **state) {
+    Ctx *c = *state;
+    char cmd[CMD_LEN];
+    snprintf(cmd, sizeof cmd, "cd %s && rm -f fifo.json && mkfifo fifo.json && mkdir -p folder.json && "
+             "head -c 2000000 /dev/zero | tr '\\0' ' ' > big.json && "
+             "printf '\\357\\273\\277{\"train_micro_batch_size_per_gpu\": 2}' > bom.json", c->root);
+    assert_int_equal(test_run(cmd, NULL), 0);
+    const char *cases[][2] = {{"fifo.json", "fifo.json is a FIFO, not a file"},
+                              {"folder.json", "folder.json is a folder, not a file"},
+                              {"big.json", "big.json is more than 1048576 bytes"}};
+    for (int i = 0; i < 3; i++) {
+        snprintf(cmd, sizeof cmd, "timeout 60 ./zero2 --model tiny --steps 1 --deepspeed-config %s/%s", c->root,
+                 cases[i][0]);
+        free(expect_refusal(cmd, cases[i][1]));
+    }
+    char args[CMD_LEN], *out = NULL;
+    snprintf(args, sizeof args, "./zero2 --model tiny --steps 1 --verbose-config --deepspeed-config %s/bom.json",
+             c->root);
+    json_t *rec = run(c, "bom-run", args, &out);
+    if (!strstr(out, "train_micro_batch_size_per_gpu")) fail_msg("the config with a byte-order mark:\n%s", out);
+    free(out);
+    json_decref(rec);
 }
 
 // ---- 5. memory_math: what the config costs per rank, by tier ----
@@ -460,6 +501,7 @@ int main(void) {
         cmocka_unit_test(test_cosine_and_offload),
         cmocka_unit_test(test_stage_mismatch_names_the_binary),
         cmocka_unit_test(test_bad_values_name_the_key),
+        cmocka_unit_test(test_config_file_kinds),
         cmocka_unit_test(test_memory_math),
         cmocka_unit_test(test_activation_checkpointing),
     };

@@ -39,6 +39,15 @@ static int files_ending(const char *dir, const char *suffix) {
     return n;
 }
 
+// `text` with every "R/" naming the group's folder: "<root>/".
+static void with_root(const char *text, const char *root, char *out, size_t out_bytes) {
+    size_t len = 0;
+    out[0] = 0;
+    for (const char *p = text; *p && len + strlen(root) + 2 < out_bytes; p++)
+        len += (size_t)(*p == 'R' && p[1] == '/' ? snprintf(out + len, out_bytes - len, "%s", root)
+                                                 : snprintf(out + len, out_bytes - len, "%c", *p));
+}
+
 // Issue 15, item 6: past `ulimit -f` the ranks died of SIGXFSZ (status 153,
 // no message) and left .tmp files. The limit (8 MB) lets MPI start (its
 // shared memory needs a few MB) and stops the 19 MB checkpoint parts.
@@ -96,22 +105,110 @@ static void test_outputs_checked_before_step_1(void **state) {
 }
 
 // --json on a full disk wrote 0 bytes and exited 0: a failed write or close
-// is one line and exit 1, after the summary. The trace goes to the full
-// device through a link of ours, so that code which replaced the file
-// instead of writing into it replaces only the link.
+// is one line and exit 1, after the summary. The disk is "full" for the
+// ranks through their file-size limit (8 MiB lets MPI start) and a record
+// file already that long.
 static void test_full_disk_reported(void **state) {
     Ctx *c = *state;
-    char trace_cmd[CMD_LEN];
-    snprintf(trace_cmd, sizeof trace_cmd, "ln -sf /dev/full %s/full && ./zero2 --model tiny --steps 2 --quiet "
-             "--trace %s/full", c->root, c->root);
-    const char *cmds[] = {"./zero2 --model tiny --steps 2 --quiet --json /dev/full",
-                          "mpirun -np 2 ./zero2 --model tiny --steps 2 --quiet --json /dev/full", trace_cmd};
-    for (int i = 0; i < 3; i++) {
-        char *out = expect_one_error(cmds[i], 1, "writing failed");
-        if (!strstr(out, "summary")) fail_msg("%s: the summary is missing:\n%s", cmds[i], out);
+    char cmd[CMD_LEN], big[128];
+    snprintf(big, sizeof big, "%s/full.json", c->root);
+    snprintf(cmd, sizeof cmd, "head -c 8388608 /dev/zero | tr '\\0' '\\n' > %s", big);
+    assert_int_equal(test_run(cmd, NULL), 0);
+    const char *launch[] = {"bash -c", "mpirun -np 2 bash -c"};
+    for (int i = 0; i < 2; i++) {
+        snprintf(cmd, sizeof cmd, "%s 'ulimit -f 8192; exec ./zero2 --model tiny --steps 2 --quiet --json %s'",
+                 launch[i], big);
+        char *out = expect_one_error(cmd, 1, "writing failed");
+        if (!strstr(out, "summary")) fail_msg("%s: the summary is missing:\n%s", cmd, out);
         free(out);
     }
     assert_int_equal(files_ending(c->root, ".tmp"), 0);
+}
+
+// Issue 28, items 1, 5 and 6: --export-llmc replaced a device node or a
+// symbolic link with a plain file; --save D with D/lock a link truncated the
+// link's target; an existing folder as --export-llmc failed only after
+// training. Every output writes only to a regular file or a new name: the
+// rest is refused before step 1 in one line, and left as it was.
+static void test_outputs_not_ours_refused(void **state) {
+    Ctx *c = *state;
+    char cmd[CMD_LEN];
+    snprintf(cmd, sizeof cmd, "cd %s && mkdir -p mine/folder mine/ck && echo keep > mine/target && "
+             "ln -sf target mine/link && ln -sf ../target mine/ck/lock && rm -f mine/fifo && mkfifo mine/fifo && "
+             "{ [ $(id -u) != 0 ] || { rm -f mine/null && mknod mine/null c 1 3; }; }", c->root);
+    assert_int_equal(test_run(cmd, NULL), 0);
+    const char *cases[][2] = {
+        {"--export-llmc R/mine/link", "--export-llmc R/mine/link is a symbolic link"},
+        {"--json R/mine/link", "--json R/mine/link is a symbolic link"},
+        {"--trace R/mine/link", "--trace R/mine/link is a symbolic link"},
+        {"--json R/mine/fifo", "--json R/mine/fifo is a FIFO"},
+        {"--trace R/mine/fifo", "--trace R/mine/fifo is a FIFO"},
+        {"--export-llmc R/mine/folder", "--export-llmc R/mine/folder is a folder"},
+        {"--save R/mine/ck", "its lock file R/mine/ck/lock is a symbolic link"},
+        {"--export-llmc R/mine/null", "--export-llmc R/mine/null is a character device"},  // as root only
+    };
+    int n = sizeof cases / sizeof cases[0] - (getuid() != 0);
+    for (int i = 0; i < n; i++) {
+        char flags[512], want[512];
+        with_root(cases[i][0], c->root, flags, sizeof flags);
+        with_root(cases[i][1], c->root, want, sizeof want);
+        snprintf(cmd, sizeof cmd, "timeout 120 mpirun -np 2 ./zero2 --model tiny --steps 2 %s", flags);
+        char *out = expect_one_error(cmd, 2, want);
+        if (strstr(out, "step    1")) fail_msg("%s: refused only after training:\n%s", cmd, out);
+        free(out);
+    }
+    // nothing was replaced or written through
+    snprintf(cmd, sizeof cmd, "cd %s/mine && [ \"$(cat target)\" = keep ] && [ -L link ] && [ -L ck/lock ] && "
+             "[ -p fifo ] && { [ $(id -u) != 0 ] || [ -c null ]; } && [ -z \"$(ls folder)\" ]", c->root);
+    if (test_run(cmd, NULL) != 0) fail_msg("a refused output was changed in %s/mine", c->root);
+    assert_int_equal(files_ending(c->root, ".tmp"), 0);
+}
+
+// Issue 28, item 2: a checkpoint's temporary file was opened with O_TRUNC,
+// following a link someone put in its place. It is created anew (O_EXCL,
+// O_NOFOLLOW); the link's target is left as it was.
+static void test_checkpoint_files_never_follow_links(void **state) {
+    Ctx *c = *state;
+    char cmd[CMD_LEN];
+    char dir[128], target[128];
+    snprintf(dir, sizeof dir, "%s/planted", c->root);
+    snprintf(target, sizeof target, "%s/planted-target", c->root);
+    snprintf(cmd, sizeof cmd, "mkdir -p %s/step-00000002 && echo keep > %s && ln -sf %s %s/step-00000002/rank-00000.bin.tmp",
+             dir, target, target, dir);
+    assert_int_equal(test_run(cmd, NULL), 0);
+    snprintf(cmd, sizeof cmd, "mpirun -np 2 ./zero2 --model tiny --steps 2 --quiet --save %s", dir);
+    char *out = NULL;
+    if (test_run(cmd, &out) != 0) fail_msg("%s:\n%s", cmd, out);
+    free(out);
+    snprintf(cmd, sizeof cmd, "[ \"$(cat %s)\" = keep ] && [ -f %s/step-00000002/rank-00000.bin ] && "
+             "! [ -L %s/step-00000002/rank-00000.bin ]", target, dir, dir);
+    if (test_run(cmd, NULL) != 0) fail_msg("the link's target was written, or the part is not a file of its own");
+}
+
+// Issue 28, item 5: --json r.json --trace r.json lost the earlier records;
+// --json F --export-llmc F appended a record into the checkpoint. Two outputs
+// naming one file (after resolving the folder), or a file inside the --save
+// folder, are refused before step 1.
+static void test_outputs_on_one_file_refused(void **state) {
+    Ctx *c = *state;
+    char cmd[CMD_LEN];
+    const char *cases[][2] = {
+        {"--json R/r.json --trace R/r.json", "--json R/r.json and --trace R/r.json name the same file"},
+        {"--json R/f --export-llmc R/f", "--json R/f and --export-llmc R/f name the same file"},
+        {"--trace R/./x/../t --export-llmc R/t", "--trace R/./x/../t and --export-llmc R/t name the same file"},
+        {"--json R/ck/latest --save R/ck", "--json R/ck/latest is inside the checkpoint folder (--save R/ck)"},
+    };
+    snprintf(cmd, sizeof cmd, "mkdir -p %s/x %s/ck", c->root, c->root);
+    assert_int_equal(test_run(cmd, NULL), 0);
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        char flags[512], want[512];
+        with_root(cases[i][0], c->root, flags, sizeof flags);
+        with_root(cases[i][1], c->root, want, sizeof want);
+        snprintf(cmd, sizeof cmd, "timeout 120 mpirun -np 2 ./zero2 --model tiny --steps 2 %s", flags);
+        char *out = expect_one_error(cmd, 2, want);
+        if (strstr(out, "step    1")) fail_msg("%s: refused only after training:\n%s", cmd, out);
+        free(out);
+    }
 }
 
 // Issue 15, item 11: two runs saving into one folder mixed their parts. The
@@ -203,6 +300,9 @@ int main(void) {
         cmocka_unit_test(test_file_size_limit_below_mpi),
         cmocka_unit_test(test_outputs_checked_before_step_1),
         cmocka_unit_test(test_full_disk_reported),
+        cmocka_unit_test(test_outputs_not_ours_refused),
+        cmocka_unit_test(test_outputs_on_one_file_refused),
+        cmocka_unit_test(test_checkpoint_files_never_follow_links),
         cmocka_unit_test(test_save_folder_locked),
         cmocka_unit_test(test_resume_checks_data_and_settings),
         cmocka_unit_test(test_ranks_agree_on_settings),

@@ -395,6 +395,113 @@ static void test_write_fails_mid_run(void **state) {
     free(json);
 }
 
+// ---- 7. only the run's own files ----
+
+// Issue 28, item 2: with N/rank-0/master.bin a link to a user's file, the
+// run wrote its fp32 states into that file. A file left in a rank folder is
+// removed (the link, not its target) and the swap file created anew.
+static void test_swap_files_never_follow_links(void **state) {
+    Ctx *c = *state;
+    char cmd[CMD_LEN], *out = NULL;
+    snprintf(cmd, sizeof cmd, "mkdir -p %s/rank-0 && echo keep > %s/target && ln -sf %s/target %s/rank-0/master.bin",
+             c->nvme, c->root, c->root, c->nvme);
+    assert_int_equal(test_run(cmd, NULL), 0);
+    snprintf(cmd, sizeof cmd, "mpirun -np 2 ./infinity --model tiny --steps 2 --quiet --nvme-path %s", c->nvme);
+    int rc = test_run(cmd, &out);
+    if (rc != 0) fail_msg("%s: exit %d:\n%s", cmd, rc, out);
+    free(out);
+    snprintf(cmd, sizeof cmd, "[ \"$(cat %s/target)\" = keep ] && test -z \"$(ls -A %s)\"", c->root, c->nvme);
+    if (test_run(cmd, NULL) != 0) fail_msg("the link's target was written, or files were left in %s", c->nvme);
+}
+
+// Issue 28, item 4: a second run on the same --nvme-path finished with
+// wrong losses while the first drifted. Each rank folder is locked for the
+// run, so the second is refused in one line and leaves nothing behind.
+static void test_nvme_path_locked(void **state) {
+    Ctx *c = *state;
+    char cmd[CMD_LEN];
+    snprintf(cmd, sizeof cmd, "(./infinity --model small --steps 1000000 --quiet --nvme-path %s >/dev/null 2>&1 & "
+             "a=$!; for i in $(seq 600); do grep -qs process %s/rank-0/lock && break; sleep 0.1; done; "
+             "timeout 120 mpirun -np 2 ./infinity --model tiny --steps 2 --quiet --nvme-path %s; rc=$?; "
+             "kill $a; wait $a 2>/dev/null; exit $rc)", c->nvme, c->nvme, c->nvme);
+    char *out = expect_refusal(cmd, "is in use by another run (process ");
+    free(out);
+    // the refused run made rank-1 and took it back; the first run was killed,
+    // so its files stay: clear them for the next test
+    snprintf(cmd, sizeof cmd, "test ! -e %s/rank-1 && rm -rf %s/rank-0", c->nvme, c->nvme);
+    if (test_run(cmd, NULL) != 0) fail_msg("the refused run left %s/rank-1 behind", c->nvme);
+}
+
+// Issue 28, items 10 and 11: SIGTERM, SIGINT or a diverged run left 12Ψ/N
+// of swap files per rank, and a signal stopped the job without a word. The
+// files go on every exit the process controls, and rank 0 says in one line
+// the step reached and the checkpoint to resume from. mpirun passes SIGTERM
+// and SIGINT on to the ranks as SIGTERM; a terminal's Ctrl-C reaches the
+// ranks themselves, as SIGINT.
+static void test_stops_remove_swap_files(void **state) {
+    Ctx *c = *state;
+    char ck[PATH_LEN], log[PATH_LEN], cmd[CMD_LEN];
+    const char *senders[2][2] = {{"kill -TERM $m", "stopped by SIGTERM after step "},
+                                 {"for p in $(pgrep -P $m -x infinity); do kill -INT $p; done",
+                                  "stopped by SIGINT after step "}};
+    for (int i = 0; i < 2; i++) {
+        snprintf(ck, sizeof ck, "%s/stopped-%d", c->root, i);
+        snprintf(log, sizeof log, "%s/stopped-%d.log", c->root, i);
+        snprintf(cmd, sizeof cmd, "mpirun -np 2 ./infinity --model small --steps 1000000 --save %s --save-every 3 "
+                 "--nvme-path %s --quiet < /dev/null > %s 2>&1 & m=$!; "
+                 "for i in $(seq 600); do grep -q 'saved checkpoint' %s && break; sleep 0.1; done; %s; wait $m",
+                 ck, c->nvme, log, log, senders[i][0]);
+        int rc = test_run(cmd, NULL);
+        char *out = whole_file(log), want[PATH_LEN + 32];
+        snprintf(want, sizeof want, "; resume with --resume %s (step ", ck);
+        const char *line = strstr(out, senders[i][1]);
+        if (rc == 0 || !line || !strstr(line, want) || strstr(line + 1, senders[i][1]))
+            fail_msg("%s: exit %d; expected one line '%s...%s':\n%s", cmd, rc, senders[i][1], want, out);
+        free(out);
+        snprintf(cmd, sizeof cmd, "test -z \"$(ls -A %s)\" && test -z \"$(find %s -name '*.tmp')\"", c->nvme, ck);
+        if (test_run(cmd, NULL) != 0) fail_msg("the stopped run left files in %s or %s", c->nvme, ck);
+    }
+    // a diverged run ends through exit_all: the swap files go too
+    snprintf(cmd, sizeof cmd, "mpirun -np 2 ./infinity --model tiny --steps 20 --lr 1e6 --quiet --nvme-path %s",
+             c->nvme);
+    char *out = NULL;
+    if (test_run(cmd, &out) == 0 || !strstr(out, "diverged")) fail_msg("%s: expected divergence:\n%s", cmd, out);
+    free(out);
+    snprintf(cmd, sizeof cmd, "test -z \"$(ls -A %s)\"", c->nvme);
+    if (test_run(cmd, NULL) != 0) fail_msg("the diverged run left files in %s", c->nvme);
+}
+
+// Issue 28, item 7: zeros written over master.bin during a run were trained
+// on (the loss jumped from 2.98 to 5.53 and training went on). Each
+// sub-group's master, m and v carry a checksum from their write-back, checked
+// when read: the run stops in one line naming the file and the bytes.
+static void test_swap_file_changed_stops_run(void **state) {
+    Ctx *c = *state;
+    char ck[PATH_LEN], log[PATH_LEN], err[PATH_LEN], cmd[CMD_LEN];
+    snprintf(ck, sizeof ck, "%s/changed", c->root);
+    snprintf(log, sizeof log, "%s/changed.out", c->root);
+    snprintf(err, sizeof err, "%s/changed.err", c->root);
+    snprintf(cmd, sizeof cmd,
+             "mpirun -np 2 ./infinity --model small --batch 2 --steps 300 --save %s --save-every 2 "
+             "--nvme-path %s --sub-group-mb 0.5 --quiet < /dev/null > %s 2> %s & m=$!; "
+             "for i in $(seq 600); do grep -q 'saved checkpoint' %s && break; sleep 0.1; done; "
+             "f=%s/rank-0/master.bin; dd if=/dev/zero of=$f bs=4096 count=$(($(stat -c %%s $f) / 4096)) "
+             "conv=notrunc status=none; wait $m; echo \"exit $?\"",
+             ck, c->nvme, log, err, log, c->nvme);
+    char *out = NULL;
+    assert_int_equal(test_run(cmd, &out), 0);
+    char *errors = whole_file(err);
+    char want[PATH_LEN + 32];
+    snprintf(want, sizeof want, "%s/rank-0/master.bin: bytes ", c->nvme);
+    if (!strstr(out, "exit 2") || count_lines(errors) != 1 || !strstr(errors, want) ||
+        !strstr(errors, "(checksum)"))
+        fail_msg("expected exit 2 and one line naming the changed file; got %s\n%s", out, errors);
+    free(errors);
+    free(out);
+    snprintf(cmd, sizeof cmd, "test -z \"$(ls -A %s)\"", c->nvme);
+    if (test_run(cmd, NULL) != 0) fail_msg("the stopped run left files in %s", c->nvme);
+}
+
 // ---- set-up ----
 
 static int group_setup(void **state) {
@@ -430,6 +537,10 @@ int main(void) {
         cmocka_unit_test(test_step_start_reads_params_first),
         cmocka_unit_test(test_refusals),
         cmocka_unit_test(test_write_fails_mid_run),
+        cmocka_unit_test(test_swap_files_never_follow_links),
+        cmocka_unit_test(test_nvme_path_locked),
+        cmocka_unit_test(test_stops_remove_swap_files),
+        cmocka_unit_test(test_swap_file_changed_stops_run),
     };
     return cmocka_run_group_tests(tests, group_setup, group_teardown);
 }

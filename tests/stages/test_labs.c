@@ -76,6 +76,69 @@ static void test_lab_keeps_work(void **state) {
     free(out);
     snprintf(cmd, sizeof cmd, "grep -q mine %s/copy/notes.txt", root);
     assert_int_equal(test_run(cmd, NULL), 0);
+    // issue 28: a LAB_DIR with a space reached make_lab.py as two arguments (a usage line), and one
+    // that is a file ended in a Python traceback
+    snprintf(cmd, sizeof cmd, "mkdir -p '%s/with space' && echo mine > '%s/with space/notes.txt' && "
+             "make --no-print-directory lab-03 LAB_DIR='%s/with space'", root, root, root);
+    rc = test_run(cmd, &out);
+    if (rc == 0 || !strstr(out, "with space exists and is not empty")) fail_msg("LAB_DIR with a space: exit %d\n%s", rc, out);
+    free(out);
+    snprintf(cmd, sizeof cmd, "python3 scripts/make_lab.py 03 %s/copy/notes.txt", root);
+    rc = test_run(cmd, &out);
+    if (rc == 0 || !strstr(out, "notes.txt is a file, not a folder") || strstr(out, "Traceback"))
+        fail_msg("LAB_DIR a file: exit %d\n%s", rc, out);
+    free(out);
+    assert_int_equal(test_remove_dir(root), 0);
+}
+
+// Issue 28, item 8: check_lab waited forever on a student's run that never
+// returned, left mpirun and its ranks spinning and a temporary folder in the
+// copy when it was killed, and named a crash "exit 139". A copy of lab 03
+// with stand-ins for the binaries (a script that sleeps, one that dies of
+// SIGSEGV) and a recorded reference time of 0.3 s: the run is ended after
+// the limit (10 s, the floor over 10 x 0.3 s) with one line naming both
+// times, the crash by its signal's name, and a grader stopped by SIGTERM
+// ends its ranks and removes its folder. Each command is bounded by timeout.
+static void test_check_lab_bounded(void **state) {
+    (void)state;
+    char root[64], cmd[CMD_LEN], sleeper[64], pattern[64], here[1024], *out = NULL;
+    assert_non_null(getcwd(here, sizeof here));
+    assert_int_equal(test_make_dir(root, sizeof root, "lab-bounded"), 0);
+    // this test's own ranks sleep this long; "[s]leep": a pattern that does not match the command line of the
+    // shell that runs pgrep
+    int seconds = 900000 + (int)(getpid() % 100000);
+    snprintf(sleeper, sizeof sleeper, "sleep %d", seconds);
+    snprintf(pattern, sizeof pattern, "[s]leep %d", seconds);
+    snprintf(cmd, sizeof cmd, "cd %s && mkdir -p scripts .lab && cp %s/scripts/check_lab.py scripts/ && "
+             "printf 'zero2 dp_baseline:\\n\\t@true\\n' > Makefile && "
+             "printf '#!/bin/bash\\n%s\\n' > hang && printf '#!/bin/bash\\nkill -SEGV $$\\n' > crash && "
+             "chmod +x hang crash && cp hang dp_baseline && "
+             "echo '{\"lab\":\"03\",\"losses\":[1],\"accum_losses\":[1],\"reference_s\":0.3}' > .lab/expected.json",
+             root, here, sleeper);
+    assert_int_equal(test_run(cmd, NULL), 0);
+    char check[CMD_LEN];
+    snprintf(check, sizeof check, "! pgrep -f '%s' && test -z \"$(ls -d %s/tmp* 2>/dev/null)\"", pattern, root);
+
+    snprintf(cmd, sizeof cmd, "cd %s && cp hang zero2 && timeout 60 python3 scripts/check_lab.py 03", root);
+    int rc = test_run(cmd, &out);
+    if (rc != 1 || !strstr(out, "timed out after 10 s (the reference took 0.3 s") || !strstr(out, "score: 0/"))
+        fail_msg("%s: exit %d (124: it hung)\n%s", cmd, rc, out);
+    free(out);
+    if (test_run(check, NULL) != 0) fail_msg("a timed-out check left its ranks or its folder in %s", root);
+
+    snprintf(cmd, sizeof cmd, "cd %s && cp crash zero2 && timeout 60 python3 scripts/check_lab.py 03", root);
+    rc = test_run(cmd, &out);
+    if (rc != 1 || !strstr(out, "crashed: segmentation fault (SIGSEGV)")) fail_msg("%s: exit %d\n%s", cmd, rc, out);
+    free(out);
+
+    snprintf(cmd, sizeof cmd, "cd %s && cp hang zero2 && (timeout 60 python3 scripts/check_lab.py 03 & g=$!; "
+             "for i in $(seq 100); do pgrep -f '%s' > /dev/null && break; sleep 0.1; done; kill -TERM $g; wait $g)",
+             root, pattern);
+    rc = test_run(cmd, &out);
+    if (rc != 143 || !strstr(out, "stopped by SIGTERM")) fail_msg("%s: exit %d\n%s", cmd, rc, out);
+    free(out);
+    sleep(1);  // the ranks' SIGKILL lands
+    if (test_run(check, NULL) != 0) fail_msg("a grader stopped by SIGTERM left its ranks or its folder in %s", root);
     assert_int_equal(test_remove_dir(root), 0);
 }
 
@@ -83,6 +146,7 @@ int main(void) {
     if (need_paths("test_labs", (const char *const[]){"./zero2", NULL})) return 1;
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_lab_keeps_work),
+        cmocka_unit_test(test_check_lab_bounded),
         cmocka_unit_test(test_labs),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);

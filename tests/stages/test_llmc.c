@@ -332,11 +332,18 @@ static void test_bad_files_refused(void **state) {
     snprintf(cmd, sizeof cmd, "./dp_baseline --init-from %s --steps 1 --quiet", path);
     free(expect_refusal(cmd, "shorter than"));
     free(expect_refusal("./dp_baseline --init-from /nonexistent.bin --steps 1", "no such file"));
+    // issue 28: a FIFO or an endless /dev/stdin hung at start-up (timeout: code that reads them hangs)
+    snprintf(path, sizeof path, "%s/fifo.bin", c->root);
+    snprintf(cmd, sizeof cmd, "rm -f %s && mkfifo %s && timeout 60 ./dp_baseline --init-from %s --steps 1", path,
+             path, path);
+    free(expect_refusal(cmd, "fifo.bin is a FIFO, not a regular file"));
+    free(expect_refusal("timeout 60 ./dp_baseline --init-from /dev/stdin --steps 1 < /dev/zero",
+                        "--init-from /dev/stdin is a character device, not a regular file"));
     snprintf(path, sizeof path, "%s/truncated.bin", c->root);
     snprintf(cmd, sizeof cmd, "./dp_baseline --init-from %s --model small --steps 1", path);
     free(expect_refusal(cmd, "leave out --model"));
     free(expect_refusal("mpirun -np 2 ./zero2 --model tiny --steps 1 --export-llmc /nonexistent/x.bin",
-                        "cannot write there"));
+                        "the folder /nonexistent does not exist"));
 }
 
 static int group_setup(void **state) {

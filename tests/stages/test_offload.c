@@ -96,6 +96,24 @@ static void test_dpu_long_warmup_is_plain(void **state) {
     free(plain);
 }
 
+// Issue 28: --dpu with --steps <= --dpu-warmup never delayed a step, and
+// --host-threads far above the cores slowed the host optimizer 80x, both
+// without a word. Each says so in a note.
+static void test_settings_that_do_nothing_noted(void **state) {
+    (void)state;
+    const char *cases[][2] = {
+        {"./cpu_offload --model tiny --steps 2 --dpu --dpu-warmup 5",
+         "note: --dpu with --steps 2 <= --dpu-warmup 5: every step is a warm-up step"},
+        {"./cpu_offload --model tiny --steps 1 --host-threads 1024", "note: --host-threads 1024 is more than the"},
+    };
+    for (int i = 0; i < 2; i++) {
+        char *out = NULL;
+        int rc = test_run(cases[i][0], &out);
+        if (rc != 0 || !strstr(out, cases[i][1])) fail_msg("%s: exit %d, no '%s':\n%s", cases[i][0], rc, cases[i][1], out);
+        free(out);
+    }
+}
+
 static void test_dpu_resume_exact(void **state) {
     Ctx *c = *state;
     char flags[512];
@@ -186,6 +204,7 @@ int main(void) {
         cmocka_unit_test(test_equals_zero2),
         cmocka_unit_test(test_dpu_equals_serial_reference),
         cmocka_unit_test(test_dpu_long_warmup_is_plain),
+        cmocka_unit_test(test_settings_that_do_nothing_noted),
         cmocka_unit_test(test_dpu_resume_exact),
         cmocka_unit_test(test_bytes_equal_formulas),
         cmocka_unit_test(test_refusals),

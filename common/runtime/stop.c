@@ -1,0 +1,124 @@
+// stop.c: files removed and one line printed however a run stops (see
+// stop.h). A signal handler can reach only what is static, so this file
+// keeps the one piece of global state of the runtime: what to remove and
+// what to say. The handler calls only async-signal-safe functions (unlink,
+// rmdir, write, sigaction, raise) and formats its numbers itself.
+#include "stop.h"
+#include <errno.h>
+#include <signal.h>
+#include <stdio.h>
+#include <string.h>
+#include <unistd.h>
+
+#define PATH_BYTES 4096
+#define NOTE_BYTES (PATH_BYTES + 64)
+
+extern char *program_invocation_short_name;
+
+typedef struct Tracked {
+    char path[PATH_BYTES];
+    int is_folder;
+    volatile sig_atomic_t used;  // set last, cleared first: the handler sees whole entries
+} Tracked;
+
+static struct {
+    Tracked tracked[STOP_MAX_PATHS];
+    volatile long step;
+    // two copies of the checkpoint's words, so that one is whole while the other is written
+    char checkpoint[2][NOTE_BYTES];
+    volatile sig_atomic_t current;  // -1: no checkpoint yet
+    int rank;
+} g_stop = {.current = -1};
+
+void stop_track(const char *path, int is_folder) {
+    for (int i = 0; i < STOP_MAX_PATHS; i++) {
+        Tracked *e = &g_stop.tracked[i];
+        if (e->used) continue;
+        snprintf(e->path, sizeof e->path, "%s", path);
+        e->is_folder = is_folder;
+        e->used = 1;
+        return;
+    }
+    // full: the file is still removed by the code that made it, when it gets there
+}
+
+void stop_forget(const char *path) {
+    for (int i = 0; i < STOP_MAX_PATHS; i++)
+        if (g_stop.tracked[i].used && strcmp(g_stop.tracked[i].path, path) == 0) g_stop.tracked[i].used = 0;
+}
+
+void stop_remove_files(void) {
+    for (int pass = 0; pass < 2; pass++)  // files, then the folders they were in
+        for (int i = 0; i < STOP_MAX_PATHS; i++) {
+            Tracked *e = &g_stop.tracked[i];
+            if (!e->used || e->is_folder != pass) continue;
+            int rc = pass ? rmdir(e->path) : unlink(e->path);
+            if (rc == 0 || errno == ENOENT) e->used = 0;
+        }
+}
+
+void stop_note_step(long step) { g_stop.step = step; }
+
+void stop_note_checkpoint(const char *dir, long step) {
+    int next = g_stop.current == 0 ? 1 : 0;
+    snprintf(g_stop.checkpoint[next], NOTE_BYTES, "resume with --resume %s (step %ld)", dir, step);
+    g_stop.current = next;
+}
+
+// ---- the signal's line, built without stdio ----
+
+typedef struct Line {
+    char text[2 * NOTE_BYTES];
+    size_t len;
+} Line;
+
+static void put(Line *l, const char *s) {
+    while (*s && l->len + 1 < sizeof l->text) l->text[l->len++] = *s++;
+}
+
+static void put_long(Line *l, long v) {
+    char digits[24];
+    int n = 0;
+    unsigned long u = v < 0 ? 0UL - (unsigned long)v : (unsigned long)v;
+    do digits[n++] = (char)('0' + u % 10);
+    while ((u /= 10) && n < (int)sizeof digits);
+    if (v < 0) put(l, "-");
+    while (n > 0 && l->len + 1 < sizeof l->text) l->text[l->len++] = digits[--n];
+}
+
+static void on_stop_signal(int sig) {
+    int saved = errno;
+    stop_remove_files();
+    if (g_stop.rank == 0) {
+        static Line l;  // static: the handler's stack may be small
+        l.len = 0;
+        put(&l, program_invocation_short_name);
+        put(&l, sig == SIGINT ? ": stopped by SIGINT after step " : ": stopped by SIGTERM after step ");
+        put_long(&l, g_stop.step);
+        put(&l, "; ");
+        int c = g_stop.current;
+        put(&l, c >= 0 ? g_stop.checkpoint[c] : "no checkpoint to resume from (--save DIR keeps one)");
+        for (int i = 0; i < STOP_MAX_PATHS; i++)
+            if (g_stop.tracked[i].used) {
+                put(&l, "; left behind: ");
+                put(&l, g_stop.tracked[i].path);
+            }
+        put(&l, "\n");
+        ssize_t w = write(STDERR_FILENO, l.text, l.len);
+        (void)w;
+    }
+    errno = saved;
+    struct sigaction dfl = {.sa_handler = SIG_DFL};
+    sigaction(sig, &dfl, NULL);
+    raise(sig);  // ends the process as the signal would have
+}
+
+void stop_catch_signals(int rank) {
+    g_stop.rank = rank;
+    struct sigaction on = {.sa_handler = on_stop_signal};
+    sigemptyset(&on.sa_mask);
+    sigaddset(&on.sa_mask, SIGTERM);
+    sigaddset(&on.sa_mask, SIGINT);
+    sigaction(SIGTERM, &on, NULL);
+    sigaction(SIGINT, &on, NULL);
+}

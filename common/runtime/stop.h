@@ -1,0 +1,27 @@
+// stop.h: how a run ends when it does not finish. The files it made for
+// itself (the swap files of the NVMe tier and their folders, the temporary
+// file of a write in progress) are removed on every exit path the process
+// controls: an error (exit_all, fail_rank, fail_at call stop_remove_files),
+// and SIGTERM or SIGINT, after which rank 0 prints one line with the step
+// reached and the checkpoint to resume from. Only SIGKILL leaves them.
+#pragma once
+
+#define STOP_MAX_PATHS 32
+
+// Removed however the run ends, until stop_forget (folders with rmdir, so
+// only when empty; the latest added goes first). Paths up to 4095 bytes.
+void stop_track(const char *path, int is_folder);
+void stop_forget(const char *path);
+// Removes what is tracked (async-signal-safe; a failure leaves the entry,
+// named by the signal line).
+void stop_remove_files(void);
+
+// What the signal line says: steps completed, and the newest complete
+// checkpoint (saved by this run, or the one it resumed from).
+void stop_note_step(long step);
+void stop_note_checkpoint(const char *dir, long step);
+
+// Catches SIGTERM and SIGINT: removes the tracked files, rank 0 prints
+// "PROG: stopped by SIGTERM after step N; resume with --resume DIR (step M)"
+// (or that no checkpoint was saved), and the process ends by the signal.
+void stop_catch_signals(int rank);
