@@ -70,13 +70,13 @@ have_netem() {
 }
 
 # A NIC's egress: tbf at the link rate; with a delay or loss, netem first
-# and tbf below it. tbf's bucket holds 1 ms at the rate (at least 64 KB,
-# a GSO packet on a veth), so its rate holds over a millisecond.
+# and tbf below it. tbf's bucket holds 1 ms at the rate (at least 3 full
+# frames), so a message longer than that leaves at the rate, as from a real
+# NIC. Its queue holds 200 ms at the rate (at least 4 MB): a sending host's
+# own queue should push back on TCP, not drop what it sends.
 shape() {
     local ns=$1 dev=$2 rate=$3 delay=$4 loss=$5
-    local burst
-    burst=$(tc_rate_bytes_per_ms "$rate")
-    local tbf=(tbf rate "$rate" burst "$burst" latency 50ms)
+    local tbf=(tbf rate "$rate" burst "$(rate_bytes "$rate" 0.001 4542)" limit "$(rate_bytes "$rate" 0.2 4194304)")
     if [ -n "$delay$loss" ]; then
         local netem=(netem limit 100000)
         [ -n "$delay" ] && netem+=(delay "$delay")
@@ -88,12 +88,12 @@ shape() {
     fi
 }
 
-# bytes a rate moves in 1 ms, at least 65536
-tc_rate_bytes_per_ms() {
-    awk -v r="$1" 'BEGIN {
+# rate_bytes RATE SECONDS MIN: the bytes RATE (tc's units) moves in SECONDS, at least MIN
+rate_bytes() {
+    awk -v r="$1" -v s="$2" -v least="$3" 'BEGIN {
         n = r + 0; u = substr(r, length(n "") + 1)
         m = (u == "kbit") ? 1e3 : (u == "mbit") ? 1e6 : (u == "gbit") ? 1e9 : (u == "tbit") ? 1e12 : 1
-        b = int(n * m / 8 / 1000); if (b < 65536) b = 65536; print b }'
+        b = int(n * m / 8 * s); if (b < least) b = least; print b }'
 }
 
 cmd_down() {
