@@ -105,7 +105,8 @@ static void parse(Probe *p, int argc, char **argv) {
         else if (strcmp(argv[i], "--reps") == 0) p->reps = atoi(argv[i + 1]);
         else if (strcmp(argv[i], "--link-gbit") == 0) p->link_gbit = atof(argv[i + 1]);
         else {
-            if (p->rank == 0) fprintf(stderr, "net_probe: error: unknown option %s (--max-mb, --reps, --link-gbit)\n", argv[i]);
+            if (p->rank == 0)
+                fprintf(stderr, "net_probe: error: unknown option %s (--max-mb, --reps, --link-gbit)\n", argv[i]);
             MPI_Abort(MPI_COMM_WORLD, 2);
         }
     }

@@ -102,7 +102,8 @@ static void test_ranks_on_two_hosts(void **state) {
         on0 += strcmp(line, "node0") == 0;
         on1 += strcmp(line, "node1") == 0;
     }
-    if (on0 != 2 || on1 != 2) fail_msg("expected 2 ranks on node0 and 2 on node1; mpirun -np 4 hostname said:\n%s", out);
+    if (on0 != 2 || on1 != 2)
+        fail_msg("expected 2 ranks on node0 and 2 on node1; mpirun -np 4 hostname said:\n%s", out);
     free(out);
 }
 
@@ -170,7 +171,8 @@ static void test_down_leaves_nothing(void **state) {
     free(out);
     c->up = 0;
     snprintf(c->why_skip, sizeof c->why_skip, "the cluster was taken down");
-    int rc = test_run("ip netns list | grep '^zw-'; ls -d /etc/netns/zw-* \"${ZW_CLUSTER_DIR:-/tmp/zw-cluster}\" 2>/dev/null; "
+    int rc = test_run("ip netns list | grep '^zw-'; "
+                      "ls -d /etc/netns/zw-* \"${ZW_CLUSTER_DIR:-/tmp/zw-cluster}\" 2>/dev/null; "
                       "ip link show | grep -E 'port[0-9]+@|zw-'; true", &out);
     assert_int_equal(rc, 0);
     if (out[0]) fail_msg("after down, still there:\n%s", out);
