@@ -4,9 +4,12 @@
 //   point to point: ping-pong between rank 0 and the first rank on another
 //     host (MPI_Get_processor_name); time = round trip / 2,
 //     algbw = busbw = S / time.
-//   all-reduce: MPI_Allreduce of S bytes of fp32 over every rank;
-//     algbw = S / time, busbw = algbw x 2(n-1)/n (the bytes each rank's link
-//     carries in a ring, so busbw is comparable with the link's rate).
+//   collectives of S bytes of fp32 in all over every rank, as the trainers
+//     call them: all-reduce (dp_baseline), blocking reduce-scatter and
+//     all-gather (zero1), nonblocking ones (zero2, zero3); algbw = S / time,
+//     busbw = algbw x 2(n-1)/n for the all-reduce, x (n-1)/n for the others
+//     (the bytes each rank's link carries in a ring, so busbw is comparable
+//     with the link's rate, and shows how far an algorithm is from a ring).
 // Each size: the median of REPS timed repetitions after one warm-up.
 //
 // usage: mpirun -np N net_probe [--max-mb M] [--reps R] [--link-gbit G]
@@ -74,14 +77,48 @@ static double ping_pong_s(Probe *p, size_t bytes) {
     return median(t, p->reps);
 }
 
-// Median seconds of an MPI_Allreduce of `bytes` of fp32 over every rank (the
-// slowest rank's time each repetition).
-static double all_reduce_s(Probe *p, size_t bytes) {
+// The collectives probed, called as the trainers call them (common/comm):
+// dp_baseline's all-reduce, zero1's blocking reduce-scatter and all-gather,
+// zero2's and zero3's nonblocking ones (started, then waited for).
+typedef enum { ALL_REDUCE, REDUCE_SCATTER, ALL_GATHER, IREDUCE_SCATTER, IALL_GATHER, NKINDS } Kind;
+static const char *const KIND_NAME[NKINDS] = {"all_reduce", "reduce_scatter", "all_gather", "ireduce_scatter",
+                                              "iall_gather"};
+
+// One call of `kind` on S = `bytes` in all (fp32): an all-reduce of S, a
+// reduce-scatter of S into S/n per rank, an all-gather of S/n per rank into S.
+static void call(Probe *p, Kind kind, size_t bytes) {
+    int n = p->ranks, part = (int)(bytes / sizeof(float) / (size_t)n);
+    int counts[n], displs[n];
+    for (int q = 0; q < n; q++) counts[q] = part, displs[q] = q * part;
+    MPI_Request req = MPI_REQUEST_NULL;
+    switch (kind) {
+    case ALL_REDUCE: MPI_Allreduce(p->buf, p->recv, part * n, MPI_FLOAT, MPI_SUM, MPI_COMM_WORLD); break;
+    case REDUCE_SCATTER: MPI_Reduce_scatter(p->buf, p->recv, counts, MPI_FLOAT, MPI_SUM, MPI_COMM_WORLD); break;
+    case ALL_GATHER:
+        MPI_Allgatherv(MPI_IN_PLACE, 0, MPI_DATATYPE_NULL, p->recv, counts, displs, MPI_FLOAT, MPI_COMM_WORLD);
+        break;
+    case IREDUCE_SCATTER:
+        MPI_Ireduce_scatter(p->buf, p->recv, counts, MPI_FLOAT, MPI_SUM, MPI_COMM_WORLD, &req);
+        break;
+    case IALL_GATHER:
+        MPI_Iallgatherv(MPI_IN_PLACE, 0, MPI_DATATYPE_NULL, p->recv, counts, displs, MPI_FLOAT, MPI_COMM_WORLD, &req);
+        break;
+    default: break;
+    }
+    MPI_Wait(&req, MPI_STATUS_IGNORE);
+}
+
+// nccl-tests' bus factor: what each rank's link carries in a ring, over S.
+static double bus_factor(Kind kind, int n) { return kind == ALL_REDUCE ? 2.0 * (n - 1) / n : (double)(n - 1) / n; }
+
+// Median seconds of `kind` on `bytes` over every rank (the slowest rank's
+// time each repetition).
+static double collective_s(Probe *p, Kind kind, size_t bytes) {
     double t[p->reps];
     for (int r = -1; r < p->reps; r++) {
         MPI_Barrier(MPI_COMM_WORLD);
         double t0 = MPI_Wtime();
-        MPI_Allreduce(p->buf, p->recv, (int)(bytes / sizeof(float)), MPI_FLOAT, MPI_SUM, MPI_COMM_WORLD);
+        call(p, kind, bytes);
         double mine = MPI_Wtime() - t0, slowest;
         MPI_Allreduce(&mine, &slowest, 1, MPI_DOUBLE, MPI_MAX, MPI_COMM_WORLD);
         if (r >= 0) t[r] = slowest;
@@ -134,16 +171,21 @@ int main(int argc, char **argv) {
         printf("{\"ranks\": %d, \"hosts\": %d, \"peer_rank\": %d, \"reps\": %d", p.ranks, p.hosts, p.peer, p.reps);
         if (p.link_gbit > 0) printf(", \"link_GBps\": %.6f", p.link_gbit / 8);
         printf(",\n \"definitions\": \"nccl-tests: algbw = S/t; point to point busbw = algbw, t = round trip/2; "
-               "all-reduce busbw = algbw x 2(n-1)/n\",\n \"p2p\": [\n");
+               "all-reduce busbw = algbw x 2(n-1)/n, reduce-scatter and all-gather x (n-1)/n; S in all\",\n"
+               " \"p2p\": [\n");
     }
     for (int i = 0; i < nsizes && p.ranks > 1; i++) {
         double s = ping_pong_s(&p, sizes[i]);
         if (p.rank == 0) print_row(&p, sizes[i], s, 1.0, i == nsizes - 1);
     }
-    if (p.rank == 0) printf(" ],\n \"all_reduce\": [\n");
-    for (int i = 0; i < nsizes; i++) {
-        double s = all_reduce_s(&p, sizes[i]);
-        if (p.rank == 0) print_row(&p, sizes[i], s, 2.0 * (p.ranks - 1) / p.ranks, i == nsizes - 1);
+    for (int k = 0; k < NKINDS; k++) {
+        if (p.rank == 0) printf(" ],\n \"%s\": [\n", KIND_NAME[k]);
+        for (int i = 0; i < nsizes; i++) {
+            // a size the ranks split evenly (the probe's sizes are powers of 4 KB)
+            size_t bytes = sizes[i] / ((size_t)p.ranks * sizeof(float)) * p.ranks * sizeof(float);
+            double s = collective_s(&p, (Kind)k, bytes);
+            if (p.rank == 0) print_row(&p, bytes, s, bus_factor((Kind)k, p.ranks), i == nsizes - 1);
+        }
     }
     if (p.rank == 0) printf(" ]}\n");
     free(p.buf);
