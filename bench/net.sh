@@ -12,8 +12,8 @@
 #     calibration) and a link: its configured rate (the ring formulas as
 #     they stand), and the busbw the probe measured for the collectives the
 #     stage calls at about their sizes (the ring formulas on the bandwidth
-#     Open MPI's algorithms reach); latency: the probe's smallest message
-#     less its bytes at the rate. Each with the command that printed it.
+#     Open MPI's algorithms reach); latency: the probe's 8-byte ping-pong.
+#     Each with the command that printed it.
 # One JSON object on stdout; where the cluster cannot be made (not root, no
 # namespaces, one already up) {"skipped": why}.
 set -euo pipefail
@@ -72,8 +72,7 @@ result = {"what": "2 emulated hosts x 2 ranks (scripts/cluster.sh), links shaped
 for rate in rates:
     probe = json.loads((out / f"probe_{rate}.json").read_text())
     link_bps = probe["link_GBps"] * 8e9
-    small = probe["p2p"][0]
-    latency_us = max(0.0, small["time_us"] - small["bytes"] * 8 / link_bps * 1e6)
+    latency_us = probe["latency_us"]
     fig = {"link_GBps": probe["link_GBps"],
            "p2p_busbw_GBps": probe["p2p"][-1]["busbw_GBps"], "p2p_bytes": probe["p2p"][-1]["bytes"],
            "latency_us": latency_us,

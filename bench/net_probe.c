@@ -3,7 +3,7 @@
 // what MPI gets from it.
 //   point to point: ping-pong between rank 0 and the first rank on another
 //     host (MPI_Get_processor_name); time = round trip / 2,
-//     algbw = busbw = S / time.
+//     algbw = busbw = S / time; the latency: the time of an 8-byte message.
 //   collectives of S bytes of fp32 in all over every rank, as the trainers
 //     call them: all-reduce (dp_baseline), blocking reduce-scatter and
 //     all-gather (zero1), nonblocking ones (zero2, zero3); algbw = S / time,
@@ -170,6 +170,10 @@ int main(int argc, char **argv) {
     if (p.rank == 0) {
         printf("{\"ranks\": %d, \"hosts\": %d, \"peer_rank\": %d, \"reps\": %d", p.ranks, p.hosts, p.peer, p.reps);
         if (p.link_gbit > 0) printf(", \"link_GBps\": %.6f", p.link_gbit / 8);
+    }
+    double latency_s = p.ranks > 1 ? ping_pong_s(&p, 8) : 0;
+    if (p.rank == 0) {
+        printf(", \"latency_us\": %.2f", latency_s * 1e6);
         printf(",\n \"definitions\": \"nccl-tests: algbw = S/t; point to point busbw = algbw, t = round trip/2; "
                "all-reduce busbw = algbw x 2(n-1)/n, reduce-scatter and all-gather x (n-1)/n; S in all\",\n"
                " \"p2p\": [\n");
