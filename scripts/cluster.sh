@@ -44,7 +44,10 @@ node_ns() { echo "$PREFIX-node$1"; }
 our_namespaces() { ip netns list 2>/dev/null | awk '{print $1}' | grep -E "^$PREFIX-(node[0-9]+|switch)$" || true; }
 
 # tc rate/time syntax, so a typo is one line here and not tc's
-check_rate() { [[ $1 =~ ^[0-9]+(\.[0-9]+)?(bit|kbit|mbit|gbit|tbit)$ ]] || die "--link $1: give a rate in tc's units, e.g. 1gbit or 100mbit"; }
+check_rate() {
+    [[ $1 =~ ^[0-9]+(\.[0-9]+)?(bit|kbit|mbit|gbit|tbit)$ ]] && awk -v r="$1" 'BEGIN{exit !(r + 0 > 0)}' ||
+        die "--link $1: give a rate above 0 in tc's units, e.g. 1gbit or 100mbit"
+}
 check_time() { [[ $1 =~ ^[0-9]+(\.[0-9]+)?(us|ms|s)$ ]] || die "--delay $1: give a time with its unit, e.g. 100us or 1ms"; }
 check_loss() { [[ $1 =~ ^[0-9]+(\.[0-9]+)?%?$ ]] && awk -v p="${1%\%}" 'BEGIN{exit !(p < 100)}' || die "--loss $1: give a percentage below 100, e.g. 0.1"; }
 
@@ -123,13 +126,15 @@ cmd_up() {
     done
     [ -z "$(our_namespaces)" ] || die "a cluster is already up ($(our_namespaces | grep -c node) hosts; cluster.sh down removes it)"
     check_machine
-    # from here a failure takes down whatever was made
-    trap 'echo "cluster: error: up failed; removing what it made" >&2; cmd_down' ERR
+    # from here a failure (set -e), or an interruption, takes down whatever was made
+    trap 'echo "cluster: error: up failed; removing what it made" >&2; cmd_down' EXIT
+    trap 'exit 130' INT
+    trap 'exit 143' TERM
     ip netns add "$SWITCH"
     ip -n "$SWITCH" link add br0 type bridge
     ip -n "$SWITCH" link set br0 up
     if [ -n "$delay$loss" ] && ! have_netem; then
-        trap - ERR
+        trap - EXIT
         cmd_down
         die "--delay and --loss need the kernel's netem qdisc (sch_netem), which this kernel lacks; shape the rate alone (--link)" 3
     fi
@@ -155,7 +160,7 @@ cmd_up() {
     done
     write_agent
     printf 'hosts=%s\nlink=%s\ndelay=%s\nloss=%s\nslots=%s\n' "$n" "$rate" "${delay:-0}" "${loss:-0}" "$slots" > "$STATE/settings"
-    trap - ERR
+    trap - EXIT INT TERM
     say "$n hosts up (node0..node$((n - 1)), $SUBNET.1-$SUBNET.$n), links $rate${delay:+, delay $delay}${loss:+, loss $loss%}; hostfile $STATE/hostfile"
 }
 
