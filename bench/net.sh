@@ -8,8 +8,8 @@
 #     interleaved rounds (NET_ROUNDS, default 2): the step and the time in
 #     communication; zero3's over zero2's, which the bytes put at 1.5;
 #   - memory_math's planner beside them: the step predicted from a rank's
-#     compute rate (a one-host dp_baseline run's compute time, the
-#     calibration) and a link: its configured rate (the ring formulas as
+#     compute rate (one-host dp_baseline runs' compute time, one in each
+#     round, the calibration) and a link: its configured rate (the ring formulas as
 #     they stand), and the busbw the probe measured for the collectives the
 #     stage calls at about their sizes (the ring formulas on the bandwidth
 #     Open MPI's algorithms reach); latency: the probe's 8-byte ping-pong.
@@ -33,8 +33,6 @@ skip() { python3 -c 'import json,sys; print(json.dumps({"skipped": sys.argv[1]})
 if ! status=$(scripts/cluster.sh status) || [[ $status != *"no cluster is up"* ]]; then
     skip "a cluster is already up on this machine (scripts/cluster.sh status); left alone"
 fi
-# the calibration: a rank's compute rate, from one-host runs
-for r in 1 2; do mpirun -np 4 ./dp_baseline "${run_flags[@]}" --json "$out/calibration.json" >&2; done
 trap 'scripts/cluster.sh down >&2' EXIT
 for rate in $rates; do
     if ! why=$(scripts/cluster.sh up 2 --link "$rate" --slots 2 2>&1); then
@@ -47,6 +45,9 @@ for rate in $rates; do
     scripts/cluster.sh run -- mpirun -np 4 build/bench/net_probe --max-mb 1.1 --reps 5 --link-gbit "$gbit" \
         > "$out/probe_$rate.json"
     for r in $(seq "$rounds"); do
+        # the calibration, a rank's compute rate, from a one-host run in every
+        # round: on a shared machine it sees the load the rounds see
+        mpirun -np 4 ./dp_baseline "${run_flags[@]}" --json "$out/calibration.json" >&2
         for s in "${stages[@]}"; do
             scripts/cluster.sh run -- mpirun -np 4 ./$s "${run_flags[@]}" --json "$out/${s}_$rate.json" >&2
         done
