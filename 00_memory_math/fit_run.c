@@ -25,8 +25,7 @@ static const Col run_cols[] = {
     {"fits", "fits", 5, NULL},
 };
 
-static RunDeviceBytes stage_run(int i, const Inputs *in, int threads, const char **name) {
-    StageId formula = measured_stage(i);
+static RunDeviceBytes stage_run(StageId formula, const Inputs *in, int threads, const char **name) {
     const GPTLayout *l = &in->layout;
     const GPTConfig *c = &l->cfg;
     Partition part;
@@ -55,6 +54,11 @@ static RunDeviceBytes tp_run(const Inputs *in, int threads) {
                             (double)part.shard * sizeof(bf16), 0);
 }
 
+double run_total_bytes(StageId s, const Inputs *in) {
+    const char *name;
+    return stage_run(s, in, device_cpu_threads(in->ranks), &name).total;
+}
+
 void section_fit_run(Printer *p, const Inputs *in) {
     double budget = in->hbm_gb * GB;
     // the attention scratch is per thread: the trainers' default when all N
@@ -74,7 +78,7 @@ void section_fit_run(Printer *p, const Inputs *in) {
     char fits[400] = "", refused[400] = "";
     for (int i = 0; i < measured_stage_count(); i++) {
         const char *name;
-        RunDeviceBytes r = stage_run(i, in, threads, &name);
+        RunDeviceBytes r = stage_run(measured_stage(i), in, threads, &name);
         int ok = r.total <= budget;
         Cell row[6] = {cell_str(name), cell_num(r.states / GB), cell_num((r.activations + r.workspace) / GB),
                        cell_num((r.stage_buffers + r.kernel_scratch) / GB), cell_num(r.total / GB),

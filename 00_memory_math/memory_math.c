@@ -18,6 +18,7 @@ static const char *usage =
     "usage: memory_math [--params 7.5B | --model NAME] [--ranks N] [--batch B --seq-len T]\n"
     "                   [--recompute none|selective|full [--offload-activations]]\n"
     "                   [--tp T [--sequence-parallel] [--partition-activations]] [--hbm-gb GB]\n"
+    "                   [--link-gbps G --gflops F [--latency-us US]]\n"
     "                   [--measure] [--json] [--deepspeed-config FILE]\n"
     "\n"
     "Per-rank memory of the ZeRO stages, computed from the formulas: model states\n"
@@ -27,19 +28,22 @@ static const char *usage =
     "states with the trainers' allocator and compares the bytes with the formula.\n"
     "Without --params or --model: the ZeRO paper's example, Ψ = 7.5B on N = 64.\n"
     "--deepspeed-config FILE takes the stage and batch from DeepSpeed's ds_config.json\n"
-    "and answers what it costs per rank, by tier, and whether it fits --hbm-gb.";
+    "and answers what it costs per rank, by tier, and whether it fits --hbm-gb.\n"
+    "--link-gbps and --gflops (with --model) predict each stage's step time from the\n"
+    "ring formulas, and name the fastest stage (that fits --hbm-gb).";
 
 typedef struct Flags {
     double params, hbm_gb;
     const char *model, *deepspeed_config, *recompute;
     int ranks, batch, seq_len, grad_accum, global_batch, measure, json, offload_activations;
     int tp, sequence_parallel, partition_activations;
+    double link_gbps, latency_us, gflops;
 } Flags;
 
 enum {
     F_PARAMS, F_MODEL, F_RANKS, F_BATCH, F_SEQ_LEN, F_GRAD_ACCUM, F_GLOBAL_BATCH, F_HBM_GB, F_MEASURE, F_JSON,
     F_DEEPSPEED_CONFIG, F_RECOMPUTE, F_OFFLOAD_ACTIVATIONS, F_TP, F_SEQUENCE_PARALLEL, F_PARTITION_ACTIVATIONS,
-    F_COUNT
+    F_LINK_GBPS, F_LATENCY_US, F_GFLOPS, F_COUNT
 };
 
 // infinity's bf16 params follow offload_param.device (a flag of infinity's,
@@ -108,6 +112,13 @@ static void parse_flags(int argc, char **argv, Flags *f, FlagSpec *specs, Inputs
         [F_PARTITION_ACTIVATIONS] = {.name = "partition-activations", .type = FLAG_BOOL,
                                      .dst = &f->partition_activations,
                                      .help = "with --tp > 1 and --recompute full: 1/T of each saved input per tp rank"},
+        [F_LINK_GBPS] = {.name = "link-gbps", .type = FLAG_DOUBLE, .dst = &f->link_gbps, .meta = "G",
+                         .help = "the planner: each host's link, Gbit/s each way (0 = no planner)", .min = 0,
+                         .max = 1e6},
+        [F_LATENCY_US] = {.name = "latency-us", .type = FLAG_DOUBLE, .dst = &f->latency_us, .meta = "US",
+                          .help = "the planner: one-way latency of a message between hosts", .min = 0, .max = 1e6},
+        [F_GFLOPS] = {.name = "gflops", .type = FLAG_DOUBLE, .dst = &f->gflops, .meta = "F",
+                      .help = "the planner: compute rate of one rank, GFLOP/s (measured)", .min = 0, .max = 1e9},
     };
     memcpy(specs, table, sizeof table);
     apply_config(argc, argv, specs, in);
@@ -224,6 +235,14 @@ static void check_shapes(Flags *f, Inputs *in) {
         if (f->seq_len == 0) in->seq_len = context;
     }
     check_tp(f, in);
+    in->link_gbps = f->link_gbps;
+    in->latency_us = f->latency_us;
+    in->gflops = f->gflops;
+    if ((f->link_gbps > 0) != (f->gflops > 0))
+        fail_usage("the planner needs both --link-gbps (the link) and --gflops (a rank's compute rate)");
+    if (f->link_gbps > 0 && !in->have_model)
+        fail_usage("--link-gbps and --gflops predict a step of a model: add --model NAME (e.g. --model small)");
+    if (f->link_gbps > 0 && f->measure) fail_usage("--measure and the planner (--link-gbps) are separate runs: drop one");
 }
 
 int main(int argc, char **argv) {
@@ -260,6 +279,7 @@ int main(int argc, char **argv) {
         if (in.have_model) section_activations(&p, &in);
         if (in.hbm_gb > 0) section_fit(&p, &in);
         if (in.hbm_gb > 0 && in.have_model) section_fit_run(&p, &in);
+        if (in.link_gbps > 0) section_step_time(&p, &in);
         if (in.settings.config_path[0]) section_config(&p, &in);
     }
     printer_end(&p);

@@ -22,6 +22,9 @@ typedef struct Inputs {
     // --sequence-parallel and --partition-activations; tp_layout is rank 0's part
     int tp, sequence_parallel, partition_activations;
     GPTLayout tp_layout;
+    // the planner: a link (Gbit/s each way per host, one-way latency) and the
+    // compute rate of one rank (0: no planner)
+    double link_gbps, latency_us, gflops;
     int measure, json;
     int world, rank;          // MPI world
     int local_rank, local_size;
@@ -57,3 +60,8 @@ const GPTLayout *act_layout(const Inputs *in);
 // needs on the device (run_device_bytes, as the trainers' budget check
 // counts it) and whether it fits in --hbm-gb.
 void section_fit_run(Printer *p, const Inputs *in);
+// The device bytes a stage's run needs with these inputs (the same count).
+double run_total_bytes(StageId s, const Inputs *in);
+// step_time.c: with a link and a compute rate, the step time of each stage
+// predicted from the ring formulas, and the fastest that fits.
+void section_step_time(Printer *p, const Inputs *in);

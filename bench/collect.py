@@ -46,7 +46,7 @@ def main():
             log = (out / f"{name}.log").read_text().splitlines() if (out / f"{name}.log").exists() else []
             sections[name] = {"failed": True, "exit": int(rest[0]) if rest else None, "_seconds": int(secs),
                               "log_tail": log[-15:]}
-    settings = {k: v for k, v in os.environ.items() if k.startswith(("BENCH_", "AIO_", "OMP_"))}
+    settings = {k: v for k, v in os.environ.items() if k.startswith(("BENCH_", "AIO_", "OMP_", "NET_"))}
     result = {
         "schema": 1,
         "started": started,

@@ -26,6 +26,15 @@
 #             machine): every (tp, pp) grid against dp_baseline at the same
 #             ranks and global batch, memory per stage, the pipeline bubble
 #             for m = 1, 2, 4, 8 beside (P-1)/(m+P-1) (bench/3d.sh)
+#   net       on the emulated cluster (scripts/cluster.sh: 2 hosts, 2 ranks
+#             each, root needed, else skipped saying why) at 10 and 200
+#             Mbit/s links (NET_RATES): point-to-point and all-reduce
+#             algbw/busbw against the link's rate (bench/net_probe.c,
+#             nccl-tests' definitions), and zero2 against zero3 in
+#             interleaved rounds (NET_ROUNDS, default 2): their time in
+#             communication beside the bytes' ratio 1.5; dp_baseline and
+#             zero1 too, each step beside memory_math's prediction
+#             (bench/net.sh)
 #   cuda      where a GPU is usable (bench/cuda.sh), and 3d on the GPU
 # The machine is shared and noisy: timed figures are medians of interleaved
 # rounds and carry their spread (NAME_min, NAME_max).
@@ -73,6 +82,9 @@ section aio env AIO_BLOCKS_KB="${AIO_BLOCKS_KB:-128 1024 8192}" AIO_DEPTHS="${AI
     bash bench/aio.sh "${AIO_DIR:-build/bench/aio-files}"
 section infinity bash bench/infinity.sh "${AIO_DIR:-build/bench/aio-files}"
 section 3d bash bench/3d.sh "$out/3d" cpu
+section net env NET_RATES="${NET_RATES:-10mbit 200mbit}" bash bench/net.sh
+# the planner's predicted step beside the measured one, with its command
+[ -f "$out/net.log" ] && sed -n '/^[0-9.]*[kmgt]*bit: \.\/memory_math/,/^  zero3 /p' "$out/net.log"
 if [[ " ${BENCH_ONLY:-cuda} " == *" cuda "* ]] && ./dp_baseline --device cuda --model tiny --steps 1 --quiet > /dev/null 2>&1; then
     section cuda bash bench/cuda.sh
     section 3d_cuda bash bench/3d.sh "$out/3d" cuda

@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Installs the Debian packages zero-workbench needs, where they are missing.
 set -euo pipefail
-pkgs=(libopenmpi-dev openmpi-bin libopenblas-dev libaio-dev libcmocka-dev libjansson-dev libboost-context-dev gnuplot-nox make gcc g++ procps)
+pkgs=(libopenmpi-dev openmpi-bin libopenblas-dev libaio-dev libcmocka-dev libjansson-dev libboost-context-dev gnuplot-nox make gcc g++ procps iproute2 util-linux)
 # `install-deps.sh fuzz`: what make fuzz needs besides (clang, its libFuzzer
 # and sanitizer runtimes, its OpenMP)
 if [ "${1:-}" = fuzz ]; then pkgs=(clang libclang-rt-dev libomp-dev); fi

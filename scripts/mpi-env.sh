@@ -3,8 +3,11 @@
 # failing run shows only the program's own error line.
 export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
 export OMPI_MCA_rmaps_base_oversubscribe=1 OMPI_MCA_orte_execute_quiet=1
-# one node, shared memory: keep Open MPI off network interfaces it would probe
-export OMPI_MCA_btl=self,vader OMPI_MCA_btl_vader_single_copy_mechanism=none
+# shared memory between ranks on one host, TCP between hosts (mpirun
+# --hostfile, scripts/cluster.sh); openib and ofi stay off, as they probe
+# for RDMA hardware and warn where there is none. On a cluster with
+# InfiniBand or RoCE, unset OMPI_MCA_btl: Open MPI then picks UCX.
+export OMPI_MCA_btl=self,vader,tcp OMPI_MCA_btl_vader_single_copy_mechanism=none
 # more ranks than cores: a rank waiting in MPI yields its core to one computing
 export OMPI_MCA_mpi_yield_when_idle=1
 

@@ -60,6 +60,24 @@ double zero_gathered_peak_bytes(const GPTLayout *l, int prefetch) {
     return peak;
 }
 
+// All-gathers of one micro-batch under the same schedule: a unit is
+// gathered each time it becomes live (the planner's latency terms).
+int zero_gathers_per_micro_batch(const GPTLayout *l, int prefetch) {
+    int entries = 2 * l->num_units, reads[2], gathers = 0;
+    char live[GPT_MAX_UNITS] = {0};
+    for (int e = 0; e < entries; e++) {
+        for (int k = 0; k <= prefetch && e + k < entries; k++) {
+            int n = reads_of(l, e + k, reads);
+            for (int i = 0; i < n; i++)
+                if (!live[reads[i]]) live[reads[i]] = 1, gathers++;
+        }
+        int n = reads_of(l, e, reads);
+        for (int i = 0; i < n; i++)
+            if (live[reads[i]] && !kept(l, prefetch, e, reads[i])) live[reads[i]] = 0;
+    }
+    return gathers;
+}
+
 double stage_buffer_bytes(StageId s, const GPTLayout *l, const Partition *p) {
     switch (s) {
     case STAGE_DP: return 0;

@@ -119,6 +119,8 @@ double zero_bucket_bytes(double bucket_mb, const Partition *p);
 // depth: a training micro-batch's schedule replayed on sizes (an
 // evaluation's, forward only, gathers a subset of it).
 double zero_gathered_peak_bytes(const GPTLayout *l, int prefetch);
+// The all-gathers ZeRO-3 issues in one training micro-batch (the same replay).
+int zero_gathers_per_micro_batch(const GPTLayout *l, int prefetch);
 // A stage's own device buffers at its flags' defaults: ZeRO-1's reduced
 // gradient shard, ZeRO-2's and Offload's buckets, ZeRO-3's and Infinity's
 // buckets and gathered units.

@@ -2,7 +2,8 @@
 // paper's Ψ = 7.5B, N = 64 example), the partition's padding, the closed
 // forms against what states_alloc really allocates, states_init's values (of
 // the whole layout and of ranges of it), and the memory_math binary
-// (--measure under mpirun, --json, bad input).
+// (--measure under mpirun, --json, bad input, the planner's step times
+// against the ring formulas).
 #include <math.h>
 #include "testutil.h"
 #include "device.h"
@@ -560,6 +561,59 @@ static void test_binary_bad_input(void **state) {
     }
 }
 
+// The planner: with no latency, each stage's comm time is its ring bytes
+// over the link, its compute the model FLOPs of its tokens over the rate,
+// and the step with nothing hidden their sum; zero3's comm is 1.5 zero2's.
+static double plan_number(const char *json, const char *stage, const char *key) {
+    char at[96];
+    snprintf(at, sizeof at, "{\"stage\":\"%s\",", stage);
+    const char *section = strstr(json, "\"step_time\"");
+    if (!section) fail_msg("memory_math prints no step_time section:\n%.400s", json);
+    const char *row = strstr(section, at);
+    if (!row) fail_msg("no step_time row for %s:\n%.400s", stage, section);
+    double v = NAN;
+    json_numbers(row, key, &v, 1);
+    return v;
+}
+
+static void expect_close(const char *what, const char *stage, double got, double want) {
+    if (!test_close(got, want, 1e-9, 1e-6))
+        fail_msg("%s of %s: memory_math says %.9g, the formula %.9g", what, stage, got, want);
+}
+
+static void test_binary_planner(void **state) {
+    (void)state;
+    char *out = NULL;
+    int rc = test_run("./memory_math --model small --ranks 4 --batch 2 --link-gbps 0.2 --gflops 10 --json", &out);
+    assert_int_equal(rc, 0);
+    GPTConfig cfg;
+    GPTLayout l;
+    assert_true(gpt_preset("small", &cfg));
+    gpt_layout(&l, &cfg);
+    int T = cfg.max_seq_len;
+    double compute_ms = gpt_flops_per_token(&l, T) * 2 * T / 10e9 * 1e3, link_bytes_per_ms = 0.2e9 / 8 / 1e3;
+    const char *stages[] = {"dp_baseline", "zero1", "zero2", "zero3"};
+    for (int i = 0; i < 4; i++) {
+        double bytes = 2 * stage_comm_elems((StageId)i, (double)l.num_params, 4, 1);
+        expect_close("comm bytes", stages[i], plan_number(out, stages[i], "comm_bytes"), bytes);
+        expect_close("comm ms", stages[i], plan_number(out, stages[i], "comm_ms"), bytes / link_bytes_per_ms);
+        expect_close("compute ms", stages[i], plan_number(out, stages[i], "compute_ms"), compute_ms);
+        expect_close("step ms", stages[i], plan_number(out, stages[i], "step_serial_ms"),
+                     compute_ms + bytes / link_bytes_per_ms);
+    }
+    double ratio = plan_number(out, "zero3", "comm_ms") / plan_number(out, "zero2", "comm_ms");
+    if (fabs(ratio - 1.5) > 1e-3) fail_msg("zero3's comm over zero2's: %.4f, the formulas 1.5", ratio);
+    free(out);
+    // the planner needs both rates and a model: one line, exit 2
+    const char *bad[] = {"./memory_math --model small --link-gbps 1", "./memory_math --link-gbps 1 --gflops 5"};
+    for (int i = 0; i < 2; i++) {
+        rc = test_run(bad[i], &out);
+        if (rc != 2 || !strstr(out, "error") || strchr(out, '\n') != out + strlen(out) - 1)
+            fail_msg("%s: exit %d, expected one line and exit 2:\n%s", bad[i], rc, out);
+        free(out);
+    }
+}
+
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_paper_example),
@@ -580,6 +634,7 @@ int main(void) {
         cmocka_unit_test(test_binary_paper_json),
         cmocka_unit_test(test_binary_deepspeed_estimate),
         cmocka_unit_test(test_binary_bad_input),
+        cmocka_unit_test(test_binary_planner),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
