@@ -267,7 +267,7 @@ static void ckpt_out(Trainer *t, CkptStates *c) {
     dev_sync(&t->dev, STREAM_COMPUTE);
     dev_copy(&t->dev, b->ptr, own_param_slice(t), b->bytes, STREAM_COPY);
     dev_sync(&t->dev, STREAM_COPY);
-    ckpt_states_add(c, "device_params", b->ptr, b->bytes);
+    ckpt_states_add(c, "device_params", b->ptr, b->bytes, t->part.begin, sizeof(bf16));
 }
 
 // Resume: the device gets the params it had (bf16 of the master a step
@@ -277,7 +277,9 @@ static void ckpt_out(Trainer *t, CkptStates *c) {
 static void ckpt_in(Trainer *t, CkptStates *c, int loaded) {
     Stage *z = t->sctx;
     if (!loaded) {
-        if (z->dpu) ckpt_states_add(c, "device_params", ckpt_params(t, z)->ptr, ckpt_params(t, z)->bytes);
+        if (z->dpu)
+            ckpt_states_add(c, "device_params", ckpt_params(t, z)->ptr, ckpt_params(t, z)->bytes, t->part.begin,
+                            sizeof(bf16));
         return;
     }
     trainer_ckpt_in(t, c, 1);  // master, m, v; params_out = bf16(master), up on the device

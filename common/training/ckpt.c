@@ -28,23 +28,12 @@
 
 #define PART_MAGIC "WBCKPT01"
 #define PART_VERSION 1
-#define NAME_BYTES 32
+#define NAME_BYTES CKPT_NAME_BYTES
 #define PATH_BYTES 4096
 #define DIR_MAX_LEN (PATH_BYTES - 128)  // room for "/step-N/rank-N.bin.tmp" under DIR
 #define FNV_OFFSET 14695981039346656037ull  // FNV-1a 64 offset basis, 0xcbf29ce484222325
 #define FNV_PRIME 1099511628211ull
 
-typedef struct PartHeader {
-    char magic[8];  // PART_MAGIC
-    uint32_t version;
-    int32_t rank, ranks;
-    uint32_t ntensors;
-    int64_t step;
-} PartHeader;
-typedef struct PartEntry {
-    char name[NAME_BYTES];
-    uint64_t bytes, checksum;
-} PartEntry;
 _Static_assert(sizeof(PartHeader) == 32 && sizeof(PartEntry) == 48, "part layout has no padding");
 
 
@@ -292,27 +281,26 @@ static int find_manifest(const char *dir, char *step_dir, char **text, long *len
                 "fresh", dir, path, strerror(errno));
 }
 
-static int corrupt(const char *part, const char *why, char *msg) {
+int ckpt_corrupt(const char *part, const char *why, char *msg) {
     return ckpt_msgf(msg, "checkpoint %s is corrupt (%s): not loaded; use an earlier step folder or "
                 "start fresh", part, why);
 }
 
 // Reads the header and entries (into malloc'd *head) and checks them
 // against the manifest's line for this part.
-static int read_part_header(int fd, const char *part, const PartInfo *want, PartHeader **head,
-                            char *msg) {
+int ckpt_read_part_header(int fd, const char *part, const PartInfo *want, PartHeader **head, char *msg) {
     struct stat st;
     PartHeader ph;
     if (fstat(fd, &st) != 0 || (uint64_t)st.st_size != want->bytes)
-        return corrupt(part, "its size differs from the manifest's", msg);
+        return ckpt_corrupt(part, "its size differs from the manifest's", msg);
     if (pread(fd, &ph, sizeof ph, 0) != (ssize_t)sizeof ph ||
         sizeof ph + (uint64_t)ph.ntensors * sizeof(PartEntry) > want->bytes)
-        return corrupt(part, "bad header", msg);
+        return ckpt_corrupt(part, "bad header", msg);
     size_t head_bytes = sizeof ph + ph.ntensors * sizeof(PartEntry);
     *head = xmalloc(head_bytes);
     if (pread(fd, *head, head_bytes, 0) != (ssize_t)head_bytes ||
         fnv1a64(*head, head_bytes, FNV_OFFSET) != want->checksum)
-        return corrupt(part, "checksum mismatch", msg);
+        return ckpt_corrupt(part, "checksum mismatch", msg);
     return 0;
 }
 
@@ -321,11 +309,19 @@ static int check_part_header(const PartHeader *ph, const char *part, uint64_t pa
                              Comm *world, long step, const CkptTensor *t, int n, char *msg) {
     if (memcmp(ph->magic, PART_MAGIC, 8) || ph->version != PART_VERSION ||
         ph->rank != world->rank || ph->ranks != world->size || ph->step != step)
-        return corrupt(part, "its header names another rank, step or format", msg);
+        return ckpt_corrupt(part, "its header names another rank, step or format", msg);
+    const PartEntry *e = (const PartEntry *)(ph + 1);
+    // cpu_offload --dpu's own tensor: the flag, named
+    int has_dpu = 0, wants_dpu = 0;
+    for (uint32_t i = 0; i < ph->ntensors; i++) has_dpu |= strncmp(e[i].name, "device_params", NAME_BYTES) == 0;
+    for (int i = 0; i < n; i++) wants_dpu |= strcmp(t[i].name, "device_params") == 0;
+    if (has_dpu != wants_dpu)
+        return ckpt_msgf(msg, "checkpoint %s was saved %s --dpu (%s device_params, the device's params a step "
+                         "behind); this run is %s it: resume %s --dpu", part, has_dpu ? "under" : "without",
+                         has_dpu ? "it holds" : "no", wants_dpu ? "under" : "without", has_dpu ? "with" : "without");
     if ((int)ph->ntensors != n)
         return ckpt_msgf(msg, "checkpoint %s holds %u tensors; this run saves %d: resume with the "
                     "same stage and flags", part, ph->ntensors, n);
-    const PartEntry *e = (const PartEntry *)(ph + 1);
     uint64_t sum = sizeof *ph + (uint64_t)n * sizeof *e;
     for (int i = 0; i < n; i++) {
         if (strncmp(e[i].name, t[i].name, NAME_BYTES) != 0 || e[i].bytes != t[i].bytes)
@@ -334,7 +330,7 @@ static int check_part_header(const PartHeader *ph, const char *part, uint64_t pa
                         part, e[i].name, e[i].bytes, t[i].name, t[i].bytes);
         sum += e[i].bytes;
     }
-    return sum == part_bytes ? 0 : corrupt(part, "its size differs from its header's", msg);
+    return sum == part_bytes ? 0 : ckpt_corrupt(part, "its size differs from its header's", msg);
 }
 
 // Reads tensor e into `into` and compares its checksum with its entry.
@@ -344,11 +340,11 @@ static int read_tensor(int fd, off_t off, const PartEntry *e, void *into, const 
     for (uint64_t done = 0; done < e->bytes;) {
         ssize_t r = pread(fd, (char *)into + done, e->bytes - done, off + (off_t)done);
         if (r < 0 && errno == EINTR) continue;
-        if (r <= 0) return corrupt(part, r < 0 ? strerror(errno) : "truncated", msg);
+        if (r <= 0) return ckpt_corrupt(part, r < 0 ? strerror(errno) : "truncated", msg);
         done += (uint64_t)r;
     }
     if (fnv1a64(into, e->bytes, FNV_OFFSET) != e->checksum)
-        return corrupt(part, "checksum mismatch", msg);
+        return ckpt_corrupt(part, "checksum mismatch", msg);
     return 0;
 }
 
@@ -357,9 +353,9 @@ static int read_tensor(int fd, off_t off, const PartEntry *e, void *into, const 
 static int load_part(const char *part, const PartInfo *want, Comm *world, long step,
                      CkptTensor *t, int n, char *msg) {
     int fd = open(part, O_RDONLY);
-    if (fd < 0) return corrupt(part, strerror(errno), msg);
+    if (fd < 0) return ckpt_corrupt(part, strerror(errno), msg);
     PartHeader *head = NULL;
-    int rc = read_part_header(fd, part, want, &head, msg);
+    int rc = ckpt_read_part_header(fd, part, want, &head, msg);
     if (!rc) rc = check_part_header(head, part, want->bytes, world, step, t, n, msg);
     const PartEntry *e = rc ? NULL : (const PartEntry *)(head + 1);
     off_t off = (off_t)(sizeof(PartHeader) + (size_t)n * sizeof(PartEntry));
@@ -373,7 +369,7 @@ static int load_part(const char *part, const PartInfo *want, Comm *world, long s
 }
 
 int ckpt_load(Comm *world, const char *dir, const CkptManifest *expect, CkptManifest *got,
-              CkptTensor *t, int n, char *err, size_t err_len) {
+              CkptTensor *t, int n, CkptLoadInfo *info, char *err, size_t err_len) {
     char msg[MSG_BYTES] = "", step_dir[PATH_BYTES] = "", part[PATH_BYTES];
     char *text = NULL;
     long len = 0;
@@ -387,14 +383,36 @@ int ckpt_load(Comm *world, const char *dir, const CkptManifest *expect, CkptMani
     if (world->rank != 0) text = xmalloc((size_t)len + 1);
     mpiCheck(MPI_Bcast(text, (int)len + 1, MPI_CHAR, 0, world->mpi));
     CkptManifest m;
-    PartInfo mine;
-    failed = manifest_parse(text, dir, world->rank, &m, &mine, msg) ||
-             manifest_check(dir, &m, expect, world->size, msg);
-    free(text);
+    PartInfo mine = {0, 0};
+    char *parsed = xmalloc((size_t)len + 1);  // manifest_parse edits the text it reads
+    memcpy(parsed, text, (size_t)len + 1);
+    failed = manifest_parse(parsed, dir, -1, &m, &mine, msg);
+    int reshard = !failed && ckpt_reshardable(&m, expect, world->size);
+    if (!failed && !reshard) {  // this rank's own part, which a resharded load may not have
+        memcpy(parsed, text, (size_t)len + 1);
+        failed = manifest_parse(parsed, dir, world->rank, &m, &mine, msg);
+    }
+    failed = failed || manifest_check(dir, &m, expect, world->size, msg);
+    free(parsed);
     if (got) *got = m;
-    if (agree(world, failed, msg, err, err_len)) return 1;
-
-    pathf(part, "%s/rank-%05d.bin", step_dir, world->rank);
-    failed = load_part(part, &mine, world, m.step, t, n, msg);
+    if (info) memset(info, 0, sizeof *info);
+    if (agree(world, failed, msg, err, err_len)) {
+        free(text);
+        return 1;
+    }
+    if (reshard) {
+        failed = ckpt_reshard_read(world, step_dir, text, &m, t, n, info, msg);
+    } else {
+        pathf(part, "%s/rank-%05d.bin", step_dir, world->rank);
+        failed = load_part(part, &mine, world, m.step, t, n, msg);
+    }
+    free(text);
     return agree(world, failed, msg, err, err_len);
+}
+
+int manifest_part(const char *text, int q, PartInfo *out) {
+    char key[40];
+    snprintf(key, sizeof key, "\nrank-%05d.bin = ", q);
+    const char *p = strstr(text, key);
+    return !p || sscanf(p + strlen(key), "%" SCNx64 " %" SCNu64, &out->checksum, &out->bytes) != 2;
 }

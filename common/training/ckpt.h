@@ -47,7 +47,19 @@ typedef struct CkptTensor {
     const char *name;  // "master", "adam_m", ...
     void *host;        // host memory to write from / read into
     size_t bytes;
+    // where host[0] sits in the flat parameter layout (elements) and the
+    // bytes of an element: what a resharded load reads (ckpt_reshard.c)
+    size_t flat_begin;
+    size_t elem_bytes;
 } CkptTensor;
+
+// What a load did: a resharded one (another data-parallel stage or rank
+// count) and the bytes of tensor data this rank read from how many parts.
+typedef struct CkptLoadInfo {
+    int resharded;
+    uint64_t bytes_read;
+    int parts_read, parts_verified;
+} CkptLoadInfo;
 
 // Collective over `world`. Returns 0, or nonzero with the same one-line
 // message on every rank (e.g. the folder cannot be written); the previous
@@ -58,9 +70,15 @@ int ckpt_save(Comm *world, const char *dir, const CkptManifest *m, const CkptTen
 // the manifest against `expect` (stage, ranks, model shape, batch layout) and
 // every part's size and checksum. Returns 0 and fills t[] and *got, or
 // nonzero with the same one-line message on every rank naming what differs
-// or is corrupt and what to do (the trainer exits 2 with it).
+// or is corrupt and what to do (the trainer exits 2 with it). A checkpoint
+// of another data-parallel stage or rank count (01-06, the same global
+// batch) is resharded into t[]'s ranges (flat_begin, elem_bytes); *info
+// (may be NULL) says what was read.
 int ckpt_load(Comm *world, const char *dir, const CkptManifest *expect, CkptManifest *got,
-              CkptTensor *t, int n, char *err, size_t err_len);
+              CkptTensor *t, int n, CkptLoadInfo *info, char *err, size_t err_len);
+// ckpt_reshard.c: ckpt_load's resharded read, from the manifest's text (internal)
+int ckpt_reshard_read(Comm *world, const char *step_dir, const char *manifest, const CkptManifest *m,
+                      CkptTensor *t, int n, CkptLoadInfo *info, char *msg);
 // One rank, before a run's first save: creates DIR (and its parents) and
 // locks it for as long as *lock_fd stays open (flock on DIR/lock, which
 // names the holder), so that two runs cannot mix their parts in one folder.

@@ -212,25 +212,52 @@ int manifest_parse(char *text, const char *dir, int rank, CkptManifest *m,
         if (!(seen & (1u << i))) return missing(dir, FIELDS[i].key, msg);
     for (int i = 0; i < NTEXTS; i++)
         if (!(seen_text & (1u << i))) return missing(dir, TEXTS[i].key, msg);
-    return have_part ? 0 : missing(dir, my_key, msg);
+    return have_part || rank < 0 ? 0 : missing(dir, my_key, msg);
 }
+
+// The data-parallel stages keep the same states over the same flat layout,
+// cut differently (ckpt_reshard.c); 3d_parallel's parts are pieces of its grid.
+static const char *const DP_STAGES[] = {"dp_baseline", "zero1", "zero2", "zero3", "cpu_offload", "infinity"};
+
+static int dp_stage(const char *stage) {
+    for (size_t i = 0; i < sizeof DP_STAGES / sizeof DP_STAGES[0]; i++)
+        if (strcmp(stage, DP_STAGES[i]) == 0) return 1;
+    return 0;
+}
+
+int ckpt_reshardable(const CkptManifest *got, const CkptManifest *expect, int ranks) {
+    return expect && dp_stage(got->stage) && dp_stage(expect->stage) && !got->grid[0] && !expect->grid[0] &&
+           (strcmp(got->stage, expect->stage) != 0 || got->ranks != ranks);
+}
+
+// Rows of the data a step trains on: the data position and the math stay
+// those of the saved run when this is the same, at any rank count.
+static long global_rows(const CkptManifest *m, int ranks) { return (long)m->batch * ranks * m->grad_accum; }
 
 // expect == NULL checks the rank count only.
 int manifest_check(const char *dir, const CkptManifest *got, const CkptManifest *expect,
                           int ranks, char *msg) {
-    if (expect && strcmp(got->stage, expect->stage) != 0)
-        return ckpt_msgf(msg, "checkpoint %s was written by %s; this is %s: resume with the same stage",
-                    dir, got->stage, expect->stage);
+    int reshard = ckpt_reshardable(got, expect, ranks);
+    if (reshard && (got->seq_len != expect->seq_len || global_rows(got, got->ranks) != global_rows(expect, ranks)))
+        return ckpt_msgf(msg, "checkpoint %s was saved with a global batch of %ld rows of %d tokens (batch %d x %d "
+                         "ranks x grad_accum %d); this run's is %ld of %d: resume at another stage or rank count "
+                         "with the same global batch (--batch x ranks x --grad-accum)", dir,
+                         global_rows(got, got->ranks), got->seq_len, got->batch, got->ranks, got->grad_accum,
+                         global_rows(expect, ranks), expect->seq_len);
+    if (!reshard && expect && strcmp(got->stage, expect->stage) != 0)
+        return ckpt_msgf(msg, "checkpoint %s was written by %s; this is %s: resume with the same stage (the "
+                    "data-parallel stages 01-06 resume each other's)", dir, got->stage, expect->stage);
     if (expect && strcmp(got->grid, expect->grid) != 0)  // before the rank count: the grid says more
         return ckpt_msgf(msg, "checkpoint %s was saved on the grid %s (%d ranks); this run's is %s: each rank's "
                     "part holds another piece of the model; resume on the same grid", dir,
                     got->grid[0] ? got->grid : "of data parallelism alone", got->ranks,
                     expect->grid[0] ? expect->grid : "of data parallelism alone");
-    if (got->ranks != ranks)
+    if (!reshard && got->ranks != ranks)
         return ckpt_msgf(msg, "checkpoint %s has %d ranks' shards; this run has %d: resume with "
                     "mpirun -np %d", dir, got->ranks, ranks, got->ranks);
     for (int i = 0; expect && i < NFIELDS; i++) {
-        int noted = FIELDS[i].group == GROUP_RUN || FIELDS[i].group == GROUP_MATH;
+        int noted = FIELDS[i].group == GROUP_RUN || FIELDS[i].group == GROUP_MATH ||
+                    (reshard && FIELDS[i].group == GROUP_BATCH);  // the global batch, checked above
         if (noted || field_get(got, i) == field_get(expect, i)) continue;
         char a[32], b[32];
         field_format(got, i, a);

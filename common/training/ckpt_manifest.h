@@ -16,9 +16,36 @@ typedef struct PartInfo {
 __attribute__((format(printf, 2, 3))) int ckpt_msgf(char *msg, const char *fmt, ...);
 // The manifest's text for `ranks` parts (malloc'd; *len bytes).
 char *manifest_text(const CkptManifest *m, int ranks, const PartInfo *parts, size_t *len);
-// Fills *m and this rank's part line from the manifest text (which it edits);
-// 1 with msg when a line is missing or malformed.
+// Fills *m and this rank's part line from the manifest text (which it edits;
+// rank < 0: no part line); 1 with msg when a line is missing or malformed.
 int manifest_parse(char *text, const char *dir, int rank, CkptManifest *m, PartInfo *mine, char *msg);
 // The checkpoint fits this run: stage, grid, ranks, model, batch and data
-// (expect == NULL checks the rank count only); 1 with msg where not.
+// (expect == NULL checks the rank count only); 1 with msg where not. One of
+// another data-parallel stage or rank count fits when its global batch
+// (batch x ranks x grad_accum rows of seq_len) is this run's.
 int manifest_check(const char *dir, const CkptManifest *got, const CkptManifest *expect, int ranks, char *msg);
+// A checkpoint of the data-parallel stages (01-06) saved at another stage or
+// rank count than this run's `ranks`: resharded when loaded (ckpt_reshard.c).
+int ckpt_reshardable(const CkptManifest *got, const CkptManifest *expect, int ranks);
+
+// A part file: PartHeader, one PartEntry per tensor (name, bytes, FNV-1a 64
+// of its data), then the tensors' bytes in order (ckpt.c).
+#define CKPT_NAME_BYTES 32
+typedef struct PartHeader {
+    char magic[8];  // "WBCKPT01"
+    uint32_t version;
+    int32_t rank, ranks;
+    uint32_t ntensors;
+    int64_t step;
+} PartHeader;
+typedef struct PartEntry {
+    char name[CKPT_NAME_BYTES];
+    uint64_t bytes, checksum;
+} PartEntry;
+// Reads a part's header and entries (into malloc'd *head) and checks them
+// against the manifest's line for the part; 1 with msg where not.
+int ckpt_read_part_header(int fd, const char *part, const PartInfo *want, PartHeader **head, char *msg);
+// "checkpoint PART is corrupt (why): ..." into msg; returns 1.
+int ckpt_corrupt(const char *part, const char *why, char *msg);
+// Part q's line of the manifest text; 1 when it has none.
+int manifest_part(const char *text, int q, PartInfo *out);

@@ -67,8 +67,10 @@ typedef struct CkptStates {
     void *optim[3];
     size_t optim_bytes;
 } CkptStates;
-// Adds a stage's own tensor (a host buffer of `bytes`) to c.
-void ckpt_states_add(CkptStates *c, const char *name, void *host, size_t bytes);
+// Adds a stage's own tensor (a host buffer of `bytes`) to c: elements of
+// elem_bytes from flat_begin on in the parameter layout (as a resharded
+// resume reads them).
+void ckpt_states_add(CkptStates *c, const char *name, void *host, size_t bytes, size_t flat_begin, size_t elem_bytes);
 
 // Micro-batches that one pass runs: a step's forward and backward, or an
 // evaluation's forwards.

@@ -65,9 +65,9 @@ static CkptManifest manifest_of(const Trainer *t, uint64_t data_rows) {
     return m;
 }
 
-void ckpt_states_add(CkptStates *c, const char *name, void *host, size_t bytes) {
+void ckpt_states_add(CkptStates *c, const char *name, void *host, size_t bytes, size_t flat_begin, size_t elem_bytes) {
     CHECK(c->n < 3 + STRATEGY_MAX_CKPT, "more than %d checkpoint tensors", 3 + STRATEGY_MAX_CKPT);
-    c->t[c->n++] = (CkptTensor){name, host, bytes};
+    c->t[c->n++] = (CkptTensor){name, host, bytes, flat_begin, elem_bytes};
 }
 
 // Host copies of master, m and v (the device may not be host-addressable):
@@ -79,7 +79,7 @@ static Buf ckpt_states_init(Trainer *t, CkptStates *c) {
     const char *names[3] = {"master", "adam_m", "adam_v"};
     for (int i = 0; i < 3; i++) {
         c->optim[i] = (char *)host.ptr + i * c->optim_bytes;
-        if (saves_optim(t)) ckpt_states_add(c, names[i], c->optim[i], c->optim_bytes);
+        if (saves_optim(t)) ckpt_states_add(c, names[i], c->optim[i], c->optim_bytes, t->st.optim_begin, sizeof(float));
     }
     return host;
 }
@@ -107,8 +107,9 @@ void trainer_save(Trainer *t, uint64_t data_rows) {
     Buf host = ckpt_states_init(t, &c);
     if (s->ckpt_out) s->ckpt_out(t, &c);
     else trainer_ckpt_out(t, &c);
-    CkptTensor optim[3] = {{"master", c.optim[0], c.optim_bytes}, {"adam_m", c.optim[1], c.optim_bytes},
-                           {"adam_v", c.optim[2], c.optim_bytes}};
+    CkptTensor optim[3] = {{.name = "master", .host = c.optim[0], .bytes = c.optim_bytes},
+                           {.name = "adam_m", .host = c.optim[1], .bytes = c.optim_bytes},
+                           {.name = "adam_v", .host = c.optim[2], .bytes = c.optim_bytes}};
     divergence_check_states(t, optim, 3);  // no checkpoint is written from diverged states
     CkptManifest m = manifest_of(t, data_rows);
     char err[512];
@@ -133,8 +134,9 @@ void trainer_resume(Trainer *t) {
     Buf host = ckpt_states_init(t, &c);
     if (s->ckpt_in) s->ckpt_in(t, &c, 0);  // the buffers of the stage's own tensors
     CkptManifest expect = manifest_of(t, 0), got;
+    CkptLoadInfo info;
     char err[512];
-    if (ckpt_load(&t->world, t->cfg.resume, &expect, &got, c.t, c.n, err, sizeof err))
+    if (ckpt_load(&t->world, t->cfg.resume, &expect, &got, c.t, c.n, &info, err, sizeof err))
         fail_usage("%s", err);
     if (got.step >= t->cfg.steps)
         fail_usage("--resume %s is at step %ld, not before --steps %d: ask for more steps", t->cfg.resume,
@@ -150,6 +152,11 @@ void trainer_resume(Trainer *t) {
     if (t->world.rank == 0)
         printf("resumed from %s at step %ld (data row %llu)\n", t->cfg.resume, got.step,
                (unsigned long long)got.data_rows);
+    if (t->world.rank == 0 && info.resharded)
+        printf("resharded: %s's checkpoint of %d ranks into %s's layout at %d: rank 0 read %llu bytes of its own "
+               "range from %d of %d parts (each rank reads only its range; part q's checksums are checked whole by "
+               "rank q mod %d)\n", got.stage, got.ranks, t->strategy->name, t->world.size,
+               (unsigned long long)info.bytes_read, info.parts_read, got.ranks, t->world.size);
     // Resuming continues the saved run: its LR schedule (over its horizon)
     // stays, and --steps only says where this run stops; only settings given
     // to change it (--schedule-steps, --warmup, --lr, ...) do, with a note.

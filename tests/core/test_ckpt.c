@@ -30,8 +30,8 @@ static void tensors_make(Tensors *x, int rank, uint64_t seed) {
     x->moment = malloc(n1 * sizeof(float));
     test_fill(x->master, n0, seed * 10 + (uint64_t)rank, -1, 1);
     test_fill(x->moment, n1, seed * 10 + (uint64_t)rank + 5, 0, 3);
-    x->t[0] = (CkptTensor){"master", x->master, n0 * sizeof(float)};
-    x->t[1] = (CkptTensor){"adam_m", x->moment, n1 * sizeof(float)};
+    x->t[0] = (CkptTensor){.name = "master", .host = x->master, .bytes = n0 * sizeof(float)};
+    x->t[1] = (CkptTensor){.name = "adam_m", .host = x->moment, .bytes = n1 * sizeof(float)};
 }
 
 static void tensors_clear(Tensors *x) {  // same shapes, zero values
@@ -105,7 +105,7 @@ static int load(Ctx *c, const char *dir, const CkptManifest *expect, const Tenso
     tensors_make(&got, c->world.rank, 0);
     tensors_clear(&got);
     CkptManifest m;
-    int rc = ckpt_load(&c->world, dir, expect, &m, got.t, 2, err, 512);
+    int rc = ckpt_load(&c->world, dir, expect, &m, got.t, 2, NULL, err, 512);
     *step = rc == 0 ? m.step : -1;
     *equal = rc == 0 ? tensors_equal(&got, want) : tensors_zero(&got);
     tensors_free(&got);
@@ -133,7 +133,7 @@ static void test_roundtrip_bit_exact(void **state) {
     Tensors y;
     tensors_make(&y, c->world.rank, 0);
     tensors_clear(&y);
-    int loaded = ckpt_load(&c->world, dir, &want, &got, y.t, 2, err, sizeof err) == 0;
+    int loaded = ckpt_load(&c->world, dir, &want, &got, y.t, 2, NULL, err, sizeof err) == 0;
     int same_manifest = strcmp(got.stage, "zero1") == 0 && got.ranks == 2 && got.step == 10 &&
                         got.data_rows == 640 && got.seed == 42 &&
                         got.rng_state == 0xdeadbeefcafebabeull &&
@@ -205,9 +205,8 @@ static void test_refuses_other_run_shapes(void **state) {
     tensors_free(&x);
 
     CkptManifest e = manifest(0, c->world.size);
-    snprintf(e.stage, sizeof e.stage, "zero2");
-    expect_refused(c, dir, &e, "was written by zero1; this is zero2: resume with the same stage",
-                   1);
+    snprintf(e.stage, sizeof e.stage, "3d_parallel");  // zero2 would reshard it (ckpt_reshard.c)
+    expect_refused(c, dir, &e, "was written by zero1; this is 3d_parallel: resume with the same stage", 1);
     e = manifest(0, c->world.size);
     e.cfg.num_layers = 3;
     expect_refused(c, dir, &e, "model differs: num_layers is 2 there and 3 in this run", 1);
@@ -260,8 +259,11 @@ static void test_refuses_other_rank_count(void **state) {
         tensors_free(&x);
     }
     assert_true(all_ranks(c, saved));
+    expect_refused(c, dir, NULL, "has 1 ranks' shards; this run has 2: resume with mpirun -np 1", 1);
+    // a data-parallel stage reshards another rank count's checkpoint, at the same global batch only
     CkptManifest e = manifest(0, c->world.size);
-    expect_refused(c, dir, &e, "has 1 ranks' shards; this run has 2: resume with mpirun -np 1", 1);
+    expect_refused(c, dir, &e, "was saved with a global batch of 8 rows of 64 tokens (batch 4 x 1 ranks x "
+                   "grad_accum 2); this run's is 16 of 64", 1);
 }
 
 static void test_refuses_other_tensor_shapes(void **state) {
@@ -273,7 +275,7 @@ static void test_refuses_other_tensor_shapes(void **state) {
     int saved = save(c, dir, 10, &x, err) == 0;
     x.t[1].bytes -= 4;  // one float fewer on every rank
     CkptManifest m;
-    int rc = ckpt_load(&c->world, dir, NULL, &m, x.t, 2, err, sizeof err);
+    int rc = ckpt_load(&c->world, dir, NULL, &m, x.t, 2, NULL, err, sizeof err);
     int ok = saved && rc != 0 && strstr(err, "rank-00000.bin holds adam_m of 1028 bytes where "
                                         "this run expects adam_m of 1024 bytes");
     if (!all_ranks(c, ok)) fail_msg("unexpected: %d '%s'", rc, err);
@@ -408,7 +410,7 @@ static void test_rank_without_tensors(void **state) {
     int n = c->world.rank == 0 ? 2 : 0;
     CkptManifest m = manifest(10, c->world.size), got;
     int saved = ckpt_save(&c->world, dir, &m, x.t, n, err, sizeof err) == 0;
-    int loaded = ckpt_load(&c->world, dir, &m, &got, y.t, n, err, sizeof err) == 0;
+    int loaded = ckpt_load(&c->world, dir, &m, &got, y.t, n, NULL, err, sizeof err) == 0;
     snprintf(part, sizeof part, "%s/step-00000010/rank-00001.bin", dir);
     struct stat st;
     int header_only = stat(part, &st) == 0 && st.st_size == 32;

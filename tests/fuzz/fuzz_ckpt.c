@@ -94,7 +94,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
     CkptTensor t[2] = {{"master", master, sizeof master}, {"adam_m", moment, sizeof moment}};
     CkptManifest got;
     char err[512] = "";
-    if (ckpt_load(&world, step_dir, NULL, &got, t, 2, err, sizeof err) != 0 && (!err[0] || strchr(err, '\n')))
+    if (ckpt_load(&world, step_dir, NULL, &got, t, 2, NULL, err, sizeof err) != 0 && (!err[0] || strchr(err, '\n')))
         abort();  // a refusal is one line
     return 0;
 }

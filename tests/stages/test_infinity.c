@@ -348,24 +348,35 @@ static void test_refusals(void **state) {
 
 // ---- 6. a write that fails mid-run ----
 
+// Runs infinity (small, 2 ranks, a checkpoint every 2 steps into ROOT/NAME)
+// and, once its first checkpoint is saved, the shell command `act` ($m is
+// mpirun's pid); its output goes to ROOT/NAME.out and .err (*err holds that
+// path). Returns what the shell printed: "exit N" of the run.
+static char *run_then_act(const Ctx *c, const char *name, const char *act, char *err, size_t err_len) {
+    char ck[PATH_LEN], log[PATH_LEN], cmd[CMD_LEN];
+    snprintf(ck, sizeof ck, "%s/%s", c->root, name);
+    snprintf(log, sizeof log, "%s/%s.out", c->root, name);
+    snprintf(err, err_len, "%s/%s.err", c->root, name);
+    snprintf(cmd, sizeof cmd,
+             "mpirun -np 2 ./infinity --model small --batch 2 --steps 300 --save %s --save-every 2 "
+             "--nvme-path %s --sub-group-mb 0.5 --quiet < /dev/null > %s 2> %s & m=$!; "
+             "for i in $(seq 600); do grep -q 'saved checkpoint' %s && break; sleep 0.1; done; "
+             "%s; wait $m; echo \"exit $?\"",
+             ck, c->nvme, log, err, log, act);
+    char *out = NULL;
+    assert_int_equal(test_run(cmd, &out), 0);
+    return out;
+}
+
 // The ranks' file-size limit is lowered from outside once a checkpoint is
 // saved (prlimit on mpirun's children): their next write past 4 KiB fails
 // with EFBIG, as a full disk would with ENOSPC.
 static void test_write_fails_mid_run(void **state) {
     Ctx *c = *state;
-    char ck[PATH_LEN], log[PATH_LEN], err[PATH_LEN], cmd[CMD_LEN];
+    char err[PATH_LEN], ck[PATH_LEN], cmd[CMD_LEN];
     snprintf(ck, sizeof ck, "%s/failing", c->root);
-    snprintf(log, sizeof log, "%s/failing.out", c->root);
-    snprintf(err, sizeof err, "%s/failing.err", c->root);
-    snprintf(cmd, sizeof cmd,
-             "mpirun -np 2 ./infinity --model small --batch 2 --steps 300 --save %s --save-every 2 "
-             "--nvme-path %s --sub-group-mb 0.5 --quiet < /dev/null > %s 2> %s & m=$!; "
-             "for i in $(seq 600); do grep -q 'saved checkpoint' %s && break; sleep 0.1; done; "
-             "for p in $(pgrep -P $m -x infinity); do prlimit --pid $p --fsize=4096; done; "
-             "wait $m; echo \"exit $?\"",
-             ck, c->nvme, log, err, log);
-    char *out = NULL;
-    assert_int_equal(test_run(cmd, &out), 0);
+    char *out = run_then_act(c, "failing", "for p in $(pgrep -P $m -x infinity); do prlimit --pid $p --fsize=4096; done",
+                             err, sizeof err);
     char *errors = last_line(err);
     int lines = 0;
     FILE *f = fopen(err, "r");
@@ -477,19 +488,10 @@ static void test_stops_remove_swap_files(void **state) {
 // when read: the run stops in one line naming the file and the bytes.
 static void test_swap_file_changed_stops_run(void **state) {
     Ctx *c = *state;
-    char ck[PATH_LEN], log[PATH_LEN], err[PATH_LEN], cmd[CMD_LEN];
-    snprintf(ck, sizeof ck, "%s/changed", c->root);
-    snprintf(log, sizeof log, "%s/changed.out", c->root);
-    snprintf(err, sizeof err, "%s/changed.err", c->root);
-    snprintf(cmd, sizeof cmd,
-             "mpirun -np 2 ./infinity --model small --batch 2 --steps 300 --save %s --save-every 2 "
-             "--nvme-path %s --sub-group-mb 0.5 --quiet < /dev/null > %s 2> %s & m=$!; "
-             "for i in $(seq 600); do grep -q 'saved checkpoint' %s && break; sleep 0.1; done; "
-             "f=%s/rank-0/master.bin; dd if=/dev/zero of=$f bs=4096 count=$(($(stat -c %%s $f) / 4096)) "
-             "conv=notrunc status=none; wait $m; echo \"exit $?\"",
-             ck, c->nvme, log, err, log, c->nvme);
-    char *out = NULL;
-    assert_int_equal(test_run(cmd, &out), 0);
+    char err[PATH_LEN], act[CMD_LEN], cmd[CMD_LEN];
+    snprintf(act, sizeof act, "f=%s/rank-0/master.bin; dd if=/dev/zero of=$f bs=4096 "
+             "count=$(($(stat -c %%s $f) / 4096)) conv=notrunc status=none", c->nvme);
+    char *out = run_then_act(c, "changed", act, err, sizeof err);
     char *errors = whole_file(err);
     char want[PATH_LEN + 32];
     snprintf(want, sizeof want, "%s/rank-0/master.bin: bytes ", c->nvme);

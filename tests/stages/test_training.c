@@ -275,12 +275,85 @@ static void test_corrupt_checkpoint(void **state) {
     snapshot_free(&after);
 }
 
+// dp_baseline's step-10 checkpoint of test 3 (2 ranks, batch 4) resumed by
+// other data-parallel stages and rank counts at the same global batch (8
+// rows): zero3 at 2 ranks does dp_baseline's math (the same bits); zero1 at
+// 4 ranks x batch 2 differs only in the order of the gradient sums (within
+// test 1's 1e-3), and its rank 0 reads just its shard, 3 tensors x 4 bytes x
+// Ψ_pad/4; zero1's own step-15 checkpoint (4 parts) resumed by zero3 at 2
+// ranks (each reads 2 parts) continues it within the same tolerance.
+static void test_resume_resharded(void **state) {
+    Ctx *c = *state;
+    double a[MAX_STEPS], r[MAX_STEPS], q[MAX_STEPS];
+    losses_of(dp_small(c, 2), a, 20);
+    char cmd[CMD_LEN], json[PATH_LEN], ck[PATH_LEN], *out = NULL;
+    snprintf(ck, sizeof ck, "%s/resume-ckpt/step-00000010", c->root);  // test 3's
+    snprintf(json, sizeof json, "%s/reshard-zero3.json", c->root);
+    snprintf(cmd, sizeof cmd, "mpirun -np 2 ./zero3 --model small --batch 4 --steps 20 --resume %s --quiet --json %s",
+             ck, json);
+    char *rec = train_output(cmd, json, &out);
+    if (!strstr(out, "resharded: dp_baseline's checkpoint of 2 ranks into zero3's layout at 2"))
+        fail_msg("no word on the resharding:\n%s", out);
+    losses_of(rec, r, 10);
+    for (int i = 0; i < 10; i++)
+        if (r[i] != a[10 + i]) fail_msg("zero3 from dp_baseline's checkpoint, step %d: %.9g, uninterrupted %.9g",
+                                        11 + i, r[i], a[10 + i]);
+    free(rec), free(out);
+
+    char ck2[PATH_LEN];
+    snprintf(ck2, sizeof ck2, "%s/reshard-zero1", c->root);
+    snprintf(json, sizeof json, "%s/reshard-zero1.json", c->root);
+    snprintf(cmd, sizeof cmd, "mpirun -np 4 ./zero1 --model small --batch 2 --steps 20 --resume %s --save %s "
+             "--save-every 5 --json %s", ck, ck2, json);
+    rec = train_output(cmd, json, &out);
+    double psi = number_of(rec, "params"), pad = ceil(psi / 256) * 256, bytes = NAN;
+    const char *said = strstr(out, "rank 0 read ");
+    if (!said || sscanf(said, "rank 0 read %lf bytes", &bytes) != 1 || bytes != 3 * 4 * (pad / 4))
+        fail_msg("rank 0 should read 3 x 4 x %.0f bytes of its shard:\n%s", pad / 4, out);
+    losses_of(rec, r, 10);
+    for (int i = 0; i < 10; i++)
+        if (fabs(r[i] - a[10 + i]) > 1e-3)
+            fail_msg("zero1 at 4 ranks from dp_baseline's at 2, step %d: %.9g, uninterrupted %.9g", 11 + i, r[i],
+                     a[10 + i]);
+    free(rec), free(out);
+
+    snprintf(json, sizeof json, "%s/reshard-back.json", c->root);
+    snprintf(cmd, sizeof cmd, "mpirun -np 2 ./zero3 --model small --batch 4 --steps 20 --resume %s/step-00000015 "
+             "--quiet --json %s", ck2, json);
+    rec = train(cmd, json);
+    losses_of(rec, q, 5);
+    for (int i = 0; i < 5; i++)
+        if (fabs(q[i] - r[5 + i]) > 1e-3)
+            fail_msg("zero3 at 2 ranks from zero1's checkpoint at 4, step %d: %.9g, zero1 went on with %.9g", 16 + i,
+                     q[i], r[5 + i]);
+    free(rec);
+}
+
+// A checkpoint saved under cpu_offload --dpu holds the device's params a
+// step behind: another stage would drop them, so it is refused, naming --dpu.
+static void test_resume_dpu_elsewhere_refused(void **state) {
+    Ctx *c = *state;
+    char dir[PATH_LEN], cmd[CMD_LEN], *out = NULL;
+    snprintf(dir, sizeof dir, "%s/dpu", c->root);
+    snprintf(cmd, sizeof cmd, "mpirun -np 2 ./cpu_offload --model tiny --steps 3 --dpu --dpu-warmup 1 --quiet --save %s",
+             dir);
+    int rc = test_run(cmd, &out);
+    if (rc != 0) fail_msg("%s: exit %d:\n%s", cmd, rc, out);
+    free(out);
+    snprintf(cmd, sizeof cmd, "mpirun -np 2 ./zero2 --model tiny --steps 4 --quiet --resume %s", dir);
+    free(expect_refusal(cmd, "--dpu"));
+    snprintf(cmd, sizeof cmd, "mpirun -np 2 ./cpu_offload --model tiny --steps 4 --quiet --resume %s", dir);
+    free(expect_refusal(cmd, "--dpu"));
+}
+
+// At another rank count with the same batch per rank the global batch
+// differs (the data position and the math would): refused, naming both.
 static void test_resume_other_rank_count(void **state) {
     Ctx *c = *state;
     char dir[PATH_LEN], cmd[CMD_LEN];
     save_tiny_checkpoint(c, "two-ranks", dir);
     snprintf(cmd, sizeof cmd, "./dp_baseline --model tiny --steps 4 --quiet --resume %s", dir);
-    free(expect_refusal(cmd, "ranks"));
+    free(expect_refusal(cmd, "global batch of 8 rows"));
 }
 
 // ---- 5-7. --help, --trace, --global-batch ----
@@ -376,7 +449,7 @@ static void test_eval_repeats_noted(void **state) {
 }
 
 static int group_setup(void **state) {
-    if (need_paths("test_training", (const char *const[]){"./dp_baseline", NULL})) return 1;
+    if (need_paths("test_training", (const char *const[]){"./dp_baseline", "./zero1", "./zero2", "./zero3", "./cpu_offload", NULL})) return 1;
     Ctx *c = calloc(1, sizeof *c);
     if (test_make_dir(c->root, sizeof c->root, "test-training")) return 1;
     *state = c;
@@ -401,6 +474,8 @@ int main(void) {
         cmocka_unit_test(test_divergence_stops),
         cmocka_unit_test(test_corrupt_checkpoint),
         cmocka_unit_test(test_resume_other_rank_count),
+        cmocka_unit_test(test_resume_resharded),
+        cmocka_unit_test(test_resume_dpu_elsewhere_refused),
         cmocka_unit_test(test_help),
         cmocka_unit_test(test_trace),
         cmocka_unit_test(test_global_batch),
