@@ -90,13 +90,15 @@ endif
 CUDA_C_SRC := $(wildcard common/*/*_cuda.c common/*/*_nccl.c)
 # stage_main.c is every trainer's main(), compiled once per stage (below)
 STAGE_MAIN := common/training/stage_main.c
+# common/tools: programs of their own beside the trainers (ckpt_tool)
+TOOL_SRC := $(wildcard common/tools/*.c)
 # the DeepSpeed-config reader with jansson, or the refusal of the flag without it
 DS_SRC := $(wildcard common/training/ds_config*.c)
 DS_NONE := common/training/ds_config_none.c
 DS_USED := $(if $(HAVE_JANSSON),$(filter-out $(DS_NONE),$(DS_SRC)),$(DS_NONE))
 # the aio module: only stage 06 (and its tests and benchmarks) reads files with it
 AIO_SRC := $(wildcard common/io/*.c)
-COMMON_SRC := $(filter-out $(CUDA_C_SRC) $(STAGE_MAIN) $(DS_SRC) $(if $(HAVE_AIO),,$(AIO_SRC)),$(wildcard common/*/*.c)) \
+COMMON_SRC := $(filter-out $(CUDA_C_SRC) $(STAGE_MAIN) $(TOOL_SRC) $(DS_SRC) $(if $(HAVE_AIO),,$(AIO_SRC)),$(wildcard common/*/*.c)) \
               $(DS_USED)
 COMMON_OBJ := $(COMMON_SRC:%.c=$(BUILD)/%.o)
 ifneq ($(NVCC)$(filter 1,$(EMU)),)
@@ -125,7 +127,8 @@ STAGES := $(foreach n,$(STAGE_IDS),$(if $(wildcard */$(BIN_$(n)).c),$(n)))
 # stage 06 reads its files with libaio: without it `make` leaves it out and says so
 BUILT_STAGES := $(filter-out $(if $(HAVE_AIO),,06),$(STAGES))
 TRAINERS := $(filter-out 00,$(STAGES))
-BINS := $(foreach n,$(BUILT_STAGES),$(BIN_PREFIX)$(BIN_$(n)))
+TOOLS := $(TOOL_SRC:common/tools/%.c=$(BIN_PREFIX)%)
+BINS := $(foreach n,$(BUILT_STAGES),$(BIN_PREFIX)$(BIN_$(n))) $(TOOLS)
 # memory_math reads what each stage keeps and its buffers from mem_math's tables
 SRC_00 := $(wildcard 00_memory_math/*.c)
 # a trainer's main: stage_main.c naming its strategy, strategy_<binary>
@@ -177,6 +180,9 @@ $(foreach n,$(STAGES),$(eval stage-$(n): check-deps $(if $(filter 06,$(n)),check
 $(BIN_PREFIX)$(BIN_00): $(SRC_00:%.c=$(BUILD)/%.o) $(LIB)
 	$(CC) $(OPT) $^ -o $@ $(LDLIBS)
 $(foreach n,$(TRAINERS),$(eval $(BIN_PREFIX)$(BIN_$(n)): $(call MAIN_OBJ,$(BIN_$(n))) $(SRC_$(n):%.c=$(BUILD)/%.o) $(LIB) ; $$(CC) $$(OPT) $$^ -o $$@ $$(LDLIBS) $(if $(filter 06,$(n)),-laio)))
+
+$(TOOLS): $(BIN_PREFIX)%: $(BUILD)/common/tools/%.o $(LIB)
+	$(CC) $(OPT) $^ -o $@ $(LDLIBS)
 
 $(BUILD)/main/%.o: $(STAGE_MAIN)
 	@mkdir -p $(dir $@)
@@ -311,7 +317,7 @@ check-lab-%:
 	@python3 scripts/check_lab.py $*
 
 clean:
-	rm -rf $(BUILD) build-emu $(foreach n,$(STAGE_IDS),$(BIN_$(n)))
+	rm -rf $(BUILD) build-emu $(foreach n,$(STAGE_IDS),$(BIN_$(n))) $(TOOLS)
 
 # The compiler writes the dependency files; no rule makes them (else, when
 # one is older than its source, make chains its built-in rules into

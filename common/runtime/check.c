@@ -46,6 +46,7 @@ int world_size(void) {
 }
 
 void exit_all(int status) {
+    stop_ending();
     stop_remove_files();  // the run's scratch files go on every exit it controls
     fflush(stdout);
     fflush(stderr);
@@ -56,6 +57,7 @@ void exit_all(int status) {
 // Ends the job from one rank. With other ranks alive only MPI_Abort is sure
 // to stop them (they may be waiting in a collective that will never finish).
 __attribute__((noreturn)) static void abort_job(int status) {
+    stop_ending();
     stop_remove_files();  // before MPI_Abort, which the other ranks see as SIGTERM (stop.c)
     fflush(stdout);
     fflush(stderr);

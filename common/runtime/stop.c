@@ -27,8 +27,11 @@ static struct {
     // two copies of the checkpoint's words, so that one is whole while the other is written
     char checkpoint[2][NOTE_BYTES];
     volatile sig_atomic_t current;  // -1: no checkpoint yet
+    volatile sig_atomic_t ending;   // the process is already on its way out (stop_ending)
     int rank;
 } g_stop = {.current = -1};
+
+void stop_ending(void) { g_stop.ending = 1; }
 
 void stop_track(const char *path, int is_folder) {
     for (int i = 0; i < STOP_MAX_PATHS; i++) {
@@ -89,7 +92,9 @@ static void put_long(Line *l, long v) {
 static void on_stop_signal(int sig) {
     int saved = errno;
     stop_remove_files();
-    if (g_stop.rank == 0) {
+    // a rank that is already ending (an error it printed, or the run's end)
+    // and is stopped on the way out by mpirun has nothing to add
+    if (g_stop.rank == 0 && !g_stop.ending) {
         static Line l;  // static: the handler's stack may be small
         l.len = 0;
         put(&l, program_invocation_short_name);

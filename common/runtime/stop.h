@@ -25,3 +25,6 @@ void stop_note_checkpoint(const char *dir, long step);
 // "PROG: stopped by SIGTERM after step N; resume with --resume DIR (step M)"
 // (or that no checkpoint was saved), and the process ends by the signal.
 void stop_catch_signals(int rank);
+// The process is ending on its own (exit_all, an error's abort): a signal
+// that reaches it now (mpirun stopping the job) prints no line.
+void stop_ending(void);

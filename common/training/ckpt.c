@@ -256,7 +256,7 @@ static char *read_text(const char *path, long *len) {
 }
 
 // Rank 0: DIR/latest names the step folder; without it DIR must be one.
-static int find_manifest(const char *dir, char *step_dir, char **text, long *len, char *msg) {
+int ckpt_find_manifest(const char *dir, char *step_dir, char **text, long *len, char *msg) {
     char path[PATH_BYTES], name[64] = "";
     pathf(path, "%s/latest", dir);
     FILE *f = fopen(path, "r");
@@ -374,7 +374,7 @@ int ckpt_load(Comm *world, const char *dir, const CkptManifest *expect, CkptMani
     char *text = NULL;
     long len = 0;
     int failed = world->rank == 0 &&
-                 (dir_too_long(dir, msg) || find_manifest(dir, step_dir, &text, &len, msg));
+                 (dir_too_long(dir, msg) || ckpt_find_manifest(dir, step_dir, &text, &len, msg));
     if (agree(world, failed, msg, err, err_len)) return 1;
 
     // rank 0 read the manifest; every rank parses the same text

@@ -49,3 +49,12 @@ int ckpt_read_part_header(int fd, const char *part, const PartInfo *want, PartHe
 int ckpt_corrupt(const char *part, const char *why, char *msg);
 // Part q's line of the manifest text; 1 when it has none.
 int manifest_part(const char *text, int q, PartInfo *out);
+// DIR/latest's step folder (or DIR itself when it is one) into step_dir
+// (4096 bytes) and its manifest's text (malloc'd, *len bytes); 1 with msg.
+int ckpt_find_manifest(const char *dir, char *step_dir, char **text, long *len, char *msg);
+// Without MPI (ckpt_tool): flat elements [begin, begin + n) of tensor `name`
+// (elem_bytes each) into out, from the parts that hold them; zero past Ψ.
+int ckpt_read_flat(const char *step_dir, const char *manifest, const CkptManifest *m, const char *name,
+                   size_t elem_bytes, size_t begin, size_t n, void *out, char *msg);
+// Without MPI: every part's tensors against their checksums, read whole.
+int ckpt_verify_parts(const char *step_dir, const char *manifest, const CkptManifest *m, char *msg);

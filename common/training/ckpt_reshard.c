@@ -85,11 +85,12 @@ static const PartEntry *find_entry(const PartHeader *h, const char *name, off_t 
 }
 
 // The tensors of part q (holding [qb, qb + qn)) against what this run loads:
-// each of t[] present with t's element size, and nothing the run would drop.
-static int check_tensors(const PartHeader *h, const CkptTensor *t, int n, size_t qn, const char *part,
+// each of t[] present with t's element size, and (`whole`) nothing the run
+// would drop.
+static int check_tensors(const PartHeader *h, const CkptTensor *t, int n, size_t qn, int whole, const char *part,
                          char *msg) {
     const PartEntry *e = (const PartEntry *)(h + 1);
-    for (uint32_t i = 0; i < h->ntensors; i++) {
+    for (uint32_t i = 0; i < h->ntensors && whole; i++) {
         int wanted = 0;
         for (int k = 0; k < n; k++) wanted |= strncmp(e[i].name, t[k].name, CKPT_NAME_BYTES) == 0;
         if (!wanted && strncmp(e[i].name, "device_params", CKPT_NAME_BYTES) == 0)
@@ -136,8 +137,11 @@ static int wants(const CkptTensor *t, int n, size_t qb, size_t qn) {
     return 0;
 }
 
-int ckpt_reshard_read(Comm *world, const char *step_dir, const char *manifest, const CkptManifest *m,
-                      CkptTensor *t, int n, CkptLoadInfo *info, char *msg) {
+// Parts 0..M-1 of the step folder: each one holding some of t[]'s ranges is
+// read for them; part q is also read whole for its checksums when q mod
+// `verifiers` is `me` (verifiers 0: none).
+static int read_parts(const char *step_dir, const char *manifest, const CkptManifest *m, CkptTensor *t, int n,
+                      int whole, int verifiers, int me, CkptLoadInfo *info, char *msg) {
     for (int k = 0; k < n; k++) {
         CHECK(t[k].elem_bytes > 0, "checkpoint tensor %s: no element size for a resharded load", t[k].name);
         memset(t[k].host, 0, t[k].bytes);  // past Ψ: the padding, zero
@@ -147,7 +151,7 @@ int ckpt_reshard_read(Comm *world, const char *step_dir, const char *manifest, c
     for (int q = 0; q < m->ranks && !rc; q++) {
         size_t qb, qn;
         part_range(m, q, &qb, &qn);
-        int need = qn > 0 && wants(t, n, qb, qn), verify = q % world->size == world->rank;
+        int need = qn > 0 && wants(t, n, qb, qn), verify = verifiers > 0 && q % verifiers == me;
         if (!need && !verify) continue;
         char part[PATH_BYTES];
         snprintf(part, sizeof part, "%s/rank-%05d.bin", step_dir, q);
@@ -161,7 +165,7 @@ int ckpt_reshard_read(Comm *world, const char *step_dir, const char *manifest, c
         rc = ckpt_read_part_header(fd, part, &want, &h, msg);
         if (!rc && (memcmp(h->magic, "WBCKPT01", 8) || h->rank != q || h->ranks != m->ranks || h->step != m->step))
             rc = ckpt_corrupt(part, "its header names another rank, step or format", msg);
-        if (!rc && qn > 0) rc = check_tensors(h, t, n, qn, part, msg);
+        if (!rc && qn > 0 && n > 0) rc = check_tensors(h, t, n, qn, whole, part, msg);
         for (int k = 0; k < n && !rc && need; k++) rc = copy_overlap(fd, h, &t[k], qb, qn, part, &got.bytes_read, msg);
         if (!rc && verify) rc = verify_part(fd, h, part, msg);
         got.parts_read += need;
@@ -171,4 +175,19 @@ int ckpt_reshard_read(Comm *world, const char *step_dir, const char *manifest, c
     }
     if (info) *info = got;
     return rc;
+}
+
+int ckpt_reshard_read(Comm *world, const char *step_dir, const char *manifest, const CkptManifest *m,
+                      CkptTensor *t, int n, CkptLoadInfo *info, char *msg) {
+    return read_parts(step_dir, manifest, m, t, n, 1, world->size, world->rank, info, msg);
+}
+
+int ckpt_read_flat(const char *step_dir, const char *manifest, const CkptManifest *m, const char *name,
+                   size_t elem_bytes, size_t begin, size_t n, void *out, char *msg) {
+    CkptTensor t = {name, out, n * elem_bytes, begin, elem_bytes};
+    return read_parts(step_dir, manifest, m, &t, 1, 0, 0, 0, NULL, msg);
+}
+
+int ckpt_verify_parts(const char *step_dir, const char *manifest, const CkptManifest *m, char *msg) {
+    return read_parts(step_dir, manifest, m, NULL, 0, 0, 1, 0, NULL, msg);
 }

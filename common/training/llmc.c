@@ -142,13 +142,21 @@ int llmc_read_range(const char *path, const LlmcHeader *h, const GPTLayout *l, s
     return bad ? fail(err, err_len, "--init-from %s: read error (the file changed while it was read?)", path) : 0;
 }
 
-// Writes n elements of p, or n zeros when p is NULL.
-static int write_elems(FILE *f, const float *p, size_t n) {
+// Writes flat elements [begin, begin + n) that src gives, through buf
+// (COPY_ELEMS floats), or n zeros when src is NULL.
+typedef struct Source {
+    LlmcSource read;
+    void *ctx;
+    float *buf;
+} Source;
+
+static int write_elems(FILE *f, const Source *src, size_t begin, size_t n) {
     static const float zeros[4096];
-    size_t chunk = p ? COPY_ELEMS : sizeof zeros / sizeof zeros[0];
+    size_t chunk = src ? COPY_ELEMS : sizeof zeros / sizeof zeros[0];
     for (size_t done = 0; done < n;) {
         size_t k = n - done < chunk ? n - done : chunk;
-        if (fwrite(p ? p + done : zeros, sizeof(float), k, f) != k) return 1;
+        if (src && src->read(src->ctx, begin + done, k, src->buf)) return 1;
+        if (fwrite(src ? src->buf : zeros, sizeof(float), k, f) != k) return 1;
         done += k;
     }
     return 0;
@@ -156,29 +164,40 @@ static int write_elems(FILE *f, const float *p, size_t n) {
 
 // The parameters in the file's order: wte and its zero padding rows, wpe,
 // each tensor kind of every layer, the final layernorm.
-static int write_params(FILE *f, const GPTLayout *l, const float *params) {
+static int write_params(FILE *f, const GPTLayout *l, const Source *src) {
     const GPTConfig *c = &l->cfg;
     size_t C = (size_t)c->channels, pad_rows = (size_t)(llmc_padded_vocab(c->vocab_size) - c->vocab_size);
-    const float *emb = params + l->unit[GPT_UNIT_EMBED].offset;
-    int bad = write_elems(f, emb + l->emb_off[EMB_WTE], (size_t)c->vocab_size * C) ||
-              write_elems(f, NULL, pad_rows * C) ||
-              write_elems(f, emb + l->emb_off[EMB_WPE], l->emb_off[EMB_WPE + 1] - l->emb_off[EMB_WPE]);
+    size_t emb = l->unit[GPT_UNIT_EMBED].offset;
+    int bad = write_elems(f, src, emb + l->emb_off[EMB_WTE], (size_t)c->vocab_size * C) ||
+              write_elems(f, NULL, 0, pad_rows * C) ||
+              write_elems(f, src, emb + l->emb_off[EMB_WPE], l->emb_off[EMB_WPE + 1] - l->emb_off[EMB_WPE]);
     for (int t = 0; t < BLK_NTENSORS && !bad; t++)
         for (int i = 0; i < c->num_layers && !bad; i++)
-            bad = write_elems(f, params + l->unit[gpt_unit_block(i)].offset + l->blk_off[t],
+            bad = write_elems(f, src, l->unit[gpt_unit_block(i)].offset + l->blk_off[t],
                               l->blk_off[t + 1] - l->blk_off[t]);
-    if (!bad) bad = write_elems(f, params + l->unit[gpt_unit_head(l)].offset, l->head_off[HEAD_NTENSORS]);
+    if (!bad) bad = write_elems(f, src, l->unit[gpt_unit_head(l)].offset, l->head_off[HEAD_NTENSORS]);
     return bad;
 }
 
+static int from_memory(void *ctx, size_t begin, size_t n, float *out) {
+    memcpy(out, (const float *)ctx + begin, n * sizeof(float));
+    return 0;
+}
+
 int llmc_write(const char *path, const GPTLayout *l, const float *params, char *err, size_t err_len) {
+    return llmc_write_from(path, l, from_memory, (void *)params, err, err_len);
+}
+
+int llmc_write_from(const char *path, const GPTLayout *l, LlmcSource read, void *ctx, char *err, size_t err_len) {
     char tmp[4096];
     FILE *f = out_file_begin(path, tmp, sizeof tmp);
     if (!f) return fail(err, err_len, "--export-llmc %s: cannot create a file beside it (%s)", path, strerror(errno));
     const GPTConfig *c = &l->cfg;
     int32_t hd[LLMC_HEADER_INTS] = {LLMC_MAGIC, LLMC_VERSION_FP32, c->max_seq_len, c->vocab_size,
                                     c->num_layers, c->num_heads, c->channels, llmc_padded_vocab(c->vocab_size)};
-    int bad = fwrite(hd, sizeof hd, 1, f) != 1 || write_params(f, l, params) || fflush(f) || fsync(fileno(f));
+    Source src = {read, ctx, xmalloc(COPY_ELEMS * sizeof(float))};
+    int bad = fwrite(hd, sizeof hd, 1, f) != 1 || write_params(f, l, &src) || fflush(f) || fsync(fileno(f));
+    free(src.buf);
     int write_errno = errno;
     if (fclose(f) != 0 && !bad) {
         bad = 1;

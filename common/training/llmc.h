@@ -44,3 +44,8 @@ int llmc_read_range(const char *path, const LlmcHeader *h, const GPTLayout *l, s
 // version-3 checkpoint with zero padding rows, through a temporary file that
 // is renamed into place once complete. Returns 0 or nonzero with err.
 int llmc_write(const char *path, const GPTLayout *l, const float *params, char *err, size_t err_len);
+// The same, the parameters read from `read` a chunk at a time (flat elements
+// [begin, begin + n) into out; nonzero stops the write): memory stays bounded
+// whatever the model's size (ckpt_tool reads them from a checkpoint's parts).
+typedef int (*LlmcSource)(void *ctx, size_t begin, size_t n, float *out);
+int llmc_write_from(const char *path, const GPTLayout *l, LlmcSource read, void *ctx, char *err, size_t err_len);

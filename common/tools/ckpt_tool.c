@@ -1,0 +1,210 @@
+// ckpt_tool.c: a sharded checkpoint of the data-parallel stages (01-06),
+// read from its files alone, with no MPI job: what it holds, whether its
+// bytes are intact, the weights as llm.c reads them, and the whole state
+// consolidated into one part that any of those stages resumes at any rank
+// count. A tool of its own rather than a trainer's flag: it needs no model,
+// no device and no ranks, and its memory stays bounded (a chunk at a time)
+// whatever the model's size. DeepSpeed's zero_to_fp32.py and
+// ds_to_universal.py answer the same two needs.
+#include <errno.h>
+#include <fcntl.h>
+#include <inttypes.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+#include "check.h"
+#include "ckpt.h"
+#include "ckpt_manifest.h"
+#include "llmc.h"
+#include "states.h"
+
+#define PATH_BYTES 4096
+#define CHUNK_ELEMS ((size_t)1 << 20)  // elements read and written at a time
+
+static const char *const STATE_TENSORS[3] = {"master", "adam_m", "adam_v"};
+
+static void usage(FILE *f) {
+    fprintf(f, "usage: ckpt_tool info CKPT | verify CKPT | export-llmc CKPT OUT.bin | consolidate CKPT OUT_DIR\n"
+               "  CKPT: a --save folder (its latest step) or a step folder, of dp_baseline, zero1-3, cpu_offload\n"
+               "        or infinity at any rank count\n"
+               "  info         the run, and the flat range of the parameters each part holds (the layout a\n"
+               "               resharded --resume reads)\n"
+               "  verify       every part read whole against its checksums\n"
+               "  export-llmc  the fp32 master weights as an llm.c GPT-2 checkpoint (version 3), as the run's\n"
+               "               own --export-llmc writes them\n"
+               "  consolidate  the whole training state (master, Adam m and v over all parameters, the step and\n"
+               "               data position) as one part beside its manifest: dp_baseline's layout at 1 rank,\n"
+               "               which every data-parallel stage resumes at any rank count (--resume OUT_DIR);\n"
+               "               a --dpu checkpoint's device_params (the params a step behind) are not carried\n");
+}
+
+typedef struct Ckpt {
+    char step_dir[PATH_BYTES];
+    char *text;  // the manifest
+    CkptManifest m;
+} Ckpt;
+
+static void fail_tool(const char *fmt, const char *arg) {
+    fprintf(stderr, "ckpt_tool: error: ");
+    fprintf(stderr, fmt, arg);
+    fputc('\n', stderr);
+    exit(2);
+}
+
+static void open_ckpt(const char *dir, Ckpt *c) {
+    char msg[MSG_BYTES] = "";
+    long len = 0;
+    if (ckpt_find_manifest(dir, c->step_dir, &c->text, &len, msg)) fail_tool("%s", msg);
+    char *copy = xmalloc((size_t)len + 1);
+    memcpy(copy, c->text, (size_t)len + 1);
+    int bad = manifest_parse(copy, dir, -1, &c->m, NULL, msg);
+    free(copy);
+    if (bad) fail_tool("%s", msg);
+    if (c->m.grid[0])
+        fail_tool("%s holds the parts of a 3d_parallel grid; this tool reads the data-parallel stages' (01-06)", dir);
+}
+
+static void info(const Ckpt *c) {
+    const CkptManifest *m = &c->m;
+    printf("%s: %s at %d ranks, step %ld, data row %" PRIu64 "\n", c->step_dir, m->stage, m->ranks, m->step,
+           m->data_rows);
+    printf("model: %zu parameters (L=%d C=%d H=%d V=%d T=%d); global batch %d x %d ranks x %d = %d rows of %d "
+           "tokens\n", m->num_params, m->cfg.num_layers, m->cfg.channels, m->cfg.num_heads, m->cfg.vocab_size,
+           m->cfg.max_seq_len, m->batch, m->ranks, m->grad_accum, m->batch * m->ranks * m->grad_accum, m->seq_len);
+    int replicated = strcmp(m->stage, "dp_baseline") == 0;
+    Partition p;
+    partition_init(&p, m->num_params, m->ranks, 0);
+    if (replicated) printf("layout: replicated; part 0 holds flat elements [0, %zu), the others none\n", m->num_params);
+    else
+        printf("layout: Ψ = %zu padded to %zu (a multiple of %d ranks x 64), cut into shards of %zu: part q holds "
+               "flat elements [q x %zu, (q + 1) x %zu), zero past Ψ\n", m->num_params, p.padded, m->ranks, p.shard,
+               p.shard, p.shard);
+    printf("tensors of each part: master, adam_m, adam_v (fp32) over its range, and device_params (bf16) "
+           "under cpu_offload --dpu\n");
+}
+
+static int from_checkpoint(void *ctx, size_t begin, size_t n, float *out) {
+    const Ckpt *c = ctx;
+    char msg[MSG_BYTES] = "";
+    if (ckpt_read_flat(c->step_dir, c->text, &c->m, "master", sizeof(float), begin, n, out, msg) == 0) return 0;
+    fprintf(stderr, "ckpt_tool: error: %s\n", msg);
+    exit(2);
+}
+
+static void export_llmc(const Ckpt *c, const char *out) {
+    GPTLayout l;
+    gpt_layout(&l, &c->m.cfg);
+    CHECK(l.num_params == c->m.num_params, "the manifest's model shape gives %zu parameters, its num_params %zu",
+          l.num_params, c->m.num_params);
+    char err[1024];
+    if (llmc_write_from(out, &l, from_checkpoint, (void *)c, err, sizeof err)) fail_tool("%s", err);
+    printf("exported: %s (llm.c version 3, fp32 master weights of step %ld, %zu parameters)\n", out, c->m.step,
+           c->m.num_params);
+}
+
+static void write_all_at(int fd, const void *p, size_t n, off_t off, const char *path) {
+    for (size_t done = 0; done < n;) {
+        ssize_t w = pwrite(fd, (const char *)p + done, n - done, off + (off_t)done);
+        if (w < 0 && errno == EINTR) continue;
+        if (w <= 0) fail_tool("cannot write %s", path);
+        done += (size_t)w;
+    }
+}
+
+static void write_text(const char *path, const char *text, size_t len) {
+    int fd = open(path, O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW, 0644);
+    if (fd < 0) fail_tool("cannot create %s", path);
+    write_all_at(fd, text, len, 0, path);
+    if (fsync(fd) || close(fd)) fail_tool("cannot write %s", path);
+}
+
+// One part of the whole state: its header and entries are written last,
+// once the tensors' checksums are known (the data streams a chunk at a time).
+static void consolidate(const Ckpt *c, const char *out) {
+    struct stat st;
+    if (lstat(out, &st) == 0) fail_tool("%s exists; give a new folder", out);
+    if (strlen(out) > PATH_BYTES - 64) fail_tool("%s: the folder's name is too long", out);
+    char step_dir[PATH_BYTES], part[PATH_BYTES + 32], path[PATH_BYTES + 32];
+    snprintf(step_dir, sizeof step_dir, "%s/step-%08ld", out, c->m.step);
+    if (mkdir(out, 0755) || mkdir(step_dir, 0755)) fail_tool("cannot create %s", step_dir);
+    snprintf(part, sizeof part, "%s/rank-00000.bin", step_dir);
+    int fd = open(part, O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW, 0644);
+    if (fd < 0) fail_tool("cannot create %s", part);
+    size_t psi = c->m.num_params;
+    struct {
+        PartHeader h;
+        PartEntry e[3];
+    } head;
+    memset(&head, 0, sizeof head);
+    memcpy(head.h.magic, "WBCKPT01", 8);
+    head.h.version = 1;
+    head.h.ranks = 1;
+    head.h.ntensors = 3;
+    head.h.step = c->m.step;
+    float *buf = xmalloc(CHUNK_ELEMS * sizeof(float));
+    off_t off = (off_t)sizeof head;
+    char msg[MSG_BYTES] = "";
+    for (int k = 0; k < 3; k++) {
+        snprintf(head.e[k].name, sizeof head.e[k].name, "%s", STATE_TENSORS[k]);
+        head.e[k].bytes = psi * sizeof(float);
+        uint64_t sum = 14695981039346656037ull;
+        for (size_t done = 0; done < psi; done += CHUNK_ELEMS) {
+            size_t n = psi - done < CHUNK_ELEMS ? psi - done : CHUNK_ELEMS;
+            if (ckpt_read_flat(c->step_dir, c->text, &c->m, STATE_TENSORS[k], sizeof(float), done, n, buf, msg))
+                fail_tool("%s", msg);
+            sum = fnv1a64(buf, n * sizeof(float), sum);
+            write_all_at(fd, buf, n * sizeof(float), off, part);
+            off += (off_t)(n * sizeof(float));
+        }
+        head.e[k].checksum = sum;
+    }
+    free(buf);
+    write_all_at(fd, &head, sizeof head, 0, part);
+    if (fsync(fd) || close(fd)) fail_tool("cannot write %s", part);
+    // dp_baseline at 1 rank, with the saved run's global batch in that one rank's batch
+    CkptManifest m = c->m;
+    snprintf(m.stage, sizeof m.stage, "dp_baseline");
+    m.batch = c->m.batch * c->m.ranks;
+    m.ranks = 1;
+    PartInfo info = {fnv1a64(&head, sizeof head, 14695981039346656037ull), (uint64_t)off};
+    size_t len = 0;
+    char *text = manifest_text(&m, 1, &info, &len);
+    snprintf(path, sizeof path, "%s/manifest.txt", step_dir);
+    write_text(path, text, len);
+    free(text);
+    char latest[32];
+    snprintf(latest, sizeof latest, "step-%08ld\n", m.step);
+    snprintf(path, sizeof path, "%s/latest", out);
+    write_text(path, latest, strlen(latest));
+    printf("consolidated: %s (step %ld: master, adam_m, adam_v over all %zu parameters in one part of %" PRIu64
+           " bytes); resume it with --resume %s under any data-parallel stage at any rank count with a global "
+           "batch of %d rows\n", out, m.step, psi, (uint64_t)off, out, m.batch * m.grad_accum);
+}
+
+int main(int argc, char **argv) {
+    if (argc >= 2 && (!strcmp(argv[1], "-h") || !strcmp(argv[1], "--help"))) {
+        usage(stdout);
+        return 0;
+    }
+    int two = argc == 3, three = argc == 4;
+    const char *cmd = argc > 1 ? argv[1] : "";
+    if (!(two && (!strcmp(cmd, "info") || !strcmp(cmd, "verify"))) &&
+        !(three && (!strcmp(cmd, "export-llmc") || !strcmp(cmd, "consolidate")))) {
+        usage(stderr);
+        return 2;
+    }
+    Ckpt c;
+    open_ckpt(argv[2], &c);
+    if (!strcmp(cmd, "info")) info(&c);
+    if (!strcmp(cmd, "verify")) {
+        char msg[MSG_BYTES] = "";
+        if (ckpt_verify_parts(c.step_dir, c.text, &c.m, msg)) fail_tool("%s", msg);
+        printf("verified: %d parts of %s, every tensor against its checksum\n", c.m.ranks, c.step_dir);
+    }
+    if (!strcmp(cmd, "export-llmc")) export_llmc(&c, argv[3]);
+    if (!strcmp(cmd, "consolidate")) consolidate(&c, argv[3]);
+    free(c.text);
+    return 0;
+}

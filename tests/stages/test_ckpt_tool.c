@@ -1,0 +1,194 @@
+// test_ckpt_tool.c: ckpt_tool on checkpoints the trainers wrote. Its llm.c
+// export is, byte for byte, the run's own --export-llmc; a consolidated
+// checkpoint (one part, all Ψ) resumes the run to the bit at the same stage
+// and ranks, and at another rank count within the rank-count tolerance; its
+// memory does not grow with the checkpoint (a 124 MB one is streamed); a
+// missing, damaged or foreign part is refused in one line naming it.
+#include <sys/stat.h>
+#include <unistd.h>
+#include "runs.h"
+
+#define PATH_LEN 512
+#define CMD_LEN 2048
+
+typedef struct Ctx {
+    char root[64];
+} Ctx;
+
+static char *slurp(const char *path, size_t *len) {
+    FILE *f = fopen(path, "rb");
+    if (!f) return NULL;
+    fseek(f, 0, SEEK_END);
+    long n = ftell(f);
+    rewind(f);
+    char *buf = malloc((size_t)n + 1);
+    *len = fread(buf, 1, (size_t)n, f);
+    fclose(f);
+    return buf;
+}
+
+static void run_ok(const char *cmd, char **out) {
+    char *o = NULL;
+    int rc = test_run(cmd, &o);
+    if (rc != 0) fail_msg("%s: exit %d:\n%s", cmd, rc, o);
+    if (out) *out = o;
+    else free(o);
+}
+
+static void test_export_is_the_runs(void **state) {
+    Ctx *c = *state;
+    char cmd[CMD_LEN], ck[PATH_LEN], a[PATH_LEN], b[PATH_LEN];
+    snprintf(ck, sizeof ck, "%s/export-ck", c->root);
+    snprintf(a, sizeof a, "%s/run.bin", c->root);
+    snprintf(b, sizeof b, "%s/tool.bin", c->root);
+    snprintf(cmd, sizeof cmd, "mpirun -np 4 ./zero3 --model small --batch 2 --steps 6 --quiet --save %s "
+             "--export-llmc %s", ck, a);
+    run_ok(cmd, NULL);
+    snprintf(cmd, sizeof cmd, "./ckpt_tool export-llmc %s %s", ck, b);
+    run_ok(cmd, NULL);
+    size_t na = 0, nb = 0;
+    char *x = slurp(a, &na), *y = slurp(b, &nb);
+    assert_non_null(x);
+    assert_non_null(y);
+    if (na != nb || memcmp(x, y, na)) fail_msg("ckpt_tool's export (%zu bytes) differs from the run's (%zu)", nb, na);
+    free(x), free(y);
+}
+
+static void test_consolidated_resumes(void **state) {
+    Ctx *c = *state;
+    char cmd[CMD_LEN], ck[PATH_LEN], uni[PATH_LEN], json[PATH_LEN], *out = NULL;
+    snprintf(ck, sizeof ck, "%s/run-ck", c->root);
+    snprintf(uni, sizeof uni, "%s/universal", c->root);
+    snprintf(json, sizeof json, "%s/a.json", c->root);
+    snprintf(cmd, sizeof cmd, "mpirun -np 2 ./zero2 --model small --batch 4 --steps 8 --quiet --save %s "
+             "--save-every 4 --json %s", ck, json);
+    char *rec = train(cmd, json);
+    double a[8], b[8];
+    losses_of(rec, a, 8);
+    free(rec);
+    snprintf(cmd, sizeof cmd, "./ckpt_tool consolidate %s/step-00000004 %s", ck, uni);
+    run_ok(cmd, &out);
+    if (!strstr(out, "consolidated: ")) fail_msg("%s:\n%s", cmd, out);
+    free(out);
+    snprintf(cmd, sizeof cmd, "./ckpt_tool info %s", uni);
+    run_ok(cmd, &out);
+    if (!strstr(out, "dp_baseline at 1 ranks, step 4") || !strstr(out, "global batch 8 x 1 ranks x 1 = 8 rows"))
+        fail_msg("%s:\n%s", cmd, out);
+    free(out);
+    // the same stage and ranks: the same math, to the bit
+    snprintf(json, sizeof json, "%s/b.json", c->root);
+    snprintf(cmd, sizeof cmd, "mpirun -np 2 ./zero2 --model small --batch 4 --steps 8 --quiet --resume %s --json %s",
+             uni, json);
+    rec = train(cmd, json);
+    losses_of(rec, b, 4);
+    free(rec);
+    for (int i = 0; i < 4; i++)
+        if (b[i] != a[4 + i]) fail_msg("step %d: %.9g from the consolidated checkpoint, %.9g uninterrupted", 5 + i,
+                                       b[i], a[4 + i]);
+    // one rank, its batch the global one: the sums round in another order
+    snprintf(json, sizeof json, "%s/c.json", c->root);
+    snprintf(cmd, sizeof cmd, "./dp_baseline --model small --batch 8 --steps 8 --quiet --resume %s --json %s", uni,
+             json);
+    rec = train(cmd, json);
+    losses_of(rec, b, 4);
+    free(rec);
+    for (int i = 0; i < 4; i++)
+        if (fabs(b[i] - a[4 + i]) > 1e-3)
+            fail_msg("1 rank, step %d: %.9g, uninterrupted at 2 ranks %.9g (tolerance 1e-3)", 5 + i, b[i], a[4 + i]);
+}
+
+// Peak resident memory (KB) of a command, as the kernel counts it.
+static double peak_kb(const char *cmd) {
+    char py[CMD_LEN];
+    snprintf(py, sizeof py, "python3 -c \"import resource, subprocess, sys; "
+             "r = subprocess.run(sys.argv[1], shell=True, stdout=subprocess.DEVNULL); "
+             "print(r.returncode, resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss)\" '%s'", cmd);
+    char *out = NULL;
+    assert_int_equal(test_run(py, &out), 0);
+    int rc = -1;
+    double kb = NAN;
+    if (sscanf(out, "%d %lf", &rc, &kb) != 2 || rc != 0) fail_msg("%s: %s", cmd, out);
+    free(out);
+    return kb;
+}
+
+// A 10.8M-parameter model's checkpoint (124 MB of parts): consolidating and
+// exporting it take no more memory than the tool's own start (its libraries),
+// give or take the 4 MB chunks it streams through.
+static void test_memory_bounded(void **state) {
+    Ctx *c = *state;
+    char cmd[CMD_LEN], ck[PATH_LEN];
+    snprintf(ck, sizeof ck, "%s/big", c->root);
+    snprintf(cmd, sizeof cmd, "mpirun -np 2 ./zero2 --model small --d-model 384 --layers 6 --heads 6 --batch 1 "
+             "--steps 1 --quiet --save %s", ck);
+    run_ok(cmd, NULL);
+    snprintf(cmd, sizeof cmd, "du -sk %s", ck);
+    char *out = NULL;
+    run_ok(cmd, &out);
+    double parts_kb = atof(out);
+    free(out);
+    double base = peak_kb("./ckpt_tool --help");
+    snprintf(cmd, sizeof cmd, "./ckpt_tool consolidate %s %s/big-universal", ck, c->root);
+    double consolidate = peak_kb(cmd);
+    snprintf(cmd, sizeof cmd, "./ckpt_tool export-llmc %s %s/big.bin", ck, c->root);
+    double export = peak_kb(cmd);
+    print_message("parts %.0f KB; peak resident: --help %.0f KB, consolidate %.0f KB, export-llmc %.0f KB\n",
+                  parts_kb, base, consolidate, export);
+    assert_true(parts_kb > 100000);
+    assert_true(consolidate - base < 16384 && export - base < 16384);
+}
+
+static void test_damaged_refused(void **state) {
+    Ctx *c = *state;
+    char cmd[CMD_LEN], a[PATH_LEN], b[PATH_LEN];
+    snprintf(a, sizeof a, "%s/damaged-a", c->root);
+    snprintf(b, sizeof b, "%s/damaged-b", c->root);
+    for (int k = 0; k < 2; k++) {
+        snprintf(cmd, sizeof cmd, "mpirun -np 2 ./zero1 --model tiny --steps 2 --seed %d --quiet --save %s", 1 + k,
+                 k ? b : a);
+        run_ok(cmd, NULL);
+    }
+    // a part of another run in its place: the manifest's checksum of it differs
+    snprintf(cmd, sizeof cmd, "cp %s/step-00000002/rank-00001.bin %s/step-00000002/rank-00001.bin && "
+             "./ckpt_tool export-llmc %s %s/x.bin", b, a, a, c->root);
+    free(expect_refusal(cmd, "rank-00001.bin is corrupt"));
+    // a byte of tensor data flipped: only its tensor's checksum tells
+    snprintf(cmd, sizeof cmd, "f=%s/step-00000002/rank-00000.bin; printf '\\x5a' | dd of=$f bs=1 seek=$(($(stat -c %%s $f) - 7)) "
+             "conv=notrunc status=none && ./ckpt_tool verify %s", b, b);
+    free(expect_refusal(cmd, "rank-00000.bin is corrupt (checksum mismatch)"));
+    // a missing part
+    snprintf(cmd, sizeof cmd, "rm %s/step-00000002/rank-00001.bin && ./ckpt_tool consolidate %s %s/y", b, b, c->root);
+    free(expect_refusal(cmd, "rank-00001.bin"));
+    snprintf(cmd, sizeof cmd, "./ckpt_tool frobnicate %s", a);
+    char *out = NULL;
+    assert_int_equal(test_run(cmd, &out), 2);
+    assert_non_null(strstr(out, "usage: ckpt_tool"));
+    free(out);
+}
+
+static int group_setup(void **state) {
+    if (need_paths("test_ckpt_tool", (const char *const[]){"./ckpt_tool", "./zero1", "./zero2", "./zero3",
+                                                          "./dp_baseline", NULL}))
+        return 1;
+    Ctx *c = calloc(1, sizeof *c);
+    if (test_make_dir(c->root, sizeof c->root, "test-ckpt-tool")) return 1;
+    *state = c;
+    return 0;
+}
+
+static int group_teardown(void **state) {
+    Ctx *c = *state;
+    test_remove_dir(c->root);
+    free(c);
+    return 0;
+}
+
+int main(void) {
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_export_is_the_runs),
+        cmocka_unit_test(test_consolidated_resumes),
+        cmocka_unit_test(test_memory_bounded),
+        cmocka_unit_test(test_damaged_refused),
+    };
+    return cmocka_run_group_tests(tests, group_setup, group_teardown);
+}
