@@ -41,6 +41,9 @@ MPI_ENV = {
 MODEL = "--model small --batch 4 --steps 8"
 ACCUM = "--batch 2 --grad-accum 2"  # the same global batch in two micro-batches
 STATE_CATS = ["params_bf16", "grads_bf16", "master_fp32", "adam_m", "adam_v"]
+# lab 07 at m = 4 micro-batches over P = 2 stages: 1F1B proper (at m <= P it is AFAB)
+MANY_MICRO = "--batch 1 --grad-accum 4"
+IN_FLIGHT = "1F1B with m = 4 > P = 2: micro-batches in flight per stage equal min(P - s, m)"
 
 # lab: (stage binary, the reference it must equal, extra flags of the main run, tiers holding states)
 LABS = {
@@ -197,6 +200,7 @@ def run_checks(lab, expected, r):
         names += ["--dpu equals the reference's delayed update"] if lab == "05" else []
         names += [f"--recompute {m}: losses equal none's to the bit, activations equal the formula"
                   for m in ("selective", "full")] if lab == "04" else []
+        names += [IN_FLIGHT] if lab == "07" else []
         return [(n, False, main["error"], f"{stage} exits 0") for n in names]
     out = []
     same = main["losses"] == expected["losses"]
@@ -240,6 +244,15 @@ def run_checks(lab, expected, r):
             ok = rec["losses"] == main["losses"] and acts == want
             out.append((name, ok, f"{rec['losses'][-1]:.9g} at step 8; {acts[0]:.0f} + {acts[1]:.0f} B",
                         f"{main['losses'][-1]:.9g}; {want[0]:.0f} + {want[1]:.0f} B"))
+    if lab == "07":  # 1F1B's warm-up: at m > P each stage s keeps min(P - s, m) micro-batches in flight
+        rec = r.run(stage, f"{MODEL} {extra} {MANY_MICRO}")
+        if "error" in rec:
+            out.append((IN_FLIGHT, False, rec["error"], f"{stage} exits 0"))
+        else:
+            ranks = rec["grid"]["ranks"]
+            got = "/".join(str(int(x["peak_in_flight"])) for x in ranks if x["tp_rank"] == 0)
+            want = "/".join(str(int(x["in_flight_formula"])) for x in ranks if x["tp_rank"] == 0)
+            out.append((IN_FLIGHT, got == want, f"stages {got}", f"stages {want}"))
     if lab == "05":
         dpu = figures(r.run(stage, f"{MODEL} --dpu --dpu-warmup 2"), tiers)
         ok = "error" not in dpu and dpu["losses"] == expected["dpu_losses"]

@@ -63,6 +63,54 @@ static void test_labs(void **state) {
     for (size_t i = 0; i < sizeof LABS / sizeof LABS[0]; i++) check_lab(LABS[i]);
 }
 
+// A plausible wrong version of a lab's technique, planted in a finished copy
+// (the reference's functions back, then `sed` over `file`): the checks must
+// catch it with a FAIL line naming what is wrong (`says`).
+typedef struct Mistake {
+    const char *lab, *what, *file, *sed, *says;
+} Mistake;
+
+static const Mistake MISTAKES[] = {
+    // zero3 releasing every unit it read, even one the next entry reads
+    // again: gathered twice, the bytes past the formula
+    {"04", "a unit released although it is read again", "04_zero3/param_shard.c",
+     "s/if (!read_soon(ps->prefetch, \\&t->layout, num_entries(t), e, reads\\[i\\])) drop(/drop(/",
+     "FAIL  communication per step equals the formula"},
+    // the delayed update applied with the other gradient shard (the step
+    // after's, still arriving) instead of this step's
+    {"05", "the delayed update on the wrong step's gradients", "05_cpu_offload/cpu_offload.c",
+     "/^static void delayed_update/,/^}/s/z->job = adam_job(t, z, t->st.grads.ptr, s);/"
+     "z->job = adam_job(t, z, z->grads_next.ptr, s);/",
+     "FAIL  --dpu equals the reference's delayed update"},
+    // 1F1B with one warm-up forward too few (w = P - s - 2, clamped at 0):
+    // the losses stay right, the micro-batches in flight do not
+    {"07", "one warm-up forward too few", "07_3d_parallel/pipeline.c",
+     "s/int warmup = p->stages - p->stage - 1 < m ? p->stages - p->stage - 1 : m,/"
+     "int warmup = p->stages - p->stage - 2 < 0 ? 0 : (p->stages - p->stage - 2 < m ? p->stages - p->stage - 2 : m),/",
+     "FAIL  1F1B with m = 4 > P = 2: micro-batches in flight per stage"},
+};
+
+static void test_labs_catch_mistakes(void **state) {
+    (void)state;
+    for (size_t i = 0; i < sizeof MISTAKES / sizeof MISTAKES[0]; i++) {
+        const Mistake *k = &MISTAKES[i];
+        char root[64], cmd[CMD_LEN];
+        assert_int_equal(test_make_dir(root, sizeof root, "lab-mistake"), 0);
+        // (the planted file must differ from the reference's, or the plant no longer applies)
+        snprintf(cmd, sizeof cmd, "here=$PWD && python3 scripts/make_lab.py %s %s/copy > /dev/null && "
+                 "cut -d: -f1 %s/copy/.lab/stubbed.txt | sort -u | while read f; do cp \"$f\" %s/copy/\"$f\"; done && "
+                 "cd %s/copy && sed -i '%s' %s && ! cmp -s %s \"$here/%s\" && python3 scripts/check_lab.py %s",
+                 k->lab, root, root, root, root, k->sed, k->file, k->file, k->file, k->lab);
+        char *out = NULL;
+        int rc = test_run(cmd, &out);
+        if (rc == 0 || !strstr(out, k->says))
+            fail_msg("lab %s with %s planted: exit %d, no \"%s\":\n%s", k->lab, k->what, rc, k->says, out);
+        print_message("lab %s: %s caught\n", k->lab, k->what);
+        free(out);
+        assert_int_equal(test_remove_dir(root), 0);
+    }
+}
+
 // A folder that may hold a student's work is never written over.
 static void test_lab_keeps_work(void **state) {
     (void)state;
@@ -146,6 +194,7 @@ int main(void) {
     if (need_paths("test_labs", (const char *const[]){"./zero2", NULL})) return 1;
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_lab_keeps_work),
+        cmocka_unit_test(test_labs_catch_mistakes),
         cmocka_unit_test(test_check_lab_bounded),
         cmocka_unit_test(test_labs),
     };
