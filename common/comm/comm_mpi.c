@@ -154,21 +154,28 @@ static CommHandle *begin_op(Comm *c, CommHandle *h, CommHandle *local, CommOp op
 // After MPI is done with the buffers: copy a staged result back, free what
 // the call held, account the time and add the span to the timeline. A call
 // that completes on the GPU (NCCL, nonblocking) is timed by comm_settle_stats.
-// Returns the completion time.
+// Returns the completion time. A communicator of one rank moves nothing:
+// its calls are local copies, and stay off the comm and wait rows (a 1-rank
+// run reports no time in flight for 0 bytes).
 static double complete_op(Comm *c, CommHandle *k, int host_timed) {
     if (k->stage.ptr) unstage(c, k);
     free(k->mpi_counts);
     k->mpi_counts = NULL;
     double t_done_us = now_us();
-    if (host_timed) trace_span(c->trace, TRACE_TID_COMM, comm_op_name(k->op), k->t_issue_us, t_done_us, k->bytes);
+    if (host_timed && c->size > 1)
+        trace_span(c->trace, TRACE_TID_COMM, comm_op_name(k->op), k->t_issue_us, t_done_us, k->bytes);
     k->active = 0;
     return t_done_us;
+}
+
+static void wait_span(Comm *c, double t0_us, double t1_us) {
+    if (c->size > 1) trace_span(c->trace, TRACE_TID_WAIT, "wait", t0_us, t1_us, 0);
 }
 
 // A blocking call is exposed communication from issue to return.
 static void finish_blocking(Comm *c, CommHandle *k) {
     double t_done_us = complete_op(c, k, 1);
-    trace_span(c->trace, TRACE_TID_WAIT, "wait", k->t_issue_us, t_done_us, 0);
+    wait_span(c, k->t_issue_us, t_done_us);
 }
 
 #ifdef WB_HAVE_NCCL
@@ -192,7 +199,7 @@ void comm_wait(Comm *c, CommHandle *h) {
 #endif
     double t0_us = now_us();
     mpiCheck(MPI_Wait(&h->req, MPI_STATUS_IGNORE));
-    trace_span(c->trace, TRACE_TID_WAIT, "wait", t0_us, complete_op(c, h, 1), 0);
+    wait_span(c, t0_us, complete_op(c, h, 1));
 }
 
 void comm_settle_stats(Comm *c) {

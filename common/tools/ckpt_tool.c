@@ -120,6 +120,36 @@ static void write_text(const char *path, const char *text, size_t len) {
     if (fsync(fd) || close(fd)) fail_tool("cannot write %s", path);
 }
 
+typedef struct WholePart {
+    PartHeader h;
+    PartEntry e[3];
+} WholePart;
+
+// master, m and v over all Ψ into the part after its header, a chunk at a
+// time, each tensor's checksum into its entry; returns the part's size.
+static off_t stream_states(const Ckpt *c, int fd, const char *part, WholePart *head) {
+    size_t psi = c->m.num_params;
+    float *buf = xmalloc(CHUNK_ELEMS * sizeof(float));
+    off_t off = (off_t)sizeof *head;
+    char msg[MSG_BYTES] = "";
+    for (int k = 0; k < 3; k++) {
+        snprintf(head->e[k].name, sizeof head->e[k].name, "%s", STATE_TENSORS[k]);
+        head->e[k].bytes = psi * sizeof(float);
+        uint64_t sum = 14695981039346656037ull;
+        for (size_t done = 0; done < psi; done += CHUNK_ELEMS) {
+            size_t n = psi - done < CHUNK_ELEMS ? psi - done : CHUNK_ELEMS;
+            if (ckpt_read_flat(c->step_dir, c->text, &c->m, STATE_TENSORS[k], sizeof(float), done, n, buf, msg))
+                fail_tool("%s", msg);
+            sum = fnv1a64(buf, n * sizeof(float), sum);
+            write_all_at(fd, buf, n * sizeof(float), off, part);
+            off += (off_t)(n * sizeof(float));
+        }
+        head->e[k].checksum = sum;
+    }
+    free(buf);
+    return off;
+}
+
 // One part of the whole state: its header and entries are written last,
 // once the tensors' checksums are known (the data streams a chunk at a time).
 static void consolidate(const Ckpt *c, const char *out) {
@@ -132,35 +162,14 @@ static void consolidate(const Ckpt *c, const char *out) {
     snprintf(part, sizeof part, "%s/rank-00000.bin", step_dir);
     int fd = open(part, O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW, 0644);
     if (fd < 0) fail_tool("cannot create %s", part);
-    size_t psi = c->m.num_params;
-    struct {
-        PartHeader h;
-        PartEntry e[3];
-    } head;
+    WholePart head;
     memset(&head, 0, sizeof head);
     memcpy(head.h.magic, "WBCKPT01", 8);
     head.h.version = 1;
     head.h.ranks = 1;
     head.h.ntensors = 3;
     head.h.step = c->m.step;
-    float *buf = xmalloc(CHUNK_ELEMS * sizeof(float));
-    off_t off = (off_t)sizeof head;
-    char msg[MSG_BYTES] = "";
-    for (int k = 0; k < 3; k++) {
-        snprintf(head.e[k].name, sizeof head.e[k].name, "%s", STATE_TENSORS[k]);
-        head.e[k].bytes = psi * sizeof(float);
-        uint64_t sum = 14695981039346656037ull;
-        for (size_t done = 0; done < psi; done += CHUNK_ELEMS) {
-            size_t n = psi - done < CHUNK_ELEMS ? psi - done : CHUNK_ELEMS;
-            if (ckpt_read_flat(c->step_dir, c->text, &c->m, STATE_TENSORS[k], sizeof(float), done, n, buf, msg))
-                fail_tool("%s", msg);
-            sum = fnv1a64(buf, n * sizeof(float), sum);
-            write_all_at(fd, buf, n * sizeof(float), off, part);
-            off += (off_t)(n * sizeof(float));
-        }
-        head.e[k].checksum = sum;
-    }
-    free(buf);
+    off_t off = stream_states(c, fd, part, &head);
     write_all_at(fd, &head, sizeof head, 0, part);
     if (fsync(fd) || close(fd)) fail_tool("cannot write %s", part);
     // dp_baseline at 1 rank, with the saved run's global batch in that one rank's batch
@@ -180,7 +189,7 @@ static void consolidate(const Ckpt *c, const char *out) {
     write_text(path, latest, strlen(latest));
     printf("consolidated: %s (step %ld: master, adam_m, adam_v over all %zu parameters in one part of %" PRIu64
            " bytes); resume it with --resume %s under any data-parallel stage at any rank count with a global "
-           "batch of %d rows\n", out, m.step, psi, (uint64_t)off, out, m.batch * m.grad_accum);
+           "batch of %d rows\n", out, m.step, m.num_params, (uint64_t)off, out, m.batch * m.grad_accum);
 }
 
 int main(int argc, char **argv) {

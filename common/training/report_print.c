@@ -4,7 +4,22 @@
 // of the step, and one summary line per run.
 #include <math.h>
 #include <stdio.h>
+#include <string.h>
 #include "report_summary.h"
+
+// A stage's formula with handout 07's names for a grid: Ψ -> Ψ_s, N -> D.
+static void grid_formula(const char *f, char *out, size_t n) {
+    size_t k = 0;
+    for (const char *p = f; *p && k + 4 < n; p++) {
+        if (!strncmp(p, "Ψ", strlen("Ψ"))) {
+            k += (size_t)snprintf(out + k, n - k, "Ψ_s");
+            p += strlen("Ψ") - 1;
+        } else {
+            out[k++] = *p == 'N' ? 'D' : *p;
+        }
+    }
+    out[k] = 0;
+}
 
 // Formula figure for a (tier, category) row, or NAN where no formula applies.
 static double formula_for(const Summary *s, int tier, int cat) {
@@ -31,9 +46,19 @@ void print_memory_table(const Trainer *t, const Summary *s) {
         double states = 0, states_formula = s->formula.tier_total[i];
         for (int c = 0; c <= CAT_ADAM_V; c++) states += s->cur[i][c];
         if (states == 0 && states_formula == 0 && i != TIER_DEVICE) continue;
+        const char *f = stage_tier_formula(t->formula, (MemTier)i);
+        if (t->grid[0]) {  // on a grid: this stage's part Ψ_s over its D replicas, as handout 07 names them
+            char g[64];
+            grid_formula(f, g, sizeof g);
+            printf("  %s model states: %.3f MB measured, %.3f MB by %s (Psi_s=%.0f, this rank's part of the model; "
+                   "D=%d replicas of it on the grid %s; padding %.0f params)\n", mem_tier_name((MemTier)i),
+                   states / 1e6, states_formula / 1e6, g, s->state_params, t->dp->size, t->grid,
+                   s->formula.padding_params);
+            continue;
+        }
         printf("  %s model states: %.3f MB measured, %.3f MB by %s (Psi=%.0f, N=%d, padding %.0f params)\n",
-               mem_tier_name((MemTier)i), states / 1e6, states_formula / 1e6, stage_tier_formula(t->formula, (MemTier)i),
-               s->state_params, t->dp->size, s->formula.padding_params);
+               mem_tier_name((MemTier)i), states / 1e6, states_formula / 1e6, f, s->state_params, t->dp->size,
+               s->formula.padding_params);
     }
     printf("  device peak: %.3f MB (all categories); counted before the run: %.3f MB (run_device_bytes)",
            s->tier_peak[TIER_DEVICE] / 1e6, t->device_need.total / 1e6);
@@ -147,4 +172,5 @@ void print_summary_line(const Trainer *t, const Summary *s) {
            states / 1e6, s->formula.tier_total[TIER_DEVICE] / 1e6, s->tier_peak[TIER_DEVICE] / 1e6,
            s->comm_bytes_step / 1e6, s->comm_formula_bytes / 1e6);
 }
+
 

@@ -118,6 +118,21 @@ static inline int json_numbers(const char *json, const char *key, double *out, i
     return n;
 }
 
+// A whole file, malloc'd and NUL-terminated (*len bytes, len may be NULL); NULL if it cannot be opened.
+static inline char *read_file(const char *path, size_t *len) {
+    FILE *f = fopen(path, "rb");
+    if (!f) return NULL;
+    fseek(f, 0, SEEK_END);
+    long n = ftell(f);
+    rewind(f);
+    char *buf = malloc((size_t)n + 1);
+    size_t got = fread(buf, 1, (size_t)n, f);
+    buf[got] = 0;
+    if (len) *len = got;
+    fclose(f);
+    return buf;
+}
+
 // The last line of a file (a --json record), malloc'd; NULL if none.
 static inline char *last_line(const char *path) {
     FILE *f = fopen(path, "r");

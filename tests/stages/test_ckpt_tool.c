@@ -15,18 +15,6 @@ typedef struct Ctx {
     char root[64];
 } Ctx;
 
-static char *slurp(const char *path, size_t *len) {
-    FILE *f = fopen(path, "rb");
-    if (!f) return NULL;
-    fseek(f, 0, SEEK_END);
-    long n = ftell(f);
-    rewind(f);
-    char *buf = malloc((size_t)n + 1);
-    *len = fread(buf, 1, (size_t)n, f);
-    fclose(f);
-    return buf;
-}
-
 static void run_ok(const char *cmd, char **out) {
     char *o = NULL;
     int rc = test_run(cmd, &o);
@@ -47,7 +35,7 @@ static void test_export_is_the_runs(void **state) {
     snprintf(cmd, sizeof cmd, "./ckpt_tool export-llmc %s %s", ck, b);
     run_ok(cmd, NULL);
     size_t na = 0, nb = 0;
-    char *x = slurp(a, &na), *y = slurp(b, &nb);
+    char *x = read_file(a, &na), *y = read_file(b, &nb);
     assert_non_null(x);
     assert_non_null(y);
     if (na != nb || memcmp(x, y, na)) fail_msg("ckpt_tool's export (%zu bytes) differs from the run's (%zu)", nb, na);

@@ -51,14 +51,8 @@ static void same_master(const char *what, const char *dir_a, const char *dir_b, 
 }
 
 static char *whole_file(const char *path) {
-    FILE *f = fopen(path, "rb");
-    if (!f) fail_msg("cannot open %s", path);
-    fseek(f, 0, SEEK_END);
-    long n = ftell(f);
-    rewind(f);
-    char *s = calloc(1, (size_t)n + 1);
-    assert_int_equal(fread(s, 1, (size_t)n, f), (size_t)n);
-    fclose(f);
+    char *s = read_file(path, NULL);
+    if (!s) fail_msg("cannot open %s", path);
     return s;
 }
 

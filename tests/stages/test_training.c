@@ -187,19 +187,6 @@ static void save_tiny_checkpoint(Ctx *c, const char *name, char *dir) {
     free(out);
 }
 
-static char *read_file(const char *path, size_t *len) {
-    FILE *f = fopen(path, "rb");
-    if (!f) return NULL;
-    fseek(f, 0, SEEK_END);
-    long n = ftell(f);
-    rewind(f);
-    char *buf = malloc((size_t)n + 1);
-    *len = fread(buf, 1, (size_t)n, f);
-    buf[*len] = 0;
-    fclose(f);
-    return buf;
-}
-
 // Every regular file under a folder (two levels: DIR/latest, DIR/step-N/*).
 typedef struct Snapshot {
     int n;
