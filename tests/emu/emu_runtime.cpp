@@ -485,9 +485,8 @@ cudaError_t cudaFuncSetAttribute(const void *func, enum cudaFuncAttribute attr, 
     return cudaSuccess;
 }
 
-cudaError_t cudaMalloc(void **ptr, size_t bytes) {
-    Lock l;
-    COUNT();
+// Device memory within DEVICE_BYTES, between guard pages (the lock held).
+static cudaError_t device_alloc(void **ptr, size_t bytes) {
     install_fault_handler();
     *ptr = NULL;
     if (bytes > DEVICE_BYTES - device_in_use) return ret(cudaErrorMemoryAllocation);
@@ -498,14 +497,24 @@ cudaError_t cudaMalloc(void **ptr, size_t bytes) {
     return cudaSuccess;
 }
 
+static void device_free(Alloc *a) {
+    device_in_use -= a->bytes;
+    free_mapping(a);
+}
+
+cudaError_t cudaMalloc(void **ptr, size_t bytes) {
+    Lock l;
+    COUNT();
+    return device_alloc(ptr, bytes);
+}
+
 cudaError_t cudaFree(void *ptr) {
     Lock l;
     COUNT();
     if (!ptr) return cudaSuccess;
     Alloc *a = live_alloc_at(ptr, MEM_DEVICE);
     if (!a) return ret(cudaErrorInvalidValue);
-    device_in_use -= a->bytes;
-    free_mapping(a);
+    device_free(a);
     return cudaSuccess;
 }
 
@@ -535,25 +544,15 @@ cudaError_t cudaFreeHost(void *ptr) {
 cudaError_t cudaMallocAsync(void **ptr, size_t bytes, cudaStream_t stream) {
     Lock l;
     COUNT();
-    install_fault_handler();
-    *ptr = NULL;
-    if (bytes > DEVICE_BYTES - device_in_use) return ret(cudaErrorMemoryAllocation);
-    Alloc *a = new_mapping(bytes, MEM_DEVICE);
-    if (!a) return ret(cudaErrorMemoryAllocation);
-    device_in_use += bytes;
-    *ptr = a->ptr;
-    return cudaSuccess;
+    (void)stream;  // freed memory is never reused, so it is ready for any stream at once
+    return device_alloc(ptr, bytes);
 }
 cudaError_t cudaFreeAsync(void *ptr, cudaStream_t stream) {
     Lock l;
     COUNT();
     if (!ptr) return cudaSuccess;
     if (!live_alloc_at(ptr, MEM_DEVICE)) return ret(cudaErrorInvalidValue);
-    enqueue(stream, make_op("cudaFreeAsync", [ptr]() {
-        Alloc *a = live_alloc_at(ptr, MEM_DEVICE);
-        device_in_use -= a->bytes;
-        free_mapping(a);
-    }));
+    enqueue(stream, make_op("cudaFreeAsync", [ptr]() { device_free(live_alloc_at(ptr, MEM_DEVICE)); }));
     return cudaSuccess;
 }
 

@@ -78,6 +78,12 @@ static void test_tiny_learns(void **state) {
     assert_int_equal(json_numbers(json, "val_loss", &val, 1), 1);  // null (not run) reads as 0 numbers
     assert_true(isfinite(val));
     if (!(val < loss[0] - 1.0)) fail_msg("val_loss %.4f, first loss %.4f: no clear drop", val, loss[0]);
+    // one rank moves 0 bytes: its collectives are local copies, not time in flight or exposed
+    const char *times = strstr(json, "\"times_ms_per_step\"");
+    assert_non_null(times);
+    if (number_of(times, "comm") != 0 || number_of(times, "comm_exposed") != 0)
+        fail_msg("1 rank: %g ms in flight, %g exposed, for 0 bytes", number_of(times, "comm"),
+                 number_of(times, "comm_exposed"));
     free(json);
 }
 
