@@ -13,7 +13,7 @@
 // (comm_all_reduce_sum). A collective reads a device buffer after the work
 // queued on the compute stream so far (comm.h): the host need not wait.
 static void all_reduce_grads(Trainer *t) {
-    comm_all_reduce_sum(&t->world, t->st.grads.ptr, t->layout.num_params, DT_BF16, NULL);
+    comm_all_reduce_sum(&t->world, t->st.grads.ptr, t->layout.num_params, DT_HALF, NULL);
 }
 
 // Every rank holds the whole reduced gradient, so the norm needs no communication.
@@ -53,7 +53,7 @@ static double forward_backward(Trainer *t, const MicroBatches *mb) {
 }
 
 static void params_from_master(Trainer *t) {
-    t->dev.k->f32_to_bf16(&t->dev, t->st.params.ptr, t->st.master.ptr, t->layout.num_params);
+    t->dev.k->f32_to_half(&t->dev, t->st.params.ptr, t->st.master.ptr, t->layout.num_params);
 }
 
 const Strategy strategy_dp_baseline = {

@@ -32,6 +32,6 @@ void all_gather_params(Trainer *t) {
         counts[q] = t->part.shard;
         displs[q] = (size_t)q * t->part.shard;
     }
-    comm_all_gather(t->dp, t->st.params.ptr, counts, displs, DT_BF16, NULL);
+    comm_all_gather(t->dp, t->st.params.ptr, counts, displs, DT_HALF, NULL);
 }
 // LAB END

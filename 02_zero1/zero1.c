@@ -32,7 +32,7 @@ static void reduce_scatter_grads(Trainer *t) {
     int N = t->world.size;
     size_t counts[N];
     for (int q = 0; q < N; q++) counts[q] = t->part.shard;
-    comm_reduce_scatter_sum(&t->world, t->st.grads.ptr, z->reduced.ptr, counts, DT_BF16, NULL);
+    comm_reduce_scatter_sum(&t->world, t->st.grads.ptr, z->reduced.ptr, counts, DT_HALF, NULL);
 }
 
 // The squared global norm: each rank's reduced shard, summed over ranks.
@@ -68,7 +68,7 @@ static double forward_backward(Trainer *t, const MicroBatches *mb) {
 }
 
 static void params_from_master(Trainer *t) {
-    t->dev.k->f32_to_bf16(&t->dev, own_param_slice(t), t->st.master.ptr, t->part.shard);
+    t->dev.k->f32_to_half(&t->dev, own_param_slice(t), t->st.master.ptr, t->part.shard);
     all_gather_params(t);
 }
 

@@ -87,7 +87,7 @@ static void launch_bucket(GradShard *gs, Trainer *t, Bucket *b) {
         t->dev.ops->stream_wait_event(&t->dev, STREAM_COMPUTE, &b->drained);
         t->dev.ops->stream_wait_event(&t->dev, STREAM_COMM, &b->drained);
     }
-    comm_reduce_scatter_sum(&t->world, bucket_at(gs, b, b->lo), b->recv.ptr, counts, DT_BF16, &b->h);
+    comm_reduce_scatter_sum(&t->world, bucket_at(gs, b, b->lo), b->recv.ptr, counts, DT_HALF, &b->h);
     b->lo = b->top = 0;
 }
 // LAB END

@@ -63,7 +63,7 @@ static void update(Trainer *t, const AdamWStep *s) {
 }
 
 static void params_from_master(Trainer *t) {
-    t->dev.k->f32_to_bf16(&t->dev, own_param_slice(t), t->st.master.ptr, t->part.shard);
+    t->dev.k->f32_to_half(&t->dev, own_param_slice(t), t->st.master.ptr, t->part.shard);
     all_gather_params(t);
 }
 

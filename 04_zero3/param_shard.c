@@ -59,7 +59,7 @@ static void start_gather(ParamShard *ps, Trainer *t, int u) {
     else if (counts[me])
         dev_copy(&t->dev, own, (const bf16 *)t->st.params.ptr + (first - t->part.begin), counts[me] * sizeof(bf16),
                  STREAM_COMPUTE);
-    comm_all_gather(&t->world, lu->buf.ptr, counts, displs, DT_BF16, &lu->h);
+    comm_all_gather(&t->world, lu->buf.ptr, counts, displs, DT_HALF, &lu->h);
     lu->state = LIVE_GATHERING;
 }
 // LAB END

@@ -85,7 +85,7 @@ static void update(Trainer *t, const AdamWStep *s) {
 static void params_from_master(Trainer *t) {
     Stage *z = t->sctx;
     param_shard_release_all(&z->params, t);
-    t->dev.k->f32_to_bf16(&t->dev, t->st.params.ptr, t->st.master.ptr, t->part.shard);
+    t->dev.k->f32_to_half(&t->dev, t->st.params.ptr, t->st.master.ptr, t->part.shard);
 }
 
 static void teardown(Trainer *t) {

@@ -244,7 +244,7 @@ static void finish_update(Trainer *t, int to_device) {
 
 static void params_from_master(Trainer *t) {
     Stage *z = t->sctx;
-    kernels_cpu.f32_to_bf16(&t->dev, z->params_out.ptr, t->st.master.ptr, t->part.shard);
+    kernels_cpu.f32_to_half(&t->dev, z->params_out.ptr, t->st.master.ptr, t->part.shard);
     upload_params(t, z);
 }
 

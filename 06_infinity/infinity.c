@@ -175,7 +175,7 @@ static void update(Trainer *t, const AdamWStep *s) {
 static void params_group(const SwapGroup *g, void *arg) {
     Trainer *t = arg;
     Stage *z = t->sctx;
-    kernels_cpu.f32_to_bf16(&t->dev, params_out(t, z, g), g->master, g->count);
+    kernels_cpu.f32_to_half(&t->dev, params_out(t, z, g), g->master, g->count);
     upload(t, z, g);
 }
 

@@ -128,7 +128,7 @@ static int write_initial(NvmeFiles *f, Trainer *t, Aio *aio, char err[AIO_ERR_BY
         size_t k32 = aio_round_up(k * sizeof(float)) / sizeof(float), k16 = aio_round_up(k * sizeof(bf16)) / sizeof(bf16);
         states_init_values(&t->layout, (uint64_t)t->cfg.seed, t->part.begin + done, k, values);
         memset(values + k, 0, (k32 - k) * sizeof(float));
-        for (size_t i = 0; i < k16; i++) values16[i] = i < k ? f32_to_bf16(values[i]) : 0;
+        for (size_t i = 0; i < k16; i++) values16[i] = i < k ? f32_to_half(t->dev.half, values[i]) : 0;
         if (dst[0]) aio_submit(aio, &req[b][0], AIO_WRITE, dst[0], done * sizeof(float), values, k32 * sizeof(float));
         if (dst[1]) aio_submit(aio, &req[b][1], AIO_WRITE, dst[1], done * sizeof(bf16), values16, k16 * sizeof(bf16));
         active[b][0] = dst[0] != NULL;

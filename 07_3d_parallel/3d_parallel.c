@@ -129,11 +129,11 @@ static void reduce_grads(Trainer *t) {
     Stage *z = t->sctx;
     if (z->grid.emb_comm.size == 2)     // wte opens the states of both ends
         comm_all_reduce_sum(&z->grid.emb_comm, t->st.grads.ptr, (size_t)t->layout.vocab_part * t->layout.cfg.channels,
-                            DT_BF16, NULL);
+                            DT_HALF, NULL);
     int D = t->dp->size;
     size_t counts[D];
     for (int q = 0; q < D; q++) counts[q] = t->part.shard;
-    comm_reduce_scatter_sum(t->dp, t->st.grads.ptr, z->reduced.ptr, counts, DT_BF16, NULL);
+    comm_reduce_scatter_sum(t->dp, t->st.grads.ptr, z->reduced.ptr, counts, DT_HALF, NULL);
 }
 
 // The micro-batches through the pipeline's schedule (pipeline.c), then the
@@ -172,7 +172,7 @@ static void update(Trainer *t, const AdamWStep *s) {
 }
 
 static void params_from_master(Trainer *t) {
-    t->dev.k->f32_to_bf16(&t->dev, own_param_slice(t), t->st.master.ptr, t->part.shard);
+    t->dev.k->f32_to_half(&t->dev, own_param_slice(t), t->st.master.ptr, t->part.shard);
     all_gather_params(t);
 }
 

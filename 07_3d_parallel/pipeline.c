@@ -49,7 +49,7 @@ static GPT *model(Pipeline *p) { return &p->t->model; }
 // what crosses between stages (each tp rank to its own on the next stage), in
 // the activations' type
 static size_t act_count(Pipeline *p) { return gpt_residual_elems(model(p)); }
-static DType act_type(Pipeline *p) { return model(p)->dev->act_bytes == 4 ? DT_F32 : DT_BF16; }
+static DType act_type(Pipeline *p) { return model(p)->dev->act_bytes == 4 ? DT_F32 : DT_HALF; }
 
 // ---- slots ----
 

@@ -16,7 +16,8 @@
 #include <stddef.h>
 #include "device.h"
 
-typedef enum { DT_BF16, DT_F32, DT_F64, DT_I32, DT_U8 } DType;
+// DT_HALF: the 16-bit params and grads, bf16 or fp16 as the device holds them (Device.half)
+typedef enum { DT_HALF, DT_F32, DT_F64, DT_I32, DT_U8 } DType;
 size_t dtype_bytes(DType t);
 
 typedef enum { COMM_MPI = 0, COMM_NCCL = 1 } CommBackend;
@@ -47,7 +48,7 @@ typedef struct Comm {
     Device *dev;         // where the buffers live (for staging and streams)
     CommStats stats;
     Trace *trace;
-    MPI_Op bf16_sum;     // created once at comm_world_init; shared by sub-groups
+    MPI_Op half_sum[2];  // the 16-bit sums by HalfFormat, created once at comm_world_init; shared by sub-groups
     int owns_op;
     Buf stage_pool[COMM_STAGE_POOL];  // idle pinned stages (empty Buf = free slot)
     int stage_always;    // stage even on the cpu device: lets the cpu tests run the cuda MPI path

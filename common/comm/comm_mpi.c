@@ -14,7 +14,7 @@
 
 size_t dtype_bytes(DType t) {
     switch (t) {
-    case DT_BF16: return 2;
+    case DT_HALF: return 2;
     case DT_F32: return 4;
     case DT_F64: return 8;
     case DT_I32: return 4;
@@ -29,10 +29,10 @@ const char *comm_op_name(CommOp op) {
     return (op >= 0 && op < OP_COUNT) ? names[op] : "unknown_op";
 }
 
-// bf16 travels as raw 16-bit words; the sum is done by bf16_sum_op below
+// 16-bit values travel as raw words; the sum is done by half_sum_op below
 static MPI_Datatype mpi_type(DType t) {
     switch (t) {
-    case DT_BF16: return MPI_UINT16_T;
+    case DT_HALF: return MPI_UINT16_T;
     case DT_F32: return MPI_FLOAT;
     case DT_F64: return MPI_DOUBLE;
     case DT_I32: return MPI_INT;
@@ -41,15 +41,25 @@ static MPI_Datatype mpi_type(DType t) {
     fail_at(__FILE__, __LINE__, "mpi_type: unknown dtype %d", (int)t);
 }
 
-static MPI_Op sum_op(const Comm *c, DType t) { return t == DT_BF16 ? c->bf16_sum : MPI_SUM; }
+// The 16-bit sum in the format of the device's params and grads (--precision)
+static MPI_Op sum_op(const Comm *c, DType t) {
+    if (t != DT_HALF) return MPI_SUM;
+    return c->dev && c->dev->half == HALF_FP16 ? c->half_sum[HALF_FP16] : c->half_sum[HALF_BF16];
+}
 
-// The user-defined bf16 sum: each pair is added in fp32 and rounded back to
-// bf16 (round to nearest even), as a bf16 all-reduce on a GPU does.
+// The user-defined 16-bit sums: each pair is added in fp32 and rounded back
+// (round to nearest even), as a bf16 or fp16 all-reduce on a GPU does. An
+// fp16 sum past 65504 is infinite: the loss scaler sees the overflow.
+static void half_sum(HalfFormat fmt, const bf16 *a, bf16 *b, int len) {
+    for (int i = 0; i < len; i++) b[i] = f32_to_half(fmt, half_to_f32(fmt, a[i]) + half_to_f32(fmt, b[i]));
+}
 static void bf16_sum_op(void *in, void *inout, int *len, MPI_Datatype *type) {
     (void)type;
-    const bf16 *a = in;
-    bf16 *b = inout;
-    for (int i = 0; i < *len; i++) b[i] = f32_to_bf16(bf16_to_f32(a[i]) + bf16_to_f32(b[i]));
+    half_sum(HALF_BF16, in, inout, *len);
+}
+static void fp16_sum_op(void *in, void *inout, int *len, MPI_Datatype *type) {
+    (void)type;
+    half_sum(HALF_FP16, in, inout, *len);
 }
 
 // MPI counts are int; ours are size_t
@@ -266,7 +276,7 @@ void comm_all_reduce_sum(Comm *c, void *buf, size_t count, DType t, CommHandle *
 void comm_all_reduce_max(Comm *c, void *buf, size_t count, DType t, CommHandle *h) {
     // bf16 travels as raw 16-bit words, whose integer order is not the order of the values
     CHECK(t == DT_F32 || t == DT_F64 || t == DT_I32, "all-reduce max of %s: only f32, f64 and i32; hint: "
-          "convert bf16 to f32 first", t == DT_BF16 ? "bf16" : "u8");
+          "convert 16-bit values to f32 first", t == DT_HALF ? "16-bit" : "u8");
     all_reduce(c, buf, count, t, 1, h);
 }
 
@@ -508,7 +518,8 @@ void comm_world_init(Comm *world, int *argc, char ***argv, int *local_rank, int 
     mpiCheck(MPI_Comm_rank(MPI_COMM_WORLD, &world->rank));
     mpiCheck(MPI_Comm_size(MPI_COMM_WORLD, &world->size));
     world->backend = COMM_MPI;
-    mpiCheck(MPI_Op_create(bf16_sum_op, 1, &world->bf16_sum));  // 1: commutative
+    mpiCheck(MPI_Op_create(bf16_sum_op, 1, &world->half_sum[HALF_BF16]));  // 1: commutative
+    mpiCheck(MPI_Op_create(fp16_sum_op, 1, &world->half_sum[HALF_FP16]));
     world->owns_op = 1;
 
     // ranks that share memory are the ranks on this node
@@ -575,7 +586,7 @@ void comm_split(Comm *parent, int color, int key, Comm *out) {
     out->backend = parent->backend;
     out->dev = parent->dev;
     out->trace = parent->trace;
-    out->bf16_sum = parent->bf16_sum;
+    memcpy(out->half_sum, parent->half_sum, sizeof out->half_sum);
     out->owns_op = 0;
 #ifdef WB_HAVE_NCCL
     if (parent->backend == COMM_NCCL) comm_nccl_split(parent, color, key, out);
@@ -588,9 +599,10 @@ void comm_free(Comm *c) {
     comm_nccl_free(c);
 #endif
     if (c->mpi != MPI_COMM_NULL && c->mpi != MPI_COMM_WORLD) mpiCheck(MPI_Comm_free(&c->mpi));
-    if (c->owns_op && c->bf16_sum != MPI_OP_NULL) mpiCheck(MPI_Op_free(&c->bf16_sum));
+    for (int f = 0; f < 2; f++)
+        if (c->owns_op && c->half_sum[f] != MPI_OP_NULL) mpiCheck(MPI_Op_free(&c->half_sum[f]));
     c->mpi = MPI_COMM_NULL;
-    c->bf16_sum = MPI_OP_NULL;
+    c->half_sum[HALF_BF16] = c->half_sum[HALF_FP16] = MPI_OP_NULL;
     c->owns_op = 0;
 }
 

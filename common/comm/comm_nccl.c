@@ -22,7 +22,7 @@ static ncclComm_t nccl_of(const Comm *c) { return (ncclComm_t)c->nccl; }
 
 static ncclDataType_t nccl_type(DType t) {
     switch (t) {
-    case DT_BF16: return ncclBfloat16;  // summed in bf16 pairwise, as the MPI op does
+    case DT_HALF: return ncclBfloat16;  // the cuda device stores bf16 only (it refuses --precision fp16)
     case DT_F32: return ncclFloat32;
     case DT_F64: return ncclFloat64;
     case DT_I32: return ncclInt32;

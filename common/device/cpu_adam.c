@@ -38,6 +38,7 @@ const char *cpu_adam_path_unsupported_reason(CpuAdamPath p) {
     if (p == CPU_ADAM_AVX2) {
         if (!__builtin_cpu_supports("avx2")) return "the CPU reports no avx2";
         if (!__builtin_cpu_supports("fma")) return "the CPU reports no fma";
+        if (!__builtin_cpu_supports("f16c")) return "the CPU reports no f16c";
         return NULL;
     }
     if (!__builtin_cpu_supports("avx512f")) return "the CPU reports no avx512f";

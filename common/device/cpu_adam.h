@@ -1,11 +1,11 @@
 // cpu_adam.h: AdamW on the host in one pass over memory (ZeRO-Offload's CPU
 // Adam, Ren et al., ATC 2021): fp32 master, m and v read and written in place,
-// bf16 gradients in, bf16 parameters out. SIMD paths for AVX-512 and AVX2+FMA,
+// 16-bit gradients in, 16-bit parameters out (bf16 or fp16, AdamWStep.half). SIMD paths for AVX-512 and AVX2+FMA,
 // chosen from what the CPU reports at run time, and a scalar loop; OpenMP
 // threads share the elements in tiles.
 //
 // Every path gives the bits of adamw_element (elementwise.h) run element by
-// element, then f32_to_bf16 (bf16.h) for the parameter: the vector code
+// element, then f32_to_half (bf16.h) for the parameter: the vector code
 // repeats adamw_element's pinned operation order lane by lane, and the
 // elements after the last full vector run adamw_element itself.
 #pragma once
@@ -15,7 +15,7 @@
 
 typedef enum {
     CPU_ADAM_SCALAR,  // one element at a time (compiled without auto-vectorization)
-    CPU_ADAM_AVX2,    // 8 lanes: AVX2 and FMA
+    CPU_ADAM_AVX2,    // 8 lanes: AVX2, FMA and F16C (for fp16 runs)
     CPU_ADAM_AVX512,  // 16 lanes: AVX-512F
     CPU_ADAM_PATHS    // how many paths there are
 } CpuAdamPath;
@@ -34,8 +34,8 @@ const char *cpu_adam_path_unsupported_reason(CpuAdamPath p);
 // The widest path cpu_adam_path_supported accepts.
 CpuAdamPath cpu_adam_best_path(void);
 
-// AdamW over n elements: master, m, v (fp32, in place), grad (bf16, read),
-// param (bf16, written; NULL to skip). threads >= 1 OpenMP threads split the
+// AdamW over n elements: master, m, v (fp32, in place), grad (16-bit, read),
+// param (16-bit, written; NULL to skip), both in s->half's format. threads >= 1 OpenMP threads split the
 // elements in tiles. Any n, any start address (no alignment needed); the same
 // bits on every path and for every thread count. An unsupported path or
 // threads < 1 is a caller's bug: it stops with file:line.

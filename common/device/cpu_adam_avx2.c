@@ -4,14 +4,14 @@
 // are correctly rounded like / and sqrtf, so each lane has the scalar bits.
 // The elements after the last full vector go to the scalar loop.
 //
-// The functions carry target("avx2,fma"): the file builds whatever -march
+// The functions carry target("avx2,fma,f16c"): the file builds whatever -march
 // the rest was given, and cpu_adam.c calls it only where the CPU has both.
 #include "cpu_adam_paths.h"
 
 #ifdef CPU_ADAM_HAVE_X86
 #include <immintrin.h>
 
-#define AVX2_FN __attribute__((target("avx2,fma")))
+#define AVX2_FN __attribute__((target("avx2,fma,f16c")))
 
 // bf16 -> fp32 is exact: the 16 bits become the upper half of the float.
 static inline AVX2_FN __m256 load_bf16x8(const bf16 *src) {
@@ -36,17 +36,31 @@ static inline AVX2_FN void store_bf16x8(bf16 *dst, __m256 x) {
     _mm_storeu_si128((__m128i *)dst, _mm256_castsi256_si128(packed));
 }
 
+// 8 gradients in the run's format: fp16 through F16C's vcvtph2ps (exact)
+static inline AVX2_FN __m256 load_half8(const bf16 *src, HalfFormat fmt) {
+    if (fmt == HALF_FP16) return _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)src));
+    return load_bf16x8(src);
+}
+
+// 8 params in the run's format: fp16 through vcvtps2ph, round to nearest
+// even, which gives f32_to_f16's bits (its NaN 0x7fc00000 becomes 0x7e00)
+static inline AVX2_FN void store_half8(bf16 *dst, __m256 x, HalfFormat fmt) {
+    if (fmt == HALF_FP16)
+        _mm_storeu_si128((__m128i *)dst, _mm256_cvtps_ph(x, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC));
+    else store_bf16x8(dst, x);
+}
+
 // adamw_nan_canonical on 8 lanes
 static inline AVX2_FN __m256 nan_canonical8(__m256 x, __m256 canonical_nan) {
     return _mm256_blendv_ps(x, canonical_nan, _mm256_cmp_ps(x, x, _CMP_UNORD_Q));
 }
 
 // LAB 05: cpu_adam_tile_avx2 -- the CPU Adam's inner loop, 8 lanes at a time
-// adamw_element (elementwise.h) on 8 elements per iteration: load 8 bf16
-// gradients (load_bf16x8) and 8 of master, m, v; the same operations in the
+// adamw_element (elementwise.h) on 8 elements per iteration: load 8 16-bit
+// gradients (load_half8, in s->half's format) and 8 of master, m, v; the same operations in the
 // same order (fmadd where it has fmaf, div, sqrt), so every lane has the
 // scalar bits; NaNs made canonical (nan_canonical8) before they are stored;
-// 8 bf16 params out (store_bf16x8) when param is not NULL. The last n % 8
+// 8 16-bit params out (store_half8) when param is not NULL. The last n % 8
 // elements go to cpu_adam_tile_scalar.
 AVX2_FN void cpu_adam_tile_avx2(float *master, float *m, float *v, const bf16 *grad, bf16 *param,
                                 size_t n, const AdamWStep *s) {
@@ -60,7 +74,7 @@ AVX2_FN void cpu_adam_tile_avx2(float *master, float *m, float *v, const bf16 *g
     const __m256 canonical_nan = _mm256_set1_ps(adamw_nan_canonical(NAN));
     size_t i = 0;
     for (; i + 8 <= n; i += 8) {
-        __m256 g = _mm256_mul_ps(load_bf16x8(grad + i), grad_scale);
+        __m256 g = _mm256_mul_ps(load_half8(grad + i, s->half), grad_scale);
         __m256 mi = _mm256_fmadd_ps(beta1, _mm256_loadu_ps(m + i), _mm256_mul_ps(one_minus_beta1, g));
         __m256 vi = _mm256_fmadd_ps(beta2, _mm256_loadu_ps(v + i),
                                     _mm256_mul_ps(_mm256_mul_ps(one_minus_beta2, g), g));
@@ -73,7 +87,7 @@ AVX2_FN void cpu_adam_tile_avx2(float *master, float *m, float *v, const bf16 *g
         _mm256_storeu_ps(m + i, nan_canonical8(mi, canonical_nan));
         _mm256_storeu_ps(v + i, nan_canonical8(vi, canonical_nan));
         _mm256_storeu_ps(master + i, w);
-        if (param) store_bf16x8(param + i, w);
+        if (param) store_half8(param + i, w, s->half);
     }
     cpu_adam_tile_scalar(master + i, m + i, v + i, grad + i, param ? param + i : NULL, n - i, s);
 }

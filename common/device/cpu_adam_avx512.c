@@ -28,6 +28,19 @@ static inline AVX512_FN void store_bf16x16(bf16 *dst, __m512 x) {
     _mm256_storeu_si256((__m256i *)dst, _mm512_cvtepi32_epi16(_mm512_srli_epi32(rounded, 16)));
 }
 
+// 16 gradients in the run's format (vcvtph2ps on 16 lanes is AVX-512F)
+static inline AVX512_FN __m512 load_half16(const bf16 *src, HalfFormat fmt) {
+    if (fmt == HALF_FP16) return _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)src));
+    return load_bf16x16(src);
+}
+
+// 16 params in the run's format, fp16 rounded to nearest even
+static inline AVX512_FN void store_half16(bf16 *dst, __m512 x, HalfFormat fmt) {
+    if (fmt == HALF_FP16)
+        _mm256_storeu_si256((__m256i *)dst, _mm512_cvtps_ph(x, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC));
+    else store_bf16x16(dst, x);
+}
+
 // adamw_nan_canonical on 16 lanes
 static inline AVX512_FN __m512 nan_canonical16(__m512 x, __m512 canonical_nan) {
     return _mm512_mask_blend_ps(_mm512_cmp_ps_mask(x, x, _CMP_UNORD_Q), x, canonical_nan);
@@ -48,7 +61,7 @@ AVX512_FN void cpu_adam_tile_avx512(float *master, float *m, float *v, const bf1
     const __m512 canonical_nan = _mm512_set1_ps(adamw_nan_canonical(NAN));
     size_t i = 0;
     for (; i + 16 <= n; i += 16) {
-        __m512 g = _mm512_mul_ps(load_bf16x16(grad + i), grad_scale);
+        __m512 g = _mm512_mul_ps(load_half16(grad + i, s->half), grad_scale);
         __m512 mi = _mm512_fmadd_ps(beta1, _mm512_loadu_ps(m + i), _mm512_mul_ps(one_minus_beta1, g));
         __m512 vi = _mm512_fmadd_ps(beta2, _mm512_loadu_ps(v + i),
                                     _mm512_mul_ps(_mm512_mul_ps(one_minus_beta2, g), g));
@@ -61,7 +74,7 @@ AVX512_FN void cpu_adam_tile_avx512(float *master, float *m, float *v, const bf1
         _mm512_storeu_ps(m + i, nan_canonical16(mi, canonical_nan));
         _mm512_storeu_ps(v + i, nan_canonical16(vi, canonical_nan));
         _mm512_storeu_ps(master + i, w);
-        if (param) store_bf16x16(param + i, w);
+        if (param) store_half16(param + i, w, s->half);
     }
     cpu_adam_tile_scalar(master + i, m + i, v + i, grad + i, param ? param + i : NULL, n - i, s);
 }

@@ -7,11 +7,12 @@
 
 void cpu_adam_tile_scalar(float *master, float *m, float *v, const bf16 *grad, bf16 *param,
                           size_t n, const AdamWStep *s) {
+    HalfFormat h = s->half;
     if (param) {
         for (size_t i = 0; i < n; i++)
-            param[i] = f32_to_bf16(adamw_element(master + i, m + i, v + i, bf16_to_f32(grad[i]), s));
+            param[i] = f32_to_half(h, adamw_element(master + i, m + i, v + i, half_to_f32(h, grad[i]), s));
     } else {
         for (size_t i = 0; i < n; i++)
-            adamw_element(master + i, m + i, v + i, bf16_to_f32(grad[i]), s);
+            adamw_element(master + i, m + i, v + i, half_to_f32(h, grad[i]), s);
     }
 }

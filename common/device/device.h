@@ -5,6 +5,7 @@
 // calling thread; on cuda they are real streams.
 #pragma once
 #include <stddef.h>
+#include "bf16.h"
 #include "mem.h"
 #include "trace.h"
 
@@ -67,6 +68,8 @@ typedef struct Device {
     char name[128];          // "cpu (OpenBLAS, 2 threads)" or the GPU's name
     int threads;             // host threads this rank uses for kernels
     int act_bytes;           // bytes per activation element: 4 (fp32) on cpu, 2 (bf16) on cuda
+    HalfFormat half;         // what the 16-bit params and grads hold (--precision)
+    int half_path;           // cpu: the HalfRowsPath of the conversions (half_rows.h)
     double peak_flops;       // bf16/fp32 peak of the device for MFU, 0 = unknown
     const char *peak_source; // where peak_flops comes from ("sgemm roof measured", "H100 SXM datasheet"), or "peak unknown"
     unsigned char uuid[16];  // the GPU's UUID (cuda); all zero on cpu
@@ -83,6 +86,7 @@ typedef struct DeviceOptions {
     const char *kind;   // "auto", "cpu", "cuda"
     double hbm_gb;      // device budget in GB (1e9 bytes); 0 = no budget on cpu, card size on cuda
     int threads;        // 0 = cores / ranks on this node
+    HalfFormat half;    // --precision: bf16 (0) or fp16
     int local_rank;     // rank within the node (picks the GPU)
     int local_size;     // ranks on this node
     Trace *trace;

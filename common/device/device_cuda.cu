@@ -323,6 +323,9 @@ extern "C" void device_cuda_init(Device *d, const DeviceOptions *opt) {
     d->threads = host_threads(opt);
     omp_set_num_threads(d->threads);
     d->act_bytes = 2;  // bf16 activations
+    if (opt->half == HALF_FP16)
+        fail_usage("--precision fp16: the cuda kernels and cuBLASLt plans store bf16 only; fp16 with loss scaling "
+                   "runs on the cpu device (hint: add --device cpu, or use --precision bf16 on the GPU)");
     set_peak(d, prop.name);
     d->ops = &cuda_ops;
     d->k = &kernels_cuda;

@@ -31,7 +31,8 @@ WB_HOSTDEV static inline float crossentropy_f32(float sum_exp, float maxv, float
 typedef struct AdamWStep {
     float lr, beta1, beta2, eps, weight_decay;
     float bias_corr1, bias_corr2;  // 1 - beta^t
-    float grad_scale;              // applied to the gradient first (clipping)
+    float grad_scale;              // applied to the gradient first (clipping, 1/loss scale)
+    HalfFormat half;               // what the 16-bit grads and params hold
 } AdamWStep;
 
 // The one NaN that adamw_element stores: positive and quiet, 0x7fc00000.

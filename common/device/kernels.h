@@ -101,8 +101,9 @@ typedef struct KernelOps {
     // AdamW over n elements: master/m/v fp32, grad bf16; param = bf16(master) (param may be NULL)
     void (*adamw)(Device *d, float *master, float *m, float *v, const bf16 *grad, bf16 *param,
                   size_t n, const AdamWStep *s);
-    void (*f32_to_bf16)(Device *d, bf16 *dst, const float *src, size_t n);
-    void (*bf16_to_f32)(Device *d, float *dst, const bf16 *src, size_t n);
+    // 16-bit rows to fp32 and back in the device's format (d->half: bf16 or fp16)
+    void (*f32_to_half)(Device *d, bf16 *dst, const float *src, size_t n);
+    void (*half_to_f32)(Device *d, float *dst, const bf16 *src, size_t n);
 
     // Bytes of kernel scratch (device_scratch) that the largest request of a
     // GPT-2 step asks for, with B x T tokens, C channels, NH heads, a V-token

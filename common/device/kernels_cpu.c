@@ -10,19 +10,26 @@
 #include <math.h>
 #include <string.h>
 #include "cpu_adam.h"
+#include "half_rows.h"
 #include "kernels_cpu.h"
 
 #define COL_CHUNK 64       // columns per OpenMP task in the column-sum kernels
 #define SUMSQ_BLOCKS 256   // fixed partition of sum_squares, independent of threads
 
-void bf16_to_f32_cpu(Device *d, float *dst, const bf16 *src, size_t n) {
-#pragma omp parallel for simd schedule(static)
-    for (size_t i = 0; i < n; i++) dst[i] = bf16_to_f32(src[i]);
+#define HALF_BLOCK 1024     // elements per OpenMP task in the 16-bit row kernels
+
+// The 16-bit kernels run over HALF_BLOCK blocks, each converted through
+// half_rows.h in the run's format (d->half) on the path chosen at init.
+void half_to_f32_cpu(Device *d, float *dst, const bf16 *src, size_t n) {
+#pragma omp parallel for schedule(static)
+    for (size_t i = 0; i < n; i += HALF_BLOCK)
+        half_to_f32_row(d->half_path, d->half, dst + i, src + i, n - i < HALF_BLOCK ? n - i : HALF_BLOCK);
 }
 
-static void f32_to_bf16_cpu(Device *d, bf16 *dst, const float *src, size_t n) {
-#pragma omp parallel for simd schedule(static)
-    for (size_t i = 0; i < n; i++) dst[i] = f32_to_bf16(src[i]);
+static void f32_to_half_cpu(Device *d, bf16 *dst, const float *src, size_t n) {
+#pragma omp parallel for schedule(static)
+    for (size_t i = 0; i < n; i += HALF_BLOCK)
+        f32_to_half_row(d->half_path, d->half, dst + i, src + i, n - i < HALF_BLOCK ? n - i : HALF_BLOCK);
 }
 
 // ---- encoder ----------------------------------------------------------------
@@ -35,7 +42,7 @@ static void encoder_forward(Device *d, act *out_, const int32_t *tokens, const b
         const bf16 *te = wte + (size_t)tokens[bt] * C;  // (C)
         const bf16 *pe = wpe + (size_t)(bt % T) * C;    // (C)
         float *o = out + (size_t)bt * C;
-        for (int c = 0; c < C; c++) o[c] = bf16_to_f32(te[c]) + bf16_to_f32(pe[c]);
+        for (int c = 0; c < C; c++) o[c] = half_to_f32(d->half, te[c]) + half_to_f32(d->half, pe[c]);
     }
 }
 
@@ -68,10 +75,8 @@ static void layernorm_forward(Device *d, act *out_, float *mean, float *rstd, co
     const float *inp = inp_;  // (BT,C)
     float *wf = device_scratch(d, 2 * (size_t)C * sizeof(float));  // w, b as fp32 (C) each
     float *bf = wf + C;
-    for (int c = 0; c < C; c++) {
-        wf[c] = bf16_to_f32(w[c]);
-        bf[c] = bf16_to_f32(b[c]);
-    }
+    half_to_f32_row(d->half_path, d->half, wf, w, C);
+    half_to_f32_row(d->half_path, d->half, bf, b, C);
 #pragma omp parallel for schedule(static)
     for (int r = 0; r < BT; r++) {
         const float *x = inp + (size_t)r * C;
@@ -101,7 +106,7 @@ static void layernorm_backward(Device *d, act *dinp_, float *dw, float *db, cons
     const float *dout = dout_;  // (BT,C)
     const float *inp = inp_;    // (BT,C)
     float *wf = device_scratch(d, (size_t)C * sizeof(float));
-    for (int c = 0; c < C; c++) wf[c] = bf16_to_f32(w[c]);
+    half_to_f32_row(d->half_path, d->half, wf, w, C);
 #pragma omp parallel for schedule(static)
     for (int r = 0; r < BT; r++) {
         const float *x = inp + (size_t)r * C, *g = dout + (size_t)r * C;
@@ -199,20 +204,34 @@ static void softmax_crossentropy(Device *d, float *losses, act *logits_, const i
     }
 }
 
-// ---- bf16 gradients and the optimizer ---------------------------------------------
+// ---- 16-bit gradients and the optimizer -------------------------------------------
 
+// dst = half(dst + src), each element added in fp32 and rounded once
 static void grad_to_bf16(Device *d, bf16 *dst, const float *src, size_t n, int accumulate) {
     if (!accumulate) {
-        f32_to_bf16_cpu(d, dst, src, n);
+        f32_to_half_cpu(d, dst, src, n);
         return;
     }
-#pragma omp parallel for simd schedule(static)
-    for (size_t i = 0; i < n; i++) dst[i] = f32_to_bf16(bf16_to_f32(dst[i]) + src[i]);
+#pragma omp parallel for schedule(static)
+    for (size_t i = 0; i < n; i += HALF_BLOCK) {
+        size_t k = n - i < HALF_BLOCK ? n - i : HALF_BLOCK;
+        float sum[HALF_BLOCK];
+        half_to_f32_row(d->half_path, d->half, sum, dst + i, k);
+        for (size_t j = 0; j < k; j++) sum[j] += src[i + j];
+        f32_to_half_row(d->half_path, d->half, dst + i, sum, k);
+    }
 }
 
 static void add_bf16(Device *d, bf16 *dst, const bf16 *src, size_t n) {
-#pragma omp parallel for simd schedule(static)
-    for (size_t i = 0; i < n; i++) dst[i] = f32_to_bf16(bf16_to_f32(dst[i]) + bf16_to_f32(src[i]));
+#pragma omp parallel for schedule(static)
+    for (size_t i = 0; i < n; i += HALF_BLOCK) {
+        size_t k = n - i < HALF_BLOCK ? n - i : HALF_BLOCK;
+        float sum[HALF_BLOCK], add[HALF_BLOCK];
+        half_to_f32_row(d->half_path, d->half, sum, dst + i, k);
+        half_to_f32_row(d->half_path, d->half, add, src + i, k);
+        for (size_t j = 0; j < k; j++) sum[j] += add[j];
+        f32_to_half_row(d->half_path, d->half, dst + i, sum, k);
+    }
 }
 
 // Sum over SUMSQ_BLOCKS fixed index blocks, each in double and in index order,
@@ -225,7 +244,7 @@ static double sum_squares_bf16(Device *d, const bf16 *x, size_t n) {
         size_t lo = blk * per, hi = lo + per < n ? lo + per : n;
         double s = 0.0;
         for (size_t i = lo; i < hi; i++) {
-            double v = bf16_to_f32(x[i]);
+            double v = half_to_f32(d->half, x[i]);
             s += v * v;
         }
         part[blk] = s;
@@ -280,7 +299,7 @@ const KernelOps kernels_cpu = {
     .add_bf16 = add_bf16,
     .sum_squares_bf16 = sum_squares_bf16,
     .adamw = adamw,
-    .f32_to_bf16 = f32_to_bf16_cpu,
-    .bf16_to_f32 = bf16_to_f32_cpu,
+    .f32_to_half = f32_to_half_cpu,
+    .half_to_f32 = half_to_f32_cpu,
     .scratch_bytes = scratch_bytes,
 };

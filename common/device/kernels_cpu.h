@@ -50,4 +50,4 @@ void crossentropy_part_finish_cpu(Device *d, float *losses, act *logits, const f
 
 // Converts a bf16 tensor to fp32 (OpenMP over elements); shared by the GEMM
 // kernels, which hand fp32 operands to sgemm.
-void bf16_to_f32_cpu(Device *d, float *dst, const bf16 *src, size_t n);
+void half_to_f32_cpu(Device *d, float *dst, const bf16 *src, size_t n);

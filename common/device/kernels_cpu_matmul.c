@@ -40,11 +40,11 @@ void matmul_forward_cpu(Device *d, act *out_, const act *inp_, const bf16 *w, co
     size_t wn = (size_t)OC * C;
     float *wf = device_scratch(d, (wn + OC) * sizeof(float));  // w as fp32 (OC,C), then bias (OC)
     float *bf = wf + wn;
-    bf16_to_f32_cpu(d, wf, w, wn);
+    half_to_f32_cpu(d, wf, w, wn);
     float beta = 0.0f;
     if (bias) {
         // out starts as the bias broadcast over rows; the GEMM adds onto it (beta = 1)
-        for (int o = 0; o < OC; o++) bf[o] = bf16_to_f32(bias[o]);
+        for (int o = 0; o < OC; o++) bf[o] = half_to_f32(d->half, bias[o]);
 #pragma omp parallel for schedule(static)
         for (int r = 0; r < BT; r++) memcpy(out + (size_t)r * ldo, bf, (size_t)OC * sizeof(float));
         beta = 1.0f;
@@ -77,7 +77,7 @@ void matmul_backward_cpu(Device *d, act *dinp_, float *dw, float *dbias, const a
     if (dinp) {
         size_t wn = (size_t)OC * C;
         float *wf = device_scratch(d, wn * sizeof(float));  // w as fp32 (OC,C)
-        bf16_to_f32_cpu(d, wf, w, wn);
+        half_to_f32_cpu(d, wf, w, wn);
         // dinp (BT,C) = dout (BT,OC) @ w (OC,C)
         sgemm_rows(0, 0, BT, C, OC, 1.0f, dout, ldo, wf, C, 0.0f, dinp, C);
     }

@@ -11,7 +11,7 @@
 void bias_add_cpu(Device *d, act *out_, const bf16 *bias, int BT, int OC) {
     float *out = out_;  // (BT,OC)
     float *bf = device_scratch(d, (size_t)OC * sizeof(float));
-    for (int o = 0; o < OC; o++) bf[o] = bf16_to_f32(bias[o]);
+    for (int o = 0; o < OC; o++) bf[o] = half_to_f32(d->half, bias[o]);
 #pragma omp parallel for schedule(static)
     for (int r = 0; r < BT; r++) {
         float *row = out + (size_t)r * OC;
@@ -32,8 +32,8 @@ void embedding_part_forward_cpu(Device *d, act *out_, const int32_t *tokens, con
         const bf16 *pe = wpe ? wpe + (size_t)(bt % T) * C : NULL;
         float *o = out + (size_t)bt * C;
         for (int c = 0; c < C; c++) {
-            float v = te ? bf16_to_f32(te[c]) : 0.0f;
-            o[c] = pe ? v + bf16_to_f32(pe[c]) : v;
+            float v = te ? half_to_f32(d->half, te[c]) : 0.0f;
+            o[c] = pe ? v + half_to_f32(d->half, pe[c]) : v;
         }
     }
 }

@@ -320,7 +320,7 @@ extern "C" const KernelOps kernels_cuda = {
     add_bf16,                         // add_bf16
     sum_squares_bf16,                 // sum_squares_bf16
     adamw,                            // adamw
-    f32_to_bf16_cuda,                 // f32_to_bf16
-    bf16_to_f32_cuda,                 // bf16_to_f32
+    f32_to_bf16_cuda,                 // f32_to_half (the cuda kernels store bf16 only)
+    bf16_to_f32_cuda,                 // half_to_f32
     scratch_bytes,                    // scratch_bytes
 };

@@ -125,7 +125,7 @@ static void gather_parts(GPT *g, int k) {
     size_t counts[GPT_MAX_TP], displs[GPT_MAX_TP], part = o->part_bytes / (size_t)ab;
     CHECK(n <= GPT_MAX_TP, "partitioned checkpoints over %d tp ranks; at most %d", n, GPT_MAX_TP);
     for (int r = 0; r < n; r++) counts[r] = part, displs[r] = (size_t)r * part;
-    comm_all_gather(g->tp, o->buf[k], counts, displs, ab == 4 ? DT_F32 : DT_BF16, NULL);
+    comm_all_gather(g->tp, o->buf[k], counts, displs, ab == 4 ? DT_F32 : DT_HALF, NULL);
 }
 
 void ckpt_before_backward(GPT *g, int i, int s) {

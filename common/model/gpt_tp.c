@@ -25,18 +25,18 @@
 // x (B·T·C elements: the micro-batch's residual stream, g->plan.B x
 // g->plan.T x g->L.cfg.channels) summed in place over the tensor-parallel
 // group g->tp, blocking (comm_all_reduce_sum with no handle), in the
-// activations' type: DT_F32 when g->dev->act_bytes is 4 (cpu), DT_BF16 when
+// activations' type: DT_F32 when g->dev->act_bytes is 4 (cpu), DT_HALF when
 // 2 (cuda). Nothing to do when g->L.tp_size is 1. It is the forward of g
 // after each row-parallel linear and the backward of f before each
 // column-parallel one (gpt_block.c calls it).
 void tp_sum(GPT *g, act *x) {
     if (g->L.tp_size == 1) return;
     size_t n = (size_t)g->plan.B * g->plan.T * g->L.cfg.channels;
-    comm_all_reduce_sum(g->tp, x, n, g->dev->act_bytes == 4 ? DT_F32 : DT_BF16, NULL);
+    comm_all_reduce_sum(g->tp, x, n, g->dev->act_bytes == 4 ? DT_F32 : DT_HALF, NULL);
 }
 // LAB END
 
-static DType act_type(const GPT *g) { return g->dev->act_bytes == 4 ? DT_F32 : DT_BF16; }
+static DType act_type(const GPT *g) { return g->dev->act_bytes == 4 ? DT_F32 : DT_HALF; }
 
 void tp_gather_rows(GPT *g, act *full, const act *part) {
     int n = g->L.tp_size, r = g->L.tp_rank;

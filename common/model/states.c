@@ -104,7 +104,7 @@ void states_init_values(const GPTLayout *l, uint64_t seed, size_t begin, size_t 
 }
 
 // Writes the initial values of state elements [begin, begin + n) into b, as
-// fp32 or bf16, through a host temporary: dev_copy reaches every tier on
+// fp32 or 16-bit (the device's format), through a host temporary: dev_copy reaches every tier on
 // every device, so one path serves the cpu and the cuda device alike.
 static void write_init(Device *d, Buf *b, int as_bf16, const StateMap *m, size_t begin, size_t n, float *tmp,
                        bf16 *tmp16) {
@@ -112,7 +112,7 @@ static void write_init(Device *d, Buf *b, int as_bf16, const StateMap *m, size_t
         size_t k = n - done < INIT_CHUNK ? n - done : INIT_CHUNK;
         init_values_padded(m, begin + done, k, tmp);
         if (as_bf16) {
-            for (size_t i = 0; i < k; i++) tmp16[i] = f32_to_bf16(tmp[i]);
+            for (size_t i = 0; i < k; i++) tmp16[i] = f32_to_half(d->half, tmp[i]);
             dev_copy(d, (bf16 *)b->ptr + done, tmp16, k * sizeof(bf16), STREAM_COPY);
         } else {
             dev_copy(d, (float *)b->ptr + done, tmp, k * sizeof(float), STREAM_COPY);

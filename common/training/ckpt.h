@@ -41,6 +41,12 @@ typedef struct CkptManifest {
     double grad_clip, weight_decay, beta1, beta2, adam_eps, min_lr_frac, warmup_start_frac;
     int schedule_steps;
     char lr_schedule[32], warmup_type[16];
+    // --precision, and fp16's loss scaler as the step left it (loss_scale.h),
+    // so that a resumed run scales, skips and raises as the saved one would have
+    char precision[8];
+    double loss_scale;
+    int scale_last_overflow, scale_hysteresis_left;
+    long skipped_steps;
 } CkptManifest;
 
 typedef struct CkptTensor {

@@ -28,6 +28,7 @@ typedef struct Field {
 #define FIELD_MATH(key, member, flag) \
     {key, offsetof(CkptManifest, member), sizeof(((CkptManifest *)0)->member), GROUP_MATH, 0, flag}
 #define FIELD_DOUBLE(key, member, flag) {key, offsetof(CkptManifest, member), sizeof(double), GROUP_MATH, 1, flag}
+#define FIELD_RUN_DOUBLE(key, member) {key, offsetof(CkptManifest, member), sizeof(double), GROUP_RUN, 1, NULL}
 static const Field FIELDS[] = {
     FIELD("ranks", ranks, GROUP_RUN),
     FIELD("step", step, GROUP_RUN),
@@ -56,6 +57,10 @@ static const Field FIELDS[] = {
     FIELD_DOUBLE("min_lr_frac", min_lr_frac, "min-lr-frac"),
     FIELD_DOUBLE("warmup_start_frac", warmup_start_frac, "warmup-start-frac"),
     FIELD_MATH("schedule_steps", schedule_steps, "schedule-steps"),
+    FIELD_RUN_DOUBLE("loss_scale", loss_scale),
+    FIELD("scale_last_overflow", scale_last_overflow, GROUP_RUN),  // an int: -1 for none
+    FIELD("scale_hysteresis_left", scale_hysteresis_left, GROUP_RUN),
+    FIELD("skipped_steps", skipped_steps, GROUP_RUN),
 };
 _Static_assert(sizeof FIELDS / sizeof FIELDS[0] <= 32, "manifest_parse marks the fields seen in 32 bits");
 
@@ -73,6 +78,7 @@ static const TextField TEXTS[] = {
     TEXT("data_order", data_order, GROUP_MATH, "data-order"),
     TEXT("lr_schedule", lr_schedule, GROUP_MATH, "lr-schedule"),
     TEXT("warmup_type", warmup_type, GROUP_MATH, "warmup-type"),
+    TEXT("precision", precision, GROUP_MATH, "precision"),
 };
 #define NTEXTS ((int)(sizeof TEXTS / sizeof TEXTS[0]))
 static const char *text_of(const CkptManifest *m, int i) { return (const char *)m + TEXTS[i].off; }

@@ -21,7 +21,7 @@
 
 #define LEVEL_DECAY 0.9
 
-__attribute__((noreturn, format(printf, 2, 3))) static void stop(Trainer *t, const char *fmt, ...) {
+void divergence_stop(Trainer *t, const char *fmt, ...) {
     // an update still running on a host thread (cpu_offload --dpu) ends first
     if (t->strategy->finish_update) t->strategy->finish_update(t, 0);
     if (t->world.rank == 0) {
@@ -37,7 +37,7 @@ __attribute__((noreturn, format(printf, 2, 3))) static void stop(Trainer *t, con
 }
 
 void divergence_check_norm(Trainer *t, double norm) {
-    if (!isfinite(norm)) stop(t, "step %ld: the gradient norm is %g", t->step + 1, norm);
+    if (!isfinite(norm)) divergence_stop(t, "step %ld: the gradient norm is %g", t->step + 1, norm);
 }
 
 void divergence_check_loss(Trainer *t, double loss, int validation) {
@@ -46,7 +46,7 @@ void divergence_check_loss(Trainer *t, double loss, int validation) {
     char when[48];
     if (validation) snprintf(when, sizeof when, "after step %ld", t->step);
     else snprintf(when, sizeof when, "step %ld", t->step + 1);
-    if (!isfinite(loss)) stop(t, "%s: %s is %g", when, what, loss);
+    if (!isfinite(loss)) divergence_stop(t, "%s: %s is %g", when, what, loss);
     if (!d->have_reference) {  // the first step of this run (the first loss is a training loss)
         d->first = d->level = loss;
         d->have_reference = 1;
@@ -54,7 +54,7 @@ void divergence_check_loss(Trainer *t, double loss, int validation) {
     }
     double margin = log((double)t->layout.cfg.vocab_size), reference = fmin(d->first, d->level);
     if (loss > reference + margin)
-        stop(t, "%s: %s is %.6g, more than ln V = %.2f above its reference %.4f (the lower of the first step's "
+        divergence_stop(t, "%s: %s is %.6g, more than ln V = %.2f above its reference %.4f (the lower of the first step's "
              "loss and the running mean)", when, what, loss, margin, reference);
     if (!validation) d->level = LEVEL_DECAY * d->level + (1 - LEVEL_DECAY) * loss;
 }
@@ -75,5 +75,5 @@ void divergence_check_states(Trainer *t, const CkptTensor *fp32, int n) {
                      ((const float *)fp32[i].host)[at], at);
     }
     if (comm_first_failure(&t->world, mine[0] != 0, mine, sizeof mine) >= 0)
-        stop(t, "after step %ld: %s", t->step, mine);
+        divergence_stop(t, "after step %ld: %s", t->step, mine);
 }

@@ -119,6 +119,8 @@ void ds_apply_optimizer(DsApply *a) {
     for (int i = 0; i < 5; i++) ds_set_flag(a, NULL, DEFAULTS[i][0], DEFAULTS[i][1], FROM_DS_DEFAULT, "optimizer.type AdamW");
     const char *key = "optimizer.params.betas";
     json_t *betas = ds_lookup(a->ds, key);
+    if (betas && ds_is_auto(betas))
+        settings_key(a->s, key, "auto: --beta1 and --beta2 keep the command line's values or the defaults above");
     if (!betas || ds_is_auto(betas)) return;
     if (!json_is_array(betas) || json_array_size(betas) != 2)
         ds_fail(a->ds, key, "expected a list of two numbers [beta1, beta2], got %s", ds_kind(betas));
@@ -144,6 +146,8 @@ void ds_apply_optimizer(DsApply *a) {
 static void apply_warmup_min_lr(DsApply *a) {
     const char *key = "scheduler.params.warmup_min_lr";
     json_t *v = ds_lookup(a->ds, key);
+    if (v && ds_is_auto(v))
+        settings_key(a->s, key, "auto: --warmup-start-frac keeps the command line's value or the default");
     if (!v || ds_is_auto(v)) return;
     if (!a->scheduler || strcmp(a->scheduler, "WarmupCosineLR") == 0)
         ds_fail(a->ds, key, "is not a parameter of %s (WarmupCosineLR starts at warmup_min_ratio)",
@@ -316,10 +320,6 @@ typedef struct Check {
 } Check;
 
 static const Check CHECKS[] = {
-    {.key = "bf16.enabled", .need = 1, .ok = "bf16 params and grads, fp32 master weights and Adam states",
-     .refuse = "the trainers train in bf16 with fp32 master weights only; there is no fp32-only mode"},
-    {.key = "fp16.enabled", .need = 0, .ok = "no fp16: the trainers use bf16",
-     .refuse = "fp16 with loss scaling is not implemented; the trainers use bf16 (bf16.enabled true)"},
     {.key = "optimizer.params.adam_w_mode", .need = 1, .ok = "AdamW, decoupled weight decay",
      .refuse = "Adam with L2 regularization is not implemented; the update is AdamW (decoupled weight decay)"},
     {.key = "optimizer.params.bias_correction", .need = 1, .ok = "m and v are corrected for their bias",

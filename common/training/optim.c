@@ -51,5 +51,6 @@ AdamWStep adamw_step_params(const TrainConfig *c, long step, float grad_scale) {
     s.bias_corr1 = (float)(1.0 - pow(s.beta1, t));
     s.bias_corr2 = (float)(1.0 - pow(s.beta2, t));
     s.grad_scale = grad_scale;
+    s.half = c->half;
     return s;
 }

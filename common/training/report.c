@@ -25,6 +25,8 @@ void report_init(Trainer *t) {
     r->step_ms = xcalloc((size_t)r->cap, sizeof(double));
     r->lr = xcalloc((size_t)r->cap, sizeof(double));
     r->grad_norm = xcalloc((size_t)r->cap, sizeof(double));
+    r->loss_scale = xcalloc((size_t)r->cap, sizeof(double));
+    r->skipped = xcalloc((size_t)r->cap, 1);
     r->comm_bytes = xcalloc((size_t)r->cap, sizeof(double));
     for (int x = 0; x < XFER_COUNT; x++) r->xfer[x] = xcalloc((size_t)r->cap, sizeof(double));
     r->act_down = xcalloc((size_t)r->cap, sizeof(double));
@@ -46,6 +48,7 @@ void report_init(Trainer *t) {
 
 void report_free(Trainer *t) {
     Report *r = &t->report;
+    free(r->loss_scale); free(r->skipped);
     free(r->loss); free(r->step_ms); free(r->lr); free(r->grad_norm); free(r->comm_bytes);
     for (int x = 0; x < XFER_COUNT; x++) free(r->xfer[x]);
     free(r->act_down);
@@ -91,13 +94,20 @@ void report_transfers(Trainer *t, const double bytes[XFER_COUNT], double act_dow
     r->act_up[r->n] = act_up;
 }
 
+const char *report_category_name(const Trainer *t, MemCategory c) {
+    if (t->cfg.half == HALF_FP16 && c == CAT_PARAMS) return "params_fp16";
+    if (t->cfg.half == HALF_FP16 && c == CAT_GRADS) return "grads_fp16";
+    return mem_category_name(c);
+}
+
 void report_step(Trainer *t, double loss, double t0_us, double t1_us, double lr, double grad_norm,
-                 double comm_bytes) {
+                 double comm_bytes, double loss_scale, int skipped) {
     Report *r = &t->report;
     CHECK(r->n < r->cap, "more steps than --steps");
     double ms = (t1_us - t0_us) / 1000.0;
     r->loss[r->n] = loss; r->step_ms[r->n] = ms; r->lr[r->n] = lr;
     r->grad_norm[r->n] = grad_norm; r->comm_bytes[r->n] = comm_bytes;
+    r->loss_scale[r->n] = loss_scale; r->skipped[r->n] = (unsigned char)skipped;
     r->n++;
     r->after_step = t->dev.mem;
     measure_window(t);
@@ -107,8 +117,12 @@ void report_step(Trainer *t, double loss, double t0_us, double t1_us, double lr,
     if (t->world.rank != 0 || t->cfg.quiet) return;
     if (t->step % t->cfg.print_every != 0 && t->step != t->cfg.steps) return;
     const MemCtx *m = &t->dev.mem;
-    printf("step %4ld/%d | loss %.6f | lr %.2e | norm %7.4f | %8.1f ms | %9.0f tok/s | device mem %.1f MB (peak %.1f MB)\n",
-           t->step, t->cfg.steps, loss, lr, grad_norm, ms, global_tokens_per_step(t) / (ms / 1000.0),
+    char scaling[96] = "";  // fp16: the scale this step used; an overflow's skip
+    if (t->scaler.enabled)
+        snprintf(scaling, sizeof scaling, " | scale %g%s (skipped %ld)", loss_scale,
+                 skipped ? " OVERFLOW, step skipped" : "", t->scaler.skipped);
+    printf("step %4ld/%d | loss %.6f | lr %.2e | norm %7.4f%s | %8.1f ms | %9.0f tok/s | device mem %.1f MB (peak %.1f MB)\n",
+           t->step, t->cfg.steps, loss, lr, grad_norm, scaling, ms, global_tokens_per_step(t) / (ms / 1000.0),
            m->tier_current[TIER_DEVICE] / 1e6, m->tier_peak[TIER_DEVICE] / 1e6);
     fflush(stdout);
 }

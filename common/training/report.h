@@ -22,6 +22,8 @@ typedef struct StepTimes {
 
 typedef struct Report {
     double *loss, *step_ms, *lr, *grad_norm;  // one per step of this run
+    double *loss_scale;                       // fp16: the scale each step's backward was seeded with
+    unsigned char *skipped;                   // fp16: 1 where the step overflowed and made no update
     double *comm_bytes;                       // ring bytes per rank counted in each step
     double *xfer[XFER_COUNT];                 // bytes between tiers counted in each step (count_transfer)
     double *act_down, *act_up;                // activation checkpoints to the host and back in each step
@@ -42,12 +44,17 @@ typedef struct Report {
 } Report;
 
 void report_init(struct Trainer *t);
+// A memory category as this run's report names it: mem_category_name's, with
+// the 16-bit params and grads named for --precision ("params_fp16" in fp16).
+const char *report_category_name(const struct Trainer *t, MemCategory c);
 void report_free(struct Trainer *t);
 // Record step results (rank 0 prints the step line unless --quiet) and
 // snapshot the memory accounting: the table's "current" is this snapshot.
 // The step ran over [t0_us, t1_us) on the host clock.
+// loss_scale: what the step's backward was seeded with (1 in bf16);
+// skipped: the step overflowed fp16 and made no update.
 void report_step(struct Trainer *t, double loss, double t0_us, double t1_us, double lr, double grad_norm,
-                 double comm_bytes);
+                 double comm_bytes, double loss_scale, int skipped);
 void report_eval(struct Trainer *t, double val_loss);
 // The step's bytes between tiers: the stage's (count_transfer), and the
 // activation checkpoints' down to the host and back (call before report_step).

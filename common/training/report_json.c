@@ -7,12 +7,12 @@
 #include "out_file.h"
 #include "report_summary.h"
 
-static void json_mem(FILE *f, const Summary *s) {
+static void json_mem(FILE *f, const Trainer *t, const Summary *s) {
     fprintf(f, "\"mem\":{");
     for (int i = 0; i < TIER_COUNT; i++) {
         fprintf(f, "%s\"%s\":{", i ? "," : "", mem_tier_name(i));
         for (int c = 0; c < CAT_COUNT; c++)
-            fprintf(f, "%s\"%s\":{\"current\":%.0f,\"peak\":%.0f}", c ? "," : "", mem_category_name(c), s->cur[i][c],
+            fprintf(f, "%s\"%s\":{\"current\":%.0f,\"peak\":%.0f}", c ? "," : "", report_category_name(t, c), s->cur[i][c],
                     s->peak[i][c]);
         fprintf(f, ",\"peak_total\":%.0f}", s->tier_peak[i]);
     }
@@ -20,7 +20,7 @@ static void json_mem(FILE *f, const Summary *s) {
     for (int i = 0; i < TIER_COUNT; i++) {
         fprintf(f, "%s\"%s\":{", i ? "," : "", mem_tier_name(i));
         for (int c = 0; c <= CAT_ADAM_V; c++)
-            fprintf(f, "%s\"%s\":%.0f", c ? "," : "", mem_category_name(c), s->formula.bytes[i][c]);
+            fprintf(f, "%s\"%s\":%.0f", c ? "," : "", report_category_name(t, c), s->formula.bytes[i][c]);
         fprintf(f, ",\"total\":%.0f}", s->formula.tier_total[i]);
     }
     fprintf(f, ",\"padding_params\":%.0f,\"activations\":%.0f,\"act_working\":%.0f,\"act_offloaded\":%.0f}",
@@ -36,8 +36,24 @@ static void json_need(FILE *f, const RunDeviceBytes *r) {
 
 static void json_array(FILE *f, const char *name, const double *x, long n) {
     fprintf(f, "\"%s\":[", name);
-    for (long i = 0; i < n; i++) fprintf(f, "%s%.9g", i ? "," : "", x[i]);
+    for (long i = 0; i < n; i++) {
+        if (isfinite(x[i])) fprintf(f, "%s%.9g", i ? "," : "", x[i]);
+        else fprintf(f, "%snull", i ? "," : "");  // an fp16 overflow's norm: JSON has no inf
+    }
     fprintf(f, "]");
+}
+
+// --precision and, in fp16, each step's loss scale and the skipped steps (1-based)
+static void json_precision(FILE *f, const Trainer *t) {
+    const Report *r = &t->report;
+    fprintf(f, ",\"precision\":\"%s\"", half_format_name(t->cfg.half));
+    if (!t->scaler.enabled) return;
+    fprintf(f, ",\"loss_scale_dynamic\":%s,", t->scaler.dynamic ? "true" : "false");
+    json_array(f, "loss_scales", r->loss_scale, r->n);
+    fprintf(f, ",\"skipped_steps\":[");
+    for (long i = 0, k = 0; i < r->n; i++)
+        if (r->skipped[i]) fprintf(f, "%s%ld", k++ ? "," : "", r->first_step + i + 1);
+    fprintf(f, "],\"skipped_total\":%ld,\"final_loss_scale\":%.9g", t->scaler.skipped, t->scaler.scale);
 }
 
 static const char *const xfer_key[XFER_COUNT] = {"d2h", "h2d", "nvme_read", "nvme_write"};
@@ -63,6 +79,7 @@ static void json_run(FILE *f, const Trainer *t) {
     json_array(f, "grad_norms", r->grad_norm, r->n);
     fprintf(f, ",");
     json_array(f, "lrs", r->lr, r->n);
+    json_precision(f, t);
     if (isnan(r->val_loss)) fprintf(f, ",\"val_loss\":null");
     else fprintf(f, ",\"val_loss\":%.9g", r->val_loss);
 }
@@ -117,7 +134,7 @@ FILE *json_begin(const Trainer *t, const Summary *s) {
     }
     json_run(f, t);
     json_throughput(f, t, s);
-    json_mem(f, s);
+    json_mem(f, t, s);
     json_need(f, &t->device_need);
     json_traffic(f, t, s);
     json_times(f, &s->times);

@@ -39,7 +39,7 @@ void print_memory_table(const Trainer *t, const Summary *s) {
             if (s->peak[i][c] == 0 && !(f > 0)) continue;
             char fs[32] = "-";
             if (!isnan(f)) snprintf(fs, sizeof fs, "%.3f", f / 1e6);
-            printf("  %-7s %-13s %12.3f %12.3f %12s\n", mem_tier_name(i), mem_category_name(c), s->cur[i][c] / 1e6,
+            printf("  %-7s %-13s %12.3f %12.3f %12s\n", mem_tier_name(i), report_category_name(t, c), s->cur[i][c] / 1e6,
                    s->peak[i][c] / 1e6, fs);
         }
     for (int i = 0; i < TIER_COUNT; i++) {

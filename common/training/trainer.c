@@ -115,7 +115,7 @@ static void setup(Trainer *t, int argc, char **argv, const Strategy *s) {
     mpiCheck(MPI_Bcast(&origin, 1, MPI_DOUBLE, 0, t->world.mpi));
     trace_init(&t->trace, t->cfg.trace != NULL, origin);
     DeviceOptions dopt = {.kind = t->cfg.device, .hbm_gb = t->cfg.hbm_gb, .local_rank = local_rank,
-                          .local_size = local_size, .trace = &t->trace};
+                          .local_size = local_size, .trace = &t->trace, .half = t->cfg.half};
     device_init(&t->dev, &dopt);
     t->dev.mem.fit_hint = trainer_fit_hint;
     t->dev.mem.fit_hint_arg = t;
@@ -142,7 +142,10 @@ static void setup(Trainer *t, int argc, char **argv, const Strategy *s) {
     if (s->setup) s->setup(t);
     gpt_alloc(&t->model, &t->layout, &t->dev, &t->plan, t->tp);
     if (t->cfg.init_from) trainer_init_from(t);
-    if (t->cfg.resume) trainer_resume(t);
+    const TrainConfig *c = &t->cfg;
+    loss_scaler_init(&t->scaler, c->half == HALF_FP16, c->loss_scale, c->initial_scale_power, c->loss_scale_window,
+                     c->hysteresis, c->min_loss_scale);
+    if (t->cfg.resume) trainer_resume(t);  // the scaler's state too
     report_init(t);
 }
 
@@ -191,6 +194,23 @@ static double checked_eval(Trainer *t, int32_t *in, int32_t *tgt) {
     return val;
 }
 
+// --inject-overflow: whether 1-based step `step1` is one of the list's
+static int injects_overflow(const char *steps, long step1) {
+    for (const char *p = steps; p && *p;) {
+        char *end;
+        if (strtol(p, &end, 10) == step1) return 1;
+        p = *end ? end + 1 : end;
+    }
+    return 0;
+}
+
+// fp16's skipped step: no update. What is still running of the last one
+// (cpu_offload --dpu) finishes and reaches the device, so the params the
+// next step reads are as old as the update's lag allows and no older.
+static void skip_update(Trainer *t) {
+    if (t->strategy->finish_update) t->strategy->finish_update(t, 1);
+}
+
 // One optimizer step: grad_accum micro-batches, reduction, clipping, update.
 static void train_step(Trainer *t, int32_t *in, int32_t *tgt) {
     const TrainConfig *c = &t->cfg;
@@ -202,19 +222,36 @@ static void train_step(Trainer *t, int32_t *in, int32_t *tgt) {
     double act_down, act_up;
     gpt_take_offload_bytes(&t->model, &act_down, &act_up);
     // dloss/dlogits carries 1/(tokens in the global batch), so summing the
-    // ranks' gradients gives the gradient of the global mean loss
+    // ranks' gradients gives the gradient of the global mean loss; fp16
+    // seeds the backward with the loss scale too (exact: a power of two)
     float dloss_scale = 1.0f / ((float)c->batch * c->seq_len * c->grad_accum * t->dp->size);
+    double scale = t->scaler.scale;
+    dloss_scale *= (float)scale;
+    if (injects_overflow(c->inject_overflow, t->step + 1) && t->world.rank == t->world.size - 1)
+        dloss_scale = INFINITY;
     MicroBatches mb = {SPLIT_TRAIN, (uint64_t)t->step * c->grad_accum, c->grad_accum, 1, dloss_scale, in, tgt};
     double loss = s->forward_backward(t, &mb);
-    double norm = sqrt(s->grad_norm_sq(t));
+    // the norm of the unscaled gradients; all-reduced over the ranks, so an
+    // element that overflowed anywhere makes it infinite (or NaN) everywhere
+    double norm = sqrt(s->grad_norm_sq(t)) / scale;
+    int overflow = t->scaler.enabled && !isfinite(norm);
     // the norm and the mean loss are the same on every rank: a diverged step
     // stops the run before its update reaches the states
-    divergence_check_norm(t, norm);
+    if (!overflow) divergence_check_norm(t, norm);
     double mean_loss = comm_sum_f64(t->dp, loss / c->grad_accum) / t->dp->size;
     divergence_check_loss(t, mean_loss, 0);
-    float clip = (c->grad_clip > 0 && norm > c->grad_clip) ? (float)(c->grad_clip / norm) : 1.0f;
-    AdamWStep hp = adamw_step_params(c, t->step, clip);
-    s->update(t, &hp);
+    // Adam's t and the LR schedule count the applied steps only (loss_scale.h)
+    AdamWStep hp = adamw_step_params(c, t->step - t->scaler.skipped, 1.0f);
+    if (overflow) {
+        skip_update(t);
+    } else {
+        float clip = (c->grad_clip > 0 && norm > c->grad_clip) ? (float)(c->grad_clip / norm) : 1.0f;
+        hp.grad_scale = clip / (float)scale;
+        s->update(t, &hp);
+    }
+    if (loss_scaler_update(&t->scaler, t->step, overflow))
+        divergence_stop(t, "step %ld: the gradients overflow fp16 at the minimum loss scale %g", t->step + 1,
+                        t->scaler.min_scale);
     dev_sync(&t->dev, STREAM_COMPUTE);
     comm_settle_stats(&t->world);
     for (int k = 0; k < t->ngroups; k++) comm_settle_stats(t->groups[k]);
@@ -227,7 +264,7 @@ static void train_step(Trainer *t, int32_t *in, int32_t *tgt) {
     report_transfers(t, t->xfer_bytes, act_down, act_up);
     t->step++;
     stop_note_step(t->step);
-    report_step(t, mean_loss, t0, t1, hp.lr, norm, bytes1 - bytes0);
+    report_step(t, mean_loss, t0, t1, hp.lr, norm, bytes1 - bytes0, scale, overflow);
 }
 
 static uint64_t rows_consumed(const Trainer *t) {

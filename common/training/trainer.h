@@ -14,6 +14,7 @@
 #include "elementwise.h"
 #include "flags.h"
 #include "gpt.h"
+#include "loss_scale.h"
 #include "mem_math.h"
 #include "report.h"
 #include "settings.h"
@@ -34,6 +35,14 @@ typedef struct TrainConfig {
     const char *data, *device, *comm;
     const char *data_order;              // permuted | sequential (llm.c's)
     const char *recompute;               // none | selective | full: what a block keeps for backward (gpt.h)
+    // mixed precision: params and grads in 16 bits, master, m and v in fp32
+    const char *precision;               // bf16 | fp16 (parsed into `half`)
+    HalfFormat half;
+    // fp16's loss scaling (loss_scale.h), DeepSpeed's fp16 block: a static
+    // scale > 0, or 0 for dynamic from 2^initial_scale_power
+    double loss_scale, min_loss_scale;
+    int initial_scale_power, loss_scale_window, hysteresis;
+    const char *inject_overflow;         // test hook: 1-based steps whose gradient on the last rank is made infinite
     int offload_activations;             // with full recompute: the blocks' saved inputs in pinned host memory
     double hbm_gb;
     const char *json, *trace, *save, *resume;
@@ -188,7 +197,8 @@ typedef struct Trainer {
     DataSet data;
     int micro;               // micro-batch index within the step, 0..grad_accum-1 (the stage's step sets it)
     int evaluating;          // inside an evaluation: forward only, no backward follows
-    long step;               // optimizer steps completed
+    long step;               // optimizer steps completed (skipped overflow steps included: the data position)
+    LossScaler scaler;       // fp16's loss scale and skipped steps; scale 1 in bf16
     double xfer_bytes[XFER_COUNT];  // bytes moved between tiers, counted by the stage (count_transfer)
     Divergence divergence;
     RunDeviceBytes device_need;  // what the budget check counted (trainer_budget.c)
@@ -261,6 +271,9 @@ void trainer_release_outputs(Trainer *t);
 // the lower of the first step's loss and its running mean, stops the run
 // with one line and exit status 1. Every rank calls them with the same values.
 void divergence_check_norm(Trainer *t, double norm);
+// Stops the run as diverged: rank 0 prints "error: <what>; training
+// diverged (hint: ...)", every rank exits 1. Collective.
+__attribute__((noreturn, format(printf, 2, 3))) void divergence_stop(Trainer *t, const char *fmt, ...);
 void divergence_check_loss(Trainer *t, double loss, int validation);
 // Collective: the fp32 states this rank is about to save; a non-finite value
 // on any rank stops the run, naming the first such rank, tensor and element.

@@ -37,6 +37,11 @@ static CkptManifest manifest_of(const Trainer *t, uint64_t data_rows) {
     snprintf(m.grid, sizeof m.grid, "%s", t->grid);
     m.ranks = t->world.size;
     m.step = t->step;
+    snprintf(m.precision, sizeof m.precision, "%s", half_format_name(t->cfg.half));
+    m.loss_scale = t->scaler.scale;
+    m.scale_last_overflow = (int)t->scaler.last_overflow;
+    m.scale_hysteresis_left = t->scaler.hysteresis_left;
+    m.skipped_steps = t->scaler.skipped;
     m.data_rows = data_rows;
     m.seed = (uint64_t)t->cfg.seed;
     m.rng_state = data_rows;  // initial weights and data order are counter-based: the row counter is the whole RNG state
@@ -128,6 +133,18 @@ void trainer_save(Trainer *t, uint64_t data_rows) {
     buf_free(&t->dev, &host);
 }
 
+// The saved run's skipped steps count on (the schedule's step is the
+// applied ones'); its dynamic scale goes on where it was when this run
+// scales the same way (fp16, dynamic), else this run's own start stands.
+static void resume_scaler(Trainer *t, const CkptManifest *got) {
+    LossScaler *s = &t->scaler;
+    s->skipped = got->skipped_steps;
+    if (!s->dynamic || strcmp(got->precision, "fp16") != 0 || !(got->loss_scale > 0)) return;
+    s->scale = got->loss_scale;
+    s->last_overflow = got->scale_last_overflow;
+    s->hysteresis_left = got->scale_hysteresis_left > 0 ? got->scale_hysteresis_left : s->hysteresis;
+}
+
 void trainer_resume(Trainer *t) {
     const Strategy *s = t->strategy;
     CkptStates c;
@@ -144,6 +161,7 @@ void trainer_resume(Trainer *t) {
     if (t->st.layout.optim != STATE_SHARD)  // replicated: rank 0 read it, everyone gets it
         for (int i = 0; i < 3; i++) comm_broadcast(&t->world, c.optim[i], t->st.optim_count, DT_F32, 0, NULL);
     t->step = got.step;
+    resume_scaler(t, &got);
     stop_note_step(t->step);
     stop_note_checkpoint(t->cfg.resume, got.step);
     if (s->ckpt_in) s->ckpt_in(t, &c, 1);

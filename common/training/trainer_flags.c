@@ -45,7 +45,36 @@ static void set_defaults(TrainConfig *c) {
     c->warmup_type = "log";  // DeepSpeed's default; our cosine's warm-up is linear
     c->data_order = "permuted";
     c->recompute = "none";
+    c->precision = "bf16";
+    c->initial_scale_power = 16;  // DeepSpeed's defaults (fp16 block)
+    c->loss_scale_window = 1000;
+    c->hysteresis = 2;
+    c->min_loss_scale = 1;
     c->print_every = 1;
+}
+
+// --precision and fp16's loss scaling, whose flags mean nothing in bf16.
+static void check_precision(TrainConfig *c) {
+    if (strcmp(c->precision, "bf16") && strcmp(c->precision, "fp16"))
+        fail_usage("--precision %s: choose bf16 (8 exponent bits, no loss scaling) or fp16 (IEEE half, with loss "
+                   "scaling)", c->precision);
+    c->half = strcmp(c->precision, "fp16") == 0 ? HALF_FP16 : HALF_BF16;
+    static const char *const scaling[] = {"loss-scale", "initial-scale-power", "loss-scale-window", "hysteresis",
+                                          "min-loss-scale", "inject-overflow"};
+    for (size_t i = 0; c->half == HALF_BF16 && i < sizeof scaling / sizeof scaling[0]; i++) {
+        const Setting *x = settings_find(&c->settings, scaling[i]);
+        if (x && x->from == FROM_COMMAND_LINE)
+            fail_usage("--%s sets fp16's loss scaling; bf16 needs none (add --precision fp16)", scaling[i]);
+    }
+    for (const char *p = c->inject_overflow; p && *p;) {
+        char *end;
+        long k = strtol(p, &end, 10);
+        if (end == p || k < 1 || k > MAX_STEPS || (*end && *end != ','))
+            fail_usage("--inject-overflow %s: give 1-based step numbers separated by commas (3,4)", c->inject_overflow);
+        p = *end ? end + 1 : end;
+    }
+    if (c->loss_scale > 0 && c->loss_scale < c->min_loss_scale && c->half == HALF_FP16)
+        fail_usage("--loss-scale %g is below --min-loss-scale %g", c->loss_scale, c->min_loss_scale);
 }
 
 // The flags of the schedules, the optimizer and the formats users bring.
@@ -156,6 +185,23 @@ void train_config_parse(TrainConfig *c, void *stage_ctx, int argc, char **argv, 
         {.name = "offload-activations", .type = FLAG_BOOL, .dst = &c->offload_activations,
          .help = "with --recompute full: the blocks' saved inputs live in pinned host memory, down in forward "
                  "and back one unit ahead of backward (DeepSpeed's cpu_checkpointing)"},
+        {.name = "precision", .type = FLAG_STRING, .dst = &c->precision, .meta = "bf16|fp16",
+         .help = "params and grads in 16 bits (fp32 master, m, v): bf16, or fp16 with loss scaling"},
+        {.name = "loss-scale", .type = FLAG_DOUBLE, .dst = &c->loss_scale, .meta = "S",
+         .help = "fp16: a static loss scale S, or 0 for dynamic scaling (DeepSpeed's fp16.loss_scale)",
+         .min = 0, .max = 1e30},
+        {.name = "initial-scale-power", .type = FLAG_INT, .dst = &c->initial_scale_power, .meta = "K",
+         .help = "fp16, dynamic: the first scale is 2^K", .min = 0, .max = 64},
+        {.name = "loss-scale-window", .type = FLAG_INT, .dst = &c->loss_scale_window, .meta = "N",
+         .help = "fp16, dynamic: double the scale after N steps without an overflow", .min = 1, .max = INT_MAX},
+        {.name = "hysteresis", .type = FLAG_INT, .dst = &c->hysteresis, .meta = "N",
+         .help = "fp16, dynamic: halve the scale at the N-th overflow since it last rose", .min = 1, .max = INT_MAX},
+        {.name = "min-loss-scale", .type = FLAG_DOUBLE, .dst = &c->min_loss_scale, .meta = "S",
+         .help = "fp16, dynamic: the scale never goes below S; an overflow there ends the run",
+         .min = 0, .min_open = 1, .max = 1e30},
+        {.name = "inject-overflow", .type = FLAG_STRING, .dst = &c->inject_overflow, .meta = "STEPS",
+         .help = "fp16, a test hook: at these steps (1-based, comma-separated) the last rank's backward is seeded "
+                 "with infinity, so its gradients overflow"},
         {.name = "init-from", .type = FLAG_STRING, .dst = &c->init_from, .meta = "FILE",
          .help = "start from an llm.c GPT-2 checkpoint: its shape is the model, its weights the initial ones"},
         {.name = "export-llmc", .type = FLAG_STRING, .dst = &c->export_llmc, .meta = "FILE",
@@ -225,6 +271,7 @@ void train_config_parse(TrainConfig *c, void *stage_ctx, int argc, char **argv, 
     flags_parse(argc, argv, specs, NSHARED + nstage, usage);
     settings_after_parse(&c->settings, specs, NSHARED + nstage);
     check_formats(c);
+    check_precision(c);
 
     if (c->save_every > 0 && !c->save) fail_usage("--save-every %d needs --save DIR to say where", c->save_every);
     if (strcmp(c->device, "auto") && strcmp(c->device, "cpu") && strcmp(c->device, "cuda"))

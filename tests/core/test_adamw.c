@@ -48,7 +48,7 @@ static void test_adamw_matches_reference(void **state) {
         // gradients of several magnitudes, some exactly zero (decay only)
         test_fill(gf, N, 100 + t, -1, 1);
         for (int i = 0; i < N; i++) gf[i] *= (i % 7 == 0) ? 0.0f : (i % 3 == 0 ? 1e-3f : 1.0f);
-        d->k->f32_to_bf16(d, grad, gf, N);
+        d->k->f32_to_half(d, grad, gf, N);
         float grad_scale = (t % 2) ? 0.5f : 1.0f;
         AdamWStep s = {.lr = lr, .beta1 = beta1, .beta2 = beta2, .eps = eps, .weight_decay = wd,
                        .bias_corr1 = 1.0f - powf(beta1, (float)t),
@@ -85,7 +85,7 @@ static void test_adamw_matches_element(void **state) {
     test_fill(m, N, 8, -0.1f, 0.1f);
     test_fill(v, N, 9, 0.0f, 0.01f);
     test_fill(gf, N, 10, -1, 1);
-    d->k->f32_to_bf16(d, grad, gf, N);
+    d->k->f32_to_half(d, grad, gf, N);
     memcpy(emaster, master, sizeof master);
     memcpy(em, m, sizeof m);
     memcpy(ev, v, sizeof v);

@@ -48,7 +48,7 @@ static void test_all_reduce_bf16(void **state) {
         CommHandle handle = {0}, *h = async ? &handle : NULL;
         // small integers: every partial sum is exact in bf16 (8-bit mantissa)
         for (int i = 0; i < n; i++) buf[i] = f32_to_bf16((float)(c->rank * 3 + i % 7));
-        comm_all_reduce_sum(c, buf, n, DT_BF16, h);
+        comm_all_reduce_sum(c, buf, n, DT_HALF, h);
         comm_wait(c, h);
         int ok = 1;
         for (int i = 0; i < n; i++) {
@@ -65,7 +65,7 @@ static void test_all_reduce_bf16_rounds(void **state) {
     // 256 + 1 + 1 + 1 with pairwise rounding: 257 is not a bf16, so any order
     // of the sums gives a bf16 value; the result must be one and equal everywhere
     bf16 x = f32_to_bf16(c->rank == 0 ? 256.0f : 1.0f);
-    comm_all_reduce_sum(c, &x, 1, DT_BF16, NULL);
+    comm_all_reduce_sum(c, &x, 1, DT_HALF, NULL);
     float got = bf16_to_f32(x);
     int ok = got >= 256.0f && got <= 260.0f && f32_to_bf16(got) == x;
     float mine = got, lo = 0, hi = 0;
@@ -120,7 +120,7 @@ static void test_reduce_scatter_unequal(void **state) {
         comm_reduce_scatter_sum(c, send, recv, counts, DT_F32, h);
         comm_wait(c, h);
         CommHandle h16 = {0};
-        comm_reduce_scatter_sum(c, send16, recv16, counts, DT_BF16, h ? &h16 : NULL);
+        comm_reduce_scatter_sum(c, send16, recv16, counts, DT_HALF, h ? &h16 : NULL);
         comm_wait(c, &h16);
         int ok = 1, n = c->size;
         for (size_t j = 0; j < counts[c->rank]; j++) {
@@ -279,7 +279,7 @@ static void test_split_into_two_groups(void **state) {
     bf16 y[4];
     for (int i = 0; i < 4; i++) y[i] = f32_to_bf16((float)(c->rank + 1));
     CommHandle h = {0};
-    comm_all_reduce_sum(&g, y, 4, DT_BF16, &h);  // the op is shared from the world
+    comm_all_reduce_sum(&g, y, 4, DT_HALF, &h);  // the op is shared from the world
     comm_wait(&g, &h);
     for (int i = 0; i < 4; i++) ok &= y[i] == f32_to_bf16((float)(2 * first + 3));
 
@@ -293,7 +293,7 @@ static void test_split_into_two_groups(void **state) {
     ok &= g.stats.calls[OP_ALL_REDUCE] == 2 && g.stats.calls[OP_REDUCE_SCATTER] == 1;
     comm_free(&g);
     bf16 z = f32_to_bf16(1.0f);
-    comm_all_reduce_sum(c, &z, 1, DT_BF16, NULL);  // freeing the group left the world's op alive
+    comm_all_reduce_sum(c, &z, 1, DT_HALF, NULL);  // freeing the group left the world's op alive
     ok &= z == f32_to_bf16((float)c->size);
     assert_true(all_ranks(c, ok));
 }

@@ -11,7 +11,8 @@
 // values, and gradients that are NaN (several payloads, both signs,
 // signaling) or infinite, so that NaNs of different bits meet in one
 // operation; param NULL; 1 and 2 threads. No byte outside the n elements
-// may change.
+// may change. Every case runs in both 16-bit formats: bf16, and fp16 (whose
+// vector paths convert with F16C's vcvtph2ps/vcvtps2ph).
 #include "testutil.h"
 #include "cpu_adam.h"
 
@@ -36,6 +37,18 @@ static const bf16 SPECIAL_GRADS[] = {
     0x0080, 0x3f80,          // smallest normal, 1
 };
 #define N_SPECIAL_GRADS (sizeof SPECIAL_GRADS / sizeof SPECIAL_GRADS[0])
+// the same kinds in fp16
+static const bf16 SPECIAL_GRADS_FP16[N_SPECIAL_GRADS] = {
+    0x0000, 0x8000,          // +0, -0
+    0x7c00, 0xfc00,          // +inf, -inf
+    0x7e00, 0xfe00,          // quiet NaN, both signs
+    0x7c01, 0x7fff, 0xfd25,  // signaling NaN, NaNs with payloads
+    0x7bff, 0xfbff,          // largest finite (65504), both signs
+    0x0001, 0x8001, 0x03ff,  // subnormals
+    0x0400, 0x3c00,          // smallest normal, 1
+};
+
+static HalfFormat g_half;  // the format of the case that runs (test_path sets it)
 
 // fp32 state bits that are not random: zeros, huge, tiny, denormal, and
 // NaNs whose low 16 bits are set (rounding them to bf16 without f32_to_bf16's
@@ -69,10 +82,11 @@ static void fill_state(State *st, size_t n, uint64_t seed) {
 static void fill_grads(bf16 *grad, size_t n, int step) {
     uint64_t rng = (uint64_t)(step + 1) * 0x9E3779B97F4A7C15ull;
     for (size_t i = 0; i < n; i++) {
+        const bf16 *special = g_half == HALF_FP16 ? SPECIAL_GRADS_FP16 : SPECIAL_GRADS;
         if (i % 3 == 0)
-            grad[i] = SPECIAL_GRADS[(i / 3 + (size_t)step * 5) % N_SPECIAL_GRADS];
+            grad[i] = special[(i / 3 + (size_t)step * 5) % N_SPECIAL_GRADS];
         else
-            grad[i] = f32_to_bf16(test_uniform(&rng, -2, 2) * (i % 3 == 1 ? 1.0f : 1e-3f));
+            grad[i] = f32_to_half(g_half, test_uniform(&rng, -2, 2) * (i % 3 == 1 ? 1.0f : 1e-3f));
     }
 }
 
@@ -84,14 +98,15 @@ static AdamWStep step_params(int step) {
     return (AdamWStep){.lr = lr[step], .beta1 = beta1, .beta2 = beta2, .eps = 1e-8f,
                        .weight_decay = 0.1f, .bias_corr1 = 1.0f - powf(beta1, (float)t),
                        .bias_corr2 = 1.0f - powf(beta2, (float)t),
-                       .grad_scale = (step % 2) ? 1.0f : 0.37f};  // 0.37: a clipping factor
+                       .grad_scale = (step % 2) ? 1.0f : 0.37f,  // 0.37: a clipping factor
+                       .half = g_half};
 }
 
-// the scalar reference: adamw_element in a plain loop, f32_to_bf16 for param
+// the scalar reference: adamw_element in a plain loop, f32_to_half for param
 static void reference_step(State *st, const bf16 *grad, size_t n, const AdamWStep *s) {
     for (size_t i = 0; i < n; i++)
-        st->param[i] = f32_to_bf16(
-            adamw_element(&st->master[i], &st->m[i], &st->v[i], bf16_to_f32(grad[i]), s));
+        st->param[i] = f32_to_half(s->half,
+            adamw_element(&st->master[i], &st->m[i], &st->v[i], half_to_f32(s->half, grad[i]), s));
 }
 
 // Room for n elements after an offset of up to MAX_OFFSET, and a guard after
@@ -141,8 +156,8 @@ static void expect_same(const char *what, const void *got, const void *want, siz
     uint32_t g = 0, w = 0;
     memcpy(&g, (const char *)got + i * elem_bytes, elem_bytes);
     memcpy(&w, (const char *)want + i * elem_bytes, elem_bytes);
-    fail_msg("%s path, n %zu, offset %d, %d thread(s): %s[%zu] is 0x%x, the reference 0x%x",
-             cpu_adam_path_name(path), n, offset, threads, what, i, g, w);
+    fail_msg("%s path (%s), n %zu, offset %d, %d thread(s): %s[%zu] is 0x%x, the reference 0x%x",
+             cpu_adam_path_name(path), half_format_name(g_half), n, offset, threads, what, i, g, w);
 }
 
 // STEPS steps of one path against the reference, on n elements starting at
@@ -184,16 +199,19 @@ static void test_path(void **state) {
         print_message("cpu_adam: path %s skipped: %s\n", cpu_adam_path_name(path), why_not);
         skip();
     }
-    print_message("cpu_adam: path %s runs\n", cpu_adam_path_name(path));
-    for (size_t k = 0; k < sizeof SIZES / sizeof SIZES[0]; k++)
-        for (int offset = 0; offset <= MAX_OFFSET; offset++) {
-            // the big size is for the tiles and threads: a few offsets do
-            if (SIZES[k] == BIG && offset != 0 && offset != 3 && offset != MAX_OFFSET) continue;
-            for (int threads = 1; threads <= 2; threads++) {
-                check_case(path, threads, SIZES[k], offset, 1);
-                check_case(path, threads, SIZES[k], offset, 0);
+    print_message("cpu_adam: path %s runs (bf16 and fp16)\n", cpu_adam_path_name(path));
+    for (int fmt = HALF_BF16; fmt <= HALF_FP16; fmt++) {
+        for (size_t k = 0; k < sizeof SIZES / sizeof SIZES[0]; k++)
+            for (int offset = 0; offset <= MAX_OFFSET; offset++) {
+                // the big size is for the tiles and threads: a few offsets do
+                if (SIZES[k] == BIG && offset != 0 && offset != 3 && offset != MAX_OFFSET) continue;
+                for (int threads = 1; threads <= 2; threads++) {
+                    g_half = (HalfFormat)fmt;
+                    check_case(path, threads, SIZES[k], offset, 1);
+                    check_case(path, threads, SIZES[k], offset, 0);
+                }
             }
-        }
+    }
 }
 
 static void test_best_path_is_supported(void **state) {

@@ -117,8 +117,8 @@ static void check_conversions(Devices *dv, size_t n, size_t off) {
         Arena a = {.d = d};
         float *xi = put_f32(&a, x - off, n + off) + off, *yi = (float *)arena_alloc(&a, (n + off) * sizeof(float)) + off;
         bf16 *hi = (bf16 *)arena_alloc(&a, (n + off) * sizeof(bf16)) + off;
-        d->k->f32_to_bf16(d, hi, xi, n);
-        d->k->bf16_to_f32(d, yi, hi, n);
+        d->k->f32_to_half(d, hi, xi, n);
+        d->k->half_to_f32(d, yi, hi, n);
         h[k] = get_bf16_raw(d, hi, n);
         back[k] = get_f32(d, yi, n);
         arena_free(&a);
@@ -144,8 +144,8 @@ static void check_special_values(Devices *dv) {
         Arena a = {.d = d};
         float *xi = put_f32(&a, x, 8), *yi = arena_alloc(&a, 8 * sizeof(float));
         bf16 *hi = arena_alloc(&a, 8 * sizeof(bf16));
-        d->k->f32_to_bf16(d, hi, xi, 8);
-        d->k->bf16_to_f32(d, yi, hi, 8);
+        d->k->f32_to_half(d, hi, xi, 8);
+        d->k->half_to_f32(d, yi, hi, 8);
         h[k] = get_bf16_raw(d, hi, 8);
         float *y = get_f32(d, yi, 8);
         memcpy(back[k], y, sizeof back[k]);

@@ -14,6 +14,7 @@
 #include <cblas.h>
 #include <omp.h>
 #include "testutil.h"
+#include "half_rows.h"
 #include "kernels.h"
 
 #define GRID_STEP (1.0f / 64.0f)
@@ -459,37 +460,77 @@ static void test_softmax_crossentropy(void **state) {
                      0);
 }
 
-// ---- conversions and bf16 gradient ops --------------------------------------------------
+// ---- conversions and 16-bit gradient ops --------------------------------------------------
 
-static void test_bf16_ops(void **state) {
-    Device *d = *state;
+// The 16-bit ops in each format (bf16, fp16) on each conversion path this
+// CPU has (F16C, scalar), against the scalar conversions element by element.
+// fp16 values past 65504 become infinite: y holds a few.
+static void check_half_ops(Device *d) {
     enum { N = 1003 };
+    HalfFormat f = d->half;
     float x[N], y[N], back[N];
     bf16 hx[N], acc[N], hy[N];
     test_fill(x, N, 70, -10, 10);
     test_fill(y, N, 71, -10, 10);
-    d->k->f32_to_bf16(d, hx, x, N);
-    d->k->bf16_to_f32(d, back, hx, N);
+    for (int i = 0; i < N; i += 97) y[i] = 7e4f;
+    d->k->f32_to_half(d, hx, x, N);
+    d->k->half_to_f32(d, back, hx, N);
     for (int i = 0; i < N; i++)
-        assert_true(hx[i] == f32_to_bf16(x[i]) && back[i] == bf16_to_f32(hx[i]));
+        assert_true(hx[i] == f32_to_half(f, x[i]) && back[i] == half_to_f32(f, hx[i]));
 
     memcpy(acc, hx, sizeof acc);
     d->k->grad_to_bf16(d, acc, y, N, 0);  // overwrite
-    for (int i = 0; i < N; i++) assert_true(acc[i] == f32_to_bf16(y[i]));
+    for (int i = 0; i < N; i++) assert_true(acc[i] == f32_to_half(f, y[i]));
     memcpy(acc, hx, sizeof acc);
-    d->k->grad_to_bf16(d, acc, y, N, 1);  // accumulate: bf16(bf16 + fp32)
-    for (int i = 0; i < N; i++) assert_true(acc[i] == f32_to_bf16(bf16_to_f32(hx[i]) + y[i]));
+    d->k->grad_to_bf16(d, acc, y, N, 1);  // accumulate: half(half + fp32)
+    for (int i = 0; i < N; i++) assert_true(acc[i] == f32_to_half(f, half_to_f32(f, hx[i]) + y[i]));
+    if (f == HALF_FP16) assert_true(isinf(half_to_f32(f, acc[0])));  // 7e4 overflows fp16
 
-    d->k->f32_to_bf16(d, hy, y, N);
+    d->k->f32_to_half(d, hy, y, N);
     memcpy(acc, hx, sizeof acc);
     d->k->add_bf16(d, acc, hy, N);
     for (int i = 0; i < N; i++)
-        assert_true(acc[i] == f32_to_bf16(bf16_to_f32(hx[i]) + bf16_to_f32(hy[i])));
+        assert_true(acc[i] == f32_to_half(f, half_to_f32(f, hx[i]) + half_to_f32(f, hy[i])));
 
     double want = 0;
-    for (int i = 0; i < N; i++) want += (double)bf16_to_f32(hx[i]) * bf16_to_f32(hx[i]);
+    for (int i = 0; i < N; i++) want += (double)half_to_f32(f, hx[i]) * half_to_f32(f, hx[i]);
     assert_true(test_close(d->k->sum_squares_bf16(d, hx, N), want, 0, 1e-12));
     assert_true(d->k->sum_squares_bf16(d, hx, 0) == 0.0);
+}
+
+// A matmul reads its fp16 weights and bias as fp16 (not as bf16 bits)
+static void check_matmul_reads_format(Device *d) {
+    enum { BT = 5, C = 12, OC = 7 };
+    float inp[BT * C], wf[OC * C], bf[OC], out[BT * OC];
+    bf16 w[OC * C], b[OC];
+    test_fill(inp, BT * C, 80, -1, 1);
+    test_fill(wf, OC * C, 81, -1, 1);
+    test_fill(bf, OC, 82, -1, 1);
+    d->k->f32_to_half(d, w, wf, OC * C);
+    d->k->f32_to_half(d, b, bf, OC);
+    d->k->matmul_forward(d, out, inp, w, b, BT, C, OC, OC);
+    for (int r = 0; r < BT; r++)
+        for (int o = 0; o < OC; o++) {
+            double want = half_to_f32(d->half, b[o]);
+            for (int c = 0; c < C; c++) want += (double)inp[r * C + c] * half_to_f32(d->half, w[o * C + c]);
+            assert_true(test_close(out[r * OC + o], want, 1e-5, 1e-5));
+        }
+}
+
+static void test_half_ops(void **state) {
+    Device *d = *state;
+    HalfFormat saved_half = d->half;
+    int saved_path = d->half_path;
+    for (int f = HALF_BF16; f <= HALF_FP16; f++)
+        for (int p = HALF_ROWS_SCALAR; p <= HALF_ROWS_F16C; p++) {
+            if (half_rows_unsupported_reason((HalfRowsPath)p)) continue;
+            d->half = (HalfFormat)f;
+            d->half_path = p;
+            check_half_ops(d);
+            check_matmul_reads_format(d);
+        }
+    d->half = saved_half;
+    d->half_path = saved_path;
 }
 
 // ---- determinism ----------------------------------------------------------------------
@@ -558,11 +599,11 @@ static void test_deterministic(void **state) {
     float *tmp = malloc(3 * DC * DC * sizeof(float));
     for (int i = 0; i < DBT; i++) in.tokens[i] = (i * 37 + i / 5) % DV;
     test_fill(tmp, DV * DC, 80, -0.5f, 0.5f);
-    d->k->f32_to_bf16(d, in.wte, tmp, DV * DC);
+    d->k->f32_to_half(d, in.wte, tmp, DV * DC);
     test_fill(tmp, DT * DC, 81, -0.5f, 0.5f);
-    d->k->f32_to_bf16(d, in.wpe, tmp, DT * DC);
+    d->k->f32_to_half(d, in.wpe, tmp, DT * DC);
     test_fill(tmp, 3 * DC * DC, 82, -0.2f, 0.2f);
-    d->k->f32_to_bf16(d, in.w, tmp, 3 * DC * DC);
+    d->k->f32_to_half(d, in.w, tmp, 3 * DC * DC);
     DetBufs *chain = malloc(sizeof *chain), *ref = malloc(sizeof *ref), *got = malloc(sizeof *got);
     run_chain(d, chain, &in);
     for (int run = 0; run < 2; run++) {
@@ -606,7 +647,7 @@ int main(void) {
         cmocka_unit_test(test_gelu),
         cmocka_unit_test(test_residual),
         cmocka_unit_test(test_softmax_crossentropy),
-        cmocka_unit_test(test_bf16_ops),
+        cmocka_unit_test(test_half_ops),
         cmocka_unit_test(test_deterministic),
     };
     return cmocka_run_group_tests(tests, setup, teardown);
