@@ -40,6 +40,7 @@ static const Col cols[] = {
     {"stage", "workbench", 30, NULL},
     {"device_gb", "device GB", 9, "%.3f"},
     {"host_gb", "host GB", 8, "%.3f"},
+    {"device_gb_fp32_accum", "device GB, fp32 accum", 21, "%.3f"},
 };
 
 void section_deepspeed_estimate(Printer *p, const Inputs *in) {
@@ -59,23 +60,29 @@ void section_deepspeed_estimate(Printer *p, const Inputs *in) {
     if (in->have_model) printer_num(p, "largest_layer", "L (largest layer: one module's own params)", L,
                                     PRINT_GROUPED, "params");
     printer_num(p, "gpus_per_node", "g (GPUs per node, taken as N)", g, "%.0f", NULL);
-    printer_table(p, "rows", cols, 8);
+    printer_table(p, "rows", cols, 9);
     for (size_t i = 0; i < sizeof rows / sizeof rows[0]; i++) {
         const EstimateRow *r = &rows[i];
         StateBytes ours;
         stage_formula_state_bytes(r->ours, psi, in->ranks, &ours);
         double host = ours.tier_total[TIER_PINNED] + ours.tier_total[TIER_NVME];
-        Cell row[8] = {cell_str(r->deepspeed), cell_str(r->gpu_formula), cell_num(r->gpu / GB),
+        StateBytes accum = ours;  // with --grad-accum-dtype fp32
+        stage_formula_add_grad_accum(r->ours, psi, in->ranks, &accum);
+        Cell row[9] = {cell_str(r->deepspeed), cell_str(r->gpu_formula), cell_num(r->gpu / GB),
                        cell_str(r->cpu_formula), cell_num(r->cpu / GB), cell_str(stage_name(r->ours)),
-                       cell_num(ours.tier_total[TIER_DEVICE] / GB), cell_num(host / GB)};
+                       cell_num(ours.tier_total[TIER_DEVICE] / GB), cell_num(host / GB),
+                       cell_num(accum.tier_total[TIER_DEVICE] / GB)};
         printer_row(p, row);
     }
     printer_table_end(p);
     double fp32_grads = 4 * psi / n;
-    printer_note(p, "zero2: DeepSpeed counts 18 bytes per parameter per partition, which its code spells out as "
-                    "2 fp16 gradients + 4 fp32 gradients + 4 fp32 master + 8 Adam m and v; the workbench keeps "
-                    "14 (no fp32 gradient partition: the reduced bf16 gradient shard goes straight to Adam): "
-                    "4Ψ/N = %.3f GB less per rank.", fp32_grads / GB);
+    printer_note(p, "zero2, bytes per parameter of a partition, category by category: DeepSpeed 18 = 2 (16-bit "
+                    "gradients) + 4 (fp32 gradients: its accumulation partition, data_types.grad_accum_dtype) + 4 "
+                    "(fp32 master) + 8 (Adam m and v); the workbench by default 14 = 2 (grads_bf16) + 4 "
+                    "(master_fp32) + 4 (adam_m) + 4 (adam_v), the micro-batches summed in bf16: 4Ψ/N = %.3f GB "
+                    "less per rank.", fp32_grads / GB);
+    printer_note(p, "With --grad-accum-dtype fp32 the workbench keeps that fp32 partition too (grads_accum_fp32, "
+                    "4Ψ/N beside the 2Ψ/N of grads_bf16): 18 bytes, DeepSpeed's figure (last column).");
     printer_note(p, "zero3: DeepSpeed adds 4L, the largest layer's fp16 parameters and gradients gathered whole, "
                     "and counts 18Ψ/N where the workbench's model states are 16Ψ/N; the workbench counts its "
                     "gathered units apart from model states (stage 04 measures them).");

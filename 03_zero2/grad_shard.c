@@ -47,9 +47,9 @@ static bf16 *bucket_at(const GradShard *gs, const Bucket *b, size_t x) {
 
 // LAB 03: buckets -- launch a full bucket's reduce-scatter; finish it into the shard
 // Wait for a bucket's reduce-scatter (b->h) and add its part (b->recv,
-// b->recv_count elements of flat index b->recv_first) to the shard: the
-// first micro-batch of a step (t->micro == 0) writes, later ones accumulate
-// (add_bf16). With a sink (cpu_offload) the part goes to the sink instead,
+// b->recv_count elements of flat index b->recv_first) to the shard
+// (grads_add_half: the first micro-batch of a step writes, later ones
+// accumulate, in 16 bits or in the fp32 accumulator). With a sink (cpu_offload) the part goes to the sink instead,
 // and the bucket's `drained` event is recorded on the copy stream after it.
 static void finish_bucket(GradShard *gs, Trainer *t, Bucket *b) {
     if (!b->h.active) return;
@@ -60,9 +60,7 @@ static void finish_bucket(GradShard *gs, Trainer *t, Bucket *b) {
         t->dev.ops->event_record(&t->dev, &b->drained, STREAM_COPY);
         return;
     }
-    bf16 *dst = (bf16 *)t->st.grads.ptr + (b->recv_first - t->part.begin);
-    if (t->micro == 0) dev_copy(&t->dev, dst, b->recv.ptr, b->recv_count * sizeof(bf16), STREAM_COMPUTE);
-    else t->dev.k->add_bf16(&t->dev, dst, b->recv.ptr, b->recv_count);
+    grads_add_half(t, t->dev.k, b->recv_first - t->part.begin, b->recv.ptr, b->recv_count);
 }
 
 // Reduce-scatter the filled range [lo, top) asynchronously (a handle, b->h):

@@ -5,18 +5,19 @@
 
 // zero2's bucket sink: this rank's reduced part of a bucket goes down on the
 // copy stream (ordered after the reduce-scatter by comm_wait) straight into
-// the host shard; later micro-batches of the step land in a staging buffer
-// and are added there (the same bf16 sum zero2 does on the device).
+// the host shard; later micro-batches of the step (and every one with the
+// fp32 accumulator) land in a staging buffer and are added there by the
+// host (grads_add_half: the same sums zero2 does on the device).
 static void deliver_grads(Trainer *t, size_t first, const bf16 *part, size_t count, void *arg) {
     HostGrads *hg = arg;
     bf16 *dst = (bf16 *)t->st.grads.ptr + (first - t->part.begin);
     size_t bytes = count * sizeof(bf16);
-    if (t->micro == 0) {
+    if (t->micro == 0 && !t->st.grads_acc.ptr) {
         dev_copy(&t->dev, dst, part, bytes, STREAM_COPY);
     } else {
         dev_copy(&t->dev, hg->accum.ptr, part, bytes, STREAM_COPY);
         dev_sync(&t->dev, STREAM_COPY);  // the host reads it next
-        kernels_cpu.add_bf16(&t->dev, dst, hg->accum.ptr, count);
+        grads_add_half(t, &kernels_cpu, first - t->part.begin, hg->accum.ptr, count);
     }
     count_transfer(t, XFER_D2H, (double)bytes);
 }

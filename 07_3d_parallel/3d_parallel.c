@@ -78,8 +78,7 @@ const bf16 *part_unit_params(Trainer *t, int u) {
 void part_add_grads(Trainer *t, int u, const float *g) {
     Stage *z = t->sctx;
     check_held(t, z, u);
-    t->dev.k->grad_to_bf16(&t->dev, (bf16 *)t->st.grads.ptr + state_offset(t, z, u), g, state_count(t, z, u),
-                           t->micro > 0);
+    grads_add_f32(t, t->dev.k, state_offset(t, z, u), g, state_count(t, z, u));
 }
 
 // The global norm counts every gradient once: a replicated tensor (the same

@@ -51,9 +51,10 @@ static RankFigures my_figures(Trainer *t, Stage *z) {
     f.replica = g->replica;
     f.params = (double)t->state_params;
     const MemCtx *steady = &t->report.after_step;
-    for (int c = CAT_PARAMS; c <= CAT_ADAM_V; c++) f.states += (double)steady->current[TIER_DEVICE][c];
+    for (int c = CAT_PARAMS; c <= CAT_LAST_STATE; c++) f.states += (double)steady->current[TIER_DEVICE][c];
     StateBytes sb;
     grid_state_bytes(&shape, g->stage, &sb);
+    if (t->cfg.grad_accum_fp32) stage_add_grad_accum(STAGE_ZERO1, (size_t)grid_stage_params(&shape, g->stage), g->dp, &sb);
     f.states_formula = sb.tier_total[TIER_DEVICE];
     f.acts = (double)t->dev.mem.peak[TIER_DEVICE][CAT_ACTIVATIONS];
     f.slots = t->plan.slots;

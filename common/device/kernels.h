@@ -96,6 +96,10 @@ typedef struct KernelOps {
     void (*grad_to_bf16)(Device *d, bf16 *dst, const float *src, size_t n, int accumulate);
     // dst += src (bf16, fp32 sum, rounded)
     void (*add_bf16)(Device *d, bf16 *dst, const bf16 *src, size_t n);
+    // the fp32 gradient accumulator (grad_accum.h): acc = (accumulate ? acc : 0) + g,
+    // from fp32 unit gradients or from 16-bit reduced parts
+    void (*accumulate_f32)(Device *d, float *acc, const float *g, size_t n, int accumulate);
+    void (*accumulate_half_f32)(Device *d, float *acc, const bf16 *h, size_t n, int accumulate);
     // sum of squares of a bf16 vector in double, returned to the host (synchronizes)
     double (*sum_squares_bf16)(Device *d, const bf16 *x, size_t n);
     // AdamW over n elements: master/m/v fp32, grad bf16; param = bf16(master) (param may be NULL)

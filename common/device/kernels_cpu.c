@@ -234,6 +234,29 @@ static void add_bf16(Device *d, bf16 *dst, const bf16 *src, size_t n) {
     }
 }
 
+static void accumulate_f32(Device *d, float *acc, const float *g, size_t n, int accumulate) {
+    if (!accumulate) {
+        memcpy(acc, g, n * sizeof(float));
+        return;
+    }
+#pragma omp parallel for simd schedule(static)
+    for (size_t i = 0; i < n; i++) acc[i] = acc[i] + g[i];
+}
+
+static void accumulate_half_f32(Device *d, float *acc, const bf16 *h, size_t n, int accumulate) {
+#pragma omp parallel for schedule(static)
+    for (size_t i = 0; i < n; i += HALF_BLOCK) {
+        size_t k = n - i < HALF_BLOCK ? n - i : HALF_BLOCK;
+        if (!accumulate) {
+            half_to_f32_row(d->half_path, d->half, acc + i, h + i, k);
+            continue;
+        }
+        float x[HALF_BLOCK];
+        half_to_f32_row(d->half_path, d->half, x, h + i, k);
+        for (size_t j = 0; j < k; j++) acc[i + j] = acc[i + j] + x[j];
+    }
+}
+
 // Sum over SUMSQ_BLOCKS fixed index blocks, each in double and in index order,
 // then the block sums in block order: the result does not depend on threads.
 static double sum_squares_bf16(Device *d, const bf16 *x, size_t n) {
@@ -297,6 +320,8 @@ const KernelOps kernels_cpu = {
     .crossentropy_part_finish = crossentropy_part_finish_cpu,
     .grad_to_bf16 = grad_to_bf16,
     .add_bf16 = add_bf16,
+    .accumulate_f32 = accumulate_f32,
+    .accumulate_half_f32 = accumulate_half_f32,
     .sum_squares_bf16 = sum_squares_bf16,
     .adamw = adamw,
     .f32_to_half = f32_to_half_cpu,

@@ -180,6 +180,34 @@ __global__ void __launch_bounds__(BLOCK) add_bf16_kernel(floatX *dst, const floa
     }
 }
 
+// acc = (accumulate ? acc : 0) + g, in fp32 (the fp32 gradient accumulator)
+__global__ void __launch_bounds__(BLOCK) accumulate_f32_kernel(float *acc, const float *g, size_t n, int accumulate,
+                                                               bool wide) {
+    FOR_EACH_PACK(base, n) {
+        Pack<float> x = load_pack(g, base, n, wide);
+        if (accumulate) {
+            Pack<float> y = load_pack((const float *)acc, base, n, wide);
+            for (int k = 0; k < PACK; k++) x.x[k] = y.x[k] + x.x[k];
+        }
+        store_pack(acc, base, n, wide, x);
+    }
+}
+
+// acc = (accumulate ? acc : 0) + h, h 16-bit
+__global__ void __launch_bounds__(BLOCK) accumulate_half_f32_kernel(float *acc, const floatX *h, size_t n,
+                                                                    int accumulate, bool wide) {
+    FOR_EACH_PACK(base, n) {
+        Pack<floatX> hx = load_pack(h, base, n, wide);
+        Pack<float> x;
+        for (int k = 0; k < PACK; k++) x.x[k] = to_f32(hx.x[k]);
+        if (accumulate) {
+            Pack<float> y = load_pack((const float *)acc, base, n, wide);
+            for (int k = 0; k < PACK; k++) x.x[k] = y.x[k] + x.x[k];
+        }
+        store_pack(acc, base, n, wide, x);
+    }
+}
+
 __global__ void __launch_bounds__(BLOCK) f32_to_bf16_kernel(floatX *dst, const float *src, size_t n, bool wide) {
     FOR_EACH_PACK(base, n) {
         Pack<float> x = load_pack(src, base, n, wide);
@@ -241,6 +269,19 @@ static void grad_to_bf16(Device *d, bf16 *dst, const float *src, size_t n, int a
 static void add_bf16(Device *d, bf16 *dst, const bf16 *src, size_t n) {
     bool wide = aligned16(dst) && aligned16(src);
     add_bf16_kernel<<<grid_for_packs(n), BLOCK, 0, compute(d)>>>((floatX *)dst, (const floatX *)src, n, wide);
+    LAUNCH_CHECK();
+}
+
+static void accumulate_f32(Device *d, float *acc, const float *g, size_t n, int accumulate) {
+    bool wide = aligned16(acc) && aligned16(g);
+    accumulate_f32_kernel<<<grid_for_packs(n), BLOCK, 0, compute(d)>>>(acc, g, n, accumulate, wide);
+    LAUNCH_CHECK();
+}
+
+static void accumulate_half_f32(Device *d, float *acc, const bf16 *h, size_t n, int accumulate) {
+    bool wide = aligned16(acc) && aligned16(h);
+    accumulate_half_f32_kernel<<<grid_for_packs(n), BLOCK, 0, compute(d)>>>(acc, (const floatX *)h, n, accumulate,
+                                                                            wide);
     LAUNCH_CHECK();
 }
 
@@ -318,6 +359,8 @@ extern "C" const KernelOps kernels_cuda = {
     crossentropy_part_finish_cuda,    // crossentropy_part_finish
     grad_to_bf16,                     // grad_to_bf16
     add_bf16,                         // add_bf16
+    accumulate_f32,                   // accumulate_f32
+    accumulate_half_f32,              // accumulate_half_f32
     sum_squares_bf16,                 // sum_squares_bf16
     adamw,                            // adamw
     f32_to_bf16_cuda,                 // f32_to_half (the cuda kernels store bf16 only)

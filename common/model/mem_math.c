@@ -127,6 +127,31 @@ void stage_state_bytes(StageId s, size_t psi, int ranks, StateBytes *out) {
     out->padding_params = pad - (double)psi;
 }
 
+// The accumulator follows one copy of the gradients: 4 bytes where they
+// hold 2, whole or sharded, on their tier (cpu_offload --dpu's second
+// gradient shard is the one being applied: it needs no accumulator).
+static void accumulator(StageId s, double whole_elems, double shard_elems, StateBytes *out) {
+    check_stage(s);
+    const StateForm *g = &FORMS[s][1];
+    double bytes = g->whole > 0 ? 4 * whole_elems : 4 * shard_elems;
+    out->bytes[g->tier][CAT_GRAD_ACCUM] += bytes;
+    out->tier_total[g->tier] += bytes;
+}
+
+void stage_add_grad_accum(StageId s, size_t psi, int ranks, StateBytes *out) {
+    double pad = s == STAGE_DP ? (double)psi : padded_params((double)psi, ranks);
+    accumulator(s, pad, pad / ranks, out);
+}
+
+void stage_formula_add_grad_accum(StageId s, double psi, int ranks, StateBytes *out) {
+    accumulator(s, psi, psi / ranks, out);
+}
+
+const char *stage_grad_accum_formula(StageId s) {
+    check_stage(s);
+    return FORMS[s][1].whole > 0 ? "4Ψ" : "4Ψ/N";
+}
+
 void stage_formula_state_bytes(StageId s, double psi, int ranks, StateBytes *out) {
     closed_form(s, psi, psi / ranks, out);
 }

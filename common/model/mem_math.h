@@ -45,6 +45,14 @@ double padded_params(double psi, int ranks);
 void stage_state_bytes(StageId s, size_t psi, int ranks, StateBytes *out);
 // The papers' figures: no padding, shards of Ψ/N (fractional).
 void stage_formula_state_bytes(StageId s, double psi, int ranks, StateBytes *out);
+// --grad-accum-dtype fp32 (DeepSpeed's data_types.grad_accum_dtype): adds
+// the fp32 accumulator of the gradients, 4 bytes per gradient element on the
+// gradients' tier: 4Ψ where they are whole (dp_baseline, zero1), 4Ψ/N where
+// they are sharded. With padding, as stage_state_bytes; the paper's way, as
+// stage_formula_state_bytes; and its closed form.
+void stage_add_grad_accum(StageId s, size_t psi, int ranks, StateBytes *out);
+void stage_formula_add_grad_accum(StageId s, double psi, int ranks, StateBytes *out);
+const char *stage_grad_accum_formula(StageId s);  // "4Ψ" or "4Ψ/N"
 // Their total over the tiers.
 double stage_formula_bytes(StageId s, double psi, int ranks);
 

@@ -68,6 +68,9 @@ void states_alloc(ModelStates *s, Device *d, const StatesLayout *layout, const P
     s->master = alloc_state(d, layout->optim_tier, CAT_MASTER, no, sizeof(float), "master weights (fp32)");
     s->m = alloc_state(d, layout->optim_tier, CAT_ADAM_M, no, sizeof(float), "Adam m (fp32)");
     s->v = alloc_state(d, layout->optim_tier, CAT_ADAM_V, no, sizeof(float), "Adam v (fp32)");
+    if (layout->grads_accum_fp32)
+        s->grads_acc = alloc_state(d, layout->grads_tier, CAT_GRAD_ACCUM, ng, sizeof(float),
+                                   "gradient accumulator (fp32)");
     // A shard's optimizer range keeps its padding elements (count = shard, not
     // clamped to Ψ): they start at 0 with zero gradient, and AdamW maps
     // (w, m, v, g) = (0, 0, 0, 0) to 0, so they stay zero and every rank runs
@@ -161,8 +164,8 @@ void states_init(ModelStates *s, Device *d, const GPTLayout *l, uint64_t seed) {
 }
 
 void states_free(ModelStates *s, Device *d) {
-    Buf *bufs[5] = {&s->params, &s->grads, &s->master, &s->m, &s->v};
-    for (int i = 0; i < 5; i++) {
+    Buf *bufs[6] = {&s->params, &s->grads, &s->master, &s->m, &s->v, &s->grads_acc};
+    for (int i = 0; i < 6; i++) {
         buf_free(d, bufs[i]);
         bufs[i]->bytes = 0;  // NVMe descriptors hold a size but no memory
     }

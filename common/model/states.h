@@ -30,6 +30,7 @@ typedef enum { STATE_FULL = 0, STATE_SHARD = 1, STATE_NONE = 2 } StateExtent;
 typedef struct StatesLayout {
     StateExtent params, grads, optim;       // optim = master, m, v together
     MemTier params_tier, grads_tier, optim_tier;
+    int grads_accum_fp32;  // an fp32 accumulator beside the grads (--grad-accum-dtype fp32)
 } StatesLayout;
 
 typedef struct ModelStates {
@@ -37,6 +38,7 @@ typedef struct ModelStates {
     Partition part;
     Buf params;  // bf16: Ψ_pad elements (FULL) or shard (SHARD)
     Buf grads;   // bf16: likewise
+    Buf grads_acc;  // fp32, as grads, where the layout asks for it; else empty (grad_accum.h)
     Buf master, m, v;  // fp32: Ψ (FULL, unpadded: no partner to pad for) or shard
     size_t optim_begin, optim_count;  // flat range the optimizer states cover
 } ModelStates;

@@ -6,6 +6,7 @@
 #include <limits.h>
 #include <math.h>
 #include <stdio.h>
+#include <string.h>
 #include "ds_config_keys.h"
 
 // fp16.<key> -> --flag, with the values the flag takes
@@ -79,4 +80,19 @@ void ds_apply_precision(DsApply *a) {
     if (ds_lookup(a->ds, "fp16.auto_cast"))
         settings_key(a->s, "fp16.auto_cast", "ignored: the trainers' kernels take fp16 params and compute in fp32 "
                      "on the cpu; there is no autocast of the inputs");
+}
+
+// data_types.grad_accum_dtype: what the micro-batches' gradients are summed in
+void ds_apply_grad_accum_dtype(DsApply *a) {
+    const char *key = "data_types.grad_accum_dtype";
+    json_t *v = ds_lookup(a->ds, key);
+    if (!v) return;
+    if (ds_is_auto(v)) {
+        settings_key(a->s, key, "auto: --grad-accum-dtype keeps the command line's value or its default");
+        return;
+    }
+    const char *s = ds_string(a->ds, key, v);
+    if (strcmp(s, "fp32") && strcmp(s, "bf16") && strcmp(s, "fp16"))
+        ds_fail(a->ds, key, "'%s': choose fp32, bf16 or fp16", s);
+    ds_set_flag(a, key, "grad-accum-dtype", s, FROM_CONFIG, key);
 }

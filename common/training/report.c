@@ -167,6 +167,7 @@ static void summarize(Trainer *t, Summary *s) {
     mpiCheck(MPI_Allreduce(MPI_IN_PLACE, s->tier_peak, TIER_COUNT, MPI_DOUBLE, MPI_MAX, t->world.mpi));
     // each rank's formula (a pipeline stage's part differs from another's), the maximum beside the measured maximum
     stage_state_bytes(t->formula, t->state_params, t->dp->size, &s->formula);
+    if (t->cfg.grad_accum_fp32) stage_add_grad_accum(t->formula, t->state_params, t->dp->size, &s->formula);
     mpiCheck(MPI_Allreduce(MPI_IN_PLACE, &s->formula, sizeof s->formula / sizeof(double), MPI_DOUBLE, MPI_MAX,
                            t->world.mpi));
     s->state_params = comm_max_f64(&t->world, (double)t->state_params);

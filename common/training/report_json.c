@@ -19,7 +19,7 @@ static void json_mem(FILE *f, const Trainer *t, const Summary *s) {
     fprintf(f, "},\"mem_formula\":{");
     for (int i = 0; i < TIER_COUNT; i++) {
         fprintf(f, "%s\"%s\":{", i ? "," : "", mem_tier_name(i));
-        for (int c = 0; c <= CAT_ADAM_V; c++)
+        for (int c = 0; c <= CAT_LAST_STATE; c++)
             fprintf(f, "%s\"%s\":%.0f", c ? "," : "", report_category_name(t, c), s->formula.bytes[i][c]);
         fprintf(f, ",\"total\":%.0f}", s->formula.tier_total[i]);
     }

@@ -23,7 +23,7 @@ static void grid_formula(const char *f, char *out, size_t n) {
 
 // Formula figure for a (tier, category) row, or NAN where no formula applies.
 static double formula_for(const Summary *s, int tier, int cat) {
-    if (cat <= CAT_ADAM_V) return s->formula.bytes[tier][cat];
+    if (cat <= CAT_LAST_STATE) return s->formula.bytes[tier][cat];
     if (tier == TIER_DEVICE && cat == CAT_ACTIVATIONS) return s->acts.saved;
     if (tier == TIER_DEVICE && cat == CAT_ACT_WORKING) return s->acts.working;
     if (tier == TIER_PINNED && cat == CAT_ACTIVATIONS) return s->acts.offloaded;
@@ -32,21 +32,26 @@ static double formula_for(const Summary *s, int tier, int cat) {
 
 void print_memory_table(const Trainer *t, const Summary *s) {
     printf("\nmemory per rank (measured by the allocator, max over %d ranks; current = after the last step) beside the formula\n", t->world.size);
-    printf("  %-7s %-13s %12s %12s %12s\n", "tier", "category", "current MB", "peak MB", "formula MB");
+    printf("  %-7s %-16s %12s %12s %12s\n", "tier", "category", "current MB", "peak MB", "formula MB");
     for (int i = 0; i < TIER_COUNT; i++)
         for (int c = 0; c < CAT_COUNT; c++) {
             double f = formula_for(s, i, c);
             if (s->peak[i][c] == 0 && !(f > 0)) continue;
             char fs[32] = "-";
             if (!isnan(f)) snprintf(fs, sizeof fs, "%.3f", f / 1e6);
-            printf("  %-7s %-13s %12.3f %12.3f %12s\n", mem_tier_name(i), report_category_name(t, c), s->cur[i][c] / 1e6,
+            printf("  %-7s %-16s %12.3f %12.3f %12s\n", mem_tier_name(i), report_category_name(t, c), s->cur[i][c] / 1e6,
                    s->peak[i][c] / 1e6, fs);
         }
     for (int i = 0; i < TIER_COUNT; i++) {
         double states = 0, states_formula = s->formula.tier_total[i];
-        for (int c = 0; c <= CAT_ADAM_V; c++) states += s->cur[i][c];
+        for (int c = 0; c <= CAT_LAST_STATE; c++) states += s->cur[i][c];
         if (states == 0 && states_formula == 0 && i != TIER_DEVICE) continue;
-        const char *f = stage_tier_formula(t->formula, (MemTier)i);
+        char f[128];
+        snprintf(f, sizeof f, "%s", stage_tier_formula(t->formula, (MemTier)i));
+        if (t->cfg.grad_accum_fp32 && t->states.grads_tier == (MemTier)i) {  // --grad-accum-dtype fp32
+            size_t len = strlen(f);
+            snprintf(f + len, sizeof f - len, " + %s (fp32 gradient accumulator)", stage_grad_accum_formula(t->formula));
+        }
         if (t->grid[0]) {  // on a grid: this stage's part Ψ_s over its D replicas, as handout 07 names them
             char g[64];
             grid_formula(f, g, sizeof g);
@@ -165,7 +170,7 @@ void print_summary(const Trainer *t, const Summary *s) {
 void print_summary_line(const Trainer *t, const Summary *s) {
     const Report *r = &t->report;
     double states = 0;
-    for (int c = 0; c <= CAT_ADAM_V; c++) states += s->cur[TIER_DEVICE][c];
+    for (int c = 0; c <= CAT_LAST_STATE; c++) states += s->cur[TIER_DEVICE][c];
     printf("summary %-12s N=%d | loss %.4f val %.4f | %8.0f tok/s | device model states %8.3f MB (formula %8.3f) | "
            "device peak %8.3f MB | comm %7.3f MB/step (formula %7.3f)\n",
            t->strategy->name, t->world.size, r->n ? r->loss[r->n - 1] : NAN, r->val_loss, s->tokens_per_s,

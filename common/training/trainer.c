@@ -19,7 +19,7 @@ const bf16 *replicated_unit_params(Trainer *t, int u) {
 
 void replicated_add_grads(Trainer *t, int u, const float *g) {
     Range r = unit_range(t, u);
-    t->dev.k->grad_to_bf16(&t->dev, (bf16 *)t->st.grads.ptr + r.offset, g, r.count, t->micro > 0);
+    grads_add_f32(t, t->dev.k, r.offset, g, r.count);
 }
 
 // ---- set-up ----
@@ -137,6 +137,7 @@ static void setup(Trainer *t, int argc, char **argv, const Strategy *s) {
     note_eval_repeats(t);
     trainer_check_outputs(t);
 
+    t->states.grads_accum_fp32 = t->cfg.grad_accum_fp32;
     states_alloc(&t->st, &t->dev, &t->states, &t->part);
     states_init_ranges(&t->st, &t->dev, &t->layout, t->state_ranges, t->nstate_ranges, (uint64_t)t->cfg.seed);
     if (s->setup) s->setup(t);

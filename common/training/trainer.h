@@ -42,6 +42,10 @@ typedef struct TrainConfig {
     // scale > 0, or 0 for dynamic from 2^initial_scale_power
     double loss_scale, min_loss_scale;
     int initial_scale_power, loss_scale_window, hysteresis;
+    // DeepSpeed's data_types.grad_accum_dtype: the micro-batches' gradients
+    // summed in the 16-bit format (NULL: --precision's) or in an fp32 accumulator
+    const char *grad_accum_dtype;
+    int grad_accum_fp32;
     const char *inject_overflow;         // test hook: 1-based steps whose gradient on the last rank is made infinite
     int offload_activations;             // with full recompute: the blocks' saved inputs in pinned host memory
     double hbm_gb;
@@ -229,6 +233,15 @@ double trainer_ring_bytes(const struct Trainer *t, double out[OP_COUNT]);
 // micro-batch of a step (t->micro 0) and added to by the others.
 const bf16 *replicated_unit_params(struct Trainer *t, int u);
 void replicated_add_grads(struct Trainer *t, int u, const float *g);
+// A micro-batch's gradients into t->st.grads at element `off`, through the
+// kernels k (the device's, or kernels_cpu for a host shard): fp32 unit
+// gradients, or 16-bit reduced parts. The first micro-batch of a step
+// (t->micro 0) writes, the later ones add: in 16 bits, or with
+// --grad-accum-dtype fp32 in the fp32 accumulator t->st.grads_acc, whose sum
+// the last micro-batch rounds once into the grads (grad_accum.c).
+struct KernelOps;
+void grads_add_f32(struct Trainer *t, const struct KernelOps *k, size_t off, const float *g, size_t n);
+void grads_add_half(struct Trainer *t, const struct KernelOps *k, size_t off, const bf16 *h, size_t n);
 // Flat parameter buffer offset and length of unit u.
 static inline Range unit_range(const struct Trainer *t, int u) { return t->layout.unit[u]; }
 

@@ -16,8 +16,15 @@ static RunDeviceBytes device_need(const Trainer *t) {
     double buffers = t->strategy->device_buffer_bytes
                          ? t->strategy->device_buffer_bytes(t->sctx, &t->layout, &t->part)
                          : 0;
-    return run_device_bytes(t->formula, &t->layout, &t->plan, t->state_params, t->dp->size, t->dev.act_bytes, scratch,
-                            buffers, (double)t->dev.mem.tier_current[TIER_DEVICE]);
+    RunDeviceBytes r = run_device_bytes(t->formula, &t->layout, &t->plan, t->state_params, t->dp->size,
+                                        t->dev.act_bytes, scratch, buffers, (double)t->dev.mem.tier_current[TIER_DEVICE]);
+    if (t->cfg.grad_accum_fp32) {  // the fp32 accumulator, where it sits on the device
+        StateBytes acc = {0};
+        stage_add_grad_accum(t->formula, t->state_params, t->dp->size, &acc);
+        r.states += acc.tier_total[TIER_DEVICE];
+        r.total += acc.tier_total[TIER_DEVICE];
+    }
+    return r;
 }
 
 // The ranks of a grid (3d_parallel) hold different parts of the model: the

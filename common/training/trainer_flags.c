@@ -73,6 +73,11 @@ static void check_precision(TrainConfig *c) {
             fail_usage("--inject-overflow %s: give 1-based step numbers separated by commas (3,4)", c->inject_overflow);
         p = *end ? end + 1 : end;
     }
+    const char *accum = c->grad_accum_dtype ? c->grad_accum_dtype : c->precision;
+    if (strcmp(accum, "fp32") && strcmp(accum, c->precision))
+        fail_usage("--grad-accum-dtype %s: choose fp32 (an fp32 accumulator beside the gradients) or %s, the "
+                   "format of --precision %s", accum, c->precision, c->precision);
+    c->grad_accum_fp32 = strcmp(accum, "fp32") == 0;
     if (c->loss_scale > 0 && c->loss_scale < c->min_loss_scale && c->half == HALF_FP16)
         fail_usage("--loss-scale %g is below --min-loss-scale %g", c->loss_scale, c->min_loss_scale);
 }
@@ -187,6 +192,9 @@ void train_config_parse(TrainConfig *c, void *stage_ctx, int argc, char **argv, 
                  "and back one unit ahead of backward (DeepSpeed's cpu_checkpointing)"},
         {.name = "precision", .type = FLAG_STRING, .dst = &c->precision, .meta = "bf16|fp16",
          .help = "params and grads in 16 bits (fp32 master, m, v): bf16, or fp16 with loss scaling"},
+        {.name = "grad-accum-dtype", .type = FLAG_STRING, .dst = &c->grad_accum_dtype, .meta = "bf16|fp16|fp32",
+         .help = "the sum of a step's micro-batch gradients: in --precision's 16 bits, or in an fp32 accumulator "
+                 "(+4 bytes per gradient element)", .shown_default = "--precision's"},
         {.name = "loss-scale", .type = FLAG_DOUBLE, .dst = &c->loss_scale, .meta = "S",
          .help = "fp16: a static loss scale S, or 0 for dynamic scaling (DeepSpeed's fp16.loss_scale)",
          .min = 0, .max = 1e30},

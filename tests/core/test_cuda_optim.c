@@ -43,6 +43,36 @@ static void test_grad_to_bf16_and_add(void **state) {
     FOR_EACH_OFFSET(off) check_grad_to_bf16_and_add(dv, off);
 }
 
+// The fp32 gradient accumulator (--grad-accum-dtype fp32): set, then add
+// fp32 unit gradients and 16-bit reduced parts; one fp32 add per element,
+// the same bits on both devices.
+static void check_accumulate(Devices *dv, size_t off) {
+    size_t n = 4099, m = n + off;
+    float *g = rand_values(m, 56, -1, 1), *h0 = rand_values(m, 57, -1, 1);
+    float *got[2];
+    FOR_BOTH_DEVICES(dv, k, d) {
+        Arena a = {.d = d};
+        float *gs = put_f32(&a, g, m) + off, *acc = put_f32(&a, g, m) + off;
+        bf16 *h = put_bf16(&a, h0, m) + off;
+        d->k->accumulate_half_f32(d, acc, h, n, 0);
+        d->k->accumulate_f32(d, acc, gs, n, 1);
+        d->k->accumulate_half_f32(d, acc, h, n, 1);
+        d->k->accumulate_f32(d, acc, gs, n, 1);
+        got[k] = get_f32(d, acc, n);
+        arena_free(&a);
+    }
+    for (size_t i = 0; i < n; i++)
+        if (memcmp(&got[1][i], &got[0][i], sizeof(float)) != 0)
+            fail_msg("accumulate (offset %zu): element %zu cuda %.9g, cpu %.9g", off, i, got[1][i], got[0][i]);
+    for (int k = 0; k < 2; k++) free(got[k]);
+    free(g), free(h0);
+}
+
+static void test_accumulate(void **state) {
+    Devices *dv = devices_or_skip(state);
+    FOR_EACH_OFFSET(off) check_accumulate(dv, off);
+}
+
 static void test_sum_squares(void **state) {
     Devices *dv = devices_or_skip(state);
     size_t n = 100003;
@@ -170,6 +200,7 @@ static void test_conversions(void **state) {
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_grad_to_bf16_and_add),
+        cmocka_unit_test(test_accumulate),
         cmocka_unit_test(test_sum_squares),
         cmocka_unit_test(test_adamw),
         cmocka_unit_test(test_conversions),

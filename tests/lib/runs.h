@@ -55,11 +55,11 @@ static __attribute__((unused, noinline)) char *expect_refusal(const char *cmd, c
     return out;
 }
 
-// The "master" tensors of every rank's part of a checkpoint step folder, in
+// Tensor `name` ("master", "adam_m", ...) of every rank's part of a checkpoint step folder, in
 // rank order (malloc'd; *count elements). Part layout (common/training/ckpt.c):
 // a 32-byte header (ntensors at offset 20), a 48-byte entry per tensor
 // (name[32], bytes at 32, checksum), then the tensors' data in entry order.
-static __attribute__((unused)) float *ckpt_master(const char *step_dir, int ranks, size_t *count) {
+static __attribute__((unused)) float *ckpt_tensor(const char *step_dir, int ranks, const char *name, size_t *count) {
     float *w = NULL;
     *count = 0;
     for (int q = 0; q < ranks; q++) {
@@ -76,10 +76,10 @@ static __attribute__((unused)) float *ckpt_master(const char *step_dir, int rank
             char e[48];
             assert_int_equal(fread(e, 1, 48, f), 48);
             memcpy(&bytes, e + 32, 8);
-            if (strcmp(e, "master") == 0) { found = 1; break; }
+            if (strcmp(e, name) == 0) { found = 1; break; }
             off += bytes;
         }
-        if (!found) fail_msg("%s has no master tensor", path);
+        if (!found) fail_msg("%s has no %s tensor", path, name);
         fseek(f, (long)off, SEEK_SET);
         w = realloc(w, (*count + bytes / 4) * sizeof(float));
         assert_int_equal(fread(w + *count, 1, bytes, f), bytes);
@@ -87,6 +87,10 @@ static __attribute__((unused)) float *ckpt_master(const char *step_dir, int rank
         fclose(f);
     }
     return w;
+}
+
+static __attribute__((unused)) float *ckpt_master(const char *step_dir, int ranks, size_t *count) {
+    return ckpt_tensor(step_dir, ranks, "master", count);
 }
 
 // A group's set-up: every path in `needs` (NULL-ended: the binaries it runs,

@@ -12,6 +12,8 @@
 // at 2 micro-batches per step as at 1 (the loss is read once per step) in
 // the stages that keep the gradients on the device.
 // The report's compute and communication spans are device time (CUDA events).
+// --grad-accum-dtype fp32: the device's accumulator (zero2, zero3) and the
+// host's (cpu_offload) to the bit; --precision fp16 refused on cuda.
 // A peer that stops taking part ends the run with NCCL's reason.
 // Where no cuda device can run (no GPU and not the emulator's build) every
 // test is skipped; the emulator's build runs them on the CPU (make test).
@@ -202,6 +204,31 @@ static void test_spans_are_device_time(void **state) {
     assert_true(exposed <= step);
 }
 
+// --grad-accum-dtype fp32 on cuda: zero2's accumulator on the device and
+// cpu_offload's on the host (the cpu kernels) give the same bits, as zero2
+// and zero3 do; fp16 is refused there (the cuda kernels store bf16 only).
+static void test_fp32_accumulator_and_fp16_on_cuda(void **state) {
+    if (skip_without_cuda()) skip();
+    const RunDir *c = *state;
+    double ref[STEPS], l[STEPS];
+    const char *accum = " --batch 2 --grad-accum 2 --grad-accum-dtype fp32";
+    char args[256];
+    snprintf(args, sizeof args, "./zero2%s", accum);
+    losses(c, "accum-zero2", "cuda", args, ref);
+    const char *others[] = {"zero3", "cpu_offload"};
+    for (int s = 0; s < 2; s++) {
+        char name[32];
+        snprintf(name, sizeof name, "accum-%s", others[s]);
+        snprintf(args, sizeof args, "./%s%s", others[s], accum);
+        losses(c, name, "cuda", args, l);
+        for (int i = 0; i < STEPS; i++)
+            if (l[i] != ref[i])
+                fail_msg("%s --grad-accum-dtype fp32 on cuda, step %d: %.9g, zero2's %.9g", others[s], i + 1, l[i],
+                         ref[i]);
+    }
+    free(expect_refusal("mpirun -np 2 ./zero2 --device cuda --model tiny --steps 2 --precision fp16", "cpu device"));
+}
+
 // A peer that stops taking part (the emulator's EMU_NCCL_DEAD_PEER: this
 // rank's third collective on never completes and NCCL reports an
 // asynchronous error): the run ends with NCCL's reason, instead of waiting
@@ -229,6 +256,7 @@ int main(void) {
         cmocka_unit_test(test_tensor_parallel_matches_cpu),
         cmocka_unit_test(test_no_sync_or_allocation_in_a_step),
         cmocka_unit_test(test_spans_are_device_time),
+        cmocka_unit_test(test_fp32_accumulator_and_fp16_on_cuda),
         cmocka_unit_test(test_dead_peer_ends_the_run),
     };
     return cmocka_run_group_tests(tests, setup, run_dir_teardown);

@@ -439,7 +439,12 @@ static void test_binary_deepspeed_estimate(void **state) {
     double ours = NAN;
     json_numbers(strstr(s, "\"stage\":\"zero2\""), "device_gb", &ours, 1);
     assert_true(fabs(ours - 5.841042) < 1e-6);
-    assert_non_null(strstr(s, "4 fp32 gradients"));
+    // with --grad-accum-dtype fp32 the workbench keeps DeepSpeed's fp32 partition too: 2Ψ + 18Ψ/N, its 6.620 GB
+    double accum = NAN;
+    json_numbers(strstr(s, "\"stage\":\"zero2\""), "device_gb_fp32_accum", &accum, 1);
+    assert_true(fabs(accum * 1e9 - want[0][0]) <= 1);
+    assert_non_null(strstr(s, "4 (fp32 gradients"));
+    assert_non_null(strstr(s, "--grad-accum-dtype fp32"));
     free(out);
 }
 
