@@ -88,6 +88,14 @@ static const Mistake MISTAKES[] = {
      "s/int warmup = p->stages - p->stage - 1 < m ? p->stages - p->stage - 1 : m,/"
      "int warmup = p->stages - p->stage - 2 < 0 ? 0 : (p->stages - p->stage - 2 < m ? p->stages - p->stage - 2 : m),/",
      "FAIL  1F1B with m = 4 > P = 2: micro-batches in flight per stage"},
+    // Megatron's f and g swapped: the all-reduce in f's forward and g's
+    // backward, the identity in f's backward and g's forward
+    {"07", "f and g swapped", "common/model/gpt_block.c",
+     "s/    if (!g->plan.sequence_parallel) return ln;/    if (!g->plan.sequence_parallel) { tp_sum(g, (act *)ln); return ln; }/;"
+     "s/^        tp_sum(g, dc);$//;"
+     "s/^        tp_sum(g, out);  \\/\\/ g: all-reduce forward$//;"
+     "s/    if (!g->plan.sequence_parallel) return dres;/    if (!g->plan.sequence_parallel) { tp_sum(g, (act *)dres); return dres; }/",
+     "FAIL  --tp 2 --pp 1 (Megatron's f and g)"},
 };
 
 static void test_labs_catch_mistakes(void **state) {
