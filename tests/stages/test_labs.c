@@ -71,6 +71,12 @@ typedef struct Mistake {
 } Mistake;
 
 static const Mistake MISTAKES[] = {
+    // a bucket's reduce-scatter waited for as soon as it is launched: the
+    // losses stay right, nothing overlaps backward
+    {"03", "a bucket waited for at once", "03_zero2/grad_shard.c",
+     "s/comm_reduce_scatter_sum(&t->world, bucket_at(gs, b, b->lo), b->recv.ptr, counts, DT_BF16, &b->h);/"
+     "&\\n    finish_bucket(gs, t, b);/",
+     "FAIL  buckets leave during backward"},
     // zero3 releasing every unit it read, even one the next entry reads
     // again: gathered twice, the bytes past the formula
     {"04", "a unit released although it is read again", "04_zero3/param_shard.c",
@@ -82,6 +88,11 @@ static const Mistake MISTAKES[] = {
      "/^static void delayed_update/,/^}/s/z->job = adam_job(t, z, t->st.grads.ptr, s);/"
      "z->job = adam_job(t, z, z->grads_next.ptr, s);/",
      "FAIL  --dpu equals the reference's delayed update"},
+    // serial I/O: each sub-group read only when the pass needs it, nothing
+    // read ahead while the work runs on the one before
+    {"06", "a sub-group read only when needed", "06_infinity/swapper.c",
+     "/for (int j = k + 1; j < k + SWAP_SLOTS/,+1d",
+     "FAIL  sub-group reads asked for ahead of their use"},
     // 1F1B with one warm-up forward too few (w = P - s - 2, clamped at 0):
     // the losses stay right, the micro-batches in flight do not
     {"07", "one warm-up forward too few", "07_3d_parallel/pipeline.c",
