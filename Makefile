@@ -143,7 +143,7 @@ CUDA_TEST_SRC := $(wildcard tests/*/test_cuda*.c)
 EMU_TEST_SRC := $(CUDA_TEST_SRC) $(wildcard tests/emu/test_*.c)
 EMU_TEST_BINS := $(EMU_TEST_SRC:tests/%.c=build-emu/tests/%)
 
-.PHONY: all deps check-deps check-deps-06 check-deps-test demo test emu sanitize fuzz bench bench-cuda bench-compare clean help lab-% check-lab-% $(addprefix stage-,$(STAGES)) $(addprefix diff-,$(STAGES))
+.PHONY: all deps check-deps check-deps-06 check-deps-test demo test emu sanitize fuzz bench bench-cuda bench-compare clean help lab-% check-lab-% grade-lab-% $(addprefix stage-,$(STAGES)) $(addprefix diff-,$(STAGES))
 all: check-deps $(BINS)
 	@echo "built: $(BINS)"
 	@printf '%s\n' "$(PARTS)" | tr ';' '\n' | sed 's/^ */  /' 
@@ -163,6 +163,7 @@ help:
 	@echo "make diff-NN    what stage NN adds over the stage before it"
 	@echo "make lab-NN     a student copy (labs/NN, or LAB_DIR=...) with stage NN's technique to write"
 	@echo "make check-lab-NN  (in that copy) build it and grade it: pass/fail per check and a score"
+	@echo "make grade-lab-NN SUBMISSION=DIR  (in this tree) grade a student's copy with this tree's checks and figures"
 	@echo "make GPU=0      leave the cuda parts out"
 
 check-deps:
@@ -315,6 +316,10 @@ lab-%: all
 	@python3 scripts/make_lab.py $* $(if $(LAB_DIR),'$(subst ','\'',$(LAB_DIR))')
 check-lab-%:
 	@python3 scripts/check_lab.py $*
+# a student's copy graded by the reference: only the lab's files are taken from it
+SUBMISSION ?=
+grade-lab-%:
+	@python3 scripts/grade_lab.py $* '$(subst ','\'',$(SUBMISSION))'
 
 clean:
 	rm -rf $(BUILD) build-emu $(foreach n,$(STAGE_IDS),$(BIN_$(n))) $(TOOLS)

@@ -91,9 +91,13 @@ static void launch_bucket(GradShard *gs, Trainer *t, Bucket *b) {
 // LAB END
 
 // Send the current bucket and switch to the other one, first finishing what
-// that one still had in flight.
-static void swap_buckets(GradShard *gs, Trainer *t) {
-    launch_bucket(gs, t, &gs->bucket[gs->cur]);
+// that one still had in flight. in_backward: units still have backward to
+// run, which the reduce-scatter can overlap if it is left in flight.
+static void swap_buckets(GradShard *gs, Trainer *t, int in_backward) {
+    Bucket *b = &gs->bucket[gs->cur];
+    launch_bucket(gs, t, b);
+    gs->launched++;
+    gs->in_flight_in_backward += in_backward && b->h.active;
     gs->cur ^= 1;
     finish_bucket(gs, t, &gs->bucket[gs->cur]);
 }
@@ -107,7 +111,7 @@ void grad_shard_add_unit(GradShard *gs, Trainer *t, int u, const float *g) {
         CHECK(b->lo == hi, "units must finish backward in reverse buffer order (bucket at %zu, unit ends at %zu)", b->lo, hi);
         size_t room = gs->cap - (b->top - b->lo);
         if (room == 0) {
-            swap_buckets(gs, t);
+            swap_buckets(gs, t, 1);
             continue;
         }
         size_t take = hi - r.offset < room ? hi - r.offset : room;
@@ -119,8 +123,21 @@ void grad_shard_add_unit(GradShard *gs, Trainer *t, int u, const float *g) {
 }
 
 void grad_shard_flush(GradShard *gs, Trainer *t) {
-    swap_buckets(gs, t);
+    swap_buckets(gs, t, 0);
     finish_bucket(gs, t, &gs->bucket[gs->cur ^ 1]);
+    gs->micro_batches++;
+}
+
+void grad_shard_report(const GradShard *gs, Trainer *t, FILE *json) {
+    if (t->world.rank != 0 || !gs->micro_batches) return;
+    long B = (long)((t->part.num_params + gs->cap - 1) / gs->cap), m = gs->micro_batches;
+    if (!t->cfg.quiet)
+        printf("buckets per micro-batch: %.2f launched, %.2f of them left in flight during backward "
+               "(formula: B = ceil(Ψ/cap) = %ld, all but the last: %ld)\n",
+               (double)gs->launched / m, (double)gs->in_flight_in_backward / m, B, B - 1);
+    if (json)
+        fprintf(json, ",\"buckets\":{\"micro_batches\":%ld,\"launched\":%ld,\"in_flight_in_backward\":%ld,"
+                      "\"per_micro_batch_formula\":%ld}", m, gs->launched, gs->in_flight_in_backward, B);
 }
 
 void grad_shard_progress(GradShard *gs, Trainer *t) {

@@ -30,6 +30,9 @@ typedef struct GradShard {
     size_t cap;        // elements per bucket
     GradSink sink;     // set after grad_shard_init; NULL for the device shard
     void *sink_arg;
+    // counted for the report: buckets launched; of them, those left in flight
+    // while backward still had units to run; micro-batches flushed
+    long launched, in_flight_in_backward, micro_batches;
 } GradShard;
 
 // The --bucket-mb flag of the stages that bucket their gradients (its
@@ -47,5 +50,9 @@ void grad_shard_add_unit(GradShard *gs, Trainer *t, int u, const float *g);
 // End of a micro-batch's backward: send the last bucket and wait for all, so
 // the shard holds the sum over ranks (and over micro-batches so far).
 void grad_shard_flush(GradShard *gs, Trainer *t);
+// The buckets' overlap with backward, measured beside the formula: per
+// micro-batch B = ceil(Ψ / cap) buckets leave, all but the last (sent by the
+// flush) while backward runs. Rank 0 prints it and writes "buckets" to json.
+void grad_shard_report(const GradShard *gs, Trainer *t, FILE *json);
 // Let MPI move the buckets in flight (the step calls it before each unit's backward).
 void grad_shard_progress(GradShard *gs, Trainer *t);

@@ -67,6 +67,9 @@ static void params_from_master(Trainer *t) {
     all_gather_params(t);
 }
 
+// How many buckets left while backward ran, beside the formula (grad_shard.h)
+static void report(Trainer *t, FILE *json) { grad_shard_report(&((Stage *)t->sctx)->grads, t, json); }
+
 static void teardown(Trainer *t) {
     Stage *z = t->sctx;
     grad_shard_free(&z->grads, t);
@@ -88,5 +91,6 @@ const Strategy strategy_zero2 = {
     .grad_norm_sq = grad_norm_sq,
     .update = update,
     .params_from_master = params_from_master,
+    .report = report,
     .teardown = teardown,
 };

@@ -230,5 +230,6 @@ const Strategy strategy_infinity = {
     .finish_update = finish_update,
     .ckpt_out = infinity_ckpt_out,
     .ckpt_in = infinity_ckpt_in,
+    .report = infinity_report,
     .teardown = teardown,
 };

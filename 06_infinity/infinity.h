@@ -34,6 +34,7 @@ typedef struct Stage {
     NvmeFiles files;
     Swapper swap;             // master, m, v through pinned slots
     Event uploaded[SWAP_SLOTS];  // params on the device: a slot's new bf16 sub-group is up
+    long update_passes, reads_waited, reads_asked_ahead;  // the updates' passes, for the report
 } Stage;
 
 // infinity_ops.c
@@ -49,6 +50,9 @@ void infinity_stop_on_io_error(Trainer *t, Stage *z, int rc);
 // The swapper's reads and writes since the last call counted for this step
 // (count) or dropped (set-up, checkpoints: not a step's traffic).
 void infinity_take_nvme_bytes(Trainer *t, Stage *z, int count);
+// Strategy.report: the update's reads asked for ahead of their use, beside
+// the formula: every sub-group of every pass (rank 0 prints; json "swap_reads").
+void infinity_report(Trainer *t, FILE *json);
 // Checkpoints (Strategy.ckpt_out, ckpt_in): master, m and v between the
 // files and the checkpoint's host copies; a resume then rebuilds the params.
 void infinity_ckpt_out(Trainer *t, CkptStates *c);

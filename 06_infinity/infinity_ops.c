@@ -84,10 +84,33 @@ void infinity_stop_on_io_error(Trainer *t, Stage *z, int rc) {
 // checkpoints: not a step's traffic).
 void infinity_take_nvme_bytes(Trainer *t, Stage *z, int count) {
     double read_bytes, write_bytes;
+    long waited, ahead;
     swapper_take_bytes(&z->swap, &read_bytes, &write_bytes);
+    swapper_take_reads(&z->swap, &waited, &ahead);
     if (!count) return;
     count_transfer(t, XFER_NVME_READ, read_bytes);
     count_transfer(t, XFER_NVME_WRITE, write_bytes);
+    z->update_passes++;
+    z->reads_waited += waited;
+    z->reads_asked_ahead += ahead;
+}
+
+// The pipeline's promise, in counts rather than times: a sub-group's read
+// is asked for before the pass needs it (swapper_progress asks for the first
+// ones during forward and backward, the pass for k + 1 before the work on
+// k), so that it can overlap the work; whether the disk is done by then is
+// timing, and the trace shows it.
+void infinity_report(Trainer *t, FILE *json) {
+    Stage *z = t->sctx;
+    if (t->world.rank != 0 || !z->update_passes) return;
+    double n = (double)z->update_passes;
+    if (!t->cfg.quiet)
+        printf("swap reads per update: %.2f waited for, %.2f of them asked for ahead (formula: every sub-group, "
+               "%d)\n", (double)z->reads_waited / n, (double)z->reads_asked_ahead / n, z->swap.groups);
+    if (json)
+        fprintf(json, ",\"swap_reads\":{\"passes\":%ld,\"waited\":%ld,\"asked_ahead\":%ld,"
+                      "\"per_pass_formula\":%d}", z->update_passes, z->reads_waited, z->reads_asked_ahead,
+                z->swap.groups);
 }
 
 // ---- checkpoints: master, m and v through the swapper ----

@@ -41,6 +41,7 @@ void swapper_init(Swapper *sw, Device *dev, Trace *trace, Aio *aio, Aio *params_
     }
     for (int i = SWAP_MASTER; i <= SWAP_V; i++) sw->checksum[i] = xcalloc((size_t)sw->groups, sizeof(uint64_t));
     sw->checksummed = xcalloc((size_t)sw->groups, 1);
+    sw->asked_ahead = xcalloc((size_t)sw->groups, 1);
 }
 
 static size_t group_first(const Swapper *sw, int k) { return (size_t)k * sw->group_elems; }
@@ -143,6 +144,13 @@ static SwapSlot *writing(Swapper *sw, int k) {
 // sub-group from another slot) is waited for when `blocking`; otherwise the
 // read is left for later and 0 returned.
 static int start_read(Swapper *sw, int k, int blocking) {
+    if (!blocking) {
+        sw->asked_ahead[k] = 1;
+    } else {  // the pass needs k now
+        sw->reads_waited++;
+        sw->reads_asked_ahead += sw->asked_ahead[k];
+        sw->asked_ahead[k] = 0;
+    }
     SwapSlot *s = slot_of(sw, k);
     if (s->group == k && (s->state == SLOT_READING || s->ready)) return 1;
     SwapSlot *in_way[2] = {s->state != SLOT_FREE ? s : NULL, writing(sw, k)};
@@ -274,6 +282,12 @@ void swapper_wait_params(Swapper *sw, size_t first, size_t count) {
     }
 }
 
+void swapper_take_reads(Swapper *sw, long *waited, long *asked_ahead) {
+    *waited = sw->reads_waited;
+    *asked_ahead = sw->reads_asked_ahead;
+    sw->reads_waited = sw->reads_asked_ahead = 0;
+}
+
 void swapper_take_bytes(Swapper *sw, double *read_bytes, double *write_bytes) {
     *read_bytes = sw->read_bytes;
     *write_bytes = sw->write_bytes;
@@ -285,4 +299,5 @@ void swapper_free(Swapper *sw) {
     for (int s = 0; s < SWAP_SLOTS; s++) buf_free(sw->dev, &sw->slot[s].buf);
     for (int i = SWAP_MASTER; i <= SWAP_V; i++) free(sw->checksum[i]);
     free(sw->checksummed);
+    free(sw->asked_ahead);
 }

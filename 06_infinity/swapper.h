@@ -79,6 +79,11 @@ typedef struct Swapper {
     double read_bytes, write_bytes;  // payload consumed by passes / written, since swapper_take_bytes
     uint64_t *checksum[SWAP_V + 1];  // per sub-group, of master, m and v as last written
     unsigned char *checksummed;      // per sub-group: written by a pass, so its checksums hold
+    // counted for the report: the reads a pass waited for (start_read
+    // blocking), and of them those asked for ahead first (not blocking:
+    // swapper_progress, or the pass at an earlier sub-group)
+    unsigned char *asked_ahead;      // per sub-group: asked for, not yet waited for
+    long reads_waited, reads_asked_ahead;
     int error;               // first failure (errno value), 0 while none
     char error_msg[AIO_ERR_BYTES];
 } Swapper;
@@ -110,5 +115,7 @@ void swapper_release_writes(Swapper *sw);
 // is still in flight; swapper_wait_params waits for those.
 int swapper_params_pending(Swapper *sw, size_t first, size_t count);
 void swapper_wait_params(Swapper *sw, size_t first, size_t count);
+// Reads waited for, and of them asked for ahead, since the last call; then zeroes them.
+void swapper_take_reads(Swapper *sw, long *waited, long *asked_ahead);
 // Payload read (by passes) and written since the last call, then zeroes them.
 void swapper_take_bytes(Swapper *sw, double *read_bytes, double *write_bytes);

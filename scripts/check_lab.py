@@ -44,6 +44,15 @@ STATE_CATS = ["params_bf16", "grads_bf16", "master_fp32", "adam_m", "adam_v"]
 # lab 07 at m = 4 micro-batches over P = 2 stages: 1F1B proper (at m <= P it is AFAB)
 MANY_MICRO = "--batch 1 --grad-accum 4"
 IN_FLIGHT = "1F1B with m = 4 > P = 2: micro-batches in flight per stage equal min(P - s, m)"
+# labs 03 and 06: the overlap a technique promises, in counts the stage reports (timings would be noise)
+BUCKETS = ("buckets leave during backward: per micro-batch all B = ceil(Ψ/cap) buckets but the last are left "
+           "in flight while units still run backward")
+READ_AHEAD = ("sub-group reads asked for ahead of their use: every sub-group of every update pass (the pass asks "
+              "for k + 1 before the work on k)")
+# lab 07's tensor parallelism apart from the pipeline: tp 2 x dp 2 on its 4 ranks
+TP_ALONE = "--tp 2 --pp 1"
+F_AND_G = f"{TP_ALONE} (Megatron's f and g): losses equal the reference's to the bit"
+SEQ_PAR = "--sequence-parallel (f and g as all-gathers and reduce-scatters): losses equal the plain run's to the bit"
 
 # lab: (stage binary, the reference it must equal, extra flags of the main run, tiers holding states)
 LABS = {
@@ -172,7 +181,25 @@ def figures(rec, tiers):
     xfer = rec.get("transfer_bytes_per_step", {})
     return {"losses": rec["losses"], "mem": mem, "mem_formula": formula,
             "comm": rec["comm_bytes_per_step"], "comm_formula": rec["comm_formula_bytes_per_step"],
-            "xfer": {k: v for k, v in xfer.items() if v["formula"] > 0}}
+            "xfer": {k: v for k, v in xfer.items() if v["formula"] > 0},
+            "buckets": rec.get("buckets"), "swap_reads": rec.get("swap_reads")}
+
+
+def overlap_check(lab, main):
+    """Labs 03 and 06: what overlaps, counted by the stage against what the technique promises."""
+    if lab == "03":
+        b = main["buckets"] or {}
+        m, B = b.get("micro_batches", 0), b.get("per_micro_batch_formula", 0)
+        ok = m > 0 and b["launched"] == m * B and b["in_flight_in_backward"] == m * (B - 1)
+        got = (f"{b['in_flight_in_backward'] / m:g} of {b['launched'] / m:g} per micro-batch" if m
+               else "no \"buckets\" in the --json record")
+        return (BUCKETS, ok, got, f"{B - 1} of {B}")
+    r = main["swap_reads"] or {}
+    n, G = r.get("passes", 0), r.get("per_pass_formula", 0)
+    ok = n > 0 and r["waited"] == n * G and r["asked_ahead"] == n * G
+    got = (f"{r['asked_ahead'] / n:g} of {r['waited'] / n:g} per pass (a read asked for only when needed is "
+           "serial I/O)" if n else "no \"swap_reads\" in the --json record")
+    return (READ_AHEAD, ok, got, f"{G} of {G}")
 
 
 def reference_figures(lab, r):
@@ -182,6 +209,8 @@ def reference_figures(lab, r):
     # gradient accumulation: the reference stage itself (its bf16 sums per
     # micro-batch round differently from dp_baseline's single sum)
     expected["accum_losses"] = figures(r.run(stage, f"{MODEL} {extra} {ACCUM}"), tiers)["losses"]
+    if lab == "07":
+        expected["tp_losses"] = figures(r.run(stage, f"{MODEL} {TP_ALONE}"), tiers)["losses"]
     if lab == "05":
         expected["dpu_losses"] = figures(r.run(stage, MODEL + " --dpu --dpu-warmup 2"), tiers)["losses"]
     expected["reference_s"] = round(r.slowest_s, 2)  # sets the checks' time limits (TIME_FACTOR)
@@ -200,7 +229,8 @@ def run_checks(lab, expected, r):
         names += ["--dpu equals the reference's delayed update"] if lab == "05" else []
         names += [f"--recompute {m}: losses equal none's to the bit, activations equal the formula"
                   for m in ("selective", "full")] if lab == "04" else []
-        names += [IN_FLIGHT] if lab == "07" else []
+        names += [IN_FLIGHT, F_AND_G, SEQ_PAR] if lab == "07" else []
+        names += [BUCKETS] if lab == "03" else [READ_AHEAD] if lab == "06" else []
         return [(n, False, main["error"], f"{stage} exits 0") for n in names]
     out = []
     same = main["losses"] == expected["losses"]
@@ -224,6 +254,8 @@ def run_checks(lab, expected, r):
     for k, v in main["xfer"].items():
         out.append((f"{k} bytes per step equal the formula" + note, near(v["counted"], v["formula"]),
                     f"{v['counted']:.0f} B", f"{v['formula']:.0f} B"))
+    if lab in ("03", "06"):
+        out.append(overlap_check(lab, main))
     accum = figures(r.run(stage, f"{MODEL} {extra} {ACCUM}"), tiers)
     ok = "error" not in accum and accum["losses"] == expected["accum_losses"]
     out.append((f"with {ACCUM}: losses equal the reference {stage}'s to the bit", ok,
@@ -253,12 +285,37 @@ def run_checks(lab, expected, r):
             got = "/".join(str(int(x["peak_in_flight"])) for x in ranks if x["tp_rank"] == 0)
             want = "/".join(str(int(x["in_flight_formula"])) for x in ranks if x["tp_rank"] == 0)
             out.append((IN_FLIGHT, got == want, f"stages {got}", f"stages {want}"))
+        out.append(f_and_g_check(r.run(stage, f"{MODEL} {TP_ALONE}"), expected.get("tp_losses")))
+        sp = r.run(stage, f"{MODEL} {extra} --sequence-parallel")
+        out.append((SEQ_PAR, "error" not in sp and sp["losses"] == main["losses"],
+                    sp.get("error") or f"{sp['losses'][-1]:.9g} at step 8", f"{main['losses'][-1]:.9g}"))
     if lab == "05":
         dpu = figures(r.run(stage, f"{MODEL} --dpu --dpu-warmup 2"), tiers)
         ok = "error" not in dpu and dpu["losses"] == expected["dpu_losses"]
         out.append(("--dpu equals the reference's delayed update to the bit", ok,
                     dpu.get("error") or f"{dpu['losses'][-1]:.9g}", f"{expected['dpu_losses'][-1]:.9g}"))
     return out
+
+
+def f_and_g_check(rec, want):
+    """Lab 07's tensor parallelism alone, naming the pass that differs: step 1's loss
+    reads only the forward (g's all-reduce, f's identity); the later ones also the
+    gradients of the backward before them (f's all-reduce, g's identity)."""
+    if want is None:
+        return (F_AND_G, False, "no tp_losses in .lab/expected.json", "a copy made by this make lab-07")
+    if "error" in rec:
+        return (F_AND_G, False, rec["error"], "3d_parallel exits 0")
+    got = rec["losses"]
+    if got == want:
+        return (F_AND_G, True, f"{got[-1]:.9g} at step 8", f"{want[-1]:.9g}")
+    k = next(i for i in range(len(want)) if i >= len(got) or got[i] != want[i])
+    if k == 0:
+        where = (f"step 1 differs ({got[0]:.9g}): the forward's sums are wrong (g all-reduces after a "
+                 "row-parallel linear; f is the identity)")
+    else:
+        where = (f"step 1 equal, step {k + 1} differs: the backward's sums are wrong (f all-reduces the "
+                 "column-parallel linear's input gradient; g is the identity)")
+    return (F_AND_G, False, where, f"{want[min(k, len(want) - 1)]:.9g} at step {k + 1}")
 
 
 def build(lab):

@@ -121,6 +121,39 @@ def tracked_files():
     return [f for f in files.decode().split("\0") if f]
 
 
+def record_expected(lab, who):
+    """The reference's figures for lab `lab` (check_lab.py --record), as JSON text; exits when it fails them."""
+    checks = subprocess.run([sys.executable, str(HERE / "scripts/check_lab.py"), lab, "--record"], cwd=HERE,
+                            capture_output=True, text=True)
+    if checks.returncode != 0:
+        sys.exit(f"{who}: the reference does not pass lab {lab}'s checks, so there is nothing to aim "
+                 f"for:\n{checks.stdout}{checks.stderr}")
+    return checks.stdout
+
+
+def copy_reference(dest):
+    """The reference's tracked files into dest, with its build folders (only changed files recompile)."""
+    for rel in tracked_files():
+        src, dst = HERE / rel, dest / rel
+        if not src.exists():
+            continue
+        dst.parent.mkdir(parents=True, exist_ok=True)
+        shutil.copy2(src, dst)
+    for build in ("build", "build-nogpu"):
+        if (HERE / build).is_dir():
+            shutil.copytree(HERE / build, dest / build, symlinks=True, dirs_exist_ok=True)
+
+
+def lab_files(lab):
+    """The reference's files that hold lab `lab`'s functions (a // LAB NN: marker)."""
+    out = []
+    for rel in tracked_files():
+        if rel.endswith((".c", ".h", ".cu")) and (HERE / rel).exists():
+            if any((m := MARK.match(line)) and m.group(1) == lab for line in (HERE / rel).read_text().splitlines()):
+                out.append(rel)
+    return out
+
+
 def main():
     if len(sys.argv) not in (2, 3) or not re.fullmatch(r"\d\d", sys.argv[1]):
         sys.exit("usage: make_lab.py NN [DIR]   (e.g. make_lab.py 03 labs/03)")
@@ -132,20 +165,8 @@ def main():
     if dest.exists() and any(dest.iterdir()):
         sys.exit(f"make_lab: {dest} exists and is not empty; it may hold your work. "
                  f"Name another folder: make lab-{lab} LAB_DIR=...")
-    checks = subprocess.run([sys.executable, str(HERE / "scripts/check_lab.py"), lab, "--record"], cwd=HERE,
-                            capture_output=True, text=True)
-    if checks.returncode != 0:
-        sys.exit(f"make_lab: the reference does not pass lab {lab}'s checks, so there is nothing to aim "
-                 f"for:\n{checks.stdout}{checks.stderr}")
-    for rel in tracked_files():
-        src, dst = HERE / rel, dest / rel
-        if not src.exists():
-            continue
-        dst.parent.mkdir(parents=True, exist_ok=True)
-        shutil.copy2(src, dst)
-    for build in ("build", "build-nogpu"):  # objects of the reference: only stubbed files recompile
-        if (HERE / build).is_dir():
-            shutil.copytree(HERE / build, dest / build, symlinks=True, dirs_exist_ok=True)
+    expected = record_expected(lab, "make_lab")
+    copy_reference(dest)
     stubbed = []
     for rel in tracked_files():
         if rel.endswith((".c", ".h", ".cu")) and (dest / rel).exists():
@@ -157,7 +178,7 @@ def main():
         sys.exit(f"make_lab: no // LAB {lab}: markers in the sources; labs: "
                  + ", ".join(sorted({m for m in marked_labs()})))
     (dest / ".lab").mkdir(exist_ok=True)
-    (dest / ".lab/expected.json").write_text(checks.stdout)
+    (dest / ".lab/expected.json").write_text(expected)
     (dest / ".lab/stubbed.txt").write_text("\n".join(stubbed) + "\n")
     print(f"lab {lab}: a copy of the tree in {dest}, with these functions to write:")
     for s in stubbed:

@@ -11,6 +11,15 @@
 
 // ---- Megatron's f and g around the tensor-parallel regions ----
 
+// LAB 07: f_and_g -- Megatron's f before each column-parallel linear, g after each row-parallel one
+// f is the identity forward and an all-reduce backward; g an all-reduce
+// forward and the identity backward (Shoeybi et al. 2019, section 3). With
+// one rank (g->L.tp_size 1) every one of them is the identity: stages 01-06
+// run the same block. tp_sum (gpt_tp.c) is the all-reduce; under sequence
+// parallelism (g->plan.sequence_parallel) tp_gather_rows and
+// tp_scatter_sum_rows take its place, into g->work->gathered and
+// g->work->part.
+
 // f before a column-parallel linear: its input, whole on every rank. It is
 // the layernorm's output itself (identity forward), or under sequence
 // parallelism every rank's rows of it all-gathered.
@@ -64,6 +73,7 @@ static const act *row_output_grad(GPT *g, const act *dres) {
     tp_gather_rows(g, g->work->gathered, dres);
     return g->work->gathered;
 }
+// LAB END
 
 // ---- the block ----
 

@@ -71,6 +71,12 @@ typedef struct Mistake {
 } Mistake;
 
 static const Mistake MISTAKES[] = {
+    // a bucket's reduce-scatter waited for as soon as it is launched: the
+    // losses stay right, nothing overlaps backward
+    {"03", "a bucket waited for at once", "03_zero2/grad_shard.c",
+     "s/comm_reduce_scatter_sum(&t->world, bucket_at(gs, b, b->lo), b->recv.ptr, counts, DT_BF16, &b->h);/"
+     "&\\n    finish_bucket(gs, t, b);/",
+     "FAIL  buckets leave during backward"},
     // zero3 releasing every unit it read, even one the next entry reads
     // again: gathered twice, the bytes past the formula
     {"04", "a unit released although it is read again", "04_zero3/param_shard.c",
@@ -82,12 +88,25 @@ static const Mistake MISTAKES[] = {
      "/^static void delayed_update/,/^}/s/z->job = adam_job(t, z, t->st.grads.ptr, s);/"
      "z->job = adam_job(t, z, z->grads_next.ptr, s);/",
      "FAIL  --dpu equals the reference's delayed update"},
+    // serial I/O: each sub-group read only when the pass needs it, nothing
+    // read ahead while the work runs on the one before
+    {"06", "a sub-group read only when needed", "06_infinity/swapper.c",
+     "/for (int j = k + 1; j < k + SWAP_SLOTS/,+1d",
+     "FAIL  sub-group reads asked for ahead of their use"},
     // 1F1B with one warm-up forward too few (w = P - s - 2, clamped at 0):
     // the losses stay right, the micro-batches in flight do not
     {"07", "one warm-up forward too few", "07_3d_parallel/pipeline.c",
      "s/int warmup = p->stages - p->stage - 1 < m ? p->stages - p->stage - 1 : m,/"
      "int warmup = p->stages - p->stage - 2 < 0 ? 0 : (p->stages - p->stage - 2 < m ? p->stages - p->stage - 2 : m),/",
      "FAIL  1F1B with m = 4 > P = 2: micro-batches in flight per stage"},
+    // Megatron's f and g swapped: the all-reduce in f's forward and g's
+    // backward, the identity in f's backward and g's forward
+    {"07", "f and g swapped", "common/model/gpt_block.c",
+     "s/    if (!g->plan.sequence_parallel) return ln;/    if (!g->plan.sequence_parallel) { tp_sum(g, (act *)ln); return ln; }/;"
+     "s/^        tp_sum(g, dc);$//;"
+     "s/^        tp_sum(g, out);  \\/\\/ g: all-reduce forward$//;"
+     "s/    if (!g->plan.sequence_parallel) return dres;/    if (!g->plan.sequence_parallel) { tp_sum(g, (act *)dres); return dres; }/",
+     "FAIL  --tp 2 --pp 1 (Megatron's f and g)"},
 };
 
 static void test_labs_catch_mistakes(void **state) {
@@ -109,6 +128,51 @@ static void test_labs_catch_mistakes(void **state) {
         free(out);
         assert_int_equal(test_remove_dir(root), 0);
     }
+}
+
+// Issue 29: the grader trusted the student's copy (its check_lab.py
+// replaced by a print scored 5/5). make grade-lab-NN, run here, grades with
+// this tree's checker and figures, taking only the lab's files from the
+// copy: the stub fails under the forged checker, the reference's functions
+// pass; a missing folder, or one without the lab's file, is refused in one
+// line (exit 2).
+static void test_grade_lab(void **state) {
+    (void)state;
+    char root[64], cmd[CMD_LEN], *out = NULL;
+    assert_int_equal(test_make_dir(root, sizeof root, "lab-grade"), 0);
+    snprintf(cmd, sizeof cmd, "python3 scripts/make_lab.py 03 %s/copy > /dev/null && "
+             "echo 'print(\"score: 5/5\")' > %s/copy/scripts/check_lab.py && "
+             "cd %s/copy && make -s check-lab-03", root, root, root);
+    int rc = test_run(cmd, &out);
+    if (rc != 0 || !strstr(out, "score: 5/5")) fail_msg("the forged checker: exit %d\n%s", rc, out);
+    free(out);
+
+    snprintf(cmd, sizeof cmd, "make --no-print-directory grade-lab-03 SUBMISSION=%s/copy", root);
+    rc = test_run(cmd, &out);
+    if (rc == 0 || !strstr(out, "is not written yet") || !strstr(out, "score: 0/") || strstr(out, "score: 5/5"))
+        fail_msg("grade-lab-03 of a stub with a forged checker: exit %d\n%s", rc, out);
+    free(out);
+
+    snprintf(cmd, sizeof cmd, "cp 03_zero2/grad_shard.c %s/copy/03_zero2/ && "
+             "make --no-print-directory grade-lab-03 SUBMISSION=%s/copy", root, root);
+    rc = test_run(cmd, &out);
+    int pass, fail;
+    count_checks(out, &pass, &fail);
+    if (rc != 0 || fail != 0 || pass < 5) fail_msg("grade-lab-03 of the reference's code: exit %d\n%s", rc, out);
+    free(out);
+
+    // one line and exit 2: no folder, a folder without the lab's file
+    const char *bad[][2] = {{"%s/none", "is not a folder"}, {"%s/copy/scripts", "lacks 03_zero2/grad_shard.c"}};
+    for (int i = 0; i < 2; i++) {
+        char dir[256];
+        snprintf(dir, sizeof dir, bad[i][0], root);
+        snprintf(cmd, sizeof cmd, "python3 scripts/grade_lab.py 03 %s", dir);
+        rc = test_run(cmd, &out);
+        if (rc != 2 || !strstr(out, bad[i][1]) || strchr(out, '\n') != out + strlen(out) - 1)
+            fail_msg("%s: exit %d, not one line with \"%s\":\n%s", cmd, rc, bad[i][1], out);
+        free(out);
+    }
+    assert_int_equal(test_remove_dir(root), 0);
 }
 
 // A folder that may hold a student's work is never written over.
@@ -194,6 +258,7 @@ int main(void) {
     if (need_paths("test_labs", (const char *const[]){"./zero2", NULL})) return 1;
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_lab_keeps_work),
+        cmocka_unit_test(test_grade_lab),
         cmocka_unit_test(test_labs_catch_mistakes),
         cmocka_unit_test(test_check_lab_bounded),
         cmocka_unit_test(test_labs),
