@@ -36,6 +36,10 @@ def label(rec):
         text += f" tp{grid['tp']} pp{grid['pp']}"
     if accum > 1:
         text += f" accum {accum}"
+    if rec.get("precision", "bf16") != "bf16":
+        text += f" {rec['precision']}"
+    if state_bytes(rec["mem"]["device"], "grads_accum_fp32") or state_bytes(rec["mem"].get("pinned", {}), "grads_accum_fp32"):
+        text += " fp32-accum"
     return text + (f" recompute {rc}" if rc != "none" else "")
 
 
@@ -77,13 +81,29 @@ def write_losses(recs, tmp):
 
 
 STATE_CATS = ["params_bf16", "grads_bf16", "master_fp32", "adam_m", "adam_v"]
+ACCUM_CAT = "grads_accum_fp32"  # --grad-accum-dtype fp32: drawn only where a run has it
 BUFFER_CATS = ["workspace", "comm_buffers"]
 
 
-def device_columns(rec):
+def state_bytes(dev, cat):
+    """A state's bytes on a tier: an fp16 run names its 16-bit params and grads
+    params_fp16 and grads_fp16; a run without an fp32 accumulator has none."""
+    for name in (cat, cat.replace("bf16", "fp16")):
+        if name in dev:
+            return dev[name]["current"]
+    return 0
+
+
+def state_cats(recs):
+    """The model-state categories to draw: the five, and the fp32 accumulator where a run holds one."""
+    has_accum = any(state_bytes(r["mem"]["device"], ACCUM_CAT) > 0 for r in recs)
+    return STATE_CATS + ([ACCUM_CAT] if has_accum else [])
+
+
+def device_columns(rec, cats):
     """The device bar's segments: model states by category, activations, buffers (bytes)."""
     dev = rec["mem"]["device"]
-    cols = [dev[c]["current"] for c in STATE_CATS]
+    cols = [state_bytes(dev, c) for c in cats]
     cols.append(dev["activations"]["current"] + dev.get("act_working", {"current": 0})["current"])
     cols.append(sum(dev[c]["current"] for c in BUFFER_CATS if c in dev))
     return cols
@@ -112,7 +132,7 @@ def write_table(path, recs, columns, value):
 # one colour per category (the same on every tier); off the device the tier
 # is the fill: hatched in pinned/host memory, dotted on NVMe
 COLOURS = {"params_bf16": "#7b3294", "grads_bf16": "#1b9e77", "master_fp32": "#3288bd", "adam_m": "#e6ab02",
-           "adam_v": "#f46d43", "activations": "#66a61e", "act_working": "#b2df8a", "buffers": "#a6761d",
+           "adam_v": "#f46d43", "grads_accum_fp32": "#66c2a5", "activations": "#66a61e", "act_working": "#b2df8a", "buffers": "#a6761d",
            "comm_buffers": "#444444", "workspace": "#a6761d",
            "all_reduce": "#3288bd", "reduce_scatter": "#1b9e77", "all_gather": "#7b3294", "broadcast": "#e6ab02",
            "send": "#f46d43", "recv": "#a6761d", "tp": "#d95f02", "pp": "#7570b3", "emb": "#e7298a",
@@ -140,16 +160,17 @@ set grid ytics
 
 
 def memory_script(recs, tmp, prefix):
+    cats = state_cats(recs)
     dev = Path(tmp, "device.dat")
     with dev.open("w") as f:
         for rec in recs:
-            f.write(f"\"{label(rec)}\" " + " ".join(f"{v / 1e6:.6f}" for v in device_columns(rec)) + "\n")
+            f.write(f"\"{label(rec)}\" " + " ".join(f"{v / 1e6:.6f}" for v in device_columns(rec, cats)) + "\n")
     formula = Path(tmp, "formula.dat")
     with formula.open("w") as f:
         for i, rec in enumerate(recs):
             f.write(f"{i} {rec['mem_formula']['device']['total'] / 1e6:.6f}\n")
-    dev_cols = [(c, "") for c in STATE_CATS] + [("activations", ""), ("buffers", "")]
-    dev_titles = STATE_CATS + ["activations", "buffers (workspace, comm)"]
+    dev_cols = [(c, "") for c in cats] + [("activations", ""), ("buffers", "")]
+    dev_titles = cats + ["activations", "buffers (workspace, comm)"]
     budgets = {r["settings"]["hbm-gb"]["value"] for r in recs if r.get("settings", {}).get("hbm-gb", {}).get("value")}
     budget = f", {max(budgets) * 1e3} with lines dt 2 lw 2 lc 'red' title 'device budget (--hbm-gb)'" if budgets else ""
     off_recs = [r for r in recs if any(v["current"] > 0 for t, cats in r["mem"].items() if t != "device"
