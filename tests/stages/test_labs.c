@@ -74,7 +74,7 @@ static const Mistake MISTAKES[] = {
     // a bucket's reduce-scatter waited for as soon as it is launched: the
     // losses stay right, nothing overlaps backward
     {"03", "a bucket waited for at once", "03_zero2/grad_shard.c",
-     "s/comm_reduce_scatter_sum(&t->world, bucket_at(gs, b, b->lo), b->recv.ptr, counts, DT_BF16, &b->h);/"
+     "s/comm_reduce_scatter_sum(&t->world, bucket_at(gs, b, b->lo), b->recv.ptr, counts, DT_HALF, &b->h);/"
      "&\\n    finish_bucket(gs, t, b);/",
      "FAIL  buckets leave during backward"},
     // zero3 releasing every unit it read, even one the next entry reads
