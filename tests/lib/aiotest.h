@@ -63,16 +63,8 @@ static inline void expect_ok(Aio *aio, AioRequest *r) {
 }
 
 static inline int aiotest_setup(void **state) {
-    const char *base = getenv("WB_AIO_TEST_DIR") ? getenv("WB_AIO_TEST_DIR") : "/var/tmp";
-    struct statfs fs;
-    if (statfs(base, &fs) != 0 || fs.f_type == TMPFS_MAGIC) {
-        fprintf(stderr, "test_aio: %s is missing or in memory (tmpfs); O_DIRECT needs a disk: set "
-                "WB_AIO_TEST_DIR to a directory on one\n", base);
-        return 1;
-    }
     Ctx *c = calloc(1, sizeof *c);
-    snprintf(c->root, sizeof c->root, "%s/wb-test-aio-XXXXXX", base);
-    if (!mkdtemp(c->root)) return 1;
+    if (make_disk_dir(c->root, sizeof c->root, "test-aio")) return 1;
     *state = c;
     return 0;
 }

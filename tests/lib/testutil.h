@@ -11,6 +11,8 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <linux/magic.h>
+#include <sys/statfs.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -177,3 +179,18 @@ static inline int run_child(ChildFn fn, char **err) {
     return WIFEXITED(status) ? WEXITSTATUS(status) : 128;
 }
 
+// A fresh folder on a disk for O_DIRECT files (the aio tests, infinity's swap
+// files): under $WB_AIO_TEST_DIR, else /var/tmp. Returns 0, or 1 after one
+// line naming `test` where that folder is missing or in memory (tmpfs
+// refuses O_DIRECT).
+static inline int make_disk_dir(char *out, size_t n, const char *test) {
+    const char *base = getenv("WB_AIO_TEST_DIR") ? getenv("WB_AIO_TEST_DIR") : "/var/tmp";
+    struct statfs fs;
+    if (statfs(base, &fs) != 0 || fs.f_type == TMPFS_MAGIC) {
+        fprintf(stderr, "%s: %s is missing or in memory (tmpfs); O_DIRECT needs a disk: set WB_AIO_TEST_DIR to "
+                "a directory on one\n", test, base);
+        return 1;
+    }
+    snprintf(out, n, "%s/wb-%s-XXXXXX", base, test);
+    return mkdtemp(out) ? 0 : 1;
+}

@@ -13,14 +13,10 @@
 //     the formula (4 bytes per gradient element, on the gradients' tier), at
 //     one micro-batch it changes no bit, and over 8 micro-batches it gives
 //     the one-micro-batch gradient where bf16 accumulation does not.
-#include <sys/statfs.h>
 #include "runs.h"
 
 #define PATH_LEN 512
 #define CMD_LEN 2048
-#ifndef TMPFS_MAGIC
-#define TMPFS_MAGIC 0x01021994
-#endif
 
 typedef struct Ctx {
     char root[64];
@@ -295,17 +291,9 @@ static int group_setup(void **state) {
             fprintf(stderr, "test_precision: %s not found; run from the repository root after make\n", bins[i]);
             return 1;
         }
-    const char *base = getenv("WB_AIO_TEST_DIR") ? getenv("WB_AIO_TEST_DIR") : "/var/tmp";
-    struct statfs fs;
-    if (statfs(base, &fs) != 0 || fs.f_type == TMPFS_MAGIC) {
-        fprintf(stderr, "test_precision: %s is missing or in memory (tmpfs); infinity's swap files need a disk: set "
-                "WB_AIO_TEST_DIR to a directory on one\n", base);
-        return 1;
-    }
     Ctx *c = calloc(1, sizeof *c);
+    if (make_disk_dir(c->nvme, sizeof c->nvme, "test-precision")) return 1;
     if (test_make_dir(c->root, sizeof c->root, "test-precision")) return 1;
-    snprintf(c->nvme, sizeof c->nvme, "%s/wb-test-precision-XXXXXX", base);
-    if (!mkdtemp(c->nvme)) return 1;
     *state = c;
     return 0;
 }
