@@ -284,13 +284,9 @@ static void test_grad_accum_dtype_config_and_refusals(void **state) {
 }
 
 static int group_setup(void **state) {
-    const char *bins[] = {"./dp_baseline", "./zero1", "./zero2", "./zero3", "./cpu_offload", "./infinity",
-                          "./3d_parallel"};
-    for (size_t i = 0; i < sizeof bins / sizeof bins[0]; i++)
-        if (access(bins[i], X_OK) != 0) {
-            fprintf(stderr, "test_precision: %s not found; run from the repository root after make\n", bins[i]);
-            return 1;
-        }
+    static const char *const needs[] = {"./dp_baseline", "./zero1", "./zero2", "./zero3", "./cpu_offload",
+                                        "./infinity", "./3d_parallel", NULL};
+    if (need_paths("test_precision", needs)) return 1;
     Ctx *c = calloc(1, sizeof *c);
     if (make_disk_dir(c->nvme, sizeof c->nvme, "test-precision")) return 1;
     if (test_make_dir(c->root, sizeof c->root, "test-precision")) return 1;
