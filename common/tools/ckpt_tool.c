@@ -83,6 +83,10 @@ static void info(const Ckpt *c) {
                p.shard, p.shard);
     printf("tensors of each part: master, adam_m, adam_v (fp32) over its range, and device_params (bf16) "
            "under cpu_offload --dpu\n");
+    if (strcmp(m->precision, "fp16") == 0)
+        printf("precision: fp16; loss scale %g at the save, %ld step%s skipped for an overflow so far\n", m->loss_scale,
+               m->skipped_steps, m->skipped_steps == 1 ? "" : "s");
+    else printf("precision: %s\n", m->precision);
 }
 
 static int from_checkpoint(void *ctx, size_t begin, size_t n, float *out) {

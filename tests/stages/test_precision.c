@@ -155,7 +155,22 @@ static void test_resume_mid_window(void **state) {
         if (sb[i] != sa[5 + i]) fail_msg("step %d: resumed scale %g, uninterrupted %g", 6 + i, sb[i], sa[5 + i]);
     }
     assert_int_equal((int)number_of(resumed, "skipped_total"), 2);
-    free(whole), free(resumed);
+    // the scaler travels through ckpt_tool's one-part checkpoint too
+    char cmd[CMD_LEN], *out = NULL;
+    snprintf(cmd, sizeof cmd, "./ckpt_tool info %s/step-00000005 && ./ckpt_tool consolidate %s/step-00000005 %s/uni",
+             dir, dir, c->root);
+    if (test_run(cmd, &out) != 0 || !strstr(out, "precision: fp16; loss scale 32768 at the save, 2 steps skipped"))
+        fail_msg("%s:\n%s", cmd, out);
+    free(out);
+    snprintf(flags, sizeof flags, "%s --resume %s/uni", common, c->root);
+    char *uni = run_json(c, "from-universal", "mpirun -np 2 ./zero2 %s", flags);
+    assert_int_equal(numbers(uni, "loss_scales", sb), 4);
+    losses_of(uni, b, 4);
+    for (int i = 0; i < 4; i++)
+        if (b[i] != a[5 + i] || sb[i] != sa[5 + i])
+            fail_msg("step %d from the consolidated checkpoint: loss %.9g scale %g, uninterrupted %.9g %g", 6 + i, b[i],
+                     sb[i], a[5 + i], sa[5 + i]);
+    free(whole), free(resumed), free(uni);
 }
 
 static void test_tutorial_config(void **state) {
@@ -285,7 +300,7 @@ static void test_grad_accum_dtype_config_and_refusals(void **state) {
 
 static int group_setup(void **state) {
     static const char *const needs[] = {"./dp_baseline", "./zero1", "./zero2", "./zero3", "./cpu_offload",
-                                        "./infinity", "./3d_parallel", NULL};
+                                        "./infinity", "./3d_parallel", "./ckpt_tool", NULL};
     if (need_paths("test_precision", needs)) return 1;
     Ctx *c = calloc(1, sizeof *c);
     if (make_disk_dir(c->nvme, sizeof c->nvme, "test-precision")) return 1;
