@@ -101,8 +101,11 @@ AIO_SRC := $(wildcard common/io/*.c)
 COMMON_SRC := $(filter-out $(CUDA_C_SRC) $(STAGE_MAIN) $(TOOL_SRC) $(DS_SRC) $(if $(HAVE_AIO),,$(AIO_SRC)),$(wildcard common/*/*.c)) \
               $(DS_USED)
 COMMON_OBJ := $(COMMON_SRC:%.c=$(BUILD)/%.o)
+# the kernels (kernels_cuda*.cu) twice: bf16 (*.o) and fp16 (*.fp16.o, WB_CUDA_FP16)
+CUDA_KERNEL_SRC := $(wildcard common/device/kernels_cuda*.cu)
 ifneq ($(NVCC)$(filter 1,$(EMU)),)
-  COMMON_OBJ += $(CUDA_C_SRC:%.c=$(BUILD)/%.o) $(patsubst %.cu,$(BUILD)/%.o,$(wildcard common/*/*.cu))
+  COMMON_OBJ += $(CUDA_C_SRC:%.c=$(BUILD)/%.o) $(patsubst %.cu,$(BUILD)/%.o,$(wildcard common/*/*.cu)) \
+                $(patsubst %.cu,$(BUILD)/%.fp16.o,$(CUDA_KERNEL_SRC))
 endif
 LIB := $(BUILD)/libcommon.a
 
@@ -215,6 +218,11 @@ $(BUILD)/%.o: %.cu tests/emu/cu2cpp.sed
 	@(echo '#line 1 "$<"'; sed -f tests/emu/cu2cpp.sed $<) > $(BUILD)/$*.cu.cpp
 	$(MPICXX) $(EMU_CXXFLAGS) $(COMMON_INC) -include cuda_runtime.h -D__CUDACC__ -DWB_HAVE_CUDA -DWB_HAVE_NCCL \
 		-c -x c++ $(BUILD)/$*.cu.cpp -o $@
+$(BUILD)/%.fp16.o: %.cu tests/emu/cu2cpp.sed
+	@mkdir -p $(dir $@)
+	@(echo '#line 1 "$<"'; sed -f tests/emu/cu2cpp.sed $<) > $(BUILD)/$*.fp16.cu.cpp
+	$(MPICXX) $(EMU_CXXFLAGS) $(COMMON_INC) -include cuda_runtime.h -D__CUDACC__ -DWB_HAVE_CUDA -DWB_HAVE_NCCL \
+		-DWB_CUDA_FP16 -c -x c++ $(BUILD)/$*.fp16.cu.cpp -o $@
 $(BUILD)/emu/%.o: tests/emu/%.cpp
 	@mkdir -p $(dir $@)
 	$(MPICXX) $(EMU_CXXFLAGS) -c $< -o $@
@@ -229,6 +237,9 @@ else
 $(BUILD)/%.o: %.cu
 	@mkdir -p $(dir $@)
 	$(NVCC) $(NVFLAGS) -c $< -o $@
+$(BUILD)/%.fp16.o: %.cu
+	@mkdir -p $(dir $@)
+	$(NVCC) $(NVFLAGS) -DWB_CUDA_FP16 -c $< -o $@
 endif
 
 # tests link the core; tests of whole stages run the binaries

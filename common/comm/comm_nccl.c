@@ -20,9 +20,9 @@
 
 static ncclComm_t nccl_of(const Comm *c) { return (ncclComm_t)c->nccl; }
 
-static ncclDataType_t nccl_type(DType t) {
+static ncclDataType_t nccl_type(const Comm *c, DType t) {
     switch (t) {
-    case DT_HALF: return ncclBfloat16;  // the cuda device stores bf16 only (it refuses --precision fp16)
+    case DT_HALF: return c->dev && c->dev->half == HALF_FP16 ? ncclFloat16 : ncclBfloat16;  // --precision
     case DT_F32: return ncclFloat32;
     case DT_F64: return ncclFloat64;
     case DT_I32: return ncclInt32;
@@ -254,13 +254,13 @@ int comm_nccl_test(Comm *c, CommHandle *k) {
 
 void comm_nccl_all_reduce_sum(Comm *c, void *buf, size_t count, DType t, CommHandle *k) {
     cudaStream_t s = begin_nccl(c, k);
-    ncclCheck(ncclAllReduce(buf, buf, count, nccl_type(t), ncclSum, nccl_of(c), s));
+    ncclCheck(ncclAllReduce(buf, buf, count, nccl_type(c, t), ncclSum, nccl_of(c), s));
     end_nccl(c, k);
 }
 
 void comm_nccl_all_reduce_max(Comm *c, void *buf, size_t count, DType t, CommHandle *k) {
     cudaStream_t s = begin_nccl(c, k);
-    ncclCheck(ncclAllReduce(buf, buf, count, nccl_type(t), ncclMax, nccl_of(c), s));
+    ncclCheck(ncclAllReduce(buf, buf, count, nccl_type(c, t), ncclMax, nccl_of(c), s));
     end_nccl(c, k);
 }
 
@@ -278,7 +278,7 @@ static int counts_equal(const size_t *counts, int n) {
 void comm_nccl_reduce_scatter_sum(Comm *c, const void *send, void *recv, const size_t *recvcounts,
                                   DType t, CommHandle *k) {
     cudaStream_t s = begin_nccl(c, k);
-    ncclDataType_t nt = nccl_type(t);
+    ncclDataType_t nt = nccl_type(c, t);
     if (counts_equal(recvcounts, c->size)) {
         if (recvcounts[0] > 0)
             ncclCheck(ncclReduceScatter(send, recv, recvcounts[0], nt, ncclSum, nccl_of(c), s));
@@ -310,7 +310,7 @@ static int parts_packed_in_order(const size_t *counts, const size_t *displs, int
 void comm_nccl_all_gather(Comm *c, void *buf, const size_t *counts, const size_t *displs, DType t,
                           CommHandle *k) {
     cudaStream_t s = begin_nccl(c, k);
-    ncclDataType_t nt = nccl_type(t);
+    ncclDataType_t nt = nccl_type(c, t);
     size_t es = dtype_bytes(t);
     if (parts_packed_in_order(counts, displs, c->size)) {
         if (counts[0] > 0) {
@@ -331,19 +331,19 @@ void comm_nccl_all_gather(Comm *c, void *buf, const size_t *counts, const size_t
 
 void comm_nccl_broadcast(Comm *c, void *buf, size_t count, DType t, int root, CommHandle *k) {
     cudaStream_t s = begin_nccl(c, k);
-    ncclCheck(ncclBroadcast(buf, buf, count, nccl_type(t), root, nccl_of(c), s));
+    ncclCheck(ncclBroadcast(buf, buf, count, nccl_type(c, t), root, nccl_of(c), s));
     end_nccl(c, k);
 }
 
 void comm_nccl_send(Comm *c, const void *buf, size_t count, DType t, int peer, CommHandle *k) {
     cudaStream_t s = begin_nccl(c, k);
-    ncclCheck(ncclSend(buf, count, nccl_type(t), peer, nccl_of(c), s));
+    ncclCheck(ncclSend(buf, count, nccl_type(c, t), peer, nccl_of(c), s));
     end_nccl(c, k);
 }
 
 void comm_nccl_recv(Comm *c, void *buf, size_t count, DType t, int peer, CommHandle *k) {
     cudaStream_t s = begin_nccl(c, k);
-    ncclCheck(ncclRecv(buf, count, nccl_type(t), peer, nccl_of(c), s));
+    ncclCheck(ncclRecv(buf, count, nccl_type(c, t), peer, nccl_of(c), s));
     end_nccl(c, k);
 }
 
@@ -352,8 +352,8 @@ void comm_nccl_send_recv(Comm *c, const void *send, void *recv, size_t count, DT
     cudaStream_t s = begin_nccl(c, ks);
     begin_nccl(c, kr);  // its start event at the same point of the comm stream
     ncclCheck(ncclGroupStart());
-    ncclCheck(ncclSend(send, count, nccl_type(t), peer, nccl_of(c), s));
-    ncclCheck(ncclRecv(recv, count, nccl_type(t), peer, nccl_of(c), s));
+    ncclCheck(ncclSend(send, count, nccl_type(c, t), peer, nccl_of(c), s));
+    ncclCheck(ncclRecv(recv, count, nccl_type(c, t), peer, nccl_of(c), s));
     ncclCheck(ncclGroupEnd());
     end_nccl(c, ks);
     end_nccl(c, kr);

@@ -323,12 +323,10 @@ extern "C" void device_cuda_init(Device *d, const DeviceOptions *opt) {
     d->threads = host_threads(opt);
     omp_set_num_threads(d->threads);
     d->act_bytes = 2;  // bf16 activations
-    if (opt->half == HALF_FP16)
-        fail_usage("--precision fp16: the cuda kernels and cuBLASLt plans store bf16 only; fp16 with loss scaling "
-                   "runs on the cpu device (hint: add --device cpu, or use --precision bf16 on the GPU)");
+    d->half = opt->half;  // the kernels of that format (kernels_cuda.h): bf16 or fp16 activations too
     set_peak(d, prop.name);
     d->ops = &cuda_ops;
-    d->k = &kernels_cuda;
+    d->k = opt->half == HALF_FP16 ? &kernels_cuda_fp16 : &kernels_cuda;
     d->impl = impl;
     size_t budget = opt->hbm_gb > 0 ? (size_t)ceil(opt->hbm_gb * 1e9) : prop.totalGlobalMem;  // a tiny budget stays one
     mem_set_budget(&d->mem, TIER_DEVICE, budget);

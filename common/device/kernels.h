@@ -119,5 +119,6 @@ typedef struct KernelOps {
 
 extern const KernelOps kernels_cpu;
 #ifdef WB_HAVE_CUDA
-extern const KernelOps kernels_cuda;
+// the cuda kernels, compiled once per 16-bit format: bf16, and fp16 (--precision fp16)
+extern const KernelOps kernels_cuda, kernels_cuda_fp16;
 #endif

@@ -11,6 +11,8 @@
 // token race); that is the one place where two runs may differ in the last bit.
 #include "kernels_cuda.h"
 
+namespace KERNELS_NS {
+
 #define SUMSQ_BLOCKS 1024  // fixed grid of sum_squares: the sum order does not depend on the GPU
 
 static cudaStream_t compute(Device *d) { return cuda_stream(d, STREAM_COMPUTE); }
@@ -23,7 +25,7 @@ __global__ void __launch_bounds__(BLOCK) encoder_forward_kernel(floatX *out, con
     FOR_EACH_ELEMENT(i, n) {
         size_t bt = i / C;
         int c = (int)(i % C), t = (int)(bt % T);
-        out[i] = to_bf16(to_f32(wte[(size_t)tokens[bt] * C + c]) + to_f32(wpe[(size_t)t * C + c]));
+        out[i] = to_floatX(to_f32(wte[(size_t)tokens[bt] * C + c]) + to_f32(wpe[(size_t)t * C + c]));
     }
 }
 
@@ -74,7 +76,7 @@ static void encoder_backward(Device *d, float *dwte, float *dwpe, const act *dou
 __global__ void __launch_bounds__(BLOCK) gelu_forward_kernel(floatX *out, const floatX *inp, size_t n, bool wide) {
     FOR_EACH_PACK(base, n) {
         Pack<floatX> x = load_pack(inp, base, n, wide), y;
-        for (int k = 0; k < PACK; k++) y.x[k] = to_bf16(gelu_f32(to_f32(x.x[k])));
+        for (int k = 0; k < PACK; k++) y.x[k] = to_floatX(gelu_f32(to_f32(x.x[k])));
         store_pack(out, base, n, wide, y);
     }
 }
@@ -83,7 +85,7 @@ __global__ void __launch_bounds__(BLOCK) gelu_backward_kernel(floatX *dinp, cons
                                                               size_t n, bool wide) {
     FOR_EACH_PACK(base, n) {
         Pack<floatX> x = load_pack(inp, base, n, wide), g = load_pack(dout, base, n, wide), y;
-        for (int k = 0; k < PACK; k++) y.x[k] = to_bf16(gelu_grad_f32(to_f32(x.x[k])) * to_f32(g.x[k]));
+        for (int k = 0; k < PACK; k++) y.x[k] = to_floatX(gelu_grad_f32(to_f32(x.x[k])) * to_f32(g.x[k]));
         store_pack(dinp, base, n, wide, y);
     }
 }
@@ -92,7 +94,7 @@ __global__ void __launch_bounds__(BLOCK) residual_forward_kernel(floatX *out, co
                                                                  bool wide) {
     FOR_EACH_PACK(base, n) {
         Pack<floatX> x = load_pack(a, base, n, wide), r = load_pack(b, base, n, wide), y;
-        for (int k = 0; k < PACK; k++) y.x[k] = to_bf16(to_f32(x.x[k]) + to_f32(r.x[k]));
+        for (int k = 0; k < PACK; k++) y.x[k] = to_floatX(to_f32(x.x[k]) + to_f32(r.x[k]));
         store_pack(out, base, n, wide, y);
     }
 }
@@ -147,7 +149,7 @@ __global__ void __launch_bounds__(ROW_BLOCK_MAX) softmax_crossentropy_kernel(flo
     for (int i = threadIdx.x; i < V; i += blockDim.x) {
         float g = expf(to_f32(z[i]) - maxv) * k;
         if (i == target) g -= dloss_scale;
-        z[i] = to_bf16(g);
+        z[i] = to_floatX(g);
     }
 }
 
@@ -167,7 +169,7 @@ __global__ void __launch_bounds__(BLOCK) grad_to_bf16_kernel(floatX *dst, const 
         Pack<float> g = load_pack(src, base, n, wide);
         Pack<floatX> y;
         if (accumulate) y = load_pack((const floatX *)dst, base, n, wide);
-        for (int k = 0; k < PACK; k++) y.x[k] = to_bf16(accumulate ? to_f32(y.x[k]) + g.x[k] : g.x[k]);
+        for (int k = 0; k < PACK; k++) y.x[k] = to_floatX(accumulate ? to_f32(y.x[k]) + g.x[k] : g.x[k]);
         store_pack(dst, base, n, wide, y);
     }
 }
@@ -175,7 +177,7 @@ __global__ void __launch_bounds__(BLOCK) grad_to_bf16_kernel(floatX *dst, const 
 __global__ void __launch_bounds__(BLOCK) add_bf16_kernel(floatX *dst, const floatX *src, size_t n, bool wide) {
     FOR_EACH_PACK(base, n) {
         Pack<floatX> y = load_pack((const floatX *)dst, base, n, wide), x = load_pack(src, base, n, wide);
-        for (int k = 0; k < PACK; k++) y.x[k] = to_bf16(to_f32(y.x[k]) + to_f32(x.x[k]));
+        for (int k = 0; k < PACK; k++) y.x[k] = to_floatX(to_f32(y.x[k]) + to_f32(x.x[k]));
         store_pack(dst, base, n, wide, y);
     }
 }
@@ -212,7 +214,7 @@ __global__ void __launch_bounds__(BLOCK) f32_to_bf16_kernel(floatX *dst, const f
     FOR_EACH_PACK(base, n) {
         Pack<float> x = load_pack(src, base, n, wide);
         Pack<floatX> y;
-        for (int k = 0; k < PACK; k++) y.x[k] = to_bf16(x.x[k]);
+        for (int k = 0; k < PACK; k++) y.x[k] = to_floatX(x.x[k]);
         store_pack(dst, base, n, wide, y);
     }
 }
@@ -251,7 +253,7 @@ __global__ void __launch_bounds__(BLOCK) adamw_kernel(float *master, float *m, f
         Pack<floatX> g = load_pack(grad, base, n, wide), p;
         for (int k = 0; k < PACK; k++) {
             w.x[k] = adamw_element(&w.x[k], &mk.x[k], &vk.x[k], to_f32(g.x[k]), &s);
-            p.x[k] = to_bf16(w.x[k]);
+            p.x[k] = to_floatX(w.x[k]);
         }
         store_pack(master, base, n, wide, w);
         store_pack(m, base, n, wide, mk);
@@ -337,7 +339,10 @@ static size_t scratch_bytes(int threads, int B, int T, int C, int NH, int V) {
     return max_bytes(s, attention_cuda_scratch_bytes(B, T, C, NH));
 }
 
-extern "C" const KernelOps kernels_cuda = {
+}  // namespace KERNELS_NS
+
+using namespace KERNELS_NS;
+extern "C" const KernelOps KERNELS_TABLE = {
     encoder_forward,                  // encoder_forward
     encoder_backward,                 // encoder_backward
     layernorm_forward_cuda,           // layernorm_forward
@@ -363,7 +368,7 @@ extern "C" const KernelOps kernels_cuda = {
     accumulate_half_f32,              // accumulate_half_f32
     sum_squares_bf16,                 // sum_squares_bf16
     adamw,                            // adamw
-    f32_to_bf16_cuda,                 // f32_to_half (the cuda kernels store bf16 only)
+    f32_to_bf16_cuda,                 // f32_to_half (in floatX: bf16 or fp16)
     bf16_to_f32_cuda,                 // half_to_f32
     scratch_bytes,                    // scratch_bytes
 };

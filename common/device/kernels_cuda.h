@@ -4,15 +4,31 @@
 // Internal to the cuda kernels (C++); everything else uses `kernels_cuda`.
 #pragma once
 #include <cuda_bf16.h>
+#include <cuda_fp16.h>
 #include <cuda_runtime.h>
 #include "device_cuda.h"
 extern "C" {
 #include "kernels.h"
 }
 
-// Activations on the cuda device are bf16 (d->act_bytes == 2). kernels.h's
+// The kernels are compiled twice, once per 16-bit format (the Makefile's
+// *.fp16.o pass defines WB_CUDA_FP16): floatX is the type of the params,
+// grads and activations (d->act_bytes == 2), bf16 or IEEE fp16 (--precision).
+// Each pass lives in its own namespace and exports its own table,
+// kernels_cuda or kernels_cuda_fp16; device_cuda.cu picks one. kernels.h's
 // `bf16` is the same 16 bits as a uint16_t; device code reinterprets it.
+#ifdef WB_CUDA_FP16
+typedef __half floatX;
+#define FLOATX_CUDA_TYPE CUDA_R_16F
+#define KERNELS_NS kernels_fp16
+#define KERNELS_TABLE kernels_cuda_fp16
+#else
 typedef __nv_bfloat16 floatX;
+#define FLOATX_CUDA_TYPE CUDA_R_16BF
+#define KERNELS_NS kernels_bf16
+#define KERNELS_TABLE kernels_cuda
+#endif
+namespace KERNELS_NS {
 
 #define WARP_SIZE 32
 #define FULL_MASK 0xffffffffu
@@ -79,11 +95,16 @@ template <class T> __device__ inline void store_pack(T *p, size_t base, size_t n
     for (int k = 0; k < PACK && base + k < n; k++) p[base + k] = v.x[k];
 }
 
-__device__ inline float to_f32(floatX x) { return __bfloat162float(x); }
-// Rounding to bf16 is bf16.h's, as on the cpu: the same bits for every
+// Rounding to 16 bits is bf16.h's, as on the cpu: the same bits for every
 // input, a NaN included (it keeps its sign and payload, made quiet), where
 // __float2bfloat16_rn returns 0x7fff for every NaN.
-__device__ inline floatX to_bf16(float x) { return __ushort_as_bfloat16(f32_to_bf16(x)); }
+#ifdef WB_CUDA_FP16
+__device__ inline float to_f32(floatX x) { return __half2float(x); }
+__device__ inline floatX to_floatX(float x) { return __ushort_as_half(f32_to_f16(x)); }
+#else
+__device__ inline float to_f32(floatX x) { return __bfloat162float(x); }
+__device__ inline floatX to_floatX(float x) { return __ushort_as_bfloat16(f32_to_bf16(x)); }
+#endif
 
 // Reductions over a warp and over a block: a sum (float or double) or a max (float).
 struct SumOp {
@@ -196,3 +217,5 @@ void crossentropy_part_sums_cuda(Device *d, float *sums, const act *logits, cons
 void crossentropy_part_finish_cuda(Device *d, float *losses, act *logits, const float *maxv,
                                    const float *sums, const int32_t *targets, int vocab_begin,
                                    int BT, int V, int ld, float dloss_scale);
+
+}  // namespace KERNELS_NS

@@ -11,6 +11,8 @@
 // head, as the cpu kernel); FlashAttention would avoid it.
 #include "kernels_cuda.h"
 
+namespace KERNELS_NS {
+
 #define ROWS_PER_BLOCK (BLOCK / WARP_SIZE)  // softmax: one warp per row
 
 // ---- permutes ------------------------------------------------------------------------
@@ -79,7 +81,7 @@ __global__ void __launch_bounds__(BLOCK) causal_softmax_kernel(float *att, float
     for (int s = lane; s < T; s += WARP_SIZE) {
         float v = s <= t ? expf(x[s] - maxv) * inv : 0.0f;
         x[s] = v;
-        p[s] = to_bf16(v);
+        p[s] = to_floatX(v);
     }
 }
 
@@ -96,11 +98,11 @@ __global__ void __launch_bounds__(BLOCK) causal_softmax_backward_kernel(floatX *
     for (int s = lane; s <= t; s += WARP_SIZE) dot += p[s] * g[s];
     dot = warp_sum(dot);
     for (int s = lane; s < T; s += WARP_SIZE)
-        ds[row * T + s] = to_bf16(s <= t ? scale * p[s] * (g[s] - dot) : 0.0f);
+        ds[row * T + s] = to_floatX(s <= t ? scale * p[s] * (g[s] - dot) : 0.0f);
 }
 
 __global__ void __launch_bounds__(BLOCK) f32_to_bf16_copy_kernel(floatX *dst, const float *src, size_t n) {
-    FOR_EACH_ELEMENT(i, n) dst[i] = to_bf16(src[i]);
+    FOR_EACH_ELEMENT(i, n) dst[i] = to_floatX(src[i]);
 }
 
 // ---- batched GEMMs over all heads --------------------------------------------------------------
@@ -210,3 +212,5 @@ void attention_backward_cuda(Device *d, act *dqkv, const act *dout, const act *q
                                                             hs, n);
     LAUNCH_CHECK();
 }
+
+}  // namespace KERNELS_NS

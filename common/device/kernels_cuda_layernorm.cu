@@ -5,6 +5,8 @@
 // sums over rows, done as fixed partial sums (no atomics): deterministic.
 #include "kernels_cuda.h"
 
+namespace KERNELS_NS {
+
 #define LN_EPS 1e-5f
 #define LN_ROWS_PER_BLOCK 8  // warps per block, one row each
 
@@ -24,7 +26,7 @@ __global__ void __launch_bounds__(LN_ROWS_PER_BLOCK * WARP_SIZE) layernorm_forwa
         const floatX *r = res_b + (size_t)row * C;
         floatX *xr = res + (size_t)row * C;
         for (int c = lane; c < C; c += WARP_SIZE) {
-            floatX v = to_bf16(to_f32(x[c]) + to_f32(r[c]));
+            floatX v = to_floatX(to_f32(x[c]) + to_f32(r[c]));
             xr[c] = v;
             sum += to_f32(v);
         }
@@ -40,7 +42,7 @@ __global__ void __launch_bounds__(LN_ROWS_PER_BLOCK * WARP_SIZE) layernorm_forwa
     }
     float s = 1.0f / sqrtf(warp_sum(var) / C + LN_EPS);
     for (int c = lane; c < C; c += WARP_SIZE)
-        y[c] = to_bf16((to_f32(x[c]) - m) * s * to_f32(w[c]) + to_f32(b[c]));
+        y[c] = to_floatX((to_f32(x[c]) - m) * s * to_f32(w[c]) + to_f32(b[c]));
     if (lane == 0) {
         mean[row] = m;
         rstd[row] = s;
@@ -67,7 +69,7 @@ __global__ void __launch_bounds__(LN_ROWS_PER_BLOCK * WARP_SIZE) layernorm_backw
     for (int c = lane; c < C; c += WARP_SIZE) {
         float xhat = (to_f32(x[c]) - m) * s;
         float gw = to_f32(g[c]) * to_f32(w[c]);
-        dx[c] = to_bf16(to_f32(dx[c]) + s * (gw - gmean - xhat * gxmean));
+        dx[c] = to_floatX(to_f32(dx[c]) + s * (gw - gmean - xhat * gxmean));
     }
 }
 
@@ -149,3 +151,5 @@ void layernorm_backward_cuda(Device *d, act *dinp, float *dw, float *db, const a
     column_partials_accumulate(d, dw, part_w, parts, C);
     column_partials_accumulate(d, db, part_b, parts, C);
 }
+
+}  // namespace KERNELS_NS

@@ -6,6 +6,8 @@
 // input gives the same bits on every run.
 #include "kernels_cuda.h"
 
+namespace KERNELS_NS {
+
 // ---- row-major GEMM on cuBLASLt -----------------------------------------------------
 
 // cuBLASLt picks kernels assuming 256-byte aligned buffers unless told
@@ -79,11 +81,11 @@ static void make_plan(Device *d, GemmPlan *pl) {
     }
     // layouts of the stored matrices (before op): B (K,N) row-major is (N,K)
     // column-major with ld N; B stored transposed, (N,K) row-major, is (K,N) with ld K
-    pl->first = k->transB ? make_layout(CUDA_R_16BF, K, N, k->ldb, k->batch, k->strideB)
-                          : make_layout(CUDA_R_16BF, N, K, k->ldb, k->batch, k->strideB);
-    pl->second = k->transA ? make_layout(CUDA_R_16BF, M, K, k->lda, k->batch, k->strideA)
-                           : make_layout(CUDA_R_16BF, K, M, k->lda, k->batch, k->strideA);
-    pl->c = make_layout(k->c_f32 ? CUDA_R_32F : CUDA_R_16BF, N, M, k->ldc, k->batch, k->strideC);
+    pl->first = k->transB ? make_layout(FLOATX_CUDA_TYPE, K, N, k->ldb, k->batch, k->strideB)
+                          : make_layout(FLOATX_CUDA_TYPE, N, K, k->ldb, k->batch, k->strideB);
+    pl->second = k->transA ? make_layout(FLOATX_CUDA_TYPE, M, K, k->lda, k->batch, k->strideA)
+                           : make_layout(FLOATX_CUDA_TYPE, K, M, k->lda, k->batch, k->strideA);
+    pl->c = make_layout(k->c_f32 ? CUDA_R_32F : FLOATX_CUDA_TYPE, N, M, k->ldc, k->batch, k->strideC);
 
     cublasLtMatmulPreference_t pref;
     cublasCheck(cublasLtMatmulPreferenceCreate(&pref));
@@ -121,7 +123,13 @@ static GemmPlan *plan_for(Device *d, const GemmKey *key) {
     return pl;
 }
 
+}  // namespace KERNELS_NS
+
+// One cache per device, made by the pass whose table the device uses; the
+// plans are the same struct in both passes, so one function frees either.
+#ifndef WB_CUDA_FP16
 void gemm_cache_free(CudaImpl *impl) {
+    using KERNELS_NS::GemmCache;
     GemmCache *c = (GemmCache *)impl->gemm_cache;
     if (!c) return;
     for (int i = 0; i < c->n; i++) {
@@ -134,6 +142,9 @@ void gemm_cache_free(CudaImpl *impl) {
     free(c);
     impl->gemm_cache = NULL;
 }
+#endif
+
+namespace KERNELS_NS {
 
 void gemm_bf16(Device *d, const GemmArgs *g) {
     CudaImpl *impl = cuda_impl(d);
@@ -271,3 +282,5 @@ void matmul_backward_cuda(Device *d, act *dinp, float *dw, float *dbias, const a
     gemm_bf16(d, &g);
     if (dbias) bias_grad(d, dbias, (const floatX *)dout, BT, OC, ldo);
 }
+
+}  // namespace KERNELS_NS

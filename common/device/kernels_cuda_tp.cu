@@ -7,13 +7,15 @@
 // encoder_backward).
 #include "kernels_cuda.h"
 
+namespace KERNELS_NS {
+
 
 static cudaStream_t compute(Device *d) { return cuda_stream(d, STREAM_COMPUTE); }
 
 // ---- row-parallel bias ---------------------------------------------------------------------
 
 __global__ void __launch_bounds__(BLOCK) bias_add_kernel(floatX *out, const floatX *bias, int OC, size_t n) {
-    FOR_EACH_ELEMENT(i, n) out[i] = to_bf16(to_f32(out[i]) + to_f32(bias[i % OC]));
+    FOR_EACH_ELEMENT(i, n) out[i] = to_floatX(to_f32(out[i]) + to_f32(bias[i % OC]));
 }
 
 void bias_add_cuda(Device *d, act *out, const bf16 *bias, int BT, int OC) {
@@ -33,7 +35,7 @@ __global__ void __launch_bounds__(BLOCK) embedding_part_forward_kernel(floatX *o
         int c = (int)(i % C), t = (int)(bt % T), row = tokens[bt] - begin;
         float v = row >= 0 && row < rows ? to_f32(wte_part[(size_t)row * C + c]) : 0.0f;
         if (wpe) v += to_f32(wpe[(size_t)t * C + c]);
-        out[i] = to_bf16(v);
+        out[i] = to_floatX(v);
     }
 }
 
@@ -103,7 +105,7 @@ __global__ void __launch_bounds__(ROW_BLOCK_MAX) crossentropy_part_finish_kernel
     for (int i = threadIdx.x; i < ld; i += blockDim.x) {
         float g = 0.0f;  // padding rows of wte get no gradient
         if (i < V) g = expf(to_f32(z[i]) - m) * k - (i == t ? dloss_scale : 0.0f);
-        z[i] = to_bf16(g);
+        z[i] = to_floatX(g);
     }
 }
 
@@ -127,3 +129,5 @@ void crossentropy_part_finish_cuda(Device *d, float *losses, act *logits, const 
         losses, (floatX *)logits, maxv, sums, targets, vocab_begin, BT, V, ld, dloss_scale);
     LAUNCH_CHECK();
 }
+
+}  // namespace KERNELS_NS

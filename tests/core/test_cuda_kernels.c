@@ -411,5 +411,8 @@ int main(void) {
         cmocka_unit_test(test_residual_layernorm),
         cmocka_unit_test(test_softmax_crossentropy),
     };
-    return cmocka_run_group_tests(tests, group_setup, group_teardown);
+    // the kernels' fp16 pass against the cpu device in fp16, within the same
+    // tolerances: fp16 keeps 10 mantissa bits where bf16 keeps 7
+    int failed = cmocka_run_group_tests_name("bf16", tests, group_setup, group_teardown);
+    return failed + cmocka_run_group_tests_name("fp16", tests, group_setup_fp16, group_teardown);
 }

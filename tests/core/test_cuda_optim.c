@@ -1,6 +1,7 @@
 // test_cuda_optim.c: gradient rounding, the gradient norm, AdamW and the
-// bf16 conversions on the cuda device against the cpu device; tolerances and
-// their reasons in conformance.h. Where no GPU is visible every test is skipped.
+// 16-bit conversions on the cuda device against the cpu device, in bf16 and
+// in fp16 (the kernels' second pass); tolerances and their reasons in
+// conformance.h. Where no GPU is visible every test is skipped.
 // The element-wise kernels move 8 elements with 16-byte loads where every
 // pointer is 16-byte aligned and one by one otherwise: each check runs at
 // element offsets that give both paths (and sizes with a partial last pack).
@@ -98,7 +99,7 @@ static void check_adamw(Devices *dv, int with_param, size_t off) {
     float *m = rand_values(all, 62, -0.1f, 0.1f), *v = rand_values(all, 63, 0, 0.01f);
     float *g = rand_values(all, 64, -1, 1);
     AdamWStep s = {.lr = 1e-3f, .beta1 = 0.9f, .beta2 = 0.95f, .eps = 1e-8f,
-                   .weight_decay = 0.1f, .grad_scale = 0.5f};
+                   .weight_decay = 0.1f, .grad_scale = 0.5f, .half = dv->cpu.half};
     s.bias_corr1 = 1.0f - powf(s.beta1, 3);
     s.bias_corr2 = 1.0f - powf(s.beta2, 3);
     float *mw[2], *mm[2], *vv[2];
@@ -153,8 +154,10 @@ static void check_conversions(Devices *dv, size_t n, size_t off) {
         back[k] = get_f32(d, yi, n);
         arena_free(&a);
     }
-    expect_bits_equal("f32_to_bf16", h[1], h[0], n);
-    expect_close("bf16_to_f32", back[1], back[0], n, (Tol){0, 0});
+    expect_bits_equal("f32_to_half", h[1], h[0], n);
+    for (size_t i = 0; i < n; i++)  // bit for bit (3e38 is infinite in fp16)
+        if (memcmp(&back[1][i], &back[0][i], sizeof(float)) != 0)
+            fail_msg("half_to_f32 [%zu]: cuda %.9g, cpu %.9g", i, back[1][i], back[0][i]);
     for (int k = 0; k < 2; k++) free(h[k]);
     free_pair(back);
     free(x - off);
@@ -205,5 +208,9 @@ int main(void) {
         cmocka_unit_test(test_adamw),
         cmocka_unit_test(test_conversions),
     };
-    return cmocka_run_group_tests(tests, group_setup, group_teardown);
+    // the same checks on the fp16 kernels: the 16-bit inputs are the same
+    // bits on both devices (bf16-rounded values read as fp16), the outputs
+    // rounded to fp16 by both
+    int failed = cmocka_run_group_tests_name("bf16", tests, group_setup, group_teardown);
+    return failed + cmocka_run_group_tests_name("fp16", tests, group_setup_fp16, group_teardown);
 }

@@ -8,8 +8,8 @@
 // lie inside one live device allocation, and every pointer (each batch's
 // too) must have the alignment promised to the heuristic, since the kernel
 // it picked may rely on it. The product is OpenBLAS's sgemm on the operands
-// widened to fp32 (bf16 products are exact in fp32); the result is rounded
-// once to D's type.
+// widened to fp32 (bf16 and fp16 products are exact in fp32); the result is
+// rounded once to D's type.
 #include <cblas.h>
 #include <stdarg.h>
 #include <math.h>
@@ -115,7 +115,8 @@ cublasStatus_t cublasLtMatmulDescSetAttribute(cublasLtMatmulDesc_t d, cublasLtMa
 
 cublasStatus_t cublasLtMatrixLayoutCreate(cublasLtMatrixLayout_t *l, cudaDataType_t type, uint64_t rows,
                                           uint64_t cols, int64_t ld) {
-    if (type != CUDA_R_16BF && type != CUDA_R_32F) return refuse("layout type %d is not emulated", (int)type);
+    if (type != CUDA_R_16BF && type != CUDA_R_16F && type != CUDA_R_32F)
+        return refuse("layout type %d is not emulated", (int)type);
     if (ld < (int64_t)rows) return refuse("layout of %llu x %llu with leading dimension %lld, below its rows",
                                           (unsigned long long)rows, (unsigned long long)cols, (long long)ld);
     *l = new EmuLtLayout{type, rows, cols, ld, 1, 0};
@@ -187,8 +188,11 @@ static cublasStatus_t check_problem(const EmuLtDesc *d, const EmuLtLayout *a, co
     if (d->compute != CUBLAS_COMPUTE_32F || d->scale != CUDA_R_32F)
         return refuse("compute type %d with scale type %d: only fp32 compute with fp32 scale is emulated",
                       (int)d->compute, (int)d->scale);
-    if (a->type != CUDA_R_16BF || b->type != CUDA_R_16BF)
-        return refuse("A is %s and B is %s: the emulated matmul takes bf16 A and B", type_name(a->type), type_name(b->type));
+    if (a->type != b->type || (a->type != CUDA_R_16BF && a->type != CUDA_R_16F))
+        return refuse("A is %s and B is %s: the emulated matmul takes bf16 or fp16 A and B, the same",
+                      type_name(a->type), type_name(b->type));
+    if (c->type != CUDA_R_32F && c->type != a->type)
+        return refuse("A and B are %s but C is %s", type_name(a->type), type_name(c->type));
     if (c->type != dl->type) return refuse("C is %s but D is %s", type_name(c->type), type_name(dl->type));
     uint64_t m = dl->rows, n = dl->cols;
     bool ta = d->op[0] == CUBLAS_OP_T, tb = d->op[1] == CUBLAS_OP_T;
@@ -283,6 +287,11 @@ static cublasStatus_t check_operand(const char *name, const void *ptr, const Emu
 
 static float load(const void *base, int type, size_t i) {
     if (type == CUDA_R_32F) return ((const float *)base)[i];
+    if (type == CUDA_R_16F) {
+        _Float16 h;
+        memcpy(&h, (const uint16_t *)base + i, sizeof h);
+        return (float)h;
+    }
     uint32_t u = (uint32_t)((const uint16_t *)base)[i] << 16;
     float f;
     memcpy(&f, &u, sizeof f);
@@ -292,6 +301,13 @@ static float load(const void *base, int type, size_t i) {
 static void store(void *base, int type, size_t i, float v) {
     if (type == CUDA_R_32F) {
         ((float *)base)[i] = v;
+        return;
+    }
+    if (type == CUDA_R_16F) {  // round to nearest even; the device's canonical NaN
+        _Float16 h = (_Float16)v;
+        uint16_t bits;
+        memcpy(&bits, &h, sizeof bits);
+        ((uint16_t *)base)[i] = v != v ? (uint16_t)0x7fff : bits;
         return;
     }
     uint32_t u;

@@ -50,6 +50,22 @@ static uint16_t f_bf16(float f) {
     if ((u & 0x7fffffffu) > 0x7f800000u) return 0x7fff;
     return (uint16_t)((u + 0x7fffu + ((u >> 16) & 1u)) >> 16);
 }
+static float fp16_f(uint16_t h) {
+    _Float16 v;
+    memcpy(&v, &h, sizeof v);
+    return (float)v;
+}
+static uint16_t f_fp16(float f) {
+    if (f != f) return 0x7fff;
+    _Float16 v = (_Float16)f;
+    uint16_t h;
+    memcpy(&h, &v, sizeof h);
+    return h;
+}
+static void fp16_sum(void *in, void *inout, int *len, MPI_Datatype *) {
+    uint16_t *a = (uint16_t *)in, *b = (uint16_t *)inout;
+    for (int i = 0; i < *len; i++) b[i] = f_fp16(fp16_f(a[i]) + fp16_f(b[i]));
+}
 static void bf16_sum(void *in, void *inout, int *len, MPI_Datatype *) {
     uint16_t *a = (uint16_t *)in, *b = (uint16_t *)inout;
     for (int i = 0; i < *len; i++) b[i] = f_bf16(bf16_f(a[i]) + bf16_f(b[i]));
@@ -78,13 +94,18 @@ static MPI_Datatype mpi_type(ncclDataType_t t) {
     case ncclUint64: return MPI_UINT64_T;
     case ncclFloat32: return MPI_FLOAT;
     case ncclFloat64: return MPI_DOUBLE;
-    case ncclBfloat16: return MPI_UINT16_T;
+    case ncclBfloat16: case ncclFloat16: return MPI_UINT16_T;
     default: die("NCCL data type %d is not emulated", (int)t);
     }
 }
 
 static MPI_Op mpi_op(ncclRedOp_t op, ncclDataType_t t) {
-    static MPI_Op sum16 = MPI_OP_NULL, max16 = MPI_OP_NULL;
+    static MPI_Op sum16 = MPI_OP_NULL, max16 = MPI_OP_NULL, sum_fp16 = MPI_OP_NULL;
+    if (t == ncclFloat16) {
+        if (op != ncclSum) die("NCCL reduction %d on fp16 is not emulated", (int)op);
+        if (sum_fp16 == MPI_OP_NULL) PMPI_Op_create(fp16_sum, 1, &sum_fp16);
+        return sum_fp16;
+    }
     if (t == ncclBfloat16) {
         if (op == ncclSum) {
             if (sum16 == MPI_OP_NULL) PMPI_Op_create(bf16_sum, 1, &sum16);

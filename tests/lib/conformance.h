@@ -36,18 +36,23 @@ static const Tol TOL_ATTN_BWD = {3e-2, 2e-2};   // P and dS rounded to bf16 betw
 static const Tol TOL_F32_SUM = {1e-5, 1e-5};    // fp32, summation order only
 static const Tol TOL_F32_GEMM = {1e-4, 1e-4};   // fp32 out of tensor-core accumulation
 
-static inline int group_setup(void **state) {
+// Both devices with their params and grads (and cuda's activations) in format h.
+static inline int group_setup_half(void **state, HalfFormat h) {
     *state = NULL;
     if (!device_cuda_available()) return 0;
     Devices *dv = xcalloc(1, sizeof *dv);
-    DeviceOptions cpu_opt = {.kind = "cpu", .local_size = 1};
-    DeviceOptions gpu_opt = {.kind = "cuda", .local_size = 1};
+    DeviceOptions cpu_opt = {.kind = "cpu", .local_size = 1, .half = h};
+    DeviceOptions gpu_opt = {.kind = "cuda", .local_size = 1, .half = h};
     device_init(&dv->cpu, &cpu_opt);
     device_init(&dv->gpu, &gpu_opt);
-    print_message("comparing %s against %s\n", dv->gpu.name, dv->cpu.name);
+    print_message("comparing %s against %s, %s\n", dv->gpu.name, dv->cpu.name, half_format_name(h));
     *state = dv;
     return 0;
 }
+
+static inline int group_setup(void **state) { return group_setup_half(state, HALF_BF16); }
+// fp16 (--precision fp16): the kernels' second pass (kernels_cuda_fp16)
+static inline int group_setup_fp16(void **state) { return group_setup_half(state, HALF_FP16); }
 
 static inline int group_teardown(void **state) {
     Devices *dv = *state;
@@ -108,9 +113,10 @@ static inline void *put_bytes(Arena *a, const void *src, size_t bytes) {
 
 static inline float *put_f32(Arena *a, const float *x, size_t n) { return put_bytes(a, x, n * 4); }
 
+// 16 bits in the device's format (bf16, or fp16 on the fp16 devices)
 static inline bf16 *put_bf16(Arena *a, const float *x, size_t n) {
     bf16 *h = xmalloc(n * sizeof *h);
-    for (size_t i = 0; i < n; i++) h[i] = f32_to_bf16(x[i]);
+    for (size_t i = 0; i < n; i++) h[i] = f32_to_half(a->d->half, x[i]);
     bf16 *p = put_bytes(a, h, n * sizeof *h);
     free(h);
     return p;
@@ -135,7 +141,7 @@ static inline float *get_f32(Device *d, const float *p, size_t n) { return get_b
 static inline float *get_bf16_as_f32(Device *d, const void *p, size_t n) {
     bf16 *h = get_bytes(d, p, n * sizeof(bf16));
     float *x = xmalloc(n * sizeof *x);
-    for (size_t i = 0; i < n; i++) x[i] = bf16_to_f32(h[i]);
+    for (size_t i = 0; i < n; i++) x[i] = half_to_f32(d->half, h[i]);
     free(h);
     return x;
 }

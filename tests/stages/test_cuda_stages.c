@@ -13,7 +13,8 @@
 // the stages that keep the gradients on the device.
 // The report's compute and communication spans are device time (CUDA events).
 // --grad-accum-dtype fp32: the device's accumulator (zero2, zero3) and the
-// host's (cpu_offload) to the bit; --precision fp16 refused on cuda.
+// host's (cpu_offload) to the bit; --precision fp16 (the kernels' fp16
+// pass) within the tolerance of the cpu's fp16 run, stages to the bit.
 // A peer that stops taking part ends the run with NCCL's reason.
 // Where no cuda device can run (no GPU and not the emulator's build) every
 // test is skipped; the emulator's build runs them on the CPU (make test).
@@ -206,8 +207,8 @@ static void test_spans_are_device_time(void **state) {
 
 // --grad-accum-dtype fp32 on cuda: zero2's accumulator on the device and
 // cpu_offload's on the host (the cpu kernels) give the same bits, as zero2
-// and zero3 do; fp16 is refused there (the cuda kernels store bf16 only).
-static void test_fp32_accumulator_and_fp16_on_cuda(void **state) {
+// and zero3 do.
+static void test_fp32_accumulator_on_cuda(void **state) {
     if (skip_without_cuda()) skip();
     const RunDir *c = *state;
     double ref[STEPS], l[STEPS];
@@ -226,7 +227,38 @@ static void test_fp32_accumulator_and_fp16_on_cuda(void **state) {
                 fail_msg("%s --grad-accum-dtype fp32 on cuda, step %d: %.9g, zero2's %.9g", others[s], i + 1, l[i],
                          ref[i]);
     }
-    free(expect_refusal("mpirun -np 2 ./zero2 --device cuda --model tiny --steps 2 --precision fp16", "cpu device"));
+}
+
+// --precision fp16 on cuda (the kernels' fp16 pass, NCCL's fp16 sums): within
+// the tolerance of the cpu device's fp16 run, every stage to the bit of
+// dp_baseline, and an overflow injected at step 3 skipped by all.
+static void test_fp16_on_cuda(void **state) {
+    if (skip_without_cuda()) skip();
+    const RunDir *c = *state;
+    const char *fp16 = " --precision fp16 --inject-overflow 3";
+    char args[256], nvme[128];
+    double cpu[STEPS], base[STEPS], l[STEPS];
+    snprintf(args, sizeof args, "./dp_baseline%s", fp16);
+    losses(c, "fp16-dp", "cpu", args, cpu);
+    losses(c, "fp16-dp", "cuda", args, base);
+    for (int i = 0; i < STEPS; i++) {
+        print_message("fp16 step %d: cpu %.6f cuda %.6f\n", i + 1, cpu[i], base[i]);
+        assert_true(fabs(base[i] - cpu[i]) <= TOL_LOSS);
+    }
+    snprintf(nvme, sizeof nvme, "%s/nvme-fp16", c->root);
+    assert_int_equal(mkdir(nvme, 0755), 0);
+    const char *stages[] = {"zero1", "zero2", "zero3", "cpu_offload", "infinity"};
+    for (size_t s = 0; s < sizeof stages / sizeof *stages; s++) {
+        char name[32];
+        snprintf(name, sizeof name, "fp16-%s", stages[s]);
+        snprintf(args, sizeof args, "./%s%s%s%s", stages[s], fp16, strcmp(stages[s], "infinity") ? "" : " --nvme-path ",
+                 strcmp(stages[s], "infinity") ? "" : nvme);
+        losses(c, name, "cuda", args, l);
+        for (int i = 0; i < STEPS; i++)
+            if (l[i] != base[i])
+                fail_msg("%s fp16 on cuda, step %d: loss %.9g where dp_baseline has %.9g", stages[s], i + 1, l[i],
+                         base[i]);
+    }
 }
 
 // A peer that stops taking part (the emulator's EMU_NCCL_DEAD_PEER: this
@@ -256,7 +288,8 @@ int main(void) {
         cmocka_unit_test(test_tensor_parallel_matches_cpu),
         cmocka_unit_test(test_no_sync_or_allocation_in_a_step),
         cmocka_unit_test(test_spans_are_device_time),
-        cmocka_unit_test(test_fp32_accumulator_and_fp16_on_cuda),
+        cmocka_unit_test(test_fp32_accumulator_on_cuda),
+        cmocka_unit_test(test_fp16_on_cuda),
         cmocka_unit_test(test_dead_peer_ends_the_run),
     };
     return cmocka_run_group_tests(tests, setup, run_dir_teardown);
