@@ -1,4 +1,4 @@
-// comm_mpi.c: process groups and collectives over MPI (see comm.h).
+// comm_mpi.c: the collectives over MPI (see comm.h; the world and its groups: comm_world.c).
 // Every call is counted twice: the payload handed in, and the bytes a
 // bandwidth-optimal ring moves per rank (Patarasuk & Yuan; the ZeRO paper's
 // accounting), so a report can set measured time beside the formula.
@@ -6,7 +6,6 @@
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/resource.h>
 #include "bf16.h"
 #include "check.h"
 #include "comm.h"
@@ -29,7 +28,7 @@ const char *comm_op_name(CommOp op) {
     return (op >= 0 && op < OP_COUNT) ? names[op] : "unknown_op";
 }
 
-// 16-bit values travel as raw words; the sum is done by half_sum_op below
+// 16-bit values travel as raw words; the sum is the user-defined op of comm_world.c
 static MPI_Datatype mpi_type(DType t) {
     switch (t) {
     case DT_HALF: return MPI_UINT16_T;
@@ -45,21 +44,6 @@ static MPI_Datatype mpi_type(DType t) {
 static MPI_Op sum_op(const Comm *c, DType t) {
     if (t != DT_HALF) return MPI_SUM;
     return c->dev && c->dev->half == HALF_FP16 ? c->half_sum[HALF_FP16] : c->half_sum[HALF_BF16];
-}
-
-// The user-defined 16-bit sums: each pair is added in fp32 and rounded back
-// (round to nearest even), as a bf16 or fp16 all-reduce on a GPU does. An
-// fp16 sum past 65504 is infinite: the loss scaler sees the overflow.
-static void half_sum(HalfFormat fmt, const bf16 *a, bf16 *b, int len) {
-    for (int i = 0; i < len; i++) b[i] = f32_to_half(fmt, half_to_f32(fmt, a[i]) + half_to_f32(fmt, b[i]));
-}
-static void bf16_sum_op(void *in, void *inout, int *len, MPI_Datatype *type) {
-    (void)type;
-    half_sum(HALF_BF16, in, inout, *len);
-}
-static void fp16_sum_op(void *in, void *inout, int *len, MPI_Datatype *type) {
-    (void)type;
-    half_sum(HALF_FP16, in, inout, *len);
 }
 
 // MPI counts are int; ours are size_t
@@ -481,135 +465,4 @@ double comm_ring_bytes(const Comm *c) {
     double sum = 0;
     for (int op = 0; op < OP_COUNT; op++) sum += c->stats.ring_bytes[op];
     return sum;
-}
-
-// ---- groups -----------------------------------------------------------------
-
-// Open MPI's shared-memory transport (vader, the one scripts/mpi-env.sh
-// keeps on a node) backs each rank's segment with a file of
-// btl_vader_segment_size bytes (4 MiB unless set) plus a header. Under a
-// smaller file-size limit MPI_Init fails, and mpirun then prints nothing
-// or waits for ever: said here first, in one line.
-static void check_file_size_limit(void) {
-    struct rlimit lim;
-    if (getrlimit(RLIMIT_FSIZE, &lim) != 0 || lim.rlim_cur == RLIM_INFINITY) return;
-    const char *set = getenv("OMPI_MCA_btl_vader_segment_size");
-    double segment = set && atof(set) > 0 ? atof(set) : 4194304.0;
-    double need_kib = ceil((segment + 4096) / 1024);
-    if ((double)lim.rlim_cur >= need_kib * 1024) return;
-    fail_usage("the file size limit (ulimit -f) is %.0f KiB, below the %.0f KiB file that Open MPI's shared "
-               "memory creates for each rank at start-up, so MPI cannot start; raise it (ulimit -f %.0f or more)",
-               (double)lim.rlim_cur / 1024, need_kib, need_kib);
-}
-
-void comm_world_init(Comm *world, int *argc, char ***argv, int *local_rank, int *local_size, int progress_thread) {
-    check_file_size_limit();
-    // FUNNELED: OpenMP threads run kernels, only the main thread calls MPI;
-    // MULTIPLE when a progress thread calls it too
-    int want = progress_thread ? MPI_THREAD_MULTIPLE : MPI_THREAD_FUNNELED, provided = 0;
-    mpiCheck(MPI_Init_thread(argc, argv, want, &provided));
-    CHECK(provided >= want, "MPI provides thread level %d, below the %d asked for; hint: use an MPI built "
-          "with thread support%s", provided, want, progress_thread ? ", or run without --progress-thread" : "");
-    // errors come back to mpiCheck (file:line and a hint) instead of aborting
-    // inside MPI; communicators split from the world inherit the handler
-    mpiCheck(MPI_Comm_set_errhandler(MPI_COMM_WORLD, MPI_ERRORS_RETURN));
-    memset(world, 0, sizeof *world);
-    world->mpi = MPI_COMM_WORLD;
-    mpiCheck(MPI_Comm_rank(MPI_COMM_WORLD, &world->rank));
-    mpiCheck(MPI_Comm_size(MPI_COMM_WORLD, &world->size));
-    world->backend = COMM_MPI;
-    mpiCheck(MPI_Op_create(bf16_sum_op, 1, &world->half_sum[HALF_BF16]));  // 1: commutative
-    mpiCheck(MPI_Op_create(fp16_sum_op, 1, &world->half_sum[HALF_FP16]));
-    world->owns_op = 1;
-
-    // ranks that share memory are the ranks on this node
-    MPI_Comm node;
-    mpiCheck(MPI_Comm_split_type(MPI_COMM_WORLD, MPI_COMM_TYPE_SHARED, world->rank, MPI_INFO_NULL,
-                                 &node));
-    mpiCheck(MPI_Comm_rank(node, local_rank));
-    mpiCheck(MPI_Comm_size(node, local_size));
-    mpiCheck(MPI_Comm_free(&node));
-}
-
-int comm_device_sharers(Comm *c) {
-    if (!c->dev || c->dev->kind != DEVICE_CUDA) return 1;
-    enum { ID = sizeof c->dev->uuid };
-    MPI_Comm node;
-    mpiCheck(MPI_Comm_split_type(c->mpi, MPI_COMM_TYPE_SHARED, c->rank, MPI_INFO_NULL, &node));
-    int n = 0;
-    mpiCheck(MPI_Comm_size(node, &n));
-    unsigned char *ids = xmalloc((size_t)n * ID);
-    mpiCheck(MPI_Allgather(c->dev->uuid, ID, MPI_BYTE, ids, ID, MPI_BYTE, node));
-    int same = 0;
-    for (int i = 0; i < n; i++) same += memcmp(ids + (size_t)i * ID, c->dev->uuid, ID) == 0;
-    free(ids);
-    mpiCheck(MPI_Comm_free(&node));
-    return same;
-}
-
-void comm_setup(Comm *c, Device *dev, const char *backend, Trace *trace) {
-    c->dev = dev;
-    c->trace = trace;
-    const char *b = backend ? backend : "auto";
-    if (strcmp(b, "auto") == 0) {
-        // NCCL where every rank has a GPU of its own; otherwise MPI, which
-        // also lets several ranks share one GPU (staging through pinned memory)
-        c->backend = COMM_MPI;
-#ifdef WB_HAVE_NCCL
-        if (dev && dev->kind == DEVICE_CUDA && comm_nccl_supported(c)) comm_nccl_init(c);
-#endif
-    } else if (strcmp(b, "mpi") == 0) {
-        c->backend = COMM_MPI;
-    } else if (strcmp(b, "nccl") == 0) {
-        if (!dev || dev->kind != DEVICE_CUDA)
-            fail_usage("--comm nccl: NCCL needs the cuda device (this run uses the cpu device); "
-                       "use --comm mpi or --comm auto");
-#ifdef WB_HAVE_NCCL
-        comm_nccl_init(c);
-#else
-        fail_usage("--comm nccl: this binary was built without NCCL (nccl.h was not found); "
-                   "use --comm mpi or --comm auto");
-#endif
-    } else {
-        fail_usage("--comm %s: unknown backend; use auto, mpi or nccl", b);
-    }
-}
-
-void comm_split(Comm *parent, int color, int key, Comm *out) {
-    memset(out, 0, sizeof *out);
-    mpiCheck(MPI_Comm_split(parent->mpi, color, key, &out->mpi));
-    out->rank = -1;  // color MPI_UNDEFINED: this rank is in no group
-    if (out->mpi != MPI_COMM_NULL) {
-        mpiCheck(MPI_Comm_rank(out->mpi, &out->rank));
-        mpiCheck(MPI_Comm_size(out->mpi, &out->size));
-    }
-    out->backend = parent->backend;
-    out->dev = parent->dev;
-    out->trace = parent->trace;
-    memcpy(out->half_sum, parent->half_sum, sizeof out->half_sum);
-    out->owns_op = 0;
-#ifdef WB_HAVE_NCCL
-    if (parent->backend == COMM_NCCL) comm_nccl_split(parent, color, key, out);
-#endif
-}
-
-void comm_free(Comm *c) {
-    for (int i = 0; i < COMM_STAGE_POOL; i++) buf_free(c->dev, &c->stage_pool[i]);
-#ifdef WB_HAVE_NCCL
-    comm_nccl_free(c);
-#endif
-    if (c->mpi != MPI_COMM_NULL && c->mpi != MPI_COMM_WORLD) mpiCheck(MPI_Comm_free(&c->mpi));
-    for (int f = 0; f < 2; f++)
-        if (c->owns_op && c->half_sum[f] != MPI_OP_NULL) mpiCheck(MPI_Op_free(&c->half_sum[f]));
-    c->mpi = MPI_COMM_NULL;
-    c->half_sum[HALF_BF16] = c->half_sum[HALF_FP16] = MPI_OP_NULL;
-    c->owns_op = 0;
-}
-
-void comm_world_finalize(Comm *world) {
-    comm_progress_thread_stop(world);
-    comm_free(world);
-    int finalized = 0;
-    MPI_Finalized(&finalized);
-    if (!finalized) MPI_Finalize();
 }
