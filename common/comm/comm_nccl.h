@@ -1,5 +1,5 @@
-// comm_nccl.h: the NCCL backend of comm (comm.h), one GPU per rank. comm_mpi.c
-// owns groups, handles and statistics; when a group's backend is COMM_NCCL
+// comm_nccl.h: the NCCL backend of comm (comm.h), one GPU per rank.
+// comm_world.c owns the groups, comm_mpi.c the handles and statistics; when a group's backend is COMM_NCCL
 // and the buffers are device memory, its collectives hand the transfer to the
 // functions below. Every operation runs on its communicator's stream (the
 // device's comm stream for the world, one of its own for each split), after
