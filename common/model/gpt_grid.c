@@ -1,6 +1,8 @@
 // gpt_grid.c: the states of a 3D grid's ranks (see gpt_grid.h).
 #include "gpt_grid.h"
 #include <stdio.h>
+#include <stdlib.h>
+#include "check.h"
 
 void grid_coords(int rank, int tp, int dp, int *tp_rank, int *stage, int *replica) {
     *tp_rank = rank % tp;
@@ -49,10 +51,41 @@ void grid_part_init(GridPart *g, const GPTConfig *cfg, int tp, int pp, int dp, i
     size_t states = 0;
     for (int k = 0; k < g->nranges; k++) states += g->ranges[k].count;
     partition_init(&g->shard, states, dp, g->replica);
+    g->nreplicated = gpt_replicated_ranges(&g->layout, NULL, 0);
+    g->replicated = xmalloc((size_t)(g->nreplicated > 0 ? g->nreplicated : 1) * sizeof(Range));
+    gpt_replicated_ranges(&g->layout, g->replicated, g->nreplicated);
 }
+
+void grid_part_free(GridPart *g) { free(g->replicated); }
 
 size_t grid_part_whole(const GridPart *g, size_t i) {
     return grid_whole_index(&g->layout, g->ranges, g->nranges, g->shard.begin + i);
+}
+
+// Layout index of state element s (s below the states' count).
+static size_t layout_index(const GridPart *g, size_t s) {
+    size_t at = 0;
+    int k = 0;
+    for (; k + 1 < g->nranges && s >= at + g->ranges[k].count; k++) at += g->ranges[k].count;
+    return g->ranges[k].offset + (s - at);
+}
+
+static int replicated(const GridPart *g, size_t i) {
+    int lo = 0, hi = g->nreplicated;  // the first range ending past i
+    while (lo < hi) {
+        int mid = (lo + hi) / 2;
+        if (g->replicated[mid].offset + g->replicated[mid].count <= i) lo = mid + 1;
+        else hi = mid;
+    }
+    return lo < g->nreplicated && g->replicated[lo].offset <= i;
+}
+
+size_t grid_part_whole_once(const GridPart *g, size_t i) {
+    size_t s = g->shard.begin + i;
+    if (s >= g->shard.num_params) return GPT_PADDING;   // the shard's padding
+    if (g->nranges == 2 && s < g->ranges[0].count) return GPT_PADDING;  // the last stage's wte copy
+    if (g->tp_rank > 0 && replicated(g, layout_index(g, s))) return GPT_PADDING;
+    return grid_part_whole(g, i);
 }
 
 int grid_parse(const char *name, int *tp, int *pp, int *dp) {

@@ -33,9 +33,18 @@ typedef struct GridPart {
     Range ranges[2];
     int nranges;
     Partition shard;   // of the states' elements over the replicas
+    Range *replicated; // layout ranges of the tensors whole on every tp rank (gpt_replicated_ranges)
+    int nreplicated;
 } GridPart;
 void grid_part_init(GridPart *g, const GPTConfig *cfg, int tp, int pp, int dp, int rank);
+void grid_part_free(GridPart *g);
 // Whole-model index of element i of the part's shard, or GPT_PADDING.
 size_t grid_part_whole(const GridPart *g, size_t i);
+// The same, but GPT_PADDING where another part holds the copy a reader
+// takes: a tensor whole on every tp rank is taken from tp rank 0's part,
+// wte from the first stage's (the last stage's copy holds the same values:
+// its gradient is summed between the two), so a reader of the whole model
+// reads each element once.
+size_t grid_part_whole_once(const GridPart *g, size_t i);
 // "tp 2 x pp 2 x dp 2" -> 2, 2, 2; 1 when the text is not a grid.
 int grid_parse(const char *name, int *tp, int *pp, int *dp);

@@ -93,6 +93,7 @@ static void grid_info(const Ckpt *c) {
         grid_part_init(g, &c->m.cfg, T, P, D, q);
         printf("  part %d: tp rank %d, stage %d, replica %d: state elements [%zu, %zu) of %zu\n", q, g->tp_rank,
                g->stage, g->replica, g->shard.begin, g->shard.end, g->shard.num_params);
+        grid_part_free(g);
     }
     free(g);
 }

@@ -277,7 +277,8 @@ int manifest_check(const char *dir, const CkptManifest *got, const CkptManifest 
         int noted = FIELDS[i].group == GROUP_RUN || FIELDS[i].group == GROUP_MATH ||
                     (reshard && FIELDS[i].group == GROUP_BATCH) ||  // the global batch, checked above
                     // a grid's num_params is its tp part's; the shape fields say whether the model is the same
-                    (reshard && (got->grid[0] || expect->grid[0]) && FIELDS[i].off == offsetof(CkptManifest, num_params));
+                    (reshard && (got->grid[0] || expect->grid[0]) &&
+                     FIELDS[i].off == offsetof(CkptManifest, num_params));
         if (noted || field_get(got, i) == field_get(expect, i)) continue;
         char a[32], b[32];
         field_format(got, i, a);

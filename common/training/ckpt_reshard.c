@@ -18,9 +18,10 @@
 //
 // Each rank reads from each part only the bytes of its own runs (a
 // replicated run's rank 0 reads all Ψ; trainer_resume broadcasts them); a
-// whole-model element held by several parts (a tp-replicated layernorm) is
-// read from each, the same value. Rank q mod N reads part q's tensors whole
-// to check their checksums, so every byte on disk is verified once.
+// whole-model element a grid keeps twice (a tp-replicated layernorm, the
+// tied wte) is read once, from one part (grid_part_whole_once). Rank q mod N
+// reads part q's tensors whole to check their checksums, so every byte on
+// disk is verified once.
 #include <errno.h>
 #include <fcntl.h>
 #include <stdio.h>
@@ -81,7 +82,7 @@ CkptRun *ckpt_runs_of(size_t (*whole)(const void *ctx, size_t s), const void *ct
     return l.runs;
 }
 
-static size_t grid_part_at(const void *gp, size_t i) { return grid_part_whole(gp, i); }
+static size_t grid_part_at(const void *gp, size_t i) { return grid_part_whole_once(gp, i); }
 
 static void part_map(const CkptManifest *m, int q, PartMap *pm) {
     int T, P, D;
@@ -90,6 +91,7 @@ static void part_map(const CkptManifest *m, int q, PartMap *pm) {
         grid_part_init(gp, &m->cfg, T, P, D, q);
         pm->count = gp->shard.shard;
         pm->runs = ckpt_runs_of(grid_part_at, gp, 0, pm->count, &pm->nruns);
+        grid_part_free(gp);
         free(gp);
         return;
     }

@@ -98,9 +98,9 @@ static const char *grid_ckpt(Ctx *c, char *dir) {
 // Steps 5-8 of `binary` at `ranks` with `flags` from `ckpt`: within the
 // tolerance of `full`, the run the checkpoint's weights come from
 // uninterrupted, and of zero2's; what it printed, when `said` is given,
-// holds that line.
-static void resumes(Ctx *c, const double *full, const char *tag, int ranks, const char *binary, const char *flags,
-                    const char *ckpt, const char *said) {
+// holds that line. Returns what it printed and its record's params (*psi).
+static char *resumes(Ctx *c, const double *full, const char *tag, int ranks, const char *binary, const char *flags,
+                    const char *ckpt, const char *said, double *psi) {
     const double *zero2 = uninterrupted(c);
     char cmd[CMD_LEN], json[PATH_LEN], *out = NULL;
     snprintf(json, sizeof json, "%s/%s.json", c->root, tag);
@@ -120,8 +120,9 @@ static void resumes(Ctx *c, const double *full, const char *tag, int ranks, cons
             fail_msg("%s, step %d: resumed %.9g, zero2 uninterrupted %.9g (> %g)", tag, SAVED + 1 + i, r[i],
                      zero2[SAVED + i], LOSS_TOL);
     }
+    if (psi) *psi = number_of(rec, "params");
     free(rec);
-    free(out);
+    return out;
 }
 
 static void consolidate(const char *ckpt, const char *out) {
@@ -135,12 +136,14 @@ static void test_dp_into_grid(void **state) {
     Ctx *c = *state;
     char ck[PATH_LEN], u[PATH_LEN];
     dp_ckpt(c, ck);
-    resumes(c, uninterrupted(c), "zero2-to-tp2pp2", 4, "3d_parallel", "--tp 2 --pp 2 --batch 2 --grad-accum 4", ck,
-            "resharded: zero2's checkpoint of 4 ranks into 3d_parallel's layout at 4 (tp 2 x pp 2 x dp 1)");
+    free(resumes(c, uninterrupted(c), "zero2-to-tp2pp2", 4, "3d_parallel", "--tp 2 --pp 2 --batch 2 --grad-accum 4", ck,
+                 "resharded: zero2's checkpoint of 4 ranks into 3d_parallel's layout at 4 (tp 2 x pp 2 x dp 1)", NULL));
     snprintf(u, sizeof u, "%s/zero2-universal", c->root);
     consolidate(ck, u);
-    resumes(c, uninterrupted(c), "universal-to-tp2pp2dp2", 8, "3d_parallel", "--tp 2 --pp 2 --batch 2 --grad-accum 2", u,
-            "resharded: dp_baseline's checkpoint of 1 ranks into 3d_parallel's layout at 8 (tp 2 x pp 2 x dp 2)");
+    free(resumes(c, uninterrupted(c), "universal-to-tp2pp2dp2", 8, "3d_parallel",
+                 "--tp 2 --pp 2 --batch 2 --grad-accum 2", u,
+                 "resharded: dp_baseline's checkpoint of 1 ranks into 3d_parallel's layout at 8 (tp 2 x pp 2 x dp 2)",
+                 NULL));
 }
 
 // 2. A grid's checkpoint under the data-parallel stages, directly and
@@ -152,15 +155,21 @@ static void test_grid_into_dp(void **state) {
     const char *from = "resharded: 3d_parallel's checkpoint of 4 ranks (tp 2 x pp 2 x dp 1) into ";
     char said[256];
     snprintf(said, sizeof said, "%szero3's layout at 2", from);
-    resumes(c, grid_uninterrupted(c), "grid-to-zero3", 2, "zero3", "--batch 2 --grad-accum 2", ck, said);
-    resumes(c, grid_uninterrupted(c), "grid-to-dp1", 1, "dp_baseline", "--batch 8", ck, NULL);
+    free(resumes(c, grid_uninterrupted(c), "grid-to-zero3", 2, "zero3", "--batch 2 --grad-accum 2", ck, said, NULL));
+    // the whole model once: a tensor two parts keep (a tp-replicated one, the tied wte) read from one
+    double psi = 0, bytes = 0;
+    char *out = resumes(c, grid_uninterrupted(c), "grid-to-dp1", 1, "dp_baseline", "--batch 8", ck, NULL, &psi);
+    const char *read = strstr(out, "rank 0 read ");
+    if (!read || sscanf(read, "rank 0 read %lf bytes", &bytes) != 1 || bytes != 3 * 4 * psi)
+        fail_msg("dp_baseline's rank 0 should read master, m and v of all %.0f parameters once:\n%s", psi, out);
+    free(out);
     snprintf(nvme, sizeof nvme, "%s/nvme", c->root);
     mkdir(nvme, 0755);  // infinity keeps its states there
     snprintf(flags, sizeof flags, "--batch 4 --nvme-path %s", nvme);
-    resumes(c, grid_uninterrupted(c), "grid-to-infinity", 2, "infinity", flags, ck, NULL);
+    free(resumes(c, grid_uninterrupted(c), "grid-to-infinity", 2, "infinity", flags, ck, NULL, NULL));
     snprintf(u, sizeof u, "%s/grid-universal", c->root);
     consolidate(ck, u);
-    resumes(c, grid_uninterrupted(c), "grid-universal-to-zero1", 4, "zero1", "--batch 2", u, NULL);
+    free(resumes(c, grid_uninterrupted(c), "grid-universal-to-zero1", 4, "zero1", "--batch 2", u, NULL, NULL));
     snprintf(a, sizeof a, "%s/grid-export.bin", c->root);
     snprintf(b, sizeof b, "%s/grid-tool.bin", c->root);
     snprintf(cmd, sizeof cmd, "./ckpt_tool export-llmc %s %s >/dev/null && cmp %s %s", ck, b, a, b);
@@ -174,10 +183,10 @@ static void test_grid_into_grid(void **state) {
     Ctx *c = *state;
     char ck[PATH_LEN];
     grid_ckpt(c, ck);
-    resumes(c, grid_uninterrupted(c), "grid-to-tp1pp2dp2", 4, "3d_parallel", "--pp 2 --batch 2 --grad-accum 2", ck,
-            "into 3d_parallel's layout at 4 (tp 1 x pp 2 x dp 2)");
-    resumes(c, grid_uninterrupted(c), "grid-to-tp2pp1dp4", 8, "3d_parallel", "--tp 2 --batch 2 --grad-accum 1", ck,
-            "into 3d_parallel's layout at 8 (tp 2 x pp 1 x dp 4)");
+    free(resumes(c, grid_uninterrupted(c), "grid-to-tp1pp2dp2", 4, "3d_parallel", "--pp 2 --batch 2 --grad-accum 2", ck,
+                 "into 3d_parallel's layout at 4 (tp 1 x pp 2 x dp 2)", NULL));
+    free(resumes(c, grid_uninterrupted(c), "grid-to-tp2pp1dp4", 8, "3d_parallel", "--tp 2 --batch 2 --grad-accum 1", ck,
+                 "into 3d_parallel's layout at 8 (tp 2 x pp 1 x dp 4)", NULL));
 }
 
 // What changes the math or the model is still refused, in one line.
@@ -188,9 +197,11 @@ static void test_refusals(void **state) {
     dp_ckpt(c, dp);
     snprintf(cmd, sizeof cmd, "mpirun -np 4 ./3d_parallel %s --tp 2 --pp 2 --batch 2 --grad-accum 2 --steps %d "
              "--quiet --resume %s", MODEL, STEPS, dp);
-    free(expect_refusal(cmd, "global batch of 8 rows of 32 tokens (batch 2 x 4 ranks x grad_accum 1); this run's is 4"));
+    free(expect_refusal(cmd, "global batch of 8 rows of 32 tokens (batch 2 x 4 ranks x grad_accum 1); "
+                        "this run's is 4"));
     snprintf(cmd, sizeof cmd, "mpirun -np 2 ./zero2 %s --batch 2 --steps %d --quiet --resume %s", MODEL, STEPS, ck);
-    free(expect_refusal(cmd, "global batch of 8 rows of 32 tokens (batch 2 x 1 replicas x grad_accum 4); this run's is 4"));
+    free(expect_refusal(cmd, "global batch of 8 rows of 32 tokens (batch 2 x 1 replicas x grad_accum 4); "
+                        "this run's is 4"));
     snprintf(cmd, sizeof cmd, "mpirun -np 2 ./3d_parallel %s --layers 3 --pp 2 --batch 2 --grad-accum 4 --steps %d "
              "--quiet --resume %s", MODEL, STEPS, ck);
     free(expect_refusal(cmd, "model differs: num_layers is 2 there and 3 in this run"));
