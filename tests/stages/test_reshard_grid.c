@@ -1,7 +1,7 @@
 // test_reshard_grid.c: checkpoints across 3d_parallel grids and the
 // data-parallel stages (issue 26, "any 07 grid"). zero2 at 4 ranks trains 8
 // steps uninterrupted; checkpoints of step 4 (zero2's, 3d_parallel's at tp
-// 2 x pp 2, ckpt_tool's universal file of each) resume steps 5-8 under
+// 2 x pp 2, infinity's, ckpt_tool's universal file) resume steps 5-8 under
 // 3d_parallel at other grids and under zero3, dp_baseline, zero1 and
 // infinity. Every run has the global batch of 8 rows of the tiny model
 // (its vocabulary padded under tp).
@@ -146,6 +146,29 @@ static void test_dp_into_grid(void **state) {
                  NULL));
 }
 
+// infinity's checkpoint (its states on NVMe when it saved) at a grid,
+// against infinity's own run uninterrupted.
+static void test_infinity_into_grid(void **state) {
+    Ctx *c = *state;
+    char nvme[PATH_LEN], ck[PATH_LEN], json[PATH_LEN], cmd[CMD_LEN];
+    snprintf(nvme, sizeof nvme, "%s/nvme-save", c->root);
+    mkdir(nvme, 0755);
+    snprintf(ck, sizeof ck, "%s/infinity-ck", c->root);
+    snprintf(json, sizeof json, "%s/infinity-full.json", c->root);
+    snprintf(cmd, sizeof cmd, "mpirun -np 2 ./infinity %s --batch 4 --steps %d --nvme-path %s --quiet --json %s", MODEL,
+             STEPS, nvme, json);
+    char *rec = train(cmd, json);
+    double full[RUN_MAX_STEPS];
+    losses_of(rec, full, STEPS);
+    free(rec);
+    snprintf(cmd, sizeof cmd, "mpirun -np 2 ./infinity %s --batch 4 --steps %d --schedule-steps %d --nvme-path %s "
+             "--quiet --save %s", MODEL, SAVED, STEPS, nvme, ck);
+    run_ok(cmd, NULL);
+    free(resumes(c, full, "infinity-to-tp2pp2", 4, "3d_parallel", "--tp 2 --pp 2 --batch 2 --grad-accum 4", ck,
+                 "resharded: infinity's checkpoint of 2 ranks into 3d_parallel's layout at 4 (tp 2 x pp 2 x dp 1)",
+                 NULL));
+}
+
 // 2. A grid's checkpoint under the data-parallel stages, directly and
 // through ckpt_tool; its llm.c export is the run's own.
 static void test_grid_into_dp(void **state) {
@@ -227,6 +250,7 @@ static int teardown(void **state) {
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_dp_into_grid),
+        cmocka_unit_test(test_infinity_into_grid),
         cmocka_unit_test(test_grid_into_dp),
         cmocka_unit_test(test_grid_into_grid),
         cmocka_unit_test(test_refusals),
