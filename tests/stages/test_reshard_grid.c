@@ -271,6 +271,13 @@ static void test_refusals(void **state) {
     snprintf(cmd, sizeof cmd, "mpirun -np 2 ./3d_parallel %s --layers 3 --pp 2 --batch 2 --grad-accum 4 --steps %d "
              "--quiet --resume %s", MODEL, STEPS, ck);
     free(expect_refusal(cmd, "model differs: num_layers is 2 there and 3 in this run"));
+    // a grid line that does not add up to the parts: which part holds what is unknown
+    snprintf(cmd, sizeof cmd, "cp -r %s %s/bad-grid && sed -i 's/^grid = .*/grid = tp 2 x pp 2 x dp 2/' "
+             "%s/bad-grid/step-00000004/manifest.txt", ck, c->root, c->root);
+    run_ok(cmd, NULL);
+    snprintf(cmd, sizeof cmd, "mpirun -np 2 ./zero2 %s --batch 4 --steps %d --quiet --resume %s/bad-grid", MODEL,
+             STEPS, c->root);
+    free(expect_refusal(cmd, "grid line (tp 2 x pp 2 x dp 2) is damaged or does not match its 4 ranks"));
 }
 
 static int setup(void **state) {
