@@ -89,5 +89,7 @@ size_t grid_part_whole_once(const GridPart *g, size_t i) {
 }
 
 int grid_parse(const char *name, int *tp, int *pp, int *dp) {
-    return sscanf(name, "tp %d x pp %d x dp %d", tp, pp, dp) != 3 || *tp < 1 || *pp < 1 || *dp < 1;
+    const int most = 1 << 20;  // any real grid; keeps T·P·D well inside a long long
+    return sscanf(name, "tp %d x pp %d x dp %d", tp, pp, dp) != 3 || *tp < 1 || *pp < 1 || *dp < 1 || *tp > most ||
+           *pp > most || *dp > most;
 }

@@ -70,7 +70,7 @@ static void open_ckpt(const char *dir, Ckpt *c) {
     if (bad) fail_tool("%s", msg);
     c->replicas = c->m.ranks;
     int T, P;
-    if (c->m.grid[0] && (grid_parse(c->m.grid, &T, &P, &c->replicas) || T * P * c->replicas != c->m.ranks))
+    if (c->m.grid[0] && (grid_parse(c->m.grid, &T, &P, &c->replicas) || (long long)T * P * c->replicas != c->m.ranks))
         fail_tool("%s: manifest.txt's grid line is damaged; use an earlier step folder", dir);
     if (c->m.grid[0]) {
         GPTLayout whole;

@@ -255,7 +255,7 @@ static long global_rows(const CkptManifest *m, int ranks) {
 int manifest_check(const char *dir, const CkptManifest *got, const CkptManifest *expect,
                           int ranks, char *msg) {
     int reshard = ckpt_reshardable(got, expect, ranks), T, P, D;
-    if (got->grid[0] && (grid_parse(got->grid, &T, &P, &D) || T * P * D != got->ranks))  // what its parts hold
+    if (got->grid[0] && (grid_parse(got->grid, &T, &P, &D) || (long long)T * P * D != got->ranks))  // what its parts hold
         return ckpt_msgf(msg, "checkpoint %s: manifest.txt's grid line (%s) is damaged or does not match its %d "
                          "ranks; use an earlier step folder or start fresh", dir, got->grid, got->ranks);
     if (reshard && (got->seq_len != expect->seq_len || global_rows(got, got->ranks) != global_rows(expect, ranks)))
