@@ -40,12 +40,10 @@ static void configure(Trainer *t, const GPTConfig *mc) {
     CHECK(l->emb_off[EMB_WTE] == 0, "3d_parallel: wte must open the embeddings' unit (states keep it first)");
     z->units_offset = l->unit[g->first_unit].offset;
     size_t units_end = l->unit[g->last_unit].offset + l->unit[g->last_unit].count;
-    t->nstate_ranges = 0;
-    if (g->pp > 1 && g->stage == g->pp - 1) {
-        z->wte_copy = (size_t)l->vocab_part * l->cfg.channels;
-        t->state_ranges[t->nstate_ranges++] = (Range){l->unit[GPT_UNIT_EMBED].offset, z->wte_copy};
-    }
-    t->state_ranges[t->nstate_ranges++] = (Range){z->units_offset, units_end - z->units_offset};
+    t->nstate_ranges = grid_state_ranges(l, g->pp, g->stage, g->first_unit, g->last_unit, t->state_ranges);
+    if (t->nstate_ranges == 2) z->wte_copy = t->state_ranges[0].count;
+    CHECK(t->state_ranges[t->nstate_ranges - 1].offset + t->state_ranges[t->nstate_ranges - 1].count == units_end,
+          "3d_parallel: the states end where the stage's units do");
     Comm *groups[GROUP_COUNT] = {&g->tp_comm, &g->pp_comm, &g->emb_comm, &g->dp_comm};
     for (int k = 0; k < GROUP_COUNT; k++) t->groups[k] = groups[k];
     t->ngroups = GROUP_COUNT;

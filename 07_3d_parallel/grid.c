@@ -18,28 +18,13 @@ void grid_check(int ranks, int tp, int pp, const GPTConfig *cfg) {
                    pp, cfg->num_layers, cfg->num_layers);
 }
 
-void grid_coords(int rank, int tp, int dp, int *tp_rank, int *stage, int *replica) {
-    *tp_rank = rank % tp;
-    *replica = rank / tp % dp;
-    *stage = rank / (tp * dp);
-}
-
-void grid_stage_blocks(int layers, int pp, int s, int *first, int *end) {
-    int base = layers / pp, extra = layers % pp;
-    *first = s * base + (s < extra ? s : extra);
-    *end = *first + base + (s < extra);
-}
-
 void grid_init(Grid *g, Comm *world, int tp, int pp, const GPTConfig *cfg) {
     grid_check(world->size, tp, pp, cfg);
     g->tp = tp;
     g->pp = pp;
     g->dp = world->size / (tp * pp);
     grid_coords(world->rank, tp, g->dp, &g->tp_rank, &g->stage, &g->replica);
-    int first, end;
-    grid_stage_blocks(cfg->num_layers, pp, g->stage, &first, &end);
-    g->first_unit = g->stage == 0 ? GPT_UNIT_EMBED : gpt_unit_block(first);
-    g->last_unit = g->stage == pp - 1 ? cfg->num_layers + 1 : gpt_unit_block(end - 1);
+    grid_stage_units(cfg->num_layers, pp, g->stage, &g->first_unit, &g->last_unit);
     // color: what the members share; key: their order within the group
     comm_split(world, g->stage * g->dp + g->replica, g->tp_rank, &g->tp_comm);
     comm_split(world, g->replica * tp + g->tp_rank, g->stage, &g->pp_comm);

@@ -13,6 +13,7 @@
 #include <stddef.h>
 #include "comm.h"
 #include "gpt.h"
+#include "gpt_grid.h"  // grid_coords, grid_stage_blocks: the grid as pure functions
 
 typedef struct Grid {
     int tp, pp, dp;               // T, P, D
@@ -27,11 +28,6 @@ typedef struct Grid {
 // The grid's refusals, each one line and exit 2: N not divisible by T·P,
 // heads (and so 4C) not divisible by T, fewer layers than stages.
 void grid_check(int ranks, int tp, int pp, const GPTConfig *cfg);
-// Coordinates of `rank` on a T x P x D grid (the order above).
-void grid_coords(int rank, int tp, int dp, int *tp_rank, int *stage, int *replica);
-// Blocks [*first, *end) of stage s: contiguous, L/P each, the first L mod P
-// stages one more; the embeddings go to stage 0, the head to stage P-1.
-void grid_stage_blocks(int layers, int pp, int s, int *first, int *end);
 // Splits the world into the groups above (collective over the world).
 void grid_init(Grid *g, Comm *world, int tp, int pp, const GPTConfig *cfg);
 void grid_free(Grid *g);

@@ -1,8 +1,11 @@
-// ckpt_tool.c: a sharded checkpoint of the data-parallel stages (01-06),
-// read from its files alone, with no MPI job: what it holds, whether its
-// bytes are intact, the weights as llm.c reads them, and the whole state
-// consolidated into one part that any of those stages resumes at any rank
-// count. A tool of its own rather than a trainer's flag: it needs no model,
+// ckpt_tool.c: a sharded checkpoint of any stage (01-06 at any rank count,
+// 3d_parallel at any grid), read from its files alone, with no MPI job:
+// what it holds, whether its bytes are intact, the weights as llm.c reads
+// them, and the whole state consolidated into one part that any stage
+// resumes at any rank count or grid. A grid's parts are pieces of the
+// model (gpt_grid.h); each whole tensor is gathered from the parts that
+// hold its pieces (ckpt_reshard.c), so the consolidated file is the same
+// whatever grid saved it. A tool of its own rather than a trainer's flag: it needs no model,
 // no device and no ranks, and its memory stays bounded (a chunk at a time)
 // whatever the model's size. DeepSpeed's zero_to_fp32.py and
 // ds_to_universal.py answer the same two needs.
@@ -17,6 +20,7 @@
 #include "check.h"
 #include "ckpt.h"
 #include "ckpt_manifest.h"
+#include "gpt_grid.h"
 #include "llmc.h"
 #include "states.h"
 
@@ -28,7 +32,7 @@ static const char *const STATE_TENSORS[3] = {"master", "adam_m", "adam_v"};
 static void usage(FILE *f) {
     fprintf(f, "usage: ckpt_tool info CKPT | verify CKPT | export-llmc CKPT OUT.bin | consolidate CKPT OUT_DIR\n"
                "  CKPT: a --save folder (its latest step) or a step folder, of dp_baseline, zero1-3, cpu_offload\n"
-               "        or infinity at any rank count\n"
+               "        or infinity at any rank count, or of 3d_parallel at any grid\n"
                "  info         the run, and the flat range of the parameters each part holds (the layout a\n"
                "               resharded --resume reads)\n"
                "  verify       every part read whole against its checksums\n"
@@ -36,14 +40,16 @@ static void usage(FILE *f) {
                "               own --export-llmc writes them\n"
                "  consolidate  the whole training state (master, Adam m and v over all parameters, the step and\n"
                "               data position) as one part beside its manifest: dp_baseline's layout at 1 rank,\n"
-               "               which every data-parallel stage resumes at any rank count (--resume OUT_DIR);\n"
+               "               which every stage resumes at any rank count or grid (--resume OUT_DIR);\n"
                "               a --dpu checkpoint's device_params (the params a step behind) are not carried\n");
 }
 
 typedef struct Ckpt {
     char step_dir[PATH_BYTES];
     char *text;  // the manifest
-    CkptManifest m;
+    CkptManifest m;  // num_params: the whole model's, also for a grid's (whose manifest has its tp part's)
+    int replicas;    // data-parallel replicas: the ranks, or a grid's D
+    CkptSource *src;  // the parts, mapped once
 } Ckpt;
 
 static void fail_tool(const char *fmt, const char *arg) {
@@ -62,17 +68,48 @@ static void open_ckpt(const char *dir, Ckpt *c) {
     int bad = manifest_parse(copy, dir, -1, &c->m, NULL, msg);
     free(copy);
     if (bad) fail_tool("%s", msg);
-    if (c->m.grid[0])
-        fail_tool("%s holds the parts of a 3d_parallel grid; this tool reads the data-parallel stages' (01-06)", dir);
+    c->replicas = c->m.ranks;
+    int T, P;
+    if (c->m.grid[0] && (grid_parse(c->m.grid, &T, &P, &c->replicas) || (long long)T * P * c->replicas != c->m.ranks))
+        fail_tool("%s: manifest.txt's grid line is damaged; use an earlier step folder", dir);
+    if (c->m.grid[0]) {
+        GPTLayout whole;
+        gpt_layout(&whole, &c->m.cfg);
+        c->m.num_params = whole.num_params;
+    }
+    c->src = ckpt_source_open(c->step_dir, c->text, &c->m);
+}
+
+// A grid's parts: what part q holds (gpt_grid.h).
+static void grid_info(const Ckpt *c) {
+    printf("layout: the grid %s; part q = (stage·%d + replica)·T + tp rank holds its ZeRO-1 shard (of the %d "
+           "replicas) of its states: [its wte part (last stage of a pipeline) | its stage's units], each tensor's "
+           "tp part; a tensor's whole-model elements come from the parts holding its pieces\n", c->m.grid,
+           c->replicas, c->replicas);
+    int T, P, D;
+    grid_parse(c->m.grid, &T, &P, &D);
+    GridPart *g = xmalloc(sizeof *g);
+    for (int q = 0; q < c->m.ranks; q++) {
+        grid_part_init(g, &c->m.cfg, T, P, D, q);
+        printf("  part %d: tp rank %d, stage %d, replica %d: state elements [%zu, %zu) of %zu\n", q, g->tp_rank,
+               g->stage, g->replica, g->shard.begin, g->shard.end, g->shard.num_params);
+        grid_part_free(g);
+    }
+    free(g);
 }
 
 static void info(const Ckpt *c) {
     const CkptManifest *m = &c->m;
     printf("%s: %s at %d ranks, step %ld, data row %" PRIu64 "\n", c->step_dir, m->stage, m->ranks, m->step,
            m->data_rows);
-    printf("model: %zu parameters (L=%d C=%d H=%d V=%d T=%d); global batch %d x %d ranks x %d = %d rows of %d "
-           "tokens\n", m->num_params, m->cfg.num_layers, m->cfg.channels, m->cfg.num_heads, m->cfg.vocab_size,
-           m->cfg.max_seq_len, m->batch, m->ranks, m->grad_accum, m->batch * m->ranks * m->grad_accum, m->seq_len);
+    printf("model: %zu parameters (L=%d C=%d H=%d V=%d T=%d); global batch %d x %d %s x %d = %d rows of "
+           "%d tokens\n", m->num_params, m->cfg.num_layers, m->cfg.channels, m->cfg.num_heads, m->cfg.vocab_size,
+           m->cfg.max_seq_len, m->batch, c->replicas, m->grid[0] ? "replicas" : "ranks", m->grad_accum,
+           m->batch * c->replicas * m->grad_accum, m->seq_len);
+    if (m->grid[0]) {
+        grid_info(c);
+        return;
+    }
     int replicated = strcmp(m->stage, "dp_baseline") == 0;
     Partition p;
     partition_init(&p, m->num_params, m->ranks, 0);
@@ -92,7 +129,7 @@ static void info(const Ckpt *c) {
 static int from_checkpoint(void *ctx, size_t begin, size_t n, float *out) {
     const Ckpt *c = ctx;
     char msg[MSG_BYTES] = "";
-    if (ckpt_read_flat(c->step_dir, c->text, &c->m, "master", sizeof(float), begin, n, out, msg) == 0) return 0;
+    if (ckpt_source_read(c->src, "master", sizeof(float), begin, n, out, msg) == 0) return 0;
     fprintf(stderr, "ckpt_tool: error: %s\n", msg);
     exit(2);
 }
@@ -142,7 +179,7 @@ static off_t stream_states(const Ckpt *c, int fd, const char *part, WholePart *h
         uint64_t sum = 14695981039346656037ull;
         for (size_t done = 0; done < psi; done += CHUNK_ELEMS) {
             size_t n = psi - done < CHUNK_ELEMS ? psi - done : CHUNK_ELEMS;
-            if (ckpt_read_flat(c->step_dir, c->text, &c->m, STATE_TENSORS[k], sizeof(float), done, n, buf, msg))
+            if (ckpt_source_read(c->src, STATE_TENSORS[k], sizeof(float), done, n, buf, msg))
                 fail_tool("%s", msg);
             sum = fnv1a64(buf, n * sizeof(float), sum);
             write_all_at(fd, buf, n * sizeof(float), off, part);
@@ -179,8 +216,9 @@ static void consolidate(const Ckpt *c, const char *out) {
     // dp_baseline at 1 rank, with the saved run's global batch in that one rank's batch
     CkptManifest m = c->m;
     snprintf(m.stage, sizeof m.stage, "dp_baseline");
-    m.batch = c->m.batch * c->m.ranks;
+    m.batch = c->m.batch * c->replicas;
     m.ranks = 1;
+    m.grid[0] = 0;
     PartInfo info = {fnv1a64(&head, sizeof head, 14695981039346656037ull), (uint64_t)off};
     size_t len = 0;
     char *text = manifest_text(&m, 1, &info, &len);
@@ -192,8 +230,8 @@ static void consolidate(const Ckpt *c, const char *out) {
     snprintf(path, sizeof path, "%s/latest", out);
     write_text(path, latest, strlen(latest));
     printf("consolidated: %s (step %ld: master, adam_m, adam_v over all %zu parameters in one part of %" PRIu64
-           " bytes); resume it with --resume %s under any data-parallel stage at any rank count with a global "
-           "batch of %d rows\n", out, m.step, m.num_params, (uint64_t)off, out, m.batch * m.grad_accum);
+           " bytes); resume it with --resume %s under any stage at any rank count or grid with a global batch "
+           "of %d rows\n", out, m.step, m.num_params, (uint64_t)off, out, m.batch * m.grad_accum);
 }
 
 int main(int argc, char **argv) {
@@ -218,6 +256,7 @@ int main(int argc, char **argv) {
     }
     if (!strcmp(cmd, "export-llmc")) export_llmc(&c, argv[3]);
     if (!strcmp(cmd, "consolidate")) consolidate(&c, argv[3]);
+    ckpt_source_close(c.src);
     free(c.text);
     return 0;
 }

@@ -49,6 +49,12 @@ typedef struct CkptManifest {
     long skipped_steps;
 } CkptManifest;
 
+// Elements [at, at + count) of a tensor's host buffer are the whole
+// model's [whole, whole + count) (stages 01-06's flat layout, tp 1).
+typedef struct CkptRun {
+    size_t at, whole, count;
+} CkptRun;
+
 typedef struct CkptTensor {
     const char *name;  // "master", "adam_m", ...
     void *host;        // host memory to write from / read into
@@ -57,10 +63,16 @@ typedef struct CkptTensor {
     // bytes of an element: what a resharded load reads (ckpt_reshard.c)
     size_t flat_begin;
     size_t elem_bytes;
+    // Under 3d_parallel the host elements are pieces of the whole model
+    // (trainer_whole_index): their runs, sorted by `whole`, for a resharded
+    // load; NULL: [flat_begin, flat_begin + bytes / elem_bytes) is the
+    // whole model's, as on stages 01-06 (past Ψ: padding).
+    const CkptRun *runs;
+    size_t nruns;
 } CkptTensor;
 
-// What a load did: a resharded one (another data-parallel stage or rank
-// count) and the bytes of tensor data this rank read from how many parts.
+// What a load did: a resharded one (another stage, rank count or grid)
+// and the bytes of tensor data this rank read from how many parts.
 typedef struct CkptLoadInfo {
     int resharded;
     uint64_t bytes_read;
@@ -77,14 +89,19 @@ int ckpt_save(Comm *world, const char *dir, const CkptManifest *m, const CkptTen
 // every part's size and checksum. Returns 0 and fills t[] and *got, or
 // nonzero with the same one-line message on every rank naming what differs
 // or is corrupt and what to do (the trainer exits 2 with it). A checkpoint
-// of another data-parallel stage or rank count (01-06, the same global
-// batch) is resharded into t[]'s ranges (flat_begin, elem_bytes); *info
+// of another stage, rank count or 3d_parallel grid (the same global batch)
+// is resharded into t[]'s ranges (flat_begin, elem_bytes, runs); *info
 // (may be NULL) says what was read.
 int ckpt_load(Comm *world, const char *dir, const CkptManifest *expect, CkptManifest *got,
               CkptTensor *t, int n, CkptLoadInfo *info, char *err, size_t err_len);
 // ckpt_reshard.c: ckpt_load's resharded read, from the manifest's text (internal)
 int ckpt_reshard_read(Comm *world, const char *step_dir, const char *manifest, const CkptManifest *m,
                       CkptTensor *t, int n, CkptLoadInfo *info, char *msg);
+// The runs of whole-model indices of elements [begin, begin + n) of a
+// layout whose element s is whole(ctx, s) (GPT_PADDING: none), with `at`
+// counted from begin, sorted by `whole` (malloc'd; *nruns of them).
+CkptRun *ckpt_runs_of(size_t (*whole)(const void *ctx, size_t s), const void *ctx, size_t begin, size_t n,
+                      size_t *nruns);
 // One rank, before a run's first save: creates DIR (and its parents) and
 // locks it for as long as *lock_fd stays open (flock on DIR/lock, which
 // names the holder), so that two runs cannot mix their parts in one folder.

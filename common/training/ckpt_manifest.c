@@ -1,6 +1,7 @@
 // ckpt_manifest.c: a checkpoint's manifest (see ckpt_manifest.h): the table
 // of its lines, the text rank 0 writes, and the parse and checks of a resume.
 #include "ckpt_manifest.h"
+#include "gpt_grid.h"
 #include <errno.h>
 #include <inttypes.h>
 #include <limits.h>
@@ -221,39 +222,53 @@ int manifest_parse(char *text, const char *dir, int rank, CkptManifest *m,
     return have_part || rank < 0 ? 0 : missing(dir, my_key, msg);
 }
 
-// The data-parallel stages keep the same states over the same flat layout,
-// cut differently (ckpt_reshard.c); 3d_parallel's parts are pieces of its grid.
-static const char *const DP_STAGES[] = {"dp_baseline", "zero1", "zero2", "zero3", "cpu_offload", "infinity"};
+// Every stage keeps the same states (master, m, v) of the same model, cut
+// differently: the data-parallel stages over the flat layout, 3d_parallel
+// in pieces of its grid (ckpt_reshard.c reads either into either).
+static const char *const STAGES[] = {"dp_baseline", "zero1", "zero2", "zero3", "cpu_offload", "infinity",
+                                     "3d_parallel"};
 
-static int dp_stage(const char *stage) {
-    for (size_t i = 0; i < sizeof DP_STAGES / sizeof DP_STAGES[0]; i++)
-        if (strcmp(stage, DP_STAGES[i]) == 0) return 1;
+static int known_stage(const char *stage) {
+    for (size_t i = 0; i < sizeof STAGES / sizeof STAGES[0]; i++)
+        if (strcmp(stage, STAGES[i]) == 0) return 1;
     return 0;
 }
 
 int ckpt_reshardable(const CkptManifest *got, const CkptManifest *expect, int ranks) {
-    return expect && dp_stage(got->stage) && dp_stage(expect->stage) && !got->grid[0] && !expect->grid[0] &&
-           (strcmp(got->stage, expect->stage) != 0 || got->ranks != ranks);
+    return expect && known_stage(got->stage) && known_stage(expect->stage) &&
+           (strcmp(got->stage, expect->stage) != 0 || got->ranks != ranks || strcmp(got->grid, expect->grid) != 0);
+}
+
+// The data-parallel replicas of a run: its ranks, or a grid's D.
+static int replicas(const CkptManifest *m, int ranks) {
+    int T, P, D;
+    return m->grid[0] && !grid_parse(m->grid, &T, &P, &D) ? D : ranks;
 }
 
 // Rows of the data a step trains on: the data position and the math stay
-// those of the saved run when this is the same, at any rank count.
-static long global_rows(const CkptManifest *m, int ranks) { return (long)m->batch * ranks * m->grad_accum; }
+// those of the saved run when this is the same, at any rank count or grid.
+static long global_rows(const CkptManifest *m, int ranks) {
+    return (long)m->batch * replicas(m, ranks) * m->grad_accum;
+}
 
 // expect == NULL checks the rank count only.
 int manifest_check(const char *dir, const CkptManifest *got, const CkptManifest *expect,
                           int ranks, char *msg) {
-    int reshard = ckpt_reshardable(got, expect, ranks);
+    int reshard = ckpt_reshardable(got, expect, ranks), T, P, D;
+    if (got->grid[0] && (grid_parse(got->grid, &T, &P, &D) || (long long)T * P * D != got->ranks))  // what its parts hold
+        return ckpt_msgf(msg, "checkpoint %s: manifest.txt's grid line (%s) is damaged or does not match its %d "
+                         "ranks; use an earlier step folder or start fresh", dir, got->grid, got->ranks);
     if (reshard && (got->seq_len != expect->seq_len || global_rows(got, got->ranks) != global_rows(expect, ranks)))
         return ckpt_msgf(msg, "checkpoint %s was saved with a global batch of %ld rows of %d tokens (batch %d x %d "
-                         "ranks x grad_accum %d); this run's is %ld of %d: resume at another stage or rank count "
-                         "with the same global batch (--batch x ranks x --grad-accum)", dir,
-                         global_rows(got, got->ranks), got->seq_len, got->batch, got->ranks, got->grad_accum,
-                         global_rows(expect, ranks), expect->seq_len);
+                         "%s x grad_accum %d); this run's is %ld of %d: resume at another stage, rank count or grid "
+                         "with the same global batch (--batch x data-parallel replicas x --grad-accum)", dir,
+                         global_rows(got, got->ranks), got->seq_len, got->batch, replicas(got, got->ranks),
+                         got->grid[0] ? "replicas" : "ranks", got->grad_accum, global_rows(expect, ranks),
+                         expect->seq_len);
     if (!reshard && expect && strcmp(got->stage, expect->stage) != 0)
         return ckpt_msgf(msg, "checkpoint %s was written by %s; this is %s: resume with the same stage (the "
-                    "data-parallel stages 01-06 resume each other's)", dir, got->stage, expect->stage);
-    if (expect && strcmp(got->grid, expect->grid) != 0)  // before the rank count: the grid says more
+                    "stages 01-07 resume each other's)", dir, got->stage, expect->stage);
+    if (!reshard && expect && strcmp(got->grid, expect->grid) != 0)  // before the rank count: the grid says more
         return ckpt_msgf(msg, "checkpoint %s was saved on the grid %s (%d ranks); this run's is %s: each rank's "
                     "part holds another piece of the model; resume on the same grid", dir,
                     got->grid[0] ? got->grid : "of data parallelism alone", got->ranks,
@@ -263,7 +278,10 @@ int manifest_check(const char *dir, const CkptManifest *got, const CkptManifest 
                     "mpirun -np %d", dir, got->ranks, ranks, got->ranks);
     for (int i = 0; expect && i < NFIELDS; i++) {
         int noted = FIELDS[i].group == GROUP_RUN || FIELDS[i].group == GROUP_MATH ||
-                    (reshard && FIELDS[i].group == GROUP_BATCH);  // the global batch, checked above
+                    (reshard && FIELDS[i].group == GROUP_BATCH) ||  // the global batch, checked above
+                    // a grid's num_params is its tp part's; the shape fields say whether the model is the same
+                    (reshard && (got->grid[0] || expect->grid[0]) &&
+                     FIELDS[i].off == offsetof(CkptManifest, num_params));
         if (noted || field_get(got, i) == field_get(expect, i)) continue;
         char a[32], b[32];
         field_format(got, i, a);

@@ -21,11 +21,11 @@ char *manifest_text(const CkptManifest *m, int ranks, const PartInfo *parts, siz
 int manifest_parse(char *text, const char *dir, int rank, CkptManifest *m, PartInfo *mine, char *msg);
 // The checkpoint fits this run: stage, grid, ranks, model, batch and data
 // (expect == NULL checks the rank count only); 1 with msg where not. One of
-// another data-parallel stage or rank count fits when its global batch
-// (batch x ranks x grad_accum rows of seq_len) is this run's.
+// another stage, rank count or grid fits when its global batch
+// (batch x data-parallel replicas x grad_accum rows of seq_len) is this run's.
 int manifest_check(const char *dir, const CkptManifest *got, const CkptManifest *expect, int ranks, char *msg);
-// A checkpoint of the data-parallel stages (01-06) saved at another stage or
-// rank count than this run's `ranks`: resharded when loaded (ckpt_reshard.c).
+// A checkpoint of any stage (01-07) saved at another stage, rank count or
+// grid than this run's: resharded when loaded (ckpt_reshard.c).
 int ckpt_reshardable(const CkptManifest *got, const CkptManifest *expect, int ranks);
 
 // A part file: PartHeader, one PartEntry per tensor (name, bytes, FNV-1a 64
@@ -52,9 +52,14 @@ int manifest_part(const char *text, int q, PartInfo *out);
 // DIR/latest's step folder (or DIR itself when it is one) into step_dir
 // (4096 bytes) and its manifest's text (malloc'd, *len bytes); 1 with msg.
 int ckpt_find_manifest(const char *dir, char *step_dir, char **text, long *len, char *msg);
-// Without MPI (ckpt_tool): flat elements [begin, begin + n) of tensor `name`
-// (elem_bytes each) into out, from the parts that hold them; zero past Ψ.
-int ckpt_read_flat(const char *step_dir, const char *manifest, const CkptManifest *m, const char *name,
-                   size_t elem_bytes, size_t begin, size_t n, void *out, char *msg);
+// Without MPI (ckpt_tool): a step folder's parts, each part's whole-model
+// elements mapped once (a 3d_parallel grid's: gpt_grid.h); flat elements
+// [begin, begin + n) of tensor `name` (elem_bytes each) read into out from
+// the parts that hold them, zero past Ψ; 1 with msg where a part fails.
+typedef struct CkptSource CkptSource;
+CkptSource *ckpt_source_open(const char *step_dir, const char *manifest, const CkptManifest *m);
+int ckpt_source_read(const CkptSource *s, const char *name, size_t elem_bytes, size_t begin, size_t n, void *out,
+                     char *msg);
+void ckpt_source_close(CkptSource *s);
 // Without MPI: every part's tensors against their checksums, read whole.
 int ckpt_verify_parts(const char *step_dir, const char *manifest, const CkptManifest *m, char *msg);

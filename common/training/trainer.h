@@ -304,6 +304,13 @@ void trainer_ckpt_in(Trainer *t, CkptStates *c, int loaded);
 // its bf16 params; --export-llmc gathers every rank's master weights to
 // rank 0, which writes the file. Both collective.
 void trainer_init_from(Trainer *t);
+// Index in the whole model's layout (tp 1, llm.c's tensors, stages 01-06's
+// flat buffer) of element s of this rank's states, or GPT_PADDING. The
+// states hold t->state_ranges of the rank's layout back to back, then a
+// shard's padding: all of the model on stages 01-06; on 3d_parallel the
+// units of its pipeline stage (the last stage's copy of wte first), each
+// tensor's tp part (gpt_grid.h).
+size_t trainer_whole_index(const Trainer *t, size_t s);
 void trainer_export_llmc(Trainer *t);
 // Before step 1: whether --export-llmc's file can be written (exit 2 if not). Collective.
 void trainer_check_export(Trainer *t);

@@ -3,6 +3,7 @@
 // bf16 parameters are bf16(master) and are rebuilt on resume, so every stage
 // saves and restores exactly the numbers its next step depends on.
 #include <math.h>
+#include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
 #include "check.h"
@@ -72,7 +73,8 @@ static CkptManifest manifest_of(const Trainer *t, uint64_t data_rows) {
 
 void ckpt_states_add(CkptStates *c, const char *name, void *host, size_t bytes, size_t flat_begin, size_t elem_bytes) {
     CHECK(c->n < 3 + STRATEGY_MAX_CKPT, "more than %d checkpoint tensors", 3 + STRATEGY_MAX_CKPT);
-    c->t[c->n++] = (CkptTensor){name, host, bytes, flat_begin, elem_bytes};
+    c->t[c->n++] = (CkptTensor){.name = name, .host = host, .bytes = bytes, .flat_begin = flat_begin,
+                                .elem_bytes = elem_bytes};
 }
 
 // Host copies of master, m and v (the device may not be host-addressable):
@@ -145,16 +147,46 @@ static void resume_scaler(Trainer *t, const CkptManifest *got) {
     s->hysteresis_left = got->scale_hysteresis_left > 0 ? got->scale_hysteresis_left : s->hysteresis;
 }
 
+static size_t whole_of(const void *t, size_t s) { return trainer_whole_index(t, s); }
+
+// Under a grid the states are pieces of the whole model: a resharded load
+// reads them as runs of whole-model indices (ckpt_reshard.c); NULL on
+// stages 01-06, whose states are the flat layout itself.
+static CkptRun *state_runs(Trainer *t, CkptStates *c) {
+    if (!t->grid[0]) return NULL;
+    size_t n = 0;
+    CkptRun *runs = ckpt_runs_of(whole_of, t, t->st.optim_begin, t->st.optim_count, &n);
+    for (int i = 0; i < c->n; i++) {
+        c->t[i].runs = runs;
+        c->t[i].nruns = n;
+    }
+    return runs;
+}
+
+// "3d_parallel's checkpoint of 4 ranks (tp 2 x pp 2 x dp 1) into zero2's layout at 4"
+static void say_resharded(const Trainer *t, const CkptManifest *got, const CkptLoadInfo *info) {
+    char from[64] = "", into[64] = "";
+    if (got->grid[0]) snprintf(from, sizeof from, " (%s)", got->grid);
+    if (t->grid[0]) snprintf(into, sizeof into, " (%s)", t->grid);
+    printf("resharded: %s's checkpoint of %d ranks%s into %s's layout at %d%s: rank 0 read %llu bytes of its own "
+           "range from %d of %d parts (each rank reads only its range%s; part q's checksums are checked whole by "
+           "rank q mod %d)\n", got->stage, got->ranks, from, t->strategy->name, t->world.size, into,
+           (unsigned long long)info->bytes_read, info->parts_read, got->ranks,
+           got->grid[0] || t->grid[0] ? ", mapped through the whole model's layout" : "", t->world.size);
+}
+
 void trainer_resume(Trainer *t) {
     const Strategy *s = t->strategy;
     CkptStates c;
     Buf host = ckpt_states_init(t, &c);
     if (s->ckpt_in) s->ckpt_in(t, &c, 0);  // the buffers of the stage's own tensors
+    CkptRun *runs = state_runs(t, &c);
     CkptManifest expect = manifest_of(t, 0), got;
     CkptLoadInfo info;
     char err[512];
-    if (ckpt_load(&t->world, t->cfg.resume, &expect, &got, c.t, c.n, &info, err, sizeof err))
-        fail_usage("%s", err);
+    int failed = ckpt_load(&t->world, t->cfg.resume, &expect, &got, c.t, c.n, &info, err, sizeof err);
+    free(runs);
+    if (failed) fail_usage("%s", err);
     if (got.step >= t->cfg.steps)
         fail_usage("--resume %s is at step %ld, not before --steps %d: ask for more steps", t->cfg.resume,
                    got.step, t->cfg.steps);
@@ -170,11 +202,7 @@ void trainer_resume(Trainer *t) {
     if (t->world.rank == 0)
         printf("resumed from %s at step %ld (data row %llu)\n", t->cfg.resume, got.step,
                (unsigned long long)got.data_rows);
-    if (t->world.rank == 0 && info.resharded)
-        printf("resharded: %s's checkpoint of %d ranks into %s's layout at %d: rank 0 read %llu bytes of its own "
-               "range from %d of %d parts (each rank reads only its range; part q's checksums are checked whole by "
-               "rank q mod %d)\n", got.stage, got.ranks, t->strategy->name, t->world.size,
-               (unsigned long long)info.bytes_read, info.parts_read, got.ranks, t->world.size);
+    if (t->world.rank == 0 && info.resharded) say_resharded(t, &got, &info);
     // Resuming continues the saved run: its LR schedule (over its horizon)
     // stays, and --steps only says where this run stops; only settings given
     // to change it (--schedule-steps, --warmup, --lr, ...) do, with a note.

@@ -2,9 +2,9 @@
 // llmc.h). What crosses the format is the fp32 master weights: --init-from
 // loads them into the range of the flat buffer this rank's optimizer owns,
 // exactly as a resume does, and --export-llmc gathers and writes them; under
-// 3d_parallel that range is of the rank's part of the model (whole_index). The bf16 params
-// are bf16(master) on both sides, so a model exported here and loaded back
-// runs the same forward pass bit for bit.
+// 3d_parallel that range is of the rank's part of the model
+// (trainer_whole_index). The bf16 params are bf16(master) on both sides, so
+// a model exported here and loaded back runs the same forward pass bit for bit.
 #include <errno.h>
 #include <limits.h>
 #include <stdint.h>
@@ -12,6 +12,7 @@
 #include <string.h>
 #include <unistd.h>
 #include "check.h"
+#include "gpt_grid.h"
 #include "llmc.h"
 #include "out_file.h"
 #include "trainer.h"
@@ -28,21 +29,9 @@ static void copy_master(Trainer *t, float *host, int to_host) {
     dev_sync(&t->dev, STREAM_COPY);
 }
 
-// Index in the whole model's layout (tp 1, llm.c's tensors) of element s of
-// this rank's states, or GPT_PADDING. The states hold t->state_ranges of the
-// rank's layout back to back, then a shard's padding: all of the model on
-// stages 01-06; on 3d_parallel the units of its pipeline stage (the last
-// stage's copy of wte first), each tensor's tp part (gpt_global_index).
-static size_t whole_index(const Trainer *t, size_t s) {
-    size_t at = 0;
-    for (int k = 0; k < t->nstate_ranges; at += t->state_ranges[k].count, k++) {
-        if (s >= at + t->state_ranges[k].count) continue;
-        size_t i = t->state_ranges[k].offset + (s - at);
-        return t->layout.tp_size == 1 ? i : gpt_global_index(&t->layout, i);
-    }
-    return GPT_PADDING;
+size_t trainer_whole_index(const Trainer *t, size_t s) {
+    return grid_whole_index(&t->layout, t->state_ranges, t->nstate_ranges, s);
 }
-
 // State elements [begin, begin + n) from the file, read per state range as
 // the whole-model span its elements cover (a stage's units, or one tp part
 // of wte), so no rank reads more than its pipeline stage of the model.
@@ -56,7 +45,7 @@ static void read_state_range(Trainer *t, const LlmcHeader *h, const GPTLayout *w
         size_t hi = begin + n < end ? begin + n : end;
         size_t first = SIZE_MAX, last = 0;  // the whole-model span of [lo, hi)
         for (size_t s = lo; s < hi; s++) {
-            size_t g = whole_index(t, s);
+            size_t g = trainer_whole_index(t, s);
             if (g == GPT_PADDING) continue;
             if (g < first) first = g;
             if (g + 1 > last) last = g + 1;
@@ -66,7 +55,7 @@ static void read_state_range(Trainer *t, const LlmcHeader *h, const GPTLayout *w
         if (llmc_read_range(t->cfg.init_from, h, whole, first, last, span, err, sizeof err))
             fail_rank(EXIT_USAGE, "%s", err);
         for (size_t s = lo; s < hi; s++) {
-            size_t g = whole_index(t, s);
+            size_t g = trainer_whole_index(t, s);
             if (g != GPT_PADDING) out[s - begin] = span[g - first];
         }
         free(span);
@@ -129,7 +118,7 @@ void trainer_export_llmc(Trainer *t) {
     uint64_t *idx = xmalloc((n ? n : 1) * sizeof(uint64_t));
     size_t count = 0;
     for (size_t i = 0; i < n && sends; i++) {
-        size_t g = whole_index(t, t->st.optim_begin + i);
+        size_t g = trainer_whole_index(t, t->st.optim_begin + i);
         if (g == GPT_PADDING) continue;
         val[count] = ((const float *)mine.ptr)[i];
         idx[count++] = g;

@@ -205,8 +205,8 @@ static void test_refuses_other_run_shapes(void **state) {
     tensors_free(&x);
 
     CkptManifest e = manifest(0, c->world.size);
-    snprintf(e.stage, sizeof e.stage, "3d_parallel");  // zero2 would reshard it (ckpt_reshard.c)
-    expect_refused(c, dir, &e, "was written by zero1; this is 3d_parallel: resume with the same stage", 1);
+    snprintf(e.stage, sizeof e.stage, "zero4");  // a stage this build does not know; 01-07 reshard it (ckpt_reshard.c)
+    expect_refused(c, dir, &e, "was written by zero1; this is zero4: resume with the same stage", 1);
     e = manifest(0, c->world.size);
     e.cfg.num_layers = 3;
     expect_refused(c, dir, &e, "model differs: num_layers is 2 there and 3 in this run", 1);
@@ -222,7 +222,9 @@ static void test_refuses_other_run_shapes(void **state) {
 }
 
 // A checkpoint of a stage that splits the model records its grid: the same
-// grid loads, another one (or none) is refused with both grids named.
+// grid loads; under a stage that cannot reshard it (3d_parallel's parts are
+// read at any grid: ckpt_reshard.c), another grid (or none) is refused with
+// both grids named.
 static void test_refuses_other_grid(void **state) {
     Ctx *c = *state;
     char dir[PATH_LEN], err[512] = "";
@@ -230,11 +232,13 @@ static void test_refuses_other_grid(void **state) {
     Tensors x;
     tensors_make(&x, c->world.rank, 1);
     CkptManifest m = manifest(10, c->world.size);
+    snprintf(m.stage, sizeof m.stage, "zero4_grid");
     snprintf(m.grid, sizeof m.grid, "tp 2 x pp 1 x dp 1");
     assert_true(all_ranks(c, ckpt_save(&c->world, dir, &m, x.t, 2, err, sizeof err) == 0));
     long step;
     int equal;
     CkptManifest e = manifest(0, c->world.size);
+    snprintf(e.stage, sizeof e.stage, "zero4_grid");
     snprintf(e.grid, sizeof e.grid, "tp 2 x pp 1 x dp 1");
     assert_true(all_ranks(c, load(c, dir, &e, &x, &step, &equal, err) == 0 && equal && step == 10));
     tensors_free(&x);

@@ -4,8 +4,9 @@
 // batch on tiny (4 layers, so that 4 stages fit) and small; 1F1B and AFAB
 // to the bit; per-rank model-state bytes, activation bytes and micro-batches
 // in flight, and bytes per group against the formulas; resume on the same
-// grid, refusal of another; the refusals of bad grids. Run from the
-// repository root after `make GPU=0`; files go under one mkdtemp folder.
+// grid, refusal of another global batch (other grids and stages:
+// test_reshard_grid.c); the refusals of bad grids. Run from the repository
+// root after `make GPU=0`; files go under one mkdtemp folder.
 #include "runs.h"
 
 #define PATH_LEN 512
@@ -300,12 +301,14 @@ static void test_resume_same_grid(void **state) {
     losses_of(resumed, b, STEPS - 4);
     for (int i = 0; i < STEPS - 4; i++)
         if (a[4 + i] != b[i]) fail_msg("step %d: resumed %.9g, uninterrupted %.9g", 5 + i, b[i], a[4 + i]);
-    // the same 8 ranks as tp 1 x pp 2 x dp 4: another piece of the model in every part
-    snprintf(cmd, sizeof cmd, "mpirun -np 8 ./3d_parallel %s --pp 2 --batch 1 --grad-accum 2 --steps %d --quiet "
+    // Another grid or stage reshards it (test_reshard_grid.c) at the same
+    // global batch only: 2 rows x 2 replicas x 2 micro-batches here
+    snprintf(cmd, sizeof cmd, "mpirun -np 8 ./3d_parallel %s --pp 2 --batch 1 --grad-accum 1 --steps %d --quiet "
              "--resume %s", MODEL[0], STEPS, dir);
-    free(expect_refusal(cmd, "saved on the grid tp 2 x pp 2 x dp 2 (8 ranks); this run's is tp 1 x pp 2 x dp 4"));
-    snprintf(cmd, sizeof cmd, "mpirun -np 8 ./zero1 %s --steps %d --quiet --resume %s", MODEL[0], STEPS, dir);
-    free(expect_refusal(cmd, "written by 3d_parallel; this is zero1"));
+    free(expect_refusal(cmd, "global batch of 8 rows of 32 tokens (batch 2 x 2 replicas x grad_accum 2); this run's "
+                        "is 4 of 32"));
+    snprintf(cmd, sizeof cmd, "mpirun -np 8 ./zero1 %s --batch 2 --steps %d --quiet --resume %s", MODEL[0], STEPS, dir);
+    free(expect_refusal(cmd, "this run's is 16 of 32"));
     free(full);
     free(resumed);
 }
