@@ -121,13 +121,30 @@ def tracked_files():
     return [f for f in files.decode().split("\0") if f]
 
 
+def record_key(lab):
+    """What a recording depends on: the checker and every binary it runs (size and time of each),
+    so a rebuilt reference or an edited checker records again."""
+    files = [HERE / "scripts/check_lab.py"] + sorted(p for p in HERE.iterdir() if p.is_file() and os.access(p, os.X_OK))
+    return json.dumps([lab] + [[p.name, p.stat().st_size, p.stat().st_mtime_ns] for p in files])
+
+
 def record_expected(lab, who):
-    """The reference's figures for lab `lab` (check_lab.py --record), as JSON text; exits when it fails them."""
+    """The reference's figures for lab `lab` (check_lab.py --record), as JSON text; exits when it fails them.
+    A recording is kept in build/lab-records/ and used again while nothing it depends on changed
+    (an instructor making a copy per student records once)."""
+    cache = HERE / "build" / "lab-records" / f"{lab}.json"
+    key = record_key(lab)
+    if cache.is_file():
+        kept = json.loads(cache.read_text())
+        if kept.get("key") == key:
+            return kept["expected"]
     checks = subprocess.run([sys.executable, str(HERE / "scripts/check_lab.py"), lab, "--record"], cwd=HERE,
                             capture_output=True, text=True)
     if checks.returncode != 0:
         sys.exit(f"{who}: the reference does not pass lab {lab}'s checks, so there is nothing to aim "
                  f"for:\n{checks.stdout}{checks.stderr}")
+    cache.parent.mkdir(parents=True, exist_ok=True)
+    cache.write_text(json.dumps({"key": key, "expected": checks.stdout}))
     return checks.stdout
 
 

@@ -93,6 +93,43 @@ static __attribute__((unused)) float *ckpt_master(const char *step_dir, int rank
     return ckpt_tensor(step_dir, ranks, "master", count);
 }
 
+// Peak resident memory (KB) of a shell command, as the kernel counts it
+// (its children's largest RSS).
+static __attribute__((unused)) double peak_kb(const char *cmd) {
+    char py[2048];
+    snprintf(py, sizeof py, "python3 -c \"import resource, subprocess, sys; "
+             "r = subprocess.run(sys.argv[1], shell=True, stdout=subprocess.DEVNULL); "
+             "print(r.returncode, resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss)\" '%s'", cmd);
+    char *out = NULL;
+    assert_int_equal(test_run(py, &out), 0);
+    int rc = -1;
+    double kb = NAN;
+    if (sscanf(out, "%d %lf", &rc, &kb) != 2 || rc != 0) fail_msg("%s: %s", cmd, out);
+    free(out);
+    return kb;
+}
+
+// ckpt_tool consolidates and exports checkpoint `ck` (more than 100 MB of
+// parts) into `out_prefix`-universal and .bin streaming: within 16 MB of the
+// tool's own start (its libraries), whatever the parts add up to.
+static __attribute__((unused)) void expect_tool_streams(const char *ck, const char *out_prefix) {
+    char cmd[2048];
+    snprintf(cmd, sizeof cmd, "du -sk %s", ck);
+    char *out = NULL;
+    if (test_run(cmd, &out) != 0) fail_msg("%s: %s", cmd, out);
+    double parts_kb = atof(out);
+    free(out);
+    double base = peak_kb("./ckpt_tool --help");
+    snprintf(cmd, sizeof cmd, "./ckpt_tool consolidate %s %s-universal", ck, out_prefix);
+    double consolidate = peak_kb(cmd);
+    snprintf(cmd, sizeof cmd, "./ckpt_tool export-llmc %s %s.bin", ck, out_prefix);
+    double export = peak_kb(cmd);
+    print_message("parts %.0f KB; peak resident: --help %.0f KB, consolidate %.0f KB, export-llmc %.0f KB\n",
+                  parts_kb, base, consolidate, export);
+    assert_true(parts_kb > 100000);
+    assert_true(consolidate - base < 16384 && export - base < 16384);
+}
+
 // A group's set-up: every path in `needs` (NULL-ended: the binaries it runs,
 // folders it reads) is there, as when the test runs from the repository root
 // after make; else one line naming the test, and 1.

@@ -213,21 +213,6 @@ static void test_grid_into_grid(void **state) {
                  "into 3d_parallel's layout at 8 (tp 2 x pp 1 x dp 4)", NULL));
 }
 
-// Peak resident memory (KB) of a command, as the kernel counts it (test_ckpt_tool.c's).
-static double peak_kb(const char *cmd) {
-    char py[CMD_LEN];
-    snprintf(py, sizeof py, "python3 -c \"import resource, subprocess, sys; "
-             "r = subprocess.run(sys.argv[1], shell=True, stdout=subprocess.DEVNULL); "
-             "print(r.returncode, resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss)\" '%s'", cmd);
-    char *out = NULL;
-    assert_int_equal(test_run(py, &out), 0);
-    int rc = -1;
-    double kb = NAN;
-    if (sscanf(out, "%d %lf", &rc, &kb) != 2 || rc != 0) fail_msg("%s: %s", cmd, out);
-    free(out);
-    return kb;
-}
-
 // A 10.8M-parameter model's grid checkpoint (124 MB of parts at tp 2 x pp
 // 2): ckpt_tool consolidates and exports it streaming, as a data-parallel
 // one (test_ckpt_tool.c's bound: within 16 MB of the tool's own start; the
@@ -239,20 +224,9 @@ static void test_grid_memory_bounded(void **state) {
     snprintf(cmd, sizeof cmd, "mpirun -np 4 ./3d_parallel --model small --d-model 384 --layers 6 --heads 6 --tp 2 "
              "--pp 2 --batch 1 --grad-accum 2 --steps 1 --quiet --save %s", ck);
     run_ok(cmd, NULL);
-    snprintf(cmd, sizeof cmd, "du -sk %s", ck);
-    char *out = NULL;
-    run_ok(cmd, &out);
-    double parts_kb = atof(out);
-    free(out);
-    double base = peak_kb("./ckpt_tool --help");
-    snprintf(cmd, sizeof cmd, "./ckpt_tool consolidate %s %s/big-grid-universal", ck, c->root);
-    double consolidate = peak_kb(cmd);
-    snprintf(cmd, sizeof cmd, "./ckpt_tool export-llmc %s %s/big-grid.bin", ck, c->root);
-    double export = peak_kb(cmd);
-    print_message("grid parts %.0f KB; peak resident: --help %.0f KB, consolidate %.0f KB, export-llmc %.0f KB\n",
-                  parts_kb, base, consolidate, export);
-    assert_true(parts_kb > 100000);
-    assert_true(consolidate - base < 16384 && export - base < 16384);
+    char prefix[PATH_LEN + 8];
+    snprintf(prefix, sizeof prefix, "%s/big-grid", c->root);
+    expect_tool_streams(ck, prefix);
 }
 
 // What changes the math or the model is still refused, in one line.
