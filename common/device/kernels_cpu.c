@@ -266,9 +266,11 @@ static double sum_squares_bf16(Device *d, const bf16 *x, size_t n) {
     for (int blk = 0; blk < SUMSQ_BLOCKS; blk++) {
         size_t lo = blk * per, hi = lo + per < n ? lo + per : n;
         double s = 0.0;
-        for (size_t i = lo; i < hi; i++) {
-            double v = half_to_f32(d->half, x[i]);
-            s += v * v;
+        float v[HALF_BLOCK];
+        for (size_t i = lo; i < hi; i += HALF_BLOCK) {
+            size_t k = hi - i < HALF_BLOCK ? hi - i : HALF_BLOCK;
+            half_to_f32_row(d->half_path, d->half, v, x + i, k);
+            for (size_t j = 0; j < k; j++) s += (double)v[j] * v[j];
         }
         part[blk] = s;
     }
