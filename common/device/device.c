@@ -2,6 +2,7 @@
 // backend by --device, and routes every allocation through the memory
 // accounting so that no byte escapes the breakdown.
 #include "device.h"
+#include "half_rows.h"
 #include <string.h>
 #include "check.h"
 #include "device_backends.h"
@@ -62,6 +63,10 @@ void device_init(Device *d, const DeviceOptions *opt) {
     } else {
         fail_usage("--device %s: unknown device; use auto, cpu or cuda", kind);
     }
+    // the 16-bit format on every device, and the host's conversions of it
+    // (the cpu kernels, and the host-side work of cpu_offload and infinity)
+    d->half = opt->half;
+    d->half_path = half_rows_best_path();
 }
 
 void device_destroy(Device *d) {

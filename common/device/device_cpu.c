@@ -11,7 +11,6 @@
 #include <unistd.h>
 #include "check.h"
 #include "device_backends.h"
-#include "half_rows.h"
 #include "kernels.h"
 
 #define CPU_ALIGN_BYTES 64  // a cache line, and the widest SIMD load (AVX-512)
@@ -127,8 +126,6 @@ void device_cpu_init(Device *d, const DeviceOptions *opt) {
     snprintf(d->name, sizeof d->name, "cpu (OpenBLAS sgemm, %d OpenMP thread%s)", d->threads,
              d->threads == 1 ? "" : "s");
     d->act_bytes = 4;  // fp32 activations: the cpu kernels compute in fp32
-    d->half = opt->half;
-    d->half_path = half_rows_best_path();
     d->peak_flops = 0;
     d->peak_source = "peak unknown on cpu (make bench measures the sgemm roof)";
     d->ops = &cpu_ops;

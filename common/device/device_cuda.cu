@@ -323,10 +323,9 @@ extern "C" void device_cuda_init(Device *d, const DeviceOptions *opt) {
     d->threads = host_threads(opt);
     omp_set_num_threads(d->threads);
     d->act_bytes = 2;  // bf16 activations
-    d->half = opt->half;  // the kernels of that format (kernels_cuda.h): bf16 or fp16 activations too
     set_peak(d, prop.name);
     d->ops = &cuda_ops;
-    d->k = opt->half == HALF_FP16 ? &kernels_cuda_fp16 : &kernels_cuda;
+    d->k = opt->half == HALF_FP16 ? &kernels_cuda_fp16 : &kernels_cuda;  // bf16 or fp16 activations too
     d->impl = impl;
     size_t budget = opt->hbm_gb > 0 ? (size_t)ceil(opt->hbm_gb * 1e9) : prop.totalGlobalMem;  // a tiny budget stays one
     mem_set_budget(&d->mem, TIER_DEVICE, budget);

@@ -210,7 +210,7 @@ __global__ void __launch_bounds__(BLOCK) accumulate_half_f32_kernel(float *acc, 
     }
 }
 
-__global__ void __launch_bounds__(BLOCK) f32_to_bf16_kernel(floatX *dst, const float *src, size_t n, bool wide) {
+__global__ void __launch_bounds__(BLOCK) f32_to_half_kernel(floatX *dst, const float *src, size_t n, bool wide) {
     FOR_EACH_PACK(base, n) {
         Pack<float> x = load_pack(src, base, n, wide);
         Pack<floatX> y;
@@ -219,7 +219,7 @@ __global__ void __launch_bounds__(BLOCK) f32_to_bf16_kernel(floatX *dst, const f
     }
 }
 
-__global__ void __launch_bounds__(BLOCK) bf16_to_f32_kernel(float *dst, const floatX *src, size_t n, bool wide) {
+__global__ void __launch_bounds__(BLOCK) half_to_f32_kernel(float *dst, const floatX *src, size_t n, bool wide) {
     FOR_EACH_PACK(base, n) {
         Pack<floatX> x = load_pack(src, base, n, wide);
         Pack<float> y;
@@ -287,15 +287,15 @@ static void accumulate_half_f32(Device *d, float *acc, const bf16 *h, size_t n, 
     LAUNCH_CHECK();
 }
 
-static void f32_to_bf16_cuda(Device *d, bf16 *dst, const float *src, size_t n) {
+static void f32_to_half_cuda(Device *d, bf16 *dst, const float *src, size_t n) {
     bool wide = aligned16(dst) && aligned16(src);
-    f32_to_bf16_kernel<<<grid_for_packs(n), BLOCK, 0, compute(d)>>>((floatX *)dst, src, n, wide);
+    f32_to_half_kernel<<<grid_for_packs(n), BLOCK, 0, compute(d)>>>((floatX *)dst, src, n, wide);
     LAUNCH_CHECK();
 }
 
-static void bf16_to_f32_cuda(Device *d, float *dst, const bf16 *src, size_t n) {
+static void half_to_f32_cuda(Device *d, float *dst, const bf16 *src, size_t n) {
     bool wide = aligned16(dst) && aligned16(src);
-    bf16_to_f32_kernel<<<grid_for_packs(n), BLOCK, 0, compute(d)>>>(dst, (const floatX *)src, n, wide);
+    half_to_f32_kernel<<<grid_for_packs(n), BLOCK, 0, compute(d)>>>(dst, (const floatX *)src, n, wide);
     LAUNCH_CHECK();
 }
 
@@ -368,7 +368,7 @@ extern "C" const KernelOps KERNELS_TABLE = {
     accumulate_half_f32,              // accumulate_half_f32
     sum_squares_bf16,                 // sum_squares_bf16
     adamw,                            // adamw
-    f32_to_bf16_cuda,                 // f32_to_half (in floatX: bf16 or fp16)
-    bf16_to_f32_cuda,                 // half_to_f32
+    f32_to_half_cuda,                 // f32_to_half (in floatX: bf16 or fp16)
+    half_to_f32_cuda,                 // half_to_f32
     scratch_bytes,                    // scratch_bytes
 };

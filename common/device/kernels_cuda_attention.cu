@@ -101,7 +101,7 @@ __global__ void __launch_bounds__(BLOCK) causal_softmax_backward_kernel(floatX *
         ds[row * T + s] = to_floatX(s <= t ? scale * p[s] * (g[s] - dot) : 0.0f);
 }
 
-__global__ void __launch_bounds__(BLOCK) f32_to_bf16_copy_kernel(floatX *dst, const float *src, size_t n) {
+__global__ void __launch_bounds__(BLOCK) f32_to_half_copy_kernel(floatX *dst, const float *src, size_t n) {
     FOR_EACH_ELEMENT(i, n) dst[i] = to_floatX(src[i]);
 }
 
@@ -198,7 +198,7 @@ void attention_backward_cuda(Device *d, act *dqkv, const act *dout, const act *q
     permute_heads_kernel<<<grid_for(n, BLOCK), BLOCK, 0, st>>>(dy, (const floatX *)dout, NH, T,
                                                                hs, n, 0);
     LAUNCH_CHECK();
-    f32_to_bf16_copy_kernel<<<grid_for(rows * T, BLOCK), BLOCK, 0, st>>>(p, att, rows * T);
+    f32_to_half_copy_kernel<<<grid_for(rows * T, BLOCK), BLOCK, 0, st>>>(p, att, rows * T);
     LAUNCH_CHECK();
     heads_p_y(d, dv, p, 1, dy, T, hs, heads);    // dV = P^T dY
     heads_x_yt(d, dp, dy, v, 1.0f, T, hs, heads);  // dP = dY V^T

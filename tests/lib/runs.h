@@ -93,6 +93,15 @@ static __attribute__((unused)) float *ckpt_master(const char *step_dir, int rank
     return ckpt_tensor(step_dir, ranks, "master", count);
 }
 
+// A command that must succeed; its output in *out (malloc'd) when out is not NULL.
+static __attribute__((unused)) void run_ok(const char *cmd, char **out) {
+    char *o = NULL;
+    int rc = test_run(cmd, &o);
+    if (rc != 0) fail_msg("%s: exit %d:\n%s", cmd, rc, o);
+    if (out) *out = o;
+    else free(o);
+}
+
 // Peak resident memory (KB) of a shell command, as the kernel counts it
 // (its children's largest RSS).
 static __attribute__((unused)) double peak_kb(const char *cmd) {
@@ -116,7 +125,7 @@ static __attribute__((unused)) void expect_tool_streams(const char *ck, const ch
     char cmd[2048];
     snprintf(cmd, sizeof cmd, "du -sk %s", ck);
     char *out = NULL;
-    if (test_run(cmd, &out) != 0) fail_msg("%s: %s", cmd, out);
+    run_ok(cmd, &out);
     double parts_kb = atof(out);
     free(out);
     double base = peak_kb("./ckpt_tool --help");

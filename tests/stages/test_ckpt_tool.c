@@ -15,14 +15,6 @@ typedef struct Ctx {
     char root[64];
 } Ctx;
 
-static void run_ok(const char *cmd, char **out) {
-    char *o = NULL;
-    int rc = test_run(cmd, &o);
-    if (rc != 0) fail_msg("%s: exit %d:\n%s", cmd, rc, o);
-    if (out) *out = o;
-    else free(o);
-}
-
 static void test_export_is_the_runs(void **state) {
     Ctx *c = *state;
     char cmd[CMD_LEN], ck[PATH_LEN], a[PATH_LEN], b[PATH_LEN];

@@ -32,14 +32,6 @@ typedef struct Ctx {
     int have_full, have_grid_full, have_dp_ckpt, have_grid_ckpt;
 } Ctx;
 
-static void run_ok(const char *cmd, char **out) {
-    char *o = NULL;
-    int rc = test_run(cmd, &o);
-    if (rc != 0) fail_msg("%s: exit %d:\n%s", cmd, rc, o);
-    if (out) *out = o;
-    else free(o);
-}
-
 static const double *uninterrupted(Ctx *c) {
     if (!c->have_full) {
         char cmd[CMD_LEN], json[PATH_LEN];
