@@ -47,10 +47,10 @@ static void update(Trainer *t, const AdamWStep *s) {
 }
 // LAB END
 
-// The micro-batch step: dp_baseline's. bf16 params and grads stay whole:
-// each unit reads its slice of the full params, and its gradients are added
-// into the full bf16 gradient buffer over the micro-batches. After the last
-// micro-batch, the reduce-scatter.
+// The micro-batch step. Params and grads are whole on every rank: each unit
+// reads its slice of the full params, and its gradients are added into the
+// full bf16 gradient buffer over the micro-batches (the replicated helpers,
+// common/training/trainer.c). After the last micro-batch, the reduce-scatter.
 static double forward_backward(Trainer *t, const MicroBatches *mb) {
     GPT *g = &t->model;
     const bf16 *embed = replicated_unit_params(t, GPT_UNIT_EMBED);  // the head reads wte too (tied)

@@ -3,8 +3,8 @@
 # trainer's strategy file uses the same names (Stage, forward_backward,
 # update, ...), so the diff of the two strategy files is the technique; the
 # files the stage adds follow in full: its own machinery (reused by later
-# stages), and the common/ files that only it uses or that hold its lab's
-# regions. The last line counts the changed lines.
+# stages) and the common/ files that only it uses; then its lab's regions
+# in the common/ files that every stage runs. The last line counts the changed lines.
 set -euo pipefail
 n=$1
 here=$(cd "$(dirname "$0")/.." && pwd)
@@ -32,15 +32,20 @@ case "$n" in
 07) prev_n=02 ;;
 *) prev_n=$(printf '%02d' $((10#$n - 1))) ;;
 esac
-# the common/ files a stage owns: only it uses them, or they hold its lab's
-# regions (lab 04's recompute, lab 05's SIMD CPU Adam, lab 07's f and g)
+# the common/ files a stage owns, shown whole: only it uses them
 case "$n" in
-04) owned="common/model/gpt_recompute.c" ;;
-05) owned="common/device/cpu_adam.h common/device/cpu_adam.c common/device/cpu_adam_paths.h
-           common/device/cpu_adam_avx2.c common/device/cpu_adam_avx512.c common/device/cpu_adam_scalar.c" ;;
 06) owned="common/io/aio.h common/io/aio.c common/io/aio_file.c" ;;
 07) owned="common/model/gpt_tp.c" ;;
 *) owned="" ;;
+esac
+# common/ files every stage runs that hold this stage's lab regions (lab 04's
+# recompute, lab 05's SIMD CPU Adam: the cpu device's Adam in every stage,
+# lab 07's f and g): the region alone, the part the lab asks the student for
+case "$n" in
+04) regions="common/model/gpt_recompute.c" ;;
+05) regions="common/device/cpu_adam_avx2.c common/device/cpu_adam_avx512.c" ;;
+07) regions="common/model/gpt_block.c" ;;
+*) regions="" ;;
 esac
 prev=$(ls -d "${prev_n}"_* 2>/dev/null | head -1)
 theirs=$([ -n "$prev" ] && strategy_of "$prev" || true)
@@ -65,6 +70,12 @@ trap 'rm -f "$out"' EXIT
         echo
         echo "# $k. $why: $f"
         diff -u /dev/null "$f" | tail -n +3 || true
+        k=$((k + 1))
+    done
+    for f in $regions; do
+        echo
+        echo "# $k. lab $n's region in $f (a file every stage runs)"
+        awk -v n="$n" '$0 ~ "^// LAB " n ":" { on = 1 } on { print "+" $0 } on && /^\/\/ LAB END/ { on = 0 }' "$f"
         k=$((k + 1))
     done
 } > "$out"

@@ -26,6 +26,17 @@ static void test_stage_diffs(void **state) {
     if (rc != 0 || !strstr(out, "+static int flags(void *ctx, FlagSpec *out)") || !strstr(out, "grad_shard.c"))
         fail_msg("make diff-03: exit %d\n%.800s", rc, out);
     free(out);
+    // a common/ file every stage runs shows only the stage's lab region:
+    // 05's SIMD Adam tile, not the cpu device's Adam around it; 07's f and g
+    rc = test_run("make --no-print-directory diff-05", &out);
+    if (rc != 0 || !strstr(out, "lab 05's region in common/device/cpu_adam_avx2.c") ||
+        !strstr(out, "+// LAB 05: cpu_adam_tile_avx2") || strstr(out, "cpu_adam_scalar.c"))
+        fail_msg("make diff-05: exit %d\n%.800s", rc, out);
+    free(out);
+    rc = test_run("make --no-print-directory diff-07", &out);
+    if (rc != 0 || !strstr(out, "+// LAB 07: f_and_g") || !strstr(out, "common/model/gpt_tp.c"))
+        fail_msg("make diff-07: exit %d\n%.800s", rc, out);
+    free(out);
 }
 
 static void test_plot_runs(void **state) {
