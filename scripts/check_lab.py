@@ -163,11 +163,11 @@ class Runner:
             # (its lines start with the binary's name; MPI's warnings may come after them)
             own = [l for l in lines if l.startswith(binary + ":")]
             # its error line ("NAME: error: ...", "NAME: rank R: ..."), not the settings line it printed first
-            own = [l for l in own if ": error:" in l or l.startswith(binary + ": rank ")] or own
+            err = [l for l in own if ": error:" in l or l.startswith(binary + ": rank ")]
             crash = crash_name(proc.returncode)
-            if crash:
-                return {"error": f"crashed: {crash}" + (f"; it said: {own[0]}" if own else "")}
-            said = own or lines
+            if crash:  # a crash prints no error line of its own: the settings line would mislead
+                return {"error": f"crashed: {crash}" + (f"; it said: {err[0]}" if err else "")}
+            said = err or own or lines
             return {"error": f"exit {proc.returncode}: " + (said[0] if said else "no output")}
         return json.loads(path.read_text().splitlines()[-1])
 

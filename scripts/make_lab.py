@@ -22,6 +22,7 @@ the first build of the copy recompiles only the stubbed files.
 import json
 import os
 import re
+import shlex
 import shutil
 import subprocess
 import sys
@@ -201,7 +202,8 @@ def main():
     for s in stubbed:
         print(f"  {s}")
     inside = Path.cwd() in dest.parents
-    print(f"build and check it there: cd {os.path.relpath(dest) if inside else dest} && make check-lab-{lab}")
+    print(f"build and check it there: cd {shlex.quote(str(os.path.relpath(dest) if inside else dest))} "
+          f"&& make check-lab-{lab}")
 
 
 def marked_labs():

@@ -207,7 +207,7 @@ static void test_lab_keeps_work(void **state) {
 // returned, left mpirun and its ranks spinning and a temporary folder in the
 // copy when it was killed, and named a crash "exit 139". A copy of lab 03
 // with stand-ins for the binaries (a script that sleeps, one that dies of
-// SIGSEGV) and a recorded reference time of 0.3 s: the run is ended after
+// SIGSEGV after its settings line) and a recorded reference time of 0.3 s: the run is ended after
 // the limit (10 s, the floor over 10 x 0.3 s) with one line naming both
 // times, the crash by its signal's name, and a grader stopped by SIGTERM
 // ends its ranks and removes its folder. Each command is bounded by timeout.
@@ -223,7 +223,7 @@ static void test_check_lab_bounded(void **state) {
     snprintf(pattern, sizeof pattern, "[s]leep %d", seconds);
     snprintf(cmd, sizeof cmd, "cd %s && mkdir -p scripts .lab && cp %s/scripts/check_lab.py scripts/ && "
              "printf 'zero2 dp_baseline:\\n\\t@true\\n' > Makefile && "
-             "printf '#!/bin/bash\\n%s\\n' > hang && printf '#!/bin/bash\\nkill -SEGV $$\\n' > crash && "
+             "printf '#!/bin/bash\\n%s\\n' > hang && printf '#!/bin/bash\\necho \"zero2: cpu (the settings line)\"\\nkill -SEGV $$\\n' > crash && "
              "chmod +x hang crash && cp hang dp_baseline && "
              "echo '{\"lab\":\"03\",\"losses\":[1],\"accum_losses\":[1],\"reference_s\":0.3}' > .lab/expected.json",
              root, here, sleeper);
@@ -240,7 +240,9 @@ static void test_check_lab_bounded(void **state) {
 
     snprintf(cmd, sizeof cmd, "cd %s && cp crash zero2 && timeout 60 python3 scripts/check_lab.py 03", root);
     rc = test_run(cmd, &out);
-    if (rc != 1 || !strstr(out, "crashed: segmentation fault (SIGSEGV)")) fail_msg("%s: exit %d\n%s", cmd, rc, out);
+    // a crash prints no error line: the settings line it printed first is not quoted as one
+    if (rc != 1 || !strstr(out, "crashed: segmentation fault (SIGSEGV)") || strstr(out, "it said: zero2: cpu"))
+        fail_msg("%s: exit %d\n%s", cmd, rc, out);
     free(out);
 
     snprintf(cmd, sizeof cmd, "cd %s && cp hang zero2 && (timeout 60 python3 scripts/check_lab.py 03 & g=$!; "
