@@ -48,8 +48,18 @@ typedef struct KernelOps {
     // dqkv (B,T,3C) overwritten
     void (*attention_backward)(Device *d, act *dqkv, const act *dout, const act *qkv,
                                const float *att, int B, int T, int C, int NH);
+    // The MLP's linear and GELU as one op each way (on cuda, cuBLASLt epilogues):
+    // pre (BT,OC) = inp (BT,C) @ w (OC,C)^T + bias (OC), kept for backward; out = gelu(pre).
+    // Rows packed (ld = OC); bias may be NULL.
+    void (*matmul_gelu_forward)(Device *d, act *out, act *pre, const act *inp, const bf16 *w,
+                                const bf16 *bias, int BT, int C, int OC);
+    // The backward of a linear whose input is a GELU's output, inp = gelu(pre) (BT,C):
+    // dpre (BT,C) = (dout @ w) * gelu'(pre) (overwritten); dw, dbias as matmul_backward.
+    // The same numbers as matmul_backward and gelu_backward, up to rounding.
+    void (*gelu_matmul_backward)(Device *d, act *dpre, float *dw, float *dbias, const act *dout,
+                                 const act *inp, const act *pre, const bf16 *w, int BT, int C, int OC);
     void (*gelu_forward)(Device *d, act *out, const act *inp, size_t n);
-    // dinp = gelu'(inp) * dout (overwritten)
+    // dinp = gelu'(inp) * dout (overwritten; dinp may alias dout)
     void (*gelu_backward)(Device *d, act *dinp, const act *inp, const act *dout, size_t n);
     // out = a + b (out may alias a)
     void (*residual_forward)(Device *d, act *out, const act *a, const act *b, size_t n);

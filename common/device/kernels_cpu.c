@@ -158,6 +158,20 @@ static void gelu_backward(Device *d, act *dinp_, const act *inp_, const act *dou
     for (size_t i = 0; i < n; i++) dinp[i] = gelu_grad_f32(inp[i]) * dout[i];
 }
 
+// The fused ops of kernels.h: on the cpu the two kernels one after the other,
+// the same bits as when the model called them itself.
+static void matmul_gelu_forward(Device *d, act *out, act *pre, const act *inp, const bf16 *w,
+                                const bf16 *bias, int BT, int C, int OC) {
+    matmul_forward_cpu(d, pre, inp, w, bias, BT, C, OC, OC);
+    gelu_forward(d, out, pre, (size_t)BT * OC);
+}
+
+static void gelu_matmul_backward(Device *d, act *dpre, float *dw, float *dbias, const act *dout,
+                                 const act *inp, const act *pre, const bf16 *w, int BT, int C, int OC) {
+    matmul_backward_cpu(d, dpre, dw, dbias, dout, inp, w, BT, C, OC, OC);
+    gelu_backward(d, dpre, pre, dpre, (size_t)BT * C);
+}
+
 static void residual_forward(Device *d, act *out_, const act *a_, const act *b_, size_t n) {
     float *out = out_;
     const float *a = a_, *b = b_;
@@ -309,6 +323,8 @@ const KernelOps kernels_cpu = {
     .matmul_backward = matmul_backward_cpu,
     .attention_forward = attention_forward_cpu,
     .attention_backward = attention_backward_cpu,
+    .matmul_gelu_forward = matmul_gelu_forward,
+    .gelu_matmul_backward = gelu_matmul_backward,
     .gelu_forward = gelu_forward,
     .gelu_backward = gelu_backward,
     .residual_forward = residual_forward,

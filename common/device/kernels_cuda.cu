@@ -99,13 +99,13 @@ __global__ void __launch_bounds__(BLOCK) residual_forward_kernel(floatX *out, co
     }
 }
 
-static void gelu_forward(Device *d, act *out, const act *inp, size_t n) {
+void gelu_forward_cuda(Device *d, act *out, const act *inp, size_t n) {
     bool wide = aligned16(out) && aligned16(inp);
     gelu_forward_kernel<<<grid_for_packs(n), BLOCK, 0, compute(d)>>>((floatX *)out, (const floatX *)inp, n, wide);
     LAUNCH_CHECK();
 }
 
-static void gelu_backward(Device *d, act *dinp, const act *inp, const act *dout, size_t n) {
+void gelu_backward_cuda(Device *d, act *dinp, const act *inp, const act *dout, size_t n) {
     bool wide = aligned16(dinp) && aligned16(inp) && aligned16(dout);
     gelu_backward_kernel<<<grid_for_packs(n), BLOCK, 0, compute(d)>>>(
         (floatX *)dinp, (const floatX *)inp, (const floatX *)dout, n, wide);
@@ -329,7 +329,8 @@ static void adamw(Device *d, float *master, float *m, float *v, const bf16 *grad
 static size_t max_bytes(size_t a, size_t b) { return a > b ? a : b; }
 
 // The requests of a step: the largest bias gradient (fc, 4C outputs; the
-// head has no bias), the layernorm backward, attention, and the norm's partials.
+// head has no bias) as column partials, where the GEMM's epilogue cannot sum
+// it, the layernorm backward, attention, and the norm's partials.
 static size_t scratch_bytes(int threads, int B, int T, int C, int NH, int V) {
     (void)threads, (void)V;
     int BT = B * T;
@@ -351,8 +352,10 @@ extern "C" const KernelOps KERNELS_TABLE = {
     matmul_backward_cuda,             // matmul_backward
     attention_forward_cuda,           // attention_forward
     attention_backward_cuda,          // attention_backward
-    gelu_forward,                     // gelu_forward
-    gelu_backward,                    // gelu_backward
+    matmul_gelu_forward_cuda,         // matmul_gelu_forward
+    gelu_matmul_backward_cuda,        // gelu_matmul_backward
+    gelu_forward_cuda,                // gelu_forward
+    gelu_backward_cuda,               // gelu_backward
     residual_forward,                 // residual_forward
     residual_layernorm_forward_cuda,  // residual_layernorm_forward
     softmax_crossentropy_cuda,        // softmax_crossentropy

@@ -140,11 +140,25 @@ __device__ inline float block_max(float x) { return block_reduce<MaxOp>(x, -INFI
 
 // ---- GEMM (kernels_cuda_matmul.cu) ----------------------------------------------
 
+// What the GEMM does to its result before storing it: cuBLASLt's epilogues,
+// named here for the row-major product (kernels_cuda_matmul.cu maps them onto
+// cuBLASLt's column-major operands).
+typedef enum GemmEpilogue {
+    GEMM_PLAIN,      // C as computed
+    GEMM_BIAS,       // + bias (N) on every row of C
+    GEMM_GELU_AUX,   // aux = C [+ bias], then C = gelu(aux)
+    GEMM_DGELU,      // C = C * gelu'(aux)
+    GEMM_BGRAD_A,    // also bias_grad (M) = row sums of op(A), fp32, written (not added)
+} GemmEpilogue;
+
 // One row-major GEMM, or `batch` of them at fixed strides (elements):
-//   C (M,N) = alpha * op(A) (M,K) @ op(B) (K,N) + beta * C  [+ bias (N) on every row]
+//   C (M,N) = epilogue(alpha * op(A) (M,K) @ op(B) (K,N) + beta * C)
 // A is stored (M,K), or (K,M) when transA; B is stored (K,N), or (N,K) when
 // transB; rows lda, ldb, ldc apart (0 = densely packed). A, B, bias bf16;
-// C bf16 or fp32 (c_f32); products accumulate in fp32.
+// C bf16 or fp32 (c_f32); products accumulate in fp32. An epilogue other
+// than GEMM_PLAIN takes batch == 1 and 16-byte aligned vectors (bias, aux,
+// bias_grad); aux has C's type and rows ldc apart, ldc a multiple of 8
+// (cuBLASLt's constraints, which the callers check before they ask).
 typedef struct GemmArgs {
     int M, N, K;
     int lda, ldb, ldc;
@@ -158,11 +172,17 @@ typedef struct GemmArgs {
     int c_f32;
     long long strideC;
     float alpha, beta;
-    int batch;         // 1 for a single GEMM
-    const void *bias;  // NULL for none; only with batch == 1
+    int batch;  // 1 for a single GEMM
+    GemmEpilogue epilogue;
+    const void *bias;  // GEMM_BIAS; GEMM_GELU_AUX, where NULL adds none
+    void *aux;         // GEMM_GELU_AUX writes it, GEMM_DGELU reads it
+    float *bias_grad;  // GEMM_BGRAD_A
 } GemmArgs;
 
-void gemm_bf16(Device *d, const GemmArgs *g);
+// Runs the GEMM and returns true, or returns false having done nothing when
+// cuBLASLt has no kernel for its epilogue: the caller then does without
+// (a GEMM_PLAIN or GEMM_BIAS with no kernel stops the program).
+bool gemm_bf16(Device *d, const GemmArgs *g);
 
 // acc[c] += sum over r of partials[r*cols + c], r in order (deterministic column sums)
 void column_partials_accumulate(Device *d, float *acc, const float *partials, int rows, int cols);
@@ -203,6 +223,13 @@ size_t layernorm_cuda_scratch_bytes(int BT, int C);
 size_t attention_cuda_scratch_bytes(int B, int T, int C, int NH);
 void softmax_crossentropy_cuda(Device *d, float *losses, act *logits, const int32_t *targets,
                                int BT, int V, int ld, float dloss_scale);
+void matmul_gelu_forward_cuda(Device *d, act *out, act *pre, const act *inp, const bf16 *w,
+                              const bf16 *bias, int BT, int C, int OC);
+void gelu_matmul_backward_cuda(Device *d, act *dpre, float *dw, float *dbias, const act *dout,
+                               const act *inp, const act *pre, const bf16 *w, int BT, int C, int OC);
+// kernels_cuda.cu's GELU, for the fused ops' unfused path
+void gelu_forward_cuda(Device *d, act *out, const act *inp, size_t n);
+void gelu_backward_cuda(Device *d, act *dinp, const act *inp, const act *dout, size_t n);
 // dwpe (T,C) += sum over the batch of dout (B,T,C): the position half of encoder_backward
 void encoder_backward_wpe_cuda(Device *d, float *dwpe, const act *dout, int B, int T, int C);
 // kernels_cuda_tp.cu (tensor parallelism)

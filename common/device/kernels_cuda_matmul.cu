@@ -1,9 +1,17 @@
 // kernels_cuda_matmul.cu: the linear layer on the cuda device. Every product
-// is one cuBLASLt GEMM with bf16 operands and fp32 accumulation; the forward
-// adds the bias in the GEMM's epilogue, and the weight gradient is written in
-// fp32 with beta = 1, so it accumulates straight into the gradient buffer.
-// The bias gradient is a deterministic column sum (no atomics), so the same
-// input gives the same bits on every run.
+// is one cuBLASLt GEMM with bf16 operands and fp32 accumulation, and what can
+// ride on the GEMM does, in its epilogue: the forward adds the bias; the MLP's
+// first linear also applies the GELU and writes the pre-GELU values it keeps
+// for backward as the epilogue's aux output (GELU_AUX_BIAS); the backward of
+// the MLP's projection multiplies its input gradient by gelu'(pre) (DGELU);
+// the weight-gradient GEMM sums the bias gradient (BGRADB). The weight
+// gradient is written in fp32 with beta = 1, so it accumulates straight into
+// the gradient buffer; the bias gradient, which the epilogue writes, goes to
+// the scratch and is added from there. Where cuBLASLt's constraints on an
+// epilogue fail (alignment, the aux leading dimension) or it has no kernel
+// for one, the separate kernels do the work: the GELU kernels, and a
+// deterministic column sum (no atomics) for the bias gradient. Either way the
+// same input gives the same bits on every run.
 #include "kernels_cuda.h"
 
 namespace KERNELS_NS {
@@ -45,7 +53,8 @@ static void set_min_alignment(cublasLtMatmulPreference_t pref,
 // heuristic picked for it: made at the shape's first call, kept for the run
 // (a step repeats the same few dozen shapes; the heuristic's search is slow).
 typedef struct GemmKey {
-    int M, N, K, lda, ldb, ldc, transA, transB, batch, c_f32, bias;
+    int M, N, K, lda, ldb, ldc, transA, transB, batch, c_f32;
+    GemmEpilogue epilogue;
     long long strideA, strideB, strideC;
     uint32_t align[3];  // promised to the heuristic: B, A, C (cuBLASLt's A, B, C/D)
 } GemmKey;
@@ -55,6 +64,7 @@ typedef struct GemmPlan {
     cublasLtMatmulDesc_t desc;
     cublasLtMatrixLayout_t first, second, c;
     cublasLtMatmulHeuristicResult_t heur;
+    int found;  // 0: cuBLASLt has no kernel for this GEMM with its epilogue
 } GemmPlan;
 
 typedef struct GemmCache {
@@ -65,7 +75,35 @@ typedef struct GemmCache {
 // cuBLASLt is column-major. A row-major (R,S) matrix is a column-major (S,R)
 // one, so row-major C = op(A) op(B) is column-major C^T = op(B)^T op(A)^T:
 // cuBLASLt computes D (N,M) = B' (N,K) x A' (K,M) with B as its first operand.
-static void make_plan(Device *d, GemmPlan *pl) {
+// A vector of one value per column of C is one per row of D (the bias), and
+// the row sums of op(A) are the column sums of cuBLASLt's second operand
+// over k: BGRADB, where BGRADA would sum our B.
+static cublasLtEpilogue_t cublaslt_epilogue(const GemmArgs *g) {
+    switch (g->epilogue) {
+    case GEMM_PLAIN: return CUBLASLT_EPILOGUE_DEFAULT;
+    case GEMM_BIAS: return CUBLASLT_EPILOGUE_BIAS;
+    case GEMM_GELU_AUX: return g->bias ? CUBLASLT_EPILOGUE_GELU_AUX_BIAS : CUBLASLT_EPILOGUE_GELU_AUX;
+    case GEMM_DGELU: return CUBLASLT_EPILOGUE_DGELU;
+    case GEMM_BGRAD_A: return CUBLASLT_EPILOGUE_BGRADB;
+    }
+    return CUBLASLT_EPILOGUE_DEFAULT;
+}
+
+// The epilogue's pointers, set on every call. cuBLASLt's heuristic reads
+// their alignment from their values, so they are set before it is asked too
+// (every caller's are 16-byte aligned: the plan holds for all of them).
+static void set_epilogue_pointers(cublasLtMatmulDesc_t desc, const GemmArgs *g) {
+    if (g->epilogue == GEMM_BIAS || (g->epilogue == GEMM_GELU_AUX && g->bias))
+        cublasCheck(cublasLtMatmulDescSetAttribute(desc, CUBLASLT_MATMUL_DESC_BIAS_POINTER, &g->bias, sizeof g->bias));
+    if (g->epilogue == GEMM_BGRAD_A)
+        cublasCheck(cublasLtMatmulDescSetAttribute(desc, CUBLASLT_MATMUL_DESC_BIAS_POINTER, &g->bias_grad,
+                                                   sizeof g->bias_grad));
+    if (g->epilogue == GEMM_GELU_AUX || g->epilogue == GEMM_DGELU)
+        cublasCheck(cublasLtMatmulDescSetAttribute(desc, CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_POINTER, &g->aux,
+                                                   sizeof g->aux));
+}
+
+static void make_plan(Device *d, GemmPlan *pl, const GemmArgs *g) {
     const GemmKey *k = &pl->key;
     CudaImpl *impl = cuda_impl(d);
     int M = k->M, N = k->N, K = k->K;
@@ -74,11 +112,14 @@ static void make_plan(Device *d, GemmPlan *pl) {
     cublasCheck(cublasLtMatmulDescCreate(&pl->desc, CUBLAS_COMPUTE_32F, CUDA_R_32F));
     cublasCheck(cublasLtMatmulDescSetAttribute(pl->desc, CUBLASLT_MATMUL_DESC_TRANSA, &op_first, sizeof op_first));
     cublasCheck(cublasLtMatmulDescSetAttribute(pl->desc, CUBLASLT_MATMUL_DESC_TRANSB, &op_second, sizeof op_second));
-    if (k->bias) {
-        // bias (N) is one value per row of D (N,M): per column of the row-major C
-        cublasLtEpilogue_t epi = CUBLASLT_EPILOGUE_BIAS;
-        cublasCheck(cublasLtMatmulDescSetAttribute(pl->desc, CUBLASLT_MATMUL_DESC_EPILOGUE, &epi, sizeof epi));
+    cublasLtEpilogue_t epi = cublaslt_epilogue(g);
+    cublasCheck(cublasLtMatmulDescSetAttribute(pl->desc, CUBLASLT_MATMUL_DESC_EPILOGUE, &epi, sizeof epi));
+    if (k->epilogue == GEMM_GELU_AUX || k->epilogue == GEMM_DGELU) {
+        int64_t aux_ld = k->ldc;  // the aux has D's type and layout
+        cublasCheck(cublasLtMatmulDescSetAttribute(pl->desc, CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_LD, &aux_ld,
+                                                   sizeof aux_ld));
     }
+    set_epilogue_pointers(pl->desc, g);
     // layouts of the stored matrices (before op): B (K,N) row-major is (N,K)
     // column-major with ld N; B stored transposed, (N,K) row-major, is (K,N) with ld K
     pl->first = k->transB ? make_layout(FLOATX_CUDA_TYPE, K, N, k->ldb, k->batch, k->strideB)
@@ -96,16 +137,23 @@ static void make_plan(Device *d, GemmPlan *pl) {
     set_min_alignment(pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_B_BYTES, k->align[1]);
     set_min_alignment(pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_C_BYTES, k->align[2]);
     set_min_alignment(pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_D_BYTES, k->align[2]);
-    int found = 0;
-    cublasCheck(cublasLtMatmulAlgoGetHeuristic(impl->lt, pl->desc, pl->first, pl->second, pl->c, pl->c, pref, 1,
-                                               &pl->heur, &found));
-    CHECK(found > 0, "cuBLASLt has no GEMM for M=%d N=%d K=%d transA=%d transB=%d batch=%d "
-          "out=%s%s; hint: check shapes and pointer alignment", M, N, K, k->transA, k->transB,
-          k->batch, k->c_f32 ? "fp32" : "bf16", k->bias ? " with bias" : "");
+    // a GEMM that cuBLASLt cannot run with an optional epilogue (GELU, DGELU,
+    // BGRADB) reports no kernel, and its caller runs the unfused kernels
+    cublasStatus_t st = cublasLtMatmulAlgoGetHeuristic(impl->lt, pl->desc, pl->first, pl->second, pl->c, pl->c,
+                                                       pref, 1, &pl->heur, &pl->found);
+    int optional = k->epilogue != GEMM_PLAIN && k->epilogue != GEMM_BIAS;
+    if (!optional) {
+        cublasCheck(st);
+        CHECK(pl->found > 0, "cuBLASLt has no GEMM for M=%d N=%d K=%d transA=%d transB=%d batch=%d "
+              "out=%s%s; hint: check shapes and pointer alignment", M, N, K, k->transA, k->transB,
+              k->batch, k->c_f32 ? "fp32" : "bf16", k->epilogue == GEMM_BIAS ? " with bias" : "");
+    } else if (st != CUBLAS_STATUS_SUCCESS) {
+        pl->found = 0;
+    }
     cublasCheck(cublasLtMatmulPreferenceDestroy(pref));
 }
 
-static GemmPlan *plan_for(Device *d, const GemmKey *key) {
+static GemmPlan *plan_for(Device *d, const GemmKey *key, const GemmArgs *g) {
     CudaImpl *impl = cuda_impl(d);
     GemmCache *c = (GemmCache *)impl->gemm_cache;
     if (!c) c = (GemmCache *)(impl->gemm_cache = xcalloc(1, sizeof *c));
@@ -119,7 +167,7 @@ static GemmPlan *plan_for(Device *d, const GemmKey *key) {
     GemmPlan *pl = &c->plan[c->n++];
     memset(pl, 0, sizeof *pl);
     pl->key = *key;
-    make_plan(d, pl);
+    make_plan(d, pl, g);
     return pl;
 }
 
@@ -146,9 +194,11 @@ void gemm_cache_free(CudaImpl *impl) {
 
 namespace KERNELS_NS {
 
-void gemm_bf16(Device *d, const GemmArgs *g) {
+bool gemm_bf16(Device *d, const GemmArgs *g) {
     CudaImpl *impl = cuda_impl(d);
-    CHECK(!g->bias || g->batch == 1, "gemm_bf16: a bias only on a single GEMM");
+    CHECK(g->epilogue == GEMM_PLAIN || g->batch == 1, "gemm_bf16: an epilogue only on a single GEMM");
+    CHECK(aligned16(g->bias) && aligned16(g->aux) && aligned16(g->bias_grad),
+          "gemm_bf16: the epilogue's vectors must be 16-byte aligned");
     int M = g->M, N = g->N, K = g->K;
     size_t c_bytes = g->c_f32 ? 4 : 2;
     GemmKey key;
@@ -158,20 +208,23 @@ void gemm_bf16(Device *d, const GemmArgs *g) {
     key.lda = g->lda ? g->lda : (g->transA ? M : K);
     key.ldc = g->ldc ? g->ldc : N;
     key.transA = g->transA, key.transB = g->transB, key.batch = g->batch, key.c_f32 = g->c_f32;
-    key.bias = g->bias != NULL;
+    key.epilogue = g->epilogue;
+    CHECK((g->epilogue != GEMM_GELU_AUX && g->epilogue != GEMM_DGELU) || key.ldc % 8 == 0,
+          "gemm_bf16: the GELU epilogue's aux needs rows a multiple of 8 elements apart, not %d", key.ldc);
+    CHECK(g->epilogue != GEMM_BGRAD_A || g->c_f32, "gemm_bf16: the bias gradient has C's type, fp32 only");
     key.strideA = g->strideA, key.strideB = g->strideB, key.strideC = g->strideC;
     long long sB = g->batch > 1 ? g->strideB * 2 : 0, sA = g->batch > 1 ? g->strideA * 2 : 0;
     long long sC = g->batch > 1 ? g->strideC * (long long)c_bytes : 0;
     key.align[0] = alignment_of(g->B, sB, 2LL * key.ldb);
     key.align[1] = alignment_of(g->A, sA, 2LL * key.lda);
     key.align[2] = alignment_of(g->C, sC, (long long)c_bytes * key.ldc);
-    GemmPlan *pl = plan_for(d, &key);
-    if (g->bias)
-        cublasCheck(cublasLtMatmulDescSetAttribute(pl->desc, CUBLASLT_MATMUL_DESC_BIAS_POINTER, &g->bias,
-                                                   sizeof g->bias));
+    GemmPlan *pl = plan_for(d, &key, g);
+    if (!pl->found) return false;
+    set_epilogue_pointers(pl->desc, g);
     cublasCheck(cublasLtMatmul(impl->lt, pl->desc, &g->alpha, g->B, pl->first, g->A, pl->second, &g->beta, g->C,
                                pl->c, g->C, pl->c, &pl->heur.algo, impl->lt_workspace.ptr, impl->lt_workspace.bytes,
                                cuda_stream(d, STREAM_COMPUTE)));
+    return true;
 }
 
 // ---- deterministic column sums -----------------------------------------------------------
@@ -236,20 +289,61 @@ __global__ void __launch_bounds__(BLOCK) broadcast_bias_kernel(floatX *out, cons
 
 // ---- the linear layer ---------------------------------------------------------------------
 
-void matmul_forward_cuda(Device *d, act *out, const act *inp, const bf16 *w, const bf16 *bias,
-                         int BT, int C, int OC, int ldo) {
-    // the epilogue reads the bias with vector loads; at an odd offset in the
-    // flat parameter buffer the bias is first copied into every row of out and
-    // the GEMM adds onto it (beta = 1): one rounding to bf16 either way
-    int epilogue_bias = bias && ((uintptr_t)bias % 16 == 0);
-    // out (BT,OC) = inp (BT,C) @ w^T, w stored (OC,C)
+// out (BT,OC), rows ldo apart, = inp (BT,C) @ w^T, w stored (OC,C)
+static GemmArgs forward_gemm(act *out, const act *inp, const bf16 *w, int BT, int C, int OC, int ldo) {
     GemmArgs g = {};
     g.M = BT, g.N = OC, g.K = C, g.ldc = ldo;
     g.A = inp, g.transA = 0;
     g.B = w, g.transB = 1;
     g.C = out, g.c_f32 = 0;
     g.alpha = 1.0f, g.beta = 0.0f, g.batch = 1;
-    g.bias = epilogue_bias ? bias : NULL;
+    return g;
+}
+
+// dinp (BT,C) = dout (BT,OC), rows ldo apart, @ w (OC,C), overwritten
+static GemmArgs input_grad_gemm(act *dinp, const act *dout, const bf16 *w, int BT, int C, int OC, int ldo) {
+    GemmArgs g = {};
+    g.M = BT, g.N = C, g.K = OC, g.lda = ldo;
+    g.A = dout, g.transA = 0;
+    g.B = w, g.transB = 0;
+    g.C = dinp, g.c_f32 = 0;
+    g.alpha = 1.0f, g.beta = 0.0f, g.batch = 1;
+    return g;
+}
+
+// dw (OC,C) += dout^T (OC,BT) @ inp (BT,C): fp32 out, beta = 1 accumulates;
+// dbias (OC) += column sums of dout, unless NULL
+static void weight_and_bias_grad(Device *d, float *dw, float *dbias, const act *dout, const act *inp, int BT,
+                                 int C, int OC, int ldo) {
+    GemmArgs g = {};
+    g.M = OC, g.N = C, g.K = BT, g.lda = ldo;  // dout stored (BT,OC): (K,M) with rows ldo apart
+    g.A = dout, g.transA = 1;
+    g.B = inp, g.transB = 0;
+    g.C = dw, g.c_f32 = 1;
+    g.alpha = 1.0f, g.beta = 1.0f, g.batch = 1;
+    if (dbias) {
+        // the row sums of op(A) = dout^T in the GEMM's epilogue; cuBLASLt writes
+        // them, so into the scratch (cudaMalloc'd: aligned), then added to dbias
+        float *sums = (float *)device_scratch(d, (size_t)OC * sizeof(float));
+        g.epilogue = GEMM_BGRAD_A, g.bias_grad = sums;
+        if (gemm_bf16(d, &g)) {
+            column_partials_accumulate(d, dbias, sums, 1, OC);
+            return;
+        }
+        g.epilogue = GEMM_PLAIN, g.bias_grad = NULL;  // no kernel with BGRADB here: the column sum
+    }
+    gemm_bf16(d, &g);
+    if (dbias) bias_grad(d, dbias, (const floatX *)dout, BT, OC, ldo);
+}
+
+void matmul_forward_cuda(Device *d, act *out, const act *inp, const bf16 *w, const bf16 *bias,
+                         int BT, int C, int OC, int ldo) {
+    // the epilogue reads the bias with vector loads; at an odd offset in the
+    // flat parameter buffer the bias is first copied into every row of out and
+    // the GEMM adds onto it (beta = 1): one rounding to bf16 either way
+    int epilogue_bias = bias && aligned16(bias);
+    GemmArgs g = forward_gemm(out, inp, w, BT, C, OC, ldo);
+    if (epilogue_bias) g.epilogue = GEMM_BIAS, g.bias = bias;
     if (bias && !epilogue_bias) {
         size_t n = (size_t)BT * OC;
         broadcast_bias_kernel<<<grid_for(n, BLOCK), BLOCK, 0, cuda_stream(d, STREAM_COMPUTE)>>>(
@@ -260,27 +354,50 @@ void matmul_forward_cuda(Device *d, act *out, const act *inp, const bf16 *w, con
     gemm_bf16(d, &g);
 }
 
+// cuBLASLt's GELU epilogues keep the pre-GELU matrix as their aux, of D's
+// type and layout: rows a multiple of 8 elements apart, and like the bias
+// 16-byte aligned (cublasLt.h). Otherwise the unfused kernels run.
+static bool gelu_aux_fits(const void *aux, int ld) { return ld % 8 == 0 && aligned16(aux); }
+
+void matmul_gelu_forward_cuda(Device *d, act *out, act *pre, const act *inp, const bf16 *w,
+                              const bf16 *bias, int BT, int C, int OC) {
+    // pre = inp @ w^T + bias, out = gelu(pre) in one GEMM: out is gelu of the
+    // fp32 sum (pre rounded to bf16 on its own), where the two kernels take
+    // gelu of pre rounded
+    if (gelu_aux_fits(pre, OC) && aligned16(bias)) {
+        GemmArgs g = forward_gemm(out, inp, w, BT, C, OC, OC);
+        g.epilogue = GEMM_GELU_AUX, g.bias = bias, g.aux = pre;
+        if (gemm_bf16(d, &g)) return;
+    }
+    matmul_forward_cuda(d, pre, inp, w, bias, BT, C, OC, OC);
+    gelu_forward_cuda(d, out, pre, (size_t)BT * OC);
+}
+
+void gelu_matmul_backward_cuda(Device *d, act *dpre, float *dw, float *dbias, const act *dout,
+                               const act *inp, const act *pre, const bf16 *w, int BT, int C, int OC) {
+    // dpre (BT,C) = (dout @ w) * gelu'(pre): the input gradient multiplied in
+    // the epilogue, rounded once to bf16 where the two kernels round twice
+    GemmArgs g = input_grad_gemm(dpre, dout, w, BT, C, OC, OC);
+    bool fused = false;
+    if (gelu_aux_fits(pre, C)) {
+        g.epilogue = GEMM_DGELU, g.aux = (void *)pre;
+        fused = gemm_bf16(d, &g);
+    }
+    if (!fused) {
+        g.epilogue = GEMM_PLAIN, g.aux = NULL;
+        gemm_bf16(d, &g);
+        gelu_backward_cuda(d, dpre, pre, dpre, (size_t)BT * C);
+    }
+    weight_and_bias_grad(d, dw, dbias, dout, inp, BT, C, OC, OC);
+}
+
 void matmul_backward_cuda(Device *d, act *dinp, float *dw, float *dbias, const act *dout,
                           const act *inp, const bf16 *w, int BT, int C, int OC, int ldo) {
     if (dinp) {
-        // dinp (BT,C) = dout (BT,OC) @ w (OC,C), overwritten
-        GemmArgs g = {};
-        g.M = BT, g.N = C, g.K = OC, g.lda = ldo;
-        g.A = dout, g.transA = 0;
-        g.B = w, g.transB = 0;
-        g.C = dinp, g.c_f32 = 0;
-        g.alpha = 1.0f, g.beta = 0.0f, g.batch = 1;
+        GemmArgs g = input_grad_gemm(dinp, dout, w, BT, C, OC, ldo);
         gemm_bf16(d, &g);
     }
-    // dw (OC,C) += dout^T (OC,BT) @ inp (BT,C): fp32 out, beta = 1 accumulates
-    GemmArgs g = {};
-    g.M = OC, g.N = C, g.K = BT, g.lda = ldo;  // dout stored (BT,OC): (K,M) with rows ldo apart
-    g.A = dout, g.transA = 1;
-    g.B = inp, g.transB = 0;
-    g.C = dw, g.c_f32 = 1;
-    g.alpha = 1.0f, g.beta = 1.0f, g.batch = 1;
-    gemm_bf16(d, &g);
-    if (dbias) bias_grad(d, dbias, (const floatX *)dout, BT, OC, ldo);
+    weight_and_bias_grad(d, dw, dbias, dout, inp, BT, C, OC, ldo);
 }
 
 }  // namespace KERNELS_NS

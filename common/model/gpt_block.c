@@ -94,8 +94,8 @@ void block_forward_inner(GPT *g, const bf16 *p, LayerActs *la, const act *x) {
     const act *y = row_parallel_forward(g, la->atty, p + o[BLK_ATTPROJW], p + o[BLK_ATTPROJB], Cp);
     k->residual_layernorm_forward(d, la->x2, la->ln2, la->ln2_mean, la->ln2_rstd, x, y, p + o[BLK_LN2W],
                                   p + o[BLK_LN2B], R, C);
-    k->matmul_forward(d, la->fch, column_input(g, la->ln2), p + o[BLK_FCW], p + o[BLK_FCB], BT, C, F, F);
-    k->gelu_forward(d, la->fch_gelu, la->fch, (size_t)BT * F);
+    k->matmul_gelu_forward(d, la->fch_gelu, la->fch, column_input(g, la->ln2), p + o[BLK_FCW], p + o[BLK_FCB], BT,
+                           C, F);
 }
 
 // x3 = x + attn(ln1(x)) + mlp(ln2(...)): one GPT-2 block, pre-layernorm.
@@ -123,10 +123,9 @@ void block_backward(GPT *g, const bf16 *p, float *dp, int layer, int s) {
     act *dres = g->slot[s].dres;
     int tp = g->L.tp_size, B = g->plan.B, T = g->plan.T, BT = B * T, R = res_rows(g);
     int C = g->L.cfg.channels, Cp = C / tp, F = 4 * C / tp, NHp = g->L.cfg.num_heads / tp;
-    // x3 = x2 + fcproj(gelu(fc(ln2(x2))))
-    k->matmul_backward(d, w->d4a, dp + o[BLK_FCPROJW], dp + o[BLK_FCPROJB], row_output_grad(g, dres), la->fch_gelu,
-                       p + o[BLK_FCPROJW], BT, F, C, C);
-    k->gelu_backward(d, w->d4b, la->fch, w->d4a, (size_t)BT * F);
+    // x3 = x2 + fcproj(gelu(fc(ln2(x2)))); d4b is the gradient of fc's output, before the GELU
+    k->gelu_matmul_backward(d, w->d4b, dp + o[BLK_FCPROJW], dp + o[BLK_FCPROJB], row_output_grad(g, dres),
+                            la->fch_gelu, la->fch, p + o[BLK_FCPROJW], BT, F, C);
     k->matmul_backward(d, w->dc, dp + o[BLK_FCW], dp + o[BLK_FCB], w->d4b, column_input(g, la->ln2),
                        p + o[BLK_FCW], BT, C, F, F);
     k->layernorm_backward(d, dres, dp + o[BLK_LN2W], dp + o[BLK_LN2B], column_input_grad(g, w->dc), la->x2,

@@ -38,7 +38,7 @@ typedef struct GPTWork {
     act *part;                    // (R,C) sequence parallel: this rank's rows of a reduce-scattered sum
     float *ce_max, *ce_sums;      // (BT), (2,BT): the vocabulary-parallel cross-entropy's statistics (tp > 1)
     act *dc;                      // (BT,C)
-    act *d4a, *d4b;               // (BT,F); d4a also serves as dqkv (BT,3Cp)
+    act *d4a, *d4b;               // (BT,F); d4b the gradient of fc's output; d4a serves as dqkv (BT,3Cp)
     int embed_grads_slot;         // slot whose head backward started embed_grads; -1 none
     LayerActs live;               // the recomputation's working set (x3 unused): see gpt_recompute.c
 } GPTWork;

@@ -1,6 +1,7 @@
-// test_cuda_kernels.c: the model's kernels (encoder, layernorm, matmul,
-// attention, GELU, residual, softmax + cross-entropy) on the cuda device
-// against the cpu device; tolerances and their reasons in conformance.h.
+// test_cuda_kernels.c: the model's kernels (encoder, layernorm, matmul, the
+// MLP's fused matmul + GELU, attention, GELU, residual, softmax +
+// cross-entropy) on the cuda device against the cpu device; tolerances and
+// their reasons in conformance.h.
 // Where no GPU is visible (or the binary has no CUDA) every test is skipped.
 #include "conformance.h"
 
@@ -255,6 +256,104 @@ static void test_matmul_backward(void **state) {
     check_matmul_backward(dv, (MatmulCase){.BT = 30, .C = 36, .OC = 20});  // no dinp, no dbias
 }
 
+// ---- the MLP's linear and GELU fused (cuBLASLt epilogues on cuda) ---------------------------
+// Each device runs the fused op and the kernels it replaces on the same
+// inputs. On the cpu the fused op is those kernels: the same bits. On cuda
+// the epilogue skips a rounding (gelu of the fp32 sum, or the input gradient
+// times gelu' before it is rounded): within TOL_BF16_TWICE of the unfused
+// kernels, and within the GEMM tolerance of the cpu.
+
+static const Tol TOL_SAME_BITS = {0, 0};
+
+// (BT,OC) from (BT,C); OC % 8 == 0 and an aligned bias take the fused path on cuda
+static void check_matmul_gelu_forward(Devices *dv, MatmulCase mc) {
+    size_t ni = (size_t)mc.BT * mc.C, no = (size_t)mc.BT * mc.OC, nw = (size_t)mc.OC * mc.C;
+    float *x = rand_values(ni, 51, -1, 1), *w = rand_values(nw, 52, -0.5f, 0.5f);
+    float *bias = rand_values((size_t)mc.OC + 1, 53, -1, 1);  // bias[0] is padding
+    float *out[2], *pre[2];
+    FOR_BOTH_DEVICES(dv, k, d) {
+        Arena a = {.d = d};
+        act *xi = put_act(&a, x, ni), *o = alloc_act(&a, no), *pr = alloc_act(&a, no);
+        act *o2 = alloc_act(&a, no), *pr2 = alloc_act(&a, no);
+        bf16 *wi = put_bf16(&a, w, nw), *bi = put_bf16(&a, bias, (size_t)mc.OC + 1);
+        const bf16 *b = mc.with_bias ? (mc.odd_bias ? bi + 1 : bi) : NULL;
+        d->k->matmul_gelu_forward(d, o, pr, xi, wi, b, mc.BT, mc.C, mc.OC);
+        d->k->matmul_forward(d, pr2, xi, wi, b, mc.BT, mc.C, mc.OC, mc.OC);
+        d->k->gelu_forward(d, o2, pr2, no);
+        out[k] = get_act(d, o, no);
+        pre[k] = get_act(d, pr, no);
+        float *out2 = get_act(d, o2, no), *pre2 = get_act(d, pr2, no);
+        expect_close(k ? "cuda matmul_gelu_forward out against the two kernels" : "cpu matmul_gelu_forward out",
+                     out[k], out2, no, k ? TOL_BF16_TWICE : TOL_SAME_BITS);
+        expect_close(k ? "cuda matmul_gelu_forward pre against matmul_forward" : "cpu matmul_gelu_forward pre",
+                     pre[k], pre2, no, k ? TOL_BF16_ONCE : TOL_SAME_BITS);
+        free(out2), free(pre2);
+        arena_free(&a);
+    }
+    expect_close("matmul_gelu_forward pre", pre[1], pre[0], no, TOL_GEMM);
+    expect_close("matmul_gelu_forward out", out[1], out[0], no, TOL_GEMM);
+    free_pair(out), free_pair(pre);
+    free(x), free(w), free(bias);
+}
+
+static void test_matmul_gelu_forward(void **state) {
+    Devices *dv = devices_or_skip(state);
+    check_matmul_gelu_forward(dv, (MatmulCase){.BT = 64, .C = 48, .OC = 128, .with_bias = 1});  // GELU_AUX_BIAS
+    check_matmul_gelu_forward(dv, (MatmulCase){.BT = 40, .C = 32, .OC = 64});                   // GELU_AUX
+    // the unfused path: an aux ld (OC) not a multiple of 8; a bias at an odd offset
+    check_matmul_gelu_forward(dv, (MatmulCase){.BT = 30, .C = 36, .OC = 20, .with_bias = 1});
+    check_matmul_gelu_forward(dv, (MatmulCase){.BT = 32, .C = 24, .OC = 64, .with_bias = 1, .odd_bias = 1});
+}
+
+// The backward of out (BT,OC) = gelu(pre) (BT,C) @ w^T + bias, called twice
+// on the same gradient as two micro-batches do: dpre overwritten each time,
+// dw and dbias accumulating from nonzero starts (cuBLASLt's bias gradient
+// epilogue writes, and must still add). C % 8 == 0 takes DGELU on cuda.
+static void check_gelu_matmul_backward(Devices *dv, int BT, int C, int OC) {
+    size_t ni = (size_t)BT * C, no = (size_t)BT * OC, nw = (size_t)OC * C;
+    float *pre = rand_values(ni, 54, -3, 3), *w = rand_values(nw, 55, -0.5f, 0.5f);
+    float *g = rand_values(no, 56, -1, 1), *dw0 = rand_values(nw, 57, -1, 1);
+    float *db0 = rand_values(OC, 58, -1, 1), *x = xmalloc(ni * sizeof *x);
+    for (size_t i = 0; i < ni; i++) x[i] = bf16_to_f32(f32_to_bf16(gelu_f32(pre[i])));  // the layer's input
+    float *dpre[2], *dw[2], *db[2];
+    FOR_BOTH_DEVICES(dv, k, d) {
+        Arena a = {.d = d};
+        act *pi = put_act(&a, pre, ni), *xi = put_act(&a, x, ni), *gi = put_act(&a, g, no);
+        act *dp = alloc_act(&a, ni), *dx2 = alloc_act(&a, ni), *dp2 = alloc_act(&a, ni);
+        bf16 *wi = put_bf16(&a, w, nw);
+        float *dwi = put_f32(&a, dw0, nw), *dbi = put_f32(&a, db0, OC);
+        float *dw2 = put_f32(&a, dw0, nw), *db2 = put_f32(&a, db0, OC);
+        for (int call = 0; call < 2; call++) {
+            d->k->gelu_matmul_backward(d, dp, dwi, dbi, gi, xi, pi, wi, BT, C, OC);
+            d->k->matmul_backward(d, dx2, dw2, db2, gi, xi, wi, BT, C, OC, OC);
+            d->k->gelu_backward(d, dp2, pi, dx2, ni);
+        }
+        dpre[k] = get_act(d, dp, ni);
+        dw[k] = get_f32(d, dwi, nw);
+        db[k] = get_f32(d, dbi, OC);
+        float *dpre2 = get_act(d, dp2, ni), *dwu = get_f32(d, dw2, nw), *dbu = get_f32(d, db2, OC);
+        expect_close(k ? "cuda gelu_matmul_backward dpre against the two kernels" : "cpu gelu_matmul_backward dpre",
+                     dpre[k], dpre2, ni, k ? TOL_BF16_TWICE : TOL_SAME_BITS);
+        expect_close("gelu_matmul_backward dw against matmul_backward", dw[k], dwu, nw,
+                     k ? TOL_F32_GEMM : TOL_SAME_BITS);
+        expect_close("gelu_matmul_backward dbias against matmul_backward", db[k], dbu, OC,
+                     k ? TOL_F32_SUM : TOL_SAME_BITS);
+        free(dpre2), free(dwu), free(dbu);
+        arena_free(&a);
+    }
+    expect_close("gelu_matmul_backward dpre", dpre[1], dpre[0], ni, TOL_GEMM);
+    expect_close("gelu_matmul_backward dw", dw[1], dw[0], nw, TOL_F32_GEMM);
+    expect_close("gelu_matmul_backward dbias", db[1], db[0], OC, TOL_F32_SUM);
+    free_pair(dpre), free_pair(dw), free_pair(db);
+    free(pre), free(w), free(g), free(dw0), free(db0), free(x);
+}
+
+static void test_gelu_matmul_backward(void **state) {
+    Devices *dv = devices_or_skip(state);
+    check_gelu_matmul_backward(dv, 64, 128, 48);  // DGELU; the bias gradient by BGRADB
+    check_gelu_matmul_backward(dv, 130, 36, 20);  // C not a multiple of 8: the GEMM, then gelu_backward
+}
+
 // ---- attention --------------------------------------------------------------------------------
 
 typedef struct AttnCase {
@@ -405,6 +504,8 @@ int main(void) {
         cmocka_unit_test(test_matmul_forward_odd),
         cmocka_unit_test(test_matmul_row_stride),
         cmocka_unit_test(test_matmul_backward),
+        cmocka_unit_test(test_matmul_gelu_forward),
+        cmocka_unit_test(test_gelu_matmul_backward),
         cmocka_unit_test(test_attention),
         cmocka_unit_test(test_gelu),
         cmocka_unit_test(test_residual),

@@ -7,7 +7,12 @@
 // that do not agree or outputs that overlap) and beyond: each operand must
 // lie inside one live device allocation, and every pointer (each batch's
 // too) must have the alignment promised to the heuristic, since the kernel
-// it picked may rely on it. The product is OpenBLAS's sgemm on the operands
+// it picked may rely on it. The epilogues (bias, GELU with its aux matrix,
+// DGELU, bias gradients) are checked as cublasLt.h documents them: the aux
+// leading dimension a multiple of 8 and no less than D's rows, every vector
+// and the aux matrix inside one live device allocation, each as aligned as
+// its pointer was when the heuristic was asked (cuBLASLt reads the alignment
+// from the value). The product is OpenBLAS's sgemm on the operands
 // widened to fp32 (bf16 and fp16 products are exact in fp32); the result is
 // rounded once to D's type.
 #include <cblas.h>
@@ -46,11 +51,21 @@ struct EmuLtPref {
     uint32_t align[4];  // A, B, C, D
 };
 
-// what the heuristic hands back: the alignments it was promised, and the problem it was asked about
+// what the heuristic hands back: the alignments it was promised (A, B, C, D by the
+// preference; bias and aux by their pointers), and the problem it was asked about
 struct AlgoData {
     uint32_t align[4];
+    uint32_t epilogue_align[2];
     uint64_t problem;
 };
+
+// An epilogue pointer's alignment as the heuristic reads it from the value,
+// up to the 16 bytes of a vector load (NULL, not yet set: all 16)
+static uint32_t pointer_alignment(const void *p) {
+    uint32_t a = 16;
+    while (a > 1 && (uintptr_t)p % a) a >>= 1;
+    return a;
+}
 
 static cublasStatus_t refuse(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
 static cublasStatus_t refuse(const char *fmt, ...) {
@@ -215,12 +230,22 @@ static cublasStatus_t check_problem(const EmuLtDesc *d, const EmuLtLayout *a, co
         return refuse("D's batches overlap: stride %lld below ld x cols = %lld", (long long)dl->stride,
                       (long long)(dl->ld * (int64_t)n));
     int e = (int)d->epilogue;
+    switch (e) {
+    case CUBLASLT_EPILOGUE_DEFAULT: case CUBLASLT_EPILOGUE_BIAS: case CUBLASLT_EPILOGUE_GELU:
+    case CUBLASLT_EPILOGUE_GELU_AUX: case CUBLASLT_EPILOGUE_GELU_BIAS: case CUBLASLT_EPILOGUE_GELU_AUX_BIAS:
+    case CUBLASLT_EPILOGUE_DGELU: case CUBLASLT_EPILOGUE_DGELU_BGRAD: case CUBLASLT_EPILOGUE_BGRADA:
+    case CUBLASLT_EPILOGUE_BGRADB: break;
+    default: return refuse("epilogue %d is not emulated", e);
+    }
     if ((has(d->epilogue, EPI_BIAS) || e == CUBLASLT_EPILOGUE_DGELU_BGRAD || e == CUBLASLT_EPILOGUE_BGRADB ||
          e == CUBLASLT_EPILOGUE_BGRADA) && pointers && !d->bias)
         return refuse("epilogue %d needs the bias pointer", e);
     if (has(d->epilogue, EPI_AUX) && ((pointers && !d->aux) || d->aux_ld < (int64_t)m))
         return refuse("epilogue %d needs an aux pointer and an aux leading dimension of at least %llu", e,
                       (unsigned long long)m);
+    if (has(d->epilogue, EPI_AUX) && d->aux_ld % 8 != 0)
+        return refuse("epilogue %d: the GELU aux leading dimension %lld is not a multiple of 8", e,
+                      (long long)d->aux_ld);
     if ((has(d->epilogue, EPI_BIAS) || has(d->epilogue, EPI_AUX) || has(d->epilogue, EPI_BGRAD)) && dl->batch > 1)
         return refuse("epilogue %d on a batched matmul is not emulated", e);
     *p = Problem{m, n, k, dl->batch};
@@ -250,6 +275,8 @@ extern "C" cublasStatus_t cublasLtMatmulAlgoGetHeuristic(cublasLtHandle_t h, cub
     memset(results, 0, sizeof *results);
     AlgoData data;
     memcpy(data.align, pref->align, sizeof data.align);
+    data.epilogue_align[0] = pointer_alignment(desc->bias);
+    data.epilogue_align[1] = pointer_alignment(desc->aux);
     data.problem = problem_key(desc, p);
     static_assert(sizeof data <= sizeof results->algo.data, "algorithm record");
     memcpy(results->algo.data, &data, sizeof data);
@@ -281,6 +308,34 @@ static cublasStatus_t check_operand(const char *name, const void *ptr, const Emu
             return refuse("%s of batch %d is at %p, not aligned to the %u bytes promised to the heuristic "
                           "(MIN_ALIGNMENT preference): the kernel it picked may fault or misread",
                           name, i, (void *)at, promised);
+    }
+    return CUBLAS_STATUS_SUCCESS;
+}
+
+// The epilogue's vector (bias or bias gradient: D's rows, or for BGRADB its
+// columns) and aux matrix (D's shape, rows aux_ld apart): inside one live
+// device allocation, and as aligned as their pointers were at the heuristic.
+static cublasStatus_t check_epilogue_operands(const EmuLtDesc *desc, const EmuLtLayout *d, const Problem &p,
+                                              const uint32_t promised[2]) {
+    int e = (int)desc->epilogue;
+    const char *names[2] = {"the epilogue's bias vector", "the epilogue's aux matrix"};
+    const void *ptrs[2] = {desc->bias, desc->aux};
+    bool used[2] = {has(desc->epilogue, EPI_BIAS) || has(desc->epilogue, EPI_BGRAD) ||
+                        e == CUBLASLT_EPILOGUE_BGRADA || e == CUBLASLT_EPILOGUE_BGRADB,
+                    has(desc->epilogue, EPI_AUX)};
+    int bias_type = desc->bias_type >= 0 ? desc->bias_type : d->type;
+    int aux_type = desc->aux_type >= 0 ? desc->aux_type : d->type;
+    uint64_t len = e == CUBLASLT_EPILOGUE_BGRADB ? p.n : p.m;
+    EmuLtLayout lays[2] = {{(cudaDataType_t)bias_type, len, 1, (int64_t)len, 1, 0},
+                           {(cudaDataType_t)aux_type, p.m, p.n, desc->aux_ld, 1, 0}};
+    for (int i = 0; i < 2; i++) {
+        if (!used[i]) continue;
+        cublasStatus_t st = check_operand(names[i], ptrs[i], &lays[i], 1);
+        if (st != CUBLAS_STATUS_SUCCESS) return st;
+        if ((uintptr_t)ptrs[i] % promised[i])
+            return refuse("%s is at %p, less aligned than the %u bytes its pointer had when the heuristic was "
+                          "asked (cuBLASLt reads an epilogue pointer's alignment from its value)", names[i],
+                          ptrs[i], promised[i]);
     }
     return CUBLAS_STATUS_SUCCESS;
 }
@@ -401,13 +456,14 @@ extern "C" cublasStatus_t cublasLtMatmul(cublasLtHandle_t h, cublasLtMatmulDesc_
     cublasStatus_t st = check_problem(desc, a, b, c, d, &p, true);
     if (st != CUBLAS_STATUS_SUCCESS) return st;
     AlgoData data;
-    uint32_t align[4] = {256, 256, 256, 256};
+    uint32_t align[4] = {256, 256, 256, 256}, epilogue_align[2] = {16, 16};
     if (algo) {
         memcpy(&data, algo->data, sizeof data);
         if (data.problem != problem_key(desc, p))
             return refuse("the algorithm was chosen by the heuristic for another problem (shape, transposes, "
                           "batch or epilogue); ask the heuristic for this one");
         memcpy(align, data.align, sizeof align);
+        memcpy(epilogue_align, data.epilogue_align, sizeof epilogue_align);
     }
     const char *names[4] = {"A", "B", "C", "D"};
     const void *ptrs[4] = {A, B, C, D};
@@ -417,6 +473,8 @@ extern "C" cublasStatus_t cublasLtMatmul(cublasLtHandle_t h, cublasLtMatmulDesc_
         st = check_operand(names[i], ptrs[i], lays[i], align[i]);
         if (st != CUBLAS_STATUS_SUCCESS) return st;
     }
+    st = check_epilogue_operands(desc, d, p, epilogue_align);
+    if (st != CUBLAS_STATUS_SUCCESS) return st;
     if (workspace_bytes > 0 && !workspace) return refuse("workspace of %zu bytes at NULL", workspace_bytes);
     Matmul mm{*desc, *a, *b, *c, *d, A, B, C, D, *(const float *)alpha, *(const float *)beta, p};
     char what[160];

@@ -146,6 +146,49 @@ static int blas_matmul(int offset_a, int wrong_b_rows) {
     return 0;
 }
 
+// D (m x n) = gelu(A B) in bf16, the GEMM result kept as the epilogue's aux
+// matrix (GELU_AUX), rows aux_ld apart; the aux pointer moved `aux_shift`
+// bytes after the heuristic was asked, which read its alignment from it
+static int blas_gelu_aux(int aux_ld, int aux_shift) {
+    int m = 16, n = 8, k = 32;
+    __nv_bfloat16 *a = NULL, *b = NULL, *d = NULL;
+    char *aux = NULL;
+    CHECK(cudaMalloc((void **)&a, m * k * 2));
+    CHECK(cudaMalloc((void **)&b, k * n * 2));
+    CHECK(cudaMalloc((void **)&d, m * n * 2));
+    CHECK(cudaMalloc((void **)&aux, aux_ld * n * 2 + 64));
+    CHECK(cudaMemset(a, 0, m * k * 2));
+    CHECK(cudaMemset(b, 0, k * n * 2));
+    cublasLtHandle_t lt;
+    cublasLtCreate(&lt);
+    cublasLtMatmulDesc_t desc;
+    cublasLtMatmulDescCreate(&desc, CUBLAS_COMPUTE_32F, CUDA_R_32F);
+    cublasLtEpilogue_t epi = CUBLASLT_EPILOGUE_GELU_AUX;
+    int64_t ld = aux_ld;
+    void *aux_at = aux;
+    cublasLtMatmulDescSetAttribute(desc, CUBLASLT_MATMUL_DESC_EPILOGUE, &epi, sizeof epi);
+    cublasLtMatmulDescSetAttribute(desc, CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_LD, &ld, sizeof ld);
+    cublasLtMatmulDescSetAttribute(desc, CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_POINTER, &aux_at, sizeof aux_at);
+    cublasLtMatrixLayout_t la, lb, ldl;
+    cublasLtMatrixLayoutCreate(&la, CUDA_R_16BF, m, k, m);
+    cublasLtMatrixLayoutCreate(&lb, CUDA_R_16BF, k, n, k);
+    cublasLtMatrixLayoutCreate(&ldl, CUDA_R_16BF, m, n, m);
+    cublasLtMatmulPreference_t pref;
+    cublasLtMatmulPreferenceCreate(&pref);
+    cublasLtMatmulHeuristicResult_t heur;
+    int found = 0;
+    cublasStatus_t st = cublasLtMatmulAlgoGetHeuristic(lt, desc, la, lb, ldl, ldl, pref, 1, &heur, &found);
+    if (st != CUBLAS_STATUS_SUCCESS || !found) return 3;
+    aux_at = aux + aux_shift;
+    cublasLtMatmulDescSetAttribute(desc, CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_POINTER, &aux_at, sizeof aux_at);
+    float alpha = 1.0f, beta = 0.0f;
+    st = cublasLtMatmul(lt, desc, &alpha, a, la, b, lb, &beta, d, ldl, d, ldl, &heur.algo, NULL, 0, 0);
+    if (st != CUBLAS_STATUS_SUCCESS) return 3;
+    CHECK(cudaDeviceSynchronize());
+    printf("result 0\n");
+    return 0;
+}
+
 int main(int argc, char **argv) {
     if (argc != 2) {
         fprintf(stderr, "usage: emu_faults CASE\n");
@@ -189,6 +232,9 @@ int main(int argc, char **argv) {
     } else if (!strcmp(c, "blas_aligned")) return blas_matmul(0, 0);
     else if (!strcmp(c, "blas_misaligned")) return blas_matmul(2, 0);
     else if (!strcmp(c, "blas_shapes")) return blas_matmul(0, 1);
+    else if (!strcmp(c, "blas_gelu_aux")) return blas_gelu_aux(24, 0);
+    else if (!strcmp(c, "blas_aux_ld")) return blas_gelu_aux(20, 0);
+    else if (!strcmp(c, "blas_aux_moved")) return blas_gelu_aux(24, 8);
     else {
         fprintf(stderr, "emu_faults: unknown case %s\n", c);
         return 2;

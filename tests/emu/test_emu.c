@@ -132,6 +132,15 @@ static void test_cublaslt_checks(void **state) {
     expect_stop("blas_shapes", 3, NULL, (const char *[]){"op(B) is 8 x 32", NULL});
 }
 
+// the GELU epilogue's aux matrix as cublasLt.h constrains it: its leading
+// dimension a multiple of 8, its pointer as aligned as when the heuristic was asked
+static void test_cublaslt_epilogue_checks(void **state) {
+    expect_result("blas_gelu_aux", NULL, "result 0");
+    expect_stop("blas_aux_ld", 3, NULL, (const char *[]){"aux leading dimension 20 is not a multiple of 8", NULL});
+    expect_stop("blas_aux_moved", 3, NULL,
+                (const char *[]){"aux matrix", "less aligned than the 16 bytes its pointer had", NULL});
+}
+
 int main(void) {
     if (access(FAULTS, X_OK) != 0) {
         fprintf(stderr, "test_emu: %s not found; run from build-emu/root after make emu\n", FAULTS);
@@ -148,6 +157,7 @@ int main(void) {
         cmocka_unit_test(test_missing_event_wait),
         cmocka_unit_test(test_host_read_before_sync),
         cmocka_unit_test(test_cublaslt_checks),
+        cmocka_unit_test(test_cublaslt_epilogue_checks),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
