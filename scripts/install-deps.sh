@@ -2,6 +2,10 @@
 # Installs the Debian packages zero-workbench needs, where they are missing.
 set -euo pipefail
 pkgs=(libopenmpi-dev openmpi-bin libopenblas-dev libaio-dev libcmocka-dev libjansson-dev libboost-context-dev gnuplot-nox make gcc g++ procps iproute2 util-linux)
+# for make test alone, no binary uses it: the one-node Slurm of test_slurm
+# (scripts/slurm-local.sh; munge comes with it). Kept off the line above,
+# which offline-deps.sh reads: a machine with a Slurm of its own keeps it.
+pkgs+=(slurm-wlm)
 # `install-deps.sh fuzz`: what make fuzz needs besides (clang, its libFuzzer
 # and sanitizer runtimes, its OpenMP)
 if [ "${1:-}" = fuzz ]; then pkgs=(clang libclang-rt-dev libomp-dev); fi
