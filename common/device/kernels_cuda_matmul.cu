@@ -55,6 +55,7 @@ static void set_min_alignment(cublasLtMatmulPreference_t pref,
 typedef struct GemmKey {
     int M, N, K, lda, ldb, ldc, transA, transB, batch, c_f32;
     GemmEpilogue epilogue;
+    int bias;  // GEMM_GELU_AUX with a bias is another cuBLASLt epilogue (GELU_AUX_BIAS)
     long long strideA, strideB, strideC;
     uint32_t align[3];  // promised to the heuristic: B, A, C (cuBLASLt's A, B, C/D)
 } GemmKey;
@@ -208,7 +209,7 @@ bool gemm_bf16(Device *d, const GemmArgs *g) {
     key.lda = g->lda ? g->lda : (g->transA ? M : K);
     key.ldc = g->ldc ? g->ldc : N;
     key.transA = g->transA, key.transB = g->transB, key.batch = g->batch, key.c_f32 = g->c_f32;
-    key.epilogue = g->epilogue;
+    key.epilogue = g->epilogue, key.bias = g->bias != NULL;
     CHECK((g->epilogue != GEMM_GELU_AUX && g->epilogue != GEMM_DGELU) || key.ldc % 8 == 0,
           "gemm_bf16: the GELU epilogue's aux needs rows a multiple of 8 elements apart, not %d", key.ldc);
     CHECK(g->epilogue != GEMM_BGRAD_A || g->c_f32, "gemm_bf16: the bias gradient has C's type, fp32 only");

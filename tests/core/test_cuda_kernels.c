@@ -300,6 +300,8 @@ static void test_matmul_gelu_forward(void **state) {
     Devices *dv = devices_or_skip(state);
     check_matmul_gelu_forward(dv, (MatmulCase){.BT = 64, .C = 48, .OC = 128, .with_bias = 1});  // GELU_AUX_BIAS
     check_matmul_gelu_forward(dv, (MatmulCase){.BT = 40, .C = 32, .OC = 64});                   // GELU_AUX
+    // the first shape again without a bias: a GEMM plan of its own, not the one that adds a bias
+    check_matmul_gelu_forward(dv, (MatmulCase){.BT = 64, .C = 48, .OC = 128});
     // the unfused path: an aux ld (OC) not a multiple of 8; a bias at an odd offset
     check_matmul_gelu_forward(dv, (MatmulCase){.BT = 30, .C = 36, .OC = 20, .with_bias = 1});
     check_matmul_gelu_forward(dv, (MatmulCase){.BT = 32, .C = 24, .OC = 64, .with_bias = 1, .odd_bias = 1});
