@@ -247,6 +247,13 @@ $(BUILD)/tests/%: tests/%.c $(LIB)
 	@mkdir -p $(dir $@)
 	$(CC) $(CFLAGS) -Itests/lib $< $(LIB) -o $@ -lcmocka $(LDLIBS) -laio -ljansson
 
+# test_blas_core preloads a shim between the trainers and OpenBLAS (built
+# without OPT's sanitizers: it is loaded into every process of the run)
+$(BUILD)/tests/stages/test_blas_core: $(BUILD)/tests/lib/blas_shim.so
+$(BUILD)/tests/lib/blas_shim.so: tests/lib/blas_shim.c
+	@mkdir -p $(dir $@)
+	gcc -O2 -shared -fPIC -I$(BLAS_INC) $< -o $@ -lopenblas -ldl
+
 # benchmarks built against the core (bench/*.sh build and run them)
 # (swap_pipeline drives stage 06's swapper: it links that file too)
 $(BUILD)/bench/swap_pipeline: bench/swap_pipeline.c 06_infinity/swapper.c $(LIB)

@@ -65,7 +65,7 @@ typedef struct DeviceOps {
 
 typedef struct Device {
     DeviceKind kind;
-    char name[128];          // "cpu (OpenBLAS, 2 threads)" or the GPU's name
+    char name[256];          // "cpu (OpenBLAS SkylakeX (how it was chosen), 2 OpenMP threads)" or the GPU's name
     int threads;             // host threads this rank uses for kernels
     int act_bytes;           // bytes per activation element: 4 (fp32) on cpu, 2 (bf16) on cuda
     HalfFormat half;         // what the 16-bit params and grads hold (--precision)

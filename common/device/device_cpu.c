@@ -9,6 +9,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
+#include "blas_core.h"
 #include "check.h"
 #include "device_backends.h"
 #include "kernels.h"
@@ -123,7 +124,9 @@ void device_cpu_init(Device *d, const DeviceOptions *opt) {
     // spinning on the same cores would slow both (kernels_cpu_matmul.c)
     openblas_set_num_threads(1);
     omp_set_num_threads(d->threads);
-    snprintf(d->name, sizeof d->name, "cpu (OpenBLAS sgemm, %d OpenMP thread%s)", d->threads,
+    char core[160];
+    blas_core_describe(core, sizeof core);
+    snprintf(d->name, sizeof d->name, "cpu (OpenBLAS %s, %d OpenMP thread%s)", core, d->threads,
              d->threads == 1 ? "" : "s");
     d->act_bytes = 4;  // fp32 activations: the cpu kernels compute in fp32
     d->peak_flops = 0;

@@ -8,6 +8,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include "batch_rule.h"
+#include "blas_core.h"
 #include "check.h"
 #include "ds_config.h"
 #include "kernels.h"
@@ -93,6 +94,8 @@ static void note_eval_repeats(const Trainer *t) {
 static void setup(Trainer *t, int argc, char **argv, const Strategy *s) {
     int local_rank, local_size;
     memset(t, 0, sizeof *t);
+    // may restart the program with better BLAS kernels: before MPI and any thread
+    blas_core_choose(argv);
     // Past a file-size limit (ulimit -f) a write fails with EFBIG, which the
     // checkpoint and report writers turn into one line; SIGXFSZ's default
     // action would kill the rank without a word.

@@ -268,14 +268,20 @@ static void test_fp32_accumulation_keeps_the_batch_gradient(void **state) {
         m[i] = ckpt_tensor(step, 1, "adam_m", &n[i]);
     }
     assert_true(n[1] == n[0] && n[2] == n[0]);
-    size_t differ[3] = {0};
+    // the distance to the one-batch gradient, relative, in L1: sum |m_k - m_0| / sum |m_0|
+    double dist[3] = {0}, norm = 0;
+    for (size_t i = 0; i < n[0]; i++) norm += fabs(m[0][i]);
     for (int k = 1; k < 3; k++)
-        for (size_t i = 0; i < n[0]; i++) differ[k] += memcmp(&m[k][i], &m[0][i], sizeof(float)) != 0;
-    print_message("gradient elements that differ from one 8-row micro-batch's: bf16 accumulation %zu, fp32 %zu of %zu\n",
-                  differ[1], differ[2], n[0]);
-    if (!(differ[2] * 100 < n[0] && differ[1] * 2 > n[0]))
-        fail_msg("fp32 accumulation should keep the 8-row gradient (under 1%% of %zu elements differ: %zu) where bf16 "
-                 "does not (over half differ: %zu)", n[0], differ[2], differ[1]);
+        for (size_t i = 0; i < n[0]; i++) dist[k] += fabs((double)m[k][i] - m[0][i]) / norm;
+    print_message("relative L1 distance to one 8-row micro-batch's gradient: bf16 accumulation %.3g, fp32 %.3g\n",
+                  dist[1], dist[2]);
+    // fp32 sums the same terms as the one batch's GEMM, in another order: the
+    // distance is fp32 rounding, whatever order the BLAS kernels add in
+    // (K eps with K = 512 rows, eps = 2^-24: 3e-5 at worst). bf16 rounds
+    // each micro-batch's sum to 8 bits of mantissa: about 2^-9 = 2e-3.
+    if (!(dist[2] < 3e-5 && dist[1] > 1e-4 && dist[1] > 30 * dist[2]))
+        fail_msg("fp32 accumulation should stay within fp32 rounding of the 8-row gradient (relative L1 under 3e-5: "
+                 "%.3g) where bf16 does not (over 1e-4 and 30x fp32's: %.3g)", dist[2], dist[1]);
     for (int i = 0; i < 3; i++) free(m[i]);
 }
 
