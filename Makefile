@@ -161,7 +161,7 @@ help:
 	@echo "make sanitize   the tests against an ASan + UBSan build (build-sanitize/); fails on any report"
 	@echo "make fuzz       each libFuzzer target for FUZZ_SECONDS (default 30) from its corpus; fails on any finding"
 	@echo "make bench      benchmarks, JSON in build/bench/ (with the cuda part where a GPU is usable)"
-	@echo "make bench-cuda the cuda part alone: MFU of gpt2-124m, every stage at 1, 2, 4 ranks on one GPU"
+	@echo "make bench-cuda the cuda part alone: dp_baseline gpt2-124m beside PyTorch (eager, torch.compile), time per kernel"
 	@echo "make bench-compare BASE=old.json [NEW=new.json]  two bench results side by side; exit 1 on a regression"
 	@echo "make diff-NN    what stage NN adds over the stage before it"
 	@echo "make lab-NN     a student copy (labs/NN, or LAB_DIR=...) with stage NN's technique to write"
@@ -246,6 +246,19 @@ endif
 $(BUILD)/tests/%: tests/%.c $(LIB)
 	@mkdir -p $(dir $@)
 	$(CC) $(CFLAGS) -Itests/lib $< $(LIB) -o $@ -lcmocka $(LDLIBS) -laio -ljansson
+
+# test_flash: the cpu FlashAttention kernel built again with one bug of
+# tests/core/flash_plants.h planted in each copy, its entry points renamed
+FLASH_PLANTS := running_max rescale mask
+$(BUILD)/tests/core/flash_plant_%.o: common/device/kernels_cpu_flash.c tests/core/flash_plants.h
+	@mkdir -p $(dir $@)
+	$(CC) $(CFLAGS) -include tests/core/flash_plants.h -DFLASH_PLANT_$* \
+		-Dflash_attention_forward_cpu=flash_forward_plant_$* -Dflash_attention_backward_cpu=flash_backward_plant_$* \
+		-Dflash_cpu_scratch_bytes=flash_scratch_plant_$* \
+		-c $< -o $@
+$(BUILD)/tests/core/test_flash: tests/core/test_flash.c $(FLASH_PLANTS:%=$(BUILD)/tests/core/flash_plant_%.o) $(LIB)
+	@mkdir -p $(dir $@)
+	$(CC) $(CFLAGS) -Itests/lib $< $(filter %.o,$^) $(LIB) -o $@ -lcmocka $(LDLIBS) -laio -ljansson
 
 # test_blas_core preloads a shim between the trainers and OpenBLAS (built
 # without OPT's sanitizers: it is loaded into every process of the run)

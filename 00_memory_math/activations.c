@@ -22,7 +22,7 @@ static const Col act_cols[] = {
 static void trainer_row(Printer *p, const Inputs *in, GPTRecompute r, int offload, const char *what, int act_bytes) {
     GPTPlan plan = act_plan(in, r, offload);
     ActFormula a = act_formula(act_layout(in), &plan, act_bytes);
-    double extra = recompute_flops_per_token(&in->layout, in->seq_len, r) /
+    double extra = recompute_flops_per_token(&in->layout, in->seq_len, r, in->attention) /
                    gpt_flops_per_token(&in->layout, in->seq_len);
     Cell row[8] = {cell_str(offload ? "full+host" : gpt_recompute_name(r)), cell_str(what), cell_num(act_bytes),
                    cell_num(a.per_layer), cell_num(a.saved / GB), cell_num(a.working / GB),
@@ -42,6 +42,7 @@ void section_activations(Printer *p, const Inputs *in) {
     printer_num(p, "vocab", "V (vocabulary)", c->vocab_size, "%.0f", NULL);
     printer_num(p, "context", "context (wpe rows)", c->max_seq_len, "%.0f", NULL);
     printer_str(p, "recompute", "recompute (the run's, in the fit tables)", gpt_recompute_name(in->recompute));
+    printer_str(p, "attention", "attention (the run's, in every row)", gpt_attention_name(in->attention));
     printer_num(p, "tp", "t (tensor-parallel ranks; per rank below)", t, "%.0f", NULL);
     if (in->tp > 1)
         printer_str(p, "tp_split", "between the tensor-parallel regions",
@@ -72,12 +73,18 @@ void section_activations(Printer *p, const Inputs *in) {
                     "dropout masks plus 5as^2b for the attention scores, softmax, its dropout mask and output; "
                     "selective drops the 5as^2b (recomputed); full keeps the layer's input, 2sbh. Saved = L x "
                     "per layer (no embedding or logits).");
-    printer_note(p, "this trainer per layer: none %s; selective %s (working set %s); full %s (working set %s); "
-                    "e = 4 bytes on the cpu device, 2 on cuda; no dropout, so no masks; fp32 attention "
-                    "probabilities and layernorm statistics.", act_formula_layer_text(GPT_RECOMPUTE_NONE, sp),
-                 act_formula_layer_text(GPT_RECOMPUTE_SELECTIVE, sp),
-                 act_formula_working_text(GPT_RECOMPUTE_SELECTIVE, sp), act_formula_layer_text(GPT_RECOMPUTE_FULL, sp),
-                 act_formula_working_text(GPT_RECOMPUTE_FULL, sp));
+    int flash = in->attention == GPT_ATTENTION_FLASH;
+    printer_note(p, "this trainer per layer (--attention %s): none %s; selective %s (working set %s); full %s "
+                    "(working set %s); e = 4 bytes on the cpu device, 2 on cuda; no dropout, so no masks; fp32 %s "
+                    "and layernorm statistics.", gpt_attention_name(in->attention),
+                 act_formula_layer_text(GPT_RECOMPUTE_NONE, sp, flash),
+                 act_formula_layer_text(GPT_RECOMPUTE_SELECTIVE, sp, flash),
+                 act_formula_working_text(GPT_RECOMPUTE_SELECTIVE, sp, flash),
+                 act_formula_layer_text(GPT_RECOMPUTE_FULL, sp, flash),
+                 act_formula_working_text(GPT_RECOMPUTE_FULL, sp, flash),
+                 flash ? "log-sum-exp of each attention row (4asb: FlashAttention keeps no (T,T) matrix, so "
+                         "selective recompute has nothing to drop)"
+                       : "attention probabilities (4as^2b)");
     if (in->tp > 1)
         printer_note(p, "with --tp %d the figures are one tensor-parallel rank's (3d_parallel --tp %d, pp 1): its "
                         "heads' qkv, attention and MLP tensors; the rest %s%s.", in->tp, in->tp,
@@ -91,8 +98,9 @@ void section_activations(Printer *p, const Inputs *in) {
                     "multiple of 64), the token ids and one projection temporary; working is the one block's "
                     "tensors that are recomputed before its backward, shared by every block.");
     printer_note(p, "+FLOPs: recomputation over the model FLOPs (6 Psi_matmul + 12 L C T per token): selective "
-                    "the attention forward again, L x 4CT; full the block forward but its MLP projection, "
-                    "L x (16C^2 + 4CT). Hardware FLOPs = model FLOPs x (1 + that).");
+                    "the materialized attention forward again, L x 4CT (0 with flash, which keeps no "
+                    "probabilities); full the block forward but its MLP projection, L x (16C^2 + 4CT). Hardware "
+                    "FLOPs = model FLOPs x (1 + that).");
     printer_note(p, "backward scratch and the fp32 gradient workspace of one unit are live during backward "
                     "only; they are counted by the trainers as workspace, not activations.");
     printer_section_end(p);

@@ -66,6 +66,7 @@ static double tiers(Printer *p, const Inputs *in) {
     if (in->have_model) {
         GPTPlan plan = gpt_plan_whole(&in->layout, in->batch, in->seq_len);
         plan.recompute = in->recompute;
+        plan.attention = in->attention;
         plan.offload_activations = in->offload_activations;
         GPTActBytes a = gpt_activation_bytes(&in->layout, &plan, CUDA_ACT_BYTES);
         acts = (double)(a.total_saved + a.working + a.backward_scratch + a.grad_workspace);

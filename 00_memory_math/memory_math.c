@@ -17,6 +17,7 @@
 static const char *usage =
     "usage: memory_math [--params 7.5B | --model NAME] [--ranks N] [--batch B --seq-len T]\n"
     "                   [--recompute none|selective|full [--offload-activations]]\n"
+    "                   [--attention flash|materialized]\n"
     "                   [--tp T [--sequence-parallel] [--partition-activations]] [--hbm-gb GB]\n"
     "                   [--link-gbps G --gflops F [--latency-us US]]\n"
     "                   [--measure] [--json] [--deepspeed-config FILE]\n"
@@ -34,7 +35,7 @@ static const char *usage =
 
 typedef struct Flags {
     double params, hbm_gb;
-    const char *model, *deepspeed_config, *recompute;
+    const char *model, *deepspeed_config, *recompute, *attention;
     int ranks, batch, seq_len, grad_accum, global_batch, measure, json, offload_activations;
     int tp, sequence_parallel, partition_activations;
     double link_gbps, latency_us, gflops;
@@ -43,7 +44,7 @@ typedef struct Flags {
 enum {
     F_PARAMS, F_MODEL, F_RANKS, F_BATCH, F_SEQ_LEN, F_GRAD_ACCUM, F_GLOBAL_BATCH, F_HBM_GB, F_MEASURE, F_JSON,
     F_DEEPSPEED_CONFIG, F_RECOMPUTE, F_OFFLOAD_ACTIVATIONS, F_TP, F_SEQUENCE_PARALLEL, F_PARTITION_ACTIVATIONS,
-    F_LINK_GBPS, F_LATENCY_US, F_GFLOPS, F_COUNT
+    F_LINK_GBPS, F_LATENCY_US, F_GFLOPS, F_ATTENTION, F_COUNT
 };
 
 // infinity's bf16 params follow offload_param.device (a flag of infinity's,
@@ -102,6 +103,9 @@ static void parse_flags(int argc, char **argv, Flags *f, FlagSpec *specs, Inputs
         [F_RECOMPUTE] = {.name = "recompute", .type = FLAG_STRING, .dst = &f->recompute,
                          .meta = "none|selective|full",
                          .help = "what each block keeps for backward (the trainers' flag): in the fit tables"},
+        [F_ATTENTION] = {.name = "attention", .type = FLAG_STRING, .dst = &f->attention, .meta = "flash|materialized",
+                         .help = "how the attention core runs (the trainers' flag): flash keeps each row's "
+                                 "log-sum-exp, materialized the (T,T) probabilities"},
         [F_OFFLOAD_ACTIVATIONS] = {.name = "offload-activations", .type = FLAG_BOOL, .dst = &f->offload_activations,
                                    .help = "with --recompute full: the blocks' inputs in pinned host memory"},
         [F_TP] = {.name = "tp", .type = FLAG_INT, .dst = &f->tp, .meta = "T",
@@ -206,6 +210,7 @@ static void check_tp(Flags *f, Inputs *in) {
 GPTPlan act_plan(const Inputs *in, GPTRecompute r, int offload) {
     GPTPlan plan = gpt_plan_whole(act_layout(in), in->batch, in->seq_len);
     plan.recompute = r;
+    plan.attention = in->attention;
     plan.offload_activations = offload;
     plan.sequence_parallel = in->tp > 1 && in->sequence_parallel;
     plan.partition_activations = in->tp > 1 && in->partition_activations && r == GPT_RECOMPUTE_FULL;
@@ -228,6 +233,11 @@ static void check_shapes(Flags *f, Inputs *in) {
         fail_usage("--offload-activations moves the blocks' saved inputs to the host, and only --recompute full "
                    "keeps each block's input alone (here --recompute %s): add --recompute full", f->recompute);
     in->offload_activations = f->offload_activations;
+    int a = gpt_attention_of(f->attention);
+    if (a < 0)
+        fail_usage("--attention %s: choose flash (tiles, online softmax: no (T,T) matrix is kept) or materialized "
+                   "(the (T,T) probabilities kept for backward)", f->attention);
+    in->attention = (GPTAttention)a;
     if (in->have_model) {
         int context = in->layout.cfg.max_seq_len;
         if (f->seq_len > context)
@@ -254,7 +264,7 @@ int main(int argc, char **argv) {
     in.rank = world.rank;
 
     Flags f = {.params = 0, .hbm_gb = 0, .model = NULL, .ranks = 8, .batch = 8, .seq_len = 0,
-               .grad_accum = 1, .global_batch = 0, .measure = 0, .json = 0, .recompute = "none", .tp = 1};
+               .grad_accum = 1, .global_batch = 0, .measure = 0, .json = 0, .recompute = "none", .attention = "flash", .tp = 1};
     FlagSpec specs[F_COUNT];
     parse_flags(argc, argv, &f, specs, &in);
     choose_params(&f, specs, &in);

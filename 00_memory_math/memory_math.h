@@ -17,6 +17,7 @@ typedef struct Inputs {
     int batch, seq_len, grad_accum;
     double hbm_gb;            // 0: no --hbm-gb
     GPTRecompute recompute;   // --recompute: what the activation and fit sections count
+    GPTAttention attention;   // --attention: flash (each row's lse kept) or materialized (the probabilities)
     int offload_activations;  // --offload-activations (with full): the blocks' inputs in pinned host memory
     // 3d_parallel's tensor parallelism (pp 1, dp N/T): --tp, and with it
     // --sequence-parallel and --partition-activations; tp_layout is rank 0's part

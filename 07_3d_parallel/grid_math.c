@@ -35,10 +35,10 @@ void grid_state_bytes(const GridShape *g, int s, StateBytes *out) {
 GridActs grid_act_bytes(const GridShape *g, int s, int slots) {
     double C = g->cfg.channels, T = g->tp, a = g->act_bytes, B = g->batch, S = g->seq_len, BS = B * S;
     double heads = g->cfg.num_heads / g->tp, blocks = stage_blocks(g, s), sp = g->sp ? T : 1;
-    double probs = 4 * B * heads * S * S, x3 = BS * C * a / sp;
-    double block = BS * (4 * C / sp + 12 * C / T) * a + 16 * BS / sp + probs, kept = block;
+    double core = g->flash ? 4 * B * heads * S : 4 * B * heads * S * S, x3 = BS * C * a / sp;
+    double block = BS * (4 * C / sp + 12 * C / T) * a + 16 * BS / sp + core, kept = block;
     GridActs r = {0};
-    if (g->recompute == GPT_RECOMPUTE_SELECTIVE) kept = block - probs, r.working = probs;
+    if (g->recompute == GPT_RECOMPUTE_SELECTIVE && !g->flash) kept = block - core, r.working = core;
     if (g->recompute == GPT_RECOMPUTE_FULL) kept = x3, r.working = block - x3;
     if (blocks == 0) r.working = 0;
     double micro = blocks * kept + x3;  // and the stage's input, x_in

@@ -21,6 +21,7 @@ typedef struct GridShape {
     GPTRecompute recompute; // --recompute
     int offload, partition; // --offload-activations, --partition-activations (with full)
     int sp;                 // --sequence-parallel
+    int flash;              // --attention flash (else materialized)
 } GridShape;
 
 // Vocabulary rows of wte over the tp group: V, or V rounded up to 64·T when T > 1.
@@ -38,9 +39,11 @@ void grid_state_bytes(const GridShape *g, int stage, StateBytes *out);
 // micro-batch through its units) + what the slots share. Per block and
 // micro-batch, BS = B·S tokens: BS·(4C + 12C/T)·a (the layernorm outputs, x2
 // and x3 whole; QKV, attention output and the MLP's two 4C activations
-// split) + 16·BS (fp32 mean and rstd of two layernorms) + 4·B·(NH/T)·S² (the
-// rank's heads' attention probabilities, fp32). Selective recompute keeps
-// all but the probabilities, full only x3 (BS·C·a); what they do not keep is
+// split) + 16·BS (fp32 mean and rstd of two layernorms) + what the rank's
+// heads' attention keeps in fp32: with flash each row's log-sum-exp,
+// 4·B·(NH/T)·S; materialized the probabilities, 4·B·(NH/T)·S². Selective
+// recompute keeps all but the materialized probabilities (with flash all),
+// full only x3 (BS·C·a); what they do not keep is
 // one block's working set. Under full, the x3 of every block but the
 // stage's last go to the host (offload) and/or keep 1/T (partition), with a
 // ring of two whole ones on the device. Sequence parallelism divides the

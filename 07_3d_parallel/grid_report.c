@@ -27,7 +27,8 @@ typedef struct RankFigures {
 GridShape grid_shape(const Trainer *t, const Stage *z) {
     return (GridShape){t->layout.cfg, z->grid.tp, z->grid.pp, z->grid.dp, t->cfg.batch, t->cfg.seq_len,
                        t->cfg.grad_accum, t->dev.act_bytes, t->plan.recompute, t->plan.offload_activations,
-                       t->plan.partition_activations, t->plan.sequence_parallel};
+                       t->plan.partition_activations, t->plan.sequence_parallel,
+                       t->plan.attention == GPT_ATTENTION_FLASH};
 }
 
 void grid_comm_formula(Trainer *t) {

@@ -48,6 +48,15 @@ typedef struct KernelOps {
     // dqkv (B,T,3C) overwritten
     void (*attention_backward)(Device *d, act *dqkv, const act *dout, const act *qkv,
                                const float *att, int B, int T, int C, int NH);
+    // The same attention as FlashAttention (flash_math.h): out (B,T,C) as above;
+    // lse (B,NH,T) fp32, each query row's log-sum-exp of its scaled scores, is
+    // all it saves. No (T,T) matrix is written, not even to scratch.
+    void (*flash_attention_forward)(Device *d, act *out, float *lse, const act *qkv, int B, int T,
+                                    int C, int NH);
+    // dqkv (B,T,3C) overwritten, from the forward's out and lse (the
+    // probabilities recomputed a tile at a time)
+    void (*flash_attention_backward)(Device *d, act *dqkv, const act *dout, const act *qkv,
+                                     const act *out, const float *lse, int B, int T, int C, int NH);
     // The MLP's linear and GELU as one op each way (on cuda, cuBLASLt epilogues):
     // pre (BT,OC) = inp (BT,C) @ w (OC,C)^T + bias (OC), kept for backward; out = gelu(pre).
     // Rows packed (ld = OC); bias may be NULL.
@@ -121,10 +130,11 @@ typedef struct KernelOps {
 
     // Bytes of kernel scratch (device_scratch) that the largest request of a
     // GPT-2 step asks for, with B x T tokens, C channels, NH heads, a V-token
-    // vocabulary and `threads` OpenMP threads; the scratch keeps its largest
-    // size, so this is what it holds from the first step on. Each kernel file
-    // states its own request beside the call that makes it.
-    size_t (*scratch_bytes)(int threads, int B, int T, int C, int NH, int V);
+    // vocabulary, `threads` OpenMP threads and the flash (1) or the
+    // materialized (0) attention; the scratch keeps its largest size, so this
+    // is what it holds from the first step on. Each kernel file states its
+    // own request beside the call that makes it.
+    size_t (*scratch_bytes)(int threads, int B, int T, int C, int NH, int V, int flash);
 } KernelOps;
 
 extern const KernelOps kernels_cpu;

@@ -306,12 +306,12 @@ static size_t max_bytes(size_t a, size_t b) { return a > b ? a : b; }
 // The requests of a step: layernorm's w and b in fp32 (2C), each GEMM's
 // weights and bias in fp32 (qkv, proj, fc, fcproj, the tied head), and the
 // attention backward's per-thread tile.
-static size_t scratch_bytes(int threads, int B, int T, int C, int NH, int V) {
+static size_t scratch_bytes(int threads, int B, int T, int C, int NH, int V, int flash) {
     (void)B, (void)NH;
     size_t s = 2 * (size_t)C * sizeof(float);
     const int gemm[5][2] = {{C, 3 * C}, {C, C}, {C, 4 * C}, {4 * C, C}, {C, V}};  // (C in, OC out)
     for (int i = 0; i < 5; i++) s = max_bytes(s, matmul_cpu_scratch_bytes(gemm[i][0], gemm[i][1]));
-    return max_bytes(s, attention_cpu_scratch_bytes(threads, T));
+    return max_bytes(s, flash ? flash_cpu_scratch_bytes(threads, T) : attention_cpu_scratch_bytes(threads, T));
 }
 
 const KernelOps kernels_cpu = {
@@ -323,6 +323,8 @@ const KernelOps kernels_cpu = {
     .matmul_backward = matmul_backward_cpu,
     .attention_forward = attention_forward_cpu,
     .attention_backward = attention_backward_cpu,
+    .flash_attention_forward = flash_attention_forward_cpu,
+    .flash_attention_backward = flash_attention_backward_cpu,
     .matmul_gelu_forward = matmul_gelu_forward,
     .gelu_matmul_backward = gelu_matmul_backward,
     .gelu_forward = gelu_forward,

@@ -35,6 +35,13 @@ void attention_backward_cpu(Device *d, act *dqkv, const act *dout, const act *qk
 // Scratch bytes of attention_backward_cpu: a (T,T) tile per thread.
 size_t attention_cpu_scratch_bytes(int threads, int T);
 
+// kernels_cpu_flash.c
+void flash_attention_forward_cpu(Device *d, act *out, float *lse, const act *qkv, int B, int T, int C, int NH);
+void flash_attention_backward_cpu(Device *d, act *dqkv, const act *dout, const act *qkv, const act *out,
+                                  const float *lse, int B, int T, int C, int NH);
+// Scratch bytes of both: two tiles and a row of T per thread.
+size_t flash_cpu_scratch_bytes(int threads, int T);
+
 // kernels_cpu_tp.c (tensor parallelism)
 void bias_add_cpu(Device *d, act *out, const bf16 *bias, int BT, int OC);
 void embedding_part_forward_cpu(Device *d, act *out, const int32_t *tokens, const bf16 *wte_part,

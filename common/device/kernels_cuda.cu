@@ -331,13 +331,13 @@ static size_t max_bytes(size_t a, size_t b) { return a > b ? a : b; }
 // The requests of a step: the largest bias gradient (fc, 4C outputs; the
 // head has no bias) as column partials, where the GEMM's epilogue cannot sum
 // it, the layernorm backward, attention, and the norm's partials.
-static size_t scratch_bytes(int threads, int B, int T, int C, int NH, int V) {
+static size_t scratch_bytes(int threads, int B, int T, int C, int NH, int V, int flash) {
     (void)threads, (void)V;
     int BT = B * T;
     size_t s = (SUMSQ_BLOCKS + 1) * sizeof(double);
     s = max_bytes(s, matmul_cuda_scratch_bytes(BT, 4 * C));
     s = max_bytes(s, layernorm_cuda_scratch_bytes(BT, C));
-    return max_bytes(s, attention_cuda_scratch_bytes(B, T, C, NH));
+    return max_bytes(s, flash ? flash_cuda_scratch_bytes(B, T, C, NH) : attention_cuda_scratch_bytes(B, T, C, NH));
 }
 
 }  // namespace KERNELS_NS
@@ -352,6 +352,8 @@ extern "C" const KernelOps KERNELS_TABLE = {
     matmul_backward_cuda,             // matmul_backward
     attention_forward_cuda,           // attention_forward
     attention_backward_cuda,          // attention_backward
+    flash_attention_forward_cuda,     // flash_attention_forward
+    flash_attention_backward_cuda,    // flash_attention_backward
     matmul_gelu_forward_cuda,         // matmul_gelu_forward
     gelu_matmul_backward_cuda,        // gelu_matmul_backward
     gelu_forward_cuda,                // gelu_forward

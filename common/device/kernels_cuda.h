@@ -206,6 +206,9 @@ void attention_forward_cuda(Device *d, act *out, float *att, const act *qkv, int
                             int NH);
 void attention_backward_cuda(Device *d, act *dqkv, const act *dout, const act *qkv,
                              const float *att, int B, int T, int C, int NH);
+void flash_attention_forward_cuda(Device *d, act *out, float *lse, const act *qkv, int B, int T, int C, int NH);
+void flash_attention_backward_cuda(Device *d, act *dqkv, const act *dout, const act *qkv, const act *out,
+                                   const float *lse, int B, int T, int C, int NH);
 void layernorm_forward_cuda(Device *d, act *out, float *mean, float *rstd, const act *inp,
                             const bf16 *w, const bf16 *b, int BT, int C);
 void residual_layernorm_forward_cuda(Device *d, act *res, act *out, float *mean, float *rstd, const act *a,
@@ -215,12 +218,14 @@ void layernorm_backward_cuda(Device *d, act *dinp, float *dw, float *db, const a
                              int BT, int C);
 // Scratch bytes each asks for (device_scratch), beside the call that makes
 // the request: the bias gradient's column partials for OC outputs, the
-// layernorm backward's partials of w and b, attention's per-head operands.
+// layernorm backward's partials of w and b, attention's per-head operands
+// (materialized) or its rows' D (flash).
 // Row parts are ceil(BT / COLSUM_ROWS_PER_PART), counted without colsum_parts'
 // check, which belongs to the launch.
 size_t matmul_cuda_scratch_bytes(int BT, int OC);
 size_t layernorm_cuda_scratch_bytes(int BT, int C);
 size_t attention_cuda_scratch_bytes(int B, int T, int C, int NH);
+size_t flash_cuda_scratch_bytes(int B, int T, int C, int NH);
 void softmax_crossentropy_cuda(Device *d, float *losses, act *logits, const int32_t *targets,
                                int BT, int V, int ld, float dloss_scale);
 void matmul_gelu_forward_cuda(Device *d, act *out, act *pre, const act *inp, const bf16 *w,

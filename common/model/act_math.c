@@ -5,9 +5,11 @@
 // This trainer, per block, e bytes an activation, fp32 statistics:
 //   ln1, x2, ln2, x3: 4 sbh e; qkv 3sbh/t, attention output sbh/t, fc and
 //   gelu 4sbh/t each: 12 sbh e/t; layernorm mean and rstd, twice: 16 sb;
-//   attention probabilities in fp32: 4 a s^2 b / t.
-// Selective saves all but the probabilities; full saves x3 alone (the next
-// block's input), sbh e, and recomputes the rest but x3.
+//   what the attention core keeps, in fp32: with flash each query row's
+//   log-sum-exp, 4 a s b / t; materialized the probabilities, 4 a s^2 b / t.
+// Selective saves all but the materialized probabilities (flash has none to
+// drop: it saves what none saves); full saves x3 alone (the next block's
+// input), sbh e, and recomputes the rest but x3.
 // Sequence parallelism (sp) splits the whole tensors and the statistics over
 // the t ranks too: ln1, x2, ln2, x3 4sbhe/t, the statistics 16sb/t, and the
 // slot's input, lnf and its statistics; it adds an all-gathered (BT,C) and a
@@ -17,12 +19,17 @@ ActFormula act_formula(const GPTLayout *l, const GPTPlan *p, int act_bytes) {
     double s = p->T, b = p->B, h = c->channels, a = c->num_heads, t = l->tp_size, e = act_bytes;
     double sp = p->sequence_parallel ? t : 1;  // what the whole tensors are divided by
     double V = gpt_logits_stride(l);  // this rank's vocabulary, rows padded to a multiple of 64
-    double stats = 16 * s * b / sp, probs = 4 * a * s * s * b / t, act = s * b * h * e * (4 / sp + 12 / t);
-    double all = act + stats + probs, input = s * b * h * e / sp;
+    int flash = p->attention == GPT_ATTENTION_FLASH;
+    double stats = 16 * s * b / sp, act = s * b * h * e * (4 / sp + 12 / t);
+    double core = flash ? 4 * a * s * b / t : 4 * a * s * s * b / t;  // the lse, or the probabilities
+    double all = act + stats + core, input = s * b * h * e / sp;
     ActFormula f = {0};
     switch (p->recompute) {
     case GPT_RECOMPUTE_NONE: f.per_layer = all; break;
-    case GPT_RECOMPUTE_SELECTIVE: f.per_layer = act + stats, f.working = probs; break;
+    case GPT_RECOMPUTE_SELECTIVE:
+        if (flash) f.per_layer = all;
+        else f.per_layer = act + stats, f.working = core;
+        break;
     case GPT_RECOMPUTE_FULL: f.per_layer = input, f.working = all - input; break;
     }
     int hu = gpt_unit_head(l);
@@ -54,20 +61,23 @@ ActFormula act_formula(const GPTLayout *l, const GPTPlan *p, int act_bytes) {
     return f;
 }
 
-const char *act_formula_layer_text(GPTRecompute r, int sp) {
-    static const char *const text[2][3] = {
-        {"sbh(4 + 12/t)e + 16sb + 4as^2b/t", "sbh(4 + 12/t)e + 16sb", "sbhe"},
-        {"sbh(16/t)e + 16sb/t + 4as^2b/t", "sbh(16/t)e + 16sb/t", "sbhe/t"},
+// [flash][sp][recompute]
+const char *act_formula_layer_text(GPTRecompute r, int sp, int flash) {
+    static const char *const text[2][2][3] = {
+        {{"sbh(4 + 12/t)e + 16sb + 4as^2b/t", "sbh(4 + 12/t)e + 16sb", "sbhe"},
+         {"sbh(16/t)e + 16sb/t + 4as^2b/t", "sbh(16/t)e + 16sb/t", "sbhe/t"}},
+        {{"sbh(4 + 12/t)e + 16sb + 4asb/t", "sbh(4 + 12/t)e + 16sb + 4asb/t", "sbhe"},
+         {"sbh(16/t)e + 16sb/t + 4asb/t", "sbh(16/t)e + 16sb/t + 4asb/t", "sbhe/t"}},
     };
-    return r >= GPT_RECOMPUTE_NONE && r <= GPT_RECOMPUTE_FULL ? text[sp != 0][r] : "?";
+    return r >= GPT_RECOMPUTE_NONE && r <= GPT_RECOMPUTE_FULL ? text[flash != 0][sp != 0][r] : "?";
 }
 
-const char *act_formula_working_text(GPTRecompute r, int sp) {
-    static const char *const text[2][3] = {
-        {"0", "4as^2b/t", "sbh(3 + 12/t)e + 16sb + 4as^2b/t"},
-        {"0", "4as^2b/t", "sbh(15/t)e + 16sb/t + 4as^2b/t"},
+const char *act_formula_working_text(GPTRecompute r, int sp, int flash) {
+    static const char *const text[2][2][3] = {
+        {{"0", "4as^2b/t", "sbh(3 + 12/t)e + 16sb + 4as^2b/t"}, {"0", "4as^2b/t", "sbh(15/t)e + 16sb/t + 4as^2b/t"}},
+        {{"0", "0", "sbh(3 + 12/t)e + 16sb + 4asb/t"}, {"0", "0", "sbh(15/t)e + 16sb/t + 4asb/t"}},
     };
-    return r >= GPT_RECOMPUTE_NONE && r <= GPT_RECOMPUTE_FULL ? text[sp != 0][r] : "?";
+    return r >= GPT_RECOMPUTE_NONE && r <= GPT_RECOMPUTE_FULL ? text[flash != 0][sp != 0][r] : "?";
 }
 
 // Korthikanti et al., Table 2: tensor parallel without sequence parallelism
@@ -92,11 +102,11 @@ const char *korthikanti_text(GPTRecompute r, int tp, int sp) {
     return "?";
 }
 
-double recompute_flops_per_token(const GPTLayout *l, int T, GPTRecompute r) {
+double recompute_flops_per_token(const GPTLayout *l, int T, GPTRecompute r, GPTAttention a) {
     double C = l->cfg.channels, L = l->cfg.num_layers, attention = 4.0 * C * T;
     switch (r) {
     case GPT_RECOMPUTE_NONE: return 0;
-    case GPT_RECOMPUTE_SELECTIVE: return L * attention;
+    case GPT_RECOMPUTE_SELECTIVE: return a == GPT_ATTENTION_FLASH ? 0 : L * attention;
     case GPT_RECOMPUTE_FULL: return L * (2.0 * 8.0 * C * C + attention);
     }
     return 0;

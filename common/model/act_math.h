@@ -21,9 +21,10 @@ typedef struct ActFormula {
 } ActFormula;
 ActFormula act_formula(const GPTLayout *l, const GPTPlan *p, int act_bytes);
 // This trainer's per-layer closed forms, saved and working set, as text
-// (with sequence parallelism, sp, or without).
-const char *act_formula_layer_text(GPTRecompute r, int sp);
-const char *act_formula_working_text(GPTRecompute r, int sp);
+// (with sequence parallelism, sp, or without; with flash attention or the
+// materialized one).
+const char *act_formula_layer_text(GPTRecompute r, int sp, int flash);
+const char *act_formula_working_text(GPTRecompute r, int sp, int flash);
 
 // Korthikanti et al.'s bytes per layer (their Table 2; 16-bit activations,
 // dropout masks), at tensor parallelism t (1: none), with sequence
@@ -34,7 +35,11 @@ const char *korthikanti_text(GPTRecompute r, int tp, int sp);
 
 // FLOPs per token that recomputation adds to the model FLOPs
 // (gpt_flops_per_token), counted as the other matmul and attention FLOPs:
-// selective runs the attention forward again (scores and weighted sum:
-// 4TC per layer); full runs the block's forward but its MLP projection
-// (qkv 6C², projection 2C², fc 8C² and the attention: 16C² + 4TC per layer).
-double recompute_flops_per_token(const GPTLayout *l, int T, GPTRecompute r);
+// selective runs the materialized attention forward again (scores and
+// weighted sum: 4TC per layer; nothing with flash, which keeps no
+// probabilities); full runs the block's forward but its MLP projection (qkv
+// 6C², projection 2C², fc 8C² and the attention: 16C² + 4TC per layer).
+// The attention terms count whole (T,T) products, as the model FLOPs do
+// (PaLM's convention); the flash kernels skip the tiles above the diagonal
+// and form q k^T again in backward, which these figures leave out.
+double recompute_flops_per_token(const GPTLayout *l, int T, GPTRecompute r, GPTAttention a);

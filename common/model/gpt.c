@@ -77,13 +77,17 @@ static void carve_block_acts(GPT *g, Carver *c, LayerActs *la) {
     la->fch_gelu = carve(c, BT * F * ab);
 }
 
-// The recomputation's working set: what a block does not save (its
-// probabilities under selective, all but x3 under full), which every block
-// of every slot points to; the block's forward writes it and its backward
-// recomputes it first (block_recompute).
+// The recomputation's working set: what a block does not save (the
+// materialized attention's probabilities under selective, all but x3 under
+// full), which every block of every slot points to; the block's forward
+// writes it and its backward recomputes it first (block_recompute).
+static int drops_probabilities(const GPTPlan *p) {
+    return p->recompute == GPT_RECOMPUTE_SELECTIVE && p->attention == GPT_ATTENTION_MATERIALIZED;
+}
+
 static void carve_working(GPT *g, Carver *cw, size_t att) {
     LayerActs *live = &g->work->live;
-    if (g->plan.recompute == GPT_RECOMPUTE_SELECTIVE) live->att = carve_words(cw, att);
+    if (drops_probabilities(&g->plan)) live->att = carve_words(cw, att);
     if (g->plan.recompute != GPT_RECOMPUTE_FULL) return;
     carve_block_words(cw, live, (size_t)res_rows(g), att);
     carve_block_acts(g, cw, live);
@@ -97,8 +101,8 @@ static void carve_activations(GPT *g, Carver *ca, Carver *cw) {
     const GPTPlan *p = &g->plan;
     const GPTConfig *c = &g->L.cfg;
     size_t tp = g->L.tp_size, BT = (size_t)p->B * p->T, R = (size_t)res_rows(g), C = c->channels;
-    size_t NHp = c->num_heads / tp, Vp = (size_t)gpt_logits_stride(&g->L);
-    size_t ab = g->dev->act_bytes, fb = sizeof(float), att = (size_t)p->B * NHp * p->T * p->T * fb;
+    size_t Vp = (size_t)gpt_logits_stride(&g->L);
+    size_t ab = g->dev->act_bytes, fb = sizeof(float), att = gpt_attention_saved_bytes(&g->L, p);
     int nl = plan_end_layer(p, c->num_layers) - plan_first_layer(p);
     int embed = plan_has_unit(p, GPT_UNIT_EMBED), head = plan_has_unit(p, gpt_unit_head(&g->L));
     if (nl > 0) carve_working(g, cw, att);
@@ -108,8 +112,8 @@ static void carve_activations(GPT *g, Carver *ca, Carver *cw) {
         for (int i = 0; i < nl; i++) {
             LayerActs *la = &sl->layer[i];
             if (rc == GPT_RECOMPUTE_FULL) *la = g->work->live;
-            else carve_block_words(ca, la, R, rc == GPT_RECOMPUTE_NONE ? att : 0);
-            if (rc == GPT_RECOMPUTE_SELECTIVE) la->att = g->work->live.att;
+            else carve_block_words(ca, la, R, drops_probabilities(p) ? 0 : att);
+            if (drops_probabilities(p)) la->att = g->work->live.att;
         }
         if (head) {
             sl->lnf_mean = carve_words(ca, R * fb);

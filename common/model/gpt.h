@@ -135,7 +135,8 @@ static inline int gpt_logits_stride(const GPTLayout *l) { return (l->vocab_part 
 //   GPT_RECOMPUTE_NONE: every tensor its backward reads;
 //   GPT_RECOMPUTE_SELECTIVE: all but the attention core's (B, heads, T, T)
 //     probabilities, recomputed from the saved q, k, v before the block's
-//     backward;
+//     backward (with flash attention there are none: it keeps what none
+//     keeps, and recomputes nothing);
 //   GPT_RECOMPUTE_FULL: only the block's input (the residual stream entering
 //     it); its backward first runs its forward again from there.
 // What is recomputed goes to one working set that every block and slot
@@ -146,11 +147,25 @@ const char *gpt_recompute_name(GPTRecompute r);  // "none", "selective", "full"
 // -1 for a name that is none of those
 int gpt_recompute_of(const char *name);
 
+// How a block's attention core runs:
+//   GPT_ATTENTION_FLASH: FlashAttention (Dao et al. 2022), by tiles with an
+//     online softmax (flash_math.h); it saves its output and each query
+//     row's log-sum-exp, (B, heads, T), and its backward recomputes the
+//     probabilities a tile at a time. No (T,T) matrix is kept.
+//   GPT_ATTENTION_MATERIALIZED: the textbook form, which keeps the
+//     (B, heads, T, T) probabilities for backward (what selective recompute
+//     drops).
+typedef enum { GPT_ATTENTION_FLASH = 0, GPT_ATTENTION_MATERIALIZED } GPTAttention;
+const char *gpt_attention_name(GPTAttention a);  // "flash", "materialized"
+// -1 for a name that is neither
+int gpt_attention_of(const char *name);
+
 typedef struct GPTPlan {
     int B, T;
     int slots;
     int first_unit, last_unit;
     GPTRecompute recompute;
+    GPTAttention attention;
     // With full recompute (gpt_checkpoints.c): the blocks' saved inputs live
     // in pinned host memory (DeepSpeed's cpu_checkpointing), and/or each tp
     // rank keeps 1/tp of them (partition_activations, tp > 1), all-gathered
@@ -190,6 +205,10 @@ typedef struct GPTActBytes {
     size_t grad_workspace;    // fp32 gradients of one unit, and of the embeddings
 } GPTActBytes;
 GPTActBytes gpt_activation_bytes(const GPTLayout *l, const GPTPlan *p, int act_bytes);
+// What one block's attention core saves for backward (fp32): the
+// probabilities (B, heads, T, T) materialized, each row's lse (B, heads, T)
+// with flash; this rank's heads.
+size_t gpt_attention_saved_bytes(const GPTLayout *l, const GPTPlan *p);
 
 typedef struct GPT {
     GPTLayout L;

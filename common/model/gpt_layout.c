@@ -130,10 +130,15 @@ double gpt_flops_per_token(const GPTLayout *l, int T) {
     return 6.0 * matmul_params + 12.0 * L * C * (double)T;
 }
 
+size_t gpt_attention_saved_bytes(const GPTLayout *l, const GPTPlan *p) {
+    size_t rows = (size_t)p->B * (l->cfg.num_heads / l->tp_size) * p->T;  // query rows of this rank's heads
+    return rows * (p->attention == GPT_ATTENTION_FLASH ? 1 : (size_t)p->T) * sizeof(float);
+}
+
 GPTActBytes gpt_activation_bytes(const GPTLayout *l, const GPTPlan *p, int act_bytes) {
     const GPTConfig *c = &l->cfg;
     size_t tp = l->tp_size, BT = (size_t)p->B * p->T, C = c->channels, Cp = C / tp, F = 4 * C / tp;
-    size_t NHp = c->num_heads / tp, Vp = (size_t)gpt_logits_stride(l);
+    size_t Vp = (size_t)gpt_logits_stride(l);
     size_t ab = (size_t)act_bytes, fb = sizeof(float), ib = sizeof(int32_t);
     int hu = gpt_unit_head(l);
     int has_embed = p->first_unit == GPT_UNIT_EMBED, has_head = p->last_unit == hu;
@@ -141,19 +146,21 @@ GPTActBytes gpt_activation_bytes(const GPTLayout *l, const GPTPlan *p, int act_b
     size_t blocks = last_block >= first_block ? (size_t)(last_block - first_block + 1) : 0;
     GPTActBytes r;
     // per layer: ln1 C, qkv 3C, atty C, x2 C, ln2 C, fch 4C, fch_gelu 4C, x3 C = 16C
-    // activations; fp32 mean and rstd of both layernorms; fp32 attention
-    // probabilities NH·T. Under tensor parallelism qkv, atty, fch, fch_gelu
-    // and the probabilities are the rank's heads' (1/tp); the rest is whole.
-    // Selective recompute keeps all but the probabilities, full only x3 (the
+    // activations; fp32 mean and rstd of both layernorms; what the attention
+    // core saves (gpt_attention_saved_bytes). Under tensor parallelism qkv,
+    // atty, fch, fch_gelu and the attention's are the rank's heads' (1/tp);
+    // the rest is whole. Selective recompute keeps all but the materialized
+    // attention's probabilities (flash has none), full only x3 (the
     // next block's input; the first block's is the slot's x_in). Sequence
     // parallelism splits the whole ones (ln1, x2, ln2, x3, the statistics,
     // and x_in, lnf below) over the tp ranks: R = BT/tp rows each.
     size_t R = p->sequence_parallel ? BT / tp : BT;
-    size_t att = (size_t)p->B * NHp * p->T * p->T * fb, x3 = R * C * ab;
+    size_t att = gpt_attention_saved_bytes(l, p), x3 = R * C * ab;
     size_t layer = R * (4 * C * ab + 4 * fb) + BT * (3 * Cp + Cp + 2 * F) * ab + att;
     // what a block saves by the plan's recompute, and the working set that
     // holds what it does not (one block's worth, shared by all)
-    size_t unsaved = p->recompute == GPT_RECOMPUTE_FULL ? layer - x3 : p->recompute == GPT_RECOMPUTE_SELECTIVE ? att : 0;
+    int drop_probs = p->recompute == GPT_RECOMPUTE_SELECTIVE && p->attention == GPT_ATTENTION_MATERIALIZED;
+    size_t unsaved = p->recompute == GPT_RECOMPUTE_FULL ? layer - x3 : drop_probs ? att : 0;
     r.per_layer = layer - unsaved;
     r.working = blocks ? unsaved : 0;
     // per slot: the range's blocks and its input x_in (C); the embeddings add

@@ -10,6 +10,17 @@
 #include "gpt_units.h"
 
 static const char *const names[] = {"none", "selective", "full"};
+static const char *const attention_names[] = {"flash", "materialized"};
+
+const char *gpt_attention_name(GPTAttention a) {
+    return a >= GPT_ATTENTION_FLASH && a <= GPT_ATTENTION_MATERIALIZED ? attention_names[a] : "unknown";
+}
+
+int gpt_attention_of(const char *name) {
+    for (int a = GPT_ATTENTION_FLASH; a <= GPT_ATTENTION_MATERIALIZED; a++)
+        if (strcmp(name, attention_names[a]) == 0) return a;
+    return -1;
+}
 
 const char *gpt_recompute_name(GPTRecompute r) {
     return r >= GPT_RECOMPUTE_NONE && r <= GPT_RECOMPUTE_FULL ? names[r] : "unknown";
@@ -25,10 +36,12 @@ int gpt_recompute_of(const char *name) {
 // Block `layer` of slot s, from its params p, before its backward reads la =
 // layer_acts(g, layer, s), by g->plan.recompute:
 //   GPT_RECOMPUTE_NONE: everything was saved; nothing to do.
-//   GPT_RECOMPUTE_SELECTIVE: the attention probabilities la->att (the
-//     working set's) were overwritten by later blocks: the attention
-//     forward again from the saved q, k, v (la->qkv), its output going to
-//     the scratch g->work->tmp (la->atty was saved and must stay as it is).
+//   GPT_RECOMPUTE_SELECTIVE: with the materialized attention
+//     (g->plan.attention), the probabilities la->att (the working set's)
+//     were overwritten by later blocks: the attention forward again from
+//     the saved q, k, v (la->qkv), its output going to the scratch
+//     g->work->tmp (la->atty was saved and must stay as it is). Flash
+//     attention keeps no probabilities: nothing to do.
 //     Shapes: B = g->plan.B, T = g->plan.T, this rank's Cp = C / tp
 //     channels and NH / tp heads (g->L.cfg, g->L.tp_size).
 //   GPT_RECOMPUTE_FULL: only the block's input was saved
@@ -37,7 +50,7 @@ int gpt_recompute_of(const char *name) {
 void block_recompute(GPT *g, const bf16 *p, int layer, int s) {
     LayerActs *la = layer_acts(g, layer, s);
     int tp = g->L.tp_size, C = g->L.cfg.channels;
-    if (g->plan.recompute == GPT_RECOMPUTE_SELECTIVE)
+    if (g->plan.recompute == GPT_RECOMPUTE_SELECTIVE && g->plan.attention == GPT_ATTENTION_MATERIALIZED)
         g->dev->k->attention_forward(g->dev, g->work->tmp, la->att, la->qkv, g->plan.B, g->plan.T, C / tp,
                                      g->L.cfg.num_heads / tp);
     else if (g->plan.recompute == GPT_RECOMPUTE_FULL)

@@ -15,7 +15,7 @@
 typedef struct LayerActs {
     act *ln1, *qkv, *atty, *x2, *ln2, *fch, *fch_gelu, *x3;  // (BT,C) except qkv (BT,3Cp), atty (BT,Cp), fch* (BT,F)
     float *ln1_mean, *ln1_rstd, *ln2_mean, *ln2_rstd;        // (BT)
-    float *att;                                               // (B,NH/tp,T,T)
+    float *att;  // what the attention core saves: the probabilities (B,NH/tp,T,T), or with flash each row's lse (B,NH/tp,T)
 } LayerActs;
 
 // One micro-batch in flight: what its backward needs from its forward.

@@ -179,7 +179,8 @@ static void summarize(Trainer *t, Summary *s) {
     s->tokens_per_s = global_tokens_per_step(t) / (s->step_ms_median / 1000.0);
     s->flops_per_token = gpt_flops_per_token(&t->layout, t->cfg.seq_len);  // the whole model's (its cfg)
     s->gflops_per_rank = s->flops_per_token * s->tokens_per_s / t->world.size / 1e9;
-    s->hw_flops_per_token = s->flops_per_token + recompute_flops_per_token(&t->layout, t->cfg.seq_len, t->plan.recompute);
+    s->hw_flops_per_token = s->flops_per_token + recompute_flops_per_token(&t->layout, t->cfg.seq_len, t->plan.recompute,
+                                                                              t->plan.attention);
     s->hw_gflops_per_rank = s->hw_flops_per_token * s->tokens_per_s / t->world.size / 1e9;
     s->comm_bytes_step = r->n ? comm_max_f64(&t->world, median(r->comm_bytes, r->n)) : 0;
     if (t->comm_formula_text) {  // the stage's own (3d_parallel's grid), each rank's, the largest

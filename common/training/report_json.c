@@ -88,8 +88,9 @@ static void json_run(FILE *f, const Trainer *t) {
 static void json_throughput(FILE *f, const Trainer *t, const Summary *s) {
     fprintf(f, ",\"tokens_per_s\":%.3f,\"step_ms_median\":%.3f,\"flops_per_token\":%.6g,\"gflops_per_rank\":%.4f,",
             s->tokens_per_s, s->step_ms_median, s->flops_per_token, s->gflops_per_rank);
-    fprintf(f, "\"recompute\":\"%s\",\"hw_flops_per_token\":%.6g,\"hw_gflops_per_rank\":%.4f,",
-            gpt_recompute_name(t->plan.recompute), s->hw_flops_per_token, s->hw_gflops_per_rank);
+    fprintf(f, "\"recompute\":\"%s\",\"attention\":\"%s\",\"hw_flops_per_token\":%.6g,\"hw_gflops_per_rank\":%.4f,",
+            gpt_recompute_name(t->plan.recompute), gpt_attention_name(t->plan.attention), s->hw_flops_per_token,
+            s->hw_gflops_per_rank);
     if (t->dev.peak_flops > 0)
         fprintf(f, "\"mfu\":%.5f,\"hfu\":%.5f,", s->gflops_per_rank * 1e9 / t->dev.peak_flops,
                 s->hw_gflops_per_rank * 1e9 / t->dev.peak_flops);

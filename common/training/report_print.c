@@ -70,11 +70,13 @@ void print_memory_table(const Trainer *t, const Summary *s) {
     if (s->driver_total > 0)
         printf("; driver reports %.1f of %.1f GB free", s->driver_free / 1e9, s->driver_total / 1e9);
     GPTRecompute rc = t->plan.recompute;
-    printf("\n  formulas: model states from mem_math; activations (--recompute %s) = %d slot%s x (L_range x per "
-           "layer + input, embed and head) + shared, per layer %s", gpt_recompute_name(rc), t->plan.slots,
-           t->plan.slots == 1 ? "" : "s", act_formula_layer_text(rc, t->plan.sequence_parallel));
+    int flash = t->plan.attention == GPT_ATTENTION_FLASH;
+    printf("\n  formulas: model states from mem_math; activations (--recompute %s, --attention %s) = %d slot%s x "
+           "(L_range x per layer + input, embed and head) + shared, per layer %s", gpt_recompute_name(rc),
+           gpt_attention_name(t->plan.attention), t->plan.slots, t->plan.slots == 1 ? "" : "s",
+           act_formula_layer_text(rc, t->plan.sequence_parallel, flash));
     if (rc != GPT_RECOMPUTE_NONE)
-        printf("; act_working = %s", act_formula_working_text(rc, t->plan.sequence_parallel));
+        printf("; act_working = %s", act_formula_working_text(rc, t->plan.sequence_parallel, flash));
     if (t->plan.sequence_parallel) printf("; sequence parallel: the whole tensors / t, + sbhe + sbhe/t shared");
     if (t->plan.offload_activations)
         printf("; --offload-activations: (L_range - 1) sbhe per slot pinned, 2 sbhe on the device");
@@ -89,17 +91,21 @@ static void print_throughput(const Trainer *t, const Summary *s) {
     printf("  achieved GFLOP/s     %10.2f per rank (model FLOPs %.3g per token = 6*Psi_matmul + 12*L*C*T, computed)\n",
            s->gflops_per_rank, s->flops_per_token);
     GPTRecompute rc = t->plan.recompute;
-    if (rc != GPT_RECOMPUTE_NONE)
-        printf("  hardware GFLOP/s     %10.2f per rank (%.3g per token: the model's + %s recompute's %s)\n",
-               s->hw_gflops_per_rank, s->hw_flops_per_token, gpt_recompute_name(rc),
-               rc == GPT_RECOMPUTE_FULL ? "L*(16*C^2 + 4*C*T)" : "L*4*C*T");
+    int flash = t->plan.attention == GPT_ATTENTION_FLASH;
+    // what runs again: the materialized attention under selective (flash
+    // keeps no probabilities to recompute), the block's forward under full
+    const char *again = rc == GPT_RECOMPUTE_FULL ? "L*(16*C^2 + 4*C*T): full recompute"
+                        : rc == GPT_RECOMPUTE_SELECTIVE && !flash ? "L*4*C*T: selective recompute" : NULL;
+    if (again)
+        printf("  hardware GFLOP/s     %10.2f per rank (%.3g per token: the model's + %s)\n", s->hw_gflops_per_rank,
+               s->hw_flops_per_token, again);
     if (t->dev.peak_flops <= 0) {
         printf("  MFU                  %10s (%s)\n", "-", t->dev.peak_source ? t->dev.peak_source : "peak unknown");
         return;
     }
     printf("  MFU                  %10.1f %% of %.0f TFLOP/s (%s%s)\n", 100 * s->gflops_per_rank * 1e9 / t->dev.peak_flops,
            t->dev.peak_flops / 1e12, t->dev.peak_source, t->dev.sharers > 1 ? ", split among the ranks sharing the GPU" : "");
-    if (rc != GPT_RECOMPUTE_NONE)
+    if (again)
         printf("  HFU                  %10.1f %% (hardware FLOPs, recomputation counted)\n",
                100 * s->hw_gflops_per_rank * 1e9 / t->dev.peak_flops);
 }

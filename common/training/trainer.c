@@ -68,6 +68,7 @@ static void place(Trainer *t, const GPTConfig *mc) {
     t->nstate_ranges = 1;
     if (t->strategy->configure) t->strategy->configure(t, mc);
     t->plan.recompute = (GPTRecompute)gpt_recompute_of(t->cfg.recompute);
+    t->plan.attention = (GPTAttention)gpt_attention_of(t->cfg.attention);
     t->plan.offload_activations = t->cfg.offload_activations;
     CHECK(t->nstate_ranges >= 1 && t->nstate_ranges <= TRAINER_MAX_STATE_RANGES && t->ngroups >= 0 &&
           t->ngroups <= TRAINER_MAX_GROUPS, "%s: %d state ranges, %d groups", t->strategy->name, t->nstate_ranges,

@@ -35,6 +35,7 @@ typedef struct TrainConfig {
     const char *data, *device, *comm;
     const char *data_order;              // permuted | sequential (llm.c's)
     const char *recompute;               // none | selective | full: what a block keeps for backward (gpt.h)
+    const char *attention;               // flash | materialized: how the attention core runs (gpt.h)
     // mixed precision: params and grads in 16 bits, master, m and v in fp32
     const char *precision;               // bf16 | fp16 (parsed into `half`)
     HalfFormat half;

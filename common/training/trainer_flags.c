@@ -45,6 +45,7 @@ static void set_defaults(TrainConfig *c) {
     c->warmup_type = "log";  // DeepSpeed's default; our cosine's warm-up is linear
     c->data_order = "permuted";
     c->recompute = "none";
+    c->attention = "flash";
     c->precision = "bf16";
     c->initial_scale_power = 16;  // DeepSpeed's defaults (fp16 block)
     c->loss_scale_window = 1000;
@@ -106,6 +107,9 @@ static void check_formats(const TrainConfig *c) {
     if (gpt_recompute_of(c->recompute) < 0)
         fail_usage("--recompute %s: choose none (keep every activation), selective (recompute the attention "
                    "probabilities) or full (keep each block's input, run its forward again)", c->recompute);
+    if (gpt_attention_of(c->attention) < 0)
+        fail_usage("--attention %s: choose flash (tiles, online softmax: no (T,T) matrix is kept) or materialized "
+                   "(the (T,T) probabilities kept for backward)", c->attention);
     if (c->offload_activations && strcmp(c->recompute, "full") != 0)
         fail_usage("--offload-activations moves the blocks' saved inputs to the host, and only --recompute full "
                    "keeps each block's input alone (here --recompute %s): add --recompute full", c->recompute);
@@ -187,6 +191,9 @@ void train_config_parse(TrainConfig *c, void *stage_ctx, int argc, char **argv, 
         {.name = "recompute", .type = FLAG_STRING, .dst = &c->recompute, .meta = "none|selective|full",
          .help = "what each block keeps for its backward: everything; all but the attention probabilities "
                  "(recomputed from q, k, v); only its input (its forward runs again before its backward)"},
+        {.name = "attention", .type = FLAG_STRING, .dst = &c->attention, .meta = "flash|materialized",
+         .help = "FlashAttention (tiles and an online softmax; keeps each row's log-sum-exp), or the textbook "
+                 "form (keeps the (T,T) probabilities)"},
         {.name = "offload-activations", .type = FLAG_BOOL, .dst = &c->offload_activations,
          .help = "with --recompute full: the blocks' saved inputs live in pinned host memory, down in forward "
                  "and back one unit ahead of backward (DeepSpeed's cpu_checkpointing)"},

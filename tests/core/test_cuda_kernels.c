@@ -405,6 +405,52 @@ static void test_attention(void **state) {
     check_attention(dv, (AttnCase){.B = 2, .T = 64, .C = 128, .NH = 2}); // hs 64 as GPT-2
 }
 
+// ---- FlashAttention ---------------------------------------------------------------------------
+
+// Forward on one device: out (B,T,C) and lse (B,NH,T) as host floats; then the
+// backward from that device's own out and lse.
+static void flash_on(Device *d, AttnCase ac, const float *qkv, const float *g, const float *junk, float **out,
+                     float **lse, float **dqkv) {
+    size_t n = (size_t)ac.B * ac.T * ac.C, rows = (size_t)ac.B * ac.NH * ac.T;
+    Arena a = {.d = d};
+    act *q = put_act(&a, qkv, 3 * n), *o = alloc_act(&a, n), *gi = put_act(&a, g, n);
+    act *dq = put_act(&a, junk, 3 * n);  // dqkv is overwritten
+    float *l = arena_alloc(&a, rows * sizeof(float));
+    d->k->flash_attention_forward(d, o, l, q, ac.B, ac.T, ac.C, ac.NH);
+    d->k->flash_attention_backward(d, dq, gi, q, o, l, ac.B, ac.T, ac.C, ac.NH);
+    *out = get_act(d, o, n);
+    *lse = get_f32(d, l, rows);
+    *dqkv = get_act(d, dq, 3 * n);
+    arena_free(&a);
+}
+
+// The cuda flash kernels against the cpu's flash kernels, and against the
+// cuda materialized kernel (the same attention, another algorithm).
+static void check_flash(Devices *dv, AttnCase ac) {
+    size_t n = (size_t)ac.B * ac.T * ac.C, rows = (size_t)ac.B * ac.NH * ac.T;
+    float *qkv = rand_values(3 * n, 41, -2, 2), *g = rand_values(n, 42, -1, 1);
+    float *junk = rand_values(3 * n, 43, -9, 9);
+    float *out[2], *lse[2], *dqkv[2], *mout, *matt;
+    flash_on(&dv->cpu, ac, qkv, g, junk, &out[0], &lse[0], &dqkv[0]);
+    flash_on(&dv->gpu, ac, qkv, g, junk, &out[1], &lse[1], &dqkv[1]);
+    expect_close("flash_attention_forward lse", lse[1], lse[0], rows, (Tol){1e-4, 1e-4});
+    expect_close("flash_attention_forward out", out[1], out[0], n, TOL_GEMM);
+    expect_close("flash_attention_backward dqkv", dqkv[1], dqkv[0], 3 * n, TOL_ATTN_BWD);
+    attention_forward_on(&dv->gpu, ac, qkv, &mout, &matt);
+    expect_close("flash against materialized out (cuda)", out[1], mout, n, TOL_GEMM);
+    free_pair(out), free_pair(lse), free_pair(dqkv);
+    free(mout), free(matt), free(qkv), free(g), free(junk);
+}
+
+static void test_flash_attention(void **state) {
+    Devices *dv = devices_or_skip(state);
+    check_flash(dv, (AttnCase){.B = 2, .T = 24, .C = 64, .NH = 4});   // hs 16, one warp's keys
+    check_flash(dv, (AttnCase){.B = 1, .T = 37, .C = 96, .NH = 3});   // odd T across 32-key chunks, hs 32
+    check_flash(dv, (AttnCase){.B = 1, .T = 70, .C = 128, .NH = 2});  // hs 64 as GPT-2, T past a 64 tile
+    check_flash(dv, (AttnCase){.B = 1, .T = 33, .C = 256, .NH = 2});  // hs 128, the largest
+    check_flash(dv, (AttnCase){.B = 3, .T = 5, .C = 24, .NH = 1});    // hs 24: lanes past hs idle
+}
+
 // ---- element-wise -----------------------------------------------------------------------------
 
 static void test_gelu(void **state) {
@@ -509,6 +555,7 @@ int main(void) {
         cmocka_unit_test(test_matmul_gelu_forward),
         cmocka_unit_test(test_gelu_matmul_backward),
         cmocka_unit_test(test_attention),
+        cmocka_unit_test(test_flash_attention),
         cmocka_unit_test(test_gelu),
         cmocka_unit_test(test_residual),
         cmocka_unit_test(test_residual_layernorm),

@@ -24,7 +24,7 @@ static double loss_of(GPT *g, const Full *f, const int32_t *in, const int32_t *t
 // taken between bf16-representable values: p± = bf16(p ± h), divided by the
 // true distance p+ - p-. Tolerance: |fd - an| <= 2e-4 + 5% |an|; the loss is
 // a mean over 16 tokens accumulated in double from fp32 kernels.
-static void gradients_match_finite_differences(int vocab) {
+static void gradients_match_finite_differences(int vocab, GPTAttention attention) {
     Device d;
     DeviceOptions o = {.kind = "cpu", .local_size = 1};
     device_init(&d, &o);
@@ -41,6 +41,7 @@ static void gradients_match_finite_differences(int vocab) {
     for (size_t i = 0; i < n; i++) f.params[i] = f32_to_bf16(init[i] * 4.0f);  // larger weights: larger, clearer gradients
     GPT g;
     GPTPlan plan = gpt_plan_whole(&f.l, B, T);
+    plan.attention = attention;
     gpt_alloc(&g, &f.l, &d, &plan, NULL);
     int32_t in[B * T], tgt[B * T];
     uint64_t s = 99;
@@ -88,10 +89,18 @@ static void gradients_match_finite_differences(int vocab) {
     device_destroy(&d);
 }
 
-static void test_model_gradients_match_finite_differences(void **state) { gradients_match_finite_differences(256); }
+static void test_model_gradients_match_finite_differences(void **state) {
+    gradients_match_finite_differences(256, GPT_ATTENTION_FLASH);
+}
+
+static void test_model_gradients_materialized_attention(void **state) {
+    gradients_match_finite_differences(256, GPT_ATTENTION_MATERIALIZED);
+}
 
 // 250 tokens: the logits' rows are padded to 256 (gpt_logits_stride)
-static void test_gradients_with_padded_logits(void **state) { gradients_match_finite_differences(250); }
+static void test_gradients_with_padded_logits(void **state) {
+    gradients_match_finite_differences(250, GPT_ATTENTION_FLASH);
+}
 
 // Initial weights depend only on (seed, index): any shard of any rank count
 // draws the same values as the whole buffer.
@@ -153,6 +162,7 @@ static void test_bf16_layout_keeps_words_aligned(void **state) {
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_model_gradients_match_finite_differences),
+        cmocka_unit_test(test_model_gradients_materialized_attention),
         cmocka_unit_test(test_gradients_with_padded_logits),
         cmocka_unit_test(test_init_is_rank_and_range_independent),
         cmocka_unit_test(test_bf16_layout_keeps_words_aligned),

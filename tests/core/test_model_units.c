@@ -278,16 +278,20 @@ static void test_pipeline_stages_match_whole(void **state) {
 // 16C activations, 4 fp32 layernorm statistics and B*NH*T*T fp32 attention
 // probabilities; plus x0, lnf, the projection temporary (C each), logits
 // (Vp), lnf mean/rstd and losses (fp32), input and target ids (int32).
-static size_t whole_model_bytes(const GPTConfig *c, int ab) {
+// (flash attention keeps each row's log-sum-exp, the materialized one its probabilities)
+static size_t whole_model_bytes(const GPTConfig *c, int ab, GPTAttention attn) {
     size_t C = c->channels, Vp = (size_t)(c->vocab_size + 63) / 64 * 64;
-    size_t layer = BT * (16 * C * ab + 16) + (size_t)B * c->num_heads * T * T * 4;
+    size_t layer = BT * (16 * C * ab + 16) + (size_t)B * c->num_heads * T * (attn == GPT_ATTENTION_FLASH ? 1 : T) * 4;
     return c->num_layers * layer + BT * ((3 * C + Vp) * ab + 12 + 8);
 }
 
 // The allocation, gpt_activation_bytes and the closed form of act_math.c
-// agree, in every recompute mode, and with full recompute's inputs on the host.
+// agree, in every recompute mode, and with full recompute's inputs on the host,
+// with either attention.
 static void expect_alloc_matches(Device *d, const GPTLayout *l, GPTPlan p) {
-    for (int rc = GPT_RECOMPUTE_NONE; rc <= GPT_RECOMPUTE_FULL + 1; rc++) {
+    for (int k = 0; k < 2 * (GPT_RECOMPUTE_FULL + 2); k++) {
+        int rc = k % (GPT_RECOMPUTE_FULL + 2);
+        p.attention = k < GPT_RECOMPUTE_FULL + 2 ? GPT_ATTENTION_FLASH : GPT_ATTENTION_MATERIALIZED;
         p.recompute = rc > GPT_RECOMPUTE_FULL ? GPT_RECOMPUTE_FULL : (GPTRecompute)rc;
         p.offload_activations = rc > GPT_RECOMPUTE_FULL;
         GPT g;
@@ -317,8 +321,12 @@ static void test_activation_bytes(void **state) {
     gpt_layout(&l, &cfg);
     size_t C = cfg.channels, ab = (size_t)d.act_bytes;
     GPTPlan whole = gpt_plan_whole(&l, B, T);
+    whole.attention = GPT_ATTENTION_MATERIALIZED;
+    assert_int_equal(gpt_activation_bytes(&l, &whole, d.act_bytes).total_saved,
+                     whole_model_bytes(&cfg, d.act_bytes, GPT_ATTENTION_MATERIALIZED));
+    whole.attention = GPT_ATTENTION_FLASH;
     GPTActBytes w = gpt_activation_bytes(&l, &whole, d.act_bytes);
-    assert_int_equal(w.total_saved, whole_model_bytes(&cfg, d.act_bytes));
+    assert_int_equal(w.total_saved, whole_model_bytes(&cfg, d.act_bytes, GPT_ATTENTION_FLASH));
     assert_int_equal(w.backward_scratch, BT * 10 * C * ab);
     // cut into stages, each stage but the first keeps its received input
     // (C per token) besides its blocks; the slots multiply what a stage keeps

@@ -153,7 +153,7 @@ void syncthreads(const char *file, int line) {
 
 static const char *warp_op_name(WarpKind k) {
     static const char *names[] = {"__shfl_sync", "__shfl_xor_sync", "__shfl_down_sync", "__shfl_up_sync",
-                                  "__ballot_sync", "__all_sync", "__any_sync"};
+                                  "__ballot_sync", "__all_sync", "__any_sync", "__syncwarp"};
     return names[k];
 }
 
@@ -224,6 +224,7 @@ uint64_t warp_exchange(WarpKind kind, unsigned mask, uint64_t value, int arg, in
     const uint64_t *out = r.out[gen & 1];
     unsigned bits = 0;
     switch (kind) {
+    case WARP_SYNC: return 0;
     case WARP_BALLOT:
     case WARP_ALL:
     case WARP_ANY:

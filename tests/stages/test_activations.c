@@ -14,7 +14,8 @@
 // layernorms and the residual stream over the tp ranks: the losses stay
 // those of tensor parallelism without it (within the tolerance stated at
 // test_sequence_parallel), every rank's bytes and traffic equal the grid's
-// formulas, and recomputation changes no bit of it.
+// formulas, and recomputation changes no bit of it. FlashAttention against
+// the materialized attention: the (T,T) term gone, the losses kept.
 #include <sys/stat.h>
 #include "runs.h"
 
@@ -263,6 +264,44 @@ static void test_sequence_parallel(void **state) {
     }
 }
 
+// FlashAttention (the default) keeps each attention row's log-sum-exp where
+// the materialized attention keeps its (T,T) probabilities: the activations
+// measured differ by exactly L x 4aB(T^2 - T) bytes, both equal to their
+// formulas (run checks that), and the losses agree within fp32 rounding.
+// Selective recompute has nothing to drop under flash: the same bytes as
+// none, no working set, the same bits. And the materialized attention still
+// gives every stage the same bits (zero3 against dp_baseline at 2 ranks).
+static void test_flash_attention(void **state) {
+    RunDir *c = *state;
+    Run flash = run(c->root, "dp_baseline", 1, "--batch 2", "flash");
+    Run mat = run(c->root, "dp_baseline", 1, "--batch 2 --attention materialized", "materialized");
+    double L = number_of(flash.json, "layers"), a = number_of(flash.json, "heads");
+    double B = number_of(flash.json, "batch"), T = number_of(flash.json, "seq_len");
+    double saved = device_mem(mat.json, "activations", "peak") - device_mem(flash.json, "activations", "peak");
+    if (saved != L * 4 * a * B * (T * T - T))
+        fail_msg("flash keeps %.0f B less than the materialized attention; L 4aB(T^2 - T) = %.0f", saved,
+                 L * 4 * a * B * (T * T - T));
+    double lf[RUN_MAX_STEPS], lm[RUN_MAX_STEPS];
+    losses_of(flash.json, lf, STEPS);
+    losses_of(mat.json, lm, STEPS);
+    for (int i = 0; i < STEPS; i++)
+        if (!test_close(lf[i], lm[i], 0, 1e-5))
+            fail_msg("step %d: flash loss %.9g, materialized %.9g", i + 1, lf[i], lm[i]);
+    Run sel = run(c->root, "dp_baseline", 1, "--batch 2 --recompute selective", "flash-selective");
+    expect_same(&sel, &flash, "--recompute selective with flash attention");
+    if (device_mem(sel.json, "activations", "peak") != device_mem(flash.json, "activations", "peak") ||
+        device_mem(sel.json, "act_working", "peak") != 0)
+        fail_msg("--recompute selective with flash attention should keep what none keeps, with no working set");
+    Run z3 = run(c->root, "zero3", 2, "--attention materialized", "z3-materialized");
+    Run dp = run(c->root, "dp_baseline", 2, "--attention materialized", "dp-materialized");
+    double l3[RUN_MAX_STEPS], l1[RUN_MAX_STEPS];
+    losses_of(z3.json, l3, STEPS);
+    losses_of(dp.json, l1, STEPS);
+    for (int i = 0; i < STEPS; i++)
+        if (l3[i] != l1[i]) fail_msg("--attention materialized, step %d: zero3 %.9g, dp_baseline %.9g", i + 1, l3[i], l1[i]);
+    run_free(&flash), run_free(&mat), run_free(&sel), run_free(&z3), run_free(&dp);
+}
+
 static int setup(void **state) {
     static const char *const needs[] = {"./dp_baseline", "./zero1", "./zero2", "./zero3", "./cpu_offload",
                                         "./infinity", "./3d_parallel", NULL};
@@ -276,6 +315,7 @@ int main(void) {
         cmocka_unit_test(test_stages_four_ranks),
         cmocka_unit_test(test_3d_grids),
         cmocka_unit_test(test_sequence_parallel),
+        cmocka_unit_test(test_flash_attention),
     };
     return cmocka_run_group_tests(tests, setup, run_dir_teardown);
 }

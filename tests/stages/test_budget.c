@@ -90,7 +90,7 @@ static void test_budget_at_the_count(void **state) {
 // with 24 lines, and the hint said zero3 fits at 2 ranks.
 static void test_refused_up_front_in_one_line(void **state) {
     (void)state;
-    char *out = expect_refusal("mpirun -np 2 ./zero3 --model small --steps 1 --hbm-gb 0.0205 --quiet", "zero3 needs");
+    char *out = expect_refusal("mpirun -np 2 ./zero3 --model small --steps 1 --hbm-gb 0.0195 --quiet", "zero3 needs");
     if (!strstr(out, "zero3's buffers") || strstr(out, "zero3 (")) fail_msg("%s", out);
     free(out);
 }

@@ -53,7 +53,8 @@ static void test_small_padded_vocab_matches_whole(void **state) {
 
 // Per token a block keeps its heads' part of qkv (3C/2), atty (C/2), fch and
 // fch_gelu (2C each) beside ln1, x2, ln2, x3 (C each) and 4 fp32 statistics,
-// and its heads' attention probabilities; the head its vocabulary part of
+// and what its heads' attention keeps (each row's log-sum-exp with flash, the
+// probabilities materialized); the head its vocabulary part of
 // the logits (128 of 256) and 3 fp32 cross-entropy statistics. Written out,
 // against the accounting and the allocation.
 static void test_activation_bytes(void **state) {
@@ -62,19 +63,23 @@ static void test_activation_bytes(void **state) {
     GPTLayout l;
     gpt_layout_tp(&l, &cfg, 2, f->world.rank);
     size_t C = 128, ab = (size_t)f->dev.act_bytes;
-    size_t layer = BT * ((4 * C + 2 * C + 4 * C) * ab + 16) + (size_t)B * 2 * T * T * 4;
-    size_t want = 4 * layer + BT * ((3 * C + 128) * ab + 12 + 8) + BT * 12;
-    GPTPlan p = gpt_plan_whole(&l, B, T);
-    GPTActBytes a = gpt_activation_bytes(&l, &p, f->dev.act_bytes);
-    assert_int_equal(a.per_layer, layer);
-    assert_int_equal(a.total_saved, want);
-    assert_int_equal(a.backward_scratch, BT * (2 * C + 2 * 2 * C) * ab);  // dres, dc; d4a, d4b of 4C/2
-    GPT g;
-    gpt_alloc(&g, &l, &f->dev, &p, &f->world);
-    assert_int_equal(g.acts.bytes, a.total_saved);
-    assert_int_equal(g.scratch.bytes, a.backward_scratch);
-    assert_int_equal(g.unit_grads.bytes + g.embed_grads.bytes, a.grad_workspace);
-    gpt_free(&g);
+    for (int attn = GPT_ATTENTION_FLASH; attn <= GPT_ATTENTION_MATERIALIZED; attn++) {
+        size_t core = (size_t)B * 2 * T * (attn == GPT_ATTENTION_FLASH ? 1 : T) * 4;
+        size_t layer = BT * ((4 * C + 2 * C + 4 * C) * ab + 16) + core;
+        size_t want = 4 * layer + BT * ((3 * C + 128) * ab + 12 + 8) + BT * 12;
+        GPTPlan p = gpt_plan_whole(&l, B, T);
+        p.attention = (GPTAttention)attn;
+        GPTActBytes a = gpt_activation_bytes(&l, &p, f->dev.act_bytes);
+        assert_int_equal(a.per_layer, layer);
+        assert_int_equal(a.total_saved, want);
+        assert_int_equal(a.backward_scratch, BT * (2 * C + 2 * 2 * C) * ab);  // dres, dc; d4a, d4b of 4C/2
+        GPT g;
+        gpt_alloc(&g, &l, &f->dev, &p, &f->world);
+        assert_int_equal(g.acts.bytes, a.total_saved);
+        assert_int_equal(g.scratch.bytes, a.backward_scratch);
+        assert_int_equal(g.unit_grads.bytes + g.embed_grads.bytes, a.grad_workspace);
+        gpt_free(&g);
+    }
 }
 
 // F0 F1 B0 B1 in two slots against two single-slot steps, both at tp 2: the bits

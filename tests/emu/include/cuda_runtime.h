@@ -45,7 +45,7 @@ void syncthreads(const char *file, int line);
 // a kernel's __launch_bounds__ (cu2cpp.sed calls it before the kernel); returns max_threads
 int register_launch_bounds(const char *name, int max_threads);
 
-enum WarpKind { WARP_SHFL_IDX, WARP_SHFL_XOR, WARP_SHFL_DOWN, WARP_SHFL_UP, WARP_BALLOT, WARP_ALL, WARP_ANY };
+enum WarpKind { WARP_SHFL_IDX, WARP_SHFL_XOR, WARP_SHFL_DOWN, WARP_SHFL_UP, WARP_BALLOT, WARP_ALL, WARP_ANY, WARP_SYNC };
 // One warp-wide exchange: every lane of `mask` brings 8 bytes; the result is
 // the value this lane reads (a shuffle) or the vote over the mask.
 uint64_t warp_exchange(WarpKind kind, unsigned mask, uint64_t value, int arg, int width, const char *file,
@@ -119,7 +119,9 @@ static const int warpSize = 32;
 #define __all_sync(mask, pred) ((int)emu::warp_exchange(emu::WARP_ALL, mask, (pred) != 0, 0, 32, __FILE__, __LINE__))
 #define __any_sync(mask, pred) ((int)emu::warp_exchange(emu::WARP_ANY, mask, (pred) != 0, 0, 32, __FILE__, __LINE__))
 #define __activemask() emu::active_mask()
-#define __syncwarp(...) ((void)0)
+// a barrier of the mask's lanes (all 32 without one): each lane's writes before
+// it are seen by the others after it, as the lanes' rendezvous orders them here
+#define __syncwarp(...) ((void)emu::warp_exchange(emu::WARP_SYNC, (__VA_ARGS__ + 0) ? (__VA_ARGS__ + 0) : 0xffffffffu, 0, 0, 32, __FILE__, __LINE__))
 
 // Atomics: the threads of a block take turns on one OS thread and blocks run
 // one at a time, so a read-modify-write is atomic as written.
