@@ -1,33 +1,51 @@
 #!/usr/bin/env bash
 # make bench-cuda (make bench runs it too where a GPU is usable): the cuda
-# device, measured in one run, as JSON in build/bench/cuda_results.json.
-#   - dp_baseline on gpt2-124m, micro-batch 16, seq 1024, 1 rank: tokens/s
-#     and MFU against the GPU's dense bf16 peak (target >= 0.40);
-#   - every stage on gpt2-124m (micro-batch 4, seq 1024) at 1 rank (NCCL) and
-#     at 2 and 4 ranks sharing the GPU (MPI path, pinned staging): tokens/s,
-#     per-rank model-state bytes measured and by formula, peak device bytes.
+# device against PyTorch, measured in one run on whatever GPU is visible, as
+# JSON in build/bench/cuda_results.json and a table on stdout:
+#   - dp_baseline, gpt2-124m, micro-batch 16, seq 1024, one rank: flash
+#     attention (the default), and with --recompute full;
+#   - bench/torch_gpt2.py, the same model and shape in PyTorch, eager and
+#     torch.compile, where `python3 -c 'import torch'` works (else one line
+#     says why);
+#   - a time per kernel of one dp_baseline step, from Nsight Compute where
+#     ncu is on the PATH (else one line says so).
+# tokens/s, MFU by the report's FLOP formula, peak device memory, and the
+# ratio of each run to each PyTorch run.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 source scripts/mpi-env.sh
 out=build/bench
 mkdir -p "$out"
-rm -f "$out"/cuda_*.json
+rm -f "$out"/cuda_*.json "$out"/cuda_*.csv
 if ! ./dp_baseline --device cuda --model tiny --steps 1 --quiet > /dev/null 2> "$out/cuda_probe.txt"; then
     echo "bench-cuda: no usable GPU: $(grep -m1 error "$out/cuda_probe.txt" || cat "$out/cuda_probe.txt")" >&2
     exit 2
 fi
+shape=(--model gpt2-124m --batch 16 --seq-len 1024)
 
-echo "bench-cuda: dp_baseline gpt2-124m, micro-batch 16, seq 1024, 1 rank"
-./dp_baseline --device cuda --model gpt2-124m --batch 16 --seq-len 1024 --steps 20 --warmup 2 \
-    --eval-batches 1 --quiet --json "$out/cuda_gpt2_124m.json"
-
-for n in 1 2 4; do
-    for s in dp_baseline zero1 zero2 zero3; do
-        echo "bench-cuda: $s gpt2-124m, micro-batch 4, seq 1024, $n rank(s) on one GPU"
-        mpirun -np "$n" "./$s" --device cuda --model gpt2-124m --batch 4 --seq-len 1024 --steps 10 \
-            --warmup 2 --eval-batches 1 --quiet --json "$out/cuda_stages.json"
-    done
+for extra in "" "--recompute full"; do
+    echo "bench-cuda: dp_baseline gpt2-124m, micro-batch 16, seq 1024, 1 rank ${extra:-(flash attention)}"
+    ./dp_baseline --device cuda "${shape[@]}" $extra --steps 20 --warmup 2 --eval-batches 1 --quiet \
+        --json "$out/cuda_workbench.json"
 done
 
+if python3 -c 'import torch, sys; sys.exit(0 if torch.cuda.is_available() else 1)' 2> /dev/null; then
+    for mode in "" "--compile"; do
+        echo "bench-cuda: PyTorch gpt2-124m, micro-batch 16, seq 1024 ${mode:-(eager)}"
+        python3 bench/torch_gpt2.py --device cuda --batch 16 --seq-len 1024 --steps 20 --warmup 5 $mode \
+            >> "$out/cuda_torch.json"
+    done
+else
+    echo "bench-cuda: PyTorch skipped: python3 -c 'import torch' fails or sees no GPU"
+fi
+
+if command -v ncu > /dev/null; then
+    echo "bench-cuda: time per kernel of one step (Nsight Compute)"
+    ncu --csv --metrics gpu__time_duration.sum ./dp_baseline --device cuda "${shape[@]}" --steps 1 \
+        --eval-batches 1 --quiet > "$out/cuda_kernels.csv" 2> /dev/null || echo "bench-cuda: ncu failed"
+else
+    echo "bench-cuda: no time per kernel: ncu (Nsight Compute) is not on the PATH"
+fi
+
 python3 bench/summarize_cuda.py "$out" > "$out/cuda_results.json"
-cat "$out/cuda_results.json"
+python3 bench/summarize_cuda.py "$out" --table

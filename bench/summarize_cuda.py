@@ -1,23 +1,24 @@
-"""Folds the cuda bench runs (one JSON object per line) into one results
-object: dp_baseline's MFU against its target, and per stage and rank count
-the throughput and the per-rank model-state bytes, measured and by formula."""
+"""Folds make bench-cuda's runs into one results object (or, with --table,
+a table): each trainer's tokens/s, MFU by the report's FLOP formula
+(6 Psi_matmul + 12 L C T per token, against the GPU's dense bf16 peak), peak
+device memory, and its ratio to each PyTorch run; and the kernels' times of
+one step where Nsight Compute measured them."""
+import csv
 import json
 import statistics
 import sys
+from collections import defaultdict
 from pathlib import Path
 
 out = Path(sys.argv[1])
-STATES = ["params_bf16", "grads_bf16", "master_fp32", "adam_m", "adam_v"]
+as_table = "--table" in sys.argv[2:]
 
 
 def records(name):
-    return [json.loads(line) for line in (out / name).read_text().splitlines() if line.strip()]
-
-
-def model_states_measured(run):
-    # held at the end of the run on the device tier, as the report's "device
-    # model states" line (ZeRO-3's gathered units are released by then)
-    return sum(run["mem"]["device"][c]["current"] for c in STATES)
+    path = out / name
+    if not path.exists():
+        return []
+    return [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
 
 
 def median_tokens_per_s(run):
@@ -26,36 +27,63 @@ def median_tokens_per_s(run):
     return run["global_batch_tokens"] / (statistics.median(steps) / 1000.0)
 
 
-gpt2 = records("cuda_gpt2_124m.json")[-1]
-results = {
-    "machine_note": "measured in one run of make bench-cuda; cuda device",
-    "device": gpt2["device"],
-    "dp_baseline_gpt2_124m_b16_t1024": {
-        "tokens_per_s": median_tokens_per_s(gpt2),
-        "step_ms_median": gpt2["step_ms_median"],
-        "model_gflops": gpt2["gflops_per_rank"],
-        "mfu": gpt2["mfu"],
-        "target_mfu": 0.40,
-        "target_met": gpt2["mfu"] is not None and gpt2["mfu"] >= 0.40,
-        "peak_device_bytes": gpt2["mem"]["device"]["peak_total"],
-        "final_loss": gpt2["losses"][-1],
-    },
-    "stages_gpt2_124m_b4_t1024": [
-        {
-            "stage": r["stage"],
-            "ranks": r["ranks"],
-            "comm": r["comm"],
-            "gpu_sharers": r["gpu_sharers"],
-            "tokens_per_s": median_tokens_per_s(r),
-            "mfu_of_share": r["mfu"],
-            "model_state_bytes_measured": model_states_measured(r),
-            "model_state_bytes_formula": r["mem_formula"]["device"]["total"],
-            "peak_device_bytes_per_rank": r["mem"]["device"]["peak_total"],
-            "comm_bytes_per_step": r["comm_bytes_per_step"],
-            "comm_formula_bytes_per_step": r["comm_formula_bytes_per_step"],
-            "final_loss": r["losses"][-1],
-        }
-        for r in records("cuda_stages.json")
-    ],
-}
-print(json.dumps(results, indent=2))
+rows = []
+for r in records("cuda_workbench.json"):
+    peak = r["mfu"] / r["gflops_per_rank"] * 1e-9 if r.get("mfu") else None  # 1 / peak FLOP/s
+    rows.append({
+        "trainer": "dp_baseline" + (" --recompute " + r["recompute"] if r["recompute"] != "none" else ""),
+        "attention": r.get("attention"),
+        "tokens_per_s": median_tokens_per_s(r),
+        "mfu": r["mfu"],
+        "peak_device_bytes": r["mem"]["device"]["peak_total"],
+        "final_loss": r["losses"][-1],
+        "_inv_peak": peak,
+    })
+inv_peak = next((r["_inv_peak"] for r in rows if r["_inv_peak"]), None)
+for t in records("cuda_torch.json"):
+    rows.append({
+        "trainer": t["trainer"],
+        "attention": "sdpa",
+        "tokens_per_s": t["tokens_per_s"],
+        "mfu": t["gflops"] * 1e9 * inv_peak if inv_peak else None,
+        "peak_device_bytes": t["peak_device_bytes"],
+        "final_loss": t["final_loss"],
+        "_inv_peak": None,
+    })
+torch_rows = [r for r in rows if r["trainer"].startswith("pytorch")]
+for r in rows:
+    del r["_inv_peak"]
+    r["tokens_per_s_over"] = {t["trainer"]: r["tokens_per_s"] / t["tokens_per_s"] for t in torch_rows}
+    r["memory_over"] = {t["trainer"]: r["peak_device_bytes"] / t["peak_device_bytes"]
+                        for t in torch_rows if t["peak_device_bytes"]}
+
+kernels = defaultdict(lambda: [0, 0.0])  # name -> [launches, ns]
+kernel_csv = out / "cuda_kernels.csv"
+if kernel_csv.exists():
+    lines = [l for l in kernel_csv.read_text().splitlines() if l.startswith('"')]
+    for rec in csv.DictReader(lines):
+        if rec.get("Metric Name") == "gpu__time_duration.sum":
+            unit = {"nsecond": 1, "usecond": 1e3, "msecond": 1e6}.get(rec.get("Metric Unit", "nsecond"), 1)
+            k = kernels[rec["Kernel Name"].split("(")[0]]
+            k[0] += 1
+            k[1] += float(rec["Metric Value"].replace(",", "")) * unit
+total_ns = sum(v[1] for v in kernels.values())
+kernel_rows = sorted(({"kernel": n, "launches": v[0], "ms": v[1] / 1e6, "share": v[1] / total_ns}
+                      for n, v in kernels.items()), key=lambda r: -r["ms"])
+
+device = next((r["device"] for r in records("cuda_workbench.json")), None)
+if not as_table:
+    print(json.dumps({"note": "measured in one run of make bench-cuda, gpt2-124m, micro-batch 16, seq 1024, one GPU",
+                      "device": device, "runs": rows, "kernels_one_step": kernel_rows}, indent=2))
+    sys.exit(0)
+print(f"\ngpt2-124m, micro-batch 16, seq 1024, one GPU ({device})")
+print(f"{'trainer':32} {'tokens/s':>10} {'MFU':>7} {'peak GB':>8}  ratios to PyTorch (tokens/s, memory)")
+for r in rows:
+    mfu = f"{100 * r['mfu']:.1f}%" if r["mfu"] else "-"
+    ratios = ", ".join(f"{k}: {v:.2f}x / {r['memory_over'].get(k, float('nan')):.2f}x"
+                       for k, v in r["tokens_per_s_over"].items())
+    print(f"{r['trainer']:32} {r['tokens_per_s']:10.0f} {mfu:>7} {r['peak_device_bytes'] / 1e9:8.2f}  {ratios}")
+if kernel_rows:
+    print(f"\none step by kernel (Nsight Compute, {total_ns / 1e6:.1f} ms of kernels)")
+    for k in kernel_rows[:25]:
+        print(f"  {k['ms']:8.2f} ms {100 * k['share']:5.1f}% {k['launches']:5d}x  {k['kernel']}")
