@@ -65,6 +65,9 @@ static void check_precision(TrainConfig *c) {
         const Setting *x = settings_find(&c->settings, scaling[i]);
         if (x && x->from == FROM_COMMAND_LINE)
             fail_usage("--%s sets fp16's loss scaling; bf16 needs none (add --precision fp16)", scaling[i]);
+        // a config's fp16 block with "enabled": "auto", or overridden by --precision bf16
+        if (x && x->from == FROM_CONFIG)
+            settings_key(&c->settings, x->why, "ignored: the run is bf16, which needs no loss scaling");
     }
     for (const char *p = c->inject_overflow; p && *p;) {
         char *end;
