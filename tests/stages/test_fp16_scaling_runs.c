@@ -1,5 +1,6 @@
 // test_fp16_scaling_runs.c: fp16 runs whose loss scale trains nothing say
-// so (issue 39, item 9). Run from the repository root after make.
+// so, and contradictory loss-scaling settings are refused before step 1
+// (issue 39, items 9 and 11). Run from the repository root after make.
 #include "runs.h"
 
 #define PATH_LEN 512
@@ -62,6 +63,41 @@ static void test_every_step_skipped_is_said(void **state) {
     free(rec), free(out);
 }
 
+// Item 11: a minimum above the first dynamic scale ran until it died "at the
+// minimum loss scale 1e+30"; --inject-overflow took steps past --steps, a
+// trailing comma and a step twice; a config's fp16.loss_scale below the
+// minimum was refused naming --loss-scale, a flag the user never gave.
+static void test_contradictory_scaling_refused(void **state) {
+    const RunDir *c = *state;
+    const char *base = "mpirun -np 2 ./zero2 --model tiny --steps 4 --precision fp16";
+    const char *cases[][2] = {
+        {"--min-loss-scale 1e30", "--min-loss-scale 1e+30 is above the first dynamic scale 2^16 = 65536"},
+        {"--min-loss-scale 300 --initial-scale-power 8", "set by --initial-scale-power 8"},
+        {"--inject-overflow 99", "step 99 is past --steps 4"},
+        {"--inject-overflow 3,", "--inject-overflow 3,: give 1-based step numbers"},
+        {"--inject-overflow 2,2", "step 2 is named twice"},
+        {"--inject-overflow 1,3,4,3", "step 3 is named twice"},
+    };
+    char cmd[CMD_LEN];
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        snprintf(cmd, sizeof cmd, "%s %s", base, cases[i][0]);
+        free(expect_refusal(cmd, cases[i][1]));
+    }
+    char path[PATH_LEN];
+    snprintf(path, sizeof path, "%s/scale.json", c->root);
+    FILE *f = fopen(path, "w");
+    assert_non_null(f);
+    fputs("{\"fp16\": {\"enabled\": true, \"loss_scale\": 1e-30}}", f);
+    fclose(f);
+    snprintf(cmd, sizeof cmd, "./zero2 --model tiny --steps 1 --deepspeed-config %s", path);
+    char *out = expect_refusal(cmd, "fp16.loss_scale 1e-30 (in ");
+    if (strstr(out, "--loss-scale")) fail_msg("the refusal names a flag the user did not give:\n%s", out);
+    free(out);
+    // the boundaries still run: a minimum equal to the first scale, the last step injected
+    run_ok("mpirun -np 2 ./zero2 --model tiny --steps 2 --precision fp16 --quiet --initial-scale-power 4 "
+           "--min-loss-scale 16 --inject-overflow 2", NULL);
+}
+
 static int group_setup(void **state) {
     return run_dir_setup(state, "test_fp16_scaling_runs", (const char *const[]){"./zero2", NULL});
 }
@@ -69,6 +105,7 @@ static int group_setup(void **state) {
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_every_step_skipped_is_said),
+        cmocka_unit_test(test_contradictory_scaling_refused),
     };
     return cmocka_run_group_tests(tests, group_setup, run_dir_teardown);
 }
