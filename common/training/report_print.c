@@ -110,7 +110,8 @@ static void print_comm(const Trainer *t, const Summary *s) {
     if (t->comm_formula_text)
         printf("  formula              %10.3f MB = %s\n", s->comm_formula_bytes / 1e6, s->comm_formula_text);
     else
-        printf("  formula              %10.3f MB = %s x 2 B (bf16)\n", s->comm_formula_bytes / 1e6, s->comm_formula_text);
+        printf("  formula              %10.3f MB = %s x 2 B (%s)\n", s->comm_formula_bytes / 1e6, s->comm_formula_text,
+               half_format_name(t->cfg.half));
     // NCCL's nonblocking calls are timed on the GPU (events), the rest on the host clock
     const StepTimes *x = &s->times;
     const char *clock = t->world.backend == COMM_NCCL ? "CUDA events for nonblocking NCCL calls" : "host clock";

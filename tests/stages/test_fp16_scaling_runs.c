@@ -1,6 +1,7 @@
 // test_fp16_scaling_runs.c: fp16 runs whose loss scale trains nothing say
-// so, and contradictory loss-scaling settings are refused before step 1
-// (issue 39, items 9 and 11). Run from the repository root after make.
+// so, contradictory loss-scaling settings are refused before step 1, and
+// the report names fp16 where it names the format (issue 39, items 9, 11
+// and 15). Run from the repository root after make.
 #include "runs.h"
 
 #define PATH_LEN 512
@@ -98,6 +99,16 @@ static void test_contradictory_scaling_refused(void **state) {
            "--min-loss-scale 16 --inject-overflow 2", NULL);
 }
 
+// Issue 39, item 15: an fp16 run's communication formula said "x 2 B (bf16)".
+static void test_comm_formula_names_fp16(void **state) {
+    const RunDir *c = *state;
+    char *out = NULL;
+    free(run_fp16(c, "formula", "", &out));
+    expect_in(out, "(k+1)Ψ(N-1)/N x 2 B (fp16)", "an fp16 run's comm formula");
+    if (strstr(out, "(bf16)")) fail_msg("an fp16 run names bf16:\n%s", out);
+    free(out);
+}
+
 static int group_setup(void **state) {
     return run_dir_setup(state, "test_fp16_scaling_runs", (const char *const[]){"./zero2", NULL});
 }
@@ -106,6 +117,7 @@ int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_every_step_skipped_is_said),
         cmocka_unit_test(test_contradictory_scaling_refused),
+        cmocka_unit_test(test_comm_formula_names_fp16),
     };
     return cmocka_run_group_tests(tests, group_setup, run_dir_teardown);
 }
