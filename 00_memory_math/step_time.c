@@ -61,13 +61,13 @@ static Plan plan_stage(StageId s, const Inputs *in) {
     double bandwidth_ms = p.comm_bytes / (in->link_gbps * 1e9 / 8) * 1e3;
     p.comm_ms = bandwidth_ms + p.latency_terms * in->latency_us * 1e-3;
     p.serial_ms = p.compute_ms + p.comm_ms;
+    // a link too slow for a double leaves the comm time unbounded, and nothing hides that
     double exposed = p.comm_ms;
-    if (isinf(p.comm_ms)) {  // a link too slow for a double: nothing hides an unbounded time
-    } else if (s == STAGE_ZERO2) {
+    if (isfinite(p.comm_ms) && s == STAGE_ZERO2) {
         // (k+1)Ψ(N-1)/N: k reduce-scatters and one all-gather of Ψ(N-1)/N each
         double gather_ms = p.comm_ms / (k + 1), scatter_ms = p.comm_ms - gather_ms;
         exposed = gather_ms + fmax(scatter_ms / (k * buckets), scatter_ms - p.compute_ms * 2 / 3);
-    } else if (s == STAGE_ZERO3) {
+    } else if (isfinite(p.comm_ms) && s == STAGE_ZERO3) {
         exposed = fmax(p.comm_ms / p.collectives, p.comm_ms - p.compute_ms);
     }
     p.overlap_ms = p.compute_ms + exposed;

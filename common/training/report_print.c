@@ -168,7 +168,8 @@ static void print_scaling(const Trainer *t, const Summary *s) {
                "applied no update; %s\n", n, n, dynamic ? "lower --initial-scale-power (the dynamic scale halves "
                "only at every --hysteresis-th overflow)" : "lower --loss-scale");
     else if (s->skipped_steps)
-        printf("fp16 loss scaling    %ld of %ld steps skipped: the gradients overflowed, so they applied no update\n", s->skipped_steps, n);
+        printf("fp16 loss scaling    %ld of %ld steps skipped: the gradients overflowed, so they applied no update\n",
+               s->skipped_steps, n);
     if (s->zero_grad_steps)
         printf("fp16 loss scaling    %ld of %ld steps had every gradient 0: the loss scale %g underflows them (fp16 "
                "flushes what is below 2^-24 to 0), so they learned nothing from their data; raise %s\n",
@@ -200,7 +201,8 @@ void print_summary_line(const Trainer *t, const Summary *s) {
            states / 1e6, s->formula.tier_total[TIER_DEVICE] / 1e6, s->tier_peak[TIER_DEVICE] / 1e6,
            s->comm_bytes_step / 1e6, s->comm_formula_bytes / 1e6);
     if (s->skipped_steps) printf(" | fp16: %ld of %ld steps skipped (overflow)", s->skipped_steps, r->n);
-    if (s->zero_grad_steps) printf(" | fp16: %ld of %ld steps with every gradient 0 (underflow)", s->zero_grad_steps, r->n);
+    if (s->zero_grad_steps)
+        printf(" | fp16: %ld of %ld steps with every gradient 0 (underflow)", s->zero_grad_steps, r->n);
     printf("\n");
 }
 

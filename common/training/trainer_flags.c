@@ -106,15 +106,15 @@ static void check_precision(TrainConfig *c) {
                    "format of --precision %s", accum, c->precision, c->precision);
     c->grad_accum_fp32 = strcmp(accum, "fp32") == 0;
     if (c->half != HALF_FP16) return;
-    char scale[512], floor[512];
-    named(c, "min-loss-scale", c->min_loss_scale, floor, sizeof floor);
+    char scale[512], minimum[512];
+    named(c, "min-loss-scale", c->min_loss_scale, minimum, sizeof minimum);
     if (c->loss_scale > 0 && c->loss_scale < c->min_loss_scale)
         fail_usage("%s is below %s: give a static scale at least the minimum",
-                   named(c, "loss-scale", c->loss_scale, scale, sizeof scale), floor);
+                   named(c, "loss-scale", c->loss_scale, scale, sizeof scale), minimum);
     // the dynamic scale starts at 2^K and never goes below the minimum: a minimum above the start has no room
     if (c->loss_scale == 0 && c->min_loss_scale > ldexp(1.0, c->initial_scale_power))
         fail_usage("%s is above the first dynamic scale 2^%d = %g, set by %s: give a minimum at most the first scale",
-                   floor, c->initial_scale_power, ldexp(1.0, c->initial_scale_power),
+                   minimum, c->initial_scale_power, ldexp(1.0, c->initial_scale_power),
                    named(c, "initial-scale-power", c->initial_scale_power, scale, sizeof scale));
 }
 
