@@ -255,6 +255,14 @@ static void check_shapes(Flags *f, Inputs *in) {
     if (f->link_gbps > 0 && f->measure) fail_usage("--measure and the planner (--link-gbps) are separate runs: drop one");
 }
 
+// What --global-batch divides by: the ranks, or with --tp the data-parallel
+// replicas of 3d_parallel's grid (N/T), as that trainer's batch rule counts them.
+static int batch_replicas(const Flags *f, const Inputs *in) {
+    if (f->tp == 1) return in->ranks;
+    if (in->ranks % f->tp) fail_usage("--tp %d does not divide --ranks %d: the grid is T x dp", f->tp, in->ranks);
+    return in->ranks / f->tp;
+}
+
 int main(int argc, char **argv) {
     Comm world;
     Inputs in;
@@ -269,7 +277,8 @@ int main(int argc, char **argv) {
     parse_flags(argc, argv, &f, specs, &in);
     choose_params(&f, specs, &in);
     choose_ranks(&f, specs, &in);
-    batch_rule_apply(&in.settings, &f.batch, &f.grad_accum, f.global_batch, in.ranks, "ranks");
+    batch_rule_apply(&in.settings, &f.batch, &f.grad_accum, f.global_batch, batch_replicas(&f, &in),
+                     f.tp > 1 ? "data-parallel replicas (--ranks / --tp)" : "ranks");
     check_shapes(&f, &in);
     in.measure = f.measure;
     in.json = f.json;

@@ -139,10 +139,14 @@ void printer_section_end(Printer *p) {
     json_close(p, '}');
 }
 
+// A fixed-point format ("%.1f") past 1e12 prints the binary value's noise
+// to the last digit (63 of them at a link of 1e-300 Gbit/s): four significant
+// digits there say all the figure knows.
 static void text_number(char *buf, size_t n, double v, const char *fmt) {
     if (isnan(v)) snprintf(buf, n, "-");
     else if (isinf(v)) snprintf(buf, n, "unbounded");
     else if (strcmp(fmt, PRINT_GROUPED) == 0) format_grouped(v, buf, n);
+    else if (fabs(v) >= 1e12 && strchr(fmt, 'f')) snprintf(buf, n, "%.4g", v);
     else snprintf(buf, n, fmt, v);
 }
 
@@ -181,14 +185,18 @@ void printer_bool(Printer *p, const char *key, const char *label, int v) {
 
 void printer_note(Printer *p, const char *fmt, ...) {
     if (!p->enabled) return;
-    char buf[400];
+    char buf[PRINTER_NOTE_BYTES];
     va_list ap;
     va_start(ap, fmt);
-    vsnprintf(buf, sizeof buf, fmt, ap);
+    int len = vsnprintf(buf, sizeof buf, fmt, ap);
     va_end(ap);
+    // a note cut short would read as whole (issue 39: "A trainer adds " ended one)
+    CHECK(len >= 0 && (size_t)len < sizeof buf, "printer: a note of %d bytes, past the %zu the printer holds: "
+          "\"%.60s...\"", len, sizeof buf, buf);
     if (!p->json) {
         fprintf(p->f, "  %s\n", buf);
-    } else if (p->nnotes < PRINTER_MAX_NOTES) {
+    } else {
+        CHECK(p->nnotes < PRINTER_MAX_NOTES, "printer: more than %d notes in one section", PRINTER_MAX_NOTES);
         memcpy(p->notes[p->nnotes++], buf, sizeof buf);
     }
 }

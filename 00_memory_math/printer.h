@@ -6,6 +6,7 @@
 #include <stdio.h>
 
 #define PRINTER_MAX_NOTES 16
+#define PRINTER_NOTE_BYTES 1024  // a note's text; a longer one is an error, never cut
 #define PRINTER_MAX_DEPTH 8
 
 // A column: JSON key, text header, text width in characters, and how a number
@@ -33,7 +34,7 @@ typedef struct Printer {
     int depth, count[PRINTER_MAX_DEPTH];  // JSON nesting and members written at each level
     const Col *cols;                // the open table
     int ncols;
-    char notes[PRINTER_MAX_NOTES][400];
+    char notes[PRINTER_MAX_NOTES][PRINTER_NOTE_BYTES];
     int nnotes;
 } Printer;
 

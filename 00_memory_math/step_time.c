@@ -61,16 +61,38 @@ static Plan plan_stage(StageId s, const Inputs *in) {
     double bandwidth_ms = p.comm_bytes / (in->link_gbps * 1e9 / 8) * 1e3;
     p.comm_ms = bandwidth_ms + p.latency_terms * in->latency_us * 1e-3;
     p.serial_ms = p.compute_ms + p.comm_ms;
+    // a link too slow for a double leaves the comm time unbounded, and nothing hides that
     double exposed = p.comm_ms;
-    if (s == STAGE_ZERO2) {
+    if (isfinite(p.comm_ms) && s == STAGE_ZERO2) {
         // (k+1)Ψ(N-1)/N: k reduce-scatters and one all-gather of Ψ(N-1)/N each
         double gather_ms = p.comm_ms / (k + 1), scatter_ms = p.comm_ms - gather_ms;
         exposed = gather_ms + fmax(scatter_ms / (k * buckets), scatter_ms - p.compute_ms * 2 / 3);
-    } else if (s == STAGE_ZERO3) {
+    } else if (isfinite(p.comm_ms) && s == STAGE_ZERO3) {
         exposed = fmax(p.comm_ms / p.collectives, p.comm_ms - p.compute_ms);
     }
     p.overlap_ms = p.compute_ms + exposed;
     return p;
+}
+
+// The stages that fit with the least step time, every one of them where they
+// tie; none where no stage fits or every time is unbounded (a rate too small
+// for a double), since then no stage is faster than another.
+static const char *fastest(const double *ms, const int *fits, int budget, char *out, size_t n) {
+    double least = INFINITY;
+    int any_fits = 0;
+    for (int i = 0; i < NPLANNED; i++) {
+        any_fits |= fits[i];
+        if (fits[i] && ms[i] < least) least = ms[i];
+    }
+    if (!any_fits) return budget ? "none fits" : "none";
+    if (isinf(least)) return "none: every stage's step time is unbounded at these rates";
+    out[0] = 0;
+    for (int i = 0; i < NPLANNED; i++) {
+        size_t len = strlen(out);
+        if (fits[i] && ms[i] == least) snprintf(out + len, n - len, "%s%s", len ? ", " : "", stage_name(planned[i]));
+    }
+    if (strchr(out, ',')) snprintf(out + strlen(out), n - strlen(out), " (equal)");
+    return out;
 }
 
 void section_step_time(Printer *p, const Inputs *in) {
@@ -82,25 +104,23 @@ void section_step_time(Printer *p, const Inputs *in) {
              in->latency_us, in->gflops);
     printer_section(p, "step_time", title);
     printer_table(p, "stages", plan_cols, 8);
-    int best_serial = -1, best_overlap = -1;
     Plan plans[NPLANNED];
+    int fits[NPLANNED];
+    double serial[NPLANNED], overlap[NPLANNED];
     for (int i = 0; i < NPLANNED; i++) {
         plans[i] = plan_stage(planned[i], in);
-        int fits = in->hbm_gb <= 0 || run_total_bytes(planned[i], in) <= in->hbm_gb * 1e9;
+        serial[i] = plans[i].serial_ms;
+        overlap[i] = plans[i].overlap_ms;
+        fits[i] = in->hbm_gb <= 0 || run_total_bytes(planned[i], in) <= in->hbm_gb * 1e9;
         Cell row[8] = {cell_str(stage_name(planned[i])), cell_num(plans[i].compute_ms), cell_num(plans[i].comm_bytes),
                        cell_num(plans[i].collectives), cell_num(plans[i].comm_ms), cell_num(plans[i].serial_ms),
-                       cell_num(plans[i].overlap_ms), cell_str(in->hbm_gb <= 0 ? "-" : fits ? "yes" : "no")};
+                       cell_num(plans[i].overlap_ms), cell_str(in->hbm_gb <= 0 ? "-" : fits[i] ? "yes" : "no")};
         printer_row(p, row);
-        if (!fits) continue;
-        if (best_serial < 0 || plans[i].serial_ms <= plans[best_serial].serial_ms) best_serial = i;
-        if (best_overlap < 0 || plans[i].overlap_ms <= plans[best_overlap].overlap_ms) best_overlap = i;
     }
     printer_table_end(p);
-    const char *none = in->hbm_gb > 0 ? "none fits" : "none";
-    printer_str(p, "fastest_serial", "fastest, nothing hidden",
-                best_serial < 0 ? none : stage_name(planned[best_serial]));
-    printer_str(p, "fastest_overlap", "fastest, overlapped",
-                best_overlap < 0 ? none : stage_name(planned[best_overlap]));
+    char best[160];
+    printer_str(p, "fastest_serial", "fastest, nothing hidden", fastest(serial, fits, in->hbm_gb > 0, best, sizeof best));
+    printer_str(p, "fastest_overlap", "fastest, overlapped", fastest(overlap, fits, in->hbm_gb > 0, best, sizeof best));
     printer_note(p, "compute = (6Ψ_matmul + 12·L·C·T + recomputation) FLOPs per token x B·T·k tokens / the rate; "
                     "measure the rate with a one-host run (the report's compute ms) or make bench's sgemm roof.");
     printer_note(p, "comm = the ring bytes above / the link + latency x (N-1) per reduce-scatter or all-gather, "

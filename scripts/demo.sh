@@ -1,15 +1,27 @@
 #!/usr/bin/env bash
 # make demo: installs what is missing, builds, and runs every stage on the
-# same small model, data and ranks, then prints them side by side.
+# same small model, data and ranks, then prints them side by side. Their
+# tokens/s are compared in interleaved rounds (every stage once a round, in
+# a rotated order), so that a load that comes and goes on the machine falls
+# on every stage alike; the table gives each stage's spread over the rounds.
+# Settings: DEMO_MODEL (small), DEMO_STEPS (30), DEMO_ROUNDS (3 timing
+# rounds of DEMO_SPEED_STEPS = 10 steps), DEMO_OUT (runs: the records, the
+# pictures, infinity's swap files; on a disk, for O_DIRECT), DEMO_SETUP=0
+# (skip the install and the build).
 set -euo pipefail
 np=${1:-4}
 here=$(cd "$(dirname "$0")/.." && pwd)
 cd "$here"
-bash scripts/install-deps.sh
-make --no-print-directory
+if [ "${DEMO_SETUP:-1}" != 0 ]; then
+    bash scripts/install-deps.sh
+    make --no-print-directory
+fi
 source scripts/mpi-env.sh
 model=${DEMO_MODEL:-small}
 steps=${DEMO_STEPS:-30}
+rounds=${DEMO_ROUNDS:-3}
+speed_steps=${DEMO_SPEED_STEPS:-10}
+out=${DEMO_OUT:-runs}
 
 echo
 echo "== 00 memory_math: what the formulas say for $model on $np ranks"
@@ -18,17 +30,19 @@ echo
 echo "== 00 memory_math --measure: the stages' allocator against the formulas"
 mpirun -np "$np" ./memory_math --measure --model "$model"
 
-mkdir -p runs
-json=runs/demo.json
+mkdir -p "$out"
+json=$out/demo.json
 rm -f "$json"
 summaries=()
 accum_note=""
-# infinity's swap files go to runs/nvme (on the disk the repository is on;
-# O_DIRECT needs one) and are removed when it ends
-mkdir -p runs/nvme
+# infinity's swap files go to $out/nvme (by default on the disk the
+# repository is on; O_DIRECT needs one) and are removed when it ends
+mkdir -p "$out/nvme"
+stages=()
 for stage in dp_baseline zero1 zero2 zero3 cpu_offload infinity; do
     [ -x "./$stage" ] || continue
-    extra=$([ "$stage" = infinity ] && echo "--nvme-path runs/nvme" || true)
+    stages+=("$stage")
+    extra=$([ "$stage" = infinity ] && echo "--nvme-path $out/nvme" || true)
     echo
     echo "== $stage: mpirun -np $np ./$stage --model $model --batch 4 --steps $steps${extra:+ $extra}"
     log=$(mktemp)
@@ -69,10 +83,36 @@ if [ -x ./3d_parallel ] && [ $((np % 4)) -eq 0 ]; then
     accum_note="3d_parallel sums 4 micro-batches' gradients per step in bf16, as the last line's dp_baseline does: it agrees with that run within the test's tolerance (1e-3), not to the bit with the others"
 fi
 
+# tokens/s in interleaved rounds: the runs above came one after another, so
+# a stage that ran while something else loaded the machine looked slower
+speed=$out/demo_speed.json
+rm -f "$speed"
 echo
-python3 scripts/plot_runs.py "$json" runs/demo
+echo "== tokens/s: $rounds rounds of $speed_steps steps, every stage once a round, the order rotated each round"
+for ((r = 0; r < rounds; r++)); do
+    for ((i = 0; i < ${#stages[@]}; i++)); do
+        stage=${stages[(i + r) % ${#stages[@]}]}
+        extra=$([ "$stage" = infinity ] && echo "--nvme-path $out/nvme" || true)
+        log=$(mktemp)
+        if ! mpirun -np "$np" "./$stage" --model "$model" --batch 4 --steps "$speed_steps" --quiet $extra \
+            --json "$speed" > "$log" 2>&1; then
+            cat "$log"
+            rm -f "$log"
+            exit 1
+        fi
+        rm -f "$log"
+    done
+    echo "round $((r + 1)) of $rounds done"
+done
+
 echo
-echo "== side by side ($np ranks, $model, same seed and data: the losses agree; memory and traffic do not)"
+python3 scripts/plot_runs.py "$json" "$out/demo"
+echo
+echo "== side by side ($np ranks, $model, same seed and data: the losses agree; memory and traffic do not;"
+echo "   tok/s here is each run's alone, one after another: compare the stages' speed in the table below)"
 printf '%s\n' "${summaries[@]}"
 [ -n "${accum_note:-}" ] && echo "$accum_note"
-true
+echo
+python3 scripts/demo_speed.py "$speed"
+echo
+echo "make demo: $((SECONDS / 60)) min $((SECONDS % 60)) s on this machine, set-up included"

@@ -20,6 +20,7 @@ static const DsStage STAGES[] = {
     {"04", "zero3", "ZeRO-3"},
     {"05", "cpu_offload", "ZeRO-Offload (ZeRO-2 with the optimizer on the host)"},
     {"06", "infinity", "ZeRO-Infinity (ZeRO-3 with the optimizer on NVMe)"},
+    {"07", "3d_parallel", "3D parallelism (tensor x pipeline x ZeRO-1 data parallel)"},
 };
 
 const DsStage *ds_stage_of(const char *binary) {

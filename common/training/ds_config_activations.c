@@ -12,7 +12,8 @@
 
 #define BLOCK "activation_checkpointing."
 
-// A switch of the block that sets a flag when on; returns whether it is on.
+// A switch of the block that sets a flag when on; returns whether it set it
+// (a binary without the flag lists the key as ignored, saying where it works).
 static int apply_switch(DsApply *a, const char *key, const char *flag) {
     json_t *v = ds_lookup(a->ds, key);
     if (!v || ds_is_auto(v)) return 0;
@@ -20,17 +21,31 @@ static int apply_switch(DsApply *a, const char *key, const char *flag) {
         settings_key(a->s, key, "checked: off, as without the config (--%s not set)", flag);
         return 0;
     }
-    ds_set_flag(a, key, flag, "on", FROM_CONFIG, key);
-    return 1;
+    return ds_set_flag(a, key, flag, "on", FROM_CONFIG, key);
 }
 
-static void checked(DsApply *a, const char *key, const char *what) {
+// The keys without a flag are read all the same, so a value of the wrong
+// type is refused as anywhere else: a switch is true or false, a count whole.
+enum { SWITCH, COUNT };
+
+static json_t *typed(DsApply *a, const char *key, int type) {
     json_t *v = ds_lookup(a->ds, key);
-    if (v) settings_key(a->s, key, "checked: %s", what);
+    if (!v || ds_is_auto(v) || json_is_null(v)) return v;
+    if (type == SWITCH) {
+        ds_bool(a->ds, key, v);
+        return v;
+    }
+    double n = ds_number(a->ds, key, v, 1);
+    if (n < 1) ds_fail(a->ds, key, "%g is not a count of checkpoints: give 1 or more", n);
+    return v;
 }
 
-static void ignored(DsApply *a, const char *key, const char *why) {
-    if (ds_lookup(a->ds, key)) settings_key(a->s, key, "ignored: %s", why);
+static void checked(DsApply *a, const char *key, int type, const char *what) {
+    if (typed(a, key, type)) settings_key(a->s, key, "checked: %s", what);
+}
+
+static void ignored(DsApply *a, const char *key, int type, const char *why) {
+    if (typed(a, key, type)) settings_key(a->s, key, "ignored: %s", why);
 }
 
 void ds_apply_activation_checkpointing(DsApply *a) {
@@ -42,13 +57,13 @@ void ds_apply_activation_checkpointing(DsApply *a) {
                           "keeps"
                         : BLOCK "partition_activations: what it splits is each block's input, all that full "
                           "recompute keeps");
-    checked(a, BLOCK "contiguous_memory_optimization",
+    checked(a, BLOCK "contiguous_memory_optimization", SWITCH,
             "the saved inputs always lie in one buffer per tier (the activations, the checkpoint store)");
-    ignored(a, BLOCK "number_checkpoints",
+    ignored(a, BLOCK "number_checkpoints", COUNT,
             "with --recompute full every block is a checkpoint; the number only sizes DeepSpeed's contiguous buffer");
-    ignored(a, BLOCK "synchronize_checkpoint_boundary",
+    ignored(a, BLOCK "synchronize_checkpoint_boundary", SWITCH,
             "the checkpoints' copies are ordered by events on the copy stream, never by a device-wide "
             "synchronization");
-    checked(a, BLOCK "profile",
+    checked(a, BLOCK "profile", SWITCH,
             "always measured: hardware FLOPs (HFU) count the recomputation; --trace shows each block's (recompute)");
 }

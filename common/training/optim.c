@@ -32,11 +32,13 @@ long lr_horizon(const TrainConfig *c) { return c->schedule_steps > 0 ? c->schedu
 double lr_at(const TrainConfig *c, long step) {
     if (strcmp(c->lr_schedule, "cosine") != 0) return c->lr * deepspeed_lr_frac(c, step);
     if (c->warmup > 0 && step < c->warmup) return c->lr * (double)(step + 1) / c->warmup;
+    // the decay runs from the peak, at the first step after warm-up, to the floor at the horizon's last step;
+    // past the horizon (a run resumed further) the rate stays at the floor. A decay of one step is the peak's.
+    double min_lr = c->lr * c->min_lr_frac;
     long decay_steps = lr_horizon(c) - c->warmup;
+    if (step >= lr_horizon(c)) return min_lr;
     if (decay_steps <= 1) return c->lr;
     double progress = (double)(step - c->warmup) / (double)(decay_steps - 1);
-    if (progress > 1) progress = 1;
-    double min_lr = c->lr * c->min_lr_frac;
     return min_lr + 0.5 * (c->lr - min_lr) * (1.0 + cos(M_PI * progress));
 }
 

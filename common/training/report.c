@@ -120,7 +120,8 @@ void report_step(Trainer *t, double loss, double t0_us, double t1_us, double lr,
     char scaling[96] = "";  // fp16: the scale this step used; an overflow's skip
     if (t->scaler.enabled)
         snprintf(scaling, sizeof scaling, " | scale %g%s (skipped %ld)", loss_scale,
-                 skipped ? " OVERFLOW, step skipped" : "", t->scaler.skipped);
+                 skipped ? " OVERFLOW, step skipped" : grad_norm == 0 ? " UNDERFLOW, every gradient 0" : "",
+                 t->scaler.skipped);
     printf("step %4ld/%d | loss %.6f | lr %.2e | norm %7.4f%s | %8.1f ms | %9.0f tok/s | device mem %.1f MB (peak %.1f MB)\n",
            t->step, t->cfg.steps, loss, lr, grad_norm, scaling, ms, global_tokens_per_step(t) / (ms / 1000.0),
            m->tier_current[TIER_DEVICE] / 1e6, m->tier_peak[TIER_DEVICE] / 1e6);
@@ -152,6 +153,32 @@ static double median(const double *x, long n) {
 }
 
 
+// The median over the steps that applied an update, which the traffic
+// formulas describe (an fp16 step skipped for an overflow gathers no updated
+// parameters); over every step when none did.
+static double median_applied(const Report *r, const double *x) {
+    double *kept = xmalloc((size_t)(r->n ? r->n : 1) * sizeof(double));
+    long k = 0;
+    for (long i = 0; i < r->n; i++)
+        if (!r->skipped[i]) kept[k++] = x[i];
+    double m = k ? median(kept, k) : median(x, r->n);
+    free(kept);
+    return m;
+}
+
+// fp16: the steps of this run skipped for an overflow, and those whose
+// gradients were all 0 (a norm of exactly 0: the scale underflowed them).
+static void count_scaling(const Trainer *t, Summary *s) {
+    const Report *r = &t->report;
+    for (long i = 0; i < r->n && t->scaler.enabled; i++) {
+        s->skipped_steps += r->skipped[i];
+        if (!r->skipped[i] && r->grad_norm[i] == 0) {
+            s->zero_grad_steps++;
+            s->zero_grad_scale = r->loss_scale[i];
+        }
+    }
+}
+
 static void summarize(Trainer *t, Summary *s) {
     const MemCtx *m = &t->dev.mem;
     const MemCtx *steady = t->report.n ? &t->report.after_step : m;
@@ -182,7 +209,8 @@ static void summarize(Trainer *t, Summary *s) {
     s->hw_flops_per_token = s->flops_per_token + recompute_flops_per_token(&t->layout, t->cfg.seq_len, t->plan.recompute,
                                                                               t->plan.attention);
     s->hw_gflops_per_rank = s->hw_flops_per_token * s->tokens_per_s / t->world.size / 1e9;
-    s->comm_bytes_step = r->n ? comm_max_f64(&t->world, median(r->comm_bytes, r->n)) : 0;
+    s->comm_bytes_step = r->n ? comm_max_f64(&t->world, median_applied(r, r->comm_bytes)) : 0;
+    count_scaling(t, s);
     if (t->comm_formula_text) {  // the stage's own (3d_parallel's grid), each rank's, the largest
         s->comm_formula_bytes = comm_max_f64(&t->world, t->comm_formula_bytes);
         s->comm_formula_text = t->comm_formula_text;
@@ -193,7 +221,7 @@ static void summarize(Trainer *t, Summary *s) {
     }
     stage_transfer_bytes(t->formula, (double)t->state_params, t->dp->size, t->cfg.grad_accum, s->xfer_formula);
     for (int x = 0; x < XFER_COUNT; x++)
-        s->xfer_step[x] = comm_sum_f64(&t->world, r->n ? median(r->xfer[x], r->n) : 0) / t->world.size;
+        s->xfer_step[x] = comm_sum_f64(&t->world, r->n ? median_applied(r, r->xfer[x]) : 0) / t->world.size;
     s->act_down = comm_max_f64(&t->world, r->n ? median(r->act_down, r->n) : 0);
     s->act_up = comm_max_f64(&t->world, r->n ? median(r->act_up, r->n) : 0);
     // a micro-batch's offloaded inputs, down in forward and back in backward

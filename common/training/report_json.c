@@ -43,8 +43,9 @@ static void json_array(FILE *f, const char *name, const double *x, long n) {
     fprintf(f, "]");
 }
 
-// --precision and, in fp16, each step's loss scale and the skipped steps (1-based)
-static void json_precision(FILE *f, const Trainer *t) {
+// --precision and, in fp16, each step's loss scale, the skipped steps and
+// those whose gradients were all 0 (1-based), and how many applied an update
+static void json_precision(FILE *f, const Trainer *t, const Summary *s) {
     const Report *r = &t->report;
     fprintf(f, ",\"precision\":\"%s\"", half_format_name(t->cfg.half));
     if (!t->scaler.enabled) return;
@@ -54,6 +55,11 @@ static void json_precision(FILE *f, const Trainer *t) {
     for (long i = 0, k = 0; i < r->n; i++)
         if (r->skipped[i]) fprintf(f, "%s%ld", k++ ? "," : "", r->first_step + i + 1);
     fprintf(f, "],\"skipped_total\":%ld,\"final_loss_scale\":%.9g", t->scaler.skipped, t->scaler.scale);
+    // a step whose gradients were all 0: the scale underflowed them (report.c's count_scaling)
+    fprintf(f, ",\"zero_grad_steps\":[");
+    for (long i = 0, k = 0; i < r->n; i++)
+        if (!r->skipped[i] && r->grad_norm[i] == 0) fprintf(f, "%s%ld", k++ ? "," : "", r->first_step + i + 1);
+    fprintf(f, "],\"applied_steps\":%ld", r->n - s->skipped_steps);
 }
 
 static const char *const xfer_key[XFER_COUNT] = {"d2h", "h2d", "nvme_read", "nvme_write"};
@@ -61,7 +67,7 @@ static const char *const xfer_key[XFER_COUNT] = {"d2h", "h2d", "nvme_read", "nvm
 // The run's record up to the stage's own members: appended to --json, left
 // open (NULL when it cannot be opened: said in one line).
 // The run: what ran, on what, and each step's loss, time, norm and rate.
-static void json_run(FILE *f, const Trainer *t) {
+static void json_run(FILE *f, const Trainer *t, const Summary *s) {
     const Report *r = &t->report;
     const GPTConfig *m = &t->layout.cfg;
     fprintf(f, "{\"stage\":\"%s\",\"ranks\":%d,\"device\":\"%s\",\"comm\":\"%s\",\"gpu_sharers\":%d,"
@@ -79,7 +85,7 @@ static void json_run(FILE *f, const Trainer *t) {
     json_array(f, "grad_norms", r->grad_norm, r->n);
     fprintf(f, ",");
     json_array(f, "lrs", r->lr, r->n);
-    json_precision(f, t);
+    json_precision(f, t, s);
     if (isnan(r->val_loss)) fprintf(f, ",\"val_loss\":null");
     else fprintf(f, ",\"val_loss\":%.9g", r->val_loss);
 }
@@ -133,7 +139,7 @@ FILE *json_begin(const Trainer *t, const Summary *s) {
                 : errno == EINVAL ? "it is no longer a regular file" : strerror(errno));
         return NULL;
     }
-    json_run(f, t);
+    json_run(f, t, s);
     json_throughput(f, t, s);
     json_mem(f, t, s);
     json_need(f, &t->device_need);

@@ -116,7 +116,8 @@ static void print_comm(const Trainer *t, const Summary *s) {
     if (t->comm_formula_text)
         printf("  formula              %10.3f MB = %s\n", s->comm_formula_bytes / 1e6, s->comm_formula_text);
     else
-        printf("  formula              %10.3f MB = %s x 2 B (bf16)\n", s->comm_formula_bytes / 1e6, s->comm_formula_text);
+        printf("  formula              %10.3f MB = %s x 2 B (%s)\n", s->comm_formula_bytes / 1e6, s->comm_formula_text,
+               half_format_name(t->cfg.half));
     // NCCL's nonblocking calls are timed on the GPU (events), the rest on the host clock
     const StepTimes *x = &s->times;
     const char *clock = t->world.backend == COMM_NCCL ? "CUDA events for nonblocking NCCL calls" : "host clock";
@@ -161,6 +162,28 @@ static void print_other_work(const Trainer *t, const Summary *s) {
            t->dev.kind == DEVICE_CPU ? "; the cpu device copies on the computing thread, so nothing hides" : "");
 }
 
+// fp16's steps that trained nothing: skipped for an overflow, or with every
+// gradient flushed to 0 by a scale too small for fp16 (below 2^-24). A few
+// skipped steps are dynamic scaling finding its scale; all of them is a
+// scale that never comes down within the run.
+static void print_scaling(const Trainer *t, const Summary *s) {
+    long n = t->report.n;
+    int dynamic = t->scaler.dynamic;
+    if (s->skipped_steps == n)
+        printf("fp16 loss scaling    %ld of %ld steps skipped: the gradients overflowed at every step, so this run "
+               "applied no update; %s\n", n, n, dynamic ? "lower --initial-scale-power (the dynamic scale halves "
+               "only at every --hysteresis-th overflow)" : "lower --loss-scale");
+    else if (s->skipped_steps)
+        printf("fp16 loss scaling    %ld of %ld steps skipped: the gradients overflowed, so they applied no update\n",
+               s->skipped_steps, n);
+    if (s->zero_grad_steps)
+        printf("fp16 loss scaling    %ld of %ld steps had every gradient 0: the loss scale %g underflows them (fp16 "
+               "flushes what is below 2^-24 to 0), so they learned nothing from their data; raise %s\n",
+               s->zero_grad_steps, n, s->zero_grad_scale, dynamic ? "--initial-scale-power" : "--loss-scale");
+    if (s->skipped_steps == n && s->comm_bytes_step < s->comm_formula_bytes)
+        printf("  (with no update applied, the bytes moved lack the updated parameters the formula counts)\n");
+}
+
 void print_summary(const Trainer *t, const Summary *s) {
     const Report *r = &t->report;
     print_throughput(t, s);
@@ -170,6 +193,7 @@ void print_summary(const Trainer *t, const Summary *s) {
     if (s->eval_comm_bytes > 0)
         printf("evaluation           %10.3f MB communicated per evaluation (counted apart from the steps)\n",
                s->eval_comm_bytes / 1e6);
+    print_scaling(t, s);
 }
 
 // One line per run, so runs of different stages line up side by side.
@@ -178,10 +202,14 @@ void print_summary_line(const Trainer *t, const Summary *s) {
     double states = 0;
     for (int c = 0; c <= CAT_LAST_STATE; c++) states += s->cur[TIER_DEVICE][c];
     printf("summary %-12s N=%d | loss %.4f val %.4f | %8.0f tok/s | device model states %8.3f MB (formula %8.3f) | "
-           "device peak %8.3f MB | comm %7.3f MB/step (formula %7.3f)\n",
+           "device peak %8.3f MB | comm %7.3f MB/step (formula %7.3f)",
            t->strategy->name, t->world.size, r->n ? r->loss[r->n - 1] : NAN, r->val_loss, s->tokens_per_s,
            states / 1e6, s->formula.tier_total[TIER_DEVICE] / 1e6, s->tier_peak[TIER_DEVICE] / 1e6,
            s->comm_bytes_step / 1e6, s->comm_formula_bytes / 1e6);
+    if (s->skipped_steps) printf(" | fp16: %ld of %ld steps skipped (overflow)", s->skipped_steps, r->n);
+    if (s->zero_grad_steps)
+        printf(" | fp16: %ld of %ld steps with every gradient 0 (underflow)", s->zero_grad_steps, r->n);
+    printf("\n");
 }
 
 

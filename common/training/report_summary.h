@@ -20,6 +20,8 @@ typedef struct Summary {
     double xfer_step[XFER_COUNT], xfer_formula[XFER_COUNT];  // mean over ranks of each rank's median step
     double act_down, act_up, act_formula;  // activation checkpoints per step (max over ranks of the median), formula each way
     StepTimes times;  // mean per step, over steps and ranks
+    long skipped_steps, zero_grad_steps;  // fp16, this run: overflowed (no update); every gradient 0
+    double zero_grad_scale;  // the loss scale of the last step whose gradients were all 0
     double driver_free, driver_total;
 } Summary;
 

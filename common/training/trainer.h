@@ -247,7 +247,8 @@ void grads_add_half(struct Trainer *t, const struct KernelOps *k, size_t off, co
 static inline Range unit_range(const struct Trainer *t, int u) { return t->layout.unit[u]; }
 
 // Learning rate at `step` (0-based): linear warm-up to lr over `warmup`
-// steps, then cosine decay to lr * min_lr_frac at the last step.
+// steps, then cosine decay to lr * min_lr_frac at the schedule's last step
+// (lr_horizon), and that floor past it.
 double lr_at(const TrainConfig *c, long step);
 // The steps the LR schedule spans: --schedule-steps, else --steps (a resumed
 // run keeps its checkpoint's).

@@ -54,6 +54,36 @@ static void set_defaults(TrainConfig *c) {
     c->print_every = 1;
 }
 
+// A refusal names a value as it was given: the config key that set it, the
+// flag, or the flag's default.
+static const char *named(const TrainConfig *c, const char *flag, double value, char *buf, size_t n) {
+    const Setting *x = settings_find((Settings *)&c->settings, flag);
+    if (x && x->from == FROM_CONFIG) snprintf(buf, n, "%s %g (in %s)", x->why, value, c->settings.config_path);
+    else snprintf(buf, n, "--%s %g%s", flag, value, x && x->from == FROM_DEFAULT ? " (the default)" : "");
+    return buf;
+}
+
+// --inject-overflow: 1-based steps of this run's --steps, each named once.
+static void check_inject_overflow(const TrainConfig *c) {
+    const char *list = c->inject_overflow;
+    for (const char *p = list; p && *p;) {
+        char *end;
+        long k = strtol(p, &end, 10);
+        if (end == p || k < 1 || k > MAX_STEPS || (*end && *end != ',') || (*end == ',' && !end[1]))
+            fail_usage("--inject-overflow %s: give 1-based step numbers separated by commas (3,4)", list);
+        if (k > c->steps)
+            fail_usage("--inject-overflow %s: step %ld is past --steps %d, so it would never overflow: name steps "
+                       "up to %d", list, k, c->steps, c->steps);
+        for (const char *q = list; q < p;) {
+            char *after;
+            if (strtol(q, &after, 10) == k)
+                fail_usage("--inject-overflow %s: step %ld is named twice; name each step once", list, k);
+            q = after + 1;
+        }
+        p = *end ? end + 1 : end;
+    }
+}
+
 // --precision and fp16's loss scaling, whose flags mean nothing in bf16.
 static void check_precision(TrainConfig *c) {
     if (strcmp(c->precision, "bf16") && strcmp(c->precision, "fp16"))
@@ -66,21 +96,27 @@ static void check_precision(TrainConfig *c) {
         const Setting *x = settings_find(&c->settings, scaling[i]);
         if (x && x->from == FROM_COMMAND_LINE)
             fail_usage("--%s sets fp16's loss scaling; bf16 needs none (add --precision fp16)", scaling[i]);
+        // a config's fp16 block with "enabled": "auto", or overridden by --precision bf16
+        if (x && x->from == FROM_CONFIG)
+            settings_key(&c->settings, x->why, "ignored: the run is bf16, which needs no loss scaling");
     }
-    for (const char *p = c->inject_overflow; p && *p;) {
-        char *end;
-        long k = strtol(p, &end, 10);
-        if (end == p || k < 1 || k > MAX_STEPS || (*end && *end != ','))
-            fail_usage("--inject-overflow %s: give 1-based step numbers separated by commas (3,4)", c->inject_overflow);
-        p = *end ? end + 1 : end;
-    }
+    check_inject_overflow(c);
     const char *accum = c->grad_accum_dtype ? c->grad_accum_dtype : c->precision;
     if (strcmp(accum, "fp32") && strcmp(accum, c->precision))
         fail_usage("--grad-accum-dtype %s: choose fp32 (an fp32 accumulator beside the gradients) or %s, the "
                    "format of --precision %s", accum, c->precision, c->precision);
     c->grad_accum_fp32 = strcmp(accum, "fp32") == 0;
-    if (c->loss_scale > 0 && c->loss_scale < c->min_loss_scale && c->half == HALF_FP16)
-        fail_usage("--loss-scale %g is below --min-loss-scale %g", c->loss_scale, c->min_loss_scale);
+    if (c->half != HALF_FP16) return;
+    char scale[512], minimum[512];
+    named(c, "min-loss-scale", c->min_loss_scale, minimum, sizeof minimum);
+    if (c->loss_scale > 0 && c->loss_scale < c->min_loss_scale)
+        fail_usage("%s is below %s: give a static scale at least the minimum",
+                   named(c, "loss-scale", c->loss_scale, scale, sizeof scale), minimum);
+    // the dynamic scale starts at 2^K and never goes below the minimum: a minimum above the start has no room
+    if (c->loss_scale == 0 && c->min_loss_scale > ldexp(1.0, c->initial_scale_power))
+        fail_usage("%s is above the first dynamic scale 2^%d = %g, set by %s: give a minimum at most the first scale",
+                   minimum, c->initial_scale_power, ldexp(1.0, c->initial_scale_power),
+                   named(c, "initial-scale-power", c->initial_scale_power, scale, sizeof scale));
 }
 
 // The flags of the schedules, the optimizer and the formats users bring.

@@ -243,6 +243,63 @@ static void test_cosine_and_offload(void **state) {
     json_decref(rec);
 }
 
+// ---- Hugging Face's precision blocks ----
+
+// Issue 39, item 7: Hugging Face writes "enabled": "auto" in the fp16 block
+// (the run's own precision decides); its loss scaling was listed as ignored
+// and the run used 2^16 and a hysteresis of 2. The block applies when the
+// run is fp16, and a bf16 run lists it as ignored. `bfloat16`, DeepSpeed's
+// older name of the bf16 block, was "no use"; it is read as bf16.
+static void test_hugging_face_precision_blocks(void **state) {
+    Ctx *c = *state;
+    char path[PATH_LEN], args[CMD_LEN], *out = NULL;
+    write_config(c, "hf-config.json", "{\"fp16\": {\"enabled\": \"auto\", \"initial_scale_power\": 8, "
+                 "\"hysteresis\": 1}, \"bfloat16\": {\"enabled\": \"auto\"}}", path);
+    snprintf(args, sizeof args, "mpirun -np 2 ./zero2 --model tiny --steps 2 --quiet --precision fp16 "
+             "--deepspeed-config %s", path);
+    json_t *rec = run(c, "hf-fp16", args, &out);
+    if (strstr(out, "ignored")) fail_msg("an fp16 run with fp16.enabled auto ignored a key:\n%s", out);
+    assert_true(setting(rec, "initial-scale-power", "config", "fp16.initial_scale_power") == 8);
+    assert_true(setting(rec, "hysteresis", "config", "fp16.hysteresis") == 1);
+    assert_true(json_number_value(json_array_get(json_object_get(rec, "loss_scales"), 0)) == 256);
+    json_t *keys = json_object_get(json_object_get(rec, "deepspeed_config"), "keys");
+    assert_non_null(strstr(json_string_value(json_object_get(keys, "bfloat16.enabled")), "auto"));
+    free(out);
+    json_decref(rec);
+    // the same file in a bf16 run: the scaling keys are listed, with the reason
+    snprintf(args, sizeof args, "mpirun -np 2 ./zero2 --model tiny --steps 1 --quiet --deepspeed-config %s", path);
+    rec = run(c, "hf-bf16", args, &out);
+    if (!strstr(out, "fp16.initial_scale_power (the run is bf16, which needs no loss scaling)"))
+        fail_msg("a bf16 run did not list fp16's scaling keys as ignored:\n%s", out);
+    assert_string_equal(setting_text(rec, "precision"), "bf16");
+    free(out);
+    json_decref(rec);
+    // bfloat16 sets --precision as bf16 does; false with fp16 auto leaves fp16
+    write_config(c, "bfloat16-on.json", "{\"bfloat16\": {\"enabled\": true}}", path);
+    snprintf(args, sizeof args, "mpirun -np 2 ./zero2 --model tiny --steps 1 --quiet --precision fp16 "
+             "--deepspeed-config %s", path);
+    rec = run(c, "old-bf16", args, NULL);
+    setting(rec, "precision", "command line", NULL);
+    json_decref(rec);
+    snprintf(args, sizeof args, "mpirun -np 2 ./zero2 --model tiny --steps 1 --quiet --deepspeed-config %s", path);
+    rec = run(c, "old-bf16-on", args, &out);
+    if (strstr(out, "bfloat16")) fail_msg("bfloat16.enabled listed:\n%s", out);
+    setting(rec, "precision", "config", "bfloat16.enabled");
+    free(out);
+    json_decref(rec);
+    write_config(c, "bfloat16-off.json", "{\"bfloat16\": {\"enabled\": false}, \"fp16\": {\"enabled\": \"auto\", "
+                 "\"loss_scale_window\": 50}}", path);
+    snprintf(args, sizeof args, "mpirun -np 2 ./zero2 --model tiny --steps 1 --quiet --deepspeed-config %s", path);
+    rec = run(c, "old-bf16-off", args, NULL);
+    setting(rec, "precision", "config", "bfloat16.enabled");
+    assert_string_equal(setting_text(rec, "precision"), "fp16");
+    assert_true(setting(rec, "loss-scale-window", "config", "fp16.loss_scale_window") == 50);
+    json_decref(rec);
+    write_config(c, "bfloat16-fp32.json", "{\"bfloat16\": {\"enabled\": false}}", path);
+    snprintf(args, sizeof args, "./zero2 --model tiny --steps 1 --deepspeed-config %s", path);
+    free(expect_refusal(args, "bfloat16.enabled: false without fp16.enabled true"));
+}
+
 // ---- 4. refusals ----
 
 static void test_stage_mismatch_names_the_binary(void **state) {
@@ -491,6 +548,44 @@ static void test_activation_checkpointing(void **state) {
     free(out);
 }
 
+// Issue 39, item 14: partition_activations given to zero2 was listed as "a
+// knob of 3d_parallel (stage ?), which this build does not have yet" and
+// switched the run to --recompute full all the same; the block's keys
+// without a flag took any type. The key names 3d_parallel as built, the
+// recompute stays, and a wrong type is refused naming the key.
+static void test_activation_block_elsewhere(void **state) {
+    Ctx *c = *state;
+    char path[PATH_LEN], args[CMD_LEN], *out = NULL;
+    write_config(c, "ac-zero2-config.json", "{\"activation_checkpointing\": {\"partition_activations\": true, "
+                 "\"profile\": false}}", path);
+    snprintf(args, sizeof args, "mpirun -np 2 ./zero2 --model tiny --steps 1 --quiet --deepspeed-config %s", path);
+    json_t *rec = run(c, "ac-zero2", args, &out);
+    if (!strstr(out, "activation_checkpointing.partition_activations (sets --partition-activations, a knob of "
+                "3d_parallel)"))
+        fail_msg("zero2 does not list partition_activations as 3d_parallel's knob:\n%s", out);
+    setting(rec, "recompute", "default", NULL);
+    assert_string_equal(setting_text(rec, "recompute"), "none");
+    free(out);
+    json_decref(rec);
+    const char *cases[][2] = {
+        {"{\"activation_checkpointing\": {\"profile\": \"yes\"}}",
+         "activation_checkpointing.profile: expected true or false, got a string"},
+        {"{\"activation_checkpointing\": {\"contiguous_memory_optimization\": [1, 2]}}",
+         "activation_checkpointing.contiguous_memory_optimization: expected true or false, got a list"},
+        {"{\"activation_checkpointing\": {\"synchronize_checkpoint_boundary\": 1}}",
+         "activation_checkpointing.synchronize_checkpoint_boundary: expected true or false"},
+        {"{\"activation_checkpointing\": {\"number_checkpoints\": 0}}",
+         "activation_checkpointing.number_checkpoints: 0 is not a count"},
+        {"{\"activation_checkpointing\": {\"number_checkpoints\": \"4\"}}",
+         "activation_checkpointing.number_checkpoints: expected a whole number"},
+    };
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        write_config(c, "ac-bad.json", cases[i][0], path);
+        snprintf(args, sizeof args, "./zero2 --model tiny --steps 1 --deepspeed-config %s", path);
+        free(expect_refusal(args, cases[i][1]));
+    }
+}
+
 static int group_setup(void **state) {
     return run_dir_setup(state, "test_ds_config", (const char *const[]){"./zero2", CONFIGS, NULL});
 }
@@ -501,11 +596,13 @@ int main(void) {
         cmocka_unit_test(test_command_line_overrides),
         cmocka_unit_test(test_many_unknown_keys),
         cmocka_unit_test(test_cosine_and_offload),
+        cmocka_unit_test(test_hugging_face_precision_blocks),
         cmocka_unit_test(test_stage_mismatch_names_the_binary),
         cmocka_unit_test(test_bad_values_name_the_key),
         cmocka_unit_test(test_config_file_kinds),
         cmocka_unit_test(test_memory_math),
         cmocka_unit_test(test_activation_checkpointing),
+        cmocka_unit_test(test_activation_block_elsewhere),
     };
     return cmocka_run_group_tests(tests, group_setup, run_dir_teardown);
 }
