@@ -51,6 +51,12 @@ if [ -n "$BASH_VERSION" ]; then
                 in_block = !in_block; block = ""; next
             }
             in_block { block = block " " $0; next }
+            # the count of the blocks that went ("N more processes have sent help
+            # message ...", and how to see them), and the rsh launcher racing its
+            # own child, which then runs anyway
+            /^\[[^]]*\] [0-9]+ more process(es)? ha(s|ve) sent help message / { next }
+            /^\[[^]]*\] Set MCA parameter "orte_base_help_aggregate" to 0/ { next }
+            /plm:rsh: Warning: setpgid\([0-9]+,[0-9]+\) failed in parent/ { next }
             { print; fflush() }' >&2)
         filter=$!
         trap 'stop=TERM; [ -z "$launcher" ] || kill -TERM "$launcher" 2>/dev/null' TERM
