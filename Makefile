@@ -342,15 +342,23 @@ demo:
 $(foreach n,$(STAGES),$(eval diff-$(n): ; @bash scripts/stage-diff.sh $(n)))
 
 # course labs: a student copy with stage NN's technique stubbed out, and its checks
+# (LAB_DIR reaches make_lab.py as SUBMISSION reaches grade_lab.py, below)
 LAB_DIR ?=
+unexport LAB_DIR
+lab-%: export ZW_LAB_DIR = $(value LAB_DIR)
 lab-%: all
-	@python3 scripts/make_lab.py $* $(if $(LAB_DIR),'$(subst ','\'',$(LAB_DIR))')
+	@python3 scripts/make_lab.py $*
 check-lab-%:
 	@python3 scripts/check_lab.py $*
-# a student's copy graded by the reference: only the lab's files are taken from it
+# a student's copy graded by the reference: only the lab's files are taken from it.
+# SUBMISSION reaches grade_lab.py as typed, in the environment: make exports
+# a variable expanded ($ in a path would be make's), and a shell line would
+# read it again; value() is the text as given, and no shell sees it.
 SUBMISSION ?=
+unexport SUBMISSION
+grade-lab-%: export ZW_SUBMISSION = $(value SUBMISSION)
 grade-lab-%:
-	@python3 scripts/grade_lab.py $* '$(subst ','\'',$(SUBMISSION))'
+	@python3 scripts/grade_lab.py $*
 
 clean:
 	rm -rf $(BUILD) build-emu $(foreach n,$(STAGE_IDS),$(BIN_$(n))) $(TOOLS)

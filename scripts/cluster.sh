@@ -20,6 +20,10 @@ PREFIX=zw                         # every namespace made here is zw-*
 SWITCH=$PREFIX-switch
 SUBNET=10.231.0
 STATE=${ZW_CLUSTER_DIR:-/tmp/zw-cluster}  # hostfile, agent, settings
+# written by up as it makes the folder: down removes only a folder that holds it
+MARKER=.made-by-cluster
+HERE=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
+STOP_WAIT_S=30                    # for a run given SIGTERM to end, before SIGKILL
 
 usage() {
     sed -n '2,/^set -euo/p' "$0" | sed '$d; s/^# \{0,1\}//'
@@ -29,16 +33,32 @@ Options of up:
   --delay TIME   one-way delay host to host, e.g. 100us (needs the kernel's netem)
   --loss PCT     packets lost on the way out of a host, percent (needs netem)
   --slots S      ranks per host in the hostfile (default 2)
-run: runs the command in node0's namespace with the hostfile and the agent
-set for Open MPI (mpirun -np 4 needs no --hostfile); anything of the run
-still alive in the cluster when it ends is stopped.
-Exit status: 0 done; 2 bad use, or a cluster is already up (up) or none is
-(run); 3 this machine cannot make the cluster (not root, no namespaces, ...).
+run: runs the command in node0's namespace, in the folder it is called from,
+with the hostfile and the agent set for Open MPI (mpirun -np 4 needs no
+--hostfile) and scripts/mpi-env.sh's settings and mpirun (root allowed; a
+rank killed by a signal, or a program that cannot be started, named in one
+line). SIGTERM or SIGHUP to it is passed on to the run's mpirun, which stops
+every rank with it; anything of the run still alive in the cluster when it
+ends (or STOP_WAIT_S = 30 s after such a signal) is killed.
+status: exit 1 when a host of the cluster is gone (cluster.sh down, then up).
+down: removes the namespaces, their links and the folder; only a folder up
+made (it holds the file .made-by-cluster), else it refuses and touches nothing.
+Exit status: 0 done; 1 the cluster is damaged (status); 2 bad use, or a
+cluster is already up (up) or none is (run), or the folder is not one up
+made; 3 this machine cannot make the cluster (not root, no namespaces, ...);
+run: the command's own, or 128 + the signal that stopped it.
 EOF
 }
 
 say() { echo "cluster: $*"; }
 die() { echo "cluster: error: $1" >&2; exit "${2:-2}"; }
+
+# Is the folder one that up made? (Anything else named by ZW_CLUSTER_DIR is
+# someone's: never run its agent, never remove it.)
+ours() { [ -f "$STATE/$MARKER" ]; }
+not_ours() {
+    die "$STATE was not made by cluster.sh up (no $MARKER in it), so it is left alone; ZW_CLUSTER_DIR names this script's folder: unset it, or name one that does not exist yet"
+}
 
 node_ns() { echo "$PREFIX-node$1"; }
 our_namespaces() { ip netns list 2>/dev/null | awk '{print $1}' | grep -E "^$PREFIX-(node[0-9]+|switch)$" || true; }
@@ -100,12 +120,17 @@ rate_bytes() {
 }
 
 cmd_down() {
+    [ ! -e "$STATE" ] || ours || not_ours
     local ns pid
     for ns in $(our_namespaces); do
         # what still runs in a namespace keeps it (and its links) alive
         for pid in $(ip netns pids "$ns" 2>/dev/null); do kill -KILL "$pid" 2>/dev/null || true; done
         ip netns del "$ns" 2>/dev/null || true
-        rm -rf "/etc/netns/$ns"
+    done
+    # (also the hosts file of a namespace someone deleted)
+    local dir
+    for dir in /etc/netns/"$PREFIX"-*; do
+        [[ ${dir##*/} =~ ^$PREFIX-(node[0-9]+|switch)$ ]] && rm -rf "$dir"
     done
     rm -rf "$STATE"
 }
@@ -124,8 +149,12 @@ cmd_up() {
             *) die "up: unknown option $1 (see cluster.sh --help)" ;;
         esac
     done
+    [ ! -e "$STATE" ] || ours || not_ours
     [ -z "$(our_namespaces)" ] || die "a cluster is already up ($(our_namespaces | grep -c node) hosts; cluster.sh down removes it)"
     check_machine
+    rm -rf "$STATE"   # (ours, of a cluster whose namespaces are gone)
+    mkdir -m 0755 "$STATE" 2>/dev/null || die "cannot make the folder $STATE (ZW_CLUSTER_DIR): name a new folder inside one that exists"
+    echo "made by scripts/cluster.sh up; cluster.sh down removes this folder" > "$STATE/$MARKER"
     # from here a failure (set -e), or an interruption, takes down whatever was made
     trap 'echo "cluster: error: up failed; removing what it made" >&2; cmd_down' EXIT
     trap 'exit 130' INT
@@ -138,7 +167,6 @@ cmd_up() {
         cmd_down
         die "--delay and --loss need the kernel's netem qdisc (sch_netem), which this kernel lacks; shape the rate alone (--link)" 3
     fi
-    mkdir -p "$STATE"
     local i ns hosts="127.0.0.1 localhost"$'\n'
     for ((i = 0; i < n; i++)); do hosts+="$SUBNET.$((i + 1)) node$i"$'\n'; done
     : > "$STATE/hostfile"
@@ -178,9 +206,9 @@ EOF
 }
 
 # The environment a run on the cluster gets: where the hosts are, how to
-# reach them, and which network is theirs.
+# reach them, and which network is theirs (mpi-env.sh's settings come with
+# the shell that runs the command).
 run_env() {
-    export OMPI_MCA_btl=self,vader,tcp  # as scripts/mpi-env.sh: TCP between hosts
     export OMPI_MCA_plm_rsh_agent=$STATE/agent
     export OMPI_MCA_orte_default_hostfile=$STATE/hostfile
     export OMPI_MCA_btl_tcp_if_include=$SUBNET.0/24 OMPI_MCA_oob_tcp_if_include=$SUBNET.0/24
@@ -189,14 +217,63 @@ run_env() {
 cmd_run() {
     [ "${1:-}" = "--" ] && shift
     [ $# -gt 0 ] || die "run: give a command, e.g. cluster.sh run -- mpirun -np 4 ./zero2"
+    [ ! -e "$STATE" ] || ours || not_ours
     [ -f "$STATE/agent" ] && ip netns list | grep -q "^$(node_ns 0)\b" || die "no cluster is up (cluster.sh up N makes one)"
     RUN_BEFORE=$(all_pids)
     # however the run ends (failed, timed out, interrupted), what it started on the hosts goes
     trap stop_run_leftovers EXIT
-    trap 'exit 143' TERM
-    trap 'exit 130' INT
     run_env
-    "$STATE/agent" node0 "$(printf '%q ' "$@")"
+    # on node0 as the agent starts a command there, in bash with mpi-env.sh's
+    # settings and mpirun; in the background, so that a signal's trap runs
+    # while the run is waited for
+    ip netns exec "$(node_ns 0)" unshare --uts bash -c 'hostname node0 && source "$0" && "$@"' \
+        "$HERE/scripts/mpi-env.sh" "$@" <&0 &
+    RUN_PID=$!
+    trap 'stop_run TERM' TERM
+    trap 'stop_run HUP' HUP
+    trap 'stop_run INT' INT
+    local status
+    while :; do
+        wait "$RUN_PID" && status=0 || status=$?
+        running "$RUN_PID" || return "$status"
+    done
+}
+
+# A signal given to run: TERM and HUP go on to the run's mpirun, which stops
+# every rank with them (rank 0 says where it got to), or to every process of
+# a run without one; the INT of Ctrl-C reached mpirun already (the same
+# process group), and a second one would make it kill the ranks outright.
+# The run has STOP_WAIT_S to end; then what is left is killed on the way out.
+stop_run() {
+    local sig=$1 pids
+    if [ "$sig" != INT ]; then
+        pids=$(run_processes mpirun)
+        [ -n "$pids" ] || pids="$RUN_PID $(run_processes)"
+        kill -s "$sig" $pids 2>/dev/null || true
+    fi
+    local deadline=$((SECONDS + STOP_WAIT_S))
+    while running "$RUN_PID" && [ "$SECONDS" -lt "$deadline" ]; do sleep 0.2; done
+    exit $((128 + $(kill -l "$sig")))
+}
+
+# Is the process alive (not ended, nor a zombie not yet waited for)?
+running() {
+    local stat
+    stat=$(cat /proc/"$1"/stat 2>/dev/null) || return 1
+    stat=${stat##*) }
+    [ "${stat%% *}" != Z ]
+}
+
+# The processes the run started (all named $1, when given), on every host.
+run_processes() {
+    ps -e -o pid=,ppid=,comm= | awk -v top="$RUN_PID" -v name="${1:-}" '
+        { parent[$1] = $2; comm[$1] = $3 }
+        END {
+            for (p in parent) {
+                for (q = parent[p]; q > 1 && q != top; q = parent[q]) ;
+                if (q == top && (name == "" || comm[p] == name)) print p
+            }
+        }'
 }
 
 # Daemons or ranks of the run still alive on the hosts (those that were not
@@ -211,10 +288,19 @@ all_pids() {
     for ns in $(our_namespaces); do ip netns pids "$ns" 2>/dev/null; done | sort
 }
 
+# What is up, host by host; exit 1 when a host of the cluster is gone.
 cmd_status() {
+    [ ! -e "$STATE" ] || ours || not_ours
     if [ -z "$(our_namespaces)" ]; then say "no cluster is up"; return 0; fi
-    [ -f "$STATE/settings" ] && say "$(tr '\n' ' ' < "$STATE/settings")"
-    local ns
+    local ns i hosts gone=()
+    hosts=$(sed -n 's/^hosts=//p' "$STATE/settings" 2>/dev/null)
+    if [ -n "$hosts" ]; then
+        say "$(tr '\n' ' ' < "$STATE/settings")"
+        for ((i = 0; i < hosts; i++)); do our_namespaces | grep -qx "$(node_ns $i)" || gone+=("node$i"); done
+    else
+        gone+=("its settings ($STATE/settings)")
+    fi
+    our_namespaces | grep -qx "$SWITCH" || gone+=("the switch")
     for ns in $(our_namespaces); do
         case $ns in
             *-switch) echo "  $ns: bridge br0, $(ip -n "$ns" -o link show master br0 | wc -l) ports" ;;
@@ -222,6 +308,7 @@ cmd_status() {
         esac
     done
     [ -f "$STATE/hostfile" ] && echo "  hostfile $STATE/hostfile, agent $STATE/agent"
+    [ ${#gone[@]} -eq 0 ] || die "the cluster is damaged: ${gone[*]} gone (namespace deleted?); cluster.sh down, then up again" 1
 }
 
 case ${1:-} in

@@ -1,27 +1,38 @@
 #!/usr/bin/env python3
-"""grade_lab.py NN DIR: grades a student's copy DIR of lab NN with the
+"""grade_lab.py NN [DIR]: grades a student's copy DIR of lab NN with the
 reference's checker (make grade-lab-NN SUBMISSION=DIR, run in the reference
-tree).
+tree, which hands DIR over in the environment variable ZW_SUBMISSION, so
+that neither make nor a shell reads the path: a $ or a newline in it stays).
 
 A student's copy is the student's to change, its scripts/check_lab.py and
 .lab/expected.json included, so nothing there is trusted: a fresh copy of
 the reference is made (as make lab-NN makes one), only the files that hold
 lab NN's functions (those with a // LAB NN: marker in the reference) are
 taken from DIR, the reference records its expected figures on this machine,
-and the reference's check_lab.py grades the result. The output is
-check_lab's: pass/FAIL per check and "score: N/M"; exit 0 only when every
-check passes, 2 when DIR is not a folder or lacks one of the files.
+and the reference's check_lab.py grades the result. A file is taken only
+when it is a regular file inside DIR, reached without following a symbolic
+link (a link could name the reference's own file, or anyone's), and of at
+most MAX_FILE_BYTES; it is read through the one descriptor that checked it.
+The output is check_lab's: pass/FAIL per check and "score: N/M"; exit 0
+only when every check passes, 2 (one line) when DIR is not a folder or one
+of the files is missing or not taken.
 """
 import os
-import shutil
 import signal
+import stat
 import subprocess
 import sys
 import tempfile
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from make_lab import HERE, copy_reference, lab_files, record_expected  # noqa: E402
+from make_lab import HERE, copy_reference, lab_files, record_expected, shown  # noqa: E402
+
+
+# A lab's source is a C file of some hundred lines (the reference's largest
+# is 15 KB): far beyond that it is no source, and copying it would be the
+# grader's cost (a sparse file of 5 GB reads as 5 GB).
+MAX_FILE_BYTES = 1 << 20
 
 
 def refuse(lab, message):
@@ -29,27 +40,81 @@ def refuse(lab, message):
     sys.exit(2)
 
 
+def why_not_taken(lab, st, path, is_file):
+    """Why the entry at path (lstat st), a folder on the way or the lab's file, is not taken; None if it is."""
+    whole_copy = f"give the student's whole copy (make lab-{lab} made it)"
+    if stat.S_ISLNK(st.st_mode):
+        return (f"{shown(path)} is a symbolic link; only the submission's own regular files are graded "
+                f"(put the file itself in its place)")
+    if not is_file:
+        return None if stat.S_ISDIR(st.st_mode) else f"{shown(path)} is not a folder; {whole_copy}"
+    if stat.S_ISDIR(st.st_mode):
+        return f"{shown(path)} is a folder, not the file that holds lab {lab}'s functions; {whole_copy}"
+    if not stat.S_ISREG(st.st_mode):
+        return f"{shown(path)} is not a regular file; {whole_copy}"
+    if st.st_size > MAX_FILE_BYTES:
+        return (f"{shown(path)} is {st.st_size} bytes, more than a lab's source can be ({MAX_FILE_BYTES} at most); "
+                f"{whole_copy}")
+    return None
+
+
+def read_inside(lab, submission, rel):
+    """The bytes of the regular file rel inside submission: each folder on the
+    way and the file looked at and opened without following a link, and read
+    through the descriptor that was checked."""
+    parts = rel.split("/")
+    fd = os.open(submission, os.O_RDONLY | os.O_DIRECTORY)
+    try:
+        for i, part in enumerate(parts):
+            path, is_file = submission.joinpath(*parts[:i + 1]), i == len(parts) - 1
+            try:
+                st = os.stat(part, dir_fd=fd, follow_symlinks=False)
+            except FileNotFoundError:
+                refuse(lab, f"{shown(submission)} lacks {rel}, which holds lab {lab}'s functions; give the "
+                            f"student's whole copy (make lab-{lab} made it)")
+            why = why_not_taken(lab, st, path, is_file)
+            if why:
+                refuse(lab, why)
+            flags = os.O_RDONLY | os.O_NOFOLLOW | (os.O_NONBLOCK if is_file else os.O_DIRECTORY)
+            try:
+                next_fd = os.open(part, flags, dir_fd=fd)
+            except OSError as e:  # changed since it was looked at
+                refuse(lab, f"{shown(path)}: {os.strerror(e.errno)}; grade it again")
+            os.close(fd)
+            fd = next_fd
+        if why_not_taken(lab, os.fstat(fd), path, True):
+            refuse(lab, f"{shown(path)} changed while it was read; grade it again")
+        with os.fdopen(fd, "rb") as f:
+            fd = -1
+            data = f.read(MAX_FILE_BYTES + 1)
+        if len(data) > MAX_FILE_BYTES:
+            refuse(lab, f"{shown(path)} grew past {MAX_FILE_BYTES} bytes while it was read; grade it again")
+        return data
+    finally:
+        if fd >= 0:
+            os.close(fd)
+
+
 def submitted_files(lab, submission):
-    """The lab's files as DIR holds them; refuses a DIR that is not a folder or lacks one."""
+    """The lab's files as DIR holds them ({rel: bytes}); refuses a DIR that is
+    not a folder, or a file that is missing or not taken."""
     files = lab_files(lab)
     if not files:
         refuse(lab, f"no // LAB {lab}: markers in the reference's sources: no such lab")
     if not submission:
         refuse(lab, f"give the student's copy: make grade-lab-{lab} SUBMISSION=DIR")
     if not submission.is_dir():
-        refuse(lab, f"SUBMISSION={submission} is not a folder; give the student's copy (make lab-{lab} made it)")
-    for rel in files:
-        if not (submission / rel).is_file():
-            refuse(lab, f"{submission} lacks {rel}, which holds lab {lab}'s functions; give the student's whole "
-                        f"copy (make lab-{lab} made it)")
-    return files
+        refuse(lab, f"SUBMISSION={shown(submission)} is not a folder; give the student's copy (make lab-{lab} made it)")
+    return {rel: read_inside(lab, submission, rel) for rel in files}
 
 
 def main():
-    if len(sys.argv) != 3 or len(sys.argv[1]) != 2 or not sys.argv[1].isdigit():
-        print("usage: grade_lab.py NN DIR   (make grade-lab-NN SUBMISSION=DIR)", file=sys.stderr)
+    if len(sys.argv) not in (2, 3) or len(sys.argv[1]) != 2 or not sys.argv[1].isdigit():
+        print("usage: grade_lab.py NN [DIR]   (make grade-lab-NN SUBMISSION=DIR)", file=sys.stderr)
         sys.exit(2)
-    lab, submission = sys.argv[1], Path(sys.argv[2]) if sys.argv[2] else None
+    lab = sys.argv[1]
+    path = sys.argv[2] if len(sys.argv) == 3 else os.environ.get("ZW_SUBMISSION", "")
+    submission = Path(path) if path else None
     files = submitted_files(lab, submission)
     expected = record_expected(lab, f"grade-lab-{lab}")
     # SIGTERM unwinds as Ctrl-C does: the copy is removed
@@ -57,12 +122,11 @@ def main():
     with tempfile.TemporaryDirectory(prefix=f"grade-lab-{lab}-") as tmp:
         copy = Path(tmp) / "copy"
         copy_reference(copy)
-        for rel in files:
-            shutil.copyfile(submission / rel, copy / rel)
-            os.utime(copy / rel)  # newer than the reference's objects: it recompiles
+        for rel, data in files.items():
+            (copy / rel).write_bytes(data)  # newer than the reference's objects: it recompiles
         (copy / ".lab").mkdir()
         (copy / ".lab/expected.json").write_text(expected)
-        print(f"grading {submission} with the reference's checks; taken from it: {', '.join(files)}", flush=True)
+        print(f"grading {shown(submission)} with the reference's checks; taken from it: {', '.join(files)}", flush=True)
         graded = subprocess.run([sys.executable, str(HERE / "scripts/check_lab.py"), lab], cwd=copy)
     sys.exit(graded.returncode)
 

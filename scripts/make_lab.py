@@ -1,5 +1,9 @@
 #!/usr/bin/env python3
-"""make_lab.py NN [DIR]: a student copy of the tree for lab NN (make lab-NN).
+"""make_lab.py NN [DIR]: a student copy of the tree for lab NN (make lab-NN,
+which hands LAB_DIR over in the environment variable ZW_LAB_DIR, so that
+neither make nor a shell reads the path). DIR is labs/NN by default; it may
+not be inside a folder the copy takes whole (build/, build-nogpu/), which
+would copy itself into itself.
 
 The reference sources mark each stage's technique:
 
@@ -29,6 +33,7 @@ import sys
 from pathlib import Path
 
 HERE = Path(__file__).resolve().parent.parent
+BUILD_FOLDERS = ("build", "build-nogpu")  # copied whole, so that a copy recompiles only what changed
 MARK = re.compile(r"^\s*//\s*LAB\s+(\d\d):\s*(\S+)\s*(?:--\s*(.*))?$")
 END = re.compile(r"^\s*//\s*LAB END\s*$")
 
@@ -157,7 +162,7 @@ def copy_reference(dest):
             continue
         dst.parent.mkdir(parents=True, exist_ok=True)
         shutil.copy2(src, dst)
-    for build in ("build", "build-nogpu"):
+    for build in BUILD_FOLDERS:
         if (HERE / build).is_dir():
             shutil.copytree(HERE / build, dest / build, symlinks=True, dirs_exist_ok=True)
 
@@ -172,17 +177,38 @@ def lab_files(lab):
     return out
 
 
+def refuse(message):
+    print(f"make_lab: {message}", file=sys.stderr)
+    sys.exit(2)
+
+
+def shown(path):
+    """A path on one line: control characters (a newline) as \\xNN."""
+    return re.sub(r"[\x00-\x1f\x7f]", lambda m: f"\\x{ord(m.group()):02x}", str(path))
+
+
+def destination(lab):
+    """The folder to write the copy to (DIR, ZW_LAB_DIR, or labs/NN); refuses one that would be wrong."""
+    given = sys.argv[2] if len(sys.argv) == 3 else os.environ.get("ZW_LAB_DIR") or f"labs/{lab}"
+    dest = Path(given)
+    dest = dest if dest.is_absolute() else HERE / dest
+    for build in BUILD_FOLDERS:
+        if dest.resolve() == (HERE / build).resolve() or (HERE / build).resolve() in dest.resolve().parents:
+            refuse(f"{shown(dest)} is inside {build}/, which the copy takes whole: it would copy itself into "
+                   f"itself. Name a folder outside it: make lab-{lab} LAB_DIR=... (labs/{lab} by default)")
+    if dest.exists() and not dest.is_dir():
+        refuse(f"{shown(dest)} is a file, not a folder. Name a folder: make lab-{lab} LAB_DIR=...")
+    if dest.exists() and any(dest.iterdir()):
+        refuse(f"{shown(dest)} exists and is not empty; it may hold your work. "
+               f"Name another folder: make lab-{lab} LAB_DIR=...")
+    return dest
+
+
 def main():
     if len(sys.argv) not in (2, 3) or not re.fullmatch(r"\d\d", sys.argv[1]):
-        sys.exit("usage: make_lab.py NN [DIR]   (e.g. make_lab.py 03 labs/03)")
+        refuse("usage: make_lab.py NN [DIR]   (e.g. make_lab.py 03 labs/03)")
     lab = sys.argv[1]
-    dest = Path(sys.argv[2] if len(sys.argv) == 3 else f"labs/{lab}")
-    dest = dest if dest.is_absolute() else HERE / dest
-    if dest.exists() and not dest.is_dir():
-        sys.exit(f"make_lab: {dest} is a file, not a folder. Name a folder: make lab-{lab} LAB_DIR=...")
-    if dest.exists() and any(dest.iterdir()):
-        sys.exit(f"make_lab: {dest} exists and is not empty; it may hold your work. "
-                 f"Name another folder: make lab-{lab} LAB_DIR=...")
+    dest = destination(lab)
     expected = record_expected(lab, "make_lab")
     copy_reference(dest)
     stubbed = []
@@ -198,7 +224,7 @@ def main():
     (dest / ".lab").mkdir(exist_ok=True)
     (dest / ".lab/expected.json").write_text(expected)
     (dest / ".lab/stubbed.txt").write_text("\n".join(stubbed) + "\n")
-    print(f"lab {lab}: a copy of the tree in {dest}, with these functions to write:")
+    print(f"lab {lab}: a copy of the tree in {shown(dest)}, with these functions to write:")
     for s in stubbed:
         print(f"  {s}")
     inside = Path.cwd() in dest.parents

@@ -14,17 +14,31 @@
                          stage; 3d_parallel's by process group (tp, pp, the
                          embedding's tie, dp), as stage 07 teaches them.
 
-The loss curves are also drawn in the terminal. Without gnuplot it says so
-and draws nothing (make deps installs it).
+The loss curves are also drawn in the terminal, numbered, with the runs of
+each number listed below the drawing. Without gnuplot it says so and draws
+nothing (make deps installs it).
+
+Every string of a record (a stage's name, a precision) reaches gnuplot as a
+quoted string literal, quotes doubled and control characters as spaces, so
+a record cannot break gnuplot's script or add commands to it.
 """
 import json
+import re
 import shutil
 import subprocess
 import sys
 import tempfile
+import textwrap
 from pathlib import Path
 
 OPS = ["all_reduce", "reduce_scatter", "all_gather", "broadcast", "send", "recv"]
+TERMINAL_COLUMNS = 100  # the terminal drawing's width
+
+
+def gp(text):
+    """text as a gnuplot string literal: single-quoted (where only a doubled
+    quote is special), on one line."""
+    return "'" + re.sub(r"[\x00-\x1f\x7f]", " ", str(text)).replace("'", "''") + "'"
 
 
 def label(rec):
@@ -57,7 +71,21 @@ def coinciding(recs):
     return [g[1] for g in groups]
 
 
+def curve_title(group):
+    """One curve's title: its run, or the runs whose losses coincide."""
+    if len(group) == 1:
+        return label(group[0])
+    ranks = {r["ranks"] for r in group}
+    if len(ranks) == 1:  # "N=4: dp_baseline, zero1, ..."
+        n = f"N={ranks.pop()}"
+        return n + ": " + ", ".join(label(r).replace(" " + n, "") for r in group) + " (equal to the bit)"
+    return ", ".join(label(r) for r in group) + " (equal to the bit)"
+
+
 def write_losses(recs, tmp):
+    """The loss curves' data; returns the plot items with their titles (for
+    the pictures), the same numbered (for the terminal, whose key a long
+    title overruns) and the titles."""
     data = Path(tmp, "losses.dat")
     groups = coinciding(recs)
     with data.open("w") as f:
@@ -67,17 +95,20 @@ def write_losses(recs, tmp):
             for i, loss in enumerate(rec["losses"]):
                 f.write(f"{first + i + 1} {loss}\n")
             f.write("\n\n")
+    titles = [curve_title(g) for g in groups]
+    curves = [f"{gp(data)} index {i} with lines lw 2 title " for i in range(len(groups))]
+    return (", ".join(c + gp(t) for c, t in zip(curves, titles)),
+            ", ".join(c + gp(f" {i + 1}") for i, c in enumerate(curves)), titles)
 
-    def title(group):
-        if len(group) == 1:
-            return label(group[0])
-        ranks = {r["ranks"] for r in group}
-        if len(ranks) == 1:  # "N=4: dp_baseline, zero1, ..."
-            n = f"N={ranks.pop()}"
-            return n + ": " + ", ".join(label(r).replace(" " + n, "") for r in group) + " (equal to the bit)"
-        return ", ".join(label(r) for r in group) + " (equal to the bit)"
 
-    return ", ".join(f"'{data}' index {i} with lines lw 2 title '{title(g)}'" for i, g in enumerate(groups))
+def terminal_legend(titles):
+    """The terminal drawing's numbers and the runs each stands for, wrapped to its width."""
+    lines = []
+    for i, title in enumerate(titles):
+        head = f"  {i + 1:>2}  "
+        lines += textwrap.wrap(title, TERMINAL_COLUMNS, initial_indent=head, subsequent_indent=" " * len(head),
+                               break_on_hyphens=False)
+    return "\n".join(lines)
 
 
 STATE_CATS = ["params_bf16", "grads_bf16", "master_fp32", "adam_m", "adam_v"]
@@ -123,10 +154,16 @@ def offdevice_columns(recs):
 
 
 def write_table(path, recs, columns, value):
+    """One row of MB per run, numbers only: the runs' names go to gnuplot as
+    the tics of xtics(), quoted there."""
     with path.open("w") as f:
-        f.write("stage " + " ".join(f"{a}/{b}" if b else a for a, b in columns) + "\n")
         for rec in recs:
-            f.write(f"\"{label(rec)}\" " + " ".join(f"{value(rec, c) / 1e6:.6f}" for c in columns) + "\n")
+            f.write(" ".join(f"{value(rec, c) / 1e6:.6f}" for c in columns) + "\n")
+
+
+def xtics(recs):
+    """The bars' names, bar i at x = i (as a row-stacked histogram places them)."""
+    return "set xtics (" + ", ".join(f"{gp(label(r))} {i}" for i, r in enumerate(recs)) + ")\n"
 
 
 # one colour per category (the same on every tier); off the device the tier
@@ -145,7 +182,7 @@ def stacked(data, columns, titles):
     cols = []
     for i, ((a, b), t) in enumerate(zip(columns, titles)):
         colour, fill = (COLOURS.get(b, "#999999"), FILLS.get(a, "solid 0.85")) if b else (COLOURS.get(a), "solid 0.85")
-        cols.append(f"'{data}' using {i + 2}:xtic(1) title '{t}' lc rgb '{colour}' fs {fill}")
+        cols.append(f"{gp(data)} using {i + 1} title {gp(t)} lc rgb {gp(colour)} fs {fill}")
     return ", ".join(cols)
 
 
@@ -160,11 +197,14 @@ set grid ytics
 
 
 def memory_script(recs, tmp, prefix):
+    """The memory picture: the device per rank above, host and NVMe below
+    (where any run holds bytes there), bar i the same run in both, each
+    panel as wide as the picture less its key, so that the names fit."""
     cats = state_cats(recs)
     dev = Path(tmp, "device.dat")
     with dev.open("w") as f:
         for rec in recs:
-            f.write(f"\"{label(rec)}\" " + " ".join(f"{v / 1e6:.6f}" for v in device_columns(rec, cats)) + "\n")
+            f.write(" ".join(f"{v / 1e6:.6f}" for v in device_columns(rec, cats)) + "\n")
     formula = Path(tmp, "formula.dat")
     with formula.open("w") as f:
         for i, rec in enumerate(recs):
@@ -173,31 +213,33 @@ def memory_script(recs, tmp, prefix):
     dev_titles = cats + ["activations", "buffers (workspace, comm)"]
     budgets = {r["settings"]["hbm-gb"]["value"] for r in recs if r.get("settings", {}).get("hbm-gb", {}).get("value")}
     budget = f", {max(budgets) * 1e3} with lines dt 2 lw 2 lc 'red' title 'device budget (--hbm-gb)'" if budgets else ""
-    off_recs = [r for r in recs if any(v["current"] > 0 for t, cats in r["mem"].items() if t != "device"
-                                       for c, v in cats.items() if c != "peak_total")]
-    off_cols = offdevice_columns(off_recs)
+    off_cols = offdevice_columns(recs)
+    height = 1100 if off_cols else 600
     script = f"""
-set terminal pngcairo size 1400,600 noenhanced
-set output '{prefix}_memory.png'
+set terminal pngcairo size 1400,{height} noenhanced
+set output {gp(prefix + "_memory.png")}
 set multiplot
-set origin 0,0
-set size 0.62,1
+set lmargin at screen 0.06
+set rmargin at screen 0.76
+set key outside right top vertical Left reverse
+{HISTOGRAM}
+{xtics(recs)}
+set origin 0,{0.5 if off_cols else 0}
+set size 1,{0.5 if off_cols else 1}
 set title 'device, per rank after the last step (measured; dot: model states by formula)'
 set ylabel 'MB'
-set key outside bottom center horizontal maxrows 2
-{HISTOGRAM}
-plot {stacked(dev, dev_cols, dev_titles)}, '{formula}' using 1:2 with points pt 7 ps 1.6 lc 'black' title 'model states, formula'{budget}
+plot {stacked(dev, dev_cols, dev_titles)}, {gp(formula)} using 1:2 with points pt 7 ps 1.6 lc 'black' title 'model states, formula'{budget}
 """
     if off_cols:
         off = Path(tmp, "offdevice.dat")
-        write_table(off, off_recs, off_cols, lambda r, c: r["mem"][c[0]][c[1]]["current"])
+        write_table(off, recs, off_cols, lambda r, c: r["mem"].get(c[0], {}).get(c[1], {"current": 0})["current"])
         script += f"""
-set origin 0.62,0
-set size 0.38,1
-set title 'host (hatched) and NVMe (dotted), per rank'
+set origin 0,0
+set size 1,0.5
+set title 'host (hatched) and NVMe (dotted), per rank after the last step (measured)'
 plot {stacked(off, off_cols, [f"{a}/{b}" for a, b in off_cols])}
 """
-    return script + "unset multiplot\n"
+    return script + "unset multiplot\nset lmargin -1\nset rmargin -1\n"
 
 
 def comm_value(rec, col):
@@ -219,39 +261,42 @@ def main():
         print("plot_runs: gnuplot not found (make deps installs it); no pictures")
         return
     with tempfile.TemporaryDirectory() as tmp:
-        loss_plots = write_losses(recs, tmp)
+        loss_plots, numbered_plots, loss_titles = write_losses(recs, tmp)
         comm = Path(tmp, "comm.dat")
         comm_cols = [(c, "") for c in OPS + GROUPS if any(comm_value(r, (c, "")) for r in recs)]
         write_table(comm, recs, comm_cols, comm_value)
         titles = [c if c not in GROUPS else f"{c} group (3d_parallel)" for c, _ in comm_cols]
         script = f"""
 set termoption noenhanced
-set terminal pngcairo size 1000,600 noenhanced
-set output '{prefix}_losses.png'
+set terminal pngcairo size 1200,600 noenhanced
+set output {gp(prefix + "_losses.png")}
 set xlabel 'step'
 set ylabel 'training loss (nats/token)'
 set grid
 set key below left Left reverse
 plot {loss_plots}
-set terminal dumb size 100,28 noenhanced
+set terminal dumb size {TERMINAL_COLUMNS},28 noenhanced
 set output
-plot {loss_plots}
+plot {numbered_plots}
 unset xlabel
 {memory_script(recs, tmp, prefix)}
 """
         if comm_cols:
             script += f"""
-set terminal pngcairo size 1000,560 noenhanced
-set output '{prefix}_comm.png'
+set terminal pngcairo size 1200,600 noenhanced
+set output {gp(prefix + "_comm.png")}
 set origin 0,0
 set size 1,1
 set title 'bytes per rank per step, counted (ring volume): by collective; 3d_parallel by process group (rank 0)'
 set ylabel 'MB'
-set key outside right top
+set key outside right top vertical
 {HISTOGRAM}
+{xtics(recs)}
 plot {stacked(comm, comm_cols, titles)}
 """
+        sys.stdout.flush()
         subprocess.run(["gnuplot"], input=script, text=True, check=True)
+    print(terminal_legend(loss_titles))
     made = [f"{prefix}_losses.png", f"{prefix}_memory.png"] + ([f"{prefix}_comm.png"] if comm_cols else [])
     print("pictures: " + ", ".join(made))
 

@@ -19,7 +19,11 @@ set -euo pipefail
 STATE=${ZW_SLURM_DIR:-/tmp/zw-slurm}   # slurm.conf, pid files, sockets, logs
 CTLD_PORT=${ZW_SLURM_PORT:-6917}       # slurmd's is the next (a system Slurm uses 6817-6818)
 MUNGE_KEY=/etc/munge/munge.key
-UP_WAIT_S=30                           # for the node to show idle after the daemons start
+UP_WAIT_S=60                           # for the node to show idle after the daemons start (a loaded machine is slow)
+STOP_WAIT_S=10                         # for a process sent SIGTERM to end, before SIGKILL
+# written by up as it makes the folder: down removes only a folder that holds it
+MARKER=.made-by-slurm-local
+HERE=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 
 usage() {
     sed -n '2,/^set -euo/p' "$0" | sed '$d; s/^# \{0,1\}//'
@@ -31,11 +35,17 @@ task/none). The folder is $ZW_SLURM_DIR (default /tmp/zw-slurm), the ports
 $ZW_SLURM_PORT and the next (default 6917, 6918).
 run: runs the command with SLURM_CONF set to this Slurm's configuration;
 jobs it leaves queued or running are cancelled when it ends.
-down: stops the daemons up started (by the pids in the folder) and removes
-the folder.
+down: cancels the jobs, stops the daemons up started (by the pids in the
+folder) and every process left of this Slurm's jobs (their slurmstepd and
+tasks, found by this SLURM_CONF in their environment), and removes the
+folder; only a folder up made (it holds the file .made-by-slurm-local), else
+it refuses and touches nothing. PMIx's folders of a step (spmix_appdir_*)
+are in the folder too (mpi.conf), so a killed step leaves none in /tmp.
 Exit status: 0 done; 1 up failed (what it had started is stopped again);
-2 bad use, or a Slurm is already up (up) or none is (run); 3 this machine
-cannot run it (not root, a package missing).
+2 bad use, or a Slurm is already up (up) or none is (run), or the folder is
+not one up made; 3 this machine cannot run it (not root, a package missing).
+Like the Makefile, it sets scripts/mpi-env.sh's settings (mpirun inside
+salloc, as root).
 EOF
 }
 
@@ -43,6 +53,15 @@ say() { echo "slurm-local: $*"; }
 die() { echo "slurm-local: error: $1" >&2; exit "${2:-2}"; }
 
 export SLURM_CONF=$STATE/slurm.conf
+# mpirun inside an allocation as root, and more ranks than cores
+source "$HERE/scripts/mpi-env.sh"
+
+# Is the folder one that up made? (Anything else named by ZW_SLURM_DIR is
+# someone's: never read its pid files, never remove it.)
+ours() { [ -f "$STATE/$MARKER" ]; }
+not_ours() {
+    die "$STATE was not made by slurm-local.sh up (no $MARKER in it), so it is left alone; ZW_SLURM_DIR names this script's folder: unset it, or name one that does not exist yet"
+}
 
 # What `up` needs of the machine; the reason why not, exit 3.
 check_machine() {
@@ -77,6 +96,13 @@ write_conf() {
     mkdir -p "$STATE/state" "$STATE/spool" "$STATE/log"
     # a file of its own, or slurmctld would read /etc/slurm's (beside slurm.conf)
     : > "$STATE/plugstack.conf"
+    # PMIx's per-step folders (spmix_appdir_UID_JOB.STEP) here rather than in
+    # /tmp: a step killed before its slurmstepd cleaned up leaves its folder
+    # where down removes it. Sticky and world-writable, as /tmp: a job's user
+    # owns its own folder in it.
+    mkdir "$STATE/tmp"
+    chmod 1777 "$STATE/tmp"
+    echo "PMIxCliTmpDirBase=$STATE/tmp" > "$STATE/mpi.conf"
     cat > "$SLURM_CONF" <<EOF
 # written by scripts/slurm-local.sh: a one-node Slurm for trying the launch paths
 ClusterName=zw-local
@@ -131,14 +157,16 @@ last_error() { grep -E 'error|fatal' "$STATE/log/$1.log" 2>/dev/null | tail -1 |
 cmd_up() {
     [ $# -eq 0 ] || die "up takes no options (see slurm-local.sh --help)"
     if [ -e "$STATE" ]; then
+        ours || not_ours
         die "a Slurm is already up ($STATE; slurm-local.sh down stops it)"
     fi
     check_machine
+    mkdir -m 0755 "$STATE" 2>/dev/null || die "cannot make the folder $STATE (ZW_SLURM_DIR): name a new folder inside one that exists"
+    echo "made by scripts/slurm-local.sh up; slurm-local.sh down removes this folder" > "$STATE/$MARKER"
     # from here a failure (set -e), or an interruption, stops what was started
     trap 'echo "slurm-local: error: up failed; stopping what it started" >&2; cmd_down' EXIT
     trap 'exit 130' INT
     trap 'exit 143' TERM
-    mkdir -m 0755 "$STATE"
     write_conf
     start_munged
     slurmctld || die "slurmctld did not start: $(last_error slurmctld)" 1
@@ -160,31 +188,87 @@ cmd_up() {
     say "up: node $node ($(sed -n 's/.*CPUs=\([0-9]*\).*/\1/p' "$SLURM_CONF") CPUs), partition local; SLURM_CONF=$SLURM_CONF"
 }
 
-# Stops the daemons the folder's pid files name: TERM, then KILL after 10 s.
+# Stops what this Slurm runs and removes its folder: the jobs are cancelled
+# (their slurmstepd ends the tasks and cleans up), the daemons the pid files
+# name stop, and whatever of the jobs is still left goes too (a job whose
+# slurmd was lost keeps its slurmstepd, its tasks and its srun).
 cmd_down() {
-    local name pid pids=() waited=0
-    # a job still running would keep its slurmstepd; cancel it while slurmctld can
+    [ -e "$STATE" ] || return 0
+    ours || not_ours
+    local name pid daemons=()
     if [ -n "$(live_pid slurmctld)" ]; then
         for pid in $(squeue -h -o %i 2>/dev/null); do scancel --full "$pid" 2>/dev/null || true; done
+        [ -z "$(live_pid slurmd)" ] || wait_until_gone $(job_processes tasks) $(job_processes steps)
     fi
     for name in slurmd slurmctld munged; do
         pid=$(live_pid $name)
-        [ -n "$pid" ] && kill -TERM "$pid" 2>/dev/null && pids+=("$pid")
+        [ -n "$pid" ] && daemons+=("$pid")
     done
-    while [ ${#pids[@]} -gt 0 ] && [ "$waited" -lt 50 ]; do
-        local alive=()
-        for pid in "${pids[@]}"; do [ -d /proc/"$pid" ] && ! is_zombie "$pid" && alive+=("$pid"); done
-        pids=("${alive[@]+"${alive[@]}"}")
-        [ ${#pids[@]} -gt 0 ] && sleep 0.2
-        waited=$((waited + 1))
-    done
-    for pid in "${pids[@]+"${pids[@]}"}"; do kill -KILL "$pid" 2>/dev/null || true; done
+    stop_processes "${daemons[@]+"${daemons[@]}"}"
+    # a task may still say where it got to and remove its files (SIGTERM);
+    # a slurmstepd or srun with no slurmd to answer it would wait for ever
+    stop_processes $(job_processes tasks)
+    pid=$(job_processes steps)
+    [ -z "$pid" ] || kill -KILL $pid 2>/dev/null || true
     rm -rf "$STATE"
+}
+
+# The processes of this Slurm's jobs, told apart from another Slurm's by this
+# SLURM_CONF in the environment they started with: `tasks` (they have
+# SLURM_JOB_ID: the ranks, a batch script, the command salloc runs) or
+# `steps` (slurmstepd, and the clients srun and salloc). Never this script or
+# a caller of it (down may be run from a shell inside an allocation).
+job_processes() {
+    local file pid comm callers=" " caller=$BASHPID
+    while [ "$caller" -gt 1 ]; do callers+="$caller "; caller=$(parent_of "$caller"); done
+    for file in $(grep -lzxF "SLURM_CONF=$SLURM_CONF" /proc/[0-9]*/environ 2>/dev/null); do
+        pid=${file#/proc/}
+        pid=${pid%/environ}
+        [[ $callers == *" $pid "* ]] && continue
+        comm=$(cat /proc/"$pid"/comm 2>/dev/null) || continue
+        case $1 in
+            steps) [[ $comm =~ ^(slurmstepd|srun|salloc)$ ]] && echo "$pid" ;;
+            tasks) [[ $comm =~ ^(slurmstepd|srun|salloc)$ ]] || ! grep -qz '^SLURM_JOB_ID=' "$file" 2>/dev/null || echo "$pid" ;;
+        esac
+    done
+    return 0
+}
+
+# /proc/PID/stat from the field after the command's name (which may hold
+# spaces): the state, the parent, ...; nothing when PID is gone.
+stat_of() { local s; s=$(cat /proc/"$1"/stat 2>/dev/null) && echo "${s##*) }"; }
+parent_of() { local s; s=($(stat_of "$1")); echo "${s[1]:-0}"; }
+
+# The pids given that are still running (a zombie has ended).
+running() {
+    local pid state
+    for pid in "$@"; do
+        state=$(stat_of "$pid")
+        [ -n "$state" ] && [ "${state%% *}" != Z ] && echo "$pid"
+    done
+    return 0
+}
+
+# Waits up to STOP_WAIT_S for the pids given to end.
+wait_until_gone() {
+    local deadline=$((SECONDS + STOP_WAIT_S))
+    while [ -n "$(running "$@")" ] && [ "$SECONDS" -lt "$deadline" ]; do sleep 0.2; done
+}
+
+# TERM, then KILL what is still running after STOP_WAIT_S.
+stop_processes() {
+    [ $# -gt 0 ] || return 0
+    kill -TERM "$@" 2>/dev/null || true
+    wait_until_gone "$@"
+    local left
+    left=$(running "$@")
+    [ -z "$left" ] || kill -KILL $left 2>/dev/null || true
 }
 
 cmd_run() {
     [ "${1:-}" = "--" ] && shift
     [ $# -gt 0 ] || die "run: give a command, e.g. slurm-local.sh run -- srun -n 2 ./zero2"
+    [ ! -e "$STATE" ] || ours || not_ours
     [ -n "$(live_pid slurmctld)" ] || die "no Slurm is up (slurm-local.sh up starts one)"
     RUN_BEFORE=$(squeue -h -o %i | sort)
     # however the run ends (failed, timed out, interrupted), its jobs go
@@ -196,6 +280,7 @@ cmd_run() {
 
 cancel_run_jobs() {
     local job
+    [ -n "$(live_pid slurmctld)" ] || return 0   # taken down meanwhile
     for job in $(comm -13 <(echo "$RUN_BEFORE") <(squeue -h -o %i 2>/dev/null | sort)); do
         scancel --full "$job" 2>/dev/null || true
     done
@@ -203,6 +288,7 @@ cancel_run_jobs() {
 
 cmd_status() {
     if [ ! -e "$STATE" ]; then say "no Slurm is up"; return 0; fi
+    if ! ours; then say "no Slurm is up ($STATE was not made by slurm-local.sh up)"; return 0; fi
     local name pid
     for name in munged slurmctld slurmd; do
         pid=$(live_pid $name)

@@ -175,6 +175,84 @@ static void test_grade_lab(void **state) {
     assert_int_equal(test_remove_dir(root), 0);
 }
 
+// A refusal: exit 2 and a line from `who` (the script's, e.g. "grade-lab-03:")
+// that says `says`, with no grading or copying begun; `make` adds its own
+// "make: *** ... Error 2" line, which is the only other line allowed.
+static void expect_script_refusal(const char *cmd, const char *who, const char *says) {
+    char *out = NULL;
+    int rc = test_run(cmd, &out);
+    int lines = 0, theirs = 0;
+    for (const char *line = out; *line; line = strchr(line, '\n') + 1) {
+        lines++;
+        theirs += !strncmp(line, who, strlen(who));
+        if (!strchr(line, '\n')) break;
+    }
+    int makes = strstr(out, "make: *** ") != NULL;
+    if (rc != 2 || theirs != 1 || lines != 1 + makes || !strstr(out, says) || strstr(out, "grading "))
+        fail_msg("%s: expected exit 2 and one line \"%s ...%s...\"; got exit %d:\n%s", cmd, who, says, rc, out);
+    free(out);
+}
+
+// Issue 39 item 6: a submission whose lab file was a symbolic link to the
+// reference's own file scored full marks, links were followed out of the
+// submission, a sparse 5 GB lab file was copied whole, a folder in the file's
+// place was "missing", and a $ or a newline in SUBMISSION broke make's line.
+// Only the submission's own regular files of a sane size are taken: each
+// case is refused in one line before any grading, and make hands the path
+// over as typed.
+static void test_grade_lab_takes_only_own_files(void **state) {
+    (void)state;
+    char root[64], here[512], cmd[CMD_LEN], says[CMD_LEN];
+    assert_non_null(getcwd(here, sizeof here));
+    assert_int_equal(test_make_dir(root, sizeof root, "lab-own"), 0);
+    snprintf(cmd, sizeof cmd, "cd %s && mkdir -p link/03_zero2 elsewhere/03_zero2 linked folder/03_zero2/grad_shard.c "
+             "sparse/03_zero2 \"$(printf 'we$ird\\nname/03_zero2')\" && "
+             "ln -s %s/03_zero2/grad_shard.c link/03_zero2/ && cp %s/03_zero2/grad_shard.c elsewhere/03_zero2/ && "
+             "ln -s %s/elsewhere/03_zero2 linked/ && truncate -s 64M sparse/03_zero2/grad_shard.c && "
+             "ln -s %s/03_zero2/grad_shard.c \"$(printf 'we$ird\\nname/03_zero2/')\"", root, here, here, root, here);
+    assert_int_equal(test_run(cmd, NULL), 0);
+    const char *cases[][2] = {
+        {"link", "link/03_zero2/grad_shard.c is a symbolic link; only the submission's own regular files are graded"},
+        {"linked", "linked/03_zero2 is a symbolic link"},
+        {"folder", "folder/03_zero2/grad_shard.c is a folder, not the file that holds lab 03's functions"},
+        {"sparse", "sparse/03_zero2/grad_shard.c is 67108864 bytes, more than a lab's source can be (1048576 at most)"},
+    };
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        snprintf(cmd, sizeof cmd, "make --no-print-directory grade-lab-03 SUBMISSION=%s/%s", root, cases[i][0]);
+        snprintf(says, sizeof says, "%s/%s", root, cases[i][1]);
+        expect_script_refusal(cmd, "grade-lab-03: ", says);
+    }
+    // the path reaches the grader as typed, shown on one line
+    snprintf(cmd, sizeof cmd, "make --no-print-directory grade-lab-03 SUBMISSION=\"$(printf '%s/we$ird\\nname')\"", root);
+    snprintf(says, sizeof says, "%s/we$ird\\x0aname/03_zero2/grad_shard.c is a symbolic link", root);
+    expect_script_refusal(cmd, "grade-lab-03: ", says);
+    // and so does make lab-NN's LAB_DIR (after make all's own lines)
+    snprintf(cmd, sizeof cmd, "make --no-print-directory lab-03 LAB_DIR=\"$(printf '%s/we$ird\\nname')\"", root);
+    snprintf(says, sizeof says, "make_lab: %s/we$ird\\x0aname exists and is not empty", root);
+    char *out = NULL;
+    int rc = test_run(cmd, &out);
+    if (rc != 2 || !strstr(out, says)) fail_msg("%s: exit %d, no \"%s\":\n%s", cmd, rc, says, out);
+    free(out);
+    assert_int_equal(test_remove_dir(root), 0);
+}
+
+// Issue 39 item 15: make_lab.py 03 build/labx copied build/ into itself,
+// about 500 folders deep. A copy inside a folder the copy takes whole is
+// refused in one line, and nothing is made there.
+static void test_make_lab_not_inside_build(void **state) {
+    (void)state;
+    char dir[64], cmd[CMD_LEN];
+    snprintf(dir, sizeof dir, "build/labx-%d", (int)getpid());
+    snprintf(cmd, sizeof cmd, "timeout 120 python3 scripts/make_lab.py 03 %s", dir);
+    char *out = NULL;
+    int rc = test_run(cmd, &out);
+    snprintf(cmd, sizeof cmd, "test ! -e %s || { rm -rf %s; false; }", dir, dir);
+    int made = test_run(cmd, NULL) != 0;
+    if (rc != 2 || count_lines(out) != 1 || !strstr(out, "is inside build/, which the copy takes whole") || made)
+        fail_msg("make_lab.py 03 %s: exit %d, %s made:\n%.2000s", dir, rc, made ? "a copy" : "nothing", out);
+    free(out);
+}
+
 // A folder that may hold a student's work is never written over.
 static void test_lab_keeps_work(void **state) {
     (void)state;
@@ -261,6 +339,8 @@ int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_lab_keeps_work),
         cmocka_unit_test(test_grade_lab),
+        cmocka_unit_test(test_grade_lab_takes_only_own_files),
+        cmocka_unit_test(test_make_lab_not_inside_build),
         cmocka_unit_test(test_labs_catch_mistakes),
         cmocka_unit_test(test_check_lab_bounded),
         cmocka_unit_test(test_labs),

@@ -3,7 +3,9 @@
 // others a diff of their strategy files) and exits 0; scripts/plot_runs.py
 // draws the three pictures of a set of runs, with names shown as written
 // (gnuplot's enhanced text once drew "dp_baseline" as "dp" with a subscript
-// b); scripts/compare.py refuses a comparison without a spread.
+// b), a record's strings never run as gnuplot commands, and the README says
+// where the pictures are; scripts/compare.py refuses a comparison without a
+// spread.
 #include <sys/stat.h>
 #include <unistd.h>
 #include "runs.h"
@@ -68,6 +70,80 @@ static void test_plot_runs(void **state) {
     }
     free(out);
     assert_int_equal(test_remove_dir(root), 0);
+}
+
+// Issue 39 item 4: labels went into gnuplot's title '...' as they were: a
+// record whose stage is  zero2' ; system('touch F') ; x='  made gnuplot run
+// touch, and a plain apostrophe ended the plot in a gnuplot error. Item 19:
+// a title wider than the terminal drawing overran its key ("N=4:
+// dp_bas*******zero1, ..."). One record renamed ten ways (the same losses:
+// one curve whose title names them all): nothing runs, the three pictures are
+// drawn, and the terminal's legend gives every name whole (a name wrapped at
+// a space counts whole; a newline in one is a space).
+static void test_plot_runs_strings(void **state) {
+    (void)state;
+    char root[64], cmd[CMD_LEN], *out = NULL;
+    assert_int_equal(test_make_dir(root, sizeof root, "plot-strings"), 0);
+    snprintf(cmd, sizeof cmd, "mpirun -np 2 ./dp_baseline --model tiny --steps 2 --quiet --json %s/one.json", root);
+    int rc = test_run(cmd, &out);
+    if (rc != 0) fail_msg("%s: exit %d\n%s", cmd, rc, out);
+    free(out);
+    static const char *const names[] = {
+        "zero2' ; system('touch %s/pwned') ; x='", "it's", "say \"hi\"", "new\nline", "back\\slash",
+        "stage_with_a_long_name_one", "stage_with_a_long_name_two", "stage_with_a_long_name_three",
+        "stage_with_a_long_name_four", "@{x}_^2"};
+    const int count = (int)(sizeof names / sizeof names[0]);
+    char script[320], name[256];
+    snprintf(script, sizeof script, "%s/rename.py", root);
+    FILE *f = fopen(script, "w");
+    assert_non_null(f);
+    fprintf(f, "import json, sys\nrec = json.loads(open(sys.argv[1]).read().splitlines()[-1])\nnames = [\n");
+    for (int i = 0; i < count; i++) {
+        snprintf(name, sizeof name, names[i], root);
+        fputs("    \"", f);
+        for (const char *c = name; *c; c++) fprintf(f, *c == '\n' ? "\\n" : strchr("\"\\", *c) ? "\\%c" : "%c", *c);
+        fputs("\",\n", f);
+    }
+    fprintf(f, "]\nwith open(sys.argv[2], 'w') as out:\n"
+               "    for n in names:\n        out.write(json.dumps(dict(rec, stage=n)) + '\\n')\n");
+    fclose(f);
+    snprintf(cmd, sizeof cmd, "python3 %s %s/one.json %s/renamed.json && python3 scripts/plot_runs.py %s/renamed.json %s/p",
+             script, root, root, root, root);
+    rc = test_run(cmd, &out);
+    if (rc != 0) fail_msg("%s: exit %d\n%s", cmd, rc, out);
+    snprintf(cmd, sizeof cmd, "test ! -e %s/pwned", root);
+    if (test_run(cmd, NULL) != 0) fail_msg("a stage's name ran a command through gnuplot:\n%s", out);
+    const char *pics[3] = {"losses", "memory", "comm"};
+    for (int i = 0; i < 3; i++) {
+        char png[320];
+        snprintf(png, sizeof png, "%s/p_%s.png", root, pics[i]);
+        struct stat st;
+        if (stat(png, &st) != 0 || st.st_size < 1000) fail_msg("%s missing or empty\n%s", png, out);
+    }
+    // the legend's wrapped lines joined again, as it reads
+    char *joined = strdup(out);
+    for (char *p = joined; (p = strstr(p, "\n      ")); p++) memmove(p, p + 6, strlen(p + 6) + 1), *p = ' ';
+    for (int i = 0; i < count; i++) {
+        snprintf(name, sizeof name, names[i], root);
+        for (char *c = name; *c; c++) if (*c == '\n') *c = ' ';
+        if (!strstr(joined, name)) fail_msg("the name \"%s\" is not printed whole:\n%s", name, out);
+    }
+    free(joined);
+    free(out);
+    assert_int_equal(test_remove_dir(root), 0);
+}
+
+// Issue 39 item 19: runs/ and scripts/plot_runs.py were not in the README.
+// It names the script, the demo's records and each picture it draws.
+static void test_readme_names_the_pictures(void **state) {
+    (void)state;
+    char *readme = read_file("README.md", NULL);
+    assert_non_null(readme);
+    const char *needed[] = {"python3 scripts/plot_runs.py ", "runs/demo.json", "runs/demo_losses.png",
+                            "runs/demo_memory.png", "runs/demo_comm.png"};
+    for (size_t i = 0; i < sizeof needed / sizeof needed[0]; i++)
+        if (!strstr(readme, needed[i])) fail_msg("README.md does not name %s", needed[i]);
+    free(readme);
 }
 
 static void test_compare_needs_a_spread(void **state) {
@@ -175,6 +251,8 @@ int main(void) {
         cmocka_unit_test(test_stage_diffs),
         cmocka_unit_test(test_offline_deps_list),
         cmocka_unit_test(test_plot_runs),
+        cmocka_unit_test(test_plot_runs_strings),
+        cmocka_unit_test(test_readme_names_the_pictures),
         cmocka_unit_test(test_compare_needs_a_spread),
         cmocka_unit_test(test_bench_compare),
         cmocka_unit_test(test_bench_keeps_finished_sections),
