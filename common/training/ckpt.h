@@ -2,10 +2,12 @@
 // records stage, ranks, step, data position and RNG state. Layout:
 //   DIR/step-00000010/rank-00000.bin ... manifest.txt
 //   DIR/latest           (text: the name of the newest complete step folder)
-// Every file is written to a temp name, fsynced and renamed; `latest` moves
-// only after every rank's part and the manifest are in place, so an
-// interrupted save never replaces the last good checkpoint. Each part carries
-// a header and a checksum (FNV-1a 64) that the manifest repeats.
+// A save writes its parts and manifest into DIR/step-00000010.partial (each
+// file to a temp name, fsynced and renamed), renames that folder to its step
+// folder once all are in, and then moves `latest` (ckpt_save.c). So a step
+// folder on disk is always complete, a save never writes into one, and a
+// failed or interrupted save leaves every earlier checkpoint as it was. Each
+// part carries a header and a checksum (FNV-1a 64) that the manifest repeats.
 #pragma once
 #include <stddef.h>
 #include <stdint.h>
@@ -80,8 +82,9 @@ typedef struct CkptLoadInfo {
 } CkptLoadInfo;
 
 // Collective over `world`. Returns 0, or nonzero with the same one-line
-// message on every rank (e.g. the folder cannot be written); the previous
-// checkpoint stays the latest.
+// message on every rank (e.g. the folder cannot be written, or DIR already
+// holds a step folder of m->step, which is never replaced); on failure no
+// file of an earlier checkpoint, nor `latest`, has changed.
 int ckpt_save(Comm *world, const char *dir, const CkptManifest *m, const CkptTensor *t, int n,
               char *err, size_t err_len);
 // Collective. Reads DIR/latest (or DIR itself if it is a step folder). Checks

@@ -7,6 +7,15 @@
 #include "ckpt.h"
 
 #define MSG_BYTES 512
+#define CKPT_PATH_BYTES 4096
+
+// Shared by ckpt.c (loading) and ckpt_save.c (writing). Paths under a
+// checkpoint folder: they fit, as DIR is at most CKPT_PATH_BYTES - 128 long
+// (ckpt_dir_too_long, 1 with msg where not).
+__attribute__((format(printf, 2, 3))) void ckpt_pathf(char *out, const char *fmt, ...);
+int ckpt_dir_too_long(const char *dir, char *msg);
+// All ranks: 0 when no rank failed, else 1 with the lowest failing rank's msg in err.
+int ckpt_agree(Comm *world, int failed, char *msg, char *err, size_t err_len);
 
 typedef struct PartInfo {
     uint64_t checksum, bytes;  // as the manifest lists them; sent as 2 MPI_UINT64_T
@@ -31,6 +40,8 @@ int ckpt_reshardable(const CkptManifest *got, const CkptManifest *expect, int ra
 // A part file: PartHeader, one PartEntry per tensor (name, bytes, FNV-1a 64
 // of its data), then the tensors' bytes in order (ckpt.c).
 #define CKPT_NAME_BYTES 32
+#define CKPT_PART_MAGIC "WBCKPT01"
+#define CKPT_PART_VERSION 1
 typedef struct PartHeader {
     char magic[8];  // "WBCKPT01"
     uint32_t version;

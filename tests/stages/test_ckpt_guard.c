@@ -1,0 +1,87 @@
+// test_ckpt_guard.c: a checkpoint folder is never written over by what runs
+// near it (issue 39), run as programs from the repository root: a save that
+// fails on one rank, or meets another run's step folder, leaves the
+// checkpoint there whole and says so truthfully (item 1).
+#include <sys/stat.h>
+#include "runs.h"
+
+#define PATH_LEN 512
+#define CMD_LEN 4096
+
+typedef RunDir Ctx;
+
+static int count_of(const char *s, const char *what) {
+    int n = 0;
+    for (const char *p = strstr(s, what); p; p = strstr(p + 1, what)) n++;
+    return n;
+}
+
+// A run that must end with exit 2 and exactly one error line, containing
+// `want` (other lines, a resume's or the settings', may come before it).
+static char *expect_error_line(const char *cmd, const char *want) {
+    char *out = NULL;
+    int rc = test_run(cmd, &out);
+    if (rc != 2 || count_of(out, "error") != 1 || !strstr(out, want))
+        fail_msg("%s: expected exit 2 and one error line with '%s'; got exit %d:\n%s", cmd, want, rc, out);
+    return out;
+}
+
+static int exists(const char *dir, const char *name) {
+    char path[PATH_LEN + 64];
+    snprintf(path, sizeof path, "%s/%s", dir, name);
+    struct stat st;
+    return lstat(path, &st) == 0;
+}
+
+// `ckpt_tool verify` passes on dir, whose latest step is `ranks` parts.
+static void expect_verified(const char *dir, int ranks) {
+    char cmd[CMD_LEN], want[64], *out = NULL;
+    snprintf(cmd, sizeof cmd, "./ckpt_tool verify %s", dir);
+    run_ok(cmd, &out);
+    snprintf(want, sizeof want, "verified: %d parts", ranks);
+    if (!strstr(out, want)) fail_msg("%s: expected '%s':\n%s", cmd, want, out);
+    free(out);
+}
+
+// The 0.83M-parameter model's parts at 2 ranks (4.9 MB each) are past a
+// 4500 KiB file size limit, which Open MPI's start-up (4100 KiB) is not.
+#define RUN "./zero2 --model small --batch 1 --quiet"
+#define RANK1_LIMITED(args) "mpirun -np 1 " RUN " " args " : -np 1 bash -c 'ulimit -f 4500; exec " RUN " " args "'"
+
+static void test_save_never_damages_a_checkpoint(void **state) {
+    Ctx *c = *state;
+    char ck[PATH_LEN], cmd[CMD_LEN];
+    snprintf(ck, sizeof ck, "%s/ck", c->root);
+    snprintf(cmd, sizeof cmd, "mpirun -np 2 " RUN " --steps 1 --save %s", ck);
+    run_ok(cmd, NULL);
+    // another run at the same step, rank 1 past its limit: rank 0's new part
+    // replaced the old one, and the checkpoint no longer verified
+    snprintf(cmd, sizeof cmd, RANK1_LIMITED("--steps 1 --seed 2 --save %s"), ck, ck);
+    free(expect_error_line(cmd, "already holds step-00000001"));
+    expect_verified(ck, 2);
+    // a run of 1 rank at the same step replaced the manifest and left part 1
+    snprintf(cmd, sizeof cmd, "./zero2 --model small --batch 2 --quiet --steps 1 --save %s", ck);
+    free(expect_error_line(cmd, "already holds step-00000001, a step this run saves"));
+    expect_verified(ck, 2);
+    // a failed save of a new step: the line names the checkpoint that stays,
+    // checked, and nothing of the new step is left
+    snprintf(cmd, sizeof cmd, RANK1_LIMITED("--steps 2 --resume %s --save %s"), ck, ck, ck, ck);
+    char *out = expect_error_line(cmd, "File too large");
+    char want[PATH_LEN + 64];
+    snprintf(want, sizeof want, "(the previous checkpoint in %s, step-00000001, is unchanged)", ck);
+    if (!strstr(out, want)) fail_msg("%s: expected '%s':\n%s", cmd, want, out);
+    free(out);
+    assert_false(exists(ck, "step-00000002") || exists(ck, "step-00000002.partial"));
+    expect_verified(ck, 2);
+}
+
+static int setup(void **state) {
+    return run_dir_setup(state, "test-ckpt-guard", (const char *const[]){"./zero2", "./ckpt_tool", NULL});
+}
+
+int main(void) {
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_save_never_damages_a_checkpoint),
+    };
+    return cmocka_run_group_tests(tests, setup, run_dir_teardown);
+}
