@@ -12,6 +12,7 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <inttypes.h>
+#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -52,11 +53,35 @@ typedef struct Ckpt {
     CkptSource *src;  // the parts, mapped once
 } Ckpt;
 
-static void fail_tool(const char *fmt, const char *arg) {
+__attribute__((noreturn, format(printf, 1, 2))) static void fail_tool(const char *fmt, ...) {
+    va_list ap;
+    va_start(ap, fmt);
     fprintf(stderr, "ckpt_tool: error: ");
-    fprintf(stderr, fmt, arg);
+    vfprintf(stderr, fmt, ap);
     fputc('\n', stderr);
+    va_end(ap);
     exit(2);
+}
+
+// What a read of the parts relies on beyond the manifest's own checks
+// (manifest_parse): a stage this build knows, a grid line exactly where the
+// stage keeps a grid, and the model shape's Ψ (the parts' cut is computed
+// from it). Then verify refuses what export, consolidate and a resume refuse.
+static void check_stage_and_model(const char *dir, const CkptManifest *m) {
+    const char *fix = "it is damaged; use an earlier step folder or start fresh";
+    if (!ckpt_known_stage(m->stage))
+        fail_tool("checkpoint %s: manifest.txt's stage %s is none of dp_baseline, zero1, zero2, zero3, cpu_offload, "
+                  "infinity, 3d_parallel: %s", dir, m->stage, fix);
+    int gridded = strcmp(m->stage, "3d_parallel") == 0;
+    if (gridded != (m->grid[0] != 0))
+        fail_tool("checkpoint %s: manifest.txt has %s grid line for stage %s, which %s: %s", dir,
+                  m->grid[0] ? "a" : "no", m->stage, gridded ? "saves one" : "has no grid", fix);
+    GPTLayout whole;
+    gpt_layout(&whole, &m->cfg);
+    if (!gridded && whole.num_params != m->num_params)
+        fail_tool("checkpoint %s: manifest.txt's num_params = %zu, but its model (L=%d C=%d H=%d V=%d T=%d) has %zu "
+                  "parameters: %s", dir, m->num_params, m->cfg.num_layers, m->cfg.channels, m->cfg.num_heads,
+                  m->cfg.vocab_size, m->cfg.max_seq_len, whole.num_params, fix);
 }
 
 static void open_ckpt(const char *dir, Ckpt *c) {
@@ -68,11 +93,11 @@ static void open_ckpt(const char *dir, Ckpt *c) {
     int bad = manifest_parse(copy, dir, -1, &c->m, NULL, msg);
     free(copy);
     if (bad) fail_tool("%s", msg);
+    check_stage_and_model(dir, &c->m);
     c->replicas = c->m.ranks;
     int T, P;
-    if (c->m.grid[0] && (grid_parse(c->m.grid, &T, &P, &c->replicas) || (long long)T * P * c->replicas != c->m.ranks))
-        fail_tool("%s: manifest.txt's grid line is damaged; use an earlier step folder", dir);
-    if (c->m.grid[0]) {
+    if (c->m.grid[0]) {  // manifest_parse checked it against the ranks
+        grid_parse(c->m.grid, &T, &P, &c->replicas);
         GPTLayout whole;
         gpt_layout(&whole, &c->m.cfg);
         c->m.num_params = whole.num_params;
@@ -197,6 +222,9 @@ static void consolidate(const Ckpt *c, const char *out) {
     struct stat st;
     if (lstat(out, &st) == 0) fail_tool("%s exists; give a new folder", out);
     if (strlen(out) > PATH_BYTES - 64) fail_tool("%s: the folder's name is too long", out);
+    if ((long long)c->m.batch * c->replicas > GPT_MAX_BATCH)
+        fail_tool("%s: its global batch of %d x %d replicas rows per micro-batch is more than one part's batch takes "
+                  "(%d): resume the checkpoint itself instead", out, c->m.batch, c->replicas, GPT_MAX_BATCH);
     char step_dir[PATH_BYTES], part[PATH_BYTES + 32], path[PATH_BYTES + 32];
     snprintf(step_dir, sizeof step_dir, "%s/step-%08ld", out, c->m.step);
     if (mkdir(out, 0755) || mkdir(step_dir, 0755)) fail_tool("cannot create %s", step_dir);

@@ -26,13 +26,18 @@ __attribute__((format(printf, 2, 3))) int ckpt_msgf(char *msg, const char *fmt, 
 // The manifest's text for `ranks` parts (malloc'd; *len bytes).
 char *manifest_text(const CkptManifest *m, int ranks, const PartInfo *parts, size_t *len);
 // Fills *m and this rank's part line from the manifest text (which it edits;
-// rank < 0: no part line); 1 with msg when a line is missing or malformed.
+// rank < 0: no part line); 1 with msg when a line is missing or malformed, a
+// value is outside the range of the flag that sets it, or the values do not
+// fit each other (a part line per rank, skipped steps within the steps, the
+// grid within the ranks and the model).
 int manifest_parse(char *text, const char *dir, int rank, CkptManifest *m, PartInfo *mine, char *msg);
 // The checkpoint fits this run: stage, grid, ranks, model, batch and data
 // (expect == NULL checks the rank count only); 1 with msg where not. One of
 // another stage, rank count or grid fits when its global batch
 // (batch x data-parallel replicas x grad_accum rows of seq_len) is this run's.
 int manifest_check(const char *dir, const CkptManifest *got, const CkptManifest *expect, int ranks, char *msg);
+// Whether `stage` is one of the stages 01-07, whose checkpoints any of them reads.
+int ckpt_known_stage(const char *stage);
 // A checkpoint of any stage (01-07) saved at another stage, rank count or
 // grid than this run's: resharded when loaded (ckpt_reshard.c).
 int ckpt_reshardable(const CkptManifest *got, const CkptManifest *expect, int ranks);

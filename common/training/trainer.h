@@ -20,6 +20,7 @@
 #include "settings.h"
 #include "states.h"
 #include "trace.h"
+#include "train_limits.h"
 
 typedef struct TrainConfig {
     const char *model;
@@ -59,8 +60,6 @@ typedef struct TrainConfig {
 
 struct Trainer;
 
-// Most micro-batches per step (--grad-accum, or what --global-batch implies).
-#define TRAIN_MAX_GRAD_ACCUM (1 << 20)
 #define TRAIN_MAX_EVAL_MICRO (1 << 20)  // --eval-batches x --grad-accum
 
 // Most flags a stage adds to the shared ones, and tensors to its checkpoints.

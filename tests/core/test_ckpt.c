@@ -1,7 +1,8 @@
 // mpirun: 2
 // test_ckpt.c: sharded checkpoints on 2 ranks: bit-exact round trip, `latest`
-// moving, refusals (stage, grid, ranks, model, batch, tensor shape) and
-// corruption caught on every rank (failed saves: test_ckpt_save.c). Every assertion is on values reduced over the
+// moving, refusals (stage, grid, ranks, model, batch, tensor shape, a
+// manifest's value out of range) and corruption caught on every rank (failed
+// saves: test_ckpt_save.c). Every assertion is on values reduced over the
 // ranks, after all collectives, so no rank leaves a collective early.
 #define TEST_WITH_MPI
 #include <fcntl.h>
@@ -236,6 +237,42 @@ static void test_truncated_part_refused(void **state) {
     tensors_free(&x);
 }
 
+// Issue 39 items 5 and 10: a manifest line edited out of its flag's range,
+// or out of step with the others, was trusted (ranks = 0 read no part, a
+// skipped_steps past the step gave a negative learning rate, a loss scale of
+// 1e300 was taken). Each is refused in one line naming the line, the tensors
+// untouched.
+static void test_damaged_values_refused(void **state) {
+    Ctx *c = *state;
+    char dir[PATH_LEN], damaged[PATH_LEN], cmd[6 * PATH_LEN], err[512] = "";
+    test_dir(c, "values", dir);
+    test_dir(c, "values_damaged", damaged);
+    Tensors x;
+    tensors_make(&x, c->world.rank, 1);
+    assert_true(all_ranks(c, save(c, dir, 10, &x, err) == 0));
+    tensors_free(&x);
+    const char *cases[][2] = {
+        {"skipped_steps = 100", "skipped_steps = 100 is more than the 10 steps it ran"},
+        {"loss_scale = 1e300", "loss_scale = 1e+300 is outside (0, 1e+30], the range of --loss-scale"},
+        {"ranks = 0", "ranks = 0 is outside [1, 2147483647]"},
+        {"ranks = -3", "ranks = -3 is outside [1, 2147483647]"},
+        {"ranks = 2147483647", "ranks = 2147483647, but it lists 2 parts"},
+        {"beta2 = 1", "beta2 = 1 is outside [0, 1), the range of --beta2"},
+        {"lr = -0.001", "lr = -0.001 is outside (0, 3.402823466e+38], the range of --lr"},
+        {"precision = fp8", "precision = fp8 is none of bf16|fp16"},
+        {"seq_len = 65", "seq_len = 65 is longer than its model's context (max_seq_len = 64)"},
+        {"scale_last_overflow = 10", "scale_last_overflow = 10 is not one of the 10 steps it ran"},
+    };
+    for (size_t k = 0; k < sizeof cases / sizeof cases[0]; k++) {
+        char key[64];
+        snprintf(key, sizeof key, "%.*s", (int)strcspn(cases[k][0], " "), cases[k][0]);
+        snprintf(cmd, sizeof cmd, "rm -rf %s && cp -r %s %s && sed -i 's/^%s = .*/%s/' %s/step-00000010/manifest.txt",
+                 damaged, dir, damaged, key, cases[k][0], damaged);
+        on_rank0(c, cmd);
+        expect_refused(c, damaged, NULL, cases[k][1], 1);
+    }
+}
+
 // dp_baseline saves its replicated state from rank 0 only: rank 1 has no tensors.
 static void test_rank_without_tensors(void **state) {
     Ctx *c = *state;
@@ -276,6 +313,7 @@ int main(int argc, char **argv) {
         cmocka_unit_test_prestate(test_corrupt_part_refused_everywhere, &c),
         cmocka_unit_test_prestate(test_truncated_part_refused, &c),
         cmocka_unit_test_prestate(test_rank_without_tensors, &c),
+        cmocka_unit_test_prestate(test_damaged_values_refused, &c),
     };
     int failed = run_mpi_tests(tests);
     if (c.world.rank == 0) test_remove_dir(c.root);

@@ -67,6 +67,14 @@ static __attribute__((unused)) CkptManifest manifest(long step, int ranks) {
     m.seq_len = 64;
     m.grad_accum = 2;
     m.lr = 1.2345678901234567e10;  // beyond what an integer count of nano-units holds; must read back exactly
+    // the rest as a run's defaults: every field is read within its flag's range
+    m.total_steps = 20, m.warmup = 2, m.beta1 = 0.9, m.beta2 = 0.95, m.adam_eps = 1e-8, m.min_lr_frac = 0.1;
+    m.loss_scale = 1, m.scale_last_overflow = -1, m.scale_hysteresis_left = 2;
+    snprintf(m.data, sizeof m.data, "built-in");
+    snprintf(m.data_order, sizeof m.data_order, "permuted");
+    snprintf(m.lr_schedule, sizeof m.lr_schedule, "cosine");
+    snprintf(m.warmup_type, sizeof m.warmup_type, "log");
+    snprintf(m.precision, sizeof m.precision, "bf16");
     return m;
 }
 

@@ -1,7 +1,9 @@
 // test_ckpt_guard.c: a checkpoint folder is never written over by what runs
 // near it (issue 39), run as programs from the repository root: a save that
 // fails on one rank, or meets another run's step folder, leaves the
-// checkpoint there whole and says so truthfully (item 1).
+// checkpoint there whole and says so truthfully (item 1); a manifest's
+// optimizer fields edited out of their flags' ranges are refused on resume,
+// not trained on (item 10).
 #include <sys/stat.h>
 #include "runs.h"
 
@@ -75,6 +77,33 @@ static void test_save_never_damages_a_checkpoint(void **state) {
     expect_verified(ck, 2);
 }
 
+// A resume from a copy of `ck` with manifest line `key = value` must be
+// refused with `want`.
+static void expect_resume_refused(Ctx *c, const char *ck, const char *line, const char *want) {
+    char bad[PATH_LEN], cmd[CMD_LEN];
+    snprintf(bad, sizeof bad, "%s/damaged", c->root);
+    snprintf(cmd, sizeof cmd, "rm -rf %s && cp -r %s %s && sed -i 's/^%.*s = .*/%s/' %s/step-00000004/manifest.txt",
+             bad, ck, bad, (int)strcspn(line, " "), line, line, bad);
+    run_ok(cmd, NULL);
+    snprintf(cmd, sizeof cmd, "./zero2 --model tiny --precision fp16 --steps 6 --quiet --resume %s", bad);
+    free(expect_error_line(cmd, want));
+}
+
+// skipped_steps = 100 at step 4 gave a negative learning rate (the run then
+// "diverged"); a loss scale of 1e300 was taken, though the flag caps at 1e30.
+static void test_damaged_optimizer_fields_refused(void **state) {
+    Ctx *c = *state;
+    char ck[PATH_LEN], cmd[CMD_LEN];
+    snprintf(ck, sizeof ck, "%s/fp16", c->root);
+    snprintf(cmd, sizeof cmd, "./zero2 --model tiny --precision fp16 --steps 4 --quiet --save %s", ck);
+    run_ok(cmd, NULL);
+    expect_resume_refused(c, ck, "skipped_steps = 100", "skipped_steps = 100 is more than the 4 steps it ran");
+    expect_resume_refused(c, ck, "loss_scale = 1e300", "loss_scale = 1e+300 is outside (0, 1e+30], the range of "
+                          "--loss-scale");
+    expect_resume_refused(c, ck, "min_lr_frac = 2", "min_lr_frac = 2 is outside [0, 1], the range of --min-lr-frac");
+    expect_resume_refused(c, ck, "warmup_type = cubic", "warmup_type = cubic is none of log|linear");
+}
+
 static int setup(void **state) {
     return run_dir_setup(state, "test-ckpt-guard", (const char *const[]){"./zero2", "./ckpt_tool", NULL});
 }
@@ -82,6 +111,7 @@ static int setup(void **state) {
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_save_never_damages_a_checkpoint),
+        cmocka_unit_test(test_damaged_optimizer_fields_refused),
     };
     return cmocka_run_group_tests(tests, setup, run_dir_teardown);
 }

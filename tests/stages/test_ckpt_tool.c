@@ -3,13 +3,14 @@
 // checkpoint (one part, all Ψ) resumes the run to the bit at the same stage
 // and ranks, and at another rank count within the rank-count tolerance; its
 // memory does not grow with the checkpoint (a 124 MB one is streamed); a
-// missing, damaged or foreign part is refused in one line naming it.
+// missing, damaged or foreign part is refused in one line naming it, and so
+// is a manifest that does not describe its parts.
 #include <sys/stat.h>
 #include <unistd.h>
 #include "runs.h"
 
 #define PATH_LEN 512
-#define CMD_LEN 2048
+#define CMD_LEN 4096
 
 typedef struct Ctx {
     char root[64];
@@ -121,9 +122,46 @@ static void test_damaged_refused(void **state) {
     free(out);
 }
 
+// Issue 39 item 5: ranks = 0 verified as "0 parts" and exported an all-zero
+// model; a huge or negative count failed as "calloc failed"; a stage or grid
+// line that does not describe the parts passed verify (export, consolidate
+// and a resume refused it). verify now refuses what they refuse.
+static void test_verify_checks_what_readers_check(void **state) {
+    Ctx *c = *state;
+    char cmd[CMD_LEN], ck[PATH_LEN], grid[PATH_LEN], bad[PATH_LEN];
+    snprintf(ck, sizeof ck, "%s/dp-ck", c->root);
+    snprintf(grid, sizeof grid, "%s/grid-ck", c->root);
+    snprintf(bad, sizeof bad, "%s/bad-ck", c->root);
+    snprintf(cmd, sizeof cmd, "mpirun -np 2 ./zero1 --model tiny --steps 2 --quiet --save %s && mpirun -np 2 "
+             "./3d_parallel --model tiny --tp 2 --steps 2 --quiet --save %s", ck, grid);
+    run_ok(cmd, NULL);
+    const char *cases[][3] = {  // the checkpoint, a sed edit of its manifest, the refusal
+        {ck, "s/^ranks = .*/ranks = 0/", "ranks = 0 is outside [1, 2147483647]"},
+        {ck, "s/^ranks = .*/ranks = 2147483647/", "ranks = 2147483647, but it lists 2 parts"},
+        {ck, "s/^ranks = .*/ranks = -3/", "ranks = -3 is outside"},
+        {ck, "s/^stage = .*/stage = dp_baseline/", "rank-00000.bin holds master of 69376 bytes, where its "
+                                                   "manifest's stage and grid put 34688 elements in this part"},
+        {ck, "s/^stage = .*/stage = zero9/", "stage zero9 is none of"},
+        {ck, "s/^stage = .*/stage = zero1\\ngrid = tp 2 x pp 1 x dp 1/", "has a grid line for stage zero1"},
+        {grid, "s/^grid = .*/grid = tp 1 x pp 2 x dp 1/", "the manifest does not describe its parts"},
+    };
+    for (size_t k = 0; k < sizeof cases / sizeof cases[0]; k++) {
+        snprintf(cmd, sizeof cmd, "rm -rf %s %s-out* && cp -r %s %s && sed -i '%s' %s/step-00000002/manifest.txt", bad,
+                 bad, cases[k][0], bad, cases[k][1], bad);
+        run_ok(cmd, NULL);
+        const char *tools[] = {"verify %s", "export-llmc %s %s-out.bin", "consolidate %s %s-out"};
+        for (int i = 0; i < 3; i++) {
+            char args[2 * PATH_LEN + 64];
+            snprintf(args, sizeof args, tools[i], bad, bad);
+            snprintf(cmd, sizeof cmd, "./ckpt_tool %s", args);
+            free(expect_refusal(cmd, i == 0 ? cases[k][2] : NULL));  // verify names why; the others refuse too
+        }
+    }
+}
+
 static int group_setup(void **state) {
     if (need_paths("test_ckpt_tool", (const char *const[]){"./ckpt_tool", "./zero1", "./zero2", "./zero3",
-                                                          "./dp_baseline", NULL}))
+                                                          "./dp_baseline", "./3d_parallel", NULL}))
         return 1;
     Ctx *c = calloc(1, sizeof *c);
     if (test_make_dir(c->root, sizeof c->root, "test-ckpt-tool")) return 1;
@@ -144,6 +182,7 @@ int main(void) {
         cmocka_unit_test(test_consolidated_resumes),
         cmocka_unit_test(test_memory_bounded),
         cmocka_unit_test(test_damaged_refused),
+        cmocka_unit_test(test_verify_checks_what_readers_check),
     };
     return cmocka_run_group_tests(tests, group_setup, group_teardown);
 }
