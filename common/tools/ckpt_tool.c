@@ -23,6 +23,7 @@
 #include "ckpt_manifest.h"
 #include "gpt_grid.h"
 #include "llmc.h"
+#include "out_file.h"
 #include "states.h"
 
 #define PATH_BYTES 4096
@@ -103,6 +104,17 @@ static void open_ckpt(const char *dir, Ckpt *c) {
         c->m.num_params = whole.num_params;
     }
     c->src = ckpt_source_open(c->step_dir, c->text, &c->m);
+}
+
+// An output inside the checkpoint folder the tool reads (a part, the
+// manifest, `latest`, a step folder a later save would meet) would write
+// over it: refused, as a trainer's outputs inside its --save folder are.
+static void check_output_outside(const char *cmd, const char *ckpt, const char *out) {
+    char root[PATH_BYTES], resolved[PATH_BYTES];
+    ckpt_root(ckpt, root, sizeof root);
+    out_file_resolve(out, resolved, sizeof resolved);
+    if (out_path_within(resolved, root))
+        fail_tool("%s %s is inside the checkpoint folder it reads (%s); give it a path of its own", cmd, out, root);
 }
 
 // A grid's parts: what part q holds (gpt_grid.h).
@@ -276,6 +288,7 @@ int main(int argc, char **argv) {
     }
     Ckpt c;
     open_ckpt(argv[2], &c);
+    if (three) check_output_outside(cmd, argv[2], argv[3]);
     if (!strcmp(cmd, "info")) info(&c);
     if (!strcmp(cmd, "verify")) {
         char msg[MSG_BYTES] = "";

@@ -86,6 +86,25 @@ static char *read_text(const char *path, long *len) {
     return text;
 }
 
+static int holds_latest(const char *folder) {
+    char path[PATH_BYTES];
+    ckpt_pathf(path, "%s/latest", folder);
+    return access(path, F_OK) == 0;
+}
+
+void ckpt_root(const char *dir, char *out, size_t n) {
+    char real[PATH_MAX], parent[PATH_MAX];
+    if (!realpath(dir, real)) {
+        snprintf(out, n, "%s", dir);
+        return;
+    }
+    snprintf(out, n, "%s", real);
+    char *slash = strrchr(real, '/');
+    if (holds_latest(real) || !slash || strncmp(slash + 1, "step-", 5) != 0) return;
+    snprintf(parent, sizeof parent, "%.*s", slash == real ? 1 : (int)(slash - real), real);
+    if (holds_latest(parent)) snprintf(out, n, "%s", parent);
+}
+
 // Rank 0: DIR/latest names the step folder; without it DIR must be one.
 int ckpt_find_manifest(const char *dir, char *step_dir, char **text, long *len, char *msg) {
     char path[PATH_BYTES], name[64] = "";

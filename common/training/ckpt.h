@@ -105,6 +105,11 @@ int ckpt_reshard_read(Comm *world, const char *step_dir, const char *manifest, c
 // counted from begin, sorted by `whole` (malloc'd; *nruns of them).
 CkptRun *ckpt_runs_of(size_t (*whole)(const void *ctx, size_t s), const void *ctx, size_t begin, size_t n,
                       size_t *nruns);
+// The checkpoint folder that DIR (a --resume or ckpt_tool argument) reads,
+// resolved (realpath): DIR, or its parent when DIR is a step folder of a
+// folder holding `latest` (a --save folder). No output may lie inside it.
+// DIR as given where it cannot be resolved.
+void ckpt_root(const char *dir, char *out, size_t n);
 // One rank, before a run's first save: creates DIR (and its parents) and
 // locks it for as long as *lock_fd stays open (flock on DIR/lock, which
 // names the holder), so that two runs cannot mix their parts in one folder.

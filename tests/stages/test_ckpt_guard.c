@@ -1,9 +1,10 @@
 // test_ckpt_guard.c: a checkpoint folder is never written over by what runs
 // near it (issue 39), run as programs from the repository root: a save that
 // fails on one rank, or meets another run's step folder, leaves the
-// checkpoint there whole and says so truthfully (item 1); a manifest's
-// optimizer fields edited out of their flags' ranges are refused on resume,
-// not trained on (item 10).
+// checkpoint there whole and says so truthfully (item 1); a trainer's
+// outputs may not lie inside the checkpoint it resumes from (item 2); a
+// manifest's optimizer fields edited out of their flags' ranges are refused
+// on resume, not trained on (item 10).
 #include <sys/stat.h>
 #include "runs.h"
 
@@ -77,6 +78,40 @@ static void test_save_never_damages_a_checkpoint(void **state) {
     expect_verified(ck, 2);
 }
 
+// --json R/latest appended to `latest`; --export-llmc over a part replaced
+// it; --save inside a step folder put a `latest` there, which a later
+// --resume of that step folder followed.
+static void test_outputs_outside_the_resumed_checkpoint(void **state) {
+    Ctx *c = *state;
+    char ck[PATH_LEN], cmd[CMD_LEN], *out = NULL;
+    snprintf(ck, sizeof ck, "%s/resumed", c->root);
+    snprintf(cmd, sizeof cmd, "./zero2 --model tiny --steps 2 --quiet --save %s", ck);
+    run_ok(cmd, NULL);
+    const char *cases[][2] = {
+        {"--resume %s --json %s/latest", "--json %s/latest is inside the checkpoint folder this run resumes from"},
+        {"--resume %s/step-00000002 --export-llmc %s/step-00000002/rank-00000.bin",
+         "--export-llmc %s/step-00000002/rank-00000.bin is inside the checkpoint folder"},
+        {"--resume %s --trace %s/step-00000002/manifest.txt", "--trace %s/step-00000002/manifest.txt is inside"},
+        {"--resume %s --save %s/step-00000002", "--save %s/step-00000002 is inside the checkpoint folder"},
+    };
+    for (size_t k = 0; k < sizeof cases / sizeof cases[0]; k++) {
+        char flags[2 * PATH_LEN + 128], want[PATH_LEN + 128];
+        snprintf(flags, sizeof flags, cases[k][0], ck, ck);
+        snprintf(want, sizeof want, cases[k][1], ck);
+        snprintf(cmd, sizeof cmd, "./zero2 --model tiny --steps 4 --quiet %s", flags);
+        free(expect_error_line(cmd, want));
+    }
+    expect_verified(ck, 1);
+    snprintf(cmd, sizeof cmd, "cat %s/latest", ck);
+    run_ok(cmd, &out);
+    assert_string_equal(out, "step-00000002\n");
+    free(out);
+    // the folder itself goes on taking the resumed run's saves
+    snprintf(cmd, sizeof cmd, "./zero2 --model tiny --steps 4 --quiet --resume %s --save %s", ck, ck);
+    run_ok(cmd, NULL);
+    expect_verified(ck, 1);
+}
+
 // A resume from a copy of `ck` with manifest line `key = value` must be
 // refused with `want`.
 static void expect_resume_refused(Ctx *c, const char *ck, const char *line, const char *want) {
@@ -111,6 +146,7 @@ static int setup(void **state) {
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_save_never_damages_a_checkpoint),
+        cmocka_unit_test(test_outputs_outside_the_resumed_checkpoint),
         cmocka_unit_test(test_damaged_optimizer_fields_refused),
     };
     return cmocka_run_group_tests(tests, setup, run_dir_teardown);

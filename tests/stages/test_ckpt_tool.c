@@ -4,7 +4,8 @@
 // and ranks, and at another rank count within the rank-count tolerance; its
 // memory does not grow with the checkpoint (a 124 MB one is streamed); a
 // missing, damaged or foreign part is refused in one line naming it, and so
-// is a manifest that does not describe its parts.
+// is a manifest that does not describe its parts; no output may lie inside
+// the checkpoint read.
 #include <sys/stat.h>
 #include <unistd.h>
 #include "runs.h"
@@ -122,6 +123,31 @@ static void test_damaged_refused(void **state) {
     free(out);
 }
 
+// Issue 39 item 2: an output inside the checkpoint the tool reads wrote
+// over it (a part, the manifest) or made a step folder a later save merged
+// into. Each is refused in one line, and the checkpoint still verifies.
+static void test_outputs_outside_the_checkpoint(void **state) {
+    Ctx *c = *state;
+    char cmd[CMD_LEN], ck[PATH_LEN];
+    snprintf(ck, sizeof ck, "%s/read-from", c->root);
+    snprintf(cmd, sizeof cmd, "mpirun -np 2 ./zero1 --model tiny --steps 2 --quiet --save %s", ck);
+    run_ok(cmd, NULL);
+    const char *cases[][2] = {
+        {"export-llmc %s %s/step-00000002/rank-00000.bin", "export-llmc"},
+        {"export-llmc %s/step-00000002 %s/step-00000002/manifest.txt", "export-llmc"},
+        {"export-llmc %s %s/latest", "export-llmc"},
+        {"consolidate %s %s/step-00000006", "consolidate"},
+    };
+    for (size_t k = 0; k < sizeof cases / sizeof cases[0]; k++) {
+        char args[2 * PATH_LEN + 64];
+        snprintf(args, sizeof args, cases[k][0], ck, ck);
+        snprintf(cmd, sizeof cmd, "./ckpt_tool %s", args);
+        free(expect_refusal(cmd, "is inside the checkpoint folder it reads"));
+    }
+    snprintf(cmd, sizeof cmd, "test ! -e %s/step-00000006 && ./ckpt_tool verify %s", ck, ck);
+    run_ok(cmd, NULL);
+}
+
 // Issue 39 item 5: ranks = 0 verified as "0 parts" and exported an all-zero
 // model; a huge or negative count failed as "calloc failed"; a stage or grid
 // line that does not describe the parts passed verify (export, consolidate
@@ -182,6 +208,7 @@ int main(void) {
         cmocka_unit_test(test_consolidated_resumes),
         cmocka_unit_test(test_memory_bounded),
         cmocka_unit_test(test_damaged_refused),
+        cmocka_unit_test(test_outputs_outside_the_checkpoint),
         cmocka_unit_test(test_verify_checks_what_readers_check),
     };
     return cmocka_run_group_tests(tests, group_setup, group_teardown);
