@@ -12,6 +12,7 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <inttypes.h>
+#include <signal.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -25,6 +26,7 @@
 #include "llmc.h"
 #include "out_file.h"
 #include "states.h"
+#include "stop.h"
 
 #define PATH_BYTES 4096
 #define CHUNK_ELEMS ((size_t)1 << 20)  // elements read and written at a time
@@ -54,7 +56,10 @@ typedef struct Ckpt {
     CkptSource *src;  // the parts, mapped once
 } Ckpt;
 
+// One line and exit 2; what the tool made of an output goes first
+// (consolidate's files are tracked: stop.h), so a rerun finds no half of it.
 __attribute__((noreturn, format(printf, 1, 2))) static void fail_tool(const char *fmt, ...) {
+    stop_remove_files();
     va_list ap;
     va_start(ap, fmt);
     fprintf(stderr, "ckpt_tool: error: ");
@@ -177,7 +182,7 @@ static void export_llmc(const Ckpt *c, const char *out) {
     CHECK(l.num_params == c->m.num_params, "the manifest's model shape gives %zu parameters, its num_params %zu",
           l.num_params, c->m.num_params);
     char err[1024];
-    if (llmc_write_from(out, &l, from_checkpoint, (void *)c, err, sizeof err)) fail_tool("%s", err);
+    if (llmc_write_from(out, "export-llmc", &l, from_checkpoint, (void *)c, err, sizeof err)) fail_tool("%s", err);
     printf("exported: %s (llm.c version 3, fp32 master weights of step %ld, %zu parameters)\n", out, c->m.step,
            c->m.num_params);
 }
@@ -186,16 +191,35 @@ static void write_all_at(int fd, const void *p, size_t n, off_t off, const char 
     for (size_t done = 0; done < n;) {
         ssize_t w = pwrite(fd, (const char *)p + done, n - done, off + (off_t)done);
         if (w < 0 && errno == EINTR) continue;
-        if (w <= 0) fail_tool("cannot write %s", path);
+        if (w <= 0) fail_tool("cannot write %s: %s; check free space and the file size limit", path,
+                              w < 0 ? strerror(errno) : "nothing written");
         done += (size_t)w;
     }
 }
 
-static void write_text(const char *path, const char *text, size_t len) {
+// A new file or folder of the consolidated checkpoint: tracked until the
+// whole is written, so that a failure removes it (fail_tool).
+static int create_file(const char *path) {
     int fd = open(path, O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW, 0644);
-    if (fd < 0) fail_tool("cannot create %s", path);
+    if (fd < 0) fail_tool("cannot create %s: %s", path, strerror(errno));
+    stop_track(path, 0);
+    return fd;
+}
+
+static void create_folder(const char *path) {
+    if (mkdir(path, 0755)) fail_tool("cannot create %s: %s", path, strerror(errno));
+    stop_track(path, 1);
+}
+
+static void close_file(int fd, const char *path) {
+    if (fsync(fd) || close(fd)) fail_tool("cannot write %s: %s; check free space and the file size limit", path,
+                                          strerror(errno));
+}
+
+static void write_text(const char *path, const char *text, size_t len) {
+    int fd = create_file(path);
     write_all_at(fd, text, len, 0, path);
-    if (fsync(fd) || close(fd)) fail_tool("cannot write %s", path);
+    close_file(fd, path);
 }
 
 typedef struct WholePart {
@@ -237,12 +261,12 @@ static void consolidate(const Ckpt *c, const char *out) {
     if ((long long)c->m.batch * c->replicas > GPT_MAX_BATCH)
         fail_tool("%s: its global batch of %d x %d replicas rows per micro-batch is more than one part's batch takes "
                   "(%d): resume the checkpoint itself instead", out, c->m.batch, c->replicas, GPT_MAX_BATCH);
-    char step_dir[PATH_BYTES], part[PATH_BYTES + 32], path[PATH_BYTES + 32];
+    char step_dir[PATH_BYTES], part[PATH_BYTES + 32], manifest[PATH_BYTES + 32], latest_path[PATH_BYTES + 32];
     snprintf(step_dir, sizeof step_dir, "%s/step-%08ld", out, c->m.step);
-    if (mkdir(out, 0755) || mkdir(step_dir, 0755)) fail_tool("cannot create %s", step_dir);
+    create_folder(out);
+    create_folder(step_dir);
     snprintf(part, sizeof part, "%s/rank-00000.bin", step_dir);
-    int fd = open(part, O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW, 0644);
-    if (fd < 0) fail_tool("cannot create %s", part);
+    int fd = create_file(part);
     WholePart head;
     memset(&head, 0, sizeof head);
     memcpy(head.h.magic, "WBCKPT01", 8);
@@ -252,7 +276,7 @@ static void consolidate(const Ckpt *c, const char *out) {
     head.h.step = c->m.step;
     off_t off = stream_states(c, fd, part, &head);
     write_all_at(fd, &head, sizeof head, 0, part);
-    if (fsync(fd) || close(fd)) fail_tool("cannot write %s", part);
+    close_file(fd, part);
     // dp_baseline at 1 rank, with the saved run's global batch in that one rank's batch
     CkptManifest m = c->m;
     snprintf(m.stage, sizeof m.stage, "dp_baseline");
@@ -262,13 +286,15 @@ static void consolidate(const Ckpt *c, const char *out) {
     PartInfo info = {fnv1a64(&head, sizeof head, 14695981039346656037ull), (uint64_t)off};
     size_t len = 0;
     char *text = manifest_text(&m, 1, &info, &len);
-    snprintf(path, sizeof path, "%s/manifest.txt", step_dir);
-    write_text(path, text, len);
+    snprintf(manifest, sizeof manifest, "%s/manifest.txt", step_dir);
+    write_text(manifest, text, len);
     free(text);
     char latest[32];
     snprintf(latest, sizeof latest, "step-%08ld\n", m.step);
-    snprintf(path, sizeof path, "%s/latest", out);
-    write_text(path, latest, strlen(latest));
+    snprintf(latest_path, sizeof latest_path, "%s/latest", out);
+    write_text(latest_path, latest, strlen(latest));
+    const char *made[] = {out, step_dir, part, manifest, latest_path};  // all written: none goes now
+    for (int i = 0; i < 5; i++) stop_forget(made[i]);
     printf("consolidated: %s (step %ld: master, adam_m, adam_v over all %zu parameters in one part of %" PRIu64
            " bytes); resume it with --resume %s under any stage at any rank count or grid with a global batch "
            "of %d rows\n", out, m.step, m.num_params, (uint64_t)off, out, m.batch * m.grad_accum);
@@ -279,6 +305,8 @@ int main(int argc, char **argv) {
         usage(stdout);
         return 0;
     }
+    // past the file size limit a write fails (EFBIG) and is said in one line, not a kill by SIGXFSZ
+    signal(SIGXFSZ, SIG_IGN);
     int two = argc == 3, three = argc == 4;
     const char *cmd = argc > 1 ? argv[1] : "";
     if (!(two && (!strcmp(cmd, "info") || !strcmp(cmd, "verify"))) &&

@@ -5,7 +5,7 @@
 // memory does not grow with the checkpoint (a 124 MB one is streamed); a
 // missing, damaged or foreign part is refused in one line naming it, and so
 // is a manifest that does not describe its parts; no output may lie inside
-// the checkpoint read.
+// the checkpoint read, and a failed write leaves nothing behind.
 #include <sys/stat.h>
 #include <unistd.h>
 #include "runs.h"
@@ -185,6 +185,28 @@ static void test_verify_checks_what_readers_check(void **state) {
     }
 }
 
+// Issue 39 item 15: consolidate on a full disk said "cannot write" with no
+// reason and left a half-written folder that refused the rerun; export-llmc's
+// errors named --export-llmc, a flag the tool does not take.
+static void test_failed_write_says_why_and_leaves_nothing(void **state) {
+    Ctx *c = *state;
+    char cmd[CMD_LEN], ck[PATH_LEN], out[PATH_LEN];
+    snprintf(ck, sizeof ck, "%s/full-disk", c->root);
+    snprintf(out, sizeof out, "%s/full-disk-universal", c->root);
+    snprintf(cmd, sizeof cmd, "./zero2 --model tiny --steps 1 --quiet --save %s", ck);
+    run_ok(cmd, NULL);
+    // a 100 KiB file size limit stops the 416 KB part
+    snprintf(cmd, sizeof cmd, "bash -c 'ulimit -f 100; exec ./ckpt_tool consolidate %s %s'", ck, out);
+    free(expect_refusal(cmd, "rank-00000.bin: File too large"));
+    snprintf(cmd, sizeof cmd, "test ! -e %s && ./ckpt_tool consolidate %s %s && ./ckpt_tool verify %s", out, ck, out,
+             out);
+    run_ok(cmd, NULL);
+    snprintf(cmd, sizeof cmd, "./ckpt_tool export-llmc %s %s/no-such-folder/x.bin", ck, c->root);
+    char *said = expect_refusal(cmd, "ckpt_tool: error: export-llmc ");
+    if (strstr(said, "--export-llmc")) fail_msg("%s: names a flag the tool does not take:\n%s", cmd, said);
+    free(said);
+}
+
 static int group_setup(void **state) {
     if (need_paths("test_ckpt_tool", (const char *const[]){"./ckpt_tool", "./zero1", "./zero2", "./zero3",
                                                           "./dp_baseline", "./3d_parallel", NULL}))
@@ -210,6 +232,7 @@ int main(void) {
         cmocka_unit_test(test_damaged_refused),
         cmocka_unit_test(test_outputs_outside_the_checkpoint),
         cmocka_unit_test(test_verify_checks_what_readers_check),
+        cmocka_unit_test(test_failed_write_says_why_and_leaves_nothing),
     };
     return cmocka_run_group_tests(tests, group_setup, group_teardown);
 }
