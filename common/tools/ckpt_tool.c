@@ -140,6 +140,26 @@ static void grid_info(const Ckpt *c) {
     free(g);
 }
 
+// A data-parallel stage's parts: each one's range of the flat layout.
+static void flat_info(const CkptManifest *m) {
+    if (strcmp(m->stage, "dp_baseline") == 0) {
+        printf("layout: replicated, saved whole by rank 0\n  part 0: flat elements [0, %zu)\n", m->num_params);
+        for (int q = 1; q < m->ranks; q++) printf("  part %d: none\n", q);
+        return;
+    }
+    Partition p;
+    partition_init(&p, m->num_params, m->ranks, 0);
+    printf("layout: Ψ = %zu padded to %zu (a multiple of %d ranks x 64), cut into shards of %zu, zero past Ψ\n",
+           m->num_params, p.padded, m->ranks, p.shard);
+    for (int q = 0; q < m->ranks; q++) {
+        partition_init(&p, m->num_params, m->ranks, q);
+        char padding[64] = "";
+        if (p.end > p.num_params)
+            snprintf(padding, sizeof padding, " (padding from %zu)", p.begin > p.num_params ? p.begin : p.num_params);
+        printf("  part %d: flat elements [%zu, %zu)%s\n", q, p.begin, p.end, padding);
+    }
+}
+
 static void info(const Ckpt *c) {
     const CkptManifest *m = &c->m;
     printf("%s: %s at %d ranks, step %ld, data row %" PRIu64 "\n", c->step_dir, m->stage, m->ranks, m->step,
@@ -152,14 +172,7 @@ static void info(const Ckpt *c) {
         grid_info(c);
         return;
     }
-    int replicated = strcmp(m->stage, "dp_baseline") == 0;
-    Partition p;
-    partition_init(&p, m->num_params, m->ranks, 0);
-    if (replicated) printf("layout: replicated; part 0 holds flat elements [0, %zu), the others none\n", m->num_params);
-    else
-        printf("layout: Ψ = %zu padded to %zu (a multiple of %d ranks x 64), cut into shards of %zu: part q holds "
-               "flat elements [q x %zu, (q + 1) x %zu), zero past Ψ\n", m->num_params, p.padded, m->ranks, p.shard,
-               p.shard, p.shard);
+    flat_info(m);
     printf("tensors of each part: master, adam_m, adam_v (fp32) over its range, and device_params (bf16) "
            "under cpu_offload --dpu\n");
     if (strcmp(m->precision, "fp16") == 0)

@@ -207,6 +207,23 @@ static void test_failed_write_says_why_and_leaves_nothing(void **state) {
     free(said);
 }
 
+// Issue 39 item 21: info printed the formula of a part's range where the
+// README promises each part's range; at 3 ranks the last holds the padding.
+static void test_info_prints_each_part(void **state) {
+    Ctx *c = *state;
+    char cmd[CMD_LEN], ck[PATH_LEN], *out = NULL;
+    snprintf(ck, sizeof ck, "%s/info-ck", c->root);
+    snprintf(cmd, sizeof cmd, "mpirun -np 3 ./zero1 --model tiny --steps 1 --quiet --save %s && ./ckpt_tool info %s", ck,
+             ck);
+    run_ok(cmd, &out);
+    // Ψ = 34688, padded to a multiple of 3 x 64: 34752, shards of 11584
+    const char *want[] = {"  part 0: flat elements [0, 11584)\n", "  part 1: flat elements [11584, 23168)\n",
+                          "  part 2: flat elements [23168, 34752) (padding from 34688)\n"};
+    for (int i = 0; i < 3; i++)
+        if (!strstr(out, want[i])) fail_msg("%s: no line '%s':\n%s", cmd, want[i], out);
+    free(out);
+}
+
 static int group_setup(void **state) {
     if (need_paths("test_ckpt_tool", (const char *const[]){"./ckpt_tool", "./zero1", "./zero2", "./zero3",
                                                           "./dp_baseline", "./3d_parallel", NULL}))
@@ -233,6 +250,7 @@ int main(void) {
         cmocka_unit_test(test_outputs_outside_the_checkpoint),
         cmocka_unit_test(test_verify_checks_what_readers_check),
         cmocka_unit_test(test_failed_write_says_why_and_leaves_nothing),
+        cmocka_unit_test(test_info_prints_each_part),
     };
     return cmocka_run_group_tests(tests, group_setup, group_teardown);
 }
