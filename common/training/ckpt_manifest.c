@@ -71,7 +71,8 @@ static const Field FIELDS[] = {
     // bf16 saves 1; fp16 its scale, which --loss-scale and --min-loss-scale cap at 1e30
     FIELD_DOUBLE("loss_scale", loss_scale, GROUP_RUN, "loss-scale", (0, 1e30), OPEN_LO),
     FIELD("scale_last_overflow", scale_last_overflow, GROUP_RUN, NULL, (-1, TRAIN_MAX_STEPS)),  // -1: none
-    FIELD("scale_hysteresis_left", scale_hysteresis_left, GROUP_RUN, "hysteresis", (0, INT_MAX)),
+    // overflows still tolerated: at most --hysteresis; 0, which a resume reads as a fresh --hysteresis, too
+    FIELD("scale_hysteresis_left", scale_hysteresis_left, GROUP_RUN, NULL, (0, INT_MAX)),
     FIELD("skipped_steps", skipped_steps, GROUP_RUN, NULL, (0, TRAIN_MAX_STEPS)),
 };
 _Static_assert(sizeof FIELDS / sizeof FIELDS[0] <= 32, "manifest_parse marks the fields seen in 32 bits");

@@ -262,6 +262,8 @@ static void test_damaged_values_refused(void **state) {
         {"precision = fp8", "precision = fp8 is none of bf16|fp16"},
         {"seq_len = 65", "seq_len = 65 is longer than its model's context (max_seq_len = 64)"},
         {"scale_last_overflow = 10", "scale_last_overflow = 10 is not one of the 10 steps it ran"},
+        // no flag's range: --hysteresis starts at 1, the overflows left reach 0
+        {"scale_hysteresis_left = -1", "scale_hysteresis_left = -1 is outside [0, 2147483647]: it is damaged"},
     };
     for (size_t k = 0; k < sizeof cases / sizeof cases[0]; k++) {
         char key[64];
