@@ -159,6 +159,12 @@ void out_file_resolve(const char *path, char *out, size_t out_bytes) {
     snprintf(out, out_bytes, "%s/%s", strcmp(dir, "/") == 0 ? "" : dir, name);
 }
 
+int out_path_within(const char *path, const char *folder) {
+    size_t n = strlen(folder);
+    if (n > 1 && folder[n - 1] == '/') n--;  // "/" itself: any absolute path
+    return strncmp(path, folder, n) == 0 && (path[n] == 0 || path[n] == '/' || (n == 1 && folder[0] == '/'));
+}
+
 int out_folder_lock(const char *flag, const char *dir, int *lock_fd, char *err, size_t err_len) {
     char path[PATH_BYTES];
     *lock_fd = -1;

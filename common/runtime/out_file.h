@@ -52,6 +52,10 @@ int out_file_commit(const char *tmp, const char *path);
 // the path as given when its folder cannot be resolved.
 void out_file_resolve(const char *path, char *out, size_t out_bytes);
 
+// Whether `path` is the folder `folder` or lies inside it (both resolved,
+// as out_file_resolve or realpath give them).
+int out_path_within(const char *path, const char *folder);
+
 // Opens and locks DIR/lock for as long as *lock_fd stays open (flock, not
 // blocking), noting "process P on HOST" in it for a refused run's message.
 // The lock file is opened without following a link and must be a regular

@@ -18,11 +18,13 @@ extern char *program_invocation_short_name;
 typedef struct Tracked {
     char path[PATH_BYTES];
     int is_folder;
+    unsigned long order;         // when it was added: a folder made inside another goes first
     volatile sig_atomic_t used;  // set last, cleared first: the handler sees whole entries
 } Tracked;
 
 static struct {
     Tracked tracked[STOP_MAX_PATHS];
+    unsigned long added;
     volatile long step;
     // two copies of the checkpoint's words, so that one is whole while the other is written
     char checkpoint[2][NOTE_BYTES];
@@ -39,6 +41,7 @@ void stop_track(const char *path, int is_folder) {
         if (e->used) continue;
         snprintf(e->path, sizeof e->path, "%s", path);
         e->is_folder = is_folder;
+        e->order = ++g_stop.added;
         e->used = 1;
         return;
     }
@@ -51,13 +54,21 @@ void stop_forget(const char *path) {
 }
 
 void stop_remove_files(void) {
-    for (int pass = 0; pass < 2; pass++)  // files, then the folders they were in
+    for (int i = 0; i < STOP_MAX_PATHS; i++) {  // files, then the folders they were in
+        Tracked *e = &g_stop.tracked[i];
+        if (e->used && !e->is_folder && (unlink(e->path) == 0 || errno == ENOENT)) e->used = 0;
+    }
+    // folders the latest added first, so that one made inside another is empty when its turn comes
+    for (unsigned long before = (unsigned long)-1;;) {
+        Tracked *latest = NULL;
         for (int i = 0; i < STOP_MAX_PATHS; i++) {
             Tracked *e = &g_stop.tracked[i];
-            if (!e->used || e->is_folder != pass) continue;
-            int rc = pass ? rmdir(e->path) : unlink(e->path);
-            if (rc == 0 || errno == ENOENT) e->used = 0;
+            if (e->used && e->is_folder && e->order < before && (!latest || e->order > latest->order)) latest = e;
         }
+        if (!latest) return;
+        before = latest->order;
+        if (rmdir(latest->path) == 0 || errno == ENOENT) latest->used = 0;
+    }
 }
 
 void stop_note_step(long step) { g_stop.step = step; }

@@ -12,6 +12,8 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <inttypes.h>
+#include <signal.h>
+#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -22,7 +24,9 @@
 #include "ckpt_manifest.h"
 #include "gpt_grid.h"
 #include "llmc.h"
+#include "out_file.h"
 #include "states.h"
+#include "stop.h"
 
 #define PATH_BYTES 4096
 #define CHUNK_ELEMS ((size_t)1 << 20)  // elements read and written at a time
@@ -52,11 +56,38 @@ typedef struct Ckpt {
     CkptSource *src;  // the parts, mapped once
 } Ckpt;
 
-static void fail_tool(const char *fmt, const char *arg) {
+// One line and exit 2; what the tool made of an output goes first
+// (consolidate's files are tracked: stop.h), so a rerun finds no half of it.
+__attribute__((noreturn, format(printf, 1, 2))) static void fail_tool(const char *fmt, ...) {
+    stop_remove_files();
+    va_list ap;
+    va_start(ap, fmt);
     fprintf(stderr, "ckpt_tool: error: ");
-    fprintf(stderr, fmt, arg);
+    vfprintf(stderr, fmt, ap);
     fputc('\n', stderr);
+    va_end(ap);
     exit(2);
+}
+
+// What a read of the parts relies on beyond the manifest's own checks
+// (manifest_parse): a stage this build knows, a grid line exactly where the
+// stage keeps a grid, and the model shape's Ψ (the parts' cut is computed
+// from it). Then verify refuses what export, consolidate and a resume refuse.
+static void check_stage_and_model(const char *dir, const CkptManifest *m) {
+    const char *fix = "it is damaged; use an earlier step folder or start fresh";
+    if (!ckpt_known_stage(m->stage))
+        fail_tool("checkpoint %s: manifest.txt's stage %s is none of dp_baseline, zero1, zero2, zero3, cpu_offload, "
+                  "infinity, 3d_parallel: %s", dir, m->stage, fix);
+    int gridded = strcmp(m->stage, "3d_parallel") == 0;
+    if (gridded != (m->grid[0] != 0))
+        fail_tool("checkpoint %s: manifest.txt has %s grid line for stage %s, which %s: %s", dir,
+                  m->grid[0] ? "a" : "no", m->stage, gridded ? "saves one" : "has no grid", fix);
+    GPTLayout whole;
+    gpt_layout(&whole, &m->cfg);
+    if (!gridded && whole.num_params != m->num_params)
+        fail_tool("checkpoint %s: manifest.txt's num_params = %zu, but its model (L=%d C=%d H=%d V=%d T=%d) has %zu "
+                  "parameters: %s", dir, m->num_params, m->cfg.num_layers, m->cfg.channels, m->cfg.num_heads,
+                  m->cfg.vocab_size, m->cfg.max_seq_len, whole.num_params, fix);
 }
 
 static void open_ckpt(const char *dir, Ckpt *c) {
@@ -68,16 +99,27 @@ static void open_ckpt(const char *dir, Ckpt *c) {
     int bad = manifest_parse(copy, dir, -1, &c->m, NULL, msg);
     free(copy);
     if (bad) fail_tool("%s", msg);
+    check_stage_and_model(dir, &c->m);
     c->replicas = c->m.ranks;
     int T, P;
-    if (c->m.grid[0] && (grid_parse(c->m.grid, &T, &P, &c->replicas) || (long long)T * P * c->replicas != c->m.ranks))
-        fail_tool("%s: manifest.txt's grid line is damaged; use an earlier step folder", dir);
-    if (c->m.grid[0]) {
+    if (c->m.grid[0]) {  // manifest_parse checked it against the ranks
+        grid_parse(c->m.grid, &T, &P, &c->replicas);
         GPTLayout whole;
         gpt_layout(&whole, &c->m.cfg);
         c->m.num_params = whole.num_params;
     }
     c->src = ckpt_source_open(c->step_dir, c->text, &c->m);
+}
+
+// An output inside the checkpoint folder the tool reads (a part, the
+// manifest, `latest`, a step folder a later save would meet) would write
+// over it: refused, as a trainer's outputs inside its --save folder are.
+static void check_output_outside(const char *cmd, const char *ckpt, const char *out) {
+    char root[PATH_BYTES], resolved[PATH_BYTES];
+    ckpt_root(ckpt, root, sizeof root);
+    out_file_resolve(out, resolved, sizeof resolved);
+    if (out_path_within(resolved, root))
+        fail_tool("%s %s is inside the checkpoint folder it reads (%s); give it a path of its own", cmd, out, root);
 }
 
 // A grid's parts: what part q holds (gpt_grid.h).
@@ -98,6 +140,26 @@ static void grid_info(const Ckpt *c) {
     free(g);
 }
 
+// A data-parallel stage's parts: each one's range of the flat layout.
+static void flat_info(const CkptManifest *m) {
+    if (strcmp(m->stage, "dp_baseline") == 0) {
+        printf("layout: replicated, saved whole by rank 0\n  part 0: flat elements [0, %zu)\n", m->num_params);
+        for (int q = 1; q < m->ranks; q++) printf("  part %d: none\n", q);
+        return;
+    }
+    Partition p;
+    partition_init(&p, m->num_params, m->ranks, 0);
+    printf("layout: Ψ = %zu padded to %zu (a multiple of %d ranks x 64), cut into shards of %zu, zero past Ψ\n",
+           m->num_params, p.padded, m->ranks, p.shard);
+    for (int q = 0; q < m->ranks; q++) {
+        partition_init(&p, m->num_params, m->ranks, q);
+        char padding[64] = "";
+        if (p.end > p.num_params)
+            snprintf(padding, sizeof padding, " (padding from %zu)", p.begin > p.num_params ? p.begin : p.num_params);
+        printf("  part %d: flat elements [%zu, %zu)%s\n", q, p.begin, p.end, padding);
+    }
+}
+
 static void info(const Ckpt *c) {
     const CkptManifest *m = &c->m;
     printf("%s: %s at %d ranks, step %ld, data row %" PRIu64 "\n", c->step_dir, m->stage, m->ranks, m->step,
@@ -110,14 +172,7 @@ static void info(const Ckpt *c) {
         grid_info(c);
         return;
     }
-    int replicated = strcmp(m->stage, "dp_baseline") == 0;
-    Partition p;
-    partition_init(&p, m->num_params, m->ranks, 0);
-    if (replicated) printf("layout: replicated; part 0 holds flat elements [0, %zu), the others none\n", m->num_params);
-    else
-        printf("layout: Ψ = %zu padded to %zu (a multiple of %d ranks x 64), cut into shards of %zu: part q holds "
-               "flat elements [q x %zu, (q + 1) x %zu), zero past Ψ\n", m->num_params, p.padded, m->ranks, p.shard,
-               p.shard, p.shard);
+    flat_info(m);
     printf("tensors of each part: master, adam_m, adam_v (fp32) over its range, and device_params (bf16) "
            "under cpu_offload --dpu\n");
     if (strcmp(m->precision, "fp16") == 0)
@@ -140,7 +195,7 @@ static void export_llmc(const Ckpt *c, const char *out) {
     CHECK(l.num_params == c->m.num_params, "the manifest's model shape gives %zu parameters, its num_params %zu",
           l.num_params, c->m.num_params);
     char err[1024];
-    if (llmc_write_from(out, &l, from_checkpoint, (void *)c, err, sizeof err)) fail_tool("%s", err);
+    if (llmc_write_from(out, "export-llmc", &l, from_checkpoint, (void *)c, err, sizeof err)) fail_tool("%s", err);
     printf("exported: %s (llm.c version 3, fp32 master weights of step %ld, %zu parameters)\n", out, c->m.step,
            c->m.num_params);
 }
@@ -149,16 +204,35 @@ static void write_all_at(int fd, const void *p, size_t n, off_t off, const char 
     for (size_t done = 0; done < n;) {
         ssize_t w = pwrite(fd, (const char *)p + done, n - done, off + (off_t)done);
         if (w < 0 && errno == EINTR) continue;
-        if (w <= 0) fail_tool("cannot write %s", path);
+        if (w <= 0) fail_tool("cannot write %s: %s; check free space and the file size limit", path,
+                              w < 0 ? strerror(errno) : "nothing written");
         done += (size_t)w;
     }
 }
 
-static void write_text(const char *path, const char *text, size_t len) {
+// A new file or folder of the consolidated checkpoint: tracked until the
+// whole is written, so that a failure removes it (fail_tool).
+static int create_file(const char *path) {
     int fd = open(path, O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW, 0644);
-    if (fd < 0) fail_tool("cannot create %s", path);
+    if (fd < 0) fail_tool("cannot create %s: %s", path, strerror(errno));
+    stop_track(path, 0);
+    return fd;
+}
+
+static void create_folder(const char *path) {
+    if (mkdir(path, 0755)) fail_tool("cannot create %s: %s", path, strerror(errno));
+    stop_track(path, 1);
+}
+
+static void close_file(int fd, const char *path) {
+    if (fsync(fd) || close(fd)) fail_tool("cannot write %s: %s; check free space and the file size limit", path,
+                                          strerror(errno));
+}
+
+static void write_text(const char *path, const char *text, size_t len) {
+    int fd = create_file(path);
     write_all_at(fd, text, len, 0, path);
-    if (fsync(fd) || close(fd)) fail_tool("cannot write %s", path);
+    close_file(fd, path);
 }
 
 typedef struct WholePart {
@@ -197,12 +271,15 @@ static void consolidate(const Ckpt *c, const char *out) {
     struct stat st;
     if (lstat(out, &st) == 0) fail_tool("%s exists; give a new folder", out);
     if (strlen(out) > PATH_BYTES - 64) fail_tool("%s: the folder's name is too long", out);
-    char step_dir[PATH_BYTES], part[PATH_BYTES + 32], path[PATH_BYTES + 32];
+    if ((long long)c->m.batch * c->replicas > GPT_MAX_BATCH)
+        fail_tool("%s: its global batch of %d x %d replicas rows per micro-batch is more than one part's batch takes "
+                  "(%d): resume the checkpoint itself instead", out, c->m.batch, c->replicas, GPT_MAX_BATCH);
+    char step_dir[PATH_BYTES], part[PATH_BYTES + 32], manifest[PATH_BYTES + 32], latest_path[PATH_BYTES + 32];
     snprintf(step_dir, sizeof step_dir, "%s/step-%08ld", out, c->m.step);
-    if (mkdir(out, 0755) || mkdir(step_dir, 0755)) fail_tool("cannot create %s", step_dir);
+    create_folder(out);
+    create_folder(step_dir);
     snprintf(part, sizeof part, "%s/rank-00000.bin", step_dir);
-    int fd = open(part, O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW, 0644);
-    if (fd < 0) fail_tool("cannot create %s", part);
+    int fd = create_file(part);
     WholePart head;
     memset(&head, 0, sizeof head);
     memcpy(head.h.magic, "WBCKPT01", 8);
@@ -212,7 +289,7 @@ static void consolidate(const Ckpt *c, const char *out) {
     head.h.step = c->m.step;
     off_t off = stream_states(c, fd, part, &head);
     write_all_at(fd, &head, sizeof head, 0, part);
-    if (fsync(fd) || close(fd)) fail_tool("cannot write %s", part);
+    close_file(fd, part);
     // dp_baseline at 1 rank, with the saved run's global batch in that one rank's batch
     CkptManifest m = c->m;
     snprintf(m.stage, sizeof m.stage, "dp_baseline");
@@ -222,13 +299,15 @@ static void consolidate(const Ckpt *c, const char *out) {
     PartInfo info = {fnv1a64(&head, sizeof head, 14695981039346656037ull), (uint64_t)off};
     size_t len = 0;
     char *text = manifest_text(&m, 1, &info, &len);
-    snprintf(path, sizeof path, "%s/manifest.txt", step_dir);
-    write_text(path, text, len);
+    snprintf(manifest, sizeof manifest, "%s/manifest.txt", step_dir);
+    write_text(manifest, text, len);
     free(text);
     char latest[32];
     snprintf(latest, sizeof latest, "step-%08ld\n", m.step);
-    snprintf(path, sizeof path, "%s/latest", out);
-    write_text(path, latest, strlen(latest));
+    snprintf(latest_path, sizeof latest_path, "%s/latest", out);
+    write_text(latest_path, latest, strlen(latest));
+    const char *made[] = {out, step_dir, part, manifest, latest_path};  // all written: none goes now
+    for (int i = 0; i < 5; i++) stop_forget(made[i]);
     printf("consolidated: %s (step %ld: master, adam_m, adam_v over all %zu parameters in one part of %" PRIu64
            " bytes); resume it with --resume %s under any stage at any rank count or grid with a global batch "
            "of %d rows\n", out, m.step, m.num_params, (uint64_t)off, out, m.batch * m.grad_accum);
@@ -239,6 +318,8 @@ int main(int argc, char **argv) {
         usage(stdout);
         return 0;
     }
+    // past the file size limit a write fails (EFBIG) and is said in one line, not a kill by SIGXFSZ
+    signal(SIGXFSZ, SIG_IGN);
     int two = argc == 3, three = argc == 4;
     const char *cmd = argc > 1 ? argv[1] : "";
     if (!(two && (!strcmp(cmd, "info") || !strcmp(cmd, "verify"))) &&
@@ -248,6 +329,7 @@ int main(int argc, char **argv) {
     }
     Ckpt c;
     open_ckpt(argv[2], &c);
+    if (three) check_output_outside(cmd, argv[2], argv[3]);
     if (!strcmp(cmd, "info")) info(&c);
     if (!strcmp(cmd, "verify")) {
         char msg[MSG_BYTES] = "";

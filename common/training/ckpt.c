@@ -6,7 +6,7 @@
 // and entries: they hold every tensor's checksum, so it covers the whole file
 // while the data is hashed only once.
 //
-// Every step that can fail on some ranks ends in agree(): all ranks learn
+// Every step that can fail on some ranks ends in ckpt_agree(): all ranks learn
 // whether any failed, and all return the message of the lowest failing rank.
 #include "ckpt.h"
 #include <errno.h>
@@ -23,14 +23,12 @@
 #include <unistd.h>
 #include "check.h"
 #include "ckpt_manifest.h"
-#include "out_file.h"
-#include "stop.h"
 
-#define PART_MAGIC "WBCKPT01"
-#define PART_VERSION 1
+#define PART_MAGIC CKPT_PART_MAGIC
+#define PART_VERSION CKPT_PART_VERSION
 #define NAME_BYTES CKPT_NAME_BYTES
-#define PATH_BYTES 4096
-#define DIR_MAX_LEN (PATH_BYTES - 128)  // room for "/step-N/rank-N.bin.tmp" under DIR
+#define PATH_BYTES CKPT_PATH_BYTES
+#define DIR_MAX_LEN (PATH_BYTES - 128)  // room for "/step-N.partial/rank-N.bin.tmp" under DIR
 #define FNV_OFFSET 14695981039346656037ull  // FNV-1a 64 offset basis, 0xcbf29ce484222325
 #define FNV_PRIME 1099511628211ull
 
@@ -54,189 +52,22 @@ int ckpt_msgf(char *msg, const char *fmt, ...) {
     return 1;
 }
 
-// Paths under DIR: they fit, as DIR is at most DIR_MAX_LEN long (dir_too_long).
-__attribute__((format(printf, 2, 3))) static void pathf(char *out, const char *fmt, ...) {
+void ckpt_pathf(char *out, const char *fmt, ...) {
     va_list ap;
     va_start(ap, fmt);
     vsnprintf(out, PATH_BYTES, fmt, ap);
     va_end(ap);
 }
 
-static int dir_too_long(const char *dir, char *msg) {
+int ckpt_dir_too_long(const char *dir, char *msg) {
     if (strlen(dir) <= DIR_MAX_LEN) return 0;
     return ckpt_msgf(msg, "checkpoint folder name is %zu characters long; give one of at most %d",
                 strlen(dir), DIR_MAX_LEN);
 }
 
-// All ranks: 0 when no rank failed, else 1 with the lowest failing rank's msg in err.
-static int agree(Comm *world, int failed, char *msg, char *err, size_t err_len) {
+int ckpt_agree(Comm *world, int failed, char *msg, char *err, size_t err_len) {
     if (comm_first_failure(world, failed, msg, MSG_BYTES) < 0) return 0;
     snprintf(err, err_len, "%s", msg);
-    return 1;
-}
-
-// ---- writing ---------------------------------------------------------------
-
-static int mkdir_one(const char *path, char *msg) {
-    struct stat st;
-    if (mkdir(path, 0755) == 0) return 0;
-    if (errno == EEXIST && stat(path, &st) == 0 && S_ISDIR(st.st_mode)) return 0;
-    if (errno == EEXIST) errno = ENOTDIR;
-    return ckpt_msgf(msg, "cannot create checkpoint folder %s: %s; choose a folder this job can write",
-                path, strerror(errno));
-}
-
-static int mkdir_p(const char *path, char *msg) {
-    char buf[PATH_BYTES];
-    pathf(buf, "%s", path);
-    for (char *p = buf + 1; *p; p++) {
-        if (*p != '/') continue;
-        *p = 0;
-        int rc = mkdir_one(buf, msg);
-        *p = '/';
-        if (rc) return rc;
-    }
-    return mkdir_one(buf, msg);
-}
-
-static int fsync_dir(const char *dir, char *msg) {
-    int fd = open(dir, O_RDONLY | O_DIRECTORY), bad = fd < 0 || fsync(fd) != 0;
-    if (bad) ckpt_msgf(msg, "cannot sync checkpoint folder %s: %s", dir, strerror(errno));
-    if (fd >= 0) close(fd);
-    return bad;
-}
-
-static int write_all(int fd, const void *data, size_t bytes) {
-    const char *p = data;
-    while (bytes > 0) {
-        ssize_t w = write(fd, p, bytes > (1u << 30) ? (1u << 30) : bytes);
-        if (w < 0 && errno == EINTR) continue;
-        if (w <= 0) return 1;
-        p += w;
-        bytes -= (size_t)w;
-    }
-    return 0;
-}
-
-// dir/name written as dir/name.tmp, fsynced, renamed over dir/name, and the
-// rename made durable by fsyncing dir: a crash leaves the old file or the new.
-static int write_atomic(const char *dir, const char *name, const void *const *chunk,
-                        const size_t *bytes, int nchunks, char *msg) {
-    char tmp[PATH_BYTES], final[PATH_BYTES];
-    pathf(tmp, "%s/%s.tmp", dir, name);
-    pathf(final, "%s/%s", dir, name);
-    // a temporary file left by a killed run is removed (a link, not its
-    // target), and the new one is created: never a file someone put there
-    unlink(tmp);
-    int fd = open(tmp, O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0644), bad = fd < 0;
-    if (!bad) stop_track(tmp, 0);  // a signal mid-write leaves no temporary file
-    for (int i = 0; i < nchunks && !bad; i++) bad = write_all(fd, chunk[i], bytes[i]);
-    if (!bad) bad = fsync(fd) != 0;
-    if (fd >= 0 && close(fd) != 0) bad = 1;
-    if (!bad) bad = rename(tmp, final) != 0;
-    if (bad) {
-        int why = errno;
-        unlink(tmp);  // a failed save leaves no temporary file behind
-        stop_forget(tmp);
-        return ckpt_msgf(msg, "cannot write checkpoint %s: %s; check the folder, free space and file size limit",
-                    final, strerror(why));
-    }
-    stop_forget(tmp);
-    return fsync_dir(dir, msg);
-}
-
-static int write_part(Comm *world, const char *step_dir, long step, const CkptTensor *t, int n,
-                      PartInfo *info, char *msg) {
-    size_t head_bytes = sizeof(PartHeader) + (size_t)n * sizeof(PartEntry);
-    PartHeader *ph = xcalloc(1, head_bytes);
-    PartEntry *pe = (PartEntry *)(ph + 1);
-    memcpy(ph->magic, PART_MAGIC, sizeof ph->magic);
-    ph->version = PART_VERSION;
-    ph->rank = world->rank;
-    ph->ranks = world->size;
-    ph->ntensors = (uint32_t)n;
-    ph->step = step;
-    const void **chunk = xmalloc((size_t)(n + 1) * sizeof(void *));
-    size_t *bytes = xmalloc((size_t)(n + 1) * sizeof(size_t));
-    chunk[0] = ph;
-    bytes[0] = head_bytes;
-    info->bytes = head_bytes;
-    for (int i = 0; i < n; i++) {
-        CHECK(strlen(t[i].name) < NAME_BYTES, "checkpoint tensor name '%s' is longer than %d",
-              t[i].name, NAME_BYTES - 1);
-        strcpy(pe[i].name, t[i].name);
-        pe[i].bytes = t[i].bytes;
-        pe[i].checksum = fnv1a64(t[i].host, t[i].bytes, FNV_OFFSET);
-        chunk[i + 1] = t[i].host;
-        bytes[i + 1] = t[i].bytes;
-        info->bytes += t[i].bytes;
-    }
-    info->checksum = fnv1a64(ph, head_bytes, FNV_OFFSET);
-    char name[32];
-    snprintf(name, sizeof name, "rank-%05d.bin", world->rank);
-    int rc = write_atomic(step_dir, name, chunk, bytes, n + 1, msg);
-    free(chunk);
-    free(bytes);
-    free(ph);
-    return rc;
-}
-
-int ckpt_lock(const char *dir, int *lock_fd, char *err, size_t err_len) {
-    char msg[MSG_BYTES] = "";
-    *lock_fd = -1;
-    if (dir_too_long(dir, msg) || mkdir_p(dir, msg)) return snprintf(err, err_len, "%s", msg), 1;
-    return out_folder_lock("--save", dir, lock_fd, err, err_len);
-}
-
-// Rank 0, after every part is in place: the manifest, then `latest` (the commit).
-static int commit(const char *dir, const char *step_dir, const CkptManifest *m, int ranks,
-                  const PartInfo *parts, char *msg) {
-    size_t len = 0;
-    char *text = manifest_text(m, ranks, parts, &len);
-    char latest[32];
-    snprintf(latest, sizeof latest, "step-%08ld\n", m->step);
-    int rc = write_atomic(step_dir, "manifest.txt", (const void *[]){text}, &len, 1, msg);
-    if (!rc)
-        rc = write_atomic(dir, "latest", (const void *[]){latest}, (size_t[]){strlen(latest)}, 1,
-                          msg);
-    free(text);
-    return rc;
-}
-
-// Rank 0, after a failed save into a step folder that the save created: the
-// parts other ranks did write go, then the folder, so that only complete
-// checkpoints stay on disk. (`latest` never named it.)
-static void discard_step(const char *step_dir, int ranks) {
-    char path[PATH_BYTES];
-    for (int r = 0; r < ranks; r++) {
-        pathf(path, "%s/rank-%05d.bin", step_dir, r);
-        unlink(path);
-    }
-    pathf(path, "%s/manifest.txt", step_dir);
-    unlink(path);
-    rmdir(step_dir);
-}
-
-int ckpt_save(Comm *world, const char *dir, const CkptManifest *m, const CkptTensor *t, int n,
-              char *err, size_t err_len) {
-    char msg[MSG_BYTES] = "", step_dir[PATH_BYTES];
-    pathf(step_dir, "%s/step-%08ld", dir, m->step);
-    struct stat st;
-    int failed = world->rank == 0 && (dir_too_long(dir, msg) || mkdir_p(dir, msg));
-    int new_step = world->rank == 0 && !failed && stat(step_dir, &st) != 0;
-    failed = failed || (world->rank == 0 && mkdir_p(step_dir, msg));
-    if (agree(world, failed, msg, err, err_len)) return 1;
-
-    PartInfo mine = {0, 0};
-    failed = write_part(world, step_dir, m->step, t, n, &mine, msg);
-    if (!agree(world, failed, msg, err, err_len)) {
-        PartInfo *parts = world->rank == 0 ? xmalloc((size_t)world->size * sizeof(PartInfo)) : NULL;
-        mpiCheck(MPI_Gather(&mine, 2, MPI_UINT64_T, parts, 2, MPI_UINT64_T, 0, world->mpi));
-        failed = world->rank == 0 && commit(dir, step_dir, m, world->size, parts, msg);
-        free(parts);
-        if (!agree(world, failed, msg, err, err_len)) return 0;
-    }
-    if (new_step) discard_step(step_dir, world->size);
     return 1;
 }
 
@@ -255,10 +86,29 @@ static char *read_text(const char *path, long *len) {
     return text;
 }
 
+static int holds_latest(const char *folder) {
+    char path[PATH_BYTES];
+    ckpt_pathf(path, "%s/latest", folder);
+    return access(path, F_OK) == 0;
+}
+
+void ckpt_root(const char *dir, char *out, size_t n) {
+    char real[PATH_MAX], parent[PATH_MAX];
+    if (!realpath(dir, real)) {
+        snprintf(out, n, "%s", dir);
+        return;
+    }
+    snprintf(out, n, "%s", real);
+    char *slash = strrchr(real, '/');
+    if (holds_latest(real) || !slash || strncmp(slash + 1, "step-", 5) != 0) return;
+    snprintf(parent, sizeof parent, "%.*s", slash == real ? 1 : (int)(slash - real), real);
+    if (holds_latest(parent)) snprintf(out, n, "%s", parent);
+}
+
 // Rank 0: DIR/latest names the step folder; without it DIR must be one.
 int ckpt_find_manifest(const char *dir, char *step_dir, char **text, long *len, char *msg) {
     char path[PATH_BYTES], name[64] = "";
-    pathf(path, "%s/latest", dir);
+    ckpt_pathf(path, "%s/latest", dir);
     FILE *f = fopen(path, "r");
     int have_latest = f != NULL;
     if (f) {
@@ -267,11 +117,11 @@ int ckpt_find_manifest(const char *dir, char *step_dir, char **text, long *len, 
         if (!ok)
             return ckpt_msgf(msg, "checkpoint %s/latest is damaged (it should name a step folder); "
                         "give one of the step folders instead", dir);
-        pathf(step_dir, "%s/%s", dir, name);
+        ckpt_pathf(step_dir, "%s/%s", dir, name);
     } else {
-        pathf(step_dir, "%s", dir);
+        ckpt_pathf(step_dir, "%s", dir);
     }
-    pathf(path, "%s/manifest.txt", step_dir);
+    ckpt_pathf(path, "%s/manifest.txt", step_dir);
     *text = read_text(path, len);
     if (*text) return 0;
     if (!have_latest)
@@ -374,8 +224,8 @@ int ckpt_load(Comm *world, const char *dir, const CkptManifest *expect, CkptMani
     char *text = NULL;
     long len = 0;
     int failed = world->rank == 0 &&
-                 (dir_too_long(dir, msg) || ckpt_find_manifest(dir, step_dir, &text, &len, msg));
-    if (agree(world, failed, msg, err, err_len)) return 1;
+                 (ckpt_dir_too_long(dir, msg) || ckpt_find_manifest(dir, step_dir, &text, &len, msg));
+    if (ckpt_agree(world, failed, msg, err, err_len)) return 1;
 
     // rank 0 read the manifest; every rank parses the same text
     mpiCheck(MPI_Bcast(step_dir, PATH_BYTES, MPI_CHAR, 0, world->mpi));
@@ -396,18 +246,18 @@ int ckpt_load(Comm *world, const char *dir, const CkptManifest *expect, CkptMani
     free(parsed);
     if (got) *got = m;
     if (info) memset(info, 0, sizeof *info);
-    if (agree(world, failed, msg, err, err_len)) {
+    if (ckpt_agree(world, failed, msg, err, err_len)) {
         free(text);
         return 1;
     }
     if (reshard) {
         failed = ckpt_reshard_read(world, step_dir, text, &m, t, n, info, msg);
     } else {
-        pathf(part, "%s/rank-%05d.bin", step_dir, world->rank);
+        ckpt_pathf(part, "%s/rank-%05d.bin", step_dir, world->rank);
         failed = load_part(part, &mine, world, m.step, t, n, msg);
     }
     free(text);
-    return agree(world, failed, msg, err, err_len);
+    return ckpt_agree(world, failed, msg, err, err_len);
 }
 
 int manifest_part(const char *text, int q, PartInfo *out) {

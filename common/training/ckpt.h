@@ -2,10 +2,12 @@
 // records stage, ranks, step, data position and RNG state. Layout:
 //   DIR/step-00000010/rank-00000.bin ... manifest.txt
 //   DIR/latest           (text: the name of the newest complete step folder)
-// Every file is written to a temp name, fsynced and renamed; `latest` moves
-// only after every rank's part and the manifest are in place, so an
-// interrupted save never replaces the last good checkpoint. Each part carries
-// a header and a checksum (FNV-1a 64) that the manifest repeats.
+// A save writes its parts and manifest into DIR/step-00000010.partial (each
+// file to a temp name, fsynced and renamed), renames that folder to its step
+// folder once all are in, and then moves `latest` (ckpt_save.c). So a step
+// folder on disk is always complete, a save never writes into one, and a
+// failed or interrupted save leaves every earlier checkpoint as it was. Each
+// part carries a header and a checksum (FNV-1a 64) that the manifest repeats.
 #pragma once
 #include <stddef.h>
 #include <stdint.h>
@@ -80,8 +82,9 @@ typedef struct CkptLoadInfo {
 } CkptLoadInfo;
 
 // Collective over `world`. Returns 0, or nonzero with the same one-line
-// message on every rank (e.g. the folder cannot be written); the previous
-// checkpoint stays the latest.
+// message on every rank (e.g. the folder cannot be written, or DIR already
+// holds a step folder of m->step, which is never replaced); on failure no
+// file of an earlier checkpoint, nor `latest`, has changed.
 int ckpt_save(Comm *world, const char *dir, const CkptManifest *m, const CkptTensor *t, int n,
               char *err, size_t err_len);
 // Collective. Reads DIR/latest (or DIR itself if it is a step folder). Checks
@@ -102,6 +105,11 @@ int ckpt_reshard_read(Comm *world, const char *step_dir, const char *manifest, c
 // counted from begin, sorted by `whole` (malloc'd; *nruns of them).
 CkptRun *ckpt_runs_of(size_t (*whole)(const void *ctx, size_t s), const void *ctx, size_t begin, size_t n,
                       size_t *nruns);
+// The checkpoint folder that DIR (a --resume or ckpt_tool argument) reads,
+// resolved (realpath): DIR, or its parent when DIR is a step folder of a
+// folder holding `latest` (a --save folder). No output may lie inside it.
+// DIR as given where it cannot be resolved.
+void ckpt_root(const char *dir, char *out, size_t n);
 // One rank, before a run's first save: creates DIR (and its parents) and
 // locks it for as long as *lock_fd stays open (flock on DIR/lock, which
 // names the holder), so that two runs cannot mix their parts in one folder.

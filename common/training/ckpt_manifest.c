@@ -3,65 +3,77 @@
 #include "ckpt_manifest.h"
 #include "gpt_grid.h"
 #include <errno.h>
+#include <float.h>
 #include <inttypes.h>
 #include <limits.h>
 #include <math.h>
+#include <stdarg.h>
 #include <stddef.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include "check.h"
+#include "train_limits.h"
 
 // The manifest's numeric lines. int fields are signed; 8-byte ones (long,
 // uint64_t, size_t on LP64) unsigned; doubles are written with 17 significant
 // digits, which read back to the same double. The group says what a mismatch means.
 // GROUP_MATH: the settings of the update, which a resume may change (a
 // note); GROUP_DATA: the data's identity, which it may not.
+// Each field is read within [lo, hi] (OPEN_LO, OPEN_HI: that bound
+// excluded): the range of the flag that sets it (trainer_flags.c), so that a
+// damaged manifest is refused rather than trusted (a negative learning rate
+// from skipped_steps past the step, a loss scale no flag allows).
 enum { GROUP_RUN, GROUP_MODEL, GROUP_BATCH, GROUP_DATA, GROUP_MATH };
+enum { OPEN_LO = 1, OPEN_HI = 2 };
 typedef struct Field {
     const char *key;
     size_t off, size;
     int group, is_double;
-    const char *flag;  // GROUP_MATH: the flag that sets it
+    const char *flag;  // the flag that sets it (a GROUP_MATH change is noted by it)
+    double lo, hi;
+    int open;
 } Field;
-#define FIELD(key, member, group) \
-    {key, offsetof(CkptManifest, member), sizeof(((CkptManifest *)0)->member), group, 0, NULL}
-#define FIELD_MATH(key, member, flag) \
-    {key, offsetof(CkptManifest, member), sizeof(((CkptManifest *)0)->member), GROUP_MATH, 0, flag}
-#define FIELD_DOUBLE(key, member, flag) {key, offsetof(CkptManifest, member), sizeof(double), GROUP_MATH, 1, flag}
-#define FIELD_RUN_DOUBLE(key, member) {key, offsetof(CkptManifest, member), sizeof(double), GROUP_RUN, 1, NULL}
+#define ANY 0, INFINITY  // a count or checksum: any value of its type
+#define RANGE(...) __VA_ARGS__  // (lo, hi) without its parentheses
+#define FIELD(key, member, group, flag, lo_hi) \
+    {key, offsetof(CkptManifest, member), sizeof(((CkptManifest *)0)->member), group, 0, flag, RANGE lo_hi, 0}
+#define FIELD_DOUBLE(key, member, group, flag, lo_hi, open) \
+    {key, offsetof(CkptManifest, member), sizeof(double), group, 1, flag, RANGE lo_hi, open}
 static const Field FIELDS[] = {
-    FIELD("ranks", ranks, GROUP_RUN),
-    FIELD("step", step, GROUP_RUN),
-    FIELD("data_rows", data_rows, GROUP_RUN),
-    FIELD("seed", seed, GROUP_RUN),
-    FIELD("rng_state", rng_state, GROUP_RUN),
-    FIELD("max_seq_len", cfg.max_seq_len, GROUP_MODEL),
-    FIELD("vocab_size", cfg.vocab_size, GROUP_MODEL),
-    FIELD("num_layers", cfg.num_layers, GROUP_MODEL),
-    FIELD("num_heads", cfg.num_heads, GROUP_MODEL),
-    FIELD("channels", cfg.channels, GROUP_MODEL),
-    FIELD("num_params", num_params, GROUP_MODEL),
-    FIELD("batch", batch, GROUP_BATCH),
-    FIELD("seq_len", seq_len, GROUP_BATCH),
-    FIELD("grad_accum", grad_accum, GROUP_BATCH),
-    FIELD_MATH("total_steps", total_steps, "steps"),
-    FIELD_MATH("warmup", warmup, "warmup"),
-    FIELD_DOUBLE("lr", lr, "lr"),
-    FIELD("data_tokens", data_tokens, GROUP_DATA),
-    FIELD("data_checksum", data_checksum, GROUP_DATA),
-    FIELD_DOUBLE("grad_clip", grad_clip, "grad-clip"),
-    FIELD_DOUBLE("weight_decay", weight_decay, "weight-decay"),
-    FIELD_DOUBLE("beta1", beta1, "beta1"),
-    FIELD_DOUBLE("beta2", beta2, "beta2"),
-    FIELD_DOUBLE("adam_eps", adam_eps, "adam-eps"),
-    FIELD_DOUBLE("min_lr_frac", min_lr_frac, "min-lr-frac"),
-    FIELD_DOUBLE("warmup_start_frac", warmup_start_frac, "warmup-start-frac"),
-    FIELD_MATH("schedule_steps", schedule_steps, "schedule-steps"),
-    FIELD_RUN_DOUBLE("loss_scale", loss_scale),
-    FIELD("scale_last_overflow", scale_last_overflow, GROUP_RUN),  // an int: -1 for none
-    FIELD("scale_hysteresis_left", scale_hysteresis_left, GROUP_RUN),
-    FIELD("skipped_steps", skipped_steps, GROUP_RUN),
+    FIELD("ranks", ranks, GROUP_RUN, NULL, (1, INT_MAX)),
+    FIELD("step", step, GROUP_RUN, NULL, (0, TRAIN_MAX_STEPS)),
+    FIELD("data_rows", data_rows, GROUP_RUN, NULL, (ANY)),
+    FIELD("seed", seed, GROUP_RUN, "seed", (0, INT_MAX)),
+    FIELD("rng_state", rng_state, GROUP_RUN, NULL, (ANY)),
+    FIELD("max_seq_len", cfg.max_seq_len, GROUP_MODEL, NULL, (1, GPT_MAX_CONTEXT)),
+    FIELD("vocab_size", cfg.vocab_size, GROUP_MODEL, "vocab", (2, GPT_MAX_VOCAB)),
+    FIELD("num_layers", cfg.num_layers, GROUP_MODEL, "layers", (1, GPT_MAX_UNITS - 2)),
+    FIELD("num_heads", cfg.num_heads, GROUP_MODEL, "heads", (1, GPT_MAX_HEADS)),
+    FIELD("channels", cfg.channels, GROUP_MODEL, "d-model", (1, GPT_MAX_CHANNELS)),
+    FIELD("num_params", num_params, GROUP_MODEL, NULL, (1, INFINITY)),
+    FIELD("batch", batch, GROUP_BATCH, "batch", (1, GPT_MAX_BATCH)),
+    FIELD("seq_len", seq_len, GROUP_BATCH, "seq-len", (1, GPT_MAX_CONTEXT)),
+    FIELD("grad_accum", grad_accum, GROUP_BATCH, "grad-accum", (1, TRAIN_MAX_GRAD_ACCUM)),
+    FIELD("total_steps", total_steps, GROUP_MATH, "steps", (1, TRAIN_MAX_STEPS)),
+    FIELD("warmup", warmup, GROUP_MATH, "warmup", (0, INT_MAX)),
+    FIELD_DOUBLE("lr", lr, GROUP_MATH, "lr", (0, FLT_MAX), OPEN_LO),
+    FIELD("data_tokens", data_tokens, GROUP_DATA, NULL, (ANY)),
+    FIELD("data_checksum", data_checksum, GROUP_DATA, NULL, (ANY)),
+    FIELD_DOUBLE("grad_clip", grad_clip, GROUP_MATH, "grad-clip", (0, INFINITY), 0),
+    FIELD_DOUBLE("weight_decay", weight_decay, GROUP_MATH, "weight-decay", (0, 1), 0),
+    FIELD_DOUBLE("beta1", beta1, GROUP_MATH, "beta1", (0, 1), OPEN_HI),
+    FIELD_DOUBLE("beta2", beta2, GROUP_MATH, "beta2", (0, 1), OPEN_HI),
+    FIELD_DOUBLE("adam_eps", adam_eps, GROUP_MATH, "adam-eps", (0, 1), OPEN_LO),
+    FIELD_DOUBLE("min_lr_frac", min_lr_frac, GROUP_MATH, "min-lr-frac", (0, 1), 0),
+    FIELD_DOUBLE("warmup_start_frac", warmup_start_frac, GROUP_MATH, "warmup-start-frac", (0, 1), 0),
+    FIELD("schedule_steps", schedule_steps, GROUP_MATH, "schedule-steps", (0, TRAIN_MAX_STEPS)),
+    // bf16 saves 1; fp16 its scale, which --loss-scale and --min-loss-scale cap at 1e30
+    FIELD_DOUBLE("loss_scale", loss_scale, GROUP_RUN, "loss-scale", (0, 1e30), OPEN_LO),
+    FIELD("scale_last_overflow", scale_last_overflow, GROUP_RUN, NULL, (-1, TRAIN_MAX_STEPS)),  // -1: none
+    // overflows still tolerated: at most --hysteresis; 0, which a resume reads as a fresh --hysteresis, too
+    FIELD("scale_hysteresis_left", scale_hysteresis_left, GROUP_RUN, NULL, (0, INT_MAX)),
+    FIELD("skipped_steps", skipped_steps, GROUP_RUN, NULL, (0, TRAIN_MAX_STEPS)),
 };
 _Static_assert(sizeof FIELDS / sizeof FIELDS[0] <= 32, "manifest_parse marks the fields seen in 32 bits");
 
@@ -72,14 +84,16 @@ typedef struct TextField {
     size_t off, size;
     int group;
     const char *flag;
+    const char *names;  // the values its flag takes, "a|b|c" (NULL: any)
 } TextField;
-#define TEXT(key, member, group, flag) {key, offsetof(CkptManifest, member), sizeof(((CkptManifest *)0)->member), group, flag}
+#define TEXT(key, member, group, flag, names) \
+    {key, offsetof(CkptManifest, member), sizeof(((CkptManifest *)0)->member), group, flag, names}
 static const TextField TEXTS[] = {
-    TEXT("data", data, GROUP_RUN, NULL),
-    TEXT("data_order", data_order, GROUP_MATH, "data-order"),
-    TEXT("lr_schedule", lr_schedule, GROUP_MATH, "lr-schedule"),
-    TEXT("warmup_type", warmup_type, GROUP_MATH, "warmup-type"),
-    TEXT("precision", precision, GROUP_MATH, "precision"),
+    TEXT("data", data, GROUP_RUN, NULL, NULL),
+    TEXT("data_order", data_order, GROUP_MATH, "data-order", "permuted|sequential"),
+    TEXT("lr_schedule", lr_schedule, GROUP_MATH, "lr-schedule", "cosine|WarmupLR|WarmupDecayLR|WarmupCosineLR"),
+    TEXT("warmup_type", warmup_type, GROUP_MATH, "warmup-type", "log|linear"),
+    TEXT("precision", precision, GROUP_MATH, "precision", "bf16|fp16"),
 };
 #define NTEXTS ((int)(sizeof TEXTS / sizeof TEXTS[0]))
 static const char *text_of(const CkptManifest *m, int i) { return (const char *)m + TEXTS[i].off; }
@@ -185,6 +199,77 @@ static int missing(const char *dir, const char *key, char *msg) {
                 "zero-workbench checkpoint; use an earlier step folder or start fresh", dir, key);
 }
 
+// "checkpoint DIR: manifest.txt's WHAT: it is damaged; ..." into msg; returns 1.
+__attribute__((format(printf, 3, 4))) static int damaged(const char *dir, char *msg, const char *what, ...) {
+    char text[MSG_BYTES];
+    va_list ap;
+    va_start(ap, what);
+    vsnprintf(text, sizeof text, what, ap);
+    va_end(ap);
+    return ckpt_msgf(msg, "checkpoint %s: manifest.txt's %s: it is damaged; use an earlier step folder or start "
+                     "fresh", dir, text);
+}
+
+static int in_range(const CkptManifest *m, int i) {
+    const Field *f = &FIELDS[i];
+    double x = f->is_double ? *(const double *)((const char *)m + f->off)
+               : f->size == sizeof(int) ? (double)(int64_t)field_get(m, i) : (double)field_get(m, i);
+    return (f->open & OPEN_LO ? x > f->lo : x >= f->lo) && (f->open & OPEN_HI ? x < f->hi : x <= f->hi);
+}
+
+static int one_of(const char *value, const char *names) {
+    size_t n = strlen(value);
+    for (const char *p = names; p; p = strchr(p, '|') ? strchr(p, '|') + 1 : NULL)
+        if (n > 0 && strncmp(p, value, n) == 0 && (p[n] == 0 || p[n] == '|')) return 1;
+    return 0;
+}
+
+// The grid line of a stage that splits the model: T x P x D = its ranks,
+// T dividing the heads and P at most the layers (what 3d_parallel takes).
+static int check_grid(const char *dir, const CkptManifest *m, char *msg) {
+    int T, P, D;
+    if (grid_parse(m->grid, &T, &P, &D) || (long long)T * P * D != m->ranks)  // what its parts hold
+        return ckpt_msgf(msg, "checkpoint %s: manifest.txt's grid line (%s) is damaged or does not match its %d "
+                         "ranks; use an earlier step folder or start fresh", dir, m->grid, m->ranks);
+    if (m->cfg.num_heads % T != 0 || P > m->cfg.num_layers)
+        return damaged(dir, msg, "grid line (%s) does not fit its model of %d heads and %d layers", m->grid,
+                       m->cfg.num_heads, m->cfg.num_layers);
+    return 0;
+}
+
+// Every field within its flag's range, every name one its flag takes, and
+// what the ranges alone do not say: the fields against each other.
+static int check_values(const char *dir, const CkptManifest *m, int part_lines, char *msg) {
+    for (int i = 0; i < NFIELDS; i++) {
+        if (in_range(m, i)) continue;
+        const Field *f = &FIELDS[i];
+        char value[32], flag[48] = "";
+        if (f->flag) snprintf(flag, sizeof flag, ", the range of --%s", f->flag);
+        if (f->is_double) snprintf(value, sizeof value, "%.10g", *(const double *)((const char *)m + f->off));
+        else field_format(m, i, value);
+        return damaged(dir, msg, "%s = %s is outside %c%.10g, %.10g%c%s", f->key, value,
+                       f->open & OPEN_LO ? '(' : '[', f->lo, f->hi, f->open & OPEN_HI ? ')' : ']', flag);
+    }
+    for (int i = 0; i < NTEXTS; i++)
+        if (TEXTS[i].names && !one_of(text_of(m, i), TEXTS[i].names))
+            return damaged(dir, msg, "%s = %s is none of %s (what --%s takes)", TEXTS[i].key, text_of(m, i),
+                           TEXTS[i].names, TEXTS[i].flag);
+    if (part_lines != m->ranks)
+        return damaged(dir, msg, "ranks = %d, but it lists %d parts", m->ranks, part_lines);
+    if (m->seq_len > m->cfg.max_seq_len)
+        return damaged(dir, msg, "seq_len = %d is longer than its model's context (max_seq_len = %d)", m->seq_len,
+                       m->cfg.max_seq_len);
+    if (m->cfg.channels % m->cfg.num_heads != 0)
+        return damaged(dir, msg, "num_heads = %d does not divide channels = %d", m->cfg.num_heads, m->cfg.channels);
+    // the schedule's step is step - skipped_steps: more skipped than run would be a step before the first
+    if (m->skipped_steps > m->step)
+        return damaged(dir, msg, "skipped_steps = %ld is more than the %ld steps it ran", m->skipped_steps, m->step);
+    if (m->scale_last_overflow >= m->step && m->scale_last_overflow != -1)
+        return damaged(dir, msg, "scale_last_overflow = %d is not one of the %ld steps it ran (0-based, -1: none)",
+                       m->scale_last_overflow, m->step);
+    return m->grid[0] ? check_grid(dir, m, msg) : 0;
+}
+
 // Fills *m and this rank's part line from the manifest text (which it edits).
 int manifest_parse(char *text, const char *dir, int rank, CkptManifest *m,
                           PartInfo *mine, char *msg) {
@@ -192,7 +277,7 @@ int manifest_parse(char *text, const char *dir, int rank, CkptManifest *m,
     char my_key[32], *save = NULL;
     snprintf(my_key, sizeof my_key, "rank-%05d.bin", rank);
     unsigned seen = 0, seen_text = 0;
-    int have_stage = 0, have_part = 0;
+    int have_stage = 0, have_part = 0, part_lines = 0;
     for (char *line = strtok_r(text, "\n", &save); line; line = strtok_r(NULL, "\n", &save)) {
         char *eq = strstr(line, " = ");
         if (line[0] == '#' || !eq) continue;
@@ -205,6 +290,8 @@ int manifest_parse(char *text, const char *dir, int rank, CkptManifest *m,
         } else if (strcmp(line, my_key) == 0) {
             have_part = sscanf(val, "%" SCNx64 " %" SCNu64, &mine->checksum, &mine->bytes) == 2;
         }
+        int q, end = 0;
+        part_lines += sscanf(line, "rank-%5d.bin%n", &q, &end) == 1 && end > 0 && line[end] == 0;
         for (int i = 0; i < NFIELDS; i++) {
             if (strcmp(line, FIELDS[i].key) == 0 && field_set(m, i, val) == 0) seen |= 1u << i;
         }
@@ -219,7 +306,8 @@ int manifest_parse(char *text, const char *dir, int rank, CkptManifest *m,
         if (!(seen & (1u << i))) return missing(dir, FIELDS[i].key, msg);
     for (int i = 0; i < NTEXTS; i++)
         if (!(seen_text & (1u << i))) return missing(dir, TEXTS[i].key, msg);
-    return have_part || rank < 0 ? 0 : missing(dir, my_key, msg);
+    if (!have_part && rank >= 0) return missing(dir, my_key, msg);
+    return check_values(dir, m, part_lines, msg);
 }
 
 // Every stage keeps the same states (master, m, v) of the same model, cut
@@ -228,14 +316,14 @@ int manifest_parse(char *text, const char *dir, int rank, CkptManifest *m,
 static const char *const STAGES[] = {"dp_baseline", "zero1", "zero2", "zero3", "cpu_offload", "infinity",
                                      "3d_parallel"};
 
-static int known_stage(const char *stage) {
+int ckpt_known_stage(const char *stage) {
     for (size_t i = 0; i < sizeof STAGES / sizeof STAGES[0]; i++)
         if (strcmp(stage, STAGES[i]) == 0) return 1;
     return 0;
 }
 
 int ckpt_reshardable(const CkptManifest *got, const CkptManifest *expect, int ranks) {
-    return expect && known_stage(got->stage) && known_stage(expect->stage) &&
+    return expect && ckpt_known_stage(got->stage) && ckpt_known_stage(expect->stage) &&
            (strcmp(got->stage, expect->stage) != 0 || got->ranks != ranks || strcmp(got->grid, expect->grid) != 0);
 }
 
@@ -254,10 +342,7 @@ static long global_rows(const CkptManifest *m, int ranks) {
 // expect == NULL checks the rank count only.
 int manifest_check(const char *dir, const CkptManifest *got, const CkptManifest *expect,
                           int ranks, char *msg) {
-    int reshard = ckpt_reshardable(got, expect, ranks), T, P, D;
-    if (got->grid[0] && (grid_parse(got->grid, &T, &P, &D) || (long long)T * P * D != got->ranks))  // what its parts hold
-        return ckpt_msgf(msg, "checkpoint %s: manifest.txt's grid line (%s) is damaged or does not match its %d "
-                         "ranks; use an earlier step folder or start fresh", dir, got->grid, got->ranks);
+    int reshard = ckpt_reshardable(got, expect, ranks);  // manifest_parse checked the grid line against the ranks
     if (reshard && (got->seq_len != expect->seq_len || global_rows(got, got->ranks) != global_rows(expect, ranks)))
         return ckpt_msgf(msg, "checkpoint %s was saved with a global batch of %ld rows of %d tokens (batch %d x %d "
                          "%s x grad_accum %d); this run's is %ld of %d: resume at another stage, rank count or grid "

@@ -7,6 +7,15 @@
 #include "ckpt.h"
 
 #define MSG_BYTES 512
+#define CKPT_PATH_BYTES 4096
+
+// Shared by ckpt.c (loading) and ckpt_save.c (writing). Paths under a
+// checkpoint folder: they fit, as DIR is at most CKPT_PATH_BYTES - 128 long
+// (ckpt_dir_too_long, 1 with msg where not).
+__attribute__((format(printf, 2, 3))) void ckpt_pathf(char *out, const char *fmt, ...);
+int ckpt_dir_too_long(const char *dir, char *msg);
+// All ranks: 0 when no rank failed, else 1 with the lowest failing rank's msg in err.
+int ckpt_agree(Comm *world, int failed, char *msg, char *err, size_t err_len);
 
 typedef struct PartInfo {
     uint64_t checksum, bytes;  // as the manifest lists them; sent as 2 MPI_UINT64_T
@@ -17,13 +26,18 @@ __attribute__((format(printf, 2, 3))) int ckpt_msgf(char *msg, const char *fmt, 
 // The manifest's text for `ranks` parts (malloc'd; *len bytes).
 char *manifest_text(const CkptManifest *m, int ranks, const PartInfo *parts, size_t *len);
 // Fills *m and this rank's part line from the manifest text (which it edits;
-// rank < 0: no part line); 1 with msg when a line is missing or malformed.
+// rank < 0: no part line); 1 with msg when a line is missing or malformed, a
+// value is outside the range of the flag that sets it, or the values do not
+// fit each other (a part line per rank, skipped steps within the steps, the
+// grid within the ranks and the model).
 int manifest_parse(char *text, const char *dir, int rank, CkptManifest *m, PartInfo *mine, char *msg);
 // The checkpoint fits this run: stage, grid, ranks, model, batch and data
 // (expect == NULL checks the rank count only); 1 with msg where not. One of
 // another stage, rank count or grid fits when its global batch
 // (batch x data-parallel replicas x grad_accum rows of seq_len) is this run's.
 int manifest_check(const char *dir, const CkptManifest *got, const CkptManifest *expect, int ranks, char *msg);
+// Whether `stage` is one of the stages 01-07, whose checkpoints any of them reads.
+int ckpt_known_stage(const char *stage);
 // A checkpoint of any stage (01-07) saved at another stage, rank count or
 // grid than this run's: resharded when loaded (ckpt_reshard.c).
 int ckpt_reshardable(const CkptManifest *got, const CkptManifest *expect, int ranks);
@@ -31,6 +45,8 @@ int ckpt_reshardable(const CkptManifest *got, const CkptManifest *expect, int ra
 // A part file: PartHeader, one PartEntry per tensor (name, bytes, FNV-1a 64
 // of its data), then the tensors' bytes in order (ckpt.c).
 #define CKPT_NAME_BYTES 32
+#define CKPT_PART_MAGIC "WBCKPT01"
+#define CKPT_PART_VERSION 1
 typedef struct PartHeader {
     char magic[8];  // "WBCKPT01"
     uint32_t version;

@@ -24,6 +24,7 @@
 // disk is verified once.
 #include <errno.h>
 #include <fcntl.h>
+#include <inttypes.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -264,8 +265,38 @@ void ckpt_source_close(CkptSource *s) {
     free(s);
 }
 
+// Part q's tensors as its stage's cut gives them, checked when a part is
+// verified whole (what a read for given tensors checks of those alone):
+// master, adam_m and adam_v of the part's `count` fp32 elements each, and
+// cpu_offload --dpu's device_params of `count` bf16; no tensor in a part of
+// none (dp_baseline's parts past the first). So a stage or grid line that
+// does not describe the parts is caught by verify as by a read.
+static int check_layout(const PartHeader *h, size_t count, const char *part, char *msg) {
+    const PartEntry *e = (const PartEntry *)(h + 1);
+    const char *states[] = {"master", "adam_m", "adam_v"};
+    int found = 0;
+    for (uint32_t i = 0; i < h->ntensors; i++) {
+        int state = 0;
+        for (int k = 0; k < 3; k++) state |= strncmp(e[i].name, states[k], CKPT_NAME_BYTES) == 0;
+        int dpu = strncmp(e[i].name, "device_params", CKPT_NAME_BYTES) == 0;
+        if (!state && !dpu)
+            return ckpt_msgf(msg, "checkpoint %s holds %.31s, a tensor no stage saves: it is not this manifest's part",
+                             part, e[i].name);
+        if (e[i].bytes != count * (state ? sizeof(float) : sizeof(uint16_t)))
+            return ckpt_msgf(msg, "checkpoint %s holds %.31s of %" PRIu64 " bytes, where its manifest's stage and grid "
+                             "put %zu elements in this part: the manifest does not describe its parts", part,
+                             e[i].name, e[i].bytes, count);
+        found += state;
+    }
+    if (count > 0 && found != 3)
+        return ckpt_msgf(msg, "checkpoint %s holds %d of master, adam_m and adam_v, where its manifest's stage and grid "
+                         "put %zu elements of each in this part: the manifest does not describe its parts", part,
+                         found, count);
+    return 0;
+}
+
 // Part q: read for t[]'s elements it holds (`need`), and whole for its
-// checksums (`verify`).
+// checksums and layout (`verify`).
 static int read_part(const CkptSource *s, int q, CkptTensor *t, int n, int whole, int need, int verify,
                      CkptLoadInfo *got, char *msg) {
     const PartMap *pm = &s->maps[q];
@@ -283,6 +314,7 @@ static int read_part(const CkptSource *s, int q, CkptTensor *t, int n, int whole
         rc = ckpt_corrupt(part, "its header names another rank, step or format", msg);
     if (!rc && pm->count > 0 && n > 0) rc = check_tensors(h, t, n, pm->count, whole, part, msg);
     for (int k = 0; k < n && !rc && need; k++) rc = copy_part(fd, h, &t[k], pm, part, &got->bytes_read, msg);
+    if (!rc && verify) rc = check_layout(h, pm->count, part, msg);
     if (!rc && verify) rc = verify_part(fd, h, part, msg);
     got->parts_read += need;
     got->parts_verified += verify;

@@ -153,7 +153,10 @@ static int load_shard(const char *path, int model_vocab, TokenList *out, char *e
     } else if (h[1] != SHARD_VERSION) {
         rc = fail(err, err_len, "--data %s: shard version %d is not supported (expected %d: "
                   "uint16 tokens)", path, h[1], SHARD_VERSION);
-    } else if (h[2] < 0 || file_bytes - SHARD_HEADER_BYTES != 2L * h[2]) {
+    } else if (h[2] < 0) {
+        rc = fail(err, err_len, "--data %s: shard header says %d tokens, a negative count: damaged or not an "
+                  "llm.c shard", path, h[2]);
+    } else if (file_bytes - SHARD_HEADER_BYTES != 2L * h[2]) {
         rc = fail(err, err_len, "--data %s: shard header says %d tokens but the file holds %ld "
                   "bytes after the header (expected %ld): truncated or not an llm.c shard",
                   path, h[2], file_bytes - SHARD_HEADER_BYTES, 2L * h[2]);

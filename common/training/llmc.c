@@ -185,13 +185,14 @@ static int from_memory(void *ctx, size_t begin, size_t n, float *out) {
 }
 
 int llmc_write(const char *path, const GPTLayout *l, const float *params, char *err, size_t err_len) {
-    return llmc_write_from(path, l, from_memory, (void *)params, err, err_len);
+    return llmc_write_from(path, "--export-llmc", l, from_memory, (void *)params, err, err_len);
 }
 
-int llmc_write_from(const char *path, const GPTLayout *l, LlmcSource read, void *ctx, char *err, size_t err_len) {
+int llmc_write_from(const char *path, const char *what, const GPTLayout *l, LlmcSource read, void *ctx, char *err,
+                    size_t err_len) {
     char tmp[4096];
     FILE *f = out_file_begin(path, tmp, sizeof tmp);
-    if (!f) return fail(err, err_len, "--export-llmc %s: cannot create a file beside it (%s)", path, strerror(errno));
+    if (!f) return fail(err, err_len, "%s %s: cannot create a file beside it (%s)", what, path, strerror(errno));
     const GPTConfig *c = &l->cfg;
     int32_t hd[LLMC_HEADER_INTS] = {LLMC_MAGIC, LLMC_VERSION_FP32, c->max_seq_len, c->vocab_size,
                                     c->num_layers, c->num_heads, c->channels, llmc_padded_vocab(c->vocab_size)};
@@ -206,7 +207,7 @@ int llmc_write_from(const char *path, const GPTLayout *l, LlmcSource read, void 
     if (bad) out_file_abandon(tmp);
     else if (out_file_commit(tmp, path) == 0) return 0;  // it removes tmp when it cannot rename
     else write_errno = errno;
-    return fail(err, err_len, "--export-llmc %s: not written (%s)", path,
+    return fail(err, err_len, "%s %s: not written (%s)", what, path,
                 write_errno == ELOOP ? "it became a symbolic link during the run; nothing replaces a link"
                 : write_errno == EINVAL ? "it is no longer a regular file" : strerror(write_errno));
 }

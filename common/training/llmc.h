@@ -47,5 +47,7 @@ int llmc_write(const char *path, const GPTLayout *l, const float *params, char *
 // The same, the parameters read from `read` a chunk at a time (flat elements
 // [begin, begin + n) into out; nonzero stops the write): memory stays bounded
 // whatever the model's size (ckpt_tool reads them from a checkpoint's parts).
+// A failure names `what` (the flag or command that asked for it) and path.
 typedef int (*LlmcSource)(void *ctx, size_t begin, size_t n, float *out);
-int llmc_write_from(const char *path, const GPTLayout *l, LlmcSource read, void *ctx, char *err, size_t err_len);
+int llmc_write_from(const char *path, const char *what, const GPTLayout *l, LlmcSource read, void *ctx, char *err,
+                    size_t err_len);

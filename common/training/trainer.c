@@ -151,6 +151,7 @@ static void setup(Trainer *t, int argc, char **argv, const Strategy *s) {
     loss_scaler_init(&t->scaler, c->half == HALF_FP16, c->loss_scale, c->initial_scale_power, c->loss_scale_window,
                      c->hysteresis, c->min_loss_scale);
     if (t->cfg.resume) trainer_resume(t);  // the scaler's state too
+    if (t->cfg.save) trainer_check_save_steps(t);
     report_init(t);
 }
 

@@ -20,6 +20,7 @@
 #include "settings.h"
 #include "states.h"
 #include "trace.h"
+#include "train_limits.h"
 
 typedef struct TrainConfig {
     const char *model;
@@ -60,8 +61,6 @@ typedef struct TrainConfig {
 
 struct Trainer;
 
-// Most micro-batches per step (--grad-accum, or what --global-batch implies).
-#define TRAIN_MAX_GRAD_ACCUM (1 << 20)
 #define TRAIN_MAX_EVAL_MICRO (1 << 20)  // --eval-batches x --grad-accum
 
 // Most flags a stage adds to the shared ones, and tensors to its checkpoints.
@@ -297,6 +296,10 @@ void divergence_check_states(Trainer *t, const CkptTensor *fp32, int n);
 // Checkpoint glue: save/resume the optimizer states this rank owns.
 void trainer_save(Trainer *t, uint64_t data_rows);
 void trainer_resume(Trainer *t);
+// Collective, before step 1 (after a resume): the --save folder holds no step
+// folder at a step this run saves, since ckpt_save would refuse it only at
+// that step; else one line and exit 2.
+void trainer_check_save_steps(Trainer *t);
 // What ckpt_out and ckpt_in do by default: master, m and v between t->st and
 // c's host copies; trainer_ckpt_in then rebuilds the bf16 params.
 void trainer_ckpt_out(Trainer *t, CkptStates *c);

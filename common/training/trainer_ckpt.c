@@ -2,10 +2,10 @@
 // optimizer state it owns (fp32 master weights, Adam m and v over its range);
 // bf16 parameters are bf16(master) and are rebuilt on resume, so every stage
 // saves and restores exactly the numbers its next step depends on.
+#include <dirent.h>
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
-#include <unistd.h>
 #include "check.h"
 #include "stop.h"
 #include "ckpt.h"
@@ -106,6 +106,16 @@ void trainer_ckpt_in(Trainer *t, CkptStates *c, int loaded) {
     t->strategy->params_from_master(t);
 }
 
+// The step folder DIR/latest names ("" when there is none or it is unreadable).
+static void read_latest(const char *dir, char out[64]) {
+    char path[4096];
+    snprintf(path, sizeof path, "%s/latest", dir);
+    FILE *f = fopen(path, "r");
+    out[0] = 0;
+    if (f && fscanf(f, "%63s", out) != 1) out[0] = 0;
+    if (f) fclose(f);
+}
+
 void trainer_save(Trainer *t, uint64_t data_rows) {
     const Strategy *s = t->strategy;
     // an update still running first completes: the states saved are whole
@@ -119,20 +129,55 @@ void trainer_save(Trainer *t, uint64_t data_rows) {
                            {.name = "adam_v", .host = c.optim[2], .bytes = c.optim_bytes}};
     divergence_check_states(t, optim, 3);  // no checkpoint is written from diverged states
     CkptManifest m = manifest_of(t, data_rows);
-    char err[512];
+    char err[512], before[64], after[64];
     double t0 = now_us();
-    char latest[4096];
-    snprintf(latest, sizeof latest, "%s/latest", t->cfg.save);
-    int had_one = access(latest, F_OK) == 0;  // rank 0's view decides the message, which rank 0 prints
+    read_latest(t->cfg.save, before);  // rank 0's view decides the message, which rank 0 prints
     if (ckpt_save(&t->world, t->cfg.save, &m, c.t, c.n, err, sizeof err)) {
-        if (had_one) fail_usage("checkpoint not saved: %s (the previous checkpoint in %s is unchanged)", err, t->cfg.save);
-        fail_usage("checkpoint not saved: %s (%s holds no earlier checkpoint)", err, t->cfg.save);
+        read_latest(t->cfg.save, after);
+        if (!before[0]) fail_usage("checkpoint not saved: %s (%s holds no earlier checkpoint)", err, t->cfg.save);
+        // a failed save writes no file of an earlier step folder (ckpt.h): `latest` tells whether it was the last
+        if (strcmp(before, after) == 0)
+            fail_usage("checkpoint not saved: %s (the previous checkpoint in %s, %s, is unchanged)", err, t->cfg.save,
+                       before);
+        fail_usage("checkpoint not saved: %s (%s/latest changed from %s to %s meanwhile: check it with ckpt_tool "
+                   "verify %s)", err, t->cfg.save, before, after[0] ? after : "nothing", t->cfg.save);
     }
     trace_span(&t->trace, TRACE_TID_IO, "checkpoint", t0, now_us(), 0);
     stop_note_checkpoint(t->cfg.save, t->step);
     if (t->world.rank == 0)
         printf("saved checkpoint: %s, step %ld (%.0f ms)\n", t->cfg.save, t->step, (now_us() - t0) / 1000);
     buf_free(&t->dev, &host);
+}
+
+// The steps a run with --save saves at: each --save-every multiple before
+// --steps, and --steps (trainer_main).
+static int saves_at(const TrainConfig *c, long step) {
+    return step == c->steps || (c->save_every > 0 && step % c->save_every == 0 && step < c->steps);
+}
+
+// Rank 0: the first step after `from` that this run saves and DIR already
+// holds a step folder of (named as ckpt_save names them), or 0.
+static long first_taken_step(const char *dir, const TrainConfig *c, long from) {
+    DIR *d = opendir(dir);
+    long first = 0;
+    for (struct dirent *e = d ? readdir(d) : NULL; e; e = readdir(d)) {
+        long step;
+        char name[32];
+        if (sscanf(e->d_name, "step-%8ld", &step) != 1) continue;
+        snprintf(name, sizeof name, "step-%08ld", step);
+        if (strcmp(name, e->d_name) == 0 && step > from && saves_at(c, step) && (!first || step < first))
+            first = step;
+    }
+    if (d) closedir(d);
+    return first;
+}
+
+void trainer_check_save_steps(Trainer *t) {
+    long taken = t->world.rank == 0 ? first_taken_step(t->cfg.save, &t->cfg, t->step) : 0;
+    mpiCheck(MPI_Bcast(&taken, 1, MPI_LONG, 0, t->world.mpi));
+    if (taken)
+        fail_usage("--save %s already holds step-%08ld, a step this run saves, and a save never replaces a checkpoint: "
+                   "give --save a new folder, or move %s/step-%08ld away", t->cfg.save, taken, t->cfg.save, taken);
 }
 
 // The saved run's skipped steps count on (the schedule's step is the

@@ -17,7 +17,7 @@
 // counters far below 2^63, and a budget whose byte count fits in 64 bits. The
 // learning rate and weight decay become fp32 step constants (AdamWStep), so
 // the rate is at most FLT_MAX.
-#define MAX_STEPS 10000000
+#define MAX_STEPS TRAIN_MAX_STEPS  // train_limits.h
 #define MAX_EVAL_BATCHES (1 << 20)
 #define MAX_HBM_GB 1e6
 

@@ -2,10 +2,13 @@
 // run cannot end by failing to write what it was run for, nor write over
 // what is not its own: --json and --trace must be regular files or new names
 // that can be created (rank 0 writes them; out_file.h), no two outputs may
-// name one file, and the --save folder is created and locked for the run
-// (ckpt_lock), which every rank then checks it can write into.
+// name one file, none may lie inside the --resume checkpoint, and the --save
+// folder is created and locked for the run (ckpt_lock), which every rank then
+// checks it can write into.
 #include <errno.h>
+#include <limits.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
 #include "check.h"
@@ -43,6 +46,31 @@ static int outputs_overlap(const TrainConfig *c, char *msg) {
     return 0;
 }
 
+// An output inside the checkpoint folder this run resumes from would write
+// over what it read (--json R/latest appends to `latest`, --export-llmc over
+// a part). --save may be that folder itself (the run goes on saving where it
+// resumed: its steps are new ones), never a folder inside it.
+static int inside_resume(const TrainConfig *c, char *msg) {
+    if (!c->resume) return 0;
+    char root[4096], save[4096];
+    ckpt_root(c->resume, root, sizeof root);
+    const char *flags[] = {"--json", "--trace", "--export-llmc"}, *paths[] = {c->json, c->trace, c->export_llmc};
+    for (int i = 0; i < 3; i++) {
+        char resolved[4096];
+        if (!paths[i]) continue;
+        out_file_resolve(paths[i], resolved, sizeof resolved);
+        if (out_path_within(resolved, root))
+            return snprintf(msg, MSG_LEN, "%s %s is inside the checkpoint folder this run resumes from (--resume %s); "
+                            "give it a path of its own", flags[i], paths[i], c->resume), 1;
+    }
+    if (!c->save) return 0;
+    if (!realpath(c->save, save)) out_file_resolve(c->save, save, sizeof save);
+    if (strcmp(save, root) != 0 && out_path_within(save, root))
+        return snprintf(msg, MSG_LEN, "--save %s is inside the checkpoint folder this run resumes from (--resume %s); "
+                        "save into that folder itself or one outside it", c->save, c->resume), 1;
+    return 0;
+}
+
 // Every rank: 0, or the lowest failing rank's message on all and exit 2.
 static void agree_or_fail(Comm *world, int failed, char *msg) {
     if (comm_first_failure(world, failed, msg, MSG_LEN) >= 0) fail_usage("%s", msg);
@@ -56,7 +84,7 @@ void trainer_check_outputs(Trainer *t) {
     if (t->world.rank == 0) {
         failed = (c->json && out_file_check("--json", c->json, 0, msg)) ||
                  (c->trace && out_file_check("--trace", c->trace, 1, msg)) || outputs_overlap(c, msg) ||
-                 (c->save && ckpt_lock(c->save, &t->save_lock, msg, sizeof msg));
+                 inside_resume(c, msg) || (c->save && ckpt_lock(c->save, &t->save_lock, msg, sizeof msg));
     }
     agree_or_fail(&t->world, failed, msg);
     if (!c->save) return;

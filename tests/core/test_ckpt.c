@@ -1,116 +1,16 @@
 // mpirun: 2
 // test_ckpt.c: sharded checkpoints on 2 ranks: bit-exact round trip, `latest`
-// moving, refusals (stage, grid, ranks, model, batch, tensor shape), corruption
-// caught on every rank, and failed or interrupted saves leaving the last good
-// checkpoint in place. Every assertion is on values reduced over the ranks,
-// after all collectives, so no rank leaves a collective early.
+// moving, refusals (stage, grid, ranks, model, batch, tensor shape, a
+// manifest's value out of range) and corruption caught on every rank (failed
+// saves: test_ckpt_save.c). Every assertion is on values reduced over the
+// ranks, after all collectives, so no rank leaves a collective early.
 #define TEST_WITH_MPI
 #include <fcntl.h>
 #include <sys/stat.h>
 #include <unistd.h>
 #include "testutil.h"
 #include "ckpt.h"
-
-#define PATH_LEN 1024
-
-typedef struct Ctx {
-    Comm world;
-    char root[256];  // temp folder made by rank 0, shared by all ranks
-} Ctx;
-
-// This rank's tensors: sizes differ by rank; values depend on (rank, seed).
-typedef struct Tensors {
-    float *master, *moment;
-    CkptTensor t[2];
-} Tensors;
-
-static void tensors_make(Tensors *x, int rank, uint64_t seed) {
-    size_t n0 = 1000 + 37 * (size_t)rank, n1 = 257 + 500 * (size_t)rank;
-    x->master = malloc(n0 * sizeof(float));
-    x->moment = malloc(n1 * sizeof(float));
-    test_fill(x->master, n0, seed * 10 + (uint64_t)rank, -1, 1);
-    test_fill(x->moment, n1, seed * 10 + (uint64_t)rank + 5, 0, 3);
-    x->t[0] = (CkptTensor){.name = "master", .host = x->master, .bytes = n0 * sizeof(float)};
-    x->t[1] = (CkptTensor){.name = "adam_m", .host = x->moment, .bytes = n1 * sizeof(float)};
-}
-
-static void tensors_clear(Tensors *x) {  // same shapes, zero values
-    memset(x->master, 0, x->t[0].bytes);
-    memset(x->moment, 0, x->t[1].bytes);
-}
-
-static int tensors_equal(const Tensors *a, const Tensors *b) {
-    return memcmp(a->master, b->master, a->t[0].bytes) == 0 &&
-           memcmp(a->moment, b->moment, a->t[1].bytes) == 0;
-}
-
-static int tensors_zero(const Tensors *x) {
-    for (int i = 0; i < 2; i++)
-        for (size_t k = 0; k < x->t[i].bytes; k++)
-            if (((const unsigned char *)x->t[i].host)[k]) return 0;
-    return 1;
-}
-
-static void tensors_free(Tensors *x) {
-    free(x->master);
-    free(x->moment);
-}
-
-static CkptManifest manifest(long step, int ranks) {
-    CkptManifest m;
-    memset(&m, 0, sizeof m);
-    snprintf(m.stage, sizeof m.stage, "zero1");
-    m.ranks = ranks;
-    m.step = step;
-    m.data_rows = 64 * (uint64_t)step;
-    m.seed = 42;
-    m.rng_state = 0xdeadbeefcafebabeull;  // above 2^63: must survive the text manifest
-    m.cfg = (GPTConfig){.max_seq_len = 64, .vocab_size = 256, .num_layers = 2, .num_heads = 2,
-                        .channels = 32};
-    m.num_params = 12345;
-    m.batch = 4;
-    m.seq_len = 64;
-    m.grad_accum = 2;
-    m.lr = 1.2345678901234567e10;  // beyond what an integer count of nano-units holds; must read back exactly
-    return m;
-}
-
-static int all_ranks(Ctx *c, int ok) {
-    int all = 0;
-    MPI_Allreduce(&ok, &all, 1, MPI_INT, MPI_MIN, c->world.mpi);
-    return all;
-}
-
-// A subfolder of the temp root for one test (made by rank 0).
-static char *test_dir(Ctx *c, const char *name, char *out) {
-    assert_true(snprintf(out, PATH_LEN, "%s/%s", c->root, name) < PATH_LEN);
-    return out;
-}
-
-static void on_rank0(Ctx *c, const char *shell_cmd) {
-    int rc = c->world.rank == 0 ? system(shell_cmd) : 0;
-    assert_true(all_ranks(c, rc == 0));
-}
-
-static int save(Ctx *c, const char *dir, long step, Tensors *x, char *err) {
-    CkptManifest m = manifest(step, c->world.size);
-    return ckpt_save(&c->world, dir, &m, x->t, 2, err, 512);
-}
-
-// Loads into zeroed copies of this rank's tensors; reports the step and
-// whether the values equal `want`.
-static int load(Ctx *c, const char *dir, const CkptManifest *expect, const Tensors *want,
-                long *step, int *equal, char *err) {
-    Tensors got;
-    tensors_make(&got, c->world.rank, 0);
-    tensors_clear(&got);
-    CkptManifest m;
-    int rc = ckpt_load(&c->world, dir, expect, &m, got.t, 2, NULL, err, 512);
-    *step = rc == 0 ? m.step : -1;
-    *equal = rc == 0 ? tensors_equal(&got, want) : tensors_zero(&got);
-    tensors_free(&got);
-    return rc;
-}
+#include "ckpt_fixture.h"
 
 // FNV-1a 64 test vectors (offset basis 0xcbf29ce484222325 = 14695981039346656037)
 static void test_fnv1a64_reference_values(void **state) {
@@ -337,69 +237,42 @@ static void test_truncated_part_refused(void **state) {
     tensors_free(&x);
 }
 
-// Loads `dir` expecting step 10 with the values of seed 1.
-static int still_step10(Ctx *c, const char *dir) {
-    Tensors a;
-    tensors_make(&a, c->world.rank, 1);
-    char err[512] = "";
-    long step;
-    int equal, rc = load(c, dir, NULL, &a, &step, &equal, err);
-    tensors_free(&a);
-    return all_ranks(c, rc == 0 && step == 10 && equal);
-}
-
-static void test_failed_save_keeps_latest(void **state) {
+// Issue 39 items 5 and 10: a manifest line edited out of its flag's range,
+// or out of step with the others, was trusted (ranks = 0 read no part, a
+// skipped_steps past the step gave a negative learning rate, a loss scale of
+// 1e300 was taken). Each is refused in one line naming the line, the tensors
+// untouched.
+static void test_damaged_values_refused(void **state) {
     Ctx *c = *state;
-    char dir[PATH_LEN], file[PATH_LEN], cmd[3 * PATH_LEN], err[512] = "";
-    Tensors a, b;
-    tensors_make(&a, c->world.rank, 1);
-    tensors_make(&b, c->world.rank, 2);
-
-    // the checkpoint folder is a regular file
-    test_dir(c, "a_file", file);
-    snprintf(cmd, sizeof cmd, "touch %s", file);
-    on_rank0(c, cmd);
-    int rc = save(c, file, 10, &a, err);
-    assert_true(all_ranks(c, rc != 0 && strstr(err, "cannot create checkpoint folder")));
-
-    // the step folder cannot be made: a file is in its place
-    test_dir(c, "failed_save", dir);
-    assert_true(all_ranks(c, save(c, dir, 10, &a, err) == 0));
-    snprintf(cmd, sizeof cmd, "touch %s/step-00000020", dir);
-    on_rank0(c, cmd);
-    rc = save(c, dir, 20, &b, err);
-    assert_true(all_ranks(c, rc != 0 && strstr(err, "step-00000020")));
-    assert_true(still_step10(c, dir));
-
-    // only rank 1 cannot write its part: everyone fails with rank 1's message
-    snprintf(cmd, sizeof cmd, "mkdir -p %s/step-00000030/rank-00001.bin.tmp", dir);
-    on_rank0(c, cmd);
-    rc = save(c, dir, 30, &b, err);
-    int ok = rc != 0 && strstr(err, "cannot write checkpoint") &&
-             strstr(err, "step-00000030/rank-00001.bin");
-    if (!all_ranks(c, ok)) fail_msg("unexpected: %d '%s'", rc, err);
-    assert_true(still_step10(c, dir));
-    tensors_free(&a);
-    tensors_free(&b);
-}
-
-// A crash mid-save leaves a step folder with partial or even complete parts
-// but no manifest and no new `latest`: loading must not notice it.
-static void test_interrupted_save_is_invisible(void **state) {
-    Ctx *c = *state;
-    char dir[PATH_LEN], cmd[3 * PATH_LEN], err[512] = "";
-    test_dir(c, "interrupted", dir);
-    Tensors a;
-    tensors_make(&a, c->world.rank, 1);
-    assert_true(all_ranks(c, save(c, dir, 10, &a, err) == 0));
-    assert_true(snprintf(cmd, sizeof cmd,
-             "mkdir -p %s/step-00000020"
-             " && head -c 100 /dev/urandom > %s/step-00000020/rank-00000.bin.tmp"
-             " && cp %s/step-00000010/rank-00001.bin %s/step-00000020/rank-00001.bin"
-             " && echo -n step-000 > %s/latest.tmp", dir, dir, dir, dir, dir) < (int)sizeof cmd);
-    on_rank0(c, cmd);
-    assert_true(still_step10(c, dir));
-    tensors_free(&a);
+    char dir[PATH_LEN], damaged[PATH_LEN], cmd[6 * PATH_LEN], err[512] = "";
+    test_dir(c, "values", dir);
+    test_dir(c, "values_damaged", damaged);
+    Tensors x;
+    tensors_make(&x, c->world.rank, 1);
+    assert_true(all_ranks(c, save(c, dir, 10, &x, err) == 0));
+    tensors_free(&x);
+    const char *cases[][2] = {
+        {"skipped_steps = 100", "skipped_steps = 100 is more than the 10 steps it ran"},
+        {"loss_scale = 1e300", "loss_scale = 1e+300 is outside (0, 1e+30], the range of --loss-scale"},
+        {"ranks = 0", "ranks = 0 is outside [1, 2147483647]"},
+        {"ranks = -3", "ranks = -3 is outside [1, 2147483647]"},
+        {"ranks = 2147483647", "ranks = 2147483647, but it lists 2 parts"},
+        {"beta2 = 1", "beta2 = 1 is outside [0, 1), the range of --beta2"},
+        {"lr = -0.001", "lr = -0.001 is outside (0, 3.402823466e+38], the range of --lr"},
+        {"precision = fp8", "precision = fp8 is none of bf16|fp16"},
+        {"seq_len = 65", "seq_len = 65 is longer than its model's context (max_seq_len = 64)"},
+        {"scale_last_overflow = 10", "scale_last_overflow = 10 is not one of the 10 steps it ran"},
+        // no flag's range: --hysteresis starts at 1, the overflows left reach 0
+        {"scale_hysteresis_left = -1", "scale_hysteresis_left = -1 is outside [0, 2147483647]: it is damaged"},
+    };
+    for (size_t k = 0; k < sizeof cases / sizeof cases[0]; k++) {
+        char key[64];
+        snprintf(key, sizeof key, "%.*s", (int)strcspn(cases[k][0], " "), cases[k][0]);
+        snprintf(cmd, sizeof cmd, "rm -rf %s && cp -r %s %s && sed -i 's/^%s = .*/%s/' %s/step-00000010/manifest.txt",
+                 damaged, dir, damaged, key, cases[k][0], damaged);
+        on_rank0(c, cmd);
+        expect_refused(c, damaged, NULL, cases[k][1], 1);
+    }
 }
 
 // dp_baseline saves its replicated state from rank 0 only: rank 1 has no tensors.
@@ -426,13 +299,8 @@ static void test_rank_without_tensors(void **state) {
 
 int main(int argc, char **argv) {
     MPI_Init(&argc, &argv);
-    Ctx c = {.world = {.mpi = MPI_COMM_WORLD}};
-    MPI_Comm_rank(MPI_COMM_WORLD, &c.world.rank);
-    MPI_Comm_size(MPI_COMM_WORLD, &c.world.size);
-    if (c.world.rank == 0 && test_make_dir(c.root, sizeof c.root, "test-ckpt")) c.root[0] = 0;
-    MPI_Bcast(c.root, sizeof c.root, MPI_CHAR, 0, MPI_COMM_WORLD);
-    if (!c.root[0] || c.world.size != 2) {
-        if (c.world.rank == 0) fprintf(stderr, "test_ckpt needs 2 ranks and a temp folder\n");
+    Ctx c;
+    if (ckpt_fixture_init(&c, "test-ckpt")) {
         MPI_Finalize();
         return 1;
     }
@@ -446,9 +314,8 @@ int main(int argc, char **argv) {
         cmocka_unit_test_prestate(test_refuses_other_tensor_shapes, &c),
         cmocka_unit_test_prestate(test_corrupt_part_refused_everywhere, &c),
         cmocka_unit_test_prestate(test_truncated_part_refused, &c),
-        cmocka_unit_test_prestate(test_failed_save_keeps_latest, &c),
-        cmocka_unit_test_prestate(test_interrupted_save_is_invisible, &c),
         cmocka_unit_test_prestate(test_rank_without_tensors, &c),
+        cmocka_unit_test_prestate(test_damaged_values_refused, &c),
     };
     int failed = run_mpi_tests(tests);
     if (c.world.rank == 0) test_remove_dir(c.root);

@@ -422,6 +422,9 @@ static void test_error_bad_shards(void **state) {
     expect_error(path, 256, 8, path, "says 500 tokens");
     write_bytes(join(dir, "header.bin", path), (int32_t[]){MAGIC, 1, 10}, 12);
     expect_error(path, 256, 8, path, "header is truncated");
+    // issue 39 item 15: a count of -1 was said to need "-2" bytes
+    write_shard(join(dir, "negative.bin", path), tok, 2, MAGIC, 1, -1);
+    expect_error(path, 256, 8, path, "says -1 tokens, a negative count: damaged or not an llm.c shard");
 
     char folder[PATH_LEN];  // a folder of shards with one foreign .bin among them
     assert_int_equal(mkdir(join(dir, "mixed", folder), 0755), 0);

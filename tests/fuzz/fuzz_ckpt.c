@@ -50,6 +50,8 @@ static void write_seed(const char *out) {
     snprintf(m.lr_schedule, sizeof m.lr_schedule, "cosine");
     snprintf(m.warmup_type, sizeof m.warmup_type, "log");
     m.grad_clip = 1, m.beta1 = 0.9, m.beta2 = 0.95, m.adam_eps = 1e-8, m.min_lr_frac = 0.1;
+    snprintf(m.precision, sizeof m.precision, "bf16");  // every field within its flag's range, or it is refused
+    m.loss_scale = 1, m.scale_last_overflow = -1, m.scale_hysteresis_left = 2;
     for (int i = 0; i < 16; i++) master[i] = 0.25f * (float)i;
     for (int i = 0; i < 8; i++) moment[i] = 1.0f / (float)(i + 1);
     CkptTensor t[2] = {{"master", master, sizeof master}, {"adam_m", moment, sizeof moment}};

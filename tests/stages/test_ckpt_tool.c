@@ -3,13 +3,15 @@
 // checkpoint (one part, all Ψ) resumes the run to the bit at the same stage
 // and ranks, and at another rank count within the rank-count tolerance; its
 // memory does not grow with the checkpoint (a 124 MB one is streamed); a
-// missing, damaged or foreign part is refused in one line naming it.
+// missing, damaged or foreign part is refused in one line naming it, and so
+// is a manifest that does not describe its parts; no output may lie inside
+// the checkpoint read, and a failed write leaves nothing behind.
 #include <sys/stat.h>
 #include <unistd.h>
 #include "runs.h"
 
 #define PATH_LEN 512
-#define CMD_LEN 2048
+#define CMD_LEN 4096
 
 typedef struct Ctx {
     char root[64];
@@ -121,9 +123,110 @@ static void test_damaged_refused(void **state) {
     free(out);
 }
 
+// Issue 39 item 2: an output inside the checkpoint the tool reads wrote
+// over it (a part, the manifest) or made a step folder a later save merged
+// into. Each is refused in one line, and the checkpoint still verifies.
+static void test_outputs_outside_the_checkpoint(void **state) {
+    Ctx *c = *state;
+    char cmd[CMD_LEN], ck[PATH_LEN];
+    snprintf(ck, sizeof ck, "%s/read-from", c->root);
+    snprintf(cmd, sizeof cmd, "mpirun -np 2 ./zero1 --model tiny --steps 2 --quiet --save %s", ck);
+    run_ok(cmd, NULL);
+    const char *cases[][2] = {
+        {"export-llmc %s %s/step-00000002/rank-00000.bin", "export-llmc"},
+        {"export-llmc %s/step-00000002 %s/step-00000002/manifest.txt", "export-llmc"},
+        {"export-llmc %s %s/latest", "export-llmc"},
+        {"consolidate %s %s/step-00000006", "consolidate"},
+    };
+    for (size_t k = 0; k < sizeof cases / sizeof cases[0]; k++) {
+        char args[2 * PATH_LEN + 64];
+        snprintf(args, sizeof args, cases[k][0], ck, ck);
+        snprintf(cmd, sizeof cmd, "./ckpt_tool %s", args);
+        free(expect_refusal(cmd, "is inside the checkpoint folder it reads"));
+    }
+    snprintf(cmd, sizeof cmd, "test ! -e %s/step-00000006 && ./ckpt_tool verify %s", ck, ck);
+    run_ok(cmd, NULL);
+}
+
+// Issue 39 item 5: ranks = 0 verified as "0 parts" and exported an all-zero
+// model; a huge or negative count failed as "calloc failed"; a stage or grid
+// line that does not describe the parts passed verify (export, consolidate
+// and a resume refused it). verify now refuses what they refuse.
+static void test_verify_checks_what_readers_check(void **state) {
+    Ctx *c = *state;
+    char cmd[CMD_LEN], ck[PATH_LEN], grid[PATH_LEN], bad[PATH_LEN];
+    snprintf(ck, sizeof ck, "%s/dp-ck", c->root);
+    snprintf(grid, sizeof grid, "%s/grid-ck", c->root);
+    snprintf(bad, sizeof bad, "%s/bad-ck", c->root);
+    snprintf(cmd, sizeof cmd, "mpirun -np 2 ./zero1 --model tiny --steps 2 --quiet --save %s && mpirun -np 2 "
+             "./3d_parallel --model tiny --tp 2 --steps 2 --quiet --save %s", ck, grid);
+    run_ok(cmd, NULL);
+    const char *cases[][3] = {  // the checkpoint, a sed edit of its manifest, the refusal
+        {ck, "s/^ranks = .*/ranks = 0/", "ranks = 0 is outside [1, 2147483647]"},
+        {ck, "s/^ranks = .*/ranks = 2147483647/", "ranks = 2147483647, but it lists 2 parts"},
+        {ck, "s/^ranks = .*/ranks = -3/", "ranks = -3 is outside"},
+        {ck, "s/^stage = .*/stage = dp_baseline/", "rank-00000.bin holds master of 69376 bytes, where its "
+                                                   "manifest's stage and grid put 34688 elements in this part"},
+        {ck, "s/^stage = .*/stage = zero9/", "stage zero9 is none of"},
+        {ck, "s/^stage = .*/stage = zero1\\ngrid = tp 2 x pp 1 x dp 1/", "has a grid line for stage zero1"},
+        {grid, "s/^grid = .*/grid = tp 1 x pp 2 x dp 1/", "the manifest does not describe its parts"},
+    };
+    for (size_t k = 0; k < sizeof cases / sizeof cases[0]; k++) {
+        snprintf(cmd, sizeof cmd, "rm -rf %s %s-out* && cp -r %s %s && sed -i '%s' %s/step-00000002/manifest.txt", bad,
+                 bad, cases[k][0], bad, cases[k][1], bad);
+        run_ok(cmd, NULL);
+        const char *tools[] = {"verify %s", "export-llmc %s %s-out.bin", "consolidate %s %s-out"};
+        for (int i = 0; i < 3; i++) {
+            char args[2 * PATH_LEN + 64];
+            snprintf(args, sizeof args, tools[i], bad, bad);
+            snprintf(cmd, sizeof cmd, "./ckpt_tool %s", args);
+            free(expect_refusal(cmd, i == 0 ? cases[k][2] : NULL));  // verify names why; the others refuse too
+        }
+    }
+}
+
+// Issue 39 item 15: consolidate on a full disk said "cannot write" with no
+// reason and left a half-written folder that refused the rerun; export-llmc's
+// errors named --export-llmc, a flag the tool does not take.
+static void test_failed_write_says_why_and_leaves_nothing(void **state) {
+    Ctx *c = *state;
+    char cmd[CMD_LEN], ck[PATH_LEN], out[PATH_LEN];
+    snprintf(ck, sizeof ck, "%s/full-disk", c->root);
+    snprintf(out, sizeof out, "%s/full-disk-universal", c->root);
+    snprintf(cmd, sizeof cmd, "./zero2 --model tiny --steps 1 --quiet --save %s", ck);
+    run_ok(cmd, NULL);
+    // a 100 KiB file size limit stops the 416 KB part
+    snprintf(cmd, sizeof cmd, "bash -c 'ulimit -f 100; exec ./ckpt_tool consolidate %s %s'", ck, out);
+    free(expect_refusal(cmd, "rank-00000.bin: File too large"));
+    snprintf(cmd, sizeof cmd, "test ! -e %s && ./ckpt_tool consolidate %s %s && ./ckpt_tool verify %s", out, ck, out,
+             out);
+    run_ok(cmd, NULL);
+    snprintf(cmd, sizeof cmd, "./ckpt_tool export-llmc %s %s/no-such-folder/x.bin", ck, c->root);
+    char *said = expect_refusal(cmd, "ckpt_tool: error: export-llmc ");
+    if (strstr(said, "--export-llmc")) fail_msg("%s: names a flag the tool does not take:\n%s", cmd, said);
+    free(said);
+}
+
+// Issue 39 item 21: info printed the formula of a part's range where the
+// README promises each part's range; at 3 ranks the last holds the padding.
+static void test_info_prints_each_part(void **state) {
+    Ctx *c = *state;
+    char cmd[CMD_LEN], ck[PATH_LEN], *out = NULL;
+    snprintf(ck, sizeof ck, "%s/info-ck", c->root);
+    snprintf(cmd, sizeof cmd, "mpirun -np 3 ./zero1 --model tiny --steps 1 --quiet --save %s && ./ckpt_tool info %s", ck,
+             ck);
+    run_ok(cmd, &out);
+    // Ψ = 34688, padded to a multiple of 3 x 64: 34752, shards of 11584
+    const char *want[] = {"  part 0: flat elements [0, 11584)\n", "  part 1: flat elements [11584, 23168)\n",
+                          "  part 2: flat elements [23168, 34752) (padding from 34688)\n"};
+    for (int i = 0; i < 3; i++)
+        if (!strstr(out, want[i])) fail_msg("%s: no line '%s':\n%s", cmd, want[i], out);
+    free(out);
+}
+
 static int group_setup(void **state) {
     if (need_paths("test_ckpt_tool", (const char *const[]){"./ckpt_tool", "./zero1", "./zero2", "./zero3",
-                                                          "./dp_baseline", NULL}))
+                                                          "./dp_baseline", "./3d_parallel", NULL}))
         return 1;
     Ctx *c = calloc(1, sizeof *c);
     if (test_make_dir(c->root, sizeof c->root, "test-ckpt-tool")) return 1;
@@ -144,6 +247,10 @@ int main(void) {
         cmocka_unit_test(test_consolidated_resumes),
         cmocka_unit_test(test_memory_bounded),
         cmocka_unit_test(test_damaged_refused),
+        cmocka_unit_test(test_outputs_outside_the_checkpoint),
+        cmocka_unit_test(test_verify_checks_what_readers_check),
+        cmocka_unit_test(test_failed_write_says_why_and_leaves_nothing),
+        cmocka_unit_test(test_info_prints_each_part),
     };
     return cmocka_run_group_tests(tests, group_setup, group_teardown);
 }

@@ -166,15 +166,16 @@ static void test_outputs_not_ours_refused(void **state) {
 
 // Issue 28, item 2: a checkpoint's temporary file was opened with O_TRUNC,
 // following a link someone put in its place. It is created anew (O_EXCL,
-// O_NOFOLLOW); the link's target is left as it was.
+// O_NOFOLLOW); the link's target is left as it was. (A save writes into
+// step-N.partial, renamed to step-N when complete: issue 39, item 1.)
 static void test_checkpoint_files_never_follow_links(void **state) {
     Ctx *c = *state;
     char cmd[CMD_LEN];
     char dir[128], target[128];
     snprintf(dir, sizeof dir, "%s/planted", c->root);
     snprintf(target, sizeof target, "%s/planted-target", c->root);
-    snprintf(cmd, sizeof cmd, "mkdir -p %s/step-00000002 && echo keep > %s && ln -sf %s %s/step-00000002/rank-00000.bin.tmp",
-             dir, target, target, dir);
+    snprintf(cmd, sizeof cmd, "mkdir -p %s/step-00000002.partial && echo keep > %s && "
+             "ln -sf %s %s/step-00000002.partial/rank-00000.bin.tmp", dir, target, target, dir);
     assert_int_equal(test_run(cmd, NULL), 0);
     snprintf(cmd, sizeof cmd, "mpirun -np 2 ./zero2 --model tiny --steps 2 --quiet --save %s", dir);
     char *out = NULL;

@@ -1,0 +1,164 @@
+// mpirun: 2
+// test_ckpt_save.c: saves that fail or meet another run's checkpoint, on 2
+// ranks. A failed save (a folder that cannot be made, one rank past its file
+// size limit) and an interrupted one leave the last good checkpoint in place
+// and loadable; a step folder that exists, whoever wrote it, is never
+// written into (issue 39 item 1: a failed save into it replaced one rank's
+// part, and a run of fewer ranks replaced the manifest and left the other
+// parts behind). Every assertion is on values reduced over the ranks.
+#define TEST_WITH_MPI
+#include <signal.h>
+#include <sys/resource.h>
+#include <sys/stat.h>
+#include <unistd.h>
+#include "testutil.h"
+#include "ckpt.h"
+#include "ckpt_fixture.h"
+
+// A save with rank 1 under a file size limit below its part (1 KB; SIGXFSZ
+// ignored, so its write fails with EFBIG), as on a disk that fills while
+// rank 0 has written its part: rank 0 writes, rank 1 cannot.
+static int save_rank1_limited(Ctx *c, const char *dir, long step, Tensors *x, char *err) {
+    struct rlimit was;
+    getrlimit(RLIMIT_FSIZE, &was);
+    void (*handler)(int) = SIG_DFL;
+    if (c->world.rank == 1) {
+        handler = signal(SIGXFSZ, SIG_IGN);
+        setrlimit(RLIMIT_FSIZE, &(struct rlimit){1024, was.rlim_max});
+    }
+    int rc = save(c, dir, step, x, err);
+    if (c->world.rank == 1) {
+        setrlimit(RLIMIT_FSIZE, &was);
+        signal(SIGXFSZ, handler);
+    }
+    return rc;
+}
+
+static int exists(const char *dir, const char *name) {
+    char path[PATH_LEN + 64];
+    snprintf(path, sizeof path, "%s/%s", dir, name);
+    struct stat st;
+    return lstat(path, &st) == 0;
+}
+
+static void test_failed_save_keeps_latest(void **state) {
+    Ctx *c = *state;
+    char dir[PATH_LEN], file[PATH_LEN], cmd[3 * PATH_LEN], err[512] = "";
+    Tensors a, b;
+    tensors_make(&a, c->world.rank, 1);
+    tensors_make(&b, c->world.rank, 2);
+
+    // the checkpoint folder is a regular file
+    test_dir(c, "a_file", file);
+    snprintf(cmd, sizeof cmd, "touch %s", file);
+    on_rank0(c, cmd);
+    int rc = save(c, file, 10, &a, err);
+    assert_true(all_ranks(c, rc != 0 && strstr(err, "cannot create checkpoint folder")));
+
+    // the step folder cannot be made: a file is in its place
+    test_dir(c, "failed_save", dir);
+    assert_true(all_ranks(c, save(c, dir, 10, &a, err) == 0));
+    snprintf(cmd, sizeof cmd, "touch %s/step-00000020", dir);
+    on_rank0(c, cmd);
+    rc = save(c, dir, 20, &b, err);
+    assert_true(all_ranks(c, rc != 0 && strstr(err, "step-00000020")));
+    assert_true(still_step10(c, dir));
+
+    // only rank 1 cannot write its part: everyone fails with rank 1's message,
+    // and nothing of the save is left
+    rc = save_rank1_limited(c, dir, 30, &b, err);
+    int ok = rc != 0 && strstr(err, "cannot write checkpoint") &&
+             strstr(err, "step-00000030/rank-00001.bin");
+    if (!all_ranks(c, ok)) fail_msg("unexpected: %d '%s'", rc, err);
+    assert_true(still_step10(c, dir));
+    assert_false(exists(dir, "step-00000030") || exists(dir, "step-00000030.partial"));
+    tensors_free(&a);
+    tensors_free(&b);
+}
+
+// A crash mid-save leaves a step folder with partial or even complete parts
+// but no manifest and no new `latest`: loading must not notice it.
+static void test_interrupted_save_is_invisible(void **state) {
+    Ctx *c = *state;
+    char dir[PATH_LEN], cmd[3 * PATH_LEN], err[512] = "";
+    test_dir(c, "interrupted", dir);
+    Tensors a;
+    tensors_make(&a, c->world.rank, 1);
+    assert_true(all_ranks(c, save(c, dir, 10, &a, err) == 0));
+    assert_true(snprintf(cmd, sizeof cmd,
+             "mkdir -p %s/step-00000020"
+             " && head -c 100 /dev/urandom > %s/step-00000020/rank-00000.bin.tmp"
+             " && cp %s/step-00000010/rank-00001.bin %s/step-00000020/rank-00001.bin"
+             " && echo -n step-000 > %s/latest.tmp", dir, dir, dir, dir, dir) < (int)sizeof cmd);
+    on_rank0(c, cmd);
+    assert_true(still_step10(c, dir));
+    tensors_free(&a);
+}
+
+// A save into a step folder that exists fails and leaves it as it was: one
+// of the same ranks that fails on rank 1 (the issue's full disk), and one of
+// another run at 1 rank (which replaced part 0 and the manifest).
+static void test_existing_step_never_written(void **state) {
+    Ctx *c = *state;
+    char dir[PATH_LEN], err[512] = "";
+    test_dir(c, "existing_step", dir);
+    Tensors a, b;
+    tensors_make(&a, c->world.rank, 1);
+    tensors_make(&b, c->world.rank, 2);
+    assert_true(all_ranks(c, save(c, dir, 10, &a, err) == 0));
+
+    int rc = save_rank1_limited(c, dir, 10, &b, err);
+    assert_true(all_ranks(c, rc != 0));
+    if (!still_step10(c, dir)) fail_msg("a failed save at the same step damaged it: '%s'", err);
+
+    int refused = 1;
+    if (c->world.rank == 0) {
+        Comm self = {.mpi = MPI_COMM_SELF, .rank = 0, .size = 1};
+        CkptManifest m = manifest(10, 1);
+        refused = ckpt_save(&self, dir, &m, b.t, 2, err, sizeof err) != 0 &&
+                  strstr(err, "step-00000010 already exists") && strstr(err, "never replaces it");
+        if (!refused) print_message("1 rank's save at step 10: '%s'\n", err);
+    }
+    assert_true(all_ranks(c, refused));
+    if (!still_step10(c, dir)) fail_msg("another run's save at the same step replaced it");
+    tensors_free(&a);
+    tensors_free(&b);
+}
+
+// The .partial folder of a save that was killed (its parts, a temporary
+// manifest) is cleared by the next save of that step, which then loads.
+static void test_killed_save_leftover_cleared(void **state) {
+    Ctx *c = *state;
+    char dir[PATH_LEN], cmd[3 * PATH_LEN], err[512] = "";
+    test_dir(c, "leftover", dir);
+    assert_true(snprintf(cmd, sizeof cmd, "mkdir -p %s/step-00000010.partial && cd %s/step-00000010.partial && "
+                         "head -c 100 /dev/urandom > rank-00000.bin && head -c 10 /dev/urandom > rank-00003.bin.tmp && "
+                         "echo x > manifest.txt.tmp", dir, dir) < (int)sizeof cmd);
+    on_rank0(c, cmd);
+    Tensors a;
+    tensors_make(&a, c->world.rank, 1);
+    int rc = save(c, dir, 10, &a, err);
+    if (!all_ranks(c, rc == 0)) fail_msg("save over a leftover: '%s'", err);
+    assert_true(still_step10(c, dir));
+    assert_false(exists(dir, "step-00000010.partial"));
+    tensors_free(&a);
+}
+
+int main(int argc, char **argv) {
+    MPI_Init(&argc, &argv);
+    Ctx c;
+    if (ckpt_fixture_init(&c, "test-ckpt-save")) {
+        MPI_Finalize();
+        return 1;
+    }
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test_prestate(test_failed_save_keeps_latest, &c),
+        cmocka_unit_test_prestate(test_interrupted_save_is_invisible, &c),
+        cmocka_unit_test_prestate(test_existing_step_never_written, &c),
+        cmocka_unit_test_prestate(test_killed_save_leftover_cleared, &c),
+    };
+    int failed = run_mpi_tests(tests);
+    if (c.world.rank == 0) test_remove_dir(c.root);
+    MPI_Finalize();
+    return failed;
+}
