@@ -129,12 +129,14 @@ typedef struct KernelOps {
     void (*half_to_f32)(Device *d, float *dst, const bf16 *src, size_t n);
 
     // Bytes of kernel scratch (device_scratch) that the largest request of a
-    // GPT-2 step asks for, with B x T tokens, C channels, NH heads, a V-token
-    // vocabulary, `threads` OpenMP threads and the flash (1) or the
-    // materialized (0) attention; the scratch keeps its largest size, so this
-    // is what it holds from the first step on. Each kernel file states its
-    // own request beside the call that makes it.
-    size_t (*scratch_bytes)(int threads, int B, int T, int C, int NH, int V, int flash);
+    // GPT-2 step asks for, with B x T tokens, C channels, NH heads, V rows of
+    // wte on this rank (the vocabulary, or its tp part), `threads` OpenMP
+    // threads and the flash (1) or the materialized (0) attention, on one of
+    // tp tensor-parallel ranks (its linears C/tp or 4C/tp wide, NH/tp heads);
+    // the scratch keeps its largest size, so this is what it holds from the
+    // first step on. Each kernel file states its own request beside the call
+    // that makes it.
+    size_t (*scratch_bytes)(int threads, int B, int T, int C, int NH, int V, int tp, int flash);
 } KernelOps;
 
 extern const KernelOps kernels_cpu;

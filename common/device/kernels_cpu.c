@@ -304,12 +304,14 @@ static void adamw(Device *d, float *master, float *m, float *v, const bf16 *grad
 static size_t max_bytes(size_t a, size_t b) { return a > b ? a : b; }
 
 // The requests of a step: layernorm's w and b in fp32 (2C), each GEMM's
-// weights and bias in fp32 (qkv, proj, fc, fcproj, the tied head), and the
-// attention backward's per-thread tile.
-static size_t scratch_bytes(int threads, int B, int T, int C, int NH, int V, int flash) {
+// weights and bias in fp32 (qkv, proj, fc, fcproj, the tied head; a tp
+// rank's column- and row-parallel parts), and the attention backward's
+// per-thread tile.
+static size_t scratch_bytes(int threads, int B, int T, int C, int NH, int V, int tp, int flash) {
     (void)B, (void)NH;
     size_t s = 2 * (size_t)C * sizeof(float);
-    const int gemm[5][2] = {{C, 3 * C}, {C, C}, {C, 4 * C}, {4 * C, C}, {C, V}};  // (C in, OC out)
+    int Cp = C / tp, F = 4 * C / tp;
+    const int gemm[5][2] = {{C, 3 * Cp}, {Cp, C}, {C, F}, {F, C}, {C, V}};  // (C in, OC out)
     for (int i = 0; i < 5; i++) s = max_bytes(s, matmul_cpu_scratch_bytes(gemm[i][0], gemm[i][1]));
     return max_bytes(s, flash ? flash_cpu_scratch_bytes(threads, T) : attention_cpu_scratch_bytes(threads, T));
 }

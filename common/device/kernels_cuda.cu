@@ -331,13 +331,13 @@ static size_t max_bytes(size_t a, size_t b) { return a > b ? a : b; }
 // The requests of a step: the largest bias gradient (fc, 4C outputs; the
 // head has no bias) as column partials, where the GEMM's epilogue cannot sum
 // it, the layernorm backward, attention, and the norm's partials.
-static size_t scratch_bytes(int threads, int B, int T, int C, int NH, int V, int flash) {
+static size_t scratch_bytes(int threads, int B, int T, int C, int NH, int V, int tp, int flash) {
     (void)threads, (void)V;
-    int BT = B * T;
+    int BT = B * T, Cp = C / tp, NHp = NH / tp;  // a tp rank's fc outputs and heads
     size_t s = (SUMSQ_BLOCKS + 1) * sizeof(double);
-    s = max_bytes(s, matmul_cuda_scratch_bytes(BT, 4 * C));
+    s = max_bytes(s, matmul_cuda_scratch_bytes(BT, 4 * Cp));
     s = max_bytes(s, layernorm_cuda_scratch_bytes(BT, C));
-    return max_bytes(s, flash ? flash_cuda_scratch_bytes(B, T, C, NH) : attention_cuda_scratch_bytes(B, T, C, NH));
+    return max_bytes(s, flash ? flash_cuda_scratch_bytes(B, T, Cp, NHp) : attention_cuda_scratch_bytes(B, T, Cp, NHp));
 }
 
 }  // namespace KERNELS_NS

@@ -12,7 +12,7 @@
 static RunDeviceBytes device_need(const Trainer *t) {
     const GPTConfig *m = &t->layout.cfg;
     double scratch = (double)t->dev.k->scratch_bytes(t->dev.threads, t->cfg.batch, t->cfg.seq_len, m->channels,
-                                                     m->num_heads, m->vocab_size,
+                                                     m->num_heads, t->layout.vocab_part, t->layout.tp_size,
                                                      t->plan.attention == GPT_ATTENTION_FLASH);
     double buffers = t->strategy->device_buffer_bytes
                          ? t->strategy->device_buffer_bytes(t->sctx, &t->layout, &t->part)

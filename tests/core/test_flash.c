@@ -226,7 +226,7 @@ static void test_same_bits_any_threads_no_tt_scratch(void **state) {
     assert_memory_equal(a.lse, b.lse, a.nrows * sizeof(float));
     assert_memory_equal(a.dqkv, b.dqkv, a.nqkv * sizeof(float));
     // at T = 1024 one (T,T) fp32 matrix is 4 MB; the flash kernels' whole scratch is far below
-    size_t want = d->k->scratch_bytes(d->threads, 1, 1024, 64, 1, 256, 1);
+    size_t want = d->k->scratch_bytes(d->threads, 1, 1024, 64, 1, 256, 1, 1);
     size_t tt = (size_t)1024 * 1024 * sizeof(float);
     print_message("scratch at T 1024: flash %zu B, one (T,T) matrix %zu B\n", want, tt);
     assert_true(want < tt / 8);
