@@ -138,8 +138,10 @@ SRC_00 := $(wildcard 00_memory_math/*.c)
 MAIN_OBJ = $(BUILD)/main/$(1).o
 
 # tests/core: the core's units; tests/tp: tensor parallelism; tests/stages:
-# whole trainers run as programs; tests/lib: what they share
-TEST_SRC := $(wildcard tests/core/test_*.c tests/tp/test_*.c tests/stages/test_*.c)
+# whole trainers run as programs; tests/labs: the lab kit and its planted
+# mistakes (a lab's copy leaves that folder out: it holds the answers);
+# tests/lib: what they share
+TEST_SRC := $(wildcard tests/core/test_*.c tests/tp/test_*.c tests/stages/test_*.c tests/labs/test_*.c)
 TEST_BINS := $(TEST_SRC:tests/%.c=$(BUILD)/tests/%)
 # the cuda tests, and the cuda emulator's own (make test: below)
 CUDA_TEST_SRC := $(wildcard tests/*/test_cuda*.c)

@@ -32,6 +32,7 @@ void param_shard_init(ParamShard *ps, Trainer *t, int prefetch) {
                    t->layout.num_units);
     ps->live = xcalloc((size_t)t->layout.num_units, sizeof(LiveUnit));
     ps->prefetch = prefetch;
+    ps->t = t;
 }
 
 // LAB 04: start_gather -- this rank's slice of unit u into a fresh buffer, then the in-place all-gather
@@ -75,6 +76,7 @@ static void drop(Trainer *t, LiveUnit *lu) {
     if (lu->state == LIVE_NONE) return;
     buf_free(&t->dev, &lu->buf);
     lu->state = LIVE_NONE;
+    lu->seen = lu->used = 0;
 }
 
 // LAB 04: param_shard_acquire -- gather what this entry reads, prefetch the next ones, wait for its own
@@ -124,9 +126,54 @@ int param_shard_upcoming(const Trainer *t, int u, int backward, int ahead, int o
     return e >= 0 && e < num_entries(t) ? entry_reads(&t->layout, e, out) : 0;
 }
 
-const bf16 *param_shard_view(const ParamShard *ps, int u) {
+// Overlap counted, not timed: a view comes after its entry's acquire and
+// before its compute, so a unit first seen gathered at an earlier entry's
+// view (the model's clock, units computed, was smaller) was gathered ahead;
+// if it was complete already then (finish_gather had run), it was waited
+// for before the entry that reads it, and hid nothing.
+static void count_gathers(ParamShard *ps) {
+    long now = ps->t->model.units_run;
+    for (int v = 0; v < ps->t->layout.num_units; v++) {
+        LiveUnit *lu = &ps->live[v];
+        if (lu->state == LIVE_NONE) {
+            lu->seen = lu->used = 0;
+        } else if (!lu->seen) {
+            lu->seen = 1, lu->used = 0, lu->seen_at = now, lu->seen_ready = lu->state == LIVE_READY;
+            ps->gathers += !ps->t->evaluating;
+        }
+    }
+}
+
+const bf16 *param_shard_view(ParamShard *ps, int u) {
     CHECK(ps->live[u].state == LIVE_READY, "unit %d's params used before they were gathered", u);
-    return ps->live[u].buf.ptr;
+    count_gathers(ps);
+    LiveUnit *lu = &ps->live[u];
+    int ahead = !lu->used && !ps->t->evaluating && lu->seen_at < ps->t->model.units_run;
+    ps->gathers_ahead += ahead;
+    ps->waited_early += ahead && lu->seen_ready;  // waited for while an earlier entry ran: nothing overlapped
+    lu->used = 1;
+    return lu->buf.ptr;
+}
+
+void param_shard_report(const ParamShard *ps, const Trainer *t, FILE *json) {
+    long m = t->report.n * t->cfg.grad_accum;  // training micro-batches run
+    if (t->world.rank != 0 || !m) return;
+    const GPTLayout *l = &t->layout;
+    int issued = zero_gathers_per_micro_batch(l, ps->prefetch), ahead = zero_gathers_ahead(l, ps->prefetch, 0);
+    if (!t->cfg.quiet)
+        printf("gathers per micro-batch: %.2f issued, %.2f of them while an earlier unit computed, %.2f of those "
+               "waited for before their unit (formula at --prefetch %d: %d, %d and 0)\n", (double)ps->gathers / m,
+               (double)ps->gathers_ahead / m, (double)ps->waited_early / m, ps->prefetch, issued, ahead);
+    if (json)
+        fprintf(json, ",\"gathers\":{\"prefetch\":%d,\"micro_batches\":%ld,\"issued\":%ld,\"ahead\":%ld,"
+                      "\"waited_early\":%ld,"
+                      "\"per_micro_batch_formula\":%d,\"ahead_per_micro_batch_formula\":%d,"
+                      "\"peak_bytes_formula\":%.0f,\"elems_per_micro_batch_formula\":%.0f,"
+                      "\"eval_micro_batches\":%d,\"eval_elems_per_micro_batch_formula\":%.0f}",
+                ps->prefetch, m, ps->gathers, ps->gathers_ahead, ps->waited_early, issued, ahead,
+                zero_gathered_peak_bytes(l, ps->prefetch),
+                zero_gathered_elems(l, ps->prefetch, 0), t->cfg.eval_batches * t->cfg.grad_accum,
+                zero_gathered_elems(l, ps->prefetch, 1));
 }
 
 void param_shard_free(ParamShard *ps, Trainer *t) {

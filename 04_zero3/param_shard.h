@@ -15,6 +15,11 @@ typedef struct LiveUnit {
     LiveState state;
     Buf buf;       // the unit's bf16 params, whole
     CommHandle h;
+    // what the count of gathers sees (param_shard_view): gathered since the
+    // last drop, the model's clock (units computed) when first seen so and
+    // whether it was waited for by then, and whether an entry has read it since
+    int seen, seen_ready, used;
+    long seen_at;
 } LiveUnit;
 
 // Where this rank's slice of a unit comes from when the unit is gathered:
@@ -29,6 +34,10 @@ typedef struct ParamShard {
     int prefetch;    // entries of the schedule gathered ahead
     ParamSliceSource source;  // set after param_shard_init; NULL for the device shard
     void *source_arg;
+    const Trainer *t;         // whose model's clock (units computed) the count reads
+    // training's all-gathers, those started before the entry that reads them, and of those the ones
+    // waited for before that entry too (nothing left to overlap)
+    long gathers, gathers_ahead, waited_early;
 } ParamShard;
 
 // The --prefetch flag (default 1).
@@ -43,7 +52,13 @@ void param_shard_acquire(ParamShard *ps, Trainer *t, int u, int backward);
 void param_shard_release(ParamShard *ps, Trainer *t, int u, int backward);
 // Drop every live unit (the params are about to change).
 void param_shard_release_all(ParamShard *ps, Trainer *t);
-const bf16 *param_shard_view(const ParamShard *ps, int u);
+// Unit u's gathered params, for the entry about to compute. Counts the
+// gathers as it goes: every unit newly gathered since the last use, and
+// whether the unit read now was gathered while an earlier entry computed.
+const bf16 *param_shard_view(ParamShard *ps, int u);
+// The gathers against their formulas (zero_gathers_per_micro_batch and
+// _ahead at this prefetch depth): a line, and "gathers" in the --json record.
+void param_shard_report(const ParamShard *ps, const Trainer *t, FILE *json);
 // The units that the schedule entry `ahead` entries after unit u's forward
 // (backward = 0) or backward reads, in out[]; returns how many (0 past the
 // end of the micro-batch). A stage that brings slices from further away

@@ -88,6 +88,8 @@ static void params_from_master(Trainer *t) {
     t->dev.k->f32_to_half(&t->dev, t->st.params.ptr, t->st.master.ptr, t->part.shard);
 }
 
+static void report(Trainer *t, FILE *json) { param_shard_report(&((Stage *)t->sctx)->params, t, json); }
+
 static void teardown(Trainer *t) {
     Stage *z = t->sctx;
     param_shard_free(&z->params, t);
@@ -110,5 +112,6 @@ const Strategy strategy_zero3 = {
     .grad_norm_sq = grad_norm_sq,
     .update = update,
     .params_from_master = params_from_master,
+    .report = report,
     .teardown = teardown,
 };

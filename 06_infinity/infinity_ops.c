@@ -102,6 +102,7 @@ void infinity_take_nvme_bytes(Trainer *t, Stage *z, int count) {
 // timing, and the trace shows it.
 void infinity_report(Trainer *t, FILE *json) {
     Stage *z = t->sctx;
+    param_shard_report(&z->params, t, json);  // zero3's gathers
     if (t->world.rank != 0 || !z->update_passes) return;
     double n = (double)z->update_passes;
     if (!t->cfg.quiet)

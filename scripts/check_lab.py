@@ -1,14 +1,21 @@
 #!/usr/bin/env python3
-"""check_lab.py NN: the checks of lab NN (make check-lab-NN), run in a
-student copy made by make lab-NN. It builds the stage, runs it, and prints
-each check as pass or fail with the measured and the expected figure, then a
-score. Exit status 0 only when every check passes.
+"""check_lab.py NN [--only KEYS]: the checks of lab NN (make check-lab-NN),
+run in a student copy made by make lab-NN. It builds the stage, runs it, and
+prints each check as pass or fail with the measured and the expected figure
+and, where one fails, what that means; then a score. Exit status 0 only when
+every check passes.
 
 The expected figures come from the reference, run on this machine when the
 lab was made (.lab/expected.json): the stage's losses must equal them to the
 bit where the math is the same. The other checks hold the stage to its own
-formulas (bytes by tier and category, communication, transfers) and to
-itself (resume reproduces the uninterrupted run).
+formulas: every category's peak bytes on every tier, the device's peak
+against what the run counted before it started, the bytes moved and between
+tiers, what its technique promises to overlap (counted, not timed), the
+recompute's work, and at a second setting of the lab's own knob; and to
+itself (resume reproduces the uninterrupted run). The checks are listed in
+lab_checks.py; --only KEYS (comma-separated: losses, states, peaks,
+device_peak, comm, xfer, overlap, eval, accum, resume, knob, recompute,
+in_flight, f_and_g, seq_par) runs just those.
 
 --record (used by make_lab.py in the reference tree) runs the reference,
 checks it passes, and prints the expected figures as JSON, with the time of
@@ -16,13 +23,15 @@ the reference's slowest run.
 
 Each run of a check may take TIME_FACTOR times that (at least MIN_LIMIT_S):
 past it, its ranks are ended and the check says "timed out after N s (the
-reference took M s)"; the checks after it are not run. A rank killed by a
-signal is named by it ("segmentation fault"). Whether the grader ends, is
-stopped (SIGTERM, Ctrl-C) or a run times out, it ends every process it
-started and removes its temporary folder.
+reference took M s)"; the checks after it are not run. A rank that crashes
+is reported once, above the checks: the signal, the lab's function on its
+stack where one is, and how to find the line; the checks that needed the run
+say so. Whether the grader ends, is stopped (SIGTERM, Ctrl-C) or a run times
+out, it ends every process it started and removes its temporary folder.
 """
 import json
 import os
+import re
 import shutil
 import signal
 import subprocess
@@ -31,6 +40,9 @@ import tempfile
 import time
 from pathlib import Path
 
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from lab_checks import KEYS, LABS, RANKS, reference_figures, run_checks  # noqa: E402
+
 HERE = Path.cwd()
 MPI_ENV = {
     "OMPI_ALLOW_RUN_AS_ROOT": "1", "OMPI_ALLOW_RUN_AS_ROOT_CONFIRM": "1",
@@ -38,39 +50,6 @@ MPI_ENV = {
     "OMPI_MCA_btl": "self,vader,tcp", "OMPI_MCA_btl_vader_single_copy_mechanism": "none",
     "OMPI_MCA_mpi_yield_when_idle": "1",
 }
-MODEL = "--model small --batch 4 --steps 8"
-ACCUM = "--batch 2 --grad-accum 2"  # the same global batch in two micro-batches
-STATE_CATS = ["params_bf16", "grads_bf16", "master_fp32", "adam_m", "adam_v"]
-# lab 07 at m = 4 micro-batches over P = 2 stages: 1F1B proper (at m <= P it is AFAB)
-MANY_MICRO = "--batch 1 --grad-accum 4"
-IN_FLIGHT = "1F1B with m = 4 > P = 2: micro-batches in flight per stage equal min(P - s, m)"
-# labs 03 and 06: the overlap a technique promises, in counts the stage reports (timings would be noise)
-BUCKETS = ("buckets leave during backward: per micro-batch all B = ceil(Ψ/cap) buckets but the last are left "
-           "in flight while units still run backward")
-READ_AHEAD = ("sub-group reads asked for ahead of their use: every sub-group of every update pass (the pass asks "
-              "for k + 1 before the work on k)")
-# lab 07's tensor parallelism apart from the pipeline: tp 2 x dp 2 on its 4 ranks
-TP_ALONE = "--tp 2 --pp 1"
-F_AND_G = f"{TP_ALONE} (Megatron's f and g): losses equal the reference's to the bit"
-SEQ_PAR = "--sequence-parallel (f and g as all-gathers and reduce-scatters): losses equal the plain run's to the bit"
-
-# lab: (stage binary, the reference it must equal, extra flags of the main run, tiers holding states)
-LABS = {
-    "01": ("dp_baseline", "dp_baseline", "", ["device"]),
-    "02": ("zero1", "dp_baseline", "", ["device"]),
-    "03": ("zero2", "dp_baseline", "--bucket-mb 0.2", ["device"]),
-    "04": ("zero3", "dp_baseline", "--bucket-mb 0.2 --prefetch 2", ["device"]),
-    "05": ("cpu_offload", "zero2", "", ["device", "pinned"]),
-    # {nvme}: a folder for the swap files under the checks' own temporary
-    # folder (in the lab's copy, on the disk the copy is on)
-    "06": ("infinity", "zero3", "--nvme-path {nvme} --offload-params nvme --sub-group-mb 0.3",
-           ["device", "pinned", "nvme"]),
-    # the reference's own losses: tensor parallelism adds partial sums in
-    # another order than dp_baseline, so the student's code is held to the
-    # reference 3d_parallel's bits (1F1B and the f/g all-reduce)
-    "07": ("3d_parallel", "3d_parallel", "--tp 2 --pp 2", ["device"]),
-}
-RANKS = {"07": 4}  # tp 2 x pp 2; the others run on 2 ranks
 
 # A student's run may be slower than the reference's (a first version, a
 # loaded machine) but not TIME_FACTOR times slower: then it is taken to hang.
@@ -78,6 +57,10 @@ TIME_FACTOR = 10
 MIN_LIMIT_S = 10        # start-up alone takes seconds where the machine is busy
 UNTIMED_LIMIT_S = 600   # an expected.json recorded before the reference was timed
 GRACE_S = 3             # after SIGTERM, before SIGKILL
+MARK = re.compile(r"^\s*//\s*LAB\s+(\d\d):\s*(\S+)")
+END = re.compile(r"^\s*//\s*LAB END\s*$")
+# a frame as backtrace_symbols_fd writes it: binary(function+0xOFF)[0xADDR] or binary(+0xOFF)[0xADDR]
+FRAME = re.compile(r"^(\S+)\((\w*)\+0x([0-9a-f]+)\)\s*\[0x[0-9a-f]+\]\s*$")
 
 
 def session_pids(sid):
@@ -121,25 +104,54 @@ def crash_name(status):
     return f"{(signal.strsignal(sig) or sig.name).lower()} ({sig.name})"
 
 
+def lab_functions(lab):
+    """The functions defined inside lab `lab`'s regions of this tree's sources (the student's)."""
+    names = set()
+    for path in [p for d in HERE.iterdir() if d.is_dir() and d.name[:1].isalnum() for p in d.rglob("*.[ch]")]:
+        inside = False
+        for line in path.read_text(errors="replace").splitlines():
+            m = MARK.match(line)
+            if m:
+                inside = m.group(1) == lab
+            elif END.match(line):
+                inside = False
+            elif inside and (d := re.match(r"^(?:static\s+)?(?:inline\s+)?[A-Za-z_][\w\s\*]*?\b(\w+)\s*\(", line)):
+                names.add(d.group(1))
+    return names
+
+
+def stack_of(binary, output):
+    """The crashed rank's frames in `binary`, innermost first, named (addr2line resolves the bare offsets)."""
+    names = []
+    for line in output.splitlines():
+        f = FRAME.match(line.strip())
+        if not f or not f.group(1).endswith("/" + binary) and f.group(1) != binary:
+            continue
+        if f.group(2):
+            names.append(f.group(2))
+        elif shutil.which("addr2line"):
+            out = subprocess.run(["addr2line", "-f", "-e", f"./{binary}", "0x" + f.group(3)], capture_output=True,
+                                 text=True).stdout.split("\n")[0]
+            names.append(out if out and out != "??" else "0x" + f.group(3))
+    # the handler that printed them comes first (common/runtime/stop.c)
+    return names[names.index("on_crash_signal") + 1:] if "on_crash_signal" in names else names
+
+
 class Runner:
-    def __init__(self, tmp, ranks, reference_s=None):
+    def __init__(self, tmp, lab, reference_s=None):
         """reference_s: the reference's slowest run, which sets the limit of each run (None: the reference itself)."""
-        self.tmp, self.n, self.ranks = Path(tmp), 0, ranks
+        self.tmp, self.n, self.lab, self.ranks = Path(tmp), 0, lab, RANKS.get(lab, 2)
         self.reference_s, self.slowest_s, self.timed_out = reference_s, 0.0, None
-        if reference_s is None:
-            self.limit_s = UNTIMED_LIMIT_S
-        else:
-            self.limit_s = max(MIN_LIMIT_S, TIME_FACTOR * reference_s)
+        self.crashes = []  # what each failed or crashed run said, once: printed above the checks
+        self.limit_s = UNTIMED_LIMIT_S if reference_s is None else max(MIN_LIMIT_S, TIME_FACTOR * reference_s)
 
     def run(self, binary, flags):
         """Runs a trainer on the lab's ranks; returns its --json record, or the error it died with."""
-        ranks = self.ranks
         self.n += 1
-        path = self.tmp / f"run{self.n}.json"
-        nvme = self.tmp / "nvme"
+        path, nvme = self.tmp / f"run{self.n}.json", self.tmp / "nvme"
         nvme.mkdir(exist_ok=True)
         flags = flags.replace("{nvme}", str(nvme))
-        argv = ["mpirun", "-np", str(ranks), f"./{binary}"] + flags.split() + ["--quiet", "--json", str(path)]
+        argv = ["mpirun", "-np", str(self.ranks), f"./{binary}"] + flags.split() + ["--quiet", "--json", str(path)]
         if self.timed_out:
             return {"error": f"not run: an earlier run {self.timed_out}"}
         t0 = time.monotonic()
@@ -158,164 +170,39 @@ class Runner:
                 end_session(proc)
         self.slowest_s = max(self.slowest_s, time.monotonic() - t0)
         if proc.returncode != 0 or not path.exists():
-            lines = output.strip().splitlines()
-            # the program's own error line, not what MPI's runtime says after it as the ranks go
-            # (its lines start with the binary's name; MPI's warnings may come after them)
-            own = [l for l in lines if l.startswith(binary + ":")]
-            # its error line ("NAME: error: ...", "NAME: rank R: ..."), not the settings line it printed first
-            err = [l for l in own if ": error:" in l or l.startswith(binary + ": rank ")]
-            crash = crash_name(proc.returncode)
-            if crash:  # a crash prints no error line of its own: the settings line would mislead
-                return {"error": f"crashed: {crash}" + (f"; it said: {err[0]}" if err else "")}
-            said = err or own or lines
-            return {"error": f"exit {proc.returncode}: " + (said[0] if said else "no output")}
+            return {"error": self.failure(binary, flags, proc.returncode, output)}
         return json.loads(path.read_text().splitlines()[-1])
 
-
-def figures(rec, tiers):
-    """What the checks compare: losses, bytes by tier and category, comm and transfers."""
-    if "error" in rec:
-        return rec
-    mem = {f"{t}/{c}": rec["mem"][t][c]["current"] for t in tiers for c in STATE_CATS}
-    formula = {f"{t}/{c}": rec["mem_formula"][t][c] for t in tiers for c in STATE_CATS}
-    xfer = rec.get("transfer_bytes_per_step", {})
-    return {"losses": rec["losses"], "mem": mem, "mem_formula": formula,
-            "comm": rec["comm_bytes_per_step"], "comm_formula": rec["comm_formula_bytes_per_step"],
-            "xfer": {k: v for k, v in xfer.items() if v["formula"] > 0},
-            "buckets": rec.get("buckets"), "swap_reads": rec.get("swap_reads")}
-
-
-def overlap_check(lab, main):
-    """Labs 03 and 06: what overlaps, counted by the stage against what the technique promises."""
-    if lab == "03":
-        b = main["buckets"] or {}
-        m, B = b.get("micro_batches", 0), b.get("per_micro_batch_formula", 0)
-        ok = m > 0 and b["launched"] == m * B and b["in_flight_in_backward"] == m * (B - 1)
-        got = (f"{b['in_flight_in_backward'] / m:g} of {b['launched'] / m:g} per micro-batch" if m
-               else "no \"buckets\" in the --json record")
-        return (BUCKETS, ok, got, f"{B - 1} of {B}")
-    r = main["swap_reads"] or {}
-    n, G = r.get("passes", 0), r.get("per_pass_formula", 0)
-    ok = n > 0 and r["waited"] == n * G and r["asked_ahead"] == n * G
-    got = (f"{r['asked_ahead'] / n:g} of {r['waited'] / n:g} per pass (a read asked for only when needed is "
-           "serial I/O)" if n else "no \"swap_reads\" in the --json record")
-    return (READ_AHEAD, ok, got, f"{G} of {G}")
-
-
-def reference_figures(lab, r):
-    stage, ref, extra, tiers = LABS[lab]
-    expected = {"lab": lab, "stage": stage, "reference": ref,
-                "losses": figures(r.run(ref, MODEL + " " + (extra if ref == stage else "")), tiers)["losses"]}
-    # gradient accumulation: the reference stage itself (its bf16 sums per
-    # micro-batch round differently from dp_baseline's single sum)
-    expected["accum_losses"] = figures(r.run(stage, f"{MODEL} {extra} {ACCUM}"), tiers)["losses"]
-    if lab == "07":
-        expected["tp_losses"] = figures(r.run(stage, f"{MODEL} {TP_ALONE}"), tiers)["losses"]
-    if lab == "05":
-        expected["dpu_losses"] = figures(r.run(stage, MODEL + " --dpu --dpu-warmup 2"), tiers)["losses"]
-    expected["reference_s"] = round(r.slowest_s, 2)  # sets the checks' time limits (TIME_FACTOR)
-    return expected
-
-
-def run_checks(lab, expected, r):
-    """[(name, passed, measured, expected)] for lab `lab`."""
-    stage, ref, extra, tiers = LABS[lab]
-    save = r.tmp / "ck"
-    main = figures(r.run(stage, f"{MODEL} {extra} --save {save} --save-every 4"), tiers)
-    if "error" in main:  # every check fails with the reason
-        names = [f"losses equal {ref}'s to the bit", "model-state bytes equal the formula",
-                 "communication per step equals the formula", f"with {ACCUM}: losses equal the reference's",
-                 "resume reproduces the run"]
-        names += ["--dpu equals the reference's delayed update"] if lab == "05" else []
-        names += [f"--recompute {m}: losses equal none's to the bit, activations equal the formula"
-                  for m in ("selective", "full")] if lab == "04" else []
-        names += [IN_FLIGHT, F_AND_G, SEQ_PAR] if lab == "07" else []
-        names += [BUCKETS] if lab == "03" else [READ_AHEAD] if lab == "06" else []
-        return [(n, False, main["error"], f"{stage} exits 0") for n in names]
-    out = []
-    same = main["losses"] == expected["losses"]
-    out.append((f"losses equal {ref}'s to the bit (8 steps, {r.ranks} ranks)", same,
-                f"{main['losses'][-1]:.9g} at step 8", f"{expected['losses'][-1]:.9g}"))
-    bad = [k for k in main["mem"] if main["mem"][k] != main["mem_formula"][k]]
-    out.append(("model-state bytes by tier and category equal the formula", not bad,
-                ", ".join(f"{k} {main['mem'][k]:.0f}" for k in bad) or "all equal",
-                ", ".join(f"{k} {main['mem_formula'][k]:.0f}" for k in bad) or "all equal"))
-    # zero3's gathers (labs 04 and 06): the head stays live from the end of
-    # forward into backward, so it is gathered (and, off the device, fetched)
-    # once where the formula counts two: up to 1% under
-    live_head = lab in ("04", "06")
-    note = " (-1%..0: the head stays live)" if live_head else ""
-
-    def near(got, want):
-        return 0.99 * want <= got <= want + 1 if live_head else abs(got - want) <= 1
-
-    out.append(("communication per step equals the formula" + note, near(main["comm"], main["comm_formula"]),
-                f"{main['comm']:.0f} B", f"{main['comm_formula']:.0f} B"))
-    for k, v in main["xfer"].items():
-        out.append((f"{k} bytes per step equal the formula" + note, near(v["counted"], v["formula"]),
-                    f"{v['counted']:.0f} B", f"{v['formula']:.0f} B"))
-    if lab in ("03", "06"):
-        out.append(overlap_check(lab, main))
-    accum = figures(r.run(stage, f"{MODEL} {extra} {ACCUM}"), tiers)
-    ok = "error" not in accum and accum["losses"] == expected["accum_losses"]
-    out.append((f"with {ACCUM}: losses equal the reference {stage}'s to the bit", ok,
-                accum.get("error") or f"{accum['losses'][-1]:.9g} at step 8", f"{expected['accum_losses'][-1]:.9g}"))
-    resumed = figures(r.run(stage, f"{MODEL} {extra} --resume {save}/step-00000004"), tiers)
-    ok = "error" not in resumed and resumed["losses"] == main["losses"][4:]
-    out.append(("resume from step 4 reproduces steps 5-8", ok,
-                resumed.get("error") or f"{resumed['losses'][-1]:.9g}", f"{main['losses'][-1]:.9g}"))
-    if lab == "04":  # block_recompute: the same bits as the forward it repeats, in the working set the formula counts
-        for mode in ("selective", "full"):
-            rec = r.run(stage, f"{MODEL} {extra} --recompute {mode}")
-            name = f"--recompute {mode}: losses equal none's to the bit, activations equal the formula"
-            if "error" in rec:
-                out.append((name, False, rec["error"], f"{stage} exits 0"))
-                continue
-            acts = [rec["mem"]["device"][c]["peak"] for c in ("activations", "act_working")]
-            want = [rec["mem_formula"][c] for c in ("activations", "act_working")]
-            ok = rec["losses"] == main["losses"] and acts == want
-            out.append((name, ok, f"{rec['losses'][-1]:.9g} at step 8; {acts[0]:.0f} + {acts[1]:.0f} B",
-                        f"{main['losses'][-1]:.9g}; {want[0]:.0f} + {want[1]:.0f} B"))
-    if lab == "07":  # 1F1B's warm-up: at m > P each stage s keeps min(P - s, m) micro-batches in flight
-        rec = r.run(stage, f"{MODEL} {extra} {MANY_MICRO}")
-        if "error" in rec:
-            out.append((IN_FLIGHT, False, rec["error"], f"{stage} exits 0"))
-        else:
-            ranks = rec["grid"]["ranks"]
-            got = "/".join(str(int(x["peak_in_flight"])) for x in ranks if x["tp_rank"] == 0)
-            want = "/".join(str(int(x["in_flight_formula"])) for x in ranks if x["tp_rank"] == 0)
-            out.append((IN_FLIGHT, got == want, f"stages {got}", f"stages {want}"))
-        out.append(f_and_g_check(r.run(stage, f"{MODEL} {TP_ALONE}"), expected.get("tp_losses")))
-        sp = r.run(stage, f"{MODEL} {extra} --sequence-parallel")
-        out.append((SEQ_PAR, "error" not in sp and sp["losses"] == main["losses"],
-                    sp.get("error") or f"{sp['losses'][-1]:.9g} at step 8", f"{main['losses'][-1]:.9g}"))
-    if lab == "05":
-        dpu = figures(r.run(stage, f"{MODEL} --dpu --dpu-warmup 2"), tiers)
-        ok = "error" not in dpu and dpu["losses"] == expected["dpu_losses"]
-        out.append(("--dpu equals the reference's delayed update to the bit", ok,
-                    dpu.get("error") or f"{dpu['losses'][-1]:.9g}", f"{expected['dpu_losses'][-1]:.9g}"))
-    return out
-
-
-def f_and_g_check(rec, want):
-    """Lab 07's tensor parallelism alone, naming the pass that differs: step 1's loss
-    reads only the forward (g's all-reduce, f's identity); the later ones also the
-    gradients of the backward before them (f's all-reduce, g's identity)."""
-    if want is None:
-        return (F_AND_G, False, "no tp_losses in .lab/expected.json", "a copy made by this make lab-07")
-    if "error" in rec:
-        return (F_AND_G, False, rec["error"], "3d_parallel exits 0")
-    got = rec["losses"]
-    if got == want:
-        return (F_AND_G, True, f"{got[-1]:.9g} at step 8", f"{want[-1]:.9g}")
-    k = next(i for i in range(len(want)) if i >= len(got) or got[i] != want[i])
-    if k == 0:
-        where = (f"step 1 differs ({got[0]:.9g}): the forward's sums are wrong (g all-reduces after a "
-                 "row-parallel linear; f is the identity)")
-    else:
-        where = (f"step 1 equal, step {k + 1} differs: the backward's sums are wrong (f all-reduces the "
-                 "column-parallel linear's input gradient; g is the identity)")
-    return (F_AND_G, False, where, f"{want[min(k, len(want) - 1)]:.9g} at step {k + 1}")
+    def failure(self, binary, flags, status, output):
+        """What a failed run says: its own error line, or a crash, noted once with its stack."""
+        lines = output.strip().splitlines()
+        # the program's own lines start with its name (MPI's warnings may come after them)
+        own = [l for l in lines if l.startswith(binary + ":")]
+        crashed = [l for l in own if ": crashed: " in l]
+        err = [l for l in own if (": error:" in l or l.startswith(binary + ": rank ")) and ": crashed: " not in l]
+        crash = crash_name(status)
+        shown = f"mpirun -np {self.ranks} ./{binary} {flags.replace(str(self.tmp / 'nvme'), 'runs/nvme')}"
+        if not crash and not crashed:
+            said = err or own or lines
+            note = f"a run failed: exit {status}: " + re.sub(r": rank \d+: ", ": ", said[0] if said else "no output")
+            if all(not c.startswith(note + "\n") for c in self.crashes):  # said once, whichever runs it ends
+                self.crashes.append(note + f"\n    the run: {shown}")
+            return f"exit {status} (above)"
+        what = crashed[0].split(": crashed: ", 1)[1].split(";")[0] if crashed else crash
+        stack = stack_of(binary, output)
+        mine = [f for f in stack if f in lab_functions(self.lab)]
+        note = f"a run crashed: {what}"
+        if mine:
+            note += f", in {mine[0]}, one of lab {self.lab}'s functions"
+        if stack:
+            note += f" (its stack: {' <- '.join(stack[:6])})"
+        elif err:
+            note += f"; it said: {re.sub(r': rank [0-9]+: ', ': ', err[0])}"
+        if all(not c.startswith(note + "\n") for c in self.crashes):  # the same crash in another run: said once
+            self.crashes.append(note + f"\n    the run: {shown}\n    to see the line: make sanitize builds the stages "
+                                "with AddressSanitizer into build-sanitize/root (and runs the tests there); run the "
+                                "command in that folder")
+        return f"crashed ({what.split(' (')[0]}; above)"
 
 
 def build(lab):
@@ -327,15 +214,31 @@ def build(lab):
         sys.exit(f"check-lab-{lab}: the build fails:\n" + "\n".join(errors[:20] or [done.stderr[-2000:]]))
 
 
-def main():
-    args = [a for a in sys.argv[1:] if a != "--record"]
-    record = "--record" in sys.argv
+def parse_args():
+    args, only, record = sys.argv[1:], None, False
+    if "--record" in args:
+        record = True
+        args.remove("--record")
+    if "--only" in args:
+        i = args.index("--only")
+        if i + 1 >= len(args):
+            sys.exit("usage: check_lab.py NN [--only KEYS]; --only needs a comma-separated list")
+        only = set(args[i + 1].split(","))
+        del args[i:i + 2]
+        if only - set(KEYS):
+            sys.exit(f"check_lab: --only {','.join(sorted(only - set(KEYS)))}: no such check; the checks: "
+                     f"{', '.join(KEYS)}")
     if len(args) != 1 or args[0] not in LABS:
-        sys.exit(f"usage: check_lab.py NN [--record]; labs: {', '.join(LABS)}")
-    lab = args[0]
+        sys.exit(f"usage: check_lab.py NN [--record] [--only KEYS]; labs: {', '.join(LABS)}")
+    return args[0], record, only
+
+
+def main():
+    lab, record, only = parse_args()
     if not shutil.which("mpirun"):
         sys.exit("check_lab: mpirun not found; run make deps")
     build(lab)
+
     # SIGTERM unwinds as Ctrl-C does: the run in progress is ended and the temporary folder removed
     def stopped(number, frame):
         print(f"check-lab-{lab}: stopped by {signal.Signals(number).name}; the runs it started are ended and its "
@@ -345,24 +248,28 @@ def main():
     signal.signal(signal.SIGTERM, stopped)
     with tempfile.TemporaryDirectory(dir=HERE) as tmp:
         if record:
-            r = Runner(tmp, RANKS.get(lab, 2))
+            r = Runner(tmp, lab)
             expected = reference_figures(lab, r)
         else:
             path = HERE / ".lab/expected.json"
             if not path.exists():
                 sys.exit(f"check-lab-{lab}: no .lab/expected.json here: run it in the copy make lab-{lab} made")
             expected = json.loads(path.read_text())
-            r = Runner(tmp, RANKS.get(lab, 2), expected.get("reference_s"))
-        results = run_checks(lab, expected, r)
+            r = Runner(tmp, lab, expected.get("reference_s"))
+        results = run_checks(lab, expected, r, only)
     passed = sum(ok for _, ok, _, _ in results)
     if record:
-        if passed != len(results):
+        if passed != len(results) or r.crashes:
+            for note in r.crashes:
+                print(f"  {note}", file=sys.stderr)
             for name, ok, got, want in results:
                 print(f"{'pass' if ok else 'FAIL'}  {name}: measured {got}, expected {want}", file=sys.stderr)
             sys.exit(1)
         print(json.dumps(expected))
         return
     print(f"lab {lab} ({LABS[lab][0]}): checks")
+    for note in r.crashes:
+        print(f"  {note}")
     for name, ok, got, want in results:
         print(f"  {'pass' if ok else 'FAIL'}  {name}: measured {got}, expected {want}")
     print(f"score: {passed}/{len(results)}")

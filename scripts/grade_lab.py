@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""grade_lab.py NN [DIR]: grades a student's copy DIR of lab NN with the
+"""grade_lab.py NN [DIR...] [--only KEYS]: grades a student's copy DIR of lab NN with the
 reference's checker (make grade-lab-NN SUBMISSION=DIR, run in the reference
 tree, which hands DIR over in the environment variable ZW_SUBMISSION, so
 that neither make nor a shell reads the path: a $ or a newline in it stays).
@@ -13,6 +13,10 @@ and the reference's check_lab.py grades the result. A file is taken only
 when it is a regular file inside DIR, reached without following a symbolic
 link (a link could name the reference's own file, or anyone's), and of at
 most MAX_FILE_BYTES; it is read through the one descriptor that checked it.
+--only KEYS runs just those of check_lab's checks. Several DIRs are graded
+one after the other in the one copy (each from the reference's files with
+its own put in), after a line "grading DIR ..." each; the exit status is 1
+when one of them fails.
 The output is check_lab's: pass/FAIL per check and "score: N/M"; exit 0
 only when every check passes, 2 (one line) when DIR is not a folder or one
 of the files is missing or not taken.
@@ -109,26 +113,36 @@ def submitted_files(lab, submission):
 
 
 def main():
-    if len(sys.argv) not in (2, 3) or len(sys.argv[1]) != 2 or not sys.argv[1].isdigit():
-        print("usage: grade_lab.py NN [DIR]   (make grade-lab-NN SUBMISSION=DIR)", file=sys.stderr)
+    args, only = sys.argv[1:], []
+    if "--only" in args[:-1]:  # the checks to run (check_lab.py's keys), e.g. for a quick regrade
+        i = args.index("--only")
+        only = ["--only", args[i + 1]]
+        del args[i:i + 2]
+    if not args or len(args[0]) != 2 or not args[0].isdigit():
+        print("usage: grade_lab.py NN [DIR...] [--only KEYS]   (make grade-lab-NN SUBMISSION=DIR)", file=sys.stderr)
         sys.exit(2)
-    lab = sys.argv[1]
-    path = sys.argv[2] if len(sys.argv) == 3 else os.environ.get("ZW_SUBMISSION", "")
-    submission = Path(path) if path else None
-    files = submitted_files(lab, submission)
+    lab = args[0]
+    paths = args[1:] or [os.environ.get("ZW_SUBMISSION", "")]
+    submissions = [Path(p) if p else None for p in paths]
+    taken = [submitted_files(lab, s) for s in submissions]  # every one refused before any is graded
     expected = record_expected(lab, f"grade-lab-{lab}")
     # SIGTERM unwinds as Ctrl-C does: the copy is removed
     signal.signal(signal.SIGTERM, lambda number, frame: sys.exit(128 + number))
+    failed = 0
     with tempfile.TemporaryDirectory(prefix=f"grade-lab-{lab}-") as tmp:
         copy = Path(tmp) / "copy"
         copy_reference(copy)
-        for rel, data in files.items():
-            (copy / rel).write_bytes(data)  # newer than the reference's objects: it recompiles
         (copy / ".lab").mkdir()
         (copy / ".lab/expected.json").write_text(expected)
-        print(f"grading {shown(submission)} with the reference's checks; taken from it: {', '.join(files)}", flush=True)
-        graded = subprocess.run([sys.executable, str(HERE / "scripts/check_lab.py"), lab], cwd=copy)
-    sys.exit(graded.returncode)
+        for submission, files in zip(submissions, taken):
+            for rel, data in files.items():
+                if (copy / rel).read_bytes() != data:  # newer than the objects built before: it recompiles
+                    (copy / rel).write_bytes(data)
+            print(f"grading {shown(submission)} with the reference's checks; taken from it: {', '.join(files)}",
+                  flush=True)
+            graded = subprocess.run([sys.executable, str(HERE / "scripts/check_lab.py"), lab] + only, cwd=copy)
+            failed += graded.returncode != 0
+    sys.exit(graded.returncode if len(submissions) == 1 else 1 if failed else 0)
 
 
 if __name__ == "__main__":

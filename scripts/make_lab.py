@@ -21,7 +21,11 @@ Before writing the copy, the reference runs the lab's checks once and
 records what they must see (DIR/.lab/expected.json): on the student's own
 machine the student's code must then reproduce those figures, bit for bit
 where the math is the same. The reference's build folders are copied too, so
-the first build of the copy recompiles only the stubbed files.
+the first build of the copy recompiles only the stubbed files; not what holds
+the answer compiled (the stubbed files' objects, the core's archive where a
+stubbed file is the core's, the tests' binaries), nor tests/labs/, the
+instructor's planted mistakes. So nothing in a copy holds a line of the
+functions it stubs (tests/labs/test_labs.c scans a fresh copy for each).
 """
 import json
 import os
@@ -128,9 +132,10 @@ def tracked_files():
 
 
 def record_key(lab):
-    """What a recording depends on: the checker and every binary it runs (size and time of each),
+    """What a recording depends on: the checker's files and every binary it runs (size and time of each),
     so a rebuilt reference or an edited checker records again."""
-    files = [HERE / "scripts/check_lab.py"] + sorted(p for p in HERE.iterdir() if p.is_file() and os.access(p, os.X_OK))
+    checker = [HERE / "scripts" / name for name in ("check_lab.py", "lab_checks.py", "lab_formulas.py")]
+    files = checker + sorted(p for p in HERE.iterdir() if p.is_file() and os.access(p, os.X_OK))
     return json.dumps([lab] + [[p.name, p.stat().st_size, p.stat().st_mtime_ns] for p in files])
 
 
@@ -154,17 +159,40 @@ def record_expected(lab, who):
     return checks.stdout
 
 
+# The lab kit's own tests: the planted mistakes are edits of the reference's
+# functions, so they stay with the reference and never reach a copy. Nor do
+# the builds that link the reference's functions whole (the tests' and the
+# benchmarks' binaries) or its recordings.
+INSTRUCTOR_ONLY = ("tests/labs/",)
+BUILD_NOT_COPIED = ("tests", "bench", "lab-records")
+
+
 def copy_reference(dest):
-    """The reference's tracked files into dest, with its build folders (only changed files recompile)."""
+    """The reference's tracked files into dest, with its build folders (only changed files recompile); not
+    the instructor's own (INSTRUCTOR_ONLY), nor their builds."""
     for rel in tracked_files():
         src, dst = HERE / rel, dest / rel
-        if not src.exists():
+        if not src.exists() or rel.startswith(INSTRUCTOR_ONLY):
             continue
         dst.parent.mkdir(parents=True, exist_ok=True)
         shutil.copy2(src, dst)
     for build in BUILD_FOLDERS:
         if (HERE / build).is_dir():
-            shutil.copytree(HERE / build, dest / build, symlinks=True, dirs_exist_ok=True)
+            skip = [HERE / build / d for d in BUILD_NOT_COPIED]
+            shutil.copytree(HERE / build, dest / build, symlinks=True, dirs_exist_ok=True,
+                            ignore=lambda folder, names: [n for n in names if Path(folder, n) in skip])
+
+
+def drop_compiled_answers(dest, stubbed_files):
+    """The objects the reference compiled from the files a copy stubs, and the core's archive where one of
+    them is the core's: they hold the answer, compiled; the copy's first build makes them again."""
+    for build in BUILD_FOLDERS:
+        for rel in stubbed_files:
+            stem = dest / build / Path(rel).with_suffix("")
+            for obj in stem.parent.glob(stem.name + ".*"):  # .o, .d, .fp16.o (a .cu's two builds)
+                obj.unlink()
+            if rel.startswith("common/"):
+                (dest / build / "libcommon.a").unlink(missing_ok=True)
 
 
 def lab_files(lab):
@@ -221,6 +249,7 @@ def main():
     if not stubbed:
         sys.exit(f"make_lab: no // LAB {lab}: markers in the sources; labs: "
                  + ", ".join(sorted({m for m in marked_labs()})))
+    drop_compiled_answers(dest, sorted({s.split(":")[0] for s in stubbed}))
     (dest / ".lab").mkdir(exist_ok=True)
     (dest / ".lab/expected.json").write_text(expected)
     (dest / ".lab/stubbed.txt").write_text("\n".join(stubbed) + "\n")

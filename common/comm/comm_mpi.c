@@ -46,10 +46,20 @@ static MPI_Op sum_op(const Comm *c, DType t) {
     return c->dev && c->dev->half == HALF_FP16 ? c->half_sum[HALF_FP16] : c->half_sum[HALF_BF16];
 }
 
-// MPI counts are int; ours are size_t
-static int as_int(size_t n, const char *what) {
-    CHECK(n <= INT_MAX, "%s: %zu elements do not fit MPI's int count; hint: split the buffer "
-          "into chunks below 2^31 elements (smaller buckets)", what, n);
+// MPI counts are int; ours are size_t. One past SIZE_MAX/2 is no buffer
+// that exists but a negative number wrapped around: a subtraction that went
+// below zero (a slice's start taken from the wrong end), said as such.
+// `which` names the value ("count", "displacement"), rank its rank (-1: the
+// call's own count).
+static int as_int(size_t n, const char *op, int rank, const char *which) {
+    if (n <= INT_MAX) return (int)n;
+    char part[64] = "";
+    if (rank >= 0) snprintf(part, sizeof part, "rank %d's ", rank);
+    CHECK((ptrdiff_t)n >= 0, "%s: %s%s is %td, negative (a size_t subtraction that went below zero); hint: a count "
+          "is how many elements a rank's part holds and a displacement where that part starts inside the buffer, "
+          "both from 0 up", op, part, which, (ptrdiff_t)n);
+    CHECK(n <= INT_MAX, "%s: %s%s of %zu elements does not fit MPI's int count; hint: split the buffer into chunks "
+          "below 2^31 elements (smaller buckets)", op, part, which, n);
     return (int)n;
 }
 
@@ -233,7 +243,7 @@ void comm_progress(Comm *c) {
 // In-place all-reduce with the sum or the maximum (max != 0).
 static void all_reduce(Comm *c, void *buf, size_t count, DType t, int max, CommHandle *h) {
     size_t bytes = count * dtype_bytes(t);
-    int n = as_int(count, "all-reduce");
+    int n = as_int(count, "all-reduce", -1, "count");
     CommHandle local, *k = begin_op(c, h, &local, OP_ALL_REDUCE, bytes);
 #ifdef WB_HAVE_NCCL
     if (comm_nccl_owns(c, buf, NULL)) {
@@ -269,10 +279,10 @@ void comm_reduce_scatter_sum(Comm *c, const void *send, void *recv, const size_t
     size_t es = dtype_bytes(t), total = 0;
     int *counts = xmalloc((size_t)c->size * sizeof *counts);
     for (int r = 0; r < c->size; r++) {
-        counts[r] = as_int(recvcounts[r], "reduce-scatter");
+        counts[r] = as_int(recvcounts[r], "reduce-scatter", r, "count");
         total += recvcounts[r];
     }
-    as_int(total, "reduce-scatter (all parts)");
+    as_int(total, "reduce-scatter", -1, "count of all parts");
     size_t send_bytes = total * es, recv_bytes = recvcounts[c->rank] * es;
     CommHandle local, *k = begin_op(c, h, &local, OP_REDUCE_SCATTER, send_bytes);
     k->mpi_counts = counts;
@@ -308,8 +318,8 @@ void comm_all_gather(Comm *c, void *buf, const size_t *counts, const size_t *dis
     size_t es = dtype_bytes(t), total = 0, extent = 0;
     int *ints = xmalloc(2 * (size_t)c->size * sizeof *ints);  // counts, then displacements
     for (int r = 0; r < c->size; r++) {
-        ints[r] = as_int(counts[r], "all-gather");
-        ints[c->size + r] = as_int(displs[r], "all-gather (displacement)");
+        ints[r] = as_int(counts[r], "all-gather", r, "count");
+        ints[c->size + r] = as_int(displs[r], "all-gather", r, "displacement");
         total += counts[r];
         if (displs[r] + counts[r] > extent) extent = displs[r] + counts[r];
     }
@@ -343,7 +353,7 @@ void comm_broadcast(Comm *c, void *buf, size_t count, DType t, int root, CommHan
     CHECK(root >= 0 && root < c->size, "broadcast: root %d is not a rank of a group of %d", root,
           c->size);
     size_t bytes = count * dtype_bytes(t);
-    int n = as_int(count, "broadcast");
+    int n = as_int(count, "broadcast", -1, "count");
     CommHandle local, *k = begin_op(c, h, &local, OP_BROADCAST, bytes);
 #ifdef WB_HAVE_NCCL
     if (comm_nccl_owns(c, buf, NULL)) {
@@ -368,7 +378,7 @@ void comm_broadcast(Comm *c, void *buf, size_t count, DType t, int root, CommHan
 void comm_send(Comm *c, const void *buf, size_t count, DType t, int peer, int tag, CommHandle *h) {
     CHECK(peer >= 0 && peer < c->size, "send: peer %d is not a rank of a group of %d", peer, c->size);
     size_t bytes = count * dtype_bytes(t);
-    int n = as_int(count, "send");
+    int n = as_int(count, "send", -1, "count");
     CommHandle local, *k = begin_op(c, h, &local, OP_SEND, bytes);
 #ifdef WB_HAVE_NCCL
     if (comm_nccl_owns(c, buf, NULL)) {  // NCCL has no tags: pairs match in issue order
@@ -389,7 +399,7 @@ void comm_send(Comm *c, const void *buf, size_t count, DType t, int peer, int ta
 void comm_recv(Comm *c, void *buf, size_t count, DType t, int peer, int tag, CommHandle *h) {
     CHECK(peer >= 0 && peer < c->size, "recv: peer %d is not a rank of a group of %d", peer, c->size);
     size_t bytes = count * dtype_bytes(t);
-    int n = as_int(count, "recv");
+    int n = as_int(count, "recv", -1, "count");
     CommHandle local, *k = begin_op(c, h, &local, OP_RECV, bytes);
 #ifdef WB_HAVE_NCCL
     if (comm_nccl_owns(c, buf, NULL)) {

@@ -111,3 +111,17 @@ double recompute_flops_per_token(const GPTLayout *l, int T, GPTRecompute r, GPTA
     }
     return 0;
 }
+
+int recompute_kernels_per_block(const GPTLayout *l, const GPTPlan *p) {
+    switch (p->recompute) {
+    case GPT_RECOMPUTE_NONE: return 0;
+    case GPT_RECOMPUTE_SELECTIVE: return p->attention == GPT_ATTENTION_FLASH ? 0 : 1;
+    case GPT_RECOMPUTE_FULL: return 6 + (l->tp_size > 1);
+    }
+    return 0;
+}
+
+double recompute_flops_per_block(const GPTLayout *l, const GPTPlan *p) {
+    double per_layer = recompute_flops_per_token(l, p->T, p->recompute, p->attention) / l->cfg.num_layers;
+    return per_layer * p->B * p->T / l->tp_size;
+}

@@ -43,3 +43,11 @@ const char *korthikanti_text(GPTRecompute r, int tp, int sp);
 // (PaLM's convention); the flash kernels skip the tiles above the diagonal
 // and form q k^T again in backward, which these figures leave out.
 double recompute_flops_per_token(const GPTLayout *l, int T, GPTRecompute r, GPTAttention a);
+// What one block's recompute runs for one micro-batch of plan p on one of the
+// layout's tp ranks: its kernels (none: 0; selective: the materialized
+// attention's forward, 1, and nothing under flash; full: block_forward_inner,
+// ln1, QKV, attention, projection, residual add + ln2, fc + GELU: 6, and the
+// row-parallel bias added after g's all-reduce under tp) and their FLOPs
+// (recompute_flops_per_token's per layer, over B·T tokens, split over tp).
+int recompute_kernels_per_block(const GPTLayout *l, const GPTPlan *p);
+double recompute_flops_per_block(const GPTLayout *l, const GPTPlan *p);

@@ -1,9 +1,10 @@
 // buffer_math.c: the device bytes of the ZeRO stages' own buffers, in
 // closed form from the layout and the partition (see mem_math.h): zero2's
 // two gradient buckets (03_zero2/grad_shard.c sizes them from here) and the
-// units zero3 keeps gathered at once (04_zero3/param_shard.c's acquire and
-// release, replayed on sizes). The budget check and memory_math count them;
-// test_budget holds them to the peak the allocator measures.
+// units zero3 keeps gathered at once and the gathers it issues, counted from
+// the schedule's windows (what a unit's reads ask of the prefetch depth). The
+// budget check and memory_math count them; test_budget holds them to the
+// peak the allocator measures, and lab 04's checks hold zero3 to them.
 #include "mem_math.h"
 
 size_t zero_bucket_elems(double bucket_mb, const Partition *p) {
@@ -28,54 +29,67 @@ static int reads_of(const GPTLayout *l, int e, int out[2]) {
     return gpt_unit_reads(l, u, out);
 }
 
-// A unit stays gathered while one of the next max(prefetch, 1) entries reads it.
-static int kept(const GPTLayout *l, int prefetch, int e, int u) {
-    int window = prefetch > 0 ? prefetch : 1, reads[2];
-    for (int k = 1; k <= window && e + k < 2 * l->num_units; k++) {
-        int n = reads_of(l, e + k, reads);
-        for (int i = 0; i < n; i++)
+// Is unit u read by one of entries [from, to] (clipped to the schedule)?
+static int read_in(const GPTLayout *l, int entries, int from, int to, int u) {
+    int reads[2];
+    for (int e = from < 0 ? 0 : from; e <= to && e < entries; e++)
+        for (int i = 0, n = reads_of(l, e, reads); i < n; i++)
             if (reads[i] == u) return 1;
-    }
     return 0;
 }
 
-// Before entry e computes, its units and those of the next `prefetch`
-// entries are gathered; after it, the ones no entry of the window reads go.
+// While entry e computes, the units gathered are those that entry e and the
+// next p entries read (the window W(e) = reads of e..e+p): the peak is the
+// largest window's bytes.
 double zero_gathered_peak_bytes(const GPTLayout *l, int prefetch) {
-    int entries = 2 * l->num_units, reads[2];
-    char live[GPT_MAX_UNITS] = {0};
-    double bytes = 0, peak = 0;
+    int entries = 2 * l->num_units;
+    double peak = 0;
     for (int e = 0; e < entries; e++) {
-        for (int k = 0; k <= prefetch && e + k < entries; k++) {
-            int n = reads_of(l, e + k, reads);
-            for (int i = 0; i < n; i++)
-                if (!live[reads[i]]) live[reads[i]] = 1, bytes += (double)l->unit[reads[i]].count * sizeof(bf16);
-        }
+        double bytes = 0;
+        for (int u = 0; u < l->num_units; u++)
+            if (read_in(l, entries, e, e + prefetch, u)) bytes += (double)l->unit[u].count * sizeof(bf16);
         if (bytes > peak) peak = bytes;
-        int n = reads_of(l, e, reads);
-        for (int i = 0; i < n; i++)
-            if (live[reads[i]] && !kept(l, prefetch, e, reads[i]))
-                live[reads[i]] = 0, bytes -= (double)l->unit[reads[i]].count * sizeof(bf16);
     }
     return peak;
 }
 
-// All-gathers of one micro-batch under the same schedule: a unit is
-// gathered each time it becomes live (the planner's latency terms).
+// A unit is gathered for entry f that reads it unless one of the max(p, 1)
+// entries before f reads it too (then it stayed gathered); `forward_only`:
+// an evaluation's schedule, the U forwards alone.
+static void gathers_of(const GPTLayout *l, int prefetch, int forward_only, int *count, double *elems) {
+    int entries = (forward_only ? 1 : 2) * l->num_units, window = prefetch > 0 ? prefetch : 1, reads[2];
+    *count = 0;
+    *elems = 0;
+    for (int f = 0; f < entries; f++)
+        for (int i = 0, n = reads_of(l, f, reads); i < n; i++)
+            if (!read_in(l, entries, f - window, f - 1, reads[i])) {
+                ++*count;
+                *elems += (double)l->unit[reads[i]].count;
+            }
+}
+
 int zero_gathers_per_micro_batch(const GPTLayout *l, int prefetch) {
-    int entries = 2 * l->num_units, reads[2], gathers = 0;
-    char live[GPT_MAX_UNITS] = {0};
-    for (int e = 0; e < entries; e++) {
-        for (int k = 0; k <= prefetch && e + k < entries; k++) {
-            int n = reads_of(l, e + k, reads);
-            for (int i = 0; i < n; i++)
-                if (!live[reads[i]]) live[reads[i]] = 1, gathers++;
-        }
-        int n = reads_of(l, e, reads);
-        for (int i = 0; i < n; i++)
-            if (live[reads[i]] && !kept(l, prefetch, e, reads[i])) live[reads[i]] = 0;
-    }
-    return gathers;
+    int count;
+    double elems;
+    gathers_of(l, prefetch, 0, &count, &elems);
+    return count;
+}
+
+double zero_gathered_elems(const GPTLayout *l, int prefetch, int forward_only) {
+    int count;
+    double elems;
+    gathers_of(l, prefetch, forward_only, &count, &elems);
+    return elems;
+}
+
+// With prefetch every gather but those of the schedule's first entry is
+// started while an earlier entry computes (entry 0 asks for entries 1..p
+// too); without it, none.
+int zero_gathers_ahead(const GPTLayout *l, int prefetch, int forward_only) {
+    int count, reads[2];
+    double elems;
+    gathers_of(l, prefetch, forward_only, &count, &elems);
+    return prefetch > 0 ? count - reads_of(l, 0, reads) : 0;
 }
 
 double stage_buffer_bytes(StageId s, const GPTLayout *l, const Partition *p) {

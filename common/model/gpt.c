@@ -403,6 +403,7 @@ static void check_unit(const GPT *g, int u, int s, const bf16 *p, const bf16 *em
 // their overlap with compute means what it says.
 void gpt_unit_forward(GPT *g, int u, int s, const bf16 *p, const bf16 *embed) {
     check_unit(g, u, s, p, embed, 0);
+    g->units_run++;
     int i = u - 1 - plan_first_layer(&g->plan);  // a block's place in the range
     int block = u != GPT_UNIT_EMBED && u != gpt_unit_head(&g->L);
     if (block) ckpt_before_forward(g, i, s);
@@ -416,6 +417,7 @@ void gpt_unit_forward(GPT *g, int u, int s, const bf16 *p, const bf16 *embed) {
 
 const float *gpt_unit_backward(GPT *g, int u, int s, const bf16 *p, const bf16 *embed) {
     check_unit(g, u, s, p, embed, 1);
+    g->units_run++;
     if (u == gpt_unit_head(&g->L)) ckpt_before_head_backward(g, s);  // the last block's input starts back
     else if (u != GPT_UNIT_EMBED) ckpt_before_backward(g, u - 1 - plan_first_layer(&g->plan), s);  // and ahead
     DevSpan sp = dev_span_begin(g->dev, STREAM_COMPUTE);
@@ -433,7 +435,7 @@ const float *gpt_unit_backward(GPT *g, int u, int s, const bf16 *p, const bf16 *
             // the recompute on its own span, then the backward's after it
             dev_span_end(g->dev, &sp, TRACE_TID_COMPUTE, "backward", 0);
             sp = dev_span_begin(g->dev, STREAM_COMPUTE);
-            block_recompute(g, p, u - 1, s);  // what the plan's recompute did not keep, again
+            block_recompute_metered(g, p, u - 1, s);  // what the plan's recompute did not keep, again
             dev_span_end(g->dev, &sp, TRACE_TID_COMPUTE, "recompute", 0);
             sp = dev_span_begin(g->dev, STREAM_COMPUTE);
         }

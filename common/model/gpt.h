@@ -210,6 +210,15 @@ GPTActBytes gpt_activation_bytes(const GPTLayout *l, const GPTPlan *p, int act_b
 // with flash; this rank's heads.
 size_t gpt_attention_saved_bytes(const GPTLayout *l, const GPTPlan *p);
 
+// What the recomputation ran, as the device's kernels saw it (gpt.c meters
+// each block_recompute): blocks recomputed, their kernels and FLOPs, and the
+// first tensor written that the block had kept (NULL: none).
+typedef struct RecomputeWork {
+    long blocks, kernels;
+    double flops;
+    const char *overwrote;
+} RecomputeWork;
+
 typedef struct GPT {
     GPTLayout L;
     GPTPlan plan;
@@ -223,6 +232,8 @@ typedef struct GPT {
     Buf embed_grads;   // fp32 gradients of the embeddings, live through backward (tied wte)
     Buf losses;        // per-token losses of the micro-batches queued since the last take (pinned)
     int losses_queued;
+    RecomputeWork recompute_work;
+    long units_run;    // units computed, forward or backward: the schedule's clock (zero3 counts its gathers by it)
     // pointers into acts/scratch, set by gpt_alloc (gpt_units.h)
     struct GPTSlot *slot;  // [plan.slots]
     struct GPTWork *work;

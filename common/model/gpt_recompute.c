@@ -6,8 +6,10 @@
 // the same inputs, so the recomputed tensors are the same bits and the
 // gradients are those of --recompute none. Under ZeRO-3 the block's params
 // are gathered for its backward anyway: recomputing moves no extra bytes.
+#include <stddef.h>
 #include <string.h>
 #include "gpt_units.h"
+#include "kernel_meter.h"
 
 static const char *const names[] = {"none", "selective", "full"};
 static const char *const attention_names[] = {"flash", "materialized"};
@@ -57,3 +59,43 @@ void block_recompute(GPT *g, const bf16 *p, int layer, int s) {
         block_forward_inner(g, p, la, block_input(g, layer, s));
 }
 // LAB END
+
+// ---- the recompute's work, counted (gpt.h's RecomputeWork) ----
+
+// A tensor of the block that its recompute may not write: one outside the
+// working set (what the plan keeps for backward), by the name the handout uses.
+typedef struct Kept {
+    const char *name;
+    const void *ptr;
+} Kept;
+
+static int kept_tensors(const GPT *g, const LayerActs *la, const act *input, Kept out[16]) {
+    const Kept all[] = {{"la->ln1", la->ln1}, {"la->qkv", la->qkv}, {"la->atty", la->atty}, {"la->x2", la->x2},
+                        {"la->ln2", la->ln2}, {"la->fch", la->fch}, {"la->fch_gelu", la->fch_gelu},
+                        {"la->x3 (the next block's input)", la->x3}, {"la->ln1_mean", la->ln1_mean},
+                        {"la->ln1_rstd", la->ln1_rstd}, {"la->ln2_mean", la->ln2_mean},
+                        {"la->ln2_rstd", la->ln2_rstd}, {"la->att", la->att}, {"the block's input", input}};
+    const char *lo = g->working.ptr, *hi = lo + g->working.bytes;
+    int n = 0;
+    for (size_t i = 0; i < sizeof all / sizeof all[0]; i++) {
+        const char *p = all[i].ptr;
+        if (p && !(p >= lo && p < hi)) out[n++] = all[i];
+    }
+    return n;
+}
+
+void block_recompute_metered(GPT *g, const bf16 *p, int layer, int s) {
+    KernelMeter m;
+    kernel_meter_begin(&m, g->dev);
+    block_recompute(g, p, layer, s);
+    kernel_meter_end(&m, g->dev);
+    RecomputeWork *w = &g->recompute_work;
+    w->blocks++;
+    w->kernels += m.kernels;
+    w->flops += m.flops;
+    Kept kept[16];
+    int n = kept_tensors(g, layer_acts(g, layer, s), block_input(g, layer, s), kept);
+    for (int i = 0; i < m.num_writes && !w->overwrote; i++)
+        for (int k = 0; k < n; k++)
+            if (m.writes[i] == kept[k].ptr) w->overwrote = kept[k].name;
+}

@@ -116,6 +116,9 @@ void block_forward_inner(GPT *g, const bf16 *p, LayerActs *la, const act *x);
 // gpt_recompute.c: before block `layer`'s backward of slot s, what the plan's
 // recompute did not save, computed again from what it did (the same bits).
 void block_recompute(GPT *g, const bf16 *p, int layer, int s);
+// block_recompute, its work counted into g->recompute_work: kernels, FLOPs,
+// and the first tensor written that the block had kept (gpt_recompute.c).
+void block_recompute_metered(GPT *g, const bf16 *p, int layer, int s);
 
 // ---- tensor parallelism (gpt_tp.c) ----
 // x (BT,C) summed in place over the tp group (nothing to do with tp_size 1),

@@ -123,12 +123,19 @@ StatesLayout stage_states(StageId s);
 size_t zero_bucket_elems(double bucket_mb, const Partition *p);
 // Two buckets, each bucket_elems sent and its part (at most the shard) received, bf16.
 double zero_bucket_bytes(double bucket_mb, const Partition *p);
-// The most bytes of units ZeRO-3 keeps gathered at once at this prefetch
-// depth: a training micro-batch's schedule replayed on sizes (an
-// evaluation's, forward only, gathers a subset of it).
+// ZeRO-3's gathered units at prefetch depth p, over one training
+// micro-batch's schedule (2U entries: the forwards, then the backwards; an
+// evaluation's `forward_only` has the U forwards). While entry e computes,
+// the units read by entries e..e+p are gathered; a unit is gathered again
+// for an entry that reads it unless one of the max(p, 1) entries before
+// reads it too. The most bytes gathered at once (training's schedule):
 double zero_gathered_peak_bytes(const GPTLayout *l, int prefetch);
-// The all-gathers ZeRO-3 issues in one training micro-batch (the same replay).
+// The all-gathers of one training micro-batch (the planner's latency terms),
+// the elements they gather, and those started ahead of the entry that reads
+// them (all but entry 0's with p > 0; none at p = 0).
 int zero_gathers_per_micro_batch(const GPTLayout *l, int prefetch);
+double zero_gathered_elems(const GPTLayout *l, int prefetch, int forward_only);
+int zero_gathers_ahead(const GPTLayout *l, int prefetch, int forward_only);
 // A stage's own device buffers at its flags' defaults: ZeRO-1's reduced
 // gradient shard, ZeRO-2's and Offload's buckets, ZeRO-3's and Infinity's
 // buckets and gathered units.

@@ -9,7 +9,7 @@
 typedef enum { TIER_DEVICE, TIER_HOST, TIER_PINNED, TIER_NVME, TIER_COUNT } MemTier;
 
 typedef enum {
-    CAT_PARAMS,       // bf16 parameters
+    CAT_PARAMS,       // bf16 parameters: the kept ones, and zero3's units gathered whole for a while
     CAT_GRADS,        // bf16 gradients
     CAT_MASTER,       // fp32 master weights
     CAT_ADAM_M,       // fp32 Adam first moment
@@ -17,7 +17,7 @@ typedef enum {
     CAT_GRAD_ACCUM,   // fp32 gradient accumulator across micro-batches (--grad-accum-dtype fp32)
     CAT_ACTIVATIONS,  // saved for backward (kept across units)
     CAT_ACT_WORKING,  // one unit's activations that are not kept: recomputed before its backward
-    CAT_COMM,         // communication buffers (buckets, gathered layers, staging)
+    CAT_COMM,         // communication buffers (gradient buckets, a reduced shard, staging)
     CAT_WORKSPACE,    // scratch (fp32 layer gradients, GEMM operands, backward temporaries)
     CAT_COUNT
 } MemCategory;

@@ -24,6 +24,10 @@ void stop_note_checkpoint(const char *dir, long step);
 // Catches SIGTERM and SIGINT: removes the tracked files, rank 0 prints
 // "PROG: stopped by SIGTERM after step N; resume with --resume DIR (step M)"
 // (or that no checkpoint was saved), and the process ends by the signal.
+// And a crash (SIGSEGV, SIGBUS, SIGFPE, SIGILL, SIGABRT; not under
+// AddressSanitizer, whose report says more): the tracked files removed, the
+// crashing rank prints "PROG: rank R: crashed: SIGNAL (what it means)" and
+// its stack, and the process ends by the signal.
 void stop_catch_signals(int rank);
 // The process is ending on its own (exit_all, an error's abort): a signal
 // that reaches it now (mpirun stopping the job) prints no line.

@@ -97,6 +97,13 @@ static void json_throughput(FILE *f, const Trainer *t, const Summary *s) {
     fprintf(f, "\"recompute\":\"%s\",\"attention\":\"%s\",\"hw_flops_per_token\":%.6g,\"hw_gflops_per_rank\":%.4f,",
             gpt_recompute_name(t->plan.recompute), gpt_attention_name(t->plan.attention), s->hw_flops_per_token,
             s->hw_gflops_per_rank);
+    const RecomputeWork *w = &t->model.recompute_work;
+    if (t->plan.recompute != GPT_RECOMPUTE_NONE)  // rank 0's, counted from the kernels it ran (kernel_meter.c)
+        fprintf(f, "\"recompute_work\":{\"blocks\":%ld,\"kernels\":%ld,\"flops\":%.0f,\"kernels_per_block_formula\":%d,"
+                   "\"flops_per_block_formula\":%.0f,\"overwrote\":%s%s%s},",
+                w->blocks, w->kernels, w->flops, recompute_kernels_per_block(&t->layout, &t->plan),
+                recompute_flops_per_block(&t->layout, &t->plan), w->overwrote ? "\"" : "",
+                w->overwrote ? w->overwrote : "null", w->overwrote ? "\"" : "");
     if (t->dev.peak_flops > 0)
         fprintf(f, "\"mfu\":%.5f,\"hfu\":%.5f,", s->gflops_per_rank * 1e9 / t->dev.peak_flops,
                 s->hw_gflops_per_rank * 1e9 / t->dev.peak_flops);

@@ -99,6 +99,14 @@ static void print_throughput(const Trainer *t, const Summary *s) {
     if (again)
         printf("  hardware GFLOP/s     %10.2f per rank (%.3g per token: the model's + %s)\n", s->hw_gflops_per_rank,
                s->hw_flops_per_token, again);
+    const RecomputeWork *w = &t->model.recompute_work;
+    if (w->blocks) {  // counted from the kernels the recompute asked for (kernel_meter.c)
+        printf("  recompute per block  %10.2f kernels, %.4g FLOP (formula %d, %.4g)", (double)w->kernels / w->blocks,
+               w->flops / w->blocks, recompute_kernels_per_block(&t->layout, &t->plan),
+               recompute_flops_per_block(&t->layout, &t->plan));
+        printf(w->overwrote ? "; it wrote over %s, which the block kept\n" : "; none wrote what the block kept\n",
+               w->overwrote);
+    }
     if (t->dev.peak_flops <= 0) {
         printf("  MFU                  %10s (%s)\n", "-", t->dev.peak_source ? t->dev.peak_source : "peak unknown");
         return;

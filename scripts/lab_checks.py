@@ -1,0 +1,307 @@
+"""lab_checks.py: which runs each lab's checks make and what each check holds
+them to (check_lab.py runs them; lab_formulas.py has the formulas). A check
+is (name, passed, measured, expected); where one fails, its measured side
+says what the mismatch means.
+
+Every lab runs its stage once as the main run (8 steps on small, 2 ranks;
+07 on 4) and holds it to the reference's losses, the model states after the
+step, every category's peak on every tier, the device peak against the
+count made before the run, the bytes moved and between tiers, and the
+overlap the technique promises; then with gradient accumulation, a resume,
+and a second setting of the lab's own knob (03 the bucket size, 04 the
+prefetch depth, 05 --dpu, 06 the sub-group size). Lab 04 adds the
+evaluation's traffic and the recompute in its three modes; 07 the
+micro-batches in flight and tensor parallelism on its own.
+"""
+from lab_formulas import (bucket_findings, device_peak_finding, eval_findings, gather_comm_findings, gathers_findings,
+                          grid_peak_findings, peak_findings, recompute_findings, swap_read_findings)
+
+MODEL = "--model small --batch 4 --steps 8"
+ACCUM = "--batch 2 --grad-accum 2"  # the same global batch in two micro-batches
+# lab 07 at m = 4 micro-batches over P = 2 stages: 1F1B proper (at m <= P it is AFAB)
+MANY_MICRO = "--batch 1 --grad-accum 4"
+IN_FLIGHT = "1F1B with m = 4 > P = 2: micro-batches in flight per stage equal min(P - s, m)"
+# lab 07's tensor parallelism apart from the pipeline: tp 2 x dp 2 on its 4 ranks
+TP_ALONE = "--tp 2 --pp 1"
+F_AND_G = f"{TP_ALONE} (Megatron's f and g): losses equal the reference's to the bit"
+SEQ_PAR = "--sequence-parallel (f and g as all-gathers and reduce-scatters): losses equal the plain run's to the bit"
+OVERLAP = {
+    "03": "buckets leave during backward: per micro-batch all B = ceil(Ψ/cap) buckets but the last are left in "
+          "flight while units still run backward",
+    "04": "gathers counted: as many as the schedule's reads need, and at --prefetch P > 0 all but the first entry's "
+          "started while an earlier unit computed",
+    "06": "sub-group reads asked for ahead of their use: every sub-group of every update pass (the pass asks for "
+          "k + 1 before the work on k)",
+}
+RECOMPUTE = {  # mode: (flags, the losses it must equal: key of expected.json)
+    "selective": ("--recompute selective", "losses"),
+    "selective, materialized attention": ("--recompute selective --attention materialized", "materialized_losses"),
+    "full": ("--recompute full", "losses"),
+}
+KEYS = ["losses", "states", "peaks", "device_peak", "comm", "xfer", "overlap", "eval", "accum", "resume", "knob",
+        "recompute", "in_flight", "f_and_g", "seq_par"]
+MAIN_KEYS = {"losses", "states", "peaks", "device_peak", "comm", "xfer", "overlap", "eval", "resume"}
+
+# lab: (stage binary, the reference it must equal, extra flags of the main run, tiers holding states,
+#       the knob's second setting (flags, its name, the losses it must equal: a key of expected.json) or None)
+LABS = {
+    "01": ("dp_baseline", "dp_baseline", "", ["device"], None),
+    "02": ("zero1", "dp_baseline", "", ["device"], None),
+    "03": ("zero2", "dp_baseline", "--bucket-mb 0.2", ["device"], ("--bucket-mb 0.5", "--bucket-mb 0.5", "losses")),
+    "04": ("zero3", "dp_baseline", "--bucket-mb 0.2 --prefetch 2", ["device"],
+           ("--bucket-mb 0.2 --prefetch 0", "--prefetch 0", "losses")),
+    "05": ("cpu_offload", "zero2", "", ["device", "pinned"], ("--dpu --dpu-warmup 2", "--dpu", "dpu_losses")),
+    # {nvme}: a folder for the swap files under the checks' own temporary
+    # folder (in the lab's copy, on the disk the copy is on)
+    "06": ("infinity", "zero3", "--nvme-path {nvme} --offload-params nvme --sub-group-mb 0.3",
+           ["device", "pinned", "nvme"],
+           ("--nvme-path {nvme} --offload-params nvme --sub-group-mb 1", "--sub-group-mb 1", "losses")),
+    # the reference's own losses: tensor parallelism adds partial sums in
+    # another order than dp_baseline, so the student's code is held to the
+    # reference 3d_parallel's bits (1F1B and the f/g all-reduce)
+    "07": ("3d_parallel", "3d_parallel", "--tp 2 --pp 2", ["device"], None),
+}
+RANKS = {"07": 4}  # tp 2 x pp 2; the others run on 2 ranks
+
+
+def said(findings):
+    """Findings as the measured side of a check: each figure, its formula and what the difference means."""
+    def figure(x, what):
+        if not isinstance(x, (int, float)):
+            return str(x)
+        return f"{x:.0f} B" if "peak" in what or "bytes" in what else f"{x:g}"
+    return "; ".join(f"{w} {figure(g, w)} against {figure(f, w)}: {why}" for w, g, f, why in findings)
+
+
+def finding_check(name, findings, shown, want="as the formula"):
+    """A check of findings: passed when there are none; `shown` says what equals what when it passes."""
+    return (name, not findings, said(findings) or shown, want if findings else "the same")
+
+
+def shown_of(rec, what):
+    """What a passing check saw, in a few figures of the record."""
+    if what == "peaks":
+        return f"each equal; device params_bf16 {rec['mem']['device']['params_bf16']['peak']} B"
+    if what == "device_peak":
+        return f"{rec['mem']['device']['peak_total']} B"
+    if what == "overlap":
+        g, b, r = rec.get("gathers"), rec.get("buckets"), rec.get("swap_reads")
+        if g:
+            return f"{g['issued'] / g['micro_batches']:g} issued, {g['ahead'] / g['micro_batches']:g} ahead per micro-batch"
+        if b:
+            return f"{b['in_flight_in_backward'] / b['micro_batches']:g} of {b['launched'] / b['micro_batches']:g}"
+        return f"{r['asked_ahead'] / r['passes']:g} of {r['waited'] / r['passes']:g} per pass"
+    if what == "comm":
+        return f"{rec['comm_bytes_per_step']:.0f} B"
+    if what == "eval":
+        return f"{rec['eval_comm_bytes']:.0f} B"
+    w = rec["recompute_work"]
+    return f"{w['kernels'] / max(w['blocks'], 1):g} kernels, {w['flops'] / max(w['blocks'], 1):.0f} FLOP per block"
+
+
+def losses_check(name, rec, want):
+    if "error" in rec:
+        return (name, False, rec["error"], "the stage exits 0")
+    if want is None:
+        return (name, False, "nothing to compare with in .lab/expected.json", "a copy made by this make lab-NN")
+    got = rec["losses"]
+    if got == want:
+        return (name, True, f"{got[-1]:.9g} at step {len(got)}", f"{want[-1]:.9g}")
+    k = next(i for i in range(len(want)) if i >= len(got) or got[i] != want[i])
+    # a step's loss is its forward's, before its update: step 1 reads the initial weights
+    why = ("the forward of the initial weights differs: what a unit reads" if k == 0 else
+           f"step {k} equal, so the update after it differs: the gradients it applies (their sum over the ranks, "
+           "where they are added), their norm, or the optimizer")
+    return (name, False, f"step {k + 1} differs: {got[k] if k < len(got) else 'missing'}: {why}", f"{want[k]:.9g}")
+
+
+def run_figure_checks(lab, rec, only, label=""):
+    """What one run's record shows against its formulas: peaks, device peak, bytes moved, overlap, evaluation."""
+    stage, tiers = LABS[lab][0], LABS[lab][3]
+    out = []
+    if "peaks" in only:
+        found = grid_peak_findings(rec) if lab == "07" else peak_findings(rec, tiers)
+        out.append(finding_check(f"peak bytes by tier and category equal their formulas{label}", found,
+                                 shown_of(rec, "peaks")))
+    if "device_peak" in only:
+        found = device_peak_finding(rec, [] if lab == "07" else peak_findings(rec, tiers))
+        out.append(finding_check(f"device peak equals what the run counted before it started{label}", found,
+                                 shown_of(rec, "device_peak")))
+    if "comm" in only:
+        if lab in ("04", "06"):
+            out.append(finding_check(f"bytes moved per step: kΨ(N-1)/N reduce-scattered and each gather of the "
+                                     f"schedule{label}", gather_comm_findings(rec), shown_of(rec, "comm")))
+        else:
+            got, want = rec["comm_bytes_per_step"], rec["comm_formula_bytes_per_step"]
+            ok = abs(got - want) <= 1
+            why = "" if ok else ": " + ("no collective issued" if got == 0 else
+                                        "more than the formula: a collective issued twice, or over more than its "
+                                        "buffer" if got > want else
+                                        "less than the formula: a collective missing, or over part of its buffer")
+            out.append((f"communication per step equals the formula{label}", ok, f"{got:.0f} B{why}", f"{want:.0f} B"))
+    if "xfer" in only:
+        # zero3's head stays live from the end of forward into backward, so off the device it is fetched
+        # once where the formula counts two: up to 1% under
+        near = (lambda got, want: 0.99 * want <= got <= want + 1) if lab == "06" else \
+            (lambda got, want: abs(got - want) <= 1)
+        for k, v in rec.get("transfer_bytes_per_step", {}).items():
+            if v["formula"] > 0:
+                out.append((f"{k} bytes per step equal the formula{' (-1%..0: the head stays live)' * (lab == '06')}"
+                            f"{label}", near(v["counted"], v["formula"]), f"{v['counted']:.0f} B",
+                            f"{v['formula']:.0f} B"))
+    if "overlap" in only and lab in OVERLAP:
+        found = {"03": bucket_findings, "04": gathers_findings, "06": swap_read_findings}[lab](rec)
+        out.append(finding_check(OVERLAP[lab] + label, found, shown_of(rec, "overlap"), "the counts' formula"))
+    if "eval" in only and lab == "04":
+        out.append(finding_check(f"an evaluation's traffic is its forward's gathers{label}", eval_findings(rec),
+                                 shown_of(rec, "eval")))
+    return out
+
+
+def names_of(lab, only):
+    """The main run's checks by name, where the run failed and none could look (each then fails with its reason)."""
+    names = [("losses", f"losses equal {LABS[lab][1]}'s to the bit"),
+             ("states", "model-state bytes by tier and category equal the formula"),
+             ("peaks", "peak bytes by tier and category equal their formulas"),
+             ("device_peak", "device peak equals what the run counted before it started"),
+             ("comm", "communication per step equals the formula"),
+             ("xfer", "bytes between tiers per step equal the formulas" if lab in ("05", "06") else None),
+             ("overlap", OVERLAP.get(lab)),
+             ("eval", "an evaluation's traffic is its forward's gathers" if lab == "04" else None),
+             ("resume", "resume from step 4 reproduces steps 5-8")]
+    return [(k, n) for k, n in names if k in only and n]
+
+
+def reference_figures(lab, r):
+    stage, ref, extra, tiers, knob = LABS[lab]
+    expected = {"lab": lab, "stage": stage, "reference": ref,
+                "losses": r.run(ref, MODEL + " " + (extra if ref == stage else "")).get("losses")}
+    # gradient accumulation: the reference stage itself (its bf16 sums per
+    # micro-batch round differently from dp_baseline's single sum)
+    expected["accum_losses"] = r.run(stage, f"{MODEL} {extra} {ACCUM}").get("losses")
+    if lab == "07":
+        expected["tp_losses"] = r.run(stage, f"{MODEL} {TP_ALONE}").get("losses")
+    if lab == "05":
+        expected["dpu_losses"] = r.run(stage, f"{MODEL} {knob[0]}").get("losses")
+    if lab == "04":  # the textbook attention sums in another order than flash: its own losses
+        expected["materialized_losses"] = r.run(stage, f"{MODEL} {extra} --attention materialized").get("losses")
+    expected["reference_s"] = round(r.slowest_s, 2)  # sets the checks' time limits (TIME_FACTOR)
+    return expected
+
+
+def run_checks(lab, expected, r, only=None):
+    """[(name, passed, measured, expected)] for lab `lab`, the checks in `only` (all when None)."""
+    only = set(only or KEYS)
+    stage, ref, extra, tiers, knob = LABS[lab]
+    out = []
+    save = r.tmp / "ck"
+    if only & MAIN_KEYS:
+        main = r.run(stage, f"{MODEL} {extra}" + (f" --save {save} --save-every 4" if "resume" in only else ""))
+        if "error" in main:  # every check of the main run fails with the reason
+            out += [(n, False, main["error"], f"{stage} exits 0") for _, n in names_of(lab, only)]
+        else:
+            out += main_checks(lab, expected, r, main, only, save)
+    if "accum" in only:
+        out.append(losses_check(f"with {ACCUM}: losses equal the reference {stage}'s to the bit",
+                                r.run(stage, f"{MODEL} {extra} {ACCUM}"), expected.get("accum_losses")))
+    if "knob" in only and knob:
+        out += knob_checks(lab, expected, r, knob)
+    if "recompute" in only and lab == "04":
+        out += recompute_checks(expected, r, extra)
+    if lab == "07":
+        out += grid_checks(expected, r, extra, only)
+    return out
+
+
+def main_checks(lab, expected, r, main, only, save):
+    stage, ref, extra, tiers, knob = LABS[lab]
+    out = []
+    if "losses" in only:
+        out.append(losses_check(f"losses equal {ref}'s to the bit (8 steps, {r.ranks} ranks)", main,
+                                expected.get("losses")))
+    if "states" in only:
+        bad = [(f"{t}/{c}", main["mem"][t][c]["current"], main["mem_formula"][t][c]) for t in tiers
+               for c in ("params_bf16", "grads_bf16", "master_fp32", "adam_m", "adam_v")
+               if main["mem"][t][c]["current"] != main["mem_formula"][t][c]]
+        out.append(("model-state bytes by tier and category equal the formula", not bad,
+                    ", ".join(f"{k} {g:.0f}" for k, g, _ in bad) or "all equal",
+                    ", ".join(f"{k} {f:.0f}" for k, _, f in bad) or "all equal"))
+    out += run_figure_checks(lab, main, only)
+    if "resume" in only:
+        resumed = r.run(stage, f"{MODEL} {extra} --resume {save}/step-00000004")
+        out.append(losses_check("resume from step 4 reproduces steps 5-8", resumed, main["losses"][4:]))
+    return out
+
+
+def knob_checks(lab, expected, r, knob):
+    """The lab's own knob at a second setting: the same figures against the formulas at that setting."""
+    stage, (flags, setting, want) = LABS[lab][0], knob
+    rec = r.run(stage, f"{MODEL} {flags}")
+    label = f" ({setting})"
+    name = f"with {setting}: losses equal the reference's to the bit"
+    if "error" in rec:
+        return [(name, False, rec["error"], f"{stage} exits 0")]
+    checks = {"peaks", "device_peak", "comm", "overlap"}
+    return [losses_check(name, rec, expected.get(want))] + run_figure_checks(lab, rec, checks, label)
+
+
+def recompute_checks(expected, r, extra):
+    """block_recompute in each mode: the bits of the run it repeats, the bytes its mode keeps, and its work."""
+    out = []
+    for mode, (flags, want) in RECOMPUTE.items():
+        rec = r.run("zero3", f"{MODEL} {extra} {flags}")
+        name = f"--recompute {mode}: the losses to the bit, activations, and the work per block by the formula"
+        if "error" in rec:
+            out.append((name, False, rec["error"], "zero3 exits 0"))
+            continue
+        loss = losses_check(name, rec, expected.get(want))
+        acts = [(f"device {c} peak", rec["mem"]["device"][c]["peak"], rec["mem_formula"][c], "the mode keeps what "
+                 "its formula says (act_math.c)") for c in ("activations", "act_working")
+                if rec["mem"]["device"][c]["peak"] != rec["mem_formula"][c]]
+        found = acts + recompute_findings(rec)
+        if not loss[1]:
+            found.insert(0, ("losses", loss[2], loss[3], "the recomputed tensors must be the forward's bits"))
+        shown = f"the same losses; {shown_of(rec, 'recompute')}" if not found else ""
+        out.append(finding_check(name, found, shown, "the same bits, bytes and work"))
+    return out
+
+
+def grid_checks(expected, r, extra, only):
+    out = []
+    if "in_flight" in only:  # 1F1B's warm-up: at m > P each stage s keeps min(P - s, m) micro-batches in flight
+        rec = r.run("3d_parallel", f"{MODEL} {extra} {MANY_MICRO}")
+        if "error" in rec:
+            out.append((IN_FLIGHT, False, rec["error"], "3d_parallel exits 0"))
+        else:
+            ranks = rec["grid"]["ranks"]
+            got = "/".join(str(int(x["peak_in_flight"])) for x in ranks if x["tp_rank"] == 0)
+            want = "/".join(str(int(x["in_flight_formula"])) for x in ranks if x["tp_rank"] == 0)
+            out.append((IN_FLIGHT, got == want, f"stages {got}", f"stages {want}"))
+    if "f_and_g" in only:
+        out.append(f_and_g_check(r.run("3d_parallel", f"{MODEL} {TP_ALONE}"), expected.get("tp_losses")))
+    if "seq_par" in only:
+        out.append(losses_check(SEQ_PAR, r.run("3d_parallel", f"{MODEL} {extra} --sequence-parallel"),
+                                expected.get("losses")))
+    return out
+
+
+def f_and_g_check(rec, want):
+    """Lab 07's tensor parallelism alone, naming the pass that differs: step 1's loss
+    reads only the forward (g's all-reduce, f's identity); the later ones also the
+    gradients of the backward before them (f's all-reduce, g's identity)."""
+    if want is None:
+        return (F_AND_G, False, "no tp_losses in .lab/expected.json", "a copy made by this make lab-07")
+    if "error" in rec:
+        return (F_AND_G, False, rec["error"], "3d_parallel exits 0")
+    got = rec["losses"]
+    if got == want:
+        return (F_AND_G, True, f"{got[-1]:.9g} at step 8", f"{want[-1]:.9g}")
+    k = next(i for i in range(len(want)) if i >= len(got) or got[i] != want[i])
+    if k == 0:
+        where = (f"step 1 differs ({got[0]:.9g}): the forward's sums are wrong (g all-reduces after a "
+                 "row-parallel linear; f is the identity)")
+    else:
+        where = (f"step 1 equal, step {k + 1} differs: the backward's sums are wrong (f all-reduces the "
+                 "column-parallel linear's input gradient; g is the identity), or the row-parallel biases, zero "
+                 "until the first update (added once, after g's all-reduce)")
+    return (F_AND_G, False, where, f"{want[min(k, len(want) - 1)]:.9g} at step {k + 1}")
