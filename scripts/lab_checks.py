@@ -117,7 +117,7 @@ def losses_check(name, rec, want):
 
 def run_figure_checks(lab, rec, only, label=""):
     """What one run's record shows against its formulas: peaks, device peak, bytes moved, overlap, evaluation."""
-    stage, tiers = LABS[lab][0], LABS[lab][3]
+    tiers = LABS[lab][3]
     out = []
     if "peaks" in only:
         found = grid_peak_findings(rec) if lab == "07" else peak_findings(rec, tiers)
