@@ -202,7 +202,8 @@ class Runner:
             self.crashes.append(note + f"\n    the run: {shown}\n    to see the line: make sanitize builds the stages "
                                 "with AddressSanitizer into build-sanitize/root (and runs the tests there); run the "
                                 "command in that folder")
-        return f"crashed ({what.split(' (')[0]}; above)"
+        short = re.search(r"\((SIG\w+)\)", what)
+        return f"crashed ({short.group(1) if short else what.split(' (')[0]}; above)"
 
 
 def build(lab):
