@@ -46,6 +46,13 @@ __global__ void block_sum(float *out, int barrier) {
     }
 }
 
+// every thread adds 1, 3e7 or -3e7 to one float: an fp32 sum whose value
+// depends on the order of the atomics (a 1 added to +-3e7 is lost to rounding)
+__global__ void atomic_sum(float *out) {
+    int i = (int)threadIdx.x;
+    atomicAdd(out, i & 1 ? 1.0f : i & 2 ? -3.0e7f : 3.0e7f);
+}
+
 __global__ void __launch_bounds__(128) bounded(float *out) { out[threadIdx.x] = 1.0f; }
 
 __global__ void uses_dynamic_smem(float *out) { out[threadIdx.x] = 2.0f; }
@@ -202,7 +209,13 @@ int main(int argc, char **argv) {
     else if (!strcmp(c, "full_warps")) full_mask_shuffle<<<2, 64>>>(out, -1);
     else if (!strcmp(c, "race")) block_sum<<<1, 256>>>(out, 0);
     else if (!strcmp(c, "no_race")) block_sum<<<1, 256>>>(out, 1);
-    else if (!strcmp(c, "block_too_big")) fill<<<1, 2048>>>(out, 1.0f, 1);
+    else if (!strcmp(c, "atomic_order")) {
+        CHECK(cudaMemset(out, 0, sizeof(float)));
+        atomic_sum<<<1, 64>>>(out);
+        CHECK(cudaDeviceSynchronize());
+        printf("result %.9g\n", read_back(out));
+        return 0;
+    } else if (!strcmp(c, "block_too_big")) fill<<<1, 2048>>>(out, 1.0f, 1);
     else if (!strcmp(c, "launch_bounds")) bounded<<<1, 256>>>(out);
     else if (!strcmp(c, "smem_no_optin")) uses_dynamic_smem<<<1, 32, 64 << 10>>>(out);
     else if (!strcmp(c, "smem_optin")) {

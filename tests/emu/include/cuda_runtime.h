@@ -42,6 +42,9 @@ extern uint3 thread_idx, block_idx;
 extern dim3 block_dim, grid_dim;
 
 void syncthreads(const char *file, int line);
+// Where an atomic runs: the thread may give way to others of its block first
+// (drawn from EMU_SEED), so atomics interleave as they do on a GPU.
+void atomic_turn();
 // a kernel's __launch_bounds__ (cu2cpp.sed calls it before the kernel); returns max_threads
 int register_launch_bounds(const char *name, int max_threads);
 
@@ -122,28 +125,34 @@ static const int warpSize = 32;
 #define __syncwarp(...) ((void)0)
 
 // Atomics: the threads of a block take turns on one OS thread and blocks run
-// one at a time, so a read-modify-write is atomic as written.
+// one at a time, so a read-modify-write is atomic as written; before it the
+// thread may give way, and the threads' turns are drawn (emu_threads.cpp).
 template <class T> static inline T atomicAdd(T *p, T v) {
+    emu::atomic_turn();
     T old = *p;
     *p = old + v;
     return old;
 }
 template <class T> static inline T atomicMax(T *p, T v) {
+    emu::atomic_turn();
     T old = *p;
     *p = old > v ? old : v;
     return old;
 }
 template <class T> static inline T atomicMin(T *p, T v) {
+    emu::atomic_turn();
     T old = *p;
     *p = old < v ? old : v;
     return old;
 }
 template <class T> static inline T atomicExch(T *p, T v) {
+    emu::atomic_turn();
     T old = *p;
     *p = v;
     return old;
 }
 template <class T> static inline T atomicCAS(T *p, T cmp, T v) {
+    emu::atomic_turn();
     T old = *p;
     if (old == cmp) *p = v;
     return old;
