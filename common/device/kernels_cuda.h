@@ -232,12 +232,16 @@ void gelu_forward_cuda(Device *d, act *out, const act *inp, size_t n);
 void gelu_backward_cuda(Device *d, act *dinp, const act *inp, const act *dout, size_t n);
 // dwpe (T,C) += sum over the batch of dout (B,T,C): the position half of encoder_backward
 void encoder_backward_wpe_cuda(Device *d, float *dwpe, const act *dout, int B, int T, int C);
+// dwte rows [begin, begin + rows) += dout (BT,C) summed by token (tb): the token
+// half of encoder_backward (all rows: 0, INT_MAX) and of embedding_part_backward
+void encoder_backward_wte_cuda(Device *d, float *dwte, const act *dout, const int32_t *tokens,
+                               const TokenBuckets *tb, int BT, int C, int begin, int rows);
 // kernels_cuda_tp.cu (tensor parallelism)
 void bias_add_cuda(Device *d, act *out, const bf16 *bias, int BT, int OC);
 void embedding_part_forward_cuda(Device *d, act *out, const int32_t *tokens, const bf16 *wte_part,
                                  int vocab_begin, int rows, const bf16 *wpe, int B, int T, int C);
-void embedding_part_backward_cuda(Device *d, float *dwte_part, float *dwpe, const act *dout,
-                                  const int32_t *tokens, int vocab_begin, int rows, int B, int T, int C);
+void embedding_part_backward_cuda(Device *d, float *dwte_part, float *dwpe, const act *dout, const int32_t *tokens,
+                                  const TokenBuckets *tb, int vocab_begin, int rows, int B, int T, int C);
 void crossentropy_part_max_cuda(Device *d, float *maxv, const act *logits, int BT, int V, int ld);
 void crossentropy_part_sums_cuda(Device *d, float *sums, const act *logits, const float *maxv,
                                  const int32_t *targets, int vocab_begin, int BT, int V, int ld);

@@ -63,7 +63,7 @@ static void test_activation_bytes(void **state) {
     gpt_layout_tp(&l, &cfg, 2, f->world.rank);
     size_t C = 128, ab = (size_t)f->dev.act_bytes;
     size_t layer = BT * ((4 * C + 2 * C + 4 * C) * ab + 16) + (size_t)B * 2 * T * T * 4;
-    size_t want = 4 * layer + BT * ((3 * C + 128) * ab + 12 + 8) + BT * 12;
+    size_t want = 4 * layer + BT * ((3 * C + 128) * ab + 12 + 8 + 8) + BT * 12;  // + 8: the token buckets
     GPTPlan p = gpt_plan_whole(&l, B, T);
     GPTActBytes a = gpt_activation_bytes(&l, &p, f->dev.act_bytes);
     assert_int_equal(a.per_layer, layer);
