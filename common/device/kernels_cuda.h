@@ -96,8 +96,9 @@ template <class T> __device__ inline void store_pack(T *p, size_t base, size_t n
 }
 
 // Rounding to 16 bits is bf16.h's, as on the cpu: the same bits for every
-// input, a NaN included (it keeps its sign and payload, made quiet), where
-// __float2bfloat16_rn returns 0x7fff for every NaN.
+// number. A NaN stays a NaN, which is all the project promises of it: here
+// it keeps its sign and payload (made quiet) going to 16 bits, but coming
+// back from fp16 (__half2float) every NaN is the GPU's canonical 0x7fffffff.
 #ifdef WB_CUDA_FP16
 __device__ inline float to_f32(floatX x) { return __half2float(x); }
 __device__ inline floatX to_floatX(float x) { return __ushort_as_half(f32_to_f16(x)); }

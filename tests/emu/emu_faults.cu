@@ -8,6 +8,7 @@
 #include <string.h>
 #include <cublasLt.h>
 #include <cuda_bf16.h>
+#include <cuda_fp16.h>
 #include <cuda_runtime.h>
 
 #define CHECK(call)                                                                     \
@@ -51,6 +52,15 @@ __global__ void block_sum(float *out, int barrier) {
 __global__ void atomic_sum(float *out) {
     int i = (int)threadIdx.x;
     atomicAdd(out, i & 1 ? 1.0f : i & 2 ? -3.0e7f : 3.0e7f);
+}
+
+// a NaN with a sign and a payload through device code's 16-bit conversions:
+// the GPU gives the canonical NaN (cuda_fp16.h, cuda_bf16.h)
+__global__ void nan_conversions(unsigned *out, float nan, unsigned short half_nan) {
+    float back = __half2float(__ushort_as_half(half_nan));
+    out[0] = __half_as_ushort(__float2half_rn(nan));
+    memcpy(&out[1], &back, sizeof back);
+    out[2] = __bfloat16_as_ushort(__float2bfloat16_rn(nan));
 }
 
 __global__ void __launch_bounds__(128) bounded(float *out) { out[threadIdx.x] = 1.0f; }
@@ -214,6 +224,14 @@ int main(int argc, char **argv) {
         atomic_sum<<<1, 64>>>(out);
         CHECK(cudaDeviceSynchronize());
         printf("result %.9g\n", read_back(out));
+        return 0;
+    } else if (!strcmp(c, "nan_conversions")) {
+        unsigned bits = 0xffa12345u, got[3];
+        float nan;
+        memcpy(&nan, &bits, sizeof nan);
+        nan_conversions<<<1, 1>>>((unsigned *)out, nan, 0xfe91);
+        CHECK(cudaMemcpy(got, out, sizeof got, cudaMemcpyDeviceToHost));
+        printf("half %04x float %08x bf16 %04x\n", got[0], got[1], got[2]);
         return 0;
     } else if (!strcmp(c, "block_too_big")) fill<<<1, 2048>>>(out, 1.0f, 1);
     else if (!strcmp(c, "launch_bounds")) bounded<<<1, 256>>>(out);
