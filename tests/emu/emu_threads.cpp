@@ -6,7 +6,8 @@
 // order of a warp's or a block's atomics changes with the seed as it changes
 // from run to run on a GPU: a float sum by atomics shows its nondeterminism.
 // Barriers and warp operations are rendezvous: the last thread to
-// arrive releases the others. Whatever CUDA leaves undefined and a GPU may
+// arrive releases the others (and does a wmma collective's work for the
+// whole warp first, warp_collective). Whatever CUDA leaves undefined and a GPU may
 // hang or misbehave on stops the run with file:line: a barrier that some
 // threads of the block never reach (they exited, or wait elsewhere), a warp
 // operation whose mask names an exited or missing lane, lanes that meet
@@ -92,6 +93,8 @@ struct WarpRendezvous {
     int line;
     uint64_t in[32], out[2][32];
     unsigned gen;
+    WarpCollectiveFn run;  // a collective's work (warp_collective), else NULL
+    void *args[32];        // and what each lane passed it
 };
 
 struct Block {
@@ -166,7 +169,8 @@ void syncthreads(const char *file, int line) {
 
 static const char *warp_op_name(WarpKind k) {
     static const char *names[] = {"__shfl_sync", "__shfl_xor_sync", "__shfl_down_sync", "__shfl_up_sync",
-                                  "__ballot_sync", "__all_sync", "__any_sync"};
+                                  "__ballot_sync", "__all_sync", "__any_sync", "wmma::load_matrix_sync",
+                                  "wmma::store_matrix_sync", "wmma::mma_sync"};
     return names[k];
 }
 
@@ -200,6 +204,17 @@ static void check_mask(WarpKind kind, unsigned mask, int w, const char *file, in
                 "(a partial warp)", file, line, warp_op_name(kind), running_kernel_text().c_str(), mask, l, blk->n);
 }
 
+// The lane joins its warp's rendezvous: the first to arrive sets what the
+// others must meet (the same operation, mask and line).
+static void meet(WarpRendezvous &r, WarpKind kind, unsigned mask, WarpCollectiveFn run, const char *file, int line) {
+    if (r.arrived == 0) {
+        r.mask = mask, r.kind = kind, r.run = run, r.file = file, r.line = line;
+    } else if (r.mask != mask || r.kind != kind || r.run != run || r.line != line || strcmp(r.file, file) != 0) {
+        die("%s:%d: %s (mask 0x%08x) in %s while lanes of the same warp wait in %s (mask 0x%08x) at %s:%d", file, line,
+            warp_op_name(kind), mask, running_kernel_text().c_str(), warp_op_name(r.kind), r.mask, r.file, r.line);
+    }
+}
+
 uint64_t warp_exchange(WarpKind kind, unsigned mask, uint64_t value, int arg, int width, const char *file,
                        int line) {
     if (!blk) die("%s:%d: %s outside a kernel", file, line, warp_op_name(kind));
@@ -211,12 +226,7 @@ uint64_t warp_exchange(WarpKind kind, unsigned mask, uint64_t value, int arg, in
         die("%s:%d: %s in %s: lane %d calls it with mask 0x%08x, which leaves the lane out", file, line,
             warp_op_name(kind), running_kernel_text().c_str(), lane, mask);
     check_mask(kind, mask, w, file, line);
-    if (r.arrived == 0) {
-        r.mask = mask, r.kind = kind, r.file = file, r.line = line;
-    } else if (r.mask != mask || r.kind != kind || r.line != line || strcmp(r.file, file) != 0) {
-        die("%s:%d: %s (mask 0x%08x) in %s while lanes of the same warp wait in %s (mask 0x%08x) at %s:%d", file, line,
-            warp_op_name(kind), mask, running_kernel_text().c_str(), warp_op_name(r.kind), r.mask, r.file, r.line);
-    }
+    meet(r, kind, mask, NULL, file, line);
     r.in[lane] = value;
     r.arrived |= 1u << lane;
     unsigned gen = r.gen;
@@ -248,6 +258,24 @@ uint64_t warp_exchange(WarpKind kind, unsigned mask, uint64_t value, int arg, in
         return out[src];
     }
     }
+}
+
+void warp_collective(WarpKind kind, void *lane_args, WarpCollectiveFn run, const char *file, int line) {
+    if (!blk) die("%s:%d: %s outside a kernel", file, line, warp_op_name(kind));
+    int w = blk->current / 32, lane = blk->current % 32;
+    WarpRendezvous &r = blk->warp[w];
+    check_mask(kind, 0xffffffffu, w, file, line);  // every lane of a whole warp
+    meet(r, kind, 0xffffffffu, run, file, line);
+    r.args[lane] = lane_args;
+    r.arrived |= 1u << lane;
+    if (r.arrived != 0xffffffffu) {
+        block_here(warp_op_name(kind), file, line);
+        return;
+    }
+    run(r.args, file, line);  // the lanes' fragments are written before any of them goes on
+    r.arrived = 0;
+    for (int l = 0; l < 32; l++)
+        if (l != lane && blk->t[32 * w + l].state == BLOCKED) blk->t[32 * w + l].state = READY;
 }
 
 // ---- a thread's life --------------------------------------------------------------------------------
@@ -368,7 +396,7 @@ void check_launch(const LaunchSite &site, dim3 grid, dim3 block, size_t shmem) {
                      o != dynamic_smem_optin().end() ? "opted in to" : "allowed without cudaFuncSetAttribute"),
                 why = text;
     }
-    auto b = launch_bounds().find(site.name);
+    auto b = launch_bounds().find(std::string(site.name).substr(0, strcspn(site.name, "<")));  // a template's too
     if (!why && b != launch_bounds().end() && threads > (unsigned long long)b->second)
         snprintf(text, sizeof text, "a block of %llu threads, past its __launch_bounds__(%d)", threads, b->second),
             why = text;

@@ -48,12 +48,21 @@ void atomic_turn();
 // a kernel's __launch_bounds__ (cu2cpp.sed calls it before the kernel); returns max_threads
 int register_launch_bounds(const char *name, int max_threads);
 
-enum WarpKind { WARP_SHFL_IDX, WARP_SHFL_XOR, WARP_SHFL_DOWN, WARP_SHFL_UP, WARP_BALLOT, WARP_ALL, WARP_ANY };
+enum WarpKind {
+    WARP_SHFL_IDX, WARP_SHFL_XOR, WARP_SHFL_DOWN, WARP_SHFL_UP, WARP_BALLOT, WARP_ALL, WARP_ANY,
+    WARP_WMMA_LOAD, WARP_WMMA_STORE, WARP_WMMA_MMA  // mma.h's collectives (warp_collective)
+};
 // One warp-wide exchange: every lane of `mask` brings 8 bytes; the result is
 // the value this lane reads (a shuffle) or the vote over the mask.
 uint64_t warp_exchange(WarpKind kind, unsigned mask, uint64_t value, int arg, int width, const char *file,
                        int line);
 unsigned active_mask();
+// A warp-wide operation of all 32 lanes that the last lane to arrive carries
+// out for the whole warp (nvcuda::wmma's *_sync, mma.h): each lane brings a
+// pointer to what it passes, and `run` gets the 32 of them in lane order
+// while every lane waits, so it may read and write every lane's fragments.
+typedef void (*WarpCollectiveFn)(void *const lanes[32], const char *file, int line);
+void warp_collective(WarpKind kind, void *lane_args, WarpCollectiveFn run, const char *file, int line);
 
 template <class T> static inline T shuffle(WarpKind kind, unsigned mask, T v, int arg, int width, const char *file,
                                            int line) {
