@@ -35,6 +35,15 @@ __global__ void full_mask_shuffle(float *out, int leave_lane) {
     out[threadIdx.x] = v;
 }
 
+// half of a warp waits at a barrier, the other half at a shuffle that needs
+// the first half: neither can go on
+__global__ void split_warp(float *out) {
+    float v = (float)threadIdx.x;
+    if (threadIdx.x < 16) __syncthreads();  // mark: split_barrier
+    else v += __shfl_xor_sync(0xffffffffu, v, 1);
+    out[threadIdx.x] = v;
+}
+
 // block sum through shared memory; `barrier` 0 leaves out the barrier between writing and reading
 __global__ void block_sum(float *out, int barrier) {
     __shared__ float part[256];
@@ -217,6 +226,7 @@ int main(int argc, char **argv) {
     else if (!strcmp(c, "partial_warp")) full_mask_shuffle<<<1, 48>>>(out, -1);
     else if (!strcmp(c, "exited_lane")) full_mask_shuffle<<<1, 64>>>(out, 5);
     else if (!strcmp(c, "full_warps")) full_mask_shuffle<<<2, 64>>>(out, -1);
+    else if (!strcmp(c, "deadlock")) split_warp<<<1, 32>>>(out);
     else if (!strcmp(c, "race")) block_sum<<<1, 256>>>(out, 0);
     else if (!strcmp(c, "no_race")) block_sum<<<1, 256>>>(out, 1);
     else if (!strcmp(c, "atomic_order")) {

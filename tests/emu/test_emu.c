@@ -81,6 +81,12 @@ static void test_shuffle_over_exited_lane(void **state) {
     expect_result(&FAULTS, "full_warps", NULL, "result 1");
 }
 
+// threads that all wait, none of them exited: where each waits
+static void test_deadlock_report(void **state) {
+    expect_stop(&FAULTS, "deadlock", 70, "split_barrier",
+                (const char *[]){"none can go on", "16 in __shfl_xor_sync", "16 in __syncthreads", NULL});
+}
+
 // without the barrier thread 0 sums before the others have written: the
 // emulator runs each thread until it waits, in a drawn order, so the race
 // shows unless thread 0 happens to run last (1 in 256: not at the default seed)
@@ -216,6 +222,7 @@ int main(void) {
         cmocka_unit_test(test_divergent_barrier),
         cmocka_unit_test(test_partial_warp_shuffle),
         cmocka_unit_test(test_shuffle_over_exited_lane),
+        cmocka_unit_test(test_deadlock_report),
         cmocka_unit_test(test_missing_barrier_changes_the_result),
         cmocka_unit_test(test_atomics_order_changes_with_the_seed),
         cmocka_unit_test(test_nan_conversions_are_canonical),
