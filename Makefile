@@ -147,7 +147,11 @@ EMU_TEST_SRC := $(CUDA_TEST_SRC) $(wildcard tests/emu/test_*.c)
 EMU_TEST_BINS := $(EMU_TEST_SRC:tests/%.c=build-emu/tests/%)
 
 .PHONY: all deps check-deps check-deps-06 check-deps-test demo test emu sanitize fuzz bench bench-cuda bench-compare clean help lab-% check-lab-% grade-lab-% $(addprefix stage-,$(STAGES)) $(addprefix diff-,$(STAGES))
-all: check-deps $(BINS)
+# With nvcc, the wmma cases the emulator runs (tests/emu/emu_wmma.cu) are
+# compiled for the GPUs too: the subset of nvcuda::wmma that the emulator's
+# mma.h gives is the toolkit's own.
+WMMA_CHECK := $(if $(NVCC),$(BUILD)/tests/emu/emu_wmma.o)
+all: check-deps $(BINS) $(WMMA_CHECK)
 	@echo "built: $(BINS)"
 	@printf '%s\n' "$(PARTS)" | tr ';' '\n' | sed 's/^ */  /' 
 
@@ -230,8 +234,9 @@ $(EMU_LIB): $(patsubst tests/emu/%.cpp,$(BUILD)/emu/%.o,$(wildcard tests/emu/*.c
 	@rm -f $@
 	ar rcs $@ $^
 $(BINS) $(TEST_BINS) $(EMU_TEST_BINS): $(EMU_LIB)
-# the emulator's fault cases (tests/emu/emu_faults.cu), for tests/emu/test_emu.c
-$(BUILD)/tests/emu/emu_faults: $(BUILD)/tests/emu/emu_faults.o $(EMU_LIB)
+# the emulator's fault cases (tests/emu/emu_faults.cu) and its nvcuda::wmma
+# at work (tests/emu/emu_wmma.cu), for tests/emu/test_emu.c
+$(BUILD)/tests/emu/emu_faults $(BUILD)/tests/emu/emu_wmma: $(BUILD)/tests/emu/%: $(BUILD)/tests/emu/%.o $(EMU_LIB)
 	$(MPICXX) -fopenmp $^ -o $@ -lopenblas -lboost_context -ldl
 else
 $(BUILD)/%.o: %.cu
@@ -289,7 +294,7 @@ test: check-deps-test all $(TEST_BINS) $(if $(ON_EMU),emu)
 emu: check-deps-test
 	@mkdir -p build-emu/root
 	@$(MAKE) --no-print-directory GPU=0 EMU=1 BUILD=build-emu BINDIR=build-emu/root \
-		all $(EMU_TEST_BINS) build-emu/tests/emu/emu_faults
+		all $(EMU_TEST_BINS) build-emu/tests/emu/emu_faults build-emu/tests/emu/emu_wmma
 
 # libFuzzer targets (tests/fuzz/fuzz_*.c: the data readers, the checkpoint
 # reader, the flag parser), each with ASan and UBSan, built with clang (mpicc

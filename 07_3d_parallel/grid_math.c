@@ -51,7 +51,7 @@ GridActs grid_act_bytes(const GridShape *g, int s, int slots) {
         else micro += stored;
         shared += 2 * x3;  // the ring of two whole ones
     }
-    if (s == 0) micro += 4 * BS;                              // the input token ids
+    if (s == 0) micro += 12 * BS;                             // the input token ids and their buckets
     if (s == g->pp - 1) {
         double logits_row = ceil(grid_vocab_padded(g) / T / 64) * 64;  // the logits' rows start aligned
         // lnf and this rank's logits; lnf's mean and rstd, the losses (fp32) and the targets (int32)

@@ -14,6 +14,7 @@
 #include "bf16.h"
 #include "elementwise.h"
 #include "device.h"
+#include "token_buckets.h"
 
 typedef void act;
 
@@ -21,9 +22,11 @@ typedef struct KernelOps {
     // out (B,T,C) = wte[tokens] + wpe[t]; tokens (B,T) int32 in device memory
     void (*encoder_forward)(Device *d, act *out, const int32_t *tokens, const bf16 *wte,
                             const bf16 *wpe, int B, int T, int C);
-    // dwte (V,C) += scatter of dout by token; dwpe (maxT,C) += sum over batch
+    // dwte (V,C) += dout summed by token, each row over its positions in
+    // increasing order (tb: the tokens' buckets, in device memory; no atomics,
+    // so the same bits on every run); dwpe (maxT,C) += sum over batch
     void (*encoder_backward)(Device *d, float *dwte, float *dwpe, const act *dout,
-                             const int32_t *tokens, int B, int T, int C);
+                             const int32_t *tokens, const TokenBuckets *tb, int B, int T, int C);
     // out (BT,C); mean, rstd (BT) saved; eps 1e-5
     void (*layernorm_forward)(Device *d, act *out, float *mean, float *rstd, const act *inp,
                               const bf16 *w, const bf16 *b, int BT, int C);
@@ -92,9 +95,11 @@ typedef struct KernelOps {
     // plus wpe[t] unless wpe is NULL (one rank adds the positions, so the sum over ranks has them once)
     void (*embedding_part_forward)(Device *d, act *out, const int32_t *tokens, const bf16 *wte_part,
                                    int vocab_begin, int rows, const bf16 *wpe, int B, int T, int C);
-    // dwte_part (rows,C) += dout scattered by the tokens in this rank's range; dwpe (maxT,C) += sum over the batch
+    // dwte_part (rows,C) += dout summed by the tokens in this rank's range, as encoder_backward (tb);
+    // dwpe (maxT,C) += sum over the batch
     void (*embedding_part_backward)(Device *d, float *dwte_part, float *dwpe, const act *dout,
-                                    const int32_t *tokens, int vocab_begin, int rows, int B, int T, int C);
+                                    const int32_t *tokens, const TokenBuckets *tb, int vocab_begin, int rows,
+                                    int B, int T, int C);
     // Vocabulary-parallel cross-entropy on this rank's logits (BT,ld): columns [0,V) are vocabulary
     // entries vocab_begin + column, columns [V,ld) padding rows of wte, left out of the softmax.
     // Three steps, the caller all-reducing after the first (max) and the second (sum):

@@ -17,6 +17,12 @@
 
 static inline int blas_single_threaded(void) { return openblas_get_num_threads() == 1; }
 
+// kernels_cpu.c: the embedding's backward, shared with the vocabulary-parallel one;
+// dout (BT,C) in fp32, wte's rows [begin, begin + rows) (all: 0, INT_MAX)
+void wte_backward_by_token_cpu(float *dwte, const float *dout, const int32_t *tokens, const TokenBuckets *tb,
+                               int BT, int C, int begin, int rows);
+void wpe_backward_cpu(float *dwpe, const float *dout, int B, int T, int C);
+
 // kernels_cpu_matmul.c
 void matmul_forward_cpu(Device *d, act *out, const act *inp, const bf16 *w, const bf16 *bias,
                         int BT, int C, int OC, int ldo);
@@ -46,8 +52,8 @@ size_t flash_cpu_scratch_bytes(int threads, int T);
 void bias_add_cpu(Device *d, act *out, const bf16 *bias, int BT, int OC);
 void embedding_part_forward_cpu(Device *d, act *out, const int32_t *tokens, const bf16 *wte_part,
                                 int vocab_begin, int rows, const bf16 *wpe, int B, int T, int C);
-void embedding_part_backward_cpu(Device *d, float *dwte_part, float *dwpe, const act *dout,
-                                 const int32_t *tokens, int vocab_begin, int rows, int B, int T, int C);
+void embedding_part_backward_cpu(Device *d, float *dwte_part, float *dwpe, const act *dout, const int32_t *tokens,
+                                 const TokenBuckets *tb, int vocab_begin, int rows, int B, int T, int C);
 void crossentropy_part_max_cpu(Device *d, float *maxv, const act *logits, int BT, int V, int ld);
 void crossentropy_part_sums_cpu(Device *d, float *sums, const act *logits, const float *maxv,
                                 const int32_t *targets, int vocab_begin, int BT, int V, int ld);

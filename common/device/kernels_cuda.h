@@ -96,8 +96,9 @@ template <class T> __device__ inline void store_pack(T *p, size_t base, size_t n
 }
 
 // Rounding to 16 bits is bf16.h's, as on the cpu: the same bits for every
-// input, a NaN included (it keeps its sign and payload, made quiet), where
-// __float2bfloat16_rn returns 0x7fff for every NaN.
+// number. A NaN stays a NaN, which is all the project promises of it: here
+// it keeps its sign and payload (made quiet) going to 16 bits, but coming
+// back from fp16 (__half2float) every NaN is the GPU's canonical 0x7fffffff.
 #ifdef WB_CUDA_FP16
 __device__ inline float to_f32(floatX x) { return __half2float(x); }
 __device__ inline floatX to_floatX(float x) { return __ushort_as_half(f32_to_f16(x)); }
@@ -237,12 +238,16 @@ void gelu_forward_cuda(Device *d, act *out, const act *inp, size_t n);
 void gelu_backward_cuda(Device *d, act *dinp, const act *inp, const act *dout, size_t n);
 // dwpe (T,C) += sum over the batch of dout (B,T,C): the position half of encoder_backward
 void encoder_backward_wpe_cuda(Device *d, float *dwpe, const act *dout, int B, int T, int C);
+// dwte rows [begin, begin + rows) += dout (BT,C) summed by token (tb): the token
+// half of encoder_backward (all rows: 0, INT_MAX) and of embedding_part_backward
+void encoder_backward_wte_cuda(Device *d, float *dwte, const act *dout, const int32_t *tokens,
+                               const TokenBuckets *tb, int BT, int C, int begin, int rows);
 // kernels_cuda_tp.cu (tensor parallelism)
 void bias_add_cuda(Device *d, act *out, const bf16 *bias, int BT, int OC);
 void embedding_part_forward_cuda(Device *d, act *out, const int32_t *tokens, const bf16 *wte_part,
                                  int vocab_begin, int rows, const bf16 *wpe, int B, int T, int C);
-void embedding_part_backward_cuda(Device *d, float *dwte_part, float *dwpe, const act *dout,
-                                  const int32_t *tokens, int vocab_begin, int rows, int B, int T, int C);
+void embedding_part_backward_cuda(Device *d, float *dwte_part, float *dwpe, const act *dout, const int32_t *tokens,
+                                  const TokenBuckets *tb, int vocab_begin, int rows, int B, int T, int C);
 void crossentropy_part_max_cuda(Device *d, float *maxv, const act *logits, int BT, int V, int ld);
 void crossentropy_part_sums_cuda(Device *d, float *sums, const act *logits, const float *maxv,
                                  const int32_t *targets, int vocab_begin, int BT, int V, int ld);

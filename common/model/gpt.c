@@ -120,7 +120,11 @@ static void carve_activations(GPT *g, Carver *ca, Carver *cw) {
             sl->lnf_rstd = carve_words(ca, R * fb);
             sl->losses = carve_words(ca, BT * fb);
         }
-        if (embed) sl->inputs = carve_words(ca, BT * sizeof(int32_t));
+        if (embed) {
+            sl->inputs = carve_words(ca, BT * sizeof(int32_t));
+            sl->bucket_order = carve_words(ca, BT * sizeof(int32_t));
+            sl->bucket_start = carve_words(ca, BT * sizeof(int32_t));
+        }
         if (head) sl->targets = carve_words(ca, BT * sizeof(int32_t));
     }
     if (head && tp > 1) {
@@ -170,6 +174,7 @@ void gpt_alloc(GPT *g, const GPTLayout *l, Device *dev, const GPTPlan *p, Comm *
     for (int s = 0; s < p->slots; s++) g->slot[s].layer = xcalloc(nl > 0 ? (size_t)nl : 1, sizeof(LayerActs));
     g->work = xcalloc(1, sizeof(GPTWork));
     g->work->embed_grads_slot = -1;
+    if (plan_has_unit(p, GPT_UNIT_EMBED)) g->work->host_buckets = xmalloc(2 * BT * sizeof(int32_t));
     g->acts = buf_alloc(dev, TIER_DEVICE, CAT_ACTIVATIONS, sizes.total_saved, "activations");
     if (sizes.working)
         g->working = buf_alloc(dev, TIER_DEVICE, CAT_ACT_WORKING, sizes.working, "recomputed block activations");
@@ -206,6 +211,7 @@ void gpt_free(GPT *g) {
     buf_free(g->dev, &g->losses);
     for (int s = 0; s < g->plan.slots; s++) free(g->slot[s].layer);
     free(g->slot);
+    free(g->work->host_buckets);
     free(g->work);
     g->slot = NULL;
 }
@@ -223,6 +229,12 @@ void gpt_slot_tokens(GPT *g, int s, const int32_t *inputs, const int32_t *target
     if (sl->inputs) {
         CHECK(inputs, "gpt_slot_tokens: the plan has the embeddings, which need the input tokens");
         dev_copy(g->dev, sl->inputs, inputs, bytes, STREAM_COMPUTE);
+        // the embeddings' backward sums wte's rows by these (no atomics); the
+        // copies take the host buffer before they return, so the next slot's may reuse it
+        int32_t *order = g->work->host_buckets, *start = order + g->plan.B * g->plan.T;
+        sl->buckets = token_buckets_build(inputs, g->plan.B * g->plan.T, order, start);
+        dev_copy(g->dev, sl->bucket_order, order, bytes, STREAM_COMPUTE);
+        dev_copy(g->dev, sl->bucket_start, start, bytes, STREAM_COMPUTE);
     }
     if (sl->targets) {
         CHECK(targets, "gpt_slot_tokens: the plan has the head, which needs the targets");
@@ -376,12 +388,13 @@ static void embed_backward(GPT *g, int s) {
     const GPTSlot *sl = &g->slot[s];
     const act *dx = sl->dres;  // sequence parallel: every rank's rows of dL/dx0 gathered
     if (g->plan.sequence_parallel) tp_gather_rows(g, g->work->gathered, sl->dres), dx = g->work->gathered;
+    TokenBuckets tb = {sl->bucket_order, sl->bucket_start, sl->buckets};
     if (l->tp_size > 1)  // every rank has the whole dL/dx0: its rows' part of dwte, and dwpe
-        d->k->embedding_part_backward(d, eg + l->emb_off[EMB_WTE], eg + l->emb_off[EMB_WPE], dx, sl->inputs,
+        d->k->embedding_part_backward(d, eg + l->emb_off[EMB_WTE], eg + l->emb_off[EMB_WPE], dx, sl->inputs, &tb,
                                       l->vocab_begin, l->vocab_part, g->plan.B, g->plan.T, l->cfg.channels);
     else
-        d->k->encoder_backward(d, eg + l->emb_off[EMB_WTE], eg + l->emb_off[EMB_WPE], sl->dres, sl->inputs, g->plan.B,
-                               g->plan.T, l->cfg.channels);
+        d->k->encoder_backward(d, eg + l->emb_off[EMB_WTE], eg + l->emb_off[EMB_WPE], sl->dres, sl->inputs, &tb,
+                               g->plan.B, g->plan.T, l->cfg.channels);
 }
 
 // ---- one unit, one slot ----

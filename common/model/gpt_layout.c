@@ -164,7 +164,8 @@ GPTActBytes gpt_activation_bytes(const GPTLayout *l, const GPTPlan *p, int act_b
     r.per_layer = layer - unsaved;
     r.working = blocks ? unsaved : 0;
     // per slot: the range's blocks and its input x_in (C); the embeddings add
-    // the input token ids; the head lnf (C), the logits (Vp: this rank's
+    // the input token ids and their buckets (order and starts, token_buckets.h);
+    // the head lnf (C), the logits (Vp: this rank's
     // vocabulary, padded), lnf mean/rstd and losses in fp32, and the target ids
     r.per_slot = blocks * r.per_layer + x3;
     // stored: the inputs of the range's blocks but the first (the slot's
@@ -180,7 +181,7 @@ GPTActBytes gpt_activation_bytes(const GPTLayout *l, const GPTPlan *p, int act_b
         r.per_slot -= (blocks - 1) * x3;
         ring = 2 * x3;
     }
-    if (has_embed) r.per_slot += BT * ib;
+    if (has_embed) r.per_slot += 3 * BT * ib;
     if (has_head) r.per_slot += R * (C * ab + 2 * fb) + BT * (Vp * ab + fb + ib);
     // one (BT,C) projection output before its residual add; under tensor
     // parallelism the head's cross-entropy statistics (max, sum, target

@@ -27,6 +27,8 @@ typedef struct GPTSlot {
     act *logits;                  // (BT,vocab_part), rows gpt_logits_stride apart; dlogits after forward with a loss scale
     float *losses;                // (BT)
     int32_t *inputs, *targets;    // (BT) embeddings / head only
+    int32_t *bucket_order, *bucket_start;  // (BT) each, embeddings only: the inputs' token buckets (token_buckets.h)
+    int buckets;                  // how many
     act *dres;                    // (R,C) gradient of the residual stream (backward scratch)
     float dloss_scale;
 } GPTSlot;
@@ -40,6 +42,7 @@ typedef struct GPTWork {
     act *dc;                      // (BT,C)
     act *d4a, *d4b;               // (BT,F); d4b the gradient of fc's output; d4a serves as dqkv (BT,3Cp)
     int embed_grads_slot;         // slot whose head backward started embed_grads; -1 none
+    int32_t *host_buckets;        // (2,BT) host memory, embeddings only: buckets built here, then copied to a slot
     LayerActs live;               // the recomputation's working set (x3 unused): see gpt_recompute.c
 } GPTWork;
 

@@ -107,7 +107,9 @@ static void test_encoder(void **state) {
             want_te[tokens[bt] * C + c] += R[bt * C + c];
             want_pe[(bt % T) * C + c] += R[bt * C + c];
         }
-    d->k->encoder_backward(d, dwte, dwpe, R, tokens, B, T, C);
+    int32_t order[BT], start[BT];  // the tokens' buckets, in host memory: the cpu device's
+    TokenBuckets tb = {order, start, token_buckets_build(tokens, BT, order, start)};
+    d->k->encoder_backward(d, dwte, dwpe, R, tokens, &tb, B, T, C);
     // sums of at most 5 values of size 1: fp32 rounding stays below 1e-6
     assert_int_equal(check_close(dwte, want_te, V * C, 1e-6, 1e-6, "dwte"), 0);
     assert_int_equal(check_close(dwpe, want_pe, T * C, 1e-6, 1e-6, "dwpe"), 0);
@@ -551,6 +553,8 @@ typedef struct DetBufs {
 typedef struct DetInputs {
     bf16 *wte, *wpe, *w;  // (DV,DC), (DT,DC), (3DC,DC); w's first rows double as ln weights
     int32_t tokens[DBT];
+    int32_t order[DBT], start[DBT];  // the tokens' buckets
+    TokenBuckets buckets;
 } DetInputs;
 
 // A forward and backward chain through every kernel, like one layer and the head.
@@ -569,7 +573,7 @@ static void run_chain(Device *d, DetBufs *o, const DetInputs *in) {
     memset(o->dx, 0, sizeof o->dx);
     k->layernorm_backward(d, o->dx, o->dlnw, o->dlnb, o->dln, o->x, in->w, o->mean, o->rstd, DBT,
                           DC);
-    k->encoder_backward(d, o->dwte, o->dwpe, o->dx, in->tokens, DB, DT, DC);
+    k->encoder_backward(d, o->dwte, o->dwpe, o->dx, in->tokens, &in->buckets, DB, DT, DC);
     o->sumsq = k->sum_squares_bf16(d, in->w, 3 * DC * DC);
 }
 
@@ -586,18 +590,18 @@ static void run_unsplit(Device *d, DetBufs *o, const DetBufs *c, const DetInputs
     memset(o->dw, 0, sizeof o->dw);  // the GEMM part; only dbias is compared
     k->layernorm_backward(d, o->dx, o->dlnw, o->dlnb, c->dln, c->x, in->w, c->mean, c->rstd, DBT,
                           DC);
-    k->encoder_backward(d, o->dwte, o->dwpe, c->dx, in->tokens, DB, DT, DC);
+    k->encoder_backward(d, o->dwte, o->dwpe, c->dx, in->tokens, &in->buckets, DB, DT, DC);
     o->sumsq = k->sum_squares_bf16(d, in->w, 3 * DC * DC);
 }
 
 static void test_deterministic(void **state) {
     Device *d = *state;
-    DetInputs in = {malloc(DV * DC * sizeof(bf16)),
-                    malloc(DT * DC * sizeof(bf16)),
-                    malloc(3 * DC * DC * sizeof(bf16)),
-                    {0}};
+    DetInputs in = {.wte = malloc(DV * DC * sizeof(bf16)),
+                    .wpe = malloc(DT * DC * sizeof(bf16)),
+                    .w = malloc(3 * DC * DC * sizeof(bf16))};
     float *tmp = malloc(3 * DC * DC * sizeof(float));
     for (int i = 0; i < DBT; i++) in.tokens[i] = (i * 37 + i / 5) % DV;
+    in.buckets = (TokenBuckets){in.order, in.start, token_buckets_build(in.tokens, DBT, in.order, in.start)};
     test_fill(tmp, DV * DC, 80, -0.5f, 0.5f);
     d->k->f32_to_half(d, in.wte, tmp, DV * DC);
     test_fill(tmp, DT * DC, 81, -0.5f, 0.5f);

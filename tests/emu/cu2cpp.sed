@@ -2,6 +2,8 @@
 # build runs it over each .cu file, after a #line naming the source).
 # A launch  k<<<grid, block, shmem, stream>>>(args)  becomes
 #   emu::launcher(__FILE__, __LINE__, "k", k, grid, block, shmem, stream)(args)
+# and a template's  k<T, U><<<...>>>(args)  the same with "k<T, U>"
+s/\([A-Za-z_][A-Za-z_0-9]*<[^<>]*>\)<<</emu::launcher(__FILE__, __LINE__, "\1", \1, /g
 s/\([A-Za-z_][A-Za-z_0-9]*\)<<</emu::launcher(__FILE__, __LINE__, "\1", \1, /g
 s/>>>(/)(/g
 # __global__ void __launch_bounds__(N) k(  registers N for k's launches

@@ -8,6 +8,7 @@
 #include <string.h>
 #include <cublasLt.h>
 #include <cuda_bf16.h>
+#include <cuda_fp16.h>
 #include <cuda_runtime.h>
 
 #define CHECK(call)                                                                     \
@@ -34,6 +35,15 @@ __global__ void full_mask_shuffle(float *out, int leave_lane) {
     out[threadIdx.x] = v;
 }
 
+// half of a warp waits at a barrier, the other half at a shuffle that needs
+// the first half: neither can go on
+__global__ void split_warp(float *out) {
+    float v = (float)threadIdx.x;
+    if (threadIdx.x < 16) __syncthreads();  // mark: split_barrier
+    else v += __shfl_xor_sync(0xffffffffu, v, 1);
+    out[threadIdx.x] = v;
+}
+
 // block sum through shared memory; `barrier` 0 leaves out the barrier between writing and reading
 __global__ void block_sum(float *out, int barrier) {
     __shared__ float part[256];
@@ -44,6 +54,22 @@ __global__ void block_sum(float *out, int barrier) {
         for (int i = 0; i < (int)blockDim.x; i++) s += part[i];
         out[0] = s;
     }
+}
+
+// every thread adds 1, 3e7 or -3e7 to one float: an fp32 sum whose value
+// depends on the order of the atomics (a 1 added to +-3e7 is lost to rounding)
+__global__ void atomic_sum(float *out) {
+    int i = (int)threadIdx.x;
+    atomicAdd(out, i & 1 ? 1.0f : i & 2 ? -3.0e7f : 3.0e7f);
+}
+
+// a NaN with a sign and a payload through device code's 16-bit conversions:
+// the GPU gives the canonical NaN (cuda_fp16.h, cuda_bf16.h)
+__global__ void nan_conversions(unsigned *out, float nan, unsigned short half_nan) {
+    float back = __half2float(__ushort_as_half(half_nan));
+    out[0] = __half_as_ushort(__float2half_rn(nan));
+    memcpy(&out[1], &back, sizeof back);
+    out[2] = __bfloat16_as_ushort(__float2bfloat16_rn(nan));
 }
 
 __global__ void __launch_bounds__(128) bounded(float *out) { out[threadIdx.x] = 1.0f; }
@@ -200,9 +226,24 @@ int main(int argc, char **argv) {
     else if (!strcmp(c, "partial_warp")) full_mask_shuffle<<<1, 48>>>(out, -1);
     else if (!strcmp(c, "exited_lane")) full_mask_shuffle<<<1, 64>>>(out, 5);
     else if (!strcmp(c, "full_warps")) full_mask_shuffle<<<2, 64>>>(out, -1);
+    else if (!strcmp(c, "deadlock")) split_warp<<<1, 32>>>(out);
     else if (!strcmp(c, "race")) block_sum<<<1, 256>>>(out, 0);
     else if (!strcmp(c, "no_race")) block_sum<<<1, 256>>>(out, 1);
-    else if (!strcmp(c, "block_too_big")) fill<<<1, 2048>>>(out, 1.0f, 1);
+    else if (!strcmp(c, "atomic_order")) {
+        CHECK(cudaMemset(out, 0, sizeof(float)));
+        atomic_sum<<<1, 64>>>(out);
+        CHECK(cudaDeviceSynchronize());
+        printf("result %.9g\n", read_back(out));
+        return 0;
+    } else if (!strcmp(c, "nan_conversions")) {
+        unsigned bits = 0xffa12345u, got[3];
+        float nan;
+        memcpy(&nan, &bits, sizeof nan);
+        nan_conversions<<<1, 1>>>((unsigned *)out, nan, 0xfe91);
+        CHECK(cudaMemcpy(got, out, sizeof got, cudaMemcpyDeviceToHost));
+        printf("half %04x float %08x bf16 %04x\n", got[0], got[1], got[2]);
+        return 0;
+    } else if (!strcmp(c, "block_too_big")) fill<<<1, 2048>>>(out, 1.0f, 1);
     else if (!strcmp(c, "launch_bounds")) bounded<<<1, 256>>>(out);
     else if (!strcmp(c, "smem_no_optin")) uses_dynamic_smem<<<1, 32, 64 << 10>>>(out);
     else if (!strcmp(c, "smem_optin")) {
