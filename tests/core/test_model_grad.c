@@ -90,7 +90,9 @@ static void gradients_match_finite_differences(int vocab) {
 
 static void test_model_gradients_match_finite_differences(void **state) { gradients_match_finite_differences(256); }
 
-// 250 tokens: the logits' rows are padded to 256 (gpt_logits_stride)
+// 250 tokens: wte is stored as 256 rows, the head's GEMM runs over them and
+// the softmax over 250; the padding rows' gradient is zero, as is the loss's
+// finite difference in them
 static void test_gradients_with_padded_logits(void **state) { gradients_match_finite_differences(250); }
 
 // Initial weights depend only on (seed, index): any shard of any rank count
