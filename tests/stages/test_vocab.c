@@ -8,7 +8,10 @@
 //     bits;
 //   - after training steps (weight decay on) wte's padding rows are zero in
 //     the master weights and in Adam's m and v, whole (dp_baseline) and
-//     through a tp 2 grid's parts (ckpt_tool consolidate).
+//     through a tp 2 grid's parts (ckpt_tool consolidate);
+//   - a checkpoint states the padding (vocab_padded), and one saved before
+//     it (no such line) is read where its rows are this build's and refused
+//     in one line where not.
 // Run from the repository root after make.
 #include <sys/stat.h>
 #include "runs.h"
@@ -96,13 +99,19 @@ static void expect_padding_zero(const char *step_dir, int V, int Vp, int C) {
 
 static void test_padding_rows_stay_zero(void **state) {
     Ctx *c = *state;
-    char cmd[CMD_LEN], ck[PATH_LEN], grid[PATH_LEN], uni[PATH_LEN], step[PATH_LEN + 32];
+    char cmd[CMD_LEN], ck[PATH_LEN], grid[PATH_LEN], uni[PATH_LEN], step[PATH_LEN + 32], *out = NULL;
     snprintf(ck, sizeof ck, "%s/dp-300", c->root);
     snprintf(cmd, sizeof cmd, "./dp_baseline --model tiny --vocab 300 --steps 3 --weight-decay 0.1 --quiet --save %s",
              ck);
     run_ok(cmd, NULL);
     snprintf(step, sizeof step, "%s/step-00000003", ck);
     expect_padding_zero(step, 300, 384, 32);
+    snprintf(cmd, sizeof cmd, "grep -x 'vocab_padded = 384' %s/manifest.txt", step);
+    run_ok(cmd, NULL);
+    snprintf(cmd, sizeof cmd, "./ckpt_tool info %s", ck);
+    run_ok(cmd, &out);
+    if (!strstr(out, "V=300, wte of 384 rows")) fail_msg("%s:\n%s", cmd, out);
+    free(out);
     // tp 2: 192 rows a rank; rank 1 holds the whole model's 84 padding rows
     snprintf(grid, sizeof grid, "%s/tp2-300", c->root);
     snprintf(uni, sizeof uni, "%s/tp2-300-whole", c->root);
@@ -113,8 +122,34 @@ static void test_padding_rows_stay_zero(void **state) {
     expect_padding_zero(step, 300, 384, 32);
 }
 
+// A checkpoint saved before the padding has no vocab_padded line: its wte
+// had V rows. At 256 tokens that is this build's layout (read, resumed);
+// at 300 it is not (refused in one line, by a resume and by ckpt_tool).
+static void test_older_checkpoints(void **state) {
+    Ctx *c = *state;
+    char cmd[CMD_LEN], ck[PATH_LEN];
+    for (int k = 0; k < 2; k++) {
+        int V = k ? 300 : 256;
+        snprintf(ck, sizeof ck, "%s/older-%d", c->root, V);
+        snprintf(cmd, sizeof cmd, "mpirun -np 2 ./zero1 --model tiny --vocab %d --steps 2 --schedule-steps 4 --quiet "
+                 "--save %s && sed -i '/^vocab_padded = /d' %s/step-00000002/manifest.txt", V, ck, ck);
+        run_ok(cmd, NULL);
+        snprintf(cmd, sizeof cmd, "mpirun -np 2 ./zero1 --model tiny --vocab %d --steps 4 --quiet --resume %s", V, ck);
+        if (V == 256) {
+            run_ok(cmd, NULL);
+            snprintf(cmd, sizeof cmd, "./ckpt_tool verify %s", ck);
+            run_ok(cmd, NULL);
+            continue;
+        }
+        const char *why = "was saved before the vocabulary was stored padded (wte of 300 rows; this build stores 384)";
+        free(expect_refusal(cmd, why));
+        snprintf(cmd, sizeof cmd, "./ckpt_tool export-llmc %s %s/older.bin", ck, c->root);
+        free(expect_refusal(cmd, why));
+    }
+}
+
 static int setup(void **state) {
-    const char *const needs[] = {"./dp_baseline", "./3d_parallel", "./ckpt_tool", NULL};
+    const char *const needs[] = {"./dp_baseline", "./zero1", "./3d_parallel", "./ckpt_tool", NULL};
     return run_dir_setup(state, "test_vocab", needs);
 }
 
@@ -122,6 +157,7 @@ int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_losses_as_before),
         cmocka_unit_test(test_padding_rows_stay_zero),
+        cmocka_unit_test(test_older_checkpoints),
     };
     return cmocka_run_group_tests(tests, setup, run_dir_teardown);
 }
