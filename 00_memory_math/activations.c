@@ -40,6 +40,8 @@ void section_activations(Printer *p, const Inputs *in) {
     printer_num(p, "heads", "a (heads)", a, "%.0f", NULL);
     printer_num(p, "hidden", "h (channels)", h, "%.0f", NULL);
     printer_num(p, "vocab", "V (vocabulary)", c->vocab_size, "%.0f", NULL);
+    printer_num(p, "vocab_padded", "Vp (V rounded up to 128: wte's rows, the logits' columns)",
+                gpt_vocab_padded(c->vocab_size, 1), "%.0f", NULL);
     printer_num(p, "context", "context (wpe rows)", c->max_seq_len, "%.0f", NULL);
     printer_str(p, "recompute", "recompute (the run's, in the fit tables)", gpt_recompute_name(in->recompute));
     printer_str(p, "attention", "attention (the run's, in every row)", gpt_attention_name(in->attention));

@@ -32,7 +32,7 @@ static RunDeviceBytes stage_run(StageId formula, const Inputs *in, int threads, 
     partition_init(&part, l->num_params, in->ranks, 0);  // shards are padded to equal sizes
     double buffers = stage_buffer_bytes(formula, l, &part);
     double scratch = (double)kernels_cpu.scratch_bytes(threads, in->batch, in->seq_len, c->channels, c->num_heads,
-                                                       c->vocab_size, in->attention == GPT_ATTENTION_FLASH);
+                                                       l->vocab_part, in->attention == GPT_ATTENTION_FLASH);
     GPTPlan plan = act_plan(in, in->recompute, in->offload_activations);
     plan.sequence_parallel = plan.partition_activations = 0;  // data parallel: the whole model
     *name = stage_name(formula);
@@ -48,7 +48,7 @@ static RunDeviceBytes tp_run(const Inputs *in, int threads) {
     Partition part;
     partition_init(&part, l->num_params, in->ranks / in->tp, 0);
     double scratch = (double)kernels_cpu.scratch_bytes(threads, in->batch, in->seq_len, c->channels, c->num_heads,
-                                                       c->vocab_size, in->attention == GPT_ATTENTION_FLASH);
+                                                       l->vocab_part, in->attention == GPT_ATTENTION_FLASH);
     GPTPlan plan = act_plan(in, in->recompute, in->offload_activations);
     return run_device_bytes(STAGE_ZERO1, l, &plan, l->num_params, in->ranks / in->tp, CPU_ACT_BYTES, scratch,
                             (double)part.shard * sizeof(bf16), 0);

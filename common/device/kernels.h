@@ -35,8 +35,7 @@ typedef struct KernelOps {
                                const act *inp, const bf16 *w, const float *mean,
                                const float *rstd, int BT, int C);
     // out (BT,OC) = inp (BT,C) @ w (OC,C)^T + bias (OC); bias may be NULL.
-    // ldo >= OC is the row stride of out (and of dout below): the head pads
-    // its rows so they stay aligned for the GEMM (gpt_logits_stride); columns
+    // ldo >= OC is the row stride of out (and of dout below); columns
     // OC..ldo-1 are neither read nor written.
     void (*matmul_forward)(Device *d, act *out, const act *inp, const bf16 *w, const bf16 *bias,
                            int BT, int C, int OC, int ldo);
@@ -80,10 +79,11 @@ typedef struct KernelOps {
     // so the residual stream is read once where the two kernels read it twice
     void (*residual_layernorm_forward)(Device *d, act *res, act *out, float *mean, float *rstd, const act *a,
                                        const act *b, const bf16 *w, const bf16 *bias, int BT, int C);
-    // Fused softmax + cross-entropy over logits (BT,V), rows ld >= V apart.
+    // Fused softmax + cross-entropy over logits (BT,ld): columns [0,V) are the
+    // vocabulary, columns [V,ld) wte's padding rows, left out of the softmax.
     // losses (BT) = -log p[target]. When dloss_scale != 0, logits are
     // overwritten by dloss/dlogits = (softmax - onehot(target)) * dloss_scale
-    // (the scale is 1 / tokens in the global batch).
+    // (the scale is 1 / tokens in the global batch), 0 in the padding columns.
     void (*softmax_crossentropy)(Device *d, float *losses, act *logits, const int32_t *targets,
                                  int BT, int V, int ld, float dloss_scale);
 
@@ -134,11 +134,12 @@ typedef struct KernelOps {
     void (*half_to_f32)(Device *d, float *dst, const bf16 *src, size_t n);
 
     // Bytes of kernel scratch (device_scratch) that the largest request of a
-    // GPT-2 step asks for, with B x T tokens, C channels, NH heads, a V-token
-    // vocabulary, `threads` OpenMP threads and the flash (1) or the
-    // materialized (0) attention; the scratch keeps its largest size, so this
-    // is what it holds from the first step on. Each kernel file states its
-    // own request beside the call that makes it.
+    // GPT-2 step asks for, with B x T tokens, C channels, NH heads, V rows of
+    // wte in the head's GEMM (this rank's, padding included), `threads`
+    // OpenMP threads and the flash (1) or the materialized (0) attention; the
+    // scratch keeps its largest size, so this is what it holds from the first
+    // step on. Each kernel file states its own request beside the call that
+    // makes it.
     size_t (*scratch_bytes)(int threads, int B, int T, int C, int NH, int V, int flash);
 } KernelOps;
 

@@ -213,7 +213,7 @@ static void residual_layernorm_forward(Device *d, act *res, act *out, float *mea
 
 static void softmax_crossentropy(Device *d, float *losses, act *logits_, const int32_t *targets,
                                  int BT, int V, int ld, float dloss_scale) {
-    float *logits = logits_;  // (BT,V), rows ld apart
+    float *logits = logits_;  // (BT,ld): V tokens, then wte's padding rows
 #pragma omp parallel for schedule(static)
     for (int r = 0; r < BT; r++) {
         float *z = logits + (size_t)r * ld;
@@ -232,6 +232,7 @@ static void softmax_crossentropy(Device *d, float *losses, act *logits_, const i
 #pragma omp simd
             for (int i = 0; i < V; i++) z[i] *= k;
             z[targets[r]] -= dloss_scale;
+            for (int i = V; i < ld; i++) z[i] = 0.0f;  // padding rows of wte get no gradient
         } else {
             for (int i = 0; i < V; i++) sum += expf(z[i] - maxv);
         }

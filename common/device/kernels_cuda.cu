@@ -163,9 +163,9 @@ __global__ void __launch_bounds__(ROW_BLOCK_MAX) softmax_crossentropy_kernel(flo
     if (dloss_scale == 0.0f) return;
     // every read of pass one finished before the barriers inside block_sum
     float k = dloss_scale / sum;
-    for (int i = threadIdx.x; i < V; i += blockDim.x) {
-        float g = expf(to_f32(z[i]) - maxv) * k;
-        if (i == target) g -= dloss_scale;
+    for (int i = threadIdx.x; i < ld; i += blockDim.x) {
+        float g = 0.0f;  // padding rows of wte get no gradient
+        if (i < V) g = expf(to_f32(z[i]) - maxv) * k - (i == target ? dloss_scale : 0.0f);
         z[i] = to_floatX(g);
     }
 }

@@ -320,20 +320,23 @@ static const act *lnf_whole(GPT *g, const GPTSlot *sl) {
 }
 
 // logits = lnf(x_L) @ wte^T (tied), then the loss (and dlogits with a loss
-// scale). Under tensor parallelism the rank's logits are those of its wte
-// rows (a column-parallel linear: f before it, an identity forward).
+// scale). The GEMM runs over all Vp stored rows of wte (aligned); the
+// softmax reads the V real columns, and dlogits is zero in the padding
+// columns, so the padding rows' gradient is zero. Under tensor parallelism
+// the rank's logits are those of its wte rows (a column-parallel linear: f
+// before it, an identity forward).
 static void head_forward(GPT *g, const bf16 *ph, const bf16 *pe, int s) {
     Device *d = g->dev;
     const KernelOps *k = d->k;
     const GPTLayout *l = &g->L;
     GPTSlot *sl = &g->slot[s];
-    int BT = g->plan.B * g->plan.T, C = l->cfg.channels, V = l->vocab_part, Vp = gpt_logits_stride(l);
+    int BT = g->plan.B * g->plan.T, C = l->cfg.channels, Vp = l->vocab_part, ld = gpt_logits_stride(l);
     const bf16 *wte = pe + l->emb_off[EMB_WTE];
     k->layernorm_forward(d, sl->lnf, sl->lnf_mean, sl->lnf_rstd, block_input(g, l->cfg.num_layers, s),
                          ph + l->head_off[HEAD_LNFW], ph + l->head_off[HEAD_LNFB], res_rows(g), C);
-    k->matmul_forward(d, sl->logits, lnf_whole(g, sl), wte, NULL, BT, C, V, Vp);
+    k->matmul_forward(d, sl->logits, lnf_whole(g, sl), wte, NULL, BT, C, Vp, ld);
     if (l->tp_size > 1) tp_head_loss(g, s);
-    else k->softmax_crossentropy(d, sl->losses, sl->logits, sl->targets, BT, V, Vp, sl->dloss_scale);
+    else k->softmax_crossentropy(d, sl->losses, sl->logits, sl->targets, BT, l->cfg.vocab_size, ld, sl->dloss_scale);
 }
 
 // wte's gradient collects here and in the embeddings' backward, so the
@@ -343,7 +346,7 @@ static void head_backward(GPT *g, const bf16 *ph, const bf16 *pe, int s) {
     const KernelOps *k = d->k;
     const GPTLayout *l = &g->L;
     GPTSlot *sl = &g->slot[s];
-    int hu = gpt_unit_head(l), BT = g->plan.B * g->plan.T, C = l->cfg.channels, V = l->vocab_part;
+    int hu = gpt_unit_head(l), BT = g->plan.B * g->plan.T, C = l->cfg.channels, Vp = l->vocab_part;
     float *ug = g->unit_grads.ptr, *eg = g->embed_grads.ptr;
     const bf16 *wte = pe + l->emb_off[EMB_WTE];
     CHECK(plan_has_unit(&g->plan, GPT_UNIT_EMBED) || g->work->embed_grads_slot < 0,
@@ -353,7 +356,7 @@ static void head_backward(GPT *g, const bf16 *ph, const bf16 *pe, int s) {
     g->work->embed_grads_slot = s;
     dev_memset0(d, ug, l->unit[hu].count * sizeof(float), STREAM_COMPUTE);
     int R = res_rows(g);
-    k->matmul_backward(d, g->work->dc, eg + l->emb_off[EMB_WTE], NULL, sl->logits, lnf_whole(g, sl), wte, BT, C, V,
+    k->matmul_backward(d, g->work->dc, eg + l->emb_off[EMB_WTE], NULL, sl->logits, lnf_whole(g, sl), wte, BT, C, Vp,
                        gpt_logits_stride(l));
     // f's backward: the partial input gradients summed (all-reduce), or this rank's rows of the sum
     const act *dlnf = g->work->dc;

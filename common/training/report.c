@@ -38,10 +38,16 @@ void report_init(Trainer *t) {
         char replicas[96];  // who reads distinct rows: every rank, or the data-parallel replicas of a grid
         if (t->dp == &t->world) snprintf(replicas, sizeof replicas, "%d ranks", t->world.size);
         else snprintf(replicas, sizeof replicas, "%d ranks = %s | dp %d", t->world.size, t->grid, t->dp->size);
-        printf("%s: %s | model %s (L=%d C=%d H=%d V=%d, %.2fM params) | %s x batch %d x seq %d x accum %d = %.0f tokens/step\n",
-               t->strategy->name, t->dev.name, t->cfg.model, m->num_layers, m->channels, m->num_heads, m->vocab_size,
-               t->model_params / 1e6, replicas, t->cfg.batch, t->cfg.seq_len, t->cfg.grad_accum,
-               global_tokens_per_step(t));
+        // Ψ counts wte as stored: V rounded up to 128 rows, the padding said where there is some
+        int vp = gpt_vocab_padded(m->vocab_size, 1);
+        char padding[96] = "";
+        if (vp > m->vocab_size)
+            snprintf(padding, sizeof padding, ", %.0f of them in wte's %d padding rows",
+                     (double)(vp - m->vocab_size) * m->channels, vp - m->vocab_size);
+        printf("%s: %s | model %s (L=%d C=%d H=%d V=%d, %.2fM params%s) | %s x batch %d x seq %d x accum %d = %.0f "
+               "tokens/step\n", t->strategy->name, t->dev.name, t->cfg.model, m->num_layers, m->channels,
+               m->num_heads, m->vocab_size, t->model_params / 1e6, padding, replicas, t->cfg.batch, t->cfg.seq_len,
+               t->cfg.grad_accum, global_tokens_per_step(t));
         printf("data: %s\n", t->data.desc);
     }
 }

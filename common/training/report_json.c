@@ -72,11 +72,11 @@ static void json_run(FILE *f, const Trainer *t, const Summary *s) {
     const GPTConfig *m = &t->layout.cfg;
     fprintf(f, "{\"stage\":\"%s\",\"ranks\":%d,\"device\":\"%s\",\"comm\":\"%s\",\"gpu_sharers\":%d,"
                "\"model\":\"%s\",\"layers\":%d,\"d_model\":%d,"
-               "\"heads\":%d,\"vocab\":%d,\"params\":%zu,\"batch\":%d,\"seq_len\":%d,\"grad_accum\":%d,"
-               "\"global_batch_tokens\":%.0f,\"first_step\":%ld,\"steps\":%ld,",
+               "\"heads\":%d,\"vocab\":%d,\"vocab_padded\":%d,\"params\":%zu,\"batch\":%d,\"seq_len\":%d,"
+               "\"grad_accum\":%d,\"global_batch_tokens\":%.0f,\"first_step\":%ld,\"steps\":%ld,",
             t->strategy->name, t->world.size, t->dev.name, t->world.backend == COMM_NCCL ? "nccl" : "mpi",
-            t->dev.sharers, t->cfg.model, m->num_layers, m->channels, m->num_heads,
-            m->vocab_size, t->model_params, t->cfg.batch, t->cfg.seq_len, t->cfg.grad_accum,
+            t->dev.sharers, t->cfg.model, m->num_layers, m->channels, m->num_heads, m->vocab_size,
+            gpt_vocab_padded(m->vocab_size, 1), t->model_params, t->cfg.batch, t->cfg.seq_len, t->cfg.grad_accum,
             global_tokens_per_step(t), r->first_step, r->n);
     json_array(f, "losses", r->loss, r->n);
     fprintf(f, ",");

@@ -514,8 +514,10 @@ static void test_residual(void **state) {
 static void check_softmax_crossentropy(Devices *dv, int BT, int V, int ld, float scale, int confident) {
     size_t n = (size_t)BT * ld;
     float *z = rand_values(n, 45, -4, 4);
-    for (size_t i = 0; i < n; i++)  // padding columns: zeros that must stay (and not set the tolerance)
-        if ((int)(i % ld) >= V) z[i] = 0.0f;
+    // padding columns (wte's padding rows): a large logit the softmax must
+    // leave out, whose gradient is zero; kept as it is without a loss scale
+    for (size_t i = 0; i < n; i++)
+        if ((int)(i % ld) >= V) z[i] = 64.0f;
     int32_t *tgt = rand_tokens(BT, V, 46);
     for (size_t i = 0; confident && i < n; i++) z[i] = 504.0f - 2.0f * (float)(i / ld % 3);  // bf16-exact
     for (int r = 0; confident && r < BT; r++) z[(size_t)r * ld + tgt[r]] = 512.0f;
@@ -541,6 +543,13 @@ static void check_softmax_crossentropy(Devices *dv, int BT, int V, int ld, float
     }
     if (scale != 0.0f) {
         expect_close("softmax_crossentropy dlogits", dz[1], dz[0], n, TOL_BF16_ONCE);
+        for (int k = 0; k < 2; k++)
+            for (size_t i = 0; i < n; i++)
+                if ((int)(i % ld) >= V && dz[k][i] != 0.0f) {
+                    print_error("%s: dlogits %g in padding column %d of row %zu\n", k ? "cuda" : "cpu", dz[k][i],
+                                (int)(i % ld), i / ld);
+                    fail();
+                }
     } else {
         expect_close("softmax_crossentropy logits kept", dz[1], z, n, (Tol){0, 0});
     }
@@ -552,6 +561,8 @@ static void test_softmax_crossentropy(void **state) {
     Devices *dv = devices_or_skip(state);
     check_softmax_crossentropy(dv, 48, 256, 256, 1.0f / 48, 0);   // byte-level vocabulary
     check_softmax_crossentropy(dv, 16, 5003, 5056, 1.0f / 64, 0); // wide rows (1024-thread blocks), padded
+    check_softmax_crossentropy(dv, 12, 257, 384, 1.0f / 12, 0);   // the model's padding: 257 rows stored as 384
+    check_softmax_crossentropy(dv, 8, 257, 384, 0.0f, 0);         // ... loss only: the padding is not written
     check_softmax_crossentropy(dv, 8, 100, 100, 0.0f, 0);         // loss only
     check_softmax_crossentropy(dv, 48, 16, 16, 1.0f / 48, 1);     // confident: max - z[t] taken first
 }

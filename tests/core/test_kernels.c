@@ -329,8 +329,10 @@ static void check_attention(Device *d) {
 
 static void test_matmul(void **state) { check_matmul(*state); }
 
-// Rows ldo apart (the head's padded logits): the same numbers as packed rows,
-// and the padding columns neither read (NaN there must not leak) nor written.
+// Rows ldo apart: the same numbers as packed rows, and the columns past OC
+// neither read by the GEMMs (NaN there must not leak) nor written; the
+// softmax leaves them out, and its gradient pass writes zeros there (the
+// head's columns of wte's padding rows: their gradient must be zero).
 static void test_row_strides(void **state) {
     Device *d = *state;
     enum { BT = 6, C = 8, OC = 37, LD = 64 };
@@ -348,12 +350,15 @@ static void test_row_strides(void **state) {
         for (int o = 0; o < OC; o++) assert_true(test_close(strided[r * LD + o], packed[r * OC + o], 1e-6, 1e-6));
         for (int o = OC; o < LD; o++) assert_true(isnan(strided[r * LD + o]));
     }
+    d->k->softmax_crossentropy(d, losses_s, strided, targets, BT, OC, LD, 0.0f);  // losses only: nothing written
+    for (int i = 0; i < BT * LD; i++) assert_true(i % LD < OC ? !isnan(strided[i]) : isnan(strided[i]));
     d->k->softmax_crossentropy(d, losses_p, packed, targets, BT, OC, OC, 1.0f / BT);
     d->k->softmax_crossentropy(d, losses_s, strided, targets, BT, OC, LD, 1.0f / BT);
     for (int r = 0; r < BT; r++) {
         assert_true(test_close(losses_s[r], losses_p[r], 1e-6, 1e-6));
         for (int o = 0; o < OC; o++) assert_true(test_close(strided[r * LD + o], packed[r * OC + o], 1e-6, 1e-6));
-        for (int o = OC; o < LD; o++) assert_true(isnan(strided[r * LD + o]));
+        for (int o = OC; o < LD; o++) assert_true(strided[r * LD + o] == 0.0f);
+        for (int o = OC; o < LD; o++) strided[r * LD + o] = NAN;  // the backward GEMM must not read them
     }
     d->k->matmul_backward(d, dinp_p, dw_p, db_p, packed, inp, w, BT, C, OC, OC);
     d->k->matmul_backward(d, dinp_s, dw_s, db_s, strided, inp, w, BT, C, OC, LD);
