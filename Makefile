@@ -146,7 +146,7 @@ CUDA_TEST_SRC := $(wildcard tests/*/test_cuda*.c)
 EMU_TEST_SRC := $(CUDA_TEST_SRC) $(wildcard tests/emu/test_*.c)
 EMU_TEST_BINS := $(EMU_TEST_SRC:tests/%.c=build-emu/tests/%)
 
-.PHONY: all deps check-deps check-deps-06 check-deps-test demo test emu sanitize fuzz bench bench-cuda bench-compare clean help lab-% check-lab-% grade-lab-% $(addprefix stage-,$(STAGES)) $(addprefix diff-,$(STAGES))
+.PHONY: all deps check-deps check-deps-06 check-deps-test demo test emu sanitize sanitize-cuda fuzz bench bench-cuda bench-compare clean help lab-% check-lab-% grade-lab-% $(addprefix stage-,$(STAGES)) $(addprefix diff-,$(STAGES))
 # With nvcc, the wmma cases the emulator runs (tests/emu/emu_wmma.cu) are
 # compiled for the GPUs too: the subset of nvcuda::wmma that the emulator's
 # mma.h gives is the toolkit's own.
@@ -163,6 +163,7 @@ help:
 	@echo "make test       build and run the tests; ends with 'N passed, N failed'"
 	@echo "make emu        the cuda emulator's build (build-emu/): the trainers run --device cuda on the CPU"
 	@echo "make sanitize   the tests against an ASan + UBSan build (build-sanitize/); fails on any report"
+	@echo "make sanitize-cuda  compute-sanitizer (memcheck, initcheck, racecheck, synccheck) over the cuda tests and stages, on a GPU"
 	@echo "make fuzz       each libFuzzer target for FUZZ_SECONDS (default 30) from its corpus; fails on any finding"
 	@echo "make bench      benchmarks, JSON in build/bench/ (with the cuda part where a GPU is usable)"
 	@echo "make bench-cuda the cuda part alone: dp_baseline gpt2-124m beside PyTorch (eager, torch.compile), time per kernel"
@@ -329,6 +330,11 @@ sanitize:
 	@$(MAKE) --no-print-directory GPU=0 BUILD=build-sanitize BINDIR=build-sanitize/root OPT='$(SANITIZE_OPT)' \
 		all $(TEST_SRC:tests/%.c=build-sanitize/tests/%)
 	@bash scripts/sanitize.sh build-sanitize
+
+# compute-sanitizer's four tools over the cuda tests and every stage, where a
+# GPU is visible (scripts/sanitize_cuda.sh); one line and exit 0 where not
+sanitize-cuda: all $(CUDA_TEST_SRC:tests/%.c=$(BUILD)/tests/%)
+	@bash scripts/sanitize_cuda.sh
 
 bench: all
 	@bash bench/run.sh

@@ -312,6 +312,7 @@ extern "C" void device_cuda_init(Device *d, const DeviceOptions *opt) {
     CudaImpl *impl = (CudaImpl *)xcalloc(1, sizeof *impl);
     impl->ordinal = ordinal;
     impl->sm_count = prop.multiProcessorCount;
+    impl->smem_optin = prop.sharedMemPerBlockOptin;
     keep_freed_memory(ordinal);
     create_streams(impl);
     cublasCheck(cublasLtCreate(&impl->lt));

@@ -227,6 +227,12 @@ size_t matmul_cuda_scratch_bytes(int BT, int OC);
 size_t layernorm_cuda_scratch_bytes(int BT, int C);
 size_t attention_cuda_scratch_bytes(int B, int T, int C, int NH);
 size_t flash_cuda_scratch_bytes(int B, int T, int C, int NH);
+// kernels_cuda_flash_tc.cu: the tensor-core FlashAttention for head sizes 16,
+// 32, 64, 128; false (nothing launched) for another head size, or where the
+// GPU's shared memory cannot hold the tiles. The backward takes D (B,NH,T).
+bool flash_tc_forward(Device *d, act *out, float *lse, const act *qkv, int B, int T, int C, int NH);
+bool flash_tc_backward(Device *d, act *dqkv, const act *dout, const act *qkv, const float *lse, const float *D,
+                       int B, int T, int C, int NH);
 void softmax_crossentropy_cuda(Device *d, float *losses, act *logits, const int32_t *targets,
                                int BT, int V, int ld, float dloss_scale);
 void matmul_gelu_forward_cuda(Device *d, act *out, act *pre, const act *inp, const bf16 *w,

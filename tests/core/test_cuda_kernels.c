@@ -458,11 +458,15 @@ static void check_flash(Devices *dv, AttnCase ac) {
 
 static void test_flash_attention(void **state) {
     Devices *dv = devices_or_skip(state);
-    check_flash(dv, (AttnCase){.B = 2, .T = 24, .C = 64, .NH = 4});   // hs 16, one warp's keys
-    check_flash(dv, (AttnCase){.B = 1, .T = 37, .C = 96, .NH = 3});   // odd T across 32-key chunks, hs 32
+    // the tensor cores' head sizes (kernels_cuda_flash_tc.cu)
+    check_flash(dv, (AttnCase){.B = 2, .T = 24, .C = 64, .NH = 4});   // hs 16, within one tile
+    check_flash(dv, (AttnCase){.B = 1, .T = 37, .C = 96, .NH = 3});   // odd T, hs 32
     check_flash(dv, (AttnCase){.B = 1, .T = 70, .C = 128, .NH = 2});  // hs 64 as GPT-2, T past a 64 tile
+    check_flash(dv, (AttnCase){.B = 1, .T = 130, .C = 64, .NH = 1});  // three tiles, the last of 2 rows
     check_flash(dv, (AttnCase){.B = 1, .T = 33, .C = 256, .NH = 2});  // hs 128, the largest
+    // the others run a warp per row (kernels_cuda_flash.cu)
     check_flash(dv, (AttnCase){.B = 3, .T = 5, .C = 24, .NH = 1});    // hs 24: lanes past hs idle
+    check_flash(dv, (AttnCase){.B = 1, .T = 70, .C = 96, .NH = 2});   // hs 48, 32-key chunks across T
 }
 
 // ---- element-wise -----------------------------------------------------------------------------

@@ -458,6 +458,7 @@ cudaError_t cudaGetDeviceProperties(struct cudaDeviceProp *p, int device) {
     memcpy(p->uuid.bytes + 8, "emulator", 8);
     p->totalGlobalMem = DEVICE_BYTES;
     p->sharedMemPerBlock = 48 << 10;
+    p->sharedMemPerBlockOptin = 227 << 10;  // an H100's, as the launch check allows (emu_threads.cpp)
     p->warpSize = 32;
     p->maxThreadsPerBlock = 1024;
     p->maxThreadsDim[0] = p->maxThreadsDim[1] = 1024, p->maxThreadsDim[2] = 64;

@@ -406,8 +406,26 @@ void check_launch(const LaunchSite &site, dim3 grid, dim3 block, size_t shmem) {
             grid.y, grid.z, block.x, block.y, block.z, shmem, why);
 }
 
+// the launch's dynamic shared memory, 128-byte aligned as the GPU's is
+static unsigned char *dynamic_smem;
+static size_t dynamic_smem_bytes;
+
+void *dynamic_shared(const char *file, int line) {
+    if (!blk) die("%s:%d: dynamic shared memory outside a kernel", file, line);
+    if (!dynamic_smem_bytes)
+        die("%s:%d: %s reads dynamic shared memory (extern __shared__) that its launch did not ask for (the "
+            "third launch argument is 0)", file, line, running_kernel_text().c_str());
+    return dynamic_smem;
+}
+
 void run_grid(const LaunchSite &site, dim3 grid, dim3 block, size_t shmem, const std::function<void()> &body) {
     make_stacks();
+    if (shmem > dynamic_smem_bytes) {
+        free(dynamic_smem);
+        dynamic_smem = (unsigned char *)aligned_alloc(128, (shmem + 127) / 128 * 128);
+        if (!dynamic_smem) die("cannot allocate %zu bytes of dynamic shared memory", shmem);
+    }
+    dynamic_smem_bytes = shmem;
     static Block *the_block;
     if (!the_block) the_block = new Block();
     size_t blocks = (size_t)grid.x * grid.y * grid.z;
@@ -425,6 +443,7 @@ void run_grid(const LaunchSite &site, dim3 grid, dim3 block, size_t shmem, const
         block_idx.x = (unsigned)(b % grid.x);
         block_idx.y = (unsigned)(b / grid.x % grid.y);
         block_idx.z = (unsigned)(b / ((size_t)grid.x * grid.y));
+        if (shmem) memset(dynamic_smem, 0xa5, shmem);  // what an earlier block left is not this block's
         run_block();
     }
     blk = NULL;

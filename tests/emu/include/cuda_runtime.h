@@ -36,7 +36,14 @@ struct dim3 {
     dim3(uint3 v) : x(v.x), y(v.y), z(v.z) {}
 };
 
+#define __align__(n) __attribute__((aligned(n)))
+
 namespace emu {
+// The running block's dynamic shared memory (the launch's third argument;
+// cu2cpp.sed turns `extern __shared__ T x[];` into a call), filled with a
+// pattern before each block as a GPU leaves it unset; the run stops when
+// the launch asked for none.
+void *dynamic_shared(const char *file, int line);
 // the thread that runs now (set by the block scheduler before every switch)
 extern uint3 thread_idx, block_idx;
 extern dim3 block_dim, grid_dim;

@@ -63,6 +63,7 @@ struct cudaDeviceProp {
     cudaUUID_t uuid;
     size_t totalGlobalMem;
     size_t sharedMemPerBlock;
+    size_t sharedMemPerBlockOptin;  // what cudaFuncSetAttribute may raise a kernel's dynamic shared memory to
     int warpSize;
     int maxThreadsPerBlock;
     int maxThreadsDim[3];
