@@ -118,13 +118,23 @@ BIN_04 := zero3
 BIN_05 := cpu_offload
 BIN_06 := infinity
 BIN_07 := 3d_parallel
-SRC_01 := $(wildcard 01_dp_baseline/*.c)
-SRC_02 := $(wildcard 02_zero1/*.c)
-SRC_03 := $(wildcard 03_zero2/*.c) $(wildcard 02_zero1/shard_update.c)
-SRC_04 := $(wildcard 04_zero3/*.c) $(wildcard 03_zero2/grad_shard.c 02_zero1/shard_update.c)
-SRC_05 := $(wildcard 05_cpu_offload/*.c) $(wildcard 03_zero2/grad_shard.c 02_zero1/shard_update.c)
-SRC_06 := $(wildcard 06_infinity/*.c) $(wildcard 04_zero3/param_shard.c 03_zero2/grad_shard.c 05_cpu_offload/host_grads.c)
-SRC_07 := $(wildcard 07_3d_parallel/*.c) $(wildcard 02_zero1/shard_update.c)
+# The stage graph, stated once: stage NN builds on stage BASE_NN (what
+# `make diff-NN` diffs it against, scripts/stage-diff.sh), and links USES_NN,
+# the files of earlier stages it calls; their folders are on its include path
+# (STAGE_INC_NN), so a stage includes "grad_shard.h" by name.
+BASE_02 := 01
+BASE_03 := 02
+BASE_04 := 03
+BASE_05 := 03
+BASE_06 := 04
+BASE_07 := 02
+USES_03 := 02_zero1/shard_update.c
+USES_04 := 03_zero2/grad_shard.c 02_zero1/shard_update.c
+USES_05 := 03_zero2/grad_shard.c 02_zero1/shard_update.c
+USES_06 := 04_zero3/param_shard.c 03_zero2/grad_shard.c 05_cpu_offload/host_grads.c
+USES_07 := 02_zero1/shard_update.c
+$(foreach n,01 02 03 04 05 06 07,$(eval SRC_$(n) := $(wildcard $(n)_*/*.c) $(USES_$(n))) \
+    $(eval STAGE_INC_$(n) := $(addprefix -I,$(patsubst %/,%,$(sort $(dir $(USES_$(n))))))))
 STAGE_IDS := 00 01 02 03 04 05 06 07
 STAGES := $(foreach n,$(STAGE_IDS),$(if $(wildcard */$(BIN_$(n)).c),$(n)))
 # stage 06 reads its files with libaio: without it `make` leaves it out and says so
@@ -201,6 +211,8 @@ $(LIB): $(COMMON_OBJ)
 	@rm -f $@
 	ar rcs $@ $^
 
+# a stage's objects see the folders of the earlier stages it links (USES_NN)
+$(foreach n,01 02 03 04 05 06 07,$(eval $(BUILD)/$(n)_%.o: CFLAGS += $(STAGE_INC_$(n))))
 $(BUILD)/%.o: %.c
 	@mkdir -p $(dir $@)
 	$(CC) $(CFLAGS) -c $< -o $@
@@ -350,7 +362,7 @@ bench-compare:
 demo:
 	@bash scripts/demo.sh $(NP)
 
-$(foreach n,$(STAGES),$(eval diff-$(n): ; @bash scripts/stage-diff.sh $(n)))
+$(foreach n,$(STAGES),$(eval diff-$(n): ; @bash scripts/stage-diff.sh $(n) $(BASE_$(n))))
 
 # course labs: a student copy with stage NN's technique stubbed out, and its checks
 # (LAB_DIR reaches make_lab.py as SUBMISSION reaches grade_lab.py, below)

@@ -4,8 +4,8 @@
 // its backward (the next units' gathers prefetched meanwhile) and released
 // after use, so only a few units are ever whole. Gradients leave in buckets
 // as in ZeRO-2. Traffic: 3Ψ per step (two gathers and a reduce-scatter).
-#include "../02_zero1/shard_update.h"
-#include "../03_zero2/grad_shard.h"
+#include "shard_update.h"
+#include "grad_shard.h"
 #include "kernels.h"
 #include "param_shard.h"
 #include "trainer.h"

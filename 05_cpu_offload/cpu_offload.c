@@ -15,7 +15,7 @@
 #include <omp.h>
 #include <stdio.h>
 #include <unistd.h>
-#include "../02_zero1/shard_update.h"
+#include "shard_update.h"
 #include "check.h"
 #include "cpu_adam.h"
 #include "host_grads.h"

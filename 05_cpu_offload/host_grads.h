@@ -3,7 +3,7 @@
 // rank's gradient shard in pinned host memory, beside the CPU Adam that reads
 // it. cpu_offload and infinity link it.
 #pragma once
-#include "../03_zero2/grad_shard.h"
+#include "grad_shard.h"
 
 typedef struct HostGrads {
     Buf accum;  // pinned: a reduced part to add (micro-batches after the first)

@@ -2,9 +2,9 @@
 // (infinity.c is the technique; infinity_ops.c its flags, refusals, I/O
 // error agreement, byte accounting and checkpoints).
 #pragma once
-#include "../03_zero2/grad_shard.h"
-#include "../04_zero3/param_shard.h"
-#include "../05_cpu_offload/host_grads.h"
+#include "grad_shard.h"
+#include "param_shard.h"
+#include "host_grads.h"
 #include "nvme_files.h"
 #include "param_fetch.h"
 #include "swapper.h"

@@ -6,7 +6,7 @@
 // --prefetch entries ahead of the compute), so that NVMe -> pinned ->
 // device overlaps the units computing before.
 #pragma once
-#include "../04_zero3/param_shard.h"
+#include "param_shard.h"
 #include "aio.h"
 #include "swapper.h"
 

@@ -12,7 +12,7 @@
 //     (02_zero1/shard_update.c, linked), the bf16 params all-gathered.
 // Per rank: 4Ψ_s + 12Ψ_s/D bytes of model states, Ψ_s ≈ Ψ/(T·P).
 #include <string.h>
-#include "../02_zero1/shard_update.h"
+#include "shard_update.h"
 #include "check.h"
 #include "kernels.h"
 #include "parallel3d.h"
