@@ -92,28 +92,28 @@ static void measure_window(Trainer *t) {
     r->window_t1_us = 0;
 }
 
-void report_transfers(Trainer *t, const double bytes[XFER_COUNT], double act_down, double act_up) {
-    Report *r = &t->report;
-    CHECK(r->n < r->cap, "more steps than --steps");
-    for (int x = 0; x < XFER_COUNT; x++) r->xfer[x][r->n] = bytes[x];
-    r->act_down[r->n] = act_down;
-    r->act_up[r->n] = act_up;
-}
-
 const char *report_category_name(const Trainer *t, MemCategory c) {
     if (t->cfg.half == HALF_FP16 && c == CAT_PARAMS) return "params_fp16";
     if (t->cfg.half == HALF_FP16 && c == CAT_GRADS) return "grads_fp16";
     return mem_category_name(c);
 }
 
-void report_step(Trainer *t, double loss, double t0_us, double t1_us, double lr, double grad_norm,
-                 double comm_bytes, double loss_scale, int skipped) {
+void report_step(Trainer *t, const StepOutcome *o, const StepMeasure *x) {
     Report *r = &t->report;
     CHECK(r->n < r->cap, "more steps than --steps");
-    double ms = (t1_us - t0_us) / 1000.0;
+    double loss = o->loss, lr = o->lr, grad_norm = o->grad_norm, loss_scale = o->loss_scale;
+    int skipped = o->skipped;
+    double t0_us = x->t0_us, t1_us = x->t1_us, ms = (t1_us - t0_us) / 1000.0;
     r->loss[r->n] = loss; r->step_ms[r->n] = ms; r->lr[r->n] = lr;
-    r->grad_norm[r->n] = grad_norm; r->comm_bytes[r->n] = comm_bytes;
+    r->grad_norm[r->n] = grad_norm; r->comm_bytes[r->n] = x->comm_bytes;
     r->loss_scale[r->n] = loss_scale; r->skipped[r->n] = (unsigned char)skipped;
+    for (int k = 0; k < XFER_COUNT; k++) r->xfer[k][r->n] = x->xfer_bytes[k];
+    r->act_down[r->n] = x->act_down;
+    r->act_up[r->n] = x->act_up;
+    for (int op = 0; op < OP_COUNT; op++) {
+        r->op_bytes[op] += x->op_bytes[op];
+        for (int c = 0; c < STEP_METER_MAX_COMMS; c++) r->comm_op_bytes[c][op] += x->comm_op_bytes[c][op];
+    }
     r->n++;
     r->after_step = t->dev.mem;
     measure_window(t);
