@@ -80,7 +80,7 @@ void zeropp_configure(ZeroPP *z, Trainer *t, int prefetch, double bucket_mb) {
     HopBytes f;
     zeropp_hop_bytes(&t->layout, &p, z->hosts, prefetch, zero_bucket_elems(bucket_mb, &p), &z->c, t->world.rank, &f);
     t->comm_formula_bytes = t->cfg.grad_accum * (hop_bytes_total(f.intra) + hop_bytes_total(f.cross));
-    t->comm_formula_text = "the sum of ZeRO++'s hops, each by its formula (the table above), x k micro-batches";
+    t->comm_formula_text = "the sum of ZeRO++'s hops, each by its formula (the ZeRO++ table below), x k micro-batches";
 }
 
 double zeropp_buffer_bytes(const ZeroPP *z, const GPTLayout *l, const Partition *p, int prefetch, double bucket_mb) {
