@@ -9,9 +9,10 @@
 //   - every switch alone and together: each hop's bytes in the host and
 //     across hosts, counted, equal the formulas of zeropp_math.c, and the
 //     device peak equals what the budget counted before the run;
-//   - qwZ, qgZ (int8, int4) and all three change the losses, but after 60
-//     steps the mean of the last 10 and the validation loss lie within
-//     TOL_LOSS of zero3's (make bench's zeropp section runs 200);
+//   - qwZ, qgZ (int8, int4) and all three change the losses, but step 1's
+//     gradient norm lies within 1% of zero3's, and after 60 steps the mean
+//     of the last 10 losses and the validation loss within TOL_LOSS of
+//     zero3's (make bench's zeropp section runs 200);
 //   - an fp16 overflow still skips its step through qgZ's quantized sums;
 //   - ds_config's keys set the switches (the same bits as the flags);
 //   - bad combinations are refused in one line, exit 2.
@@ -130,6 +131,13 @@ static void test_bytes_equal_formulas(void **state) {
     }
 }
 
+// Step 1's gradient norm.
+static double first_norm(const char *json) {
+    double norms[RUN_MAX_STEPS];
+    if (json_numbers(json, "grad_norms", norms, RUN_MAX_STEPS) < 1) fail_msg("no grad_norms in the record");
+    return norms[0];
+}
+
 // The mean of the last 10 of LONG_STEPS losses.
 static double late_mean(const char *json) {
     double l[RUN_MAX_STEPS];
@@ -148,6 +156,10 @@ static void test_losses_near_zero3(void **state) {
     for (size_t i = 0; i < sizeof modes / sizeof *modes; i++) {
         char *m = run4(c, "zero3", "small", LONG_STEPS, modes[i]);
         double late = late_mean(m), val = number_of(m, "val_loss");
+        // step 1's gradient comes from the same weights: quantized, its norm within 1% of zero3's
+        double norm = first_norm(m), base_norm = first_norm(z);
+        if (fabs(norm - base_norm) > 0.01 * base_norm)
+            fail_msg("%s: step 1's gradient norm %.6g, zero3's %.6g", modes[i], norm, base_norm);
         print_message("%-50s last 10 steps %.4f (zero3 %.4f), validation %.4f (zero3 %.4f)\n", modes[i], late, base,
                       val, base_val);
         if (fabs(late - base) > TOL_LOSS || fabs(val - base_val) > TOL_LOSS)
