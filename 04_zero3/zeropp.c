@@ -55,8 +55,8 @@ static void place_hosts(ZeroPP *z, const Trainer *t) {
     int K = z->c.hpz;
     if (K > 1 && z->per_host % K)
         fail_usage("--hpz-size %d: a secondary partition is K ranks of one host, and %d does not divide the %d "
-                   "ranks per host (%d ranks on %d hosts); give a divisor of %d, or 1 for none", K, K, z->per_host,
-                   w->size, z->hosts, z->per_host);
+                   "ranks per host (%d ranks on %d host%s); give a divisor of %d, or 1 for none", K, K, z->per_host,
+                   w->size, z->hosts, z->hosts == 1 ? "" : "s", z->per_host);
 }
 
 void zeropp_configure(ZeroPP *z, Trainer *t, int prefetch, double bucket_mb) {

@@ -59,7 +59,7 @@ static void print_table(const ZeroPP *z, const Trainer *t, const Figures *f) {
            t->cfg.grad_accum, t->cfg.grad_accum == 1 ? "" : "es");
     printf("  %-42s %12s %12s %12s %12s\n", "hop", "in host MB", "formula", "across MB", "formula");
     for (int h = 0; h < HOP_COUNT; h++) {
-        if (h == HOP_GRAD_ACROSS && !z->c.quantize_grads) continue;
+        if (h == HOP_GRAD_ACROSS && (!z->c.quantize_grads || z->hosts == 1)) continue;  // no such collective
         printf("  %-42s %12.6f %12.6f %12.6f %12.6f  %s\n", zeropp_hop_name((ZeroHop)h, &z->c), f->intra[h] / 1e6,
                f->formula.intra[h] / 1e6, f->cross[h] / 1e6, f->formula.cross[h] / 1e6,
                zeropp_hop_formula((ZeroHop)h, &z->c));

@@ -15,7 +15,8 @@
 //     zero3's (make bench's zeropp section runs 200);
 //   - an fp16 overflow still skips its step through qgZ's quantized sums;
 //   - ds_config's keys set the switches (the same bits as the flags);
-//   - bad combinations are refused in one line, exit 2.
+//   - bad combinations are refused in one line, exit 2;
+//   - handout 04's ZeRO++ excerpt is what its commands print.
 // Run from the repository root after make.
 #include "runs.h"
 
@@ -216,6 +217,25 @@ static void test_ds_config_keys(void **state) {
     free(expect_refusal(cmd, "zero_hpz_partition_size"));
 }
 
+// Handout 04's ZeRO++ excerpt is what its commands print: the first ```sh
+// block after "## ZeRO++", run as it stands, and the ``` block after it.
+static void test_handout_excerpt(void **state) {
+    (void)state;
+    char *readme = read_file("04_zero3/README.md", NULL);
+    assert_non_null(readme);
+    const char *part = strstr(readme, "## ZeRO++");
+    if (!part) fail_msg("04_zero3/README.md has no \"## ZeRO++\" section");
+    const char *cmd = strstr(part, "```sh\n"), *cmd_end = cmd ? strstr(cmd + 6, "```") : NULL;
+    const char *want = cmd_end ? strstr(cmd_end + 3, "```\n") : NULL, *want_end = want ? strstr(want + 4, "```") : NULL;
+    if (!want_end) fail_msg("no ```sh block and ``` excerpt after \"## ZeRO++\" in 04_zero3/README.md");
+    char *commands = strndup(cmd + 6, (size_t)(cmd_end - cmd - 6)), *expected = strndup(want + 4, (size_t)(want_end - want - 4));
+    char *out = NULL;
+    int rc = test_run(commands, &out);
+    if (rc != 0 || strcmp(out, expected) != 0)
+        fail_msg("handout 04's ZeRO++ commands (exit %d) print\n%s\nwhere the handout shows\n%s", rc, out, expected);
+    free(out), free(commands), free(expected), free(readme);
+}
+
 static void test_bad_combinations_refused(void **state) {
     (void)state;
     const char *cases[][2] = {
@@ -239,6 +259,7 @@ int main(void) {
         cmocka_unit_test(test_losses_near_zero3),
         cmocka_unit_test(test_fp16_overflow_skips_the_step),
         cmocka_unit_test(test_ds_config_keys),
+        cmocka_unit_test(test_handout_excerpt),
         cmocka_unit_test(test_bad_combinations_refused),
     };
     return cmocka_run_group_tests(tests, setup, run_dir_teardown);
