@@ -14,6 +14,7 @@
 //     of the last 10 losses and the validation loss within TOL_LOSS of
 //     zero3's (make bench's zeropp section runs 200);
 //   - an fp16 overflow still skips its step through qgZ's quantized sums;
+//   - a resumed run of all three gives the whole run's bits (hpZ's copy is refilled);
 //   - ds_config's keys set the switches (the same bits as the flags);
 //   - bad combinations are refused in one line, exit 2;
 //   - handout 04's ZeRO++ excerpt is what its commands print.
@@ -189,6 +190,27 @@ static void test_fp16_overflow_skips_the_step(void **state) {
     }
 }
 
+// hpZ's secondary partition is not in a checkpoint: the first forward after
+// a resume fills it again, so a resumed run of all three switches gives the
+// uninterrupted run's losses to the bit.
+static void test_resume_same_bits(void **state) {
+    Ctx *c = *state;
+    const char *all = "--quantize-weights --hpz-size 2 --quantize-grads";
+    char args[512];
+    char *whole = run4(c, "zero3", "tiny", 4, all);
+    snprintf(args, sizeof args, "%s --save %s/ck --save-every 2", all, c->root);
+    free(run4(c, "zero3", "tiny", 4, args));
+    snprintf(args, sizeof args, "%s --resume %s/ck/step-00000002", all, c->root);
+    char *resumed = run4(c, "zero3", "tiny", 4, args);
+    double lw[RUN_MAX_STEPS], lr[RUN_MAX_STEPS];
+    losses_of(whole, lw, 4);
+    losses_of(resumed, lr, 2);
+    for (int i = 0; i < 2; i++)
+        if (lr[i] != lw[2 + i]) fail_msg("resumed step %d: loss %.9g, the whole run's %.9g", 3 + i, lr[i], lw[2 + i]);
+    assert_true(number_of(resumed, "val_loss") == number_of(whole, "val_loss"));
+    free(whole), free(resumed);
+}
+
 static void test_ds_config_keys(void **state) {
     Ctx *c = *state;
     char cfg[256], args[512], cmd[CMD_LEN];
@@ -258,6 +280,7 @@ int main(void) {
         cmocka_unit_test(test_bytes_equal_formulas),
         cmocka_unit_test(test_losses_near_zero3),
         cmocka_unit_test(test_fp16_overflow_skips_the_step),
+        cmocka_unit_test(test_resume_same_bits),
         cmocka_unit_test(test_ds_config_keys),
         cmocka_unit_test(test_handout_excerpt),
         cmocka_unit_test(test_bad_combinations_refused),
