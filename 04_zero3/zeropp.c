@@ -1,7 +1,6 @@
 // zeropp.c: ZeRO++'s switches in zero3 (see zeropp.h): their flags and
 // refusals, qwZ's and hpZ's gathers, qgZ's hierarchical all-to-all.
 #include "zeropp.h"
-#include <limits.h>
 #include <string.h>
 #include "check.h"
 #include "kernels.h"
