@@ -15,7 +15,12 @@ typedef struct LiveUnit {
     LiveState state;
     Buf buf;       // the unit's bf16 params, whole
     CommHandle h;
+    Comm *group;   // the group gathering it: NULL for the world; hpZ's (zeropp.c)
+    Buf packed;    // qwZ: every rank's slice in int8 with its scales, as gathered (zeropp.c)
+    int backward;  // gathered for a backward entry
 } LiveUnit;
+
+struct ZeroPP;
 
 // Where this rank's slice of a unit comes from when the unit is gathered:
 // `count` elements of flat index `first` onwards (all in this rank's shard),
@@ -29,6 +34,7 @@ typedef struct ParamShard {
     int prefetch;    // entries of the schedule gathered ahead
     ParamSliceSource source;  // set after param_shard_init; NULL for the device shard
     void *source_arg;
+    struct ZeroPP *pp;        // zero3's ZeRO++ (zeropp.h), which gathers the units; NULL: the gathers below
 } ParamShard;
 
 // The --prefetch flag (default 1).
@@ -44,6 +50,10 @@ void param_shard_release(ParamShard *ps, Trainer *t, int u, int backward);
 // Drop every live unit (the params are about to change).
 void param_shard_release_all(ParamShard *ps, Trainer *t);
 const bf16 *param_shard_view(const ParamShard *ps, int u);
+// zero3's gather of unit u: this rank's slice into a fresh live buffer, then
+// the bf16 all-gather over the world (ZeRO++ calls it where its switches
+// leave a gather as it was).
+void param_shard_gather_world(ParamShard *ps, Trainer *t, int u);
 // The units that the schedule entry `ahead` entries after unit u's forward
 // (backward = 0) or backward reads, in out[]; returns how many (0 past the
 // end of the micro-batch). A stage that brings slices from further away

@@ -35,6 +35,14 @@
 #             communication beside the bytes' ratio 1.5; dp_baseline and
 #             zero1 too, each step beside memory_math's prediction
 #             (bench/net.sh)
+#   zeropp    zero3 against its ZeRO++ modes (qwZ, hpZ, qgZ int8 and int4,
+#             all three) on small at 4 ranks: ZPP_STEPS (200) steps each, the
+#             final loss difference beside the bytes per step across hosts
+#             (on the emulated cluster, else one host and the formula), the
+#             curves drawn by scripts/plot_runs.py; on 2 emulated hosts with
+#             a link shaped to ZPP_RATE (50mbit), interleaved rounds: the time
+#             in communication per step and the step beside memory_math's
+#             planner (bench/zeropp.sh)
 #   cuda      where a GPU is usable (bench/cuda.sh), and 3d on the GPU
 # The machine is shared and noisy: timed figures are medians of interleaved
 # rounds and carry their spread (NAME_min, NAME_max).
@@ -85,6 +93,9 @@ section 3d bash bench/3d.sh "$out/3d" cpu
 section net env NET_RATES="${NET_RATES:-10mbit 200mbit}" bash bench/net.sh
 # the planner's predicted step beside the measured one, with its command
 [ -f "$out/net.log" ] && sed -n '/^[0-9.]*[kmgt]*bit: \.\/memory_math/,/^  zero3 /p' "$out/net.log"
+section zeropp bash bench/zeropp.sh "$out"
+# its table: the losses beside the bytes, the comm time beside the planner
+[ -f "$out/zeropp.log" ] && sed -n '/^curves: /,$p' "$out/zeropp.log"
 if [[ " ${BENCH_ONLY:-cuda} " == *" cuda "* ]] && ./dp_baseline --device cuda --model tiny --steps 1 --quiet > /dev/null 2>&1; then
     section cuda bash bench/cuda.sh
     section 3d_cuda bash bench/3d.sh "$out/3d" cuda

@@ -23,8 +23,8 @@ size_t dtype_bytes(DType t) {
 }
 
 const char *comm_op_name(CommOp op) {
-    static const char *const names[OP_COUNT] = {"all_reduce", "reduce_scatter", "all_gather",
-                                                "broadcast",  "send",           "recv"};
+    static const char *const names[OP_COUNT] = {"all_reduce", "reduce_scatter", "all_gather", "broadcast",
+                                                "send",       "recv",           "all_to_all"};
     return (op >= 0 && op < OP_COUNT) ? names[op] : "unknown_op";
 }
 
@@ -60,9 +60,11 @@ static double ring_factor(CommOp op, int n) {
     case OP_REDUCE_SCATTER:
     case OP_ALL_GATHER:
     case OP_BROADCAST: return (double)(n - 1) / n;  // broadcast as scatter + all-gather, counted as one pass
-    default: return 1.0;                            // send, recv
+    default: return 1.0;                            // send, recv, all-to-all (their own bytes)
     }
 }
+
+static int other_host(const Comm *c, int peer) { return c->host_of && c->host_of[peer] != c->host_of[c->rank]; }
 
 // ---- staging of device buffers --------------------------------------------
 
@@ -128,7 +130,9 @@ static void unstage(Comm *c, CommHandle *k) {
 // ---- issue and completion -------------------------------------------------
 
 // The handle a call works with: the caller's, or a local one when blocking.
-static CommHandle *begin_op(Comm *c, CommHandle *h, CommHandle *local, CommOp op, size_t payload) {
+// `moved`: the bytes this rank moves, `cross` those of them that leave its host.
+static CommHandle *begin_op_moving(Comm *c, CommHandle *h, CommHandle *local, CommOp op, size_t payload, double moved,
+                                   double cross) {
     CHECK(c->mpi != MPI_COMM_NULL, "%s on a group this rank is not part of", comm_op_name(op));
     CHECK(!h || !h->active, "%s: the handle is still in flight; hint: comm_wait it before reuse",
           comm_op_name(op));
@@ -141,8 +145,21 @@ static CommHandle *begin_op(Comm *c, CommHandle *h, CommHandle *local, CommOp op
     k->t_issue_us = now_us();
     c->stats.calls[op]++;
     c->stats.payload_bytes[op] += (double)payload;
-    c->stats.ring_bytes[op] += (double)payload * ring_factor(op, c->size);
+    c->stats.ring_bytes[op] += moved;
+    c->stats.cross_host_bytes[op] += cross;
     return k;
+}
+
+// A collective's ring: each of its `size` links carries the same bytes, and
+// host_links of them join two hosts.
+static CommHandle *begin_op(Comm *c, CommHandle *h, CommHandle *local, CommOp op, size_t payload) {
+    double moved = (double)payload * ring_factor(op, c->size);
+    return begin_op_moving(c, h, local, op, payload, moved, moved * c->host_links / c->size);
+}
+
+// A send or a receive: its bytes cross hosts when the peer is on another.
+static CommHandle *begin_p2p(Comm *c, CommHandle *h, CommHandle *local, CommOp op, size_t payload, int peer) {
+    return begin_op_moving(c, h, local, op, payload, (double)payload, other_host(c, peer) ? (double)payload : 0);
 }
 
 // After MPI is done with the buffers: copy a staged result back, free what
@@ -365,11 +382,56 @@ void comm_broadcast(Comm *c, void *buf, size_t count, DType t, int root, CommHan
     }
 }
 
+void comm_all_to_all(Comm *c, const void *send, const size_t *sendcounts, void *recv, const size_t *recvcounts,
+                     DType t, CommHandle *h) {
+    size_t es = dtype_bytes(t), send_total = 0, recv_total = 0;
+    double moved = 0, cross = 0;
+    int n = c->size;
+    // sendcounts, senddispls, recvcounts, recvdispls: MPI reads them until the call completes
+    int *ints = xmalloc(4 * (size_t)n * sizeof *ints);
+    for (int q = 0; q < n; q++) {
+        ints[q] = as_int(sendcounts[q], "all-to-all (send)");
+        ints[n + q] = as_int(send_total, "all-to-all (send displacement)");
+        ints[2 * n + q] = as_int(recvcounts[q], "all-to-all (receive)");
+        ints[3 * n + q] = as_int(recv_total, "all-to-all (receive displacement)");
+        send_total += sendcounts[q];
+        recv_total += recvcounts[q];
+        double bytes = (double)(sendcounts[q] * es);
+        if (q != c->rank) moved += bytes;
+        if (other_host(c, q)) cross += bytes;
+    }
+    size_t send_bytes = send_total * es, recv_bytes = recv_total * es;
+    CommHandle local, *k = begin_op_moving(c, h, &local, OP_ALL_TO_ALL, send_bytes, moved, cross);
+    k->mpi_counts = ints;
+#ifdef WB_HAVE_NCCL
+    // every rank decides alike: by the buffers given, whatever its counts (a rank may receive nothing)
+    if (comm_nccl_owns(c, send ? send : recv, send && recv ? recv : NULL)) {
+        comm_nccl_all_to_all(c, send, sendcounts, recv, recvcounts, t, k);
+        if (!h) finish_on_gpu(c, k);
+        return;
+    }
+#endif
+    const void *s = send;
+    void *r = recv;
+    if (needs_staging(c)) {  // stage layout: [recv parts | send parts]
+        char *st = stage_buffers(c, k, recv_bytes + send_bytes, send, recv_bytes, send_bytes, recv, recv_bytes);
+        r = st;
+        s = st + recv_bytes;
+    }
+    MPI_Datatype mt = mpi_type(t);
+    if (h) {
+        mpiCheck(MPI_Ialltoallv(s, ints, ints + n, mt, r, ints + 2 * n, ints + 3 * n, mt, c->mpi, &k->req));
+    } else {
+        mpiCheck(MPI_Alltoallv(s, ints, ints + n, mt, r, ints + 2 * n, ints + 3 * n, mt, c->mpi));
+        finish_blocking(c, k);
+    }
+}
+
 void comm_send(Comm *c, const void *buf, size_t count, DType t, int peer, int tag, CommHandle *h) {
     CHECK(peer >= 0 && peer < c->size, "send: peer %d is not a rank of a group of %d", peer, c->size);
     size_t bytes = count * dtype_bytes(t);
     int n = as_int(count, "send");
-    CommHandle local, *k = begin_op(c, h, &local, OP_SEND, bytes);
+    CommHandle local, *k = begin_p2p(c, h, &local, OP_SEND, bytes, peer);
 #ifdef WB_HAVE_NCCL
     if (comm_nccl_owns(c, buf, NULL)) {  // NCCL has no tags: pairs match in issue order
         comm_nccl_send(c, buf, count, t, peer, k);
@@ -390,7 +452,7 @@ void comm_recv(Comm *c, void *buf, size_t count, DType t, int peer, int tag, Com
     CHECK(peer >= 0 && peer < c->size, "recv: peer %d is not a rank of a group of %d", peer, c->size);
     size_t bytes = count * dtype_bytes(t);
     int n = as_int(count, "recv");
-    CommHandle local, *k = begin_op(c, h, &local, OP_RECV, bytes);
+    CommHandle local, *k = begin_p2p(c, h, &local, OP_RECV, bytes, peer);
 #ifdef WB_HAVE_NCCL
     if (comm_nccl_owns(c, buf, NULL)) {
         comm_nccl_recv(c, buf, count, t, peer, k);
@@ -415,8 +477,8 @@ void comm_send_recv(Comm *c, const void *send, int send_tag, void *recv, int rec
     if (comm_nccl_owns(c, send, recv)) {
         CHECK(peer >= 0 && peer < c->size, "send_recv: peer %d is not a rank of a group of %d", peer, c->size);
         size_t bytes = count * dtype_bytes(t);
-        ks = begin_op(c, hs, &local_s, OP_SEND, bytes);
-        kr = begin_op(c, hr, &local_r, OP_RECV, bytes);
+        ks = begin_p2p(c, hs, &local_s, OP_SEND, bytes, peer);
+        kr = begin_p2p(c, hr, &local_r, OP_RECV, bytes, peer);
         comm_nccl_send_recv(c, send, recv, count, t, peer, ks, kr);
         if (!hs) {
             finish_on_gpu(c, ks);
@@ -464,5 +526,11 @@ void comm_stats_reset(Comm *c) { memset(&c->stats, 0, sizeof c->stats); }
 double comm_ring_bytes(const Comm *c) {
     double sum = 0;
     for (int op = 0; op < OP_COUNT; op++) sum += c->stats.ring_bytes[op];
+    return sum;
+}
+
+double comm_cross_host_bytes(const Comm *c) {
+    double sum = 0;
+    for (int op = 0; op < OP_COUNT; op++) sum += c->stats.cross_host_bytes[op];
     return sum;
 }

@@ -335,6 +335,24 @@ void comm_nccl_broadcast(Comm *c, void *buf, size_t count, DType t, int root, Co
     end_nccl(c, k);
 }
 
+// NCCL has no all-to-all: a send and a receive per peer in one group is
+// how it is written (the part for this rank itself included: NCCL copies it).
+void comm_nccl_all_to_all(Comm *c, const void *send, const size_t *sendcounts, void *recv, const size_t *recvcounts,
+                          DType t, CommHandle *k) {
+    cudaStream_t s = begin_nccl(c, k);
+    ncclDataType_t nt = nccl_type(c, t);
+    size_t es = dtype_bytes(t), sent = 0, got = 0;
+    ncclCheck(ncclGroupStart());
+    for (int q = 0; q < c->size; q++) {
+        if (sendcounts[q]) ncclCheck(ncclSend((const char *)send + sent * es, sendcounts[q], nt, q, nccl_of(c), s));
+        if (recvcounts[q]) ncclCheck(ncclRecv((char *)recv + got * es, recvcounts[q], nt, q, nccl_of(c), s));
+        sent += sendcounts[q];
+        got += recvcounts[q];
+    }
+    ncclCheck(ncclGroupEnd());
+    end_nccl(c, k);
+}
+
 void comm_nccl_send(Comm *c, const void *buf, size_t count, DType t, int peer, CommHandle *k) {
     cudaStream_t s = begin_nccl(c, k);
     ncclCheck(ncclSend(buf, count, nccl_type(c, t), peer, nccl_of(c), s));

@@ -37,6 +37,9 @@ void comm_nccl_reduce_scatter_sum(Comm *c, const void *send, void *recv, const s
 void comm_nccl_all_gather(Comm *c, void *buf, const size_t *counts, const size_t *displs, DType t,
                           CommHandle *k);
 void comm_nccl_broadcast(Comm *c, void *buf, size_t count, DType t, int root, CommHandle *k);
+// One send and one receive per rank with a nonzero part, in one group.
+void comm_nccl_all_to_all(Comm *c, const void *send, const size_t *sendcounts, void *recv, const size_t *recvcounts,
+                          DType t, CommHandle *k);
 // NCCL has no tags: sends and receives between two ranks match in issue order.
 void comm_nccl_send(Comm *c, const void *buf, size_t count, DType t, int peer, CommHandle *k);
 void comm_nccl_recv(Comm *c, void *buf, size_t count, DType t, int peer, CommHandle *k);

@@ -39,6 +39,35 @@ static void fp16_sum_op(void *in, void *inout, int *len, MPI_Datatype *type) {
 
 // ---- groups -----------------------------------------------------------------
 
+// ids[r]: any number naming rank r's host. Numbers the hosts from 0 in the
+// order of their first rank and counts the ring links between hosts.
+static void set_hosts(Comm *c, const int *ids) {
+    free(c->host_of);
+    c->host_of = xmalloc((size_t)c->size * sizeof *c->host_of);
+    c->hosts = 0;
+    for (int r = 0; r < c->size; r++) {
+        int first = r;
+        for (int q = 0; q < r; q++)
+            if (ids[q] == ids[r]) {
+                first = q;
+                break;
+            }
+        c->host_of[r] = first == r ? c->hosts++ : c->host_of[first];
+    }
+    c->host_links = 0;
+    for (int r = 0; c->hosts > 1 && r < c->size; r++) c->host_links += c->host_of[r] != c->host_of[(r + 1) % c->size];
+}
+
+// Every rank's host as the world rank of the first rank on its node.
+static void find_hosts(Comm *world, MPI_Comm node) {
+    int leader = world->rank;
+    mpiCheck(MPI_Bcast(&leader, 1, MPI_INT, 0, node));
+    int *ids = xmalloc((size_t)world->size * sizeof *ids);
+    mpiCheck(MPI_Allgather(&leader, 1, MPI_INT, ids, 1, MPI_INT, world->mpi));
+    set_hosts(world, ids);
+    free(ids);
+}
+
 // Open MPI's shared-memory transport (vader, the one scripts/mpi-env.sh
 // keeps on a node) backs each rank's segment with a file of
 // btl_vader_segment_size bytes (4 MiB unless set) plus a header. Under a
@@ -82,6 +111,7 @@ void comm_world_init(Comm *world, int *argc, char ***argv, int *local_rank, int 
                                  &node));
     mpiCheck(MPI_Comm_rank(node, local_rank));
     mpiCheck(MPI_Comm_size(node, local_size));
+    find_hosts(world, node);
     mpiCheck(MPI_Comm_free(&node));
 }
 
@@ -136,6 +166,12 @@ void comm_split(Comm *parent, int color, int key, Comm *out) {
     if (out->mpi != MPI_COMM_NULL) {
         mpiCheck(MPI_Comm_rank(out->mpi, &out->rank));
         mpiCheck(MPI_Comm_size(out->mpi, &out->size));
+        // the members' hosts, as the parent numbered them
+        int mine = parent->host_of ? parent->host_of[parent->rank] : 0;
+        int *ids = xmalloc((size_t)out->size * sizeof *ids);
+        mpiCheck(MPI_Allgather(&mine, 1, MPI_INT, ids, 1, MPI_INT, out->mpi));
+        set_hosts(out, ids);
+        free(ids);
     }
     out->backend = parent->backend;
     out->dev = parent->dev;
@@ -147,6 +183,29 @@ void comm_split(Comm *parent, int color, int key, Comm *out) {
 #endif
 }
 
+// The index of this rank among its host's ranks, in the parent's order.
+static int index_on_host(const Comm *c) {
+    if (!c->host_of) return c->rank;  // one host
+    int index = 0;
+    for (int r = 0; r < c->rank; r++) index += c->host_of[r] == c->host_of[c->rank];
+    return index;
+}
+
+void comm_split_hosts(Comm *parent, Comm *host, Comm *across) {
+    int h = parent->host_of ? parent->host_of[parent->rank] : 0;
+    comm_split(parent, h, parent->rank, host);
+    comm_split(parent, index_on_host(parent), parent->rank, across);
+}
+
+int comm_hosts_regular(const Comm *c) {
+    int hosts = c->host_of ? c->hosts : 1;
+    if (c->size % hosts) return 0;
+    int per_host = c->size / hosts;
+    for (int r = 0; c->host_of && r < c->size; r++)
+        if (c->host_of[r] != r / per_host) return 0;
+    return 1;
+}
+
 void comm_free(Comm *c) {
     for (int i = 0; i < COMM_STAGE_POOL; i++) buf_free(c->dev, &c->stage_pool[i]);
 #ifdef WB_HAVE_NCCL
@@ -156,6 +215,8 @@ void comm_free(Comm *c) {
     for (int f = 0; f < 2; f++)
         if (c->owns_op && c->half_sum[f] != MPI_OP_NULL) mpiCheck(MPI_Op_free(&c->half_sum[f]));
     c->mpi = MPI_COMM_NULL;
+    free(c->host_of);
+    c->host_of = NULL;
     c->half_sum[HALF_BF16] = c->half_sum[HALF_FP16] = MPI_OP_NULL;
     c->owns_op = 0;
 }

@@ -133,6 +133,16 @@ typedef struct KernelOps {
     void (*f32_to_half)(Device *d, bf16 *dst, const float *src, size_t n);
     void (*half_to_f32)(Device *d, float *dst, const bf16 *src, size_t n);
 
+    // ---- block quantization (ZeRO++'s qwZ and qgZ; quant_math.h) ----
+    // x (n) into one packed piece at `packed` (4-byte aligned, quant_packed_bytes):
+    // a scale per `block` elements (even), then the values at `bits` (8 or 4)
+    void (*quantize_half)(Device *d, void *packed, const bf16 *x, size_t n, int bits, int block);
+    void (*quantize_f32)(Device *d, void *packed, const float *x, size_t n, int bits, int block);
+    // out (n) = the piece's values, rounded to 16 bits
+    void (*dequantize_half)(Device *d, bf16 *out, const void *packed, size_t n, int bits, int block);
+    // acc (n) = (accumulate ? acc : 0) + the piece's values, in fp32
+    void (*dequantize_f32)(Device *d, float *acc, const void *packed, size_t n, int bits, int block, int accumulate);
+
     // Bytes of kernel scratch (device_scratch) that the largest request of a
     // GPT-2 step asks for, with B x T tokens, C channels, NH heads, V rows of
     // wte in the head's GEMM (this rank's, padding included), `threads`

@@ -368,5 +368,9 @@ const KernelOps kernels_cpu = {
     .adamw = adamw,
     .f32_to_half = f32_to_half_cpu,
     .half_to_f32 = half_to_f32_cpu,
+    .quantize_half = quantize_half_cpu,
+    .quantize_f32 = quantize_f32_cpu,
+    .dequantize_half = dequantize_half_cpu,
+    .dequantize_f32 = dequantize_f32_cpu,
     .scratch_bytes = scratch_bytes,
 };

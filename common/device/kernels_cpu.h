@@ -1,5 +1,5 @@
 // kernels_cpu.h: the cpu kernels that live outside kernels_cpu.c (the GEMM
-// based ones and those of tensor parallelism), so that the table in
+// based ones, those of tensor parallelism and the quantization), so that the table in
 // kernels_cpu.c can name them. Internal to
 // the cpu kernels; everything else goes through `kernels_cpu` (kernels.h).
 //
@@ -60,6 +60,12 @@ void crossentropy_part_sums_cpu(Device *d, float *sums, const act *logits, const
 void crossentropy_part_finish_cpu(Device *d, float *losses, act *logits, const float *maxv,
                                   const float *sums, const int32_t *targets, int vocab_begin,
                                   int BT, int V, int ld, float dloss_scale);
+
+// kernels_cpu_quant.c (block quantization, quant_math.h)
+void quantize_half_cpu(Device *d, void *packed, const bf16 *x, size_t n, int bits, int block);
+void quantize_f32_cpu(Device *d, void *packed, const float *x, size_t n, int bits, int block);
+void dequantize_half_cpu(Device *d, bf16 *out, const void *packed, size_t n, int bits, int block);
+void dequantize_f32_cpu(Device *d, float *acc, const void *packed, size_t n, int bits, int block, int accumulate);
 
 // Converts a bf16 tensor to fp32 (OpenMP over elements); shared by the GEMM
 // kernels, which hand fp32 operands to sgemm.

@@ -392,5 +392,9 @@ extern "C" const KernelOps KERNELS_TABLE = {
     adamw,                            // adamw
     f32_to_half_cuda,                 // f32_to_half (in floatX: bf16 or fp16)
     half_to_f32_cuda,                 // half_to_f32
+    quantize_half_cuda,               // quantize_half
+    quantize_f32_cuda,                // quantize_f32
+    dequantize_half_cuda,             // dequantize_half
+    dequantize_f32_cuda,              // dequantize_f32
     scratch_bytes,                    // scratch_bytes
 };

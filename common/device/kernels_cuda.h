@@ -261,4 +261,10 @@ void crossentropy_part_finish_cuda(Device *d, float *losses, act *logits, const 
                                    const float *sums, const int32_t *targets, int vocab_begin,
                                    int BT, int V, int ld, float dloss_scale);
 
+// kernels_cuda_quant.cu (block quantization, quant_math.h)
+void quantize_half_cuda(Device *d, void *packed, const bf16 *x, size_t n, int bits, int block);
+void quantize_f32_cuda(Device *d, void *packed, const float *x, size_t n, int bits, int block);
+void dequantize_half_cuda(Device *d, bf16 *out, const void *packed, size_t n, int bits, int block);
+void dequantize_f32_cuda(Device *d, float *acc, const void *packed, size_t n, int bits, int block, int accumulate);
+
 }  // namespace KERNELS_NS

@@ -41,35 +41,52 @@ static int kept(const GPTLayout *l, int prefetch, int e, int u) {
 
 // Before entry e computes, its units and those of the next `prefetch`
 // entries are gathered; after it, the ones no entry of the window reads go.
-double zero_gathered_peak_bytes(const GPTLayout *l, int prefetch) {
+// A unit gathered for an entry of pass p (0 forward, 1 backward) holds
+// bytes[p][u] while it is live.
+double zero_live_peak_bytes(const GPTLayout *l, int prefetch, const double bytes[2][GPT_MAX_UNITS]) {
     int entries = 2 * l->num_units, reads[2];
     char live[GPT_MAX_UNITS] = {0};
-    double bytes = 0, peak = 0;
+    double held[GPT_MAX_UNITS] = {0}, total = 0, peak = 0;
     for (int e = 0; e < entries; e++) {
         for (int k = 0; k <= prefetch && e + k < entries; k++) {
             int n = reads_of(l, e + k, reads);
-            for (int i = 0; i < n; i++)
-                if (!live[reads[i]]) live[reads[i]] = 1, bytes += (double)l->unit[reads[i]].count * sizeof(bf16);
+            for (int i = 0; i < n; i++) {
+                int u = reads[i];
+                if (live[u]) continue;
+                live[u] = 1;
+                held[u] = bytes[e + k >= l->num_units][u];
+                total += held[u];
+            }
         }
-        if (bytes > peak) peak = bytes;
+        if (total > peak) peak = total;
         int n = reads_of(l, e, reads);
         for (int i = 0; i < n; i++)
-            if (live[reads[i]] && !kept(l, prefetch, e, reads[i]))
-                live[reads[i]] = 0, bytes -= (double)l->unit[reads[i]].count * sizeof(bf16);
+            if (live[reads[i]] && !kept(l, prefetch, e, reads[i])) live[reads[i]] = 0, total -= held[reads[i]];
     }
     return peak;
 }
 
+double zero_gathered_peak_bytes(const GPTLayout *l, int prefetch) {
+    double bytes[2][GPT_MAX_UNITS];
+    for (int u = 0; u < l->num_units; u++) bytes[0][u] = bytes[1][u] = (double)l->unit[u].count * sizeof(bf16);
+    return zero_live_peak_bytes(l, prefetch, bytes);
+}
+
 // All-gathers of one micro-batch under the same schedule: a unit is
-// gathered each time it becomes live (the planner's latency terms).
-int zero_gathers_per_micro_batch(const GPTLayout *l, int prefetch) {
+// gathered each time it becomes live, for the first entry of the window
+// that reads it.
+int zero_gather_schedule(const GPTLayout *l, int prefetch, ZeroGather *out) {
     int entries = 2 * l->num_units, reads[2], gathers = 0;
     char live[GPT_MAX_UNITS] = {0};
     for (int e = 0; e < entries; e++) {
         for (int k = 0; k <= prefetch && e + k < entries; k++) {
             int n = reads_of(l, e + k, reads);
             for (int i = 0; i < n; i++)
-                if (!live[reads[i]]) live[reads[i]] = 1, gathers++;
+                if (!live[reads[i]]) {
+                    live[reads[i]] = 1;
+                    if (out) out[gathers] = (ZeroGather){reads[i], e + k >= l->num_units};
+                    gathers++;
+                }
         }
         int n = reads_of(l, e, reads);
         for (int i = 0; i < n; i++)
@@ -77,6 +94,8 @@ int zero_gathers_per_micro_batch(const GPTLayout *l, int prefetch) {
     }
     return gathers;
 }
+
+int zero_gathers_per_micro_batch(const GPTLayout *l, int prefetch) { return zero_gather_schedule(l, prefetch, NULL); }
 
 double stage_buffer_bytes(StageId s, const GPTLayout *l, const Partition *p) {
     switch (s) {

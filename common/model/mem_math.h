@@ -127,8 +127,19 @@ double zero_bucket_bytes(double bucket_mb, const Partition *p);
 // depth: a training micro-batch's schedule replayed on sizes (an
 // evaluation's, forward only, gathers a subset of it).
 double zero_gathered_peak_bytes(const GPTLayout *l, int prefetch);
+// The same replay where a unit gathered for an entry of pass p (0 forward,
+// 1 backward) holds bytes[p][u] while live (ZeRO++'s quantized gathers keep
+// their int8 parts beside the unit).
+double zero_live_peak_bytes(const GPTLayout *l, int prefetch, const double bytes[2][GPT_MAX_UNITS]);
 // The all-gathers ZeRO-3 issues in one training micro-batch (the same replay).
 int zero_gathers_per_micro_batch(const GPTLayout *l, int prefetch);
+// Those gathers in the order they start: the unit, and the pass of the
+// entry it is gathered for. Returns how many; out may be NULL, else it has
+// room for 2 x GPT_MAX_UNITS x 2.
+typedef struct ZeroGather {
+    int unit, backward;
+} ZeroGather;
+int zero_gather_schedule(const GPTLayout *l, int prefetch, ZeroGather *out);
 // A stage's own device buffers at its flags' defaults: ZeRO-1's reduced
 // gradient shard, ZeRO-2's and Offload's buckets, ZeRO-3's and Infinity's
 // buckets and gathered units.

@@ -255,6 +255,7 @@ void ds_config_apply(const DsConfig *ds, FlagSpec *specs, int n, Settings *s, co
     ds_apply_scheduler(&a);
     ds_apply_rules(&a);
     ds_apply_checks(&a);
+    ds_apply_zeropp(&a);
     ds_apply_activation_checkpointing(&a);
     ds_apply_precision(&a);
     ds_apply_grad_accum_dtype(&a);

@@ -204,6 +204,7 @@ static void summarize(Trainer *t, Summary *s) {
     mpiCheck(MPI_Allreduce(MPI_IN_PLACE, &s->formula, sizeof s->formula / sizeof(double), MPI_DOUBLE, MPI_MAX,
                            t->world.mpi));
     s->state_params = comm_max_f64(&t->world, (double)t->state_params);
+    for (int c = 0; c < CAT_COUNT; c++) s->buffer_formula[c] = comm_max_f64(&t->world, t->buffer_formula_bytes[c]);
     s->acts = act_formula(&t->layout, &t->plan, t->dev.act_bytes);
     s->acts.saved = comm_max_f64(&t->world, s->acts.saved);
     s->acts.working = comm_max_f64(&t->world, s->acts.working);

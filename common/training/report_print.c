@@ -24,6 +24,7 @@ static void grid_formula(const char *f, char *out, size_t n) {
 // Formula figure for a (tier, category) row, or NAN where no formula applies.
 static double formula_for(const Summary *s, int tier, int cat) {
     if (cat <= CAT_LAST_STATE) return s->formula.bytes[tier][cat];
+    if (tier == TIER_DEVICE && s->buffer_formula[cat] > 0) return s->buffer_formula[cat];
     if (tier == TIER_DEVICE && cat == CAT_ACTIVATIONS) return s->acts.saved;
     if (tier == TIER_DEVICE && cat == CAT_ACT_WORKING) return s->acts.working;
     if (tier == TIER_PINNED && cat == CAT_ACTIVATIONS) return s->acts.offloaded;

@@ -197,6 +197,10 @@ typedef struct Trainer {
     // the report takes mem_math's closed form of `formula`.
     double comm_formula_bytes;
     const char *comm_formula_text;
+    // The closed form of a stage buffer that has a category of its own
+    // (zero3's hpZ secondary partition, params_hpz), where the stage sets
+    // one in setup: the memory table's formula column for it.
+    double buffer_formula_bytes[CAT_COUNT];
     Partition part;
     ModelStates st;
     DataSet data;

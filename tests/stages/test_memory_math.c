@@ -620,6 +620,64 @@ static void test_binary_planner(void **state) {
     }
 }
 
+// zero3's ZeRO++ in memory_math: the bytes in the host and the secondary
+// partition its section prints are those zero3 counts, the fit row with the
+// switches given is zero3's budget count, the planner times a host's bytes
+// across hosts on the link, and bad switches are refused as zero3 refuses them.
+static double mode_number(const char *json, const char *mode, const char *key) {
+    char at[96];
+    snprintf(at, sizeof at, "{\"mode\":\"%s\",", mode);
+    const char *row = strstr(json, at);
+    if (!row) fail_msg("no ZeRO++ row %s:\n%.400s", mode, json);
+    double v = NAN;
+    json_numbers(row, key, &v, 1);
+    return v;
+}
+
+static void test_binary_zeropp(void **state) {
+    (void)state;
+    char *mm = NULL, *out = NULL, root[64], cmd[640];
+    const char *switches = "--quantize-weights --hpz-size 2 --quantize-grads";
+    assert_int_equal(test_make_dir(root, sizeof root, "mm-zeropp"), 0);
+    snprintf(cmd, sizeof cmd, "./memory_math --hbm-gb 1 --ranks 2 --ranks-per-host 2 --model small --batch 4 --seq-len 64 "
+             "%s --json", switches);
+    assert_int_equal(test_run(cmd, &mm), 0);
+    snprintf(cmd, sizeof cmd, "mpirun -np 2 ./zero3 --model small --batch 4 --seq-len 64 --steps 1 --eval-batches 1 %s "
+             "--quiet --json %s/z.json > /dev/null && tail -1 %s/z.json", switches, root, root);
+    assert_int_equal(test_run(cmd, &out), 0);
+    double need = NAN, intra = NAN, secondary = NAN;
+    json_numbers(strstr(out, "\"device_need\""), "total", &need, 1);
+    json_numbers(strstr(out, "\"zeropp\""), "intra_host_bytes_per_step", &intra, 1);
+    json_numbers(strstr(out, "\"zeropp\""), "secondary_bytes", &secondary, 1);
+    if (fabs(stage_total(mm, "zero3++") - need) > 1)
+        fail_msg("zero3 %s: memory_math counts %.0f B, the trainer %.0f B", switches, stage_total(mm, "zero3++"), need);
+    if (fabs(mode_number(mm, "zero3++", "in_host_bytes") - intra) > 1 ||
+        mode_number(mm, "zero3++", "secondary_bytes") != secondary)
+        fail_msg("zero3++: memory_math %.0f B in the host, params_hpz %.0f B; zero3 counts %.0f and %.0f",
+                 mode_number(mm, "zero3++", "in_host_bytes"), mode_number(mm, "zero3++", "secondary_bytes"), intra,
+                 secondary);
+    free(mm), free(out);
+    assert_int_equal(test_remove_dir(root), 0);
+    // the planner on 2 hosts of 2: a host's link carries its 2 ranks' bytes across hosts
+    assert_int_equal(test_run("./memory_math --model small --ranks 4 --batch 2 --ranks-per-host 2 --link-gbps 0.2 "
+                              "--gflops 10 --json", &mm), 0);
+    double across = mode_number(mm, "zero3++", "across_bytes"), link_bytes_per_ms = 0.2e9 / 8 / 1e3;
+    expect_close("comm bytes", "zero3++", plan_number(mm, "zero3++", "comm_bytes"), 2 * across);
+    expect_close("comm ms", "zero3++", plan_number(mm, "zero3++", "comm_ms"), 2 * across / link_bytes_per_ms);
+    if (!(plan_number(mm, "zero3++", "comm_ms") < plan_number(mm, "zero3", "comm_ms") / 2))
+        fail_msg("zero3++ should spend less than half of zero3's time on the link:\n%.600s", strstr(mm, "step_time"));
+    free(mm);
+    const char *bad[] = {"./memory_math --model small --ranks 4 --ranks-per-host 2 --hpz-size 4",
+                         "./memory_math --model small --ranks 4 --ranks-per-host 3",
+                         "./memory_math --ranks 4 --quantize-grads"};
+    for (int i = 0; i < 3; i++) {
+        int rc = test_run(bad[i], &out);
+        if (rc != 2 || !strstr(out, "error") || strchr(out, '\n') != out + strlen(out) - 1)
+            fail_msg("%s: exit %d, expected one line and exit 2:\n%s", bad[i], rc, out);
+        free(out);
+    }
+}
+
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_paper_example),
@@ -639,6 +697,7 @@ int main(void) {
         cmocka_unit_test(test_binary_measure),
         cmocka_unit_test(test_binary_paper_json),
         cmocka_unit_test(test_binary_deepspeed_estimate),
+        cmocka_unit_test(test_binary_zeropp),
         cmocka_unit_test(test_binary_bad_input),
         cmocka_unit_test(test_binary_planner),
     };
