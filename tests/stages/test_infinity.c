@@ -249,6 +249,13 @@ static void test_optimizer_on_host(void **state) {
             check_no_transfer(what, json, "nvme_write");
             if (number_of(strstr(json, "\"times_ms_per_step\":{"), "io") != 0) fail_msg("%s: file I/O", what);
         }
+        // the two step times of the block swap, from the record's own spans (4 decimals each)
+        const char *tm = strstr(json, "\"times_ms_per_step\":{");
+        double compute = number_of(tm, "compute"), copy = number_of(tm, "copy");
+        double sum = number_of(tm, "compute_plus_transfer"), most = number_of(tm, "max_compute_transfer");
+        if (!(copy > 0) || fabs(sum - (compute + copy)) > 2e-4 || fabs(most - fmax(compute, copy)) > 1e-4)
+            fail_msg("%s: compute %.4f, copies %.4f: compute + transfer %.4f, max %.4f", what, compute, copy, sum,
+                     most);
         free(json);
     }
     free(ref);
