@@ -117,7 +117,9 @@ void *device_scratch(Device *d, size_t bytes);
 static inline void dev_copy(Device *d, void *dst, const void *src, size_t n, StreamId s) { d->ops->copy(d, dst, src, n, s); }
 static inline void dev_memset0(Device *d, void *dst, size_t n, StreamId s) { d->ops->memset0(d, dst, n, s); }
 static inline void dev_sync(Device *d, StreamId s) { d->ops->stream_sync(d, s); }
-static inline void dev_host_fn(Device *d, StreamId s, void (*fn)(void *arg), void *arg) { d->ops->host_fn(d, s, fn, arg); }
+static inline void dev_host_fn(Device *d, StreamId s, void (*fn)(void *arg), void *arg) {
+    d->ops->host_fn(d, s, fn, arg);
+}
 
 // Device work between these two goes on the trace's row `tid` as `what`.
 static inline DevSpan dev_span_begin(Device *d, StreamId s) {

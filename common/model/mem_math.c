@@ -187,7 +187,8 @@ void stage_transfer_bytes(StageId s, double psi, int ranks, int grad_accum, doub
     out[XFER_D2H] = 2.0 * k * psi / ranks;  // each micro-batch's reduced gradient part
     out[XFER_H2D] = 2.0 * shard;            // the updated bf16 shard
     if (!is_infinity(s)) return;
-    if (optim_on_nvme(s)) out[XFER_NVME_READ] = out[XFER_NVME_WRITE] = 12.0 * shard;  // master, m, v: in and out once a step
+    if (optim_on_nvme(s))  // master, m, v: in and out once a step
+        out[XFER_NVME_READ] = out[XFER_NVME_WRITE] = 12.0 * shard;
     if (params_tier(s) == TIER_DEVICE) return;
     out[XFER_H2D] = 4.0 * k * psi / ranks;  // params off the device: each unit's slice, forward and backward
     if (params_tier(s) == TIER_NVME) {

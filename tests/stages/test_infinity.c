@@ -278,7 +278,8 @@ static void test_config_keeps_everything_on_host(void **state) {
     snprintf(cmd, sizeof cmd, "mpirun -np 2 ./infinity --model tiny --steps 2 --deepspeed-config %s --quiet", path);
     char *out = NULL;
     int rc = test_run(cmd, &out);
-    const char *want[] = {"host: nothing on NVMe; bf16 params in pinned host memory; master, m, v in pinned host memory",
+    const char *want[] = {"host: nothing on NVMe; bf16 params in pinned host memory; master, m, v in pinned host "
+                          "memory",
                           "zero_optimization.offload_optimizer.nvme_path (nothing goes to NVMe with --offload-params "
                           "cpu --offload-optimizer cpu)"};
     for (int i = 0; i < 2; i++)
