@@ -54,14 +54,22 @@ enum {
     F_GRAD_QUANT_BITS, F_QUANT_BLOCK, F_RANKS_PER_HOST, F_INTRA_GBPS, F_COUNT
 };
 
-// infinity's bf16 params follow offload_param.device (a flag of infinity's,
-// which memory_math has not): the config's stage is the matching row.
+// infinity's bf16 params follow offload_param.device and its master, m and
+// v offload_optimizer.device (flags of infinity's, which memory_math has
+// not): the config's stage is the matching row.
 static void params_tier_of_config(const DsConfig *ds, Inputs *in) {
-    if (in->stage != STAGE_INFINITY || strcmp(ds->params_device, "none") == 0) return;
-    int nvme = strcmp(ds->params_device, "nvme") == 0;
-    in->stage = nvme ? STAGE_INFINITY_NVME : STAGE_INFINITY_CPU;
-    settings_key(&in->settings, "zero_optimization.offload_param.device", "checked: the bf16 param shard %s, as %s",
-                 nvme ? "on NVMe" : "in pinned host memory", stage_name((StageId)in->stage));
+    static const StageId rows[2][3] = {
+        {STAGE_INFINITY, STAGE_INFINITY_CPU, STAGE_INFINITY_NVME},
+        {STAGE_INFINITY_OPT_CPU, STAGE_INFINITY_CPU_OPT_CPU, STAGE_INFINITY_NVME_OPT_CPU}};
+    if (in->stage != STAGE_INFINITY) return;
+    int params = !strcmp(ds->params_device, "cpu") ? 1 : !strcmp(ds->params_device, "nvme") ? 2 : 0;
+    int optim_cpu = strcmp(ds->optimizer_device, "cpu") == 0;
+    in->stage = rows[optim_cpu][params];
+    if (params)
+        settings_key(&in->settings, "zero_optimization.offload_param.device", "checked: the bf16 param shard %s, "
+                     "as %s", params == 2 ? "on NVMe" : "in pinned host memory", stage_name((StageId)in->stage));
+    settings_key(&in->settings, "zero_optimization.offload_optimizer.device", "checked: master, m and v %s, as %s",
+                 optim_cpu ? "in pinned host memory" : "on NVMe", stage_name((StageId)in->stage));
 }
 
 // --deepspeed-config: its values become the flags' defaults (ds_config.h),

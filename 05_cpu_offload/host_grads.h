@@ -5,8 +5,14 @@
 #pragma once
 #include "grad_shard.h"
 
+// Told after each reduced part is on its way (queued on the copy stream, or
+// added on the host): flat elements [first, first + count).
+typedef void (*GradsArrived)(Trainer *t, size_t first, size_t count, void *arg);
+
 typedef struct HostGrads {
     Buf accum;  // pinned: a reduced part to add (micro-batches after the first)
+    GradsArrived arrived;  // NULL, or what the stage does as parts arrive (cpu_offload: start the CPU Adam)
+    void *arrived_arg;
 } HostGrads;
 
 // Points the buckets' sink at the host shard t->st.grads (pinned).

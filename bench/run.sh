@@ -14,7 +14,11 @@
 #             scalar loop (targets: adam/triad >= 0.80, SIMD/scalar >= 5)
 #   training  dp_baseline gpt2-124m against the roof; dp scaling; every stage
 #             at 4 ranks on small relative to dp_baseline
-#   offload   cpu_offload with and without --dpu; the CPU step hidden
+#   offload   per stage and mode (cpu_offload pipelined, --grad-clip 0,
+#             --dpu; infinity with every tier on the host at --prefetch 0
+#             and 1): step, compute, transfer, hidden, compute + transfer
+#             and max(compute, transfer) (bench/offload.sh; OFFLOAD_DEVICE=cuda
+#             for the GPU's shapes)
 #   recompute dp_baseline gpt2-124m by --recompute: tokens/s beside the FLOP
 #             formula's prediction, the activation bytes each keeps
 #   progress  zero2 with and without --progress-thread

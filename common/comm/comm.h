@@ -149,6 +149,12 @@ void comm_recv(Comm *c, void *buf, size_t count, DType t, int peer, int tag, Com
 // and a recv. hs and hr both NULL: blocking; both given: nonblocking.
 void comm_send_recv(Comm *c, const void *send, int send_tag, void *recv, int recv_tag, size_t count, DType t,
                     int peer, CommHandle *hs, CommHandle *hr);
+// The collectives issued on c after this call read their device buffers
+// only after event e, recorded where another stream than compute wrote them
+// (a copy up on the copy stream), and the compute stream does not wait for
+// it: NCCL's stream waits for e; MPI's staging copy runs on the compute
+// stream, which then waits; on the cpu device e is complete.
+void comm_after_event(Comm *c, Event *e);
 void comm_wait(Comm *c, CommHandle *h);   // no-op on an inactive handle
 int comm_test(Comm *c, CommHandle *h);    // 1 when complete (then as comm_wait)
 // Lets MPI progress outstanding nonblocking collectives (MPI progresses them

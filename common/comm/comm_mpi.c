@@ -199,6 +199,16 @@ static void finish_on_gpu(Comm *c, CommHandle *k) {
 }
 #endif
 
+void comm_after_event(Comm *c, Event *e) {
+#ifdef WB_HAVE_NCCL
+    if (c->backend == COMM_NCCL && c->nccl) {
+        comm_nccl_after_event(c, e);
+        return;
+    }
+#endif
+    if (c->dev) c->dev->ops->stream_wait_event(c->dev, STREAM_COMPUTE, e);
+}
+
 void comm_wait(Comm *c, CommHandle *h) {
     if (!h || !h->active) return;
 #ifdef WB_HAVE_NCCL

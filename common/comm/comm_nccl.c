@@ -186,6 +186,10 @@ static void end_nccl(Comm *c, CommHandle *k) {
     k->event = done;
 }
 
+void comm_nccl_after_event(Comm *c, Event *e) {
+    if (e->handle) cudaCheck(cudaStreamWaitEvent((cudaStream_t)c->nccl_stream, (cudaEvent_t)e->handle, 0));
+}
+
 static void keep_timing(Comm *c, const NcclTiming *t) {
     NcclTimings *l = c->nccl_timing;
     if (!l) l = c->nccl_timing = xcalloc(1, sizeof *l);

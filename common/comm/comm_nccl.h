@@ -48,6 +48,8 @@ void comm_nccl_recv(Comm *c, void *buf, size_t count, DType t, int peer, CommHan
 void comm_nccl_send_recv(Comm *c, const void *send, void *recv, size_t count, DType t, int peer, CommHandle *ks,
                          CommHandle *kr);
 
+// The communicator's stream waits for e (comm_after_event).
+void comm_nccl_after_event(Comm *c, Event *e);
 // Completion of a handle with k->event set: the compute and copy streams wait
 // for the event (on the GPU; the host goes on); its events are kept for
 // comm_nccl_settle.

@@ -152,6 +152,10 @@ static void cuda_event_sync(Device *d, Event *e) {
 
 static void cuda_stream_sync(Device *d, StreamId s) { cuda_wait(d, cuda_stream(d, s), NULL); }
 
+static void cuda_host_fn(Device *d, StreamId s, void (*fn)(void *arg), void *arg) {
+    cudaCheck(cudaLaunchHostFunc(cuda_stream(d, s), fn, arg));
+}
+
 static void cuda_destroy(Device *d) {
     CudaImpl *impl = cuda_impl(d);
     if (!impl) return;
@@ -172,7 +176,7 @@ static const DeviceOps cuda_ops = {
     cuda_alloc,         cuda_free,          cuda_copy,       cuda_memset0,
     cuda_event_record,  cuda_stream_wait_event, cuda_event_sync, cuda_stream_sync,
     cuda_event_create,  cuda_event_destroy, cuda_mem_get_info, cuda_span_begin,
-    cuda_span_end,      cuda_spans_settle,  cuda_destroy,
+    cuda_span_end,      cuda_spans_settle,  cuda_destroy,       cuda_host_fn,
 };
 
 // ---- what the GPU is ---------------------------------------------------------------

@@ -107,7 +107,11 @@ double stage_buffer_bytes(StageId s, const GPTLayout *l, const Partition *p) {
     case STAGE_ZERO3:
     case STAGE_INFINITY:
     case STAGE_INFINITY_CPU:
-    case STAGE_INFINITY_NVME: return zero_bucket_bytes(0, p) + zero_gathered_peak_bytes(l, ZERO_PREFETCH_DEFAULT);
+    case STAGE_INFINITY_NVME:
+    case STAGE_INFINITY_OPT_CPU:
+    case STAGE_INFINITY_CPU_OPT_CPU:
+    case STAGE_INFINITY_NVME_OPT_CPU:
+        return zero_bucket_bytes(0, p) + zero_gathered_peak_bytes(l, ZERO_PREFETCH_DEFAULT);
     default: return 0;
     }
 }

@@ -174,7 +174,6 @@ void gpt_alloc(GPT *g, const GPTLayout *l, Device *dev, const GPTPlan *p, Comm *
     for (int s = 0; s < p->slots; s++) g->slot[s].layer = xcalloc(nl > 0 ? (size_t)nl : 1, sizeof(LayerActs));
     g->work = xcalloc(1, sizeof(GPTWork));
     g->work->embed_grads_slot = -1;
-    if (plan_has_unit(p, GPT_UNIT_EMBED)) g->work->host_buckets = xmalloc(2 * BT * sizeof(int32_t));
     g->acts = buf_alloc(dev, TIER_DEVICE, CAT_ACTIVATIONS, sizes.total_saved, "activations");
     if (sizes.working)
         g->working = buf_alloc(dev, TIER_DEVICE, CAT_ACT_WORKING, sizes.working, "recomputed block activations");
@@ -198,6 +197,8 @@ void gpt_alloc(GPT *g, const GPTLayout *l, Device *dev, const GPTPlan *p, Comm *
         g->embed_grads = buf_alloc(dev, TIER_DEVICE, CAT_WORKSPACE, l->unit[GPT_UNIT_EMBED].count * fb, "fp32 embedding gradients");
     g->losses = (Buf){0};
     g->losses_queued = 0;
+    g->tokens = buf_alloc(dev, TIER_PINNED, CAT_WORKSPACE, 8 * BT * sizeof(int32_t), "token ids on their way up");
+    for (int k = 0; k < 2; k++) dev->ops->event_create(dev, &g->tokens_copied[k]);
 }
 
 void gpt_free(GPT *g) {
@@ -209,9 +210,11 @@ void gpt_free(GPT *g) {
     if (g->unit_grads.ptr) buf_free(g->dev, &g->unit_grads);
     if (g->embed_grads.ptr) buf_free(g->dev, &g->embed_grads);
     buf_free(g->dev, &g->losses);
+    dev_sync(g->dev, STREAM_COMPUTE);  // the last token copies read the staging
+    buf_free(g->dev, &g->tokens);
+    for (int k = 0; k < 2; k++) g->dev->ops->event_destroy(g->dev, &g->tokens_copied[k]);
     for (int s = 0; s < g->plan.slots; s++) free(g->slot[s].layer);
     free(g->slot);
-    free(g->work->host_buckets);
     free(g->work);
     g->slot = NULL;
 }
@@ -223,23 +226,34 @@ static GPTSlot *slot_of(GPT *g, int s) {
     return &g->slot[s];
 }
 
+// The ids cross PCIe from pinned memory (from pageable memory a GPU's
+// driver would copy through a buffer of its own and make the host wait):
+// two staging areas in turn, so the host writes one while the other's copy
+// may still be queued.
 void gpt_slot_tokens(GPT *g, int s, const int32_t *inputs, const int32_t *targets, float dloss_scale) {
     GPTSlot *sl = slot_of(g, s);
-    size_t bytes = (size_t)g->plan.B * g->plan.T * sizeof(int32_t);
+    size_t BT = (size_t)g->plan.B * g->plan.T, bytes = BT * sizeof(int32_t);
+    int k = g->tokens_next;
+    g->tokens_next ^= 1;
+    g->dev->ops->event_sync(g->dev, &g->tokens_copied[k]);
+    int32_t *stage = (int32_t *)g->tokens.ptr + 4 * BT * (size_t)k;  // inputs, targets, bucket order and starts
     if (sl->inputs) {
         CHECK(inputs, "gpt_slot_tokens: the plan has the embeddings, which need the input tokens");
-        dev_copy(g->dev, sl->inputs, inputs, bytes, STREAM_COMPUTE);
-        // the embeddings' backward sums wte's rows by these (no atomics); the
-        // copies take the host buffer before they return, so the next slot's may reuse it
-        int32_t *order = g->work->host_buckets, *start = order + g->plan.B * g->plan.T;
-        sl->buckets = token_buckets_build(inputs, g->plan.B * g->plan.T, order, start);
+        memcpy(stage, inputs, bytes);
+        dev_copy(g->dev, sl->inputs, stage, bytes, STREAM_COMPUTE);
+        // the embeddings' backward sums wte's rows by these (no atomics),
+        // built beside the ids in the same pinned area
+        int32_t *order = stage + 2 * BT, *start = stage + 3 * BT;
+        sl->buckets = token_buckets_build(inputs, (int)BT, order, start);
         dev_copy(g->dev, sl->bucket_order, order, bytes, STREAM_COMPUTE);
         dev_copy(g->dev, sl->bucket_start, start, bytes, STREAM_COMPUTE);
     }
     if (sl->targets) {
         CHECK(targets, "gpt_slot_tokens: the plan has the head, which needs the targets");
-        dev_copy(g->dev, sl->targets, targets, bytes, STREAM_COMPUTE);
+        memcpy(stage + BT, targets, bytes);
+        dev_copy(g->dev, sl->targets, stage + BT, bytes, STREAM_COMPUTE);
     }
+    g->dev->ops->event_record(g->dev, &g->tokens_copied[k], STREAM_COMPUTE);
     sl->dloss_scale = dloss_scale;
 }
 

@@ -248,6 +248,9 @@ typedef struct GPT {
     Buf embed_grads;   // fp32 gradients of the embeddings, live through backward (tied wte)
     Buf losses;        // per-token losses of the micro-batches queued since the last take (pinned)
     int losses_queued;
+    Buf tokens;        // pinned: two staging areas for token ids (and their buckets) on their way up (gpt_slot_tokens)
+    Event tokens_copied[2];  // the copies out of each area
+    int tokens_next;
     // pointers into acts/scratch, set by gpt_alloc (gpt_units.h)
     struct GPTSlot *slot;  // [plan.slots]
     struct GPTWork *work;
@@ -260,7 +263,8 @@ void gpt_alloc(GPT *g, const GPTLayout *l, Device *dev, const GPTPlan *p, struct
 void gpt_free(GPT *g);
 
 // ---- one unit, one micro-batch ----
-// Copies the micro-batch's token ids (host, B*T each) to slot s: inputs are
+// Copies the micro-batch's token ids (host, B*T each; through pinned
+// staging, reused once the copy out of it two calls ago is done) to slot s: inputs are
 // read by the embeddings, targets by the head (either may be NULL where the
 // plan lacks that unit). dloss_scale != 0 makes the head's forward also leave
 // dloss/dlogits for backward (the scale is 1 / tokens in the global batch).

@@ -42,7 +42,6 @@ typedef struct GPTWork {
     act *dc;                      // (BT,C)
     act *d4a, *d4b;               // (BT,F); d4b the gradient of fc's output; d4a serves as dqkv (BT,3Cp)
     int embed_grads_slot;         // slot whose head backward started embed_grads; -1 none
-    int32_t *host_buckets;        // (2,BT) host memory, embeddings only: buckets built here, then copied to a slot
     LayerActs live;               // the recomputation's working set (x3 unused): see gpt_recompute.c
 } GPTWork;
 

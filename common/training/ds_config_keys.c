@@ -20,6 +20,7 @@ static const struct {
     {"prefetch", "zero3 infinity"},
     {"nvme-path", "infinity"},
     {"offload-params", "infinity"},
+    {"offload-optimizer", "infinity"},
     {"sub-group-mb", "infinity"},
     {"aio-block-kb", "infinity"},
     {"aio-queue-depth", "infinity"},

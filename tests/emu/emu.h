@@ -61,6 +61,7 @@ struct Op {
     bool started = false, done = false;
     double enqueue_us = 0, start_us = 0, end_us = 0;  // the device clock (see emu_runtime.cpp)
     double host_start_us = 0;
+    long log_index = -1;                     // its line in the op log (EMU_OPLOG), -1 when not logged
 };
 typedef std::shared_ptr<Op> OpRef;
 

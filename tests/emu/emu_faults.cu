@@ -135,6 +135,38 @@ static void host_read(int sync) {
     printf("%s\n", *h == 5.0f ? "fresh" : "stale");
 }
 
+// A host function queued after a copy into pinned memory: it runs once the
+// copy is done (it sees the copied value), with or without a host wait after it.
+static float seen_by_host_fn = -1.0f;
+static void read_pinned(void *p) { seen_by_host_fn = *(const float *)p; }
+
+static void host_fn(void) {
+    float *d = device_floats(1), *h = NULL;
+    CHECK(cudaHostAlloc((void **)&h, sizeof *h, cudaHostAllocDefault));
+    *h = 0.0f;
+    cudaStream_t s;
+    CHECK(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking));
+    fill<<<1, 32, 0, s>>>(d, 5.0f, 1);
+    CHECK(cudaMemcpyAsync(h, d, sizeof *h, cudaMemcpyDeviceToHost, s));
+    CHECK(cudaLaunchHostFunc(s, read_pinned, h));
+    printf("before the wait: %s\n", seen_by_host_fn == 5.0f ? "ran" : "not run");
+    CHECK(cudaStreamSynchronize(s));
+    printf("%s\n", seen_by_host_fn == 5.0f ? "fresh" : "stale");
+}
+
+// Copies up from pinned and from pageable memory, then a wait: what
+// EMU_OPLOG and EMU_STATS record of them.
+static void copies_logged(void) {
+    float *d = device_floats(256), *pinned = NULL, pageable[256] = {0};
+    CHECK(cudaHostAlloc((void **)&pinned, sizeof pageable, cudaHostAllocDefault));
+    cudaStream_t s;
+    CHECK(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking));
+    CHECK(cudaMemcpyAsync(d, pinned, sizeof pageable, cudaMemcpyHostToDevice, s));
+    CHECK(cudaMemcpyAsync(d, pageable, sizeof pageable, cudaMemcpyHostToDevice, s));
+    CHECK(cudaStreamSynchronize(s));
+    printf("copied\n");
+}
+
 // ---- cuBLASLt -------------------------------------------------------------------------------------
 
 // D (m x n) = A (m x k) B (k x n), bf16 in, fp32 out; `offset_a` bytes moved off A's
@@ -269,6 +301,12 @@ int main(int argc, char **argv) {
         return 0;
     } else if (!strcmp(c, "host_read_sync")) {
         host_read(1);
+        return 0;
+    } else if (!strcmp(c, "host_fn")) {
+        host_fn();
+        return 0;
+    } else if (!strcmp(c, "copies_logged")) {
+        copies_logged();
         return 0;
     } else if (!strcmp(c, "blas_aligned")) return blas_matmul(0, 0);
     else if (!strcmp(c, "blas_misaligned")) return blas_matmul(2, 0);

@@ -165,6 +165,32 @@ static void test_host_read_before_sync(void **state) {
     expect_result(&FAULTS, "host_read_sync", NULL, "fresh");
 }
 
+// A host function runs when its stream reaches it: after the copy before
+// it (it sees the copied value), and not before the host lets the queue run.
+static void test_host_function_in_stream_order(void **state) {
+    expect_result("host_fn", NULL, "before the wait: not run");
+    expect_result("host_fn", NULL, "fresh");
+}
+
+// The op log lists the copies in issue order with where they read and
+// write, and the host's waits; EMU_STATS counts the copy from pageable memory.
+static void test_op_log_and_pageable_copies(void **state) {
+    char *out = NULL;
+    assert_int_equal(run_case("copies_logged", "EMU_OPLOG=emu_oplog.txt EMU_STATS=emu_stats.txt", &out), 0);
+    free(out);
+    char *log = read_file("emu_oplog.txt", NULL), *stats = read_file("emu_stats.txt", NULL);
+    assert_non_null(log);
+    assert_non_null(stats);
+    const char *up = strstr(log, "(pinned host -> device)"), *paged = strstr(log, "(pageable host -> device)");
+    const char *wait = strstr(log, "host_wait");
+    if (!up || !paged || !wait || !(up < paged && paged < wait)) fail_msg("op log out of order:\n%s", log);
+    if (!strstr(stats, "copy_pageable_host 1\n")) fail_msg("expected one copy from pageable memory:\n%s", stats);
+    free(log);
+    free(stats);
+    remove("emu_oplog.txt");
+    remove("emu_stats.txt");
+}
+
 static void test_cublaslt_checks(void **state) {
     expect_result(&FAULTS, "blas_aligned", NULL, "result 0");
     expect_stop(&FAULTS, "blas_misaligned", 3, NULL,
@@ -231,6 +257,8 @@ int main(void) {
         cmocka_unit_test(test_use_after_free),
         cmocka_unit_test(test_missing_event_wait),
         cmocka_unit_test(test_host_read_before_sync),
+        cmocka_unit_test(test_host_function_in_stream_order),
+        cmocka_unit_test(test_op_log_and_pageable_copies),
         cmocka_unit_test(test_cublaslt_checks),
         cmocka_unit_test(test_cublaslt_epilogue_checks),
         cmocka_unit_test(test_wmma_products),

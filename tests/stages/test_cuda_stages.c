@@ -70,7 +70,8 @@ static void test_stages_match_cpu_and_each_other(void **state) {
     }
     // recomputation runs the same kernels on the same inputs again: the same bits
     const char *stages[] = {"zero1", "zero2", "zero3", "cpu_offload", "infinity", "zero3 --recompute selective",
-                            "zero3 --recompute full", "zero3 --hpz-size 2"};
+                            "zero3 --recompute full", "zero3 --hpz-size 2",
+                            "infinity --offload-params cpu --offload-optimizer cpu"};
     for (size_t s = 0; s < sizeof stages / sizeof *stages; s++) {
         double l[STEPS];
         char name[32];

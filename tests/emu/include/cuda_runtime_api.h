@@ -31,6 +31,7 @@ typedef struct EmuStream *cudaStream_t;
 typedef struct EmuMemPool *cudaMemPool_t;
 enum cudaMemPoolAttr { cudaMemPoolAttrReleaseThreshold = 4 };
 typedef struct EmuEvent *cudaEvent_t;
+typedef void (*cudaHostFn_t)(void *userData);
 
 typedef enum cudaMemcpyKind {
     cudaMemcpyHostToHost = 0,
@@ -134,6 +135,7 @@ cudaError_t cudaStreamSynchronize(cudaStream_t stream);
 cudaError_t cudaStreamQuery(cudaStream_t stream);
 cudaError_t cudaStreamWaitEvent(cudaStream_t stream, cudaEvent_t event, unsigned int flags);
 cudaError_t cudaStreamGetFlags(cudaStream_t stream, unsigned int *flags);
+cudaError_t cudaLaunchHostFunc(cudaStream_t stream, cudaHostFn_t fn, void *userData);
 cudaError_t cudaDeviceSynchronize(void);
 
 cudaError_t cudaEventCreate(cudaEvent_t *event);
