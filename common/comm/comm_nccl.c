@@ -1,8 +1,8 @@
-// comm_nccl.c: the NCCL backend (see comm_nccl.h). NCCL moves device buffers
+// comm_nccl.c: the NCCL backend (see comm_backend.h). NCCL moves device buffers
 // GPU to GPU (NVLink, PCIe, InfiniBand) with kernels on a CUDA stream, so a
 // collective is asynchronous by nature: issuing it queues work on the comm
 // stream, and completion is an event that other streams can wait for.
-#include "comm_nccl.h"
+#include "comm_backend.h"
 
 #ifdef WB_HAVE_NCCL
 #include <nccl.h>

@@ -1,7 +1,7 @@
 // comm_world.c: the world and its process groups (see comm.h): MPI's set-up
 // and the node's ranks, the backend a run uses (MPI, or NCCL on the cuda
 // device), sub-groups split from the world, and their teardown. The
-// collectives themselves are comm_mpi.c's (and comm_nccl.c's).
+// collectives are comm.c's, which hands them to a backend (comm_backend.h).
 #include <limits.h>
 #include <math.h>
 #include <stdlib.h>
@@ -10,32 +10,7 @@
 #include "bf16.h"
 #include "check.h"
 #include "comm.h"
-#include "comm_nccl.h"
-#include "half_rows.h"
-
-// The user-defined 16-bit sums: each pair is added in fp32 and rounded back
-// (round to nearest even), as a bf16 or fp16 all-reduce on a GPU does. An
-// fp16 sum past 65504 is infinite: the loss scaler sees the overflow.
-static void half_sum(HalfFormat fmt, const bf16 *a, bf16 *b, int len) {
-    enum { BLOCK = 1024 };  // through the row conversions: F16C where the CPU has it
-    HalfRowsPath path = half_rows_best_path();
-    float x[BLOCK], y[BLOCK];
-    for (int i = 0; i < len; i += BLOCK) {
-        int k = len - i < BLOCK ? len - i : BLOCK;
-        half_to_f32_row(path, fmt, x, a + i, (size_t)k);
-        half_to_f32_row(path, fmt, y, b + i, (size_t)k);
-        for (int j = 0; j < k; j++) y[j] = x[j] + y[j];
-        f32_to_half_row(path, fmt, b + i, y, (size_t)k);
-    }
-}
-static void bf16_sum_op(void *in, void *inout, int *len, MPI_Datatype *type) {
-    (void)type;
-    half_sum(HALF_BF16, in, inout, *len);
-}
-static void fp16_sum_op(void *in, void *inout, int *len, MPI_Datatype *type) {
-    (void)type;
-    half_sum(HALF_FP16, in, inout, *len);
-}
+#include "comm_backend.h"
 
 // ---- groups -----------------------------------------------------------------
 
@@ -101,8 +76,7 @@ void comm_world_init(Comm *world, int *argc, char ***argv, int *local_rank, int 
     mpiCheck(MPI_Comm_rank(MPI_COMM_WORLD, &world->rank));
     mpiCheck(MPI_Comm_size(MPI_COMM_WORLD, &world->size));
     world->backend = COMM_MPI;
-    mpiCheck(MPI_Op_create(bf16_sum_op, 1, &world->half_sum[HALF_BF16]));  // 1: commutative
-    mpiCheck(MPI_Op_create(fp16_sum_op, 1, &world->half_sum[HALF_FP16]));
+    mpi_half_sum_ops_create(world->half_sum);
     world->owns_op = 1;
 
     // ranks that share memory are the ranks on this node

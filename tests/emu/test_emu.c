@@ -168,15 +168,15 @@ static void test_host_read_before_sync(void **state) {
 // A host function runs when its stream reaches it: after the copy before
 // it (it sees the copied value), and not before the host lets the queue run.
 static void test_host_function_in_stream_order(void **state) {
-    expect_result("host_fn", NULL, "before the wait: not run");
-    expect_result("host_fn", NULL, "fresh");
+    expect_result(&FAULTS, "host_fn", NULL, "before the wait: not run");
+    expect_result(&FAULTS, "host_fn", NULL, "fresh");
 }
 
 // The op log lists the copies in issue order with where they read and
 // write, and the host's waits; EMU_STATS counts the copy from pageable memory.
 static void test_op_log_and_pageable_copies(void **state) {
     char *out = NULL;
-    assert_int_equal(run_case("copies_logged", "EMU_OPLOG=emu_oplog.txt EMU_STATS=emu_stats.txt", &out), 0);
+    assert_int_equal(run_case(&FAULTS, "copies_logged", "EMU_OPLOG=emu_oplog.txt EMU_STATS=emu_stats.txt", &out), 0);
     free(out);
     char *log = read_file("emu_oplog.txt", NULL), *stats = read_file("emu_stats.txt", NULL);
     assert_non_null(log);

@@ -1,15 +1,42 @@
-// comm_nccl.h: the NCCL backend of comm (comm.h), one GPU per rank.
-// comm_world.c owns the groups, comm_mpi.c the handles and statistics; when a group's backend is COMM_NCCL
-// and the buffers are device memory, its collectives hand the transfer to the
-// functions below. Every operation runs on its communicator's stream (the
-// device's comm stream for the world, one of its own for each split), after
-// the work already issued on the compute stream (that is what produced the
-// buffer); its completion is a cudaEvent in CommHandle.event. No operation
-// makes the host wait; every wait of the cuda device polls the
-// communicators' asynchronous errors.
+// comm_backend.h: what the facade (comm.c: handles, byte accounting, staging,
+// dispatch; comm_world.c: the world and its groups) asks of the two
+// backends, which import only this header and runtime/, never each other.
+// The facade has counted a call and made its handle k before it hands the
+// call over, and completes it after.
 #pragma once
 #include "comm.h"
 
+// ---- MPI (comm_mpi.c): every buffer, on the host ------------------------------
+// A device buffer reaches these staged in pinned host memory (comm.c). Each
+// issues its call for handle k: nonblocking (k->req), or with `blocking`
+// complete on return. The int counts (MPI's) are the facade's, checked to
+// fit, and live in k->mpi_counts as long as the call.
+void mpi_all_reduce(Comm *c, void *buf, int count, DType t, int max, CommHandle *k, int blocking);
+// counts[r]: rank r's part of the sum
+void mpi_reduce_scatter(Comm *c, const void *send, void *recv, const int *counts, DType t, CommHandle *k,
+                        int blocking);
+// counts then displacements, size each; in place
+void mpi_all_gather(Comm *c, void *buf, const int *counts_displs, DType t, CommHandle *k, int blocking);
+void mpi_broadcast(Comm *c, void *buf, int count, DType t, int root, CommHandle *k, int blocking);
+// send counts, send displacements, receive counts, receive displacements, size each
+void mpi_all_to_all(Comm *c, const void *send, void *recv, const int *ints, DType t, CommHandle *k, int blocking);
+void mpi_send(Comm *c, const void *buf, int count, DType t, int peer, int tag, CommHandle *k, int blocking);
+void mpi_recv(Comm *c, void *buf, int count, DType t, int peer, int tag, CommHandle *k, int blocking);
+// completion of a nonblocking call: wait, or 1 when it is done
+void mpi_wait(CommHandle *k);
+int mpi_test(CommHandle *k);
+// enters MPI's progress engine (it moves nonblocking calls only inside MPI calls)
+void mpi_progress(Comm *c);
+// The user-defined 16-bit sums by HalfFormat (bf16, fp16), made once for the world.
+void mpi_half_sum_ops_create(MPI_Op ops[2]);
+
+// ---- NCCL (comm_nccl.c): one GPU per rank, device buffers ----------------------
+// Every operation runs on its communicator's stream (the device's comm
+// stream for the world, one of its own for each split), after the work
+// already issued on the compute stream (that is what produced the buffer);
+// its completion is a cudaEvent in CommHandle.event. No operation makes the
+// host wait; every wait of the cuda device polls the communicators'
+// asynchronous errors.
 #ifdef WB_HAVE_NCCL
 // Collective over c->mpi: does every rank of the group have a GPU of its own?
 // (NCCL cannot run two ranks on one GPU; the MPI backend can.)
@@ -27,7 +54,7 @@ void comm_nccl_free(Comm *c);
 // is device memory. Host buffers (losses, small host-side values) stay on MPI.
 int comm_nccl_owns(const Comm *c, const void *a, const void *b);
 
-// The collectives of comm.h on NCCL. `k` is the handle comm_mpi.c set up
+// The collectives of comm.h on NCCL. `k` is the handle the facade set up
 // (its own local one for a blocking call, which it then waits on the GPU);
 // each returns at once with k->event recorded.
 void comm_nccl_all_reduce_sum(Comm *c, void *buf, size_t count, DType t, CommHandle *k);
