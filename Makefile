@@ -118,13 +118,23 @@ BIN_04 := zero3
 BIN_05 := cpu_offload
 BIN_06 := infinity
 BIN_07 := 3d_parallel
-SRC_01 := $(wildcard 01_dp_baseline/*.c)
-SRC_02 := $(wildcard 02_zero1/*.c)
-SRC_03 := $(wildcard 03_zero2/*.c) $(wildcard 02_zero1/shard_update.c)
-SRC_04 := $(wildcard 04_zero3/*.c) $(wildcard 03_zero2/grad_shard.c 02_zero1/shard_update.c)
-SRC_05 := $(wildcard 05_cpu_offload/*.c) $(wildcard 03_zero2/grad_shard.c 02_zero1/shard_update.c)
-SRC_06 := $(wildcard 06_infinity/*.c) $(wildcard 04_zero3/param_shard.c 03_zero2/grad_shard.c 05_cpu_offload/host_grads.c)
-SRC_07 := $(wildcard 07_3d_parallel/*.c) $(wildcard 02_zero1/shard_update.c)
+# The stage graph, stated once: stage NN builds on stage BASE_NN (what
+# `make diff-NN` diffs it against, scripts/stage-diff.sh), and links USES_NN,
+# the files of earlier stages it calls; their folders are on its include path
+# (STAGE_INC_NN), so a stage includes "grad_shard.h" by name.
+BASE_02 := 01
+BASE_03 := 02
+BASE_04 := 03
+BASE_05 := 03
+BASE_06 := 04
+BASE_07 := 02
+USES_03 := 02_zero1/shard_update.c
+USES_04 := 03_zero2/grad_shard.c 02_zero1/shard_update.c
+USES_05 := 03_zero2/grad_shard.c 02_zero1/shard_update.c
+USES_06 := 04_zero3/param_shard.c 04_zero3/zeropp.c 03_zero2/grad_shard.c 05_cpu_offload/host_grads.c
+USES_07 := 02_zero1/shard_update.c
+$(foreach n,01 02 03 04 05 06 07,$(eval SRC_$(n) := $(wildcard $(n)_*/*.c) $(USES_$(n))) \
+    $(eval STAGE_INC_$(n) := $(addprefix -I,$(patsubst %/,%,$(sort $(dir $(USES_$(n))))))))
 STAGE_IDS := 00 01 02 03 04 05 06 07
 STAGES := $(foreach n,$(STAGE_IDS),$(if $(wildcard */$(BIN_$(n)).c),$(n)))
 # stage 06 reads its files with libaio: without it `make` leaves it out and says so
@@ -148,8 +158,12 @@ CUDA_TEST_SRC := $(wildcard tests/*/test_cuda*.c)
 EMU_TEST_SRC := $(CUDA_TEST_SRC) $(wildcard tests/emu/test_*.c)
 EMU_TEST_BINS := $(EMU_TEST_SRC:tests/%.c=build-emu/tests/%)
 
-.PHONY: all deps check-deps check-deps-06 check-deps-test demo test emu sanitize fuzz bench bench-cuda bench-compare clean help lab-% check-lab-% grade-lab-% $(addprefix stage-,$(STAGES)) $(addprefix diff-,$(STAGES))
-all: check-deps $(BINS)
+.PHONY: all deps check-deps check-deps-06 check-deps-test demo test emu sanitize sanitize-cuda fuzz bench bench-cuda bench-compare clean help lab-% check-lab-% grade-lab-% $(addprefix stage-,$(STAGES)) $(addprefix diff-,$(STAGES))
+# With nvcc, the wmma cases the emulator runs (tests/emu/emu_wmma.cu) are
+# compiled for the GPUs too: the subset of nvcuda::wmma that the emulator's
+# mma.h gives is the toolkit's own.
+WMMA_CHECK := $(if $(NVCC),$(BUILD)/tests/emu/emu_wmma.o)
+all: check-deps $(BINS) $(WMMA_CHECK)
 	@echo "built: $(BINS)"
 	@printf '%s\n' "$(PARTS)" | tr ';' '\n' | sed 's/^ */  /' 
 
@@ -161,6 +175,7 @@ help:
 	@echo "make test       build and run the tests; ends with 'N passed, N failed'"
 	@echo "make emu        the cuda emulator's build (build-emu/): the trainers run --device cuda on the CPU"
 	@echo "make sanitize   the tests against an ASan + UBSan build (build-sanitize/); fails on any report"
+	@echo "make sanitize-cuda  compute-sanitizer (memcheck, initcheck, racecheck, synccheck) over the cuda tests and stages, on a GPU"
 	@echo "make fuzz       each libFuzzer target for FUZZ_SECONDS (default 30) from its corpus; fails on any finding"
 	@echo "make bench      benchmarks, JSON in build/bench/ (with the cuda part where a GPU is usable)"
 	@echo "make bench-cuda the cuda part alone: dp_baseline gpt2-124m beside PyTorch (eager, torch.compile), time per kernel"
@@ -198,6 +213,8 @@ $(LIB): $(COMMON_OBJ)
 	@rm -f $@
 	ar rcs $@ $^
 
+# a stage's objects see the folders of the earlier stages it links (USES_NN)
+$(foreach n,01 02 03 04 05 06 07,$(eval $(BUILD)/$(n)_%.o: CFLAGS += $(STAGE_INC_$(n))))
 $(BUILD)/%.o: %.c
 	@mkdir -p $(dir $@)
 	$(CC) $(CFLAGS) -c $< -o $@
@@ -232,8 +249,9 @@ $(EMU_LIB): $(patsubst tests/emu/%.cpp,$(BUILD)/emu/%.o,$(wildcard tests/emu/*.c
 	@rm -f $@
 	ar rcs $@ $^
 $(BINS) $(TEST_BINS) $(EMU_TEST_BINS): $(EMU_LIB)
-# the emulator's fault cases (tests/emu/emu_faults.cu), for tests/emu/test_emu.c
-$(BUILD)/tests/emu/emu_faults: $(BUILD)/tests/emu/emu_faults.o $(EMU_LIB)
+# the emulator's fault cases (tests/emu/emu_faults.cu) and its nvcuda::wmma
+# at work (tests/emu/emu_wmma.cu), for tests/emu/test_emu.c
+$(BUILD)/tests/emu/emu_faults $(BUILD)/tests/emu/emu_wmma: $(BUILD)/tests/emu/%: $(BUILD)/tests/emu/%.o $(EMU_LIB)
 	$(MPICXX) -fopenmp $^ -o $@ -lopenblas -lboost_context -ldl
 else
 $(BUILD)/%.o: %.cu
@@ -291,7 +309,7 @@ test: check-deps-test all $(TEST_BINS) $(if $(ON_EMU),emu)
 emu: check-deps-test
 	@mkdir -p build-emu/root
 	@$(MAKE) --no-print-directory GPU=0 EMU=1 BUILD=build-emu BINDIR=build-emu/root \
-		all $(EMU_TEST_BINS) build-emu/tests/emu/emu_faults
+		all $(EMU_TEST_BINS) build-emu/tests/emu/emu_faults build-emu/tests/emu/emu_wmma
 
 # libFuzzer targets (tests/fuzz/fuzz_*.c: the data readers, the checkpoint
 # reader, the flag parser), each with ASan and UBSan, built with clang (mpicc
@@ -327,6 +345,11 @@ sanitize:
 		all $(TEST_SRC:tests/%.c=build-sanitize/tests/%)
 	@bash scripts/sanitize.sh build-sanitize
 
+# compute-sanitizer's four tools over the cuda tests and every stage, where a
+# GPU is visible (scripts/sanitize_cuda.sh); one line and exit 0 where not
+sanitize-cuda: all $(CUDA_TEST_SRC:tests/%.c=$(BUILD)/tests/%)
+	@bash scripts/sanitize_cuda.sh
+
 bench: all
 	@bash bench/run.sh
 
@@ -341,7 +364,7 @@ bench-compare:
 demo:
 	@bash scripts/demo.sh $(NP)
 
-$(foreach n,$(STAGES),$(eval diff-$(n): ; @bash scripts/stage-diff.sh $(n)))
+$(foreach n,$(STAGES),$(eval diff-$(n): ; @bash scripts/stage-diff.sh $(n) $(BASE_$(n))))
 
 # course labs: a student copy with stage NN's technique stubbed out, and its checks
 # (LAB_DIR reaches make_lab.py as SUBMISSION reaches grade_lab.py, below)

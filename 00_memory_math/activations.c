@@ -40,6 +40,8 @@ void section_activations(Printer *p, const Inputs *in) {
     printer_num(p, "heads", "a (heads)", a, "%.0f", NULL);
     printer_num(p, "hidden", "h (channels)", h, "%.0f", NULL);
     printer_num(p, "vocab", "V (vocabulary)", c->vocab_size, "%.0f", NULL);
+    printer_num(p, "vocab_padded", "Vp (V rounded up to 128: wte's rows, the logits' columns)",
+                gpt_vocab_padded(c->vocab_size, 1), "%.0f", NULL);
     printer_num(p, "context", "context (wpe rows)", c->max_seq_len, "%.0f", NULL);
     printer_str(p, "recompute", "recompute (the run's, in the fit tables)", gpt_recompute_name(in->recompute));
     printer_str(p, "attention", "attention (the run's, in every row)", gpt_attention_name(in->attention));
@@ -95,8 +97,9 @@ void section_activations(Printer *p, const Inputs *in) {
                     "first's in pinned host memory, (L - 1) sbhe (host GB); the device keeps a ring of two, "
                     "2 sbhe, and the copies move (L - 1) sbhe down in forward and back in backward per micro-batch.");
     printer_note(p, "saved adds the embedding output, the final layernorm, the logits (B, T, V, rows padded to a "
-                    "multiple of 64), the token ids and one projection temporary; working is the one block's "
-                    "tensors that are recomputed before its backward, shared by every block.");
+                    "multiple of 64), the token ids with their buckets (the positions sorted by token, 8sb) and "
+                    "one projection temporary; working is the one block's tensors that are recomputed before its "
+                    "backward, shared by every block.");
     printer_note(p, "+FLOPs: recomputation over the model FLOPs (6 Psi_matmul + 12 L C T per token): selective "
                     "the materialized attention forward again, L x 4CT (0 with flash, which keeps no "
                     "probabilities); full the block forward but its MLP projection, L x (16C^2 + 4CT). Hardware "

@@ -18,10 +18,11 @@
 #define BUFFER_FACTOR 1.5  // DeepSpeed's additional_buffer_factor default
 
 // The largest module's own parameters in GPT-2 as DeepSpeed walks it: wte
-// (V x C), wpe (T_max x C), or a block's largest linear, c_fc (C x 4C + 4C).
+// (Vp x C, as stored: V rounded up to 128 rows), wpe (T_max x C), or a
+// block's largest linear, c_fc (C x 4C + 4C).
 static double largest_layer_params(const GPTConfig *c) {
     double C = c->channels;
-    return fmax(fmax((double)c->vocab_size * C, (double)c->max_seq_len * C), 4 * C * C + 4 * C);
+    return fmax(fmax((double)gpt_vocab_padded(c->vocab_size, 1) * C, (double)c->max_seq_len * C), 4 * C * C + 4 * C);
 }
 
 typedef struct EstimateRow {

@@ -59,6 +59,18 @@ double run_total_bytes(StageId s, const Inputs *in) {
     return stage_run(s, in, device_cpu_threads(in->ranks), &name).total;
 }
 
+// A row of the table, and the stage named in the list it falls in.
+static void add_row(Printer *p, const char *name, const RunDeviceBytes *r, double budget, char *fits, char *refused) {
+    int ok = r->total <= budget;
+    Cell row[6] = {cell_str(name), cell_num(r->states / GB), cell_num((r->activations + r->workspace) / GB),
+                   cell_num((r->stage_buffers + r->kernel_scratch) / GB), cell_num(r->total / GB),
+                   cell_str(ok ? "yes" : "no")};
+    printer_row(p, row);
+    char *list = ok ? fits : refused;
+    size_t len = strlen(list);
+    snprintf(list + len, 400 - len, "%s%s (%.3g GB)", len ? ", " : "", name, r->total / GB);
+}
+
 void section_fit_run(Printer *p, const Inputs *in) {
     double budget = in->hbm_gb * GB;
     // the attention scratch is per thread: the trainers' default when all N
@@ -79,28 +91,24 @@ void section_fit_run(Printer *p, const Inputs *in) {
     for (int i = 0; i < measured_stage_count(); i++) {
         const char *name;
         RunDeviceBytes r = stage_run(measured_stage(i), in, threads, &name);
-        int ok = r.total <= budget;
-        Cell row[6] = {cell_str(name), cell_num(r.states / GB), cell_num((r.activations + r.workspace) / GB),
-                       cell_num((r.stage_buffers + r.kernel_scratch) / GB), cell_num(r.total / GB),
-                       cell_str(ok ? "yes" : "no")};
-        printer_row(p, row);
-        char *list = ok ? fits : refused;
-        size_t len = strlen(list);
-        snprintf(list + len, 400 - len, "%s%s (%.3g GB)", len ? ", " : "", name, r.total / GB);
+        add_row(p, name, &r, budget, fits, refused);
+    }
+    if (in->zeropp_given) {  // zero3 with the ZeRO++ switches given: its buffers beside zero3's
+        const char *name;
+        RunDeviceBytes r = stage_run(STAGE_ZERO3, in, threads, &name);
+        double extra = zeropp_cost(in, &in->zeropp).device_extra;
+        r.stage_buffers += extra;
+        r.total += extra;
+        ZeroPPMode modes[4];
+        zeropp_modes(in, modes);  // with switches given, theirs alone
+        add_row(p, modes[0].name, &r, budget, fits, refused);
     }
     if (in->tp > 1) {
         RunDeviceBytes r = tp_run(in, threads);
         char name[96];
         snprintf(name, sizeof name, "3d_parallel --tp %d%s%s", in->tp, in->sequence_parallel ? " --sp" : "",
                  in->partition_activations ? " --pa" : "");
-        int ok = r.total <= budget;
-        Cell row[6] = {cell_str(name), cell_num(r.states / GB), cell_num((r.activations + r.workspace) / GB),
-                       cell_num((r.stage_buffers + r.kernel_scratch) / GB), cell_num(r.total / GB),
-                       cell_str(ok ? "yes" : "no")};
-        printer_row(p, row);
-        char *list = ok ? fits : refused;
-        size_t len = strlen(list);
-        snprintf(list + len, 400 - len, "%s%s (%.3g GB)", len ? ", " : "", name, r.total / GB);
+        add_row(p, name, &r, budget, fits, refused);
     }
     printer_table_end(p);
     printer_str(p, "fits", "fits with this run", fits[0] ? fits : "none");

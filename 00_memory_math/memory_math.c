@@ -13,13 +13,15 @@
 #include "ds_config.h"
 #include "flags.h"
 #include "memory_math.h"
+#include "quant_math.h"
 
 static const char *usage =
     "usage: memory_math [--params 7.5B | --model NAME] [--ranks N] [--batch B --seq-len T]\n"
     "                   [--recompute none|selective|full [--offload-activations]]\n"
     "                   [--attention flash|materialized]\n"
     "                   [--tp T [--sequence-parallel] [--partition-activations]] [--hbm-gb GB]\n"
-    "                   [--link-gbps G --gflops F [--latency-us US]]\n"
+    "                   [--link-gbps G --gflops F [--latency-us US] [--intra-gbps G]]\n"
+    "                   [--ranks-per-host P] [--quantize-weights] [--hpz-size K] [--quantize-grads]\n"
     "                   [--measure] [--json] [--deepspeed-config FILE]\n"
     "\n"
     "Per-rank memory of the ZeRO stages, computed from the formulas: model states\n"
@@ -31,30 +33,43 @@ static const char *usage =
     "--deepspeed-config FILE takes the stage and batch from DeepSpeed's ds_config.json\n"
     "and answers what it costs per rank, by tier, and whether it fits --hbm-gb.\n"
     "--link-gbps and --gflops (with --model) predict each stage's step time from the\n"
-    "ring formulas, and name the fastest stage (that fits --hbm-gb).";
+    "ring formulas, and name the fastest stage (that fits --hbm-gb). With --ranks-per-host\n"
+    "or zero3's ZeRO++ switches (with --model): its bytes in the host and across hosts, its\n"
+    "device bytes, and its step beside zero3's in the planner.";
 
 typedef struct Flags {
     double params, hbm_gb;
     const char *model, *deepspeed_config, *recompute, *attention;
     int ranks, batch, seq_len, grad_accum, global_batch, measure, json, offload_activations;
     int tp, sequence_parallel, partition_activations;
-    double link_gbps, latency_us, gflops;
+    double link_gbps, latency_us, gflops, intra_gbps;
+    ZeroPPConfig zeropp;
+    int ranks_per_host;
 } Flags;
 
 enum {
     F_PARAMS, F_MODEL, F_RANKS, F_BATCH, F_SEQ_LEN, F_GRAD_ACCUM, F_GLOBAL_BATCH, F_HBM_GB, F_MEASURE, F_JSON,
     F_DEEPSPEED_CONFIG, F_RECOMPUTE, F_OFFLOAD_ACTIVATIONS, F_TP, F_SEQUENCE_PARALLEL, F_PARTITION_ACTIVATIONS,
-    F_LINK_GBPS, F_LATENCY_US, F_GFLOPS, F_ATTENTION, F_COUNT
+    F_LINK_GBPS, F_LATENCY_US, F_GFLOPS, F_ATTENTION, F_QUANTIZE_WEIGHTS, F_HPZ_SIZE, F_QUANTIZE_GRADS,
+    F_GRAD_QUANT_BITS, F_QUANT_BLOCK, F_RANKS_PER_HOST, F_INTRA_GBPS, F_COUNT
 };
 
-// infinity's bf16 params follow offload_param.device (a flag of infinity's,
-// which memory_math has not): the config's stage is the matching row.
+// infinity's bf16 params follow offload_param.device and its master, m and
+// v offload_optimizer.device (flags of infinity's, which memory_math has
+// not): the config's stage is the matching row.
 static void params_tier_of_config(const DsConfig *ds, Inputs *in) {
-    if (in->stage != STAGE_INFINITY || strcmp(ds->params_device, "none") == 0) return;
-    int nvme = strcmp(ds->params_device, "nvme") == 0;
-    in->stage = nvme ? STAGE_INFINITY_NVME : STAGE_INFINITY_CPU;
-    settings_key(&in->settings, "zero_optimization.offload_param.device", "checked: the bf16 param shard %s, as %s",
-                 nvme ? "on NVMe" : "in pinned host memory", stage_name((StageId)in->stage));
+    static const StageId rows[2][3] = {
+        {STAGE_INFINITY, STAGE_INFINITY_CPU, STAGE_INFINITY_NVME},
+        {STAGE_INFINITY_OPT_CPU, STAGE_INFINITY_CPU_OPT_CPU, STAGE_INFINITY_NVME_OPT_CPU}};
+    if (in->stage != STAGE_INFINITY) return;
+    int params = !strcmp(ds->params_device, "cpu") ? 1 : !strcmp(ds->params_device, "nvme") ? 2 : 0;
+    int optim_cpu = strcmp(ds->optimizer_device, "cpu") == 0;
+    in->stage = rows[optim_cpu][params];
+    if (params)
+        settings_key(&in->settings, "zero_optimization.offload_param.device", "checked: the bf16 param shard %s, "
+                     "as %s", params == 2 ? "on NVMe" : "in pinned host memory", stage_name((StageId)in->stage));
+    settings_key(&in->settings, "zero_optimization.offload_optimizer.device", "checked: master, m and v %s, as %s",
+                 optim_cpu ? "in pinned host memory" : "on NVMe", stage_name((StageId)in->stage));
 }
 
 // --deepspeed-config: its values become the flags' defaults (ds_config.h),
@@ -123,6 +138,24 @@ static void parse_flags(int argc, char **argv, Flags *f, FlagSpec *specs, Inputs
                           .help = "the planner: one-way latency of a message between hosts", .min = 0, .max = 1e6},
         [F_GFLOPS] = {.name = "gflops", .type = FLAG_DOUBLE, .dst = &f->gflops, .meta = "F",
                       .help = "the planner: compute rate of one rank, GFLOP/s (measured)", .min = 0, .max = 1e9},
+        [F_INTRA_GBPS] = {.name = "intra-gbps", .type = FLAG_DOUBLE, .dst = &f->intra_gbps, .meta = "G",
+                          .help = "the planner: Gbit/s a host moves between its own ranks (0 = not counted)",
+                          .min = 0, .max = 1e6},
+        [F_RANKS_PER_HOST] = {.name = "ranks-per-host", .type = FLAG_INT, .dst = &f->ranks_per_host, .meta = "P",
+                              .help = "ranks on each host, consecutive (ZeRO++'s hierarchy; the planner's link is "
+                                      "each host's)", .min = 1, .max = 1 << 20},
+        [F_QUANTIZE_WEIGHTS] = {.name = "quantize-weights", .type = FLAG_BOOL, .dst = &f->zeropp.quantize_weights,
+                                .help = "zero3's ZeRO++ qwZ: weight gathers in int8"},
+        [F_HPZ_SIZE] = {.name = "hpz-size", .type = FLAG_INT, .dst = &f->zeropp.hpz, .meta = "K",
+                        .help = "zero3's ZeRO++ hpZ: a secondary partition over K ranks of a host (1: none)",
+                        .min = 1, .max = 1 << 20},
+        [F_QUANTIZE_GRADS] = {.name = "quantize-grads", .type = FLAG_BOOL, .dst = &f->zeropp.quantize_grads,
+                              .help = "zero3's ZeRO++ qgZ: the gradients' all-to-all, quantized, in and across hosts"},
+        [F_GRAD_QUANT_BITS] = {.name = "grad-quant-bits", .type = FLAG_INT, .dst = &f->zeropp.grad_bits, .meta = "B",
+                               .help = "qgZ's bits per gradient value: 8 or 4", .min = 4, .max = 8},
+        [F_QUANT_BLOCK] = {.name = "quant-block", .type = FLAG_INT, .dst = &f->zeropp.block, .meta = "N",
+                           .help = "ZeRO++'s elements per quantization block", .min = QUANT_BLOCK_MIN,
+                           .max = QUANT_BLOCK_MAX},
     };
     memcpy(specs, table, sizeof table);
     apply_config(argc, argv, specs, in);
@@ -253,6 +286,30 @@ static void check_shapes(Flags *f, Inputs *in) {
     if (f->link_gbps > 0 && !in->have_model)
         fail_usage("--link-gbps and --gflops predict a step of a model: add --model NAME (e.g. --model small)");
     if (f->link_gbps > 0 && f->measure) fail_usage("--measure and the planner (--link-gbps) are separate runs: drop one");
+    in->intra_gbps = f->intra_gbps;
+}
+
+// zero3's ZeRO++ switches and the hosts, refused as zero3 refuses them.
+static void check_zeropp(const Flags *f, const FlagSpec *specs, Inputs *in) {
+    const ZeroPPConfig *c = &f->zeropp;
+    in->zeropp = *c;
+    in->zeropp_given = c->quantize_weights || c->hpz > 1 || c->quantize_grads;
+    in->ranks_per_host = f->ranks_per_host;
+    if (in->ranks % f->ranks_per_host)
+        fail_usage("--ranks-per-host %d does not divide --ranks %d: every host holds as many ranks", f->ranks_per_host,
+                   in->ranks);
+    in->hosts = in->ranks / f->ranks_per_host;
+    if (c->grad_bits != 8 && c->grad_bits != 4)
+        fail_usage("--grad-quant-bits %d: qgZ sends 8 or 4 bits per gradient value; give 8 or 4", c->grad_bits);
+    if (c->block % 2)
+        fail_usage("--quant-block %d: two 4-bit values share a byte inside a block; give an even block size", c->block);
+    if (c->hpz > 1 && f->ranks_per_host % c->hpz)
+        fail_usage("--hpz-size %d: a secondary partition is K ranks of one host, and %d does not divide "
+                   "--ranks-per-host %d; give a divisor of it, or 1 for none", c->hpz, c->hpz, f->ranks_per_host);
+    int any = in->zeropp_given || specs[F_RANKS_PER_HOST].seen;
+    if (any && !in->have_model)
+        fail_usage("ZeRO++'s bytes follow zero3's gathers of a model's units: add --model NAME (e.g. --model small)");
+    if (any && f->measure) fail_usage("--measure allocates the stages' states; ZeRO++'s table is a separate run");
 }
 
 // What --global-batch divides by: the ranks, or with --tp the data-parallel
@@ -272,7 +329,8 @@ int main(int argc, char **argv) {
     in.rank = world.rank;
 
     Flags f = {.params = 0, .hbm_gb = 0, .model = NULL, .ranks = 8, .batch = 8, .seq_len = 0,
-               .grad_accum = 1, .global_batch = 0, .measure = 0, .json = 0, .recompute = "none", .attention = "flash", .tp = 1};
+               .grad_accum = 1, .global_batch = 0, .measure = 0, .json = 0, .recompute = "none", .attention = "flash", .tp = 1,
+               .zeropp = {.hpz = 1, .grad_bits = 8, .block = QUANT_BLOCK_DEFAULT}, .ranks_per_host = 1};
     FlagSpec specs[F_COUNT];
     parse_flags(argc, argv, &f, specs, &in);
     choose_params(&f, specs, &in);
@@ -280,6 +338,7 @@ int main(int argc, char **argv) {
     batch_rule_apply(&in.settings, &f.batch, &f.grad_accum, f.global_batch, batch_replicas(&f, &in),
                      f.tp > 1 ? "data-parallel replicas (--ranks / --tp)" : "ranks");
     check_shapes(&f, &in);
+    check_zeropp(&f, specs, &in);
     in.measure = f.measure;
     in.json = f.json;
 
@@ -298,6 +357,7 @@ int main(int argc, char **argv) {
         if (in.have_model) section_activations(&p, &in);
         if (in.hbm_gb > 0) section_fit(&p, &in);
         if (in.hbm_gb > 0 && in.have_model) section_fit_run(&p, &in);
+        if (in.zeropp_given || specs[F_RANKS_PER_HOST].seen) section_zeropp(&p, &in);
         if (in.link_gbps > 0) section_step_time(&p, &in);
         if (in.settings.config_path[0]) section_config(&p, &in);
     }

@@ -5,6 +5,7 @@
 #include "mem_math.h"
 #include "printer.h"
 #include "settings.h"
+#include "zeropp_math.h"
 
 typedef struct Inputs {
     double psi;               // Ψ, parameters (0: none given)
@@ -26,6 +27,12 @@ typedef struct Inputs {
     // the planner: a link (Gbit/s each way per host, one-way latency) and the
     // compute rate of one rank (0: no planner)
     double link_gbps, latency_us, gflops;
+    // zero3's ZeRO++ (--quantize-weights, --hpz-size, --quantize-grads): the
+    // switches given (zeropp_given) or none; the ranks sit on N/P hosts of P
+    // (--ranks-per-host), and a host moves intra_gbps inside itself (0: not counted)
+    ZeroPPConfig zeropp;
+    int zeropp_given, ranks_per_host, hosts;
+    double intra_gbps;
     int measure, json;
     int world, rank;          // MPI world
     int local_rank, local_size;
@@ -66,3 +73,20 @@ double run_total_bytes(StageId s, const Inputs *in);
 // step_time.c: with a link and a compute rate, the step time of each stage
 // predicted from the ring formulas, and the fastest that fits.
 void section_step_time(Printer *p, const Inputs *in);
+// zeropp.c: zero3's ZeRO++ modes (the switches given, or each alone and all
+// three): bytes per step in the host and across hosts, device bytes.
+typedef struct ZeroPPMode {
+    char name[48];
+    ZeroPPConfig c;
+} ZeroPPMode;
+int zeropp_modes(const Inputs *in, ZeroPPMode out[4]);
+// A mode's cost per rank per step: bytes in the host and across hosts (mean
+// over ranks, zeropp_math.c), the collectives whose latency counts (those
+// spanning hosts, at their ring or all-to-all steps), and the device bytes
+// its buffers add to zero3's (the secondary partition, qgZ's buffers, the
+// int8 parts beside the gathered units).
+typedef struct ZeroPPCost {
+    double intra, cross, latency_terms, collectives, device_extra, secondary;
+} ZeroPPCost;
+ZeroPPCost zeropp_cost(const Inputs *in, const ZeroPPConfig *c);
+void section_zeropp(Printer *p, const Inputs *in);

@@ -13,6 +13,9 @@ void section_inputs(Printer *p, const Inputs *in) {
     if (in->psi > 0) printer_num(p, "params", "Ψ (parameters)", in->psi, PRINT_GROUPED, NULL);
     else printer_num(p, "params", "Ψ (parameters)", NAN, PRINT_GROUPED, NULL);
     printer_str(p, "params_from", "Ψ from", in->psi_source);
+    if (in->have_model)  // Ψ as the trainers allocate it: wte with V rounded up to 128 rows (llm.c's Vp)
+        printer_num(p, "vocab_padding_params", "of Ψ, wte's padding rows ((Vp - V)·C)",
+                    (double)gpt_padding_params(&in->layout), PRINT_GROUPED, NULL);
     printer_num(p, "ranks", "N (data-parallel ranks)", in->ranks, "%.0f", NULL);
     printer_str(p, "ranks_from", "N from", in->ranks_source);
     if (in->have_model) {

@@ -15,6 +15,10 @@
 //              cover); zero3's first gather (or what compute cannot cover).
 // With several ranks per host in ring order, each host's NIC carries one
 // rank's ring traffic each way, so β is the host's link rate.
+// zero3's ZeRO++ modes (--ranks-per-host P below N): the NIC carries the
+// bytes its P ranks send across hosts (zeropp_math.c), the host its ranks'
+// bytes to each other at --intra-gbps (when given); only the collectives
+// that span hosts pay the latency.
 #include <math.h>
 #include <stdio.h>
 #include <string.h>
@@ -74,24 +78,41 @@ static Plan plan_stage(StageId s, const Inputs *in) {
     return p;
 }
 
-// The stages that fit with the least step time, every one of them where they
-// tie; none where no stage fits or every time is unbounded (a rate too small
-// for a double), since then no stage is faster than another.
-static const char *fastest(const double *ms, const int *fits, int budget, char *out, size_t n) {
+// zero3 with ZeRO++'s switches c, on the same link and compute rate.
+static Plan plan_zeropp(const ZeroPPConfig *c, const Inputs *in, double *device_bytes) {
+    Plan p = plan_stage(STAGE_ZERO3, in);  // its compute
+    ZeroPPCost cost = zeropp_cost(in, c);
+    *device_bytes = run_total_bytes(STAGE_ZERO3, in) + cost.device_extra;
+    p.comm_bytes = cost.cross * in->ranks_per_host;
+    p.collectives = cost.collectives;
+    p.latency_terms = cost.latency_terms;
+    double host_ms = in->intra_gbps > 0 ? cost.intra * in->ranks_per_host / (in->intra_gbps * 1e9 / 8) * 1e3 : 0;
+    p.comm_ms = p.comm_bytes / (in->link_gbps * 1e9 / 8) * 1e3 + host_ms + p.latency_terms * in->latency_us * 1e-3;
+    p.serial_ms = p.compute_ms + p.comm_ms;
+    double exposed = isfinite(p.comm_ms) ? fmax(p.comm_ms / p.collectives, p.comm_ms - p.compute_ms) : p.comm_ms;
+    p.overlap_ms = p.compute_ms + exposed;
+    return p;
+}
+
+// The rows that fit with the least step time, every one of them where they
+// tie; none where no row fits or every time is unbounded (a rate too small
+// for a double), since then none is faster than another.
+static const char *fastest(int n, const char *const *names, const double *ms, const int *fits, int budget, char *out,
+                           size_t len_out) {
     double least = INFINITY;
     int any_fits = 0;
-    for (int i = 0; i < NPLANNED; i++) {
+    for (int i = 0; i < n; i++) {
         any_fits |= fits[i];
         if (fits[i] && ms[i] < least) least = ms[i];
     }
     if (!any_fits) return budget ? "none fits" : "none";
     if (isinf(least)) return "none: every stage's step time is unbounded at these rates";
     out[0] = 0;
-    for (int i = 0; i < NPLANNED; i++) {
+    for (int i = 0; i < n; i++) {
         size_t len = strlen(out);
-        if (fits[i] && ms[i] == least) snprintf(out + len, n - len, "%s%s", len ? ", " : "", stage_name(planned[i]));
+        if (fits[i] && ms[i] == least) snprintf(out + len, len_out - len, "%s%s", len ? ", " : "", names[i]);
     }
-    if (strchr(out, ',')) snprintf(out + strlen(out), n - strlen(out), " (equal)");
+    if (strchr(out, ',')) snprintf(out + strlen(out), len_out - strlen(out), " (equal)");
     return out;
 }
 
@@ -104,23 +125,37 @@ void section_step_time(Printer *p, const Inputs *in) {
              in->latency_us, in->gflops);
     printer_section(p, "step_time", title);
     printer_table(p, "stages", plan_cols, 8);
-    Plan plans[NPLANNED];
-    int fits[NPLANNED];
-    double serial[NPLANNED], overlap[NPLANNED];
-    for (int i = 0; i < NPLANNED; i++) {
-        plans[i] = plan_stage(planned[i], in);
-        serial[i] = plans[i].serial_ms;
-        overlap[i] = plans[i].overlap_ms;
-        fits[i] = in->hbm_gb <= 0 || run_total_bytes(planned[i], in) <= in->hbm_gb * 1e9;
-        Cell row[8] = {cell_str(stage_name(planned[i])), cell_num(plans[i].compute_ms), cell_num(plans[i].comm_bytes),
-                       cell_num(plans[i].collectives), cell_num(plans[i].comm_ms), cell_num(plans[i].serial_ms),
-                       cell_num(plans[i].overlap_ms), cell_str(in->hbm_gb <= 0 ? "-" : fits[i] ? "yes" : "no")};
+    enum { MAX_ROWS = NPLANNED + 4 };
+    ZeroPPMode modes[4];
+    // zero3's ZeRO++ modes where they were asked for: --ranks-per-host below N, or a switch
+    int nmodes = in->hosts > 1 && (in->ranks_per_host > 1 || in->zeropp_given) ? zeropp_modes(in, modes) : 0;
+    const char *names[MAX_ROWS];
+    int fits[MAX_ROWS], n = 0;
+    double serial[MAX_ROWS], overlap[MAX_ROWS];
+    for (int i = 0; i < NPLANNED + nmodes; i++, n++) {
+        double need;
+        Plan plan;
+        if (i < NPLANNED) {
+            plan = plan_stage(planned[i], in);
+            need = run_total_bytes(planned[i], in);
+            names[i] = stage_name(planned[i]);
+        } else {
+            plan = plan_zeropp(&modes[i - NPLANNED].c, in, &need);
+            names[i] = modes[i - NPLANNED].name;
+        }
+        serial[i] = plan.serial_ms;
+        overlap[i] = plan.overlap_ms;
+        fits[i] = in->hbm_gb <= 0 || need <= in->hbm_gb * 1e9;
+        Cell row[8] = {cell_str(names[i]), cell_num(plan.compute_ms), cell_num(plan.comm_bytes),
+                       cell_num(plan.collectives), cell_num(plan.comm_ms), cell_num(plan.serial_ms),
+                       cell_num(plan.overlap_ms), cell_str(in->hbm_gb <= 0 ? "-" : fits[i] ? "yes" : "no")};
         printer_row(p, row);
     }
     printer_table_end(p);
     char best[160];
-    printer_str(p, "fastest_serial", "fastest, nothing hidden", fastest(serial, fits, in->hbm_gb > 0, best, sizeof best));
-    printer_str(p, "fastest_overlap", "fastest, overlapped", fastest(overlap, fits, in->hbm_gb > 0, best, sizeof best));
+    int budget = in->hbm_gb > 0;
+    printer_str(p, "fastest_serial", "fastest, nothing hidden", fastest(n, names, serial, fits, budget, best, sizeof best));
+    printer_str(p, "fastest_overlap", "fastest, overlapped", fastest(n, names, overlap, fits, budget, best, sizeof best));
     printer_note(p, "compute = (6Ψ_matmul + 12·L·C·T + recomputation) FLOPs per token x B·T·k tokens / the rate; "
                     "measure the rate with a one-host run (the report's compute ms) or make bench's sgemm roof.");
     printer_note(p, "comm = the ring bytes above / the link + latency x (N-1) per reduce-scatter or all-gather, "
@@ -129,6 +164,14 @@ void section_step_time(Printer *p, const Inputs *in) {
     printer_note(p, "nothing hidden: compute + comm, as on the cpu device. overlapped: dp_baseline and zero1 still "
                     "wait for all of it; zero2 for its all-gather and last bucket, zero3 for its first gather, or "
                     "for what compute (backward: 2/3 of it) cannot cover.");
+    if (nmodes)
+        printer_note(p, "zero3's ZeRO++ rows (%d hosts of %d ranks): comm bytes = what a host's link carries across "
+                        "hosts, its %d ranks' (the ZeRO++ section's across-hosts bytes x P), at the link's rate%s; "
+                        "latency for the collectives that span hosts; the quantization's own time left out.",
+                     in->hosts, in->ranks_per_host, in->ranks_per_host,
+                     in->intra_gbps > 0 ? ", plus the bytes inside the host at --intra-gbps" : "");
+    else
+        printer_note(p, "zero3's ZeRO++ modes: give --ranks-per-host P (below N) to plan them on this link.");
     printer_note(p, "the optimizer step is left out; %s", in->hbm_gb > 0 ? "fits: run_device_bytes <= --hbm-gb."
                                                                           : "--hbm-gb adds which stages fit.");
     printer_section_end(p);

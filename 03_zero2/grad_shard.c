@@ -53,7 +53,8 @@ static bf16 *bucket_at(const GradShard *gs, const Bucket *b, size_t x) {
 // and the bucket's `drained` event is recorded on the copy stream after it.
 static void finish_bucket(GradShard *gs, Trainer *t, Bucket *b) {
     if (!b->h.active) return;
-    comm_wait(&t->world, &b->h);
+    if (gs->reduce.wait) gs->reduce.wait(t, b, gs->reduce.arg);  // a stage's own reduction (zero3's qgZ)
+    else comm_wait(&t->world, &b->h);
     if (b->recv_count == 0) return;
     if (gs->sink) {
         gs->sink(t, b->recv_first, b->recv.ptr, b->recv_count, gs->sink_arg);
@@ -69,7 +70,9 @@ static void finish_bucket(GradShard *gs, Trainer *t, Bucket *b) {
 // exactly the layout MPI_Reduce_scatter's receive counts describe. Note
 // where this rank's part starts (b->recv_first) and how long it is
 // (b->recv_count); with a sink, the streams wait for `drained` before `recv`
-// is written again. Then the bucket is empty (lo = top = 0).
+// is written again. Then the bucket is empty (lo = top = 0). A stage that
+// brings its own reduction (gs->reduce: zero3's qgZ) starts that instead,
+// and finish_bucket waits for it with its own wait.
 static void launch_bucket(GradShard *gs, Trainer *t, Bucket *b) {
     if (b->lo == b->top) return;
     int N = t->world.size;
@@ -85,7 +88,10 @@ static void launch_bucket(GradShard *gs, Trainer *t, Bucket *b) {
         t->dev.ops->stream_wait_event(&t->dev, STREAM_COMPUTE, &b->drained);
         t->dev.ops->stream_wait_event(&t->dev, STREAM_COMM, &b->drained);
     }
-    comm_reduce_scatter_sum(&t->world, bucket_at(gs, b, b->lo), b->recv.ptr, counts, DT_HALF, &b->h);
+    if (gs->reduce.launch)
+        gs->reduce.launch(t, b, bucket_at(gs, b, b->lo), counts, gs->reduce.arg);
+    else
+        comm_reduce_scatter_sum(&t->world, bucket_at(gs, b, b->lo), b->recv.ptr, counts, DT_HALF, &b->h);
     b->lo = b->top = 0;
 }
 // LAB END

@@ -24,12 +24,24 @@ typedef struct Bucket {
 // cpu_offload copies them to the host instead.
 typedef void (*GradSink)(Trainer *t, size_t first, const bf16 *part, size_t count, void *arg);
 
+// How a launched bucket is reduced where a stage brings its own reduction
+// (zero3's qgZ, 04_zero3/zeropp.c): launch starts it (send: the bucket's
+// elements, counts[q] of them rank q's part, in rank order) and leaves b->h
+// in flight; wait completes it and leaves this rank's part in b->recv, as
+// the reduce-scatter does. Unset: the reduce-scatter over the world.
+typedef struct BucketReduce {
+    void (*launch)(Trainer *t, Bucket *b, const bf16 *send, const size_t *counts, void *arg);
+    void (*wait)(Trainer *t, Bucket *b, void *arg);
+    void *arg;
+} BucketReduce;
+
 typedef struct GradShard {
     Bucket bucket[2];
     int cur;           // the bucket being filled
     size_t cap;        // elements per bucket
     GradSink sink;     // set after grad_shard_init; NULL for the device shard
     void *sink_arg;
+    BucketReduce reduce;  // set after grad_shard_init; zeroed for the reduce-scatter
     // counted for the report: buckets launched; of them, those left in flight
     // while backward still had units to run; micro-batches flushed
     long launched, in_flight_in_backward, micro_batches;

@@ -6,7 +6,7 @@
 // and v sharded as in ZeRO-1: 2Ψ + 14Ψ/N per rank, plus two buckets.
 #include "grad_shard.h"
 #include "kernels.h"
-#include "../02_zero1/shard_update.h"
+#include "shard_update.h"
 #include "trainer.h"
 
 typedef struct Stage {

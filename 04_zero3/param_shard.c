@@ -3,6 +3,7 @@
 #include "param_shard.h"
 #include <stdlib.h>
 #include "check.h"
+#include "zeropp.h"
 
 // Schedule entry e: forward of unit e for e < U, backward of unit 2U-1-e after.
 // An evaluation runs forward only: nothing is gathered ahead for a backward
@@ -65,33 +66,51 @@ static void start_gather(ParamShard *ps, Trainer *t, int u) {
 }
 // LAB END
 
-static void finish_gather(Trainer *t, LiveUnit *lu) {
+void param_shard_gather_world(ParamShard *ps, Trainer *t, int u) { start_gather(ps, t, u); }
+
+// The gather of unit u for an entry of the forward (backward = 0) or the
+// backward pass: ZeRO++'s where zero3 has it (zeropp.c), else start_gather.
+static void gather_for(ParamShard *ps, Trainer *t, int u, int backward) {
+    if (ps->live[u].state != LIVE_NONE) return;
+    ps->live[u].backward = backward;
+    if (ps->pp) zeropp_start_gather(ps->pp, ps, t, u, backward);
+    else start_gather(ps, t, u);
+}
+
+static void finish_gather(ParamShard *ps, Trainer *t, int u) {
+    LiveUnit *lu = &ps->live[u];
     if (lu->state != LIVE_GATHERING) return;
-    comm_wait(&t->world, &lu->h);
+    comm_wait(lu->group ? lu->group : &t->world, &lu->h);
+    if (ps->pp) zeropp_finish_gather(ps->pp, t, lu, u);
     lu->state = LIVE_READY;
 }
 
-static void drop(Trainer *t, LiveUnit *lu) {
-    finish_gather(t, lu);
+static void drop(ParamShard *ps, Trainer *t, int u) {
+    LiveUnit *lu = &ps->live[u];
+    finish_gather(ps, t, u);
     if (lu->state == LIVE_NONE) return;
     buf_free(&t->dev, &lu->buf);
+    buf_free(&t->dev, &lu->packed);
+    lu->group = NULL;
     lu->state = LIVE_NONE;
     lu->seen = lu->used = 0;
 }
 
 // LAB 04: param_shard_acquire -- gather what this entry reads, prefetch the next ones, wait for its own
 // Prefetch stays inside one micro-batch's forward+backward: across the end
-// of backward lies the optimizer step, which changes the params.
+// of backward lies the optimizer step, which changes the params. Each
+// gather is started for the pass of the entry that reads it (gather_for:
+// ZeRO++'s hpZ gathers backward's from elsewhere).
 void param_shard_acquire(ParamShard *ps, Trainer *t, int u, int backward) {
-    int e = entry_of(t->layout.num_units, u, backward), reads[2];
+    int U = t->layout.num_units, e = entry_of(U, u, backward), reads[2];
     int n = entry_reads(&t->layout, e, reads);
-    for (int i = 0; i < n; i++) start_gather(ps, t, reads[i]);
+    for (int i = 0; i < n; i++) gather_for(ps, t, reads[i], backward);
     for (int k = 1; k <= ps->prefetch && e + k < num_entries(t); k++) {
         int m = entry_reads(&t->layout, e + k, reads);
-        for (int i = 0; i < m; i++) start_gather(ps, t, reads[i]);
+        for (int i = 0; i < m; i++) gather_for(ps, t, reads[i], e + k >= U);
     }
     n = entry_reads(&t->layout, e, reads);
-    for (int i = 0; i < n; i++) finish_gather(t, &ps->live[reads[i]]);
+    for (int i = 0; i < n; i++) finish_gather(ps, t, reads[i]);
     comm_progress(&t->world);
 }
 // LAB END
@@ -113,12 +132,12 @@ void param_shard_release(ParamShard *ps, Trainer *t, int u, int backward) {
     int e = entry_of(t->layout.num_units, u, backward), reads[2];
     int n = entry_reads(&t->layout, e, reads);
     for (int i = 0; i < n; i++)
-        if (!read_soon(ps->prefetch, &t->layout, num_entries(t), e, reads[i])) drop(t, &ps->live[reads[i]]);
+        if (!read_soon(ps->prefetch, &t->layout, num_entries(t), e, reads[i])) drop(ps, t, reads[i]);
 }
 // LAB END
 
 void param_shard_release_all(ParamShard *ps, Trainer *t) {
-    for (int u = 0; u < t->layout.num_units; u++) drop(t, &ps->live[u]);
+    for (int u = 0; u < t->layout.num_units; u++) drop(ps, t, u);
 }
 
 int param_shard_upcoming(const Trainer *t, int u, int backward, int ahead, int out[2]) {

@@ -20,7 +20,12 @@ typedef struct LiveUnit {
     // whether it was waited for by then, and whether an entry has read it since
     int seen, seen_ready, used;
     long seen_at;
+    Comm *group;   // the group gathering it: NULL for the world; hpZ's (zeropp.c)
+    Buf packed;    // qwZ: every rank's slice in int8 with its scales, as gathered (zeropp.c)
+    int backward;  // gathered for a backward entry
 } LiveUnit;
+
+struct ZeroPP;
 
 // Where this rank's slice of a unit comes from when the unit is gathered:
 // `count` elements of flat index `first` onwards (all in this rank's shard),
@@ -38,6 +43,7 @@ typedef struct ParamShard {
     // training's all-gathers, those started before the entry that reads them, and of those the ones
     // waited for before that entry too (nothing left to overlap)
     long gathers, gathers_ahead, waited_early;
+    struct ZeroPP *pp;        // zero3's ZeRO++ (zeropp.h), which gathers the units; NULL: the gathers below
 } ParamShard;
 
 // The --prefetch flag (default 1).
@@ -59,6 +65,10 @@ const bf16 *param_shard_view(ParamShard *ps, int u);
 // The gathers against their formulas (zero_gathers_per_micro_batch and
 // _ahead at this prefetch depth): a line, and "gathers" in the --json record.
 void param_shard_report(const ParamShard *ps, const Trainer *t, FILE *json);
+// zero3's gather of unit u: this rank's slice into a fresh live buffer, then
+// the bf16 all-gather over the world (ZeRO++ calls it where its switches
+// leave a gather as it was).
+void param_shard_gather_world(ParamShard *ps, Trainer *t, int u);
 // The units that the schedule entry `ahead` entries after unit u's forward
 // (backward = 0) or backward reads, in out[]; returns how many (0 past the
 // end of the micro-batch). A stage that brings slices from further away

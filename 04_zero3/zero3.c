@@ -4,36 +4,47 @@
 // its backward (the next units' gathers prefetched meanwhile) and released
 // after use, so only a few units are ever whole. Gradients leave in buckets
 // as in ZeRO-2. Traffic: 3Ψ per step (two gathers and a reduce-scatter).
-#include "../02_zero1/shard_update.h"
-#include "../03_zero2/grad_shard.h"
+// ZeRO++'s switches (zeropp.h) change how the gathers and the buckets move,
+// not this loop.
+#include "shard_update.h"
+#include "grad_shard.h"
 #include "kernels.h"
 #include "param_shard.h"
 #include "trainer.h"
+#include "zeropp.h"
 
 typedef struct Stage {
     double bucket_mb;   // --bucket-mb
     int prefetch;       // --prefetch
     GradShard grads;    // the two buckets
     ParamShard params;  // the units gathered now
+    ZeroPP pp;          // ZeRO++: qwZ, hpZ, qgZ
 } Stage;
 
 static int flags(void *ctx, FlagSpec *out) {
     Stage *z = ctx;
     out[0] = grad_shard_flag(&z->bucket_mb);
     out[1] = param_shard_flag(&z->prefetch);
-    return 2;
+    return 2 + zeropp_flags(&z->pp.c, out + 2);
+}
+
+static void configure(Trainer *t, const GPTConfig *model) {
+    Stage *z = t->sctx;
+    zeropp_configure(&z->pp, t, z->prefetch, z->bucket_mb);
 }
 
 static void setup(Trainer *t) {
     Stage *z = t->sctx;
     grad_shard_init(&z->grads, t, z->bucket_mb);
     param_shard_init(&z->params, t, z->prefetch);
+    zeropp_setup(&z->pp, t, &z->params, &z->grads);
 }
 
-// The buckets, and the units gathered at once at this prefetch depth.
+// The buckets, and the units gathered at once at this prefetch depth (with
+// ZeRO++ its buffers too).
 static double device_buffer_bytes(const void *ctx, const GPTLayout *l, const Partition *p) {
     const Stage *z = ctx;
-    return zero_bucket_bytes(z->bucket_mb, p) + zero_gathered_peak_bytes(l, z->prefetch);
+    return zero_bucket_bytes(z->bucket_mb, p) + zeropp_buffer_bytes(&z->pp, l, p, z->prefetch, z->bucket_mb);
 }
 
 // The micro-batch step. No rank holds the params whole: before a unit
@@ -88,12 +99,17 @@ static void params_from_master(Trainer *t) {
     t->dev.k->f32_to_half(&t->dev, t->st.params.ptr, t->st.master.ptr, t->part.shard);
 }
 
-static void report(Trainer *t, FILE *json) { param_shard_report(&((Stage *)t->sctx)->params, t, json); }
+static void report(Trainer *t, FILE *json) {
+    Stage *z = t->sctx;
+    param_shard_report(&z->params, t, json);
+    zeropp_report(&z->pp, t, json);
+}
 
 static void teardown(Trainer *t) {
     Stage *z = t->sctx;
     param_shard_free(&z->params, t);
     grad_shard_free(&z->grads, t);
+    zeropp_free(&z->pp, t);
 }
 
 const Strategy strategy_zero3 = {
@@ -106,6 +122,7 @@ const Strategy strategy_zero3 = {
                .params_tier = TIER_DEVICE, .grads_tier = TIER_DEVICE, .optim_tier = TIER_DEVICE},
     .context_bytes = sizeof(Stage),
     .flags = flags,
+    .configure = configure,
     .setup = setup,
     .device_buffer_bytes = device_buffer_bytes,
     .forward_backward = forward_backward,

@@ -1,6 +1,7 @@
 // host_grads.c: reduced gradient parts down to the pinned host shard (see
 // host_grads.h).
 #include "host_grads.h"
+#include <string.h>
 #include "kernels.h"
 
 // zero2's bucket sink: this rank's reduced part of a bucket goes down on the
@@ -20,9 +21,11 @@ static void deliver_grads(Trainer *t, size_t first, const bf16 *part, size_t cou
         grads_add_half(t, &kernels_cpu, first - t->part.begin, hg->accum.ptr, count);
     }
     count_transfer(t, XFER_D2H, (double)bytes);
+    if (hg->arrived) hg->arrived(t, first, count, hg->arrived_arg);
 }
 
 void host_grads_init(HostGrads *hg, GradShard *gs, Trainer *t) {
+    memset(hg, 0, sizeof *hg);
     gs->sink = deliver_grads;
     gs->sink_arg = hg;
     size_t part = gs->cap < t->part.shard ? gs->cap : t->part.shard;

@@ -3,10 +3,16 @@
 // rank's gradient shard in pinned host memory, beside the CPU Adam that reads
 // it. cpu_offload and infinity link it.
 #pragma once
-#include "../03_zero2/grad_shard.h"
+#include "grad_shard.h"
+
+// Told after each reduced part is on its way (queued on the copy stream, or
+// added on the host): flat elements [first, first + count).
+typedef void (*GradsArrived)(Trainer *t, size_t first, size_t count, void *arg);
 
 typedef struct HostGrads {
     Buf accum;  // pinned: a reduced part to add (micro-batches after the first)
+    GradsArrived arrived;  // NULL, or what the stage does as parts arrive (cpu_offload: start the CPU Adam)
+    void *arrived_arg;
 } HostGrads;
 
 // Points the buckets' sink at the host shard t->st.grads (pinned).

@@ -1,14 +1,18 @@
 // infinity: ZeRO-Infinity (Rajbhandari et al., SC 2021) on top of ZeRO-3.
 // Every state is sharded as in zero3. The rank's fp32 master, m and v
-// (12Ψ/N) live in files on NVMe (--nvme-path) and its reduced gradient shard
-// (2Ψ/N) in pinned host memory, as in ZeRO-Offload. At the optimizer step a
-// SIMD CPU Adam updates them sub-group by sub-group (--sub-group-mb) while the
-// swapper streams them: sub-group k+1 is read while k is updated and k-1
-// written back. The bf16 param shard (2Ψ/N) stays on the device
-// (--offload-params none) or moves to pinned host memory (cpu) or NVMe
-// (nvme); then each unit's slice comes up for its gather along zero3's
-// schedule, read from NVMe ahead of time, and the device holds only the
-// units being computed.
+// (12Ψ/N) live in files on NVMe (--offload-optimizer nvme, the default;
+// --nvme-path) or in pinned host memory (cpu), and its reduced gradient
+// shard (2Ψ/N) in pinned host memory, as in ZeRO-Offload. At the optimizer
+// step a SIMD CPU Adam updates them sub-group by sub-group (--sub-group-mb)
+// while the swapper streams them from NVMe: sub-group k+1 is read while k is
+// updated and k-1 written back. The bf16 param shard (2Ψ/N) stays on the
+// device (--offload-params none) or moves to pinned host memory (cpu) or
+// NVMe (nvme); then each unit's slice comes up for its gather along zero3's
+// schedule (read from NVMe ahead of time), on the copy stream --prefetch
+// units ahead of the compute (0: when the unit is needed, the synchronous
+// block swap), and the device holds only the units being computed. With
+// --offload-params cpu --offload-optimizer cpu every state is on the host
+// and no disk is needed: DeepSpeed's ZeRO-3 offload to the CPU.
 #include "check.h"
 #include "cpu_adam.h"
 #include "infinity.h"
@@ -19,11 +23,15 @@
 // the disk for the files.
 static void configure(Trainer *t, const GPTConfig *model) {
     static const MemTier tier[3] = {TIER_DEVICE, TIER_PINNED, TIER_NVME};
-    static const StageId form[3] = {STAGE_INFINITY, STAGE_INFINITY_CPU, STAGE_INFINITY_NVME};
+    static const StageId form[2][3] = {
+        [OPTIM_NVME] = {STAGE_INFINITY, STAGE_INFINITY_CPU, STAGE_INFINITY_NVME},
+        [OPTIM_CPU] = {STAGE_INFINITY_OPT_CPU, STAGE_INFINITY_CPU_OPT_CPU, STAGE_INFINITY_NVME_OPT_CPU}};
     Stage *z = t->sctx;
-    infinity_check_flags(z);
+    infinity_check_flags(z, &t->cfg.settings);
     t->states.params_tier = tier[z->params_at];
-    t->formula = form[z->params_at];
+    t->states.optim_tier = z->optim_at == OPTIM_NVME ? TIER_NVME : TIER_PINNED;
+    t->formula = form[z->optim_at][z->params_at];
+    if (!z->on_nvme) return;
     // the folder and its room for this rank's shard of the whole model (the
     // partition the trainer makes next), before anything is allocated
     Partition part;
@@ -31,22 +39,31 @@ static void configure(Trainer *t, const GPTConfig *model) {
     nvme_files_check(&z->files, t, part.shard, z->nvme_path);
 }
 
-static void setup(Trainer *t) {
-    Stage *z = t->sctx;
-    grad_shard_init(&z->grads, t, z->bucket_mb);
-    host_grads_init(&z->host_grads, &z->grads, t);
-    param_shard_init(&z->params, t, z->prefetch);
+// The files on NVMe and their aio contexts, where something lives there.
+static void open_nvme(Trainer *t, Stage *z) {
     char err[AIO_ERR_BYTES] = "";
     size_t block_bytes = (size_t)z->aio_block_kb * 1024;
     int rc = aio_init(&z->aio, z->aio_queue_depth, block_bytes, err);
     if (!rc && z->params_at == PARAMS_NVME) rc = aio_init(&z->params_aio, z->aio_queue_depth, block_bytes, err);
     nvme_agree(t, rc != 0, err);
     nvme_files_create(&z->files, t, &z->aio);
-    const AioFile *files[SWAP_TENSORS] = {&z->files.file[SWAP_MASTER], &z->files.file[SWAP_M],
-                                          &z->files.file[SWAP_V],
+}
+
+static void setup(Trainer *t) {
+    Stage *z = t->sctx;
+    grad_shard_init(&z->grads, t, z->bucket_mb);
+    host_grads_init(&z->host_grads, &z->grads, t);
+    param_shard_init(&z->params, t, z->prefetch);
+    if (z->on_nvme) open_nvme(t, z);
+    int in_files = z->optim_at == OPTIM_NVME;
+    const AioFile *files[SWAP_TENSORS] = {in_files ? &z->files.file[SWAP_MASTER] : NULL,
+                                          in_files ? &z->files.file[SWAP_M] : NULL,
+                                          in_files ? &z->files.file[SWAP_V] : NULL,
                                           z->params_at == PARAMS_NVME ? &z->files.file[SWAP_PARAMS] : NULL};
+    float *const in_memory[3] = {t->st.master.ptr, t->st.m.ptr, t->st.v.ptr};
     size_t group = swapper_group_elems(z->sub_group_mb * 1e6, t->part.shard);
-    swapper_init(&z->swap, &t->dev, &t->trace, &z->aio, &z->params_aio, files, t->part.shard, group);
+    swapper_init(&z->swap, &t->dev, &t->trace, &z->aio, &z->params_aio, files, in_files ? NULL : in_memory,
+                 t->part.shard, group);
     if (z->params_at != PARAMS_DEVICE)
         param_fetch_init(&z->fetch, t, &z->params, &z->params_aio, files[SWAP_PARAMS], &z->swap);
     for (int i = 0; i < SWAP_SLOTS; i++) t->dev.ops->event_create(&t->dev, &z->uploaded[i]);
@@ -159,13 +176,17 @@ static void forget_params(Trainer *t, Stage *z) {
     if (z->params_at != PARAMS_DEVICE) param_fetch_forget(&z->fetch, t);
 }
 
+// What a pass moves of master, m and v: in files, read before the work and
+// written after it; in pinned memory, nothing.
+static unsigned states_io(const Stage *z) { return z->optim_at == OPTIM_NVME ? SWAP_READ | SWAP_WRITE : 0; }
+
 static void update(Trainer *t, const AdamWStep *s) {
     Stage *z = t->sctx;
     forget_params(t, z);
-    dev_sync(&t->dev, STREAM_COPY);  // every reduced gradient part is on the host
+    dev_sync(&t->dev, STREAM_COPY);  // every reduced gradient part is on the host, every param slice read
     AdamWork w = {.t = t, .s = s, .path = cpu_adam_best_path()};
     // with the params on NVMe, the pass writes them too, and holds its last state writes (release_held_writes)
-    unsigned what = SWAP_READ | SWAP_WRITE | (z->params_at == PARAMS_NVME ? SWAP_WRITE_PARAMS | SWAP_HOLD_LAST : 0);
+    unsigned what = states_io(z) | (z->params_at == PARAMS_NVME ? SWAP_WRITE_PARAMS | SWAP_HOLD_LAST : 0);
     int rc = swapper_pass(&z->swap, what, adam_group, &w);
     dev_sync(&t->dev, STREAM_COPY);  // the new params are up before the next forward gathers them
     infinity_take_nvme_bytes(t, z, 1);
@@ -182,7 +203,7 @@ static void params_group(const SwapGroup *g, void *arg) {
 void infinity_params_from_master(Trainer *t) {
     Stage *z = t->sctx;
     forget_params(t, z);
-    unsigned what = SWAP_READ | (z->params_at == PARAMS_NVME ? SWAP_WRITE_PARAMS : 0);
+    unsigned what = (states_io(z) & SWAP_READ) | (z->params_at == PARAMS_NVME ? SWAP_WRITE_PARAMS : 0);
     int rc = swapper_pass(&z->swap, what, params_group, t);
     dev_sync(&t->dev, STREAM_COPY);
     infinity_take_nvme_bytes(t, z, 0);
@@ -201,9 +222,9 @@ static void teardown(Trainer *t) {
     if (z->params_at != PARAMS_DEVICE) param_fetch_free(&z->fetch, t);
     param_shard_free(&z->params, t);
     swapper_free(&z->swap);
-    nvme_files_remove(&z->files, t);
-    aio_destroy(&z->aio);
-    aio_destroy(&z->params_aio);  // no-op where it was not set up
+    if (z->on_nvme) nvme_files_remove(&z->files, t);
+    aio_destroy(&z->aio);         // no-op where it was not set up
+    aio_destroy(&z->params_aio);
     host_grads_free(&z->host_grads, t);
     grad_shard_free(&z->grads, t);
     for (int i = 0; i < SWAP_SLOTS; i++) t->dev.ops->event_destroy(&t->dev, &z->uploaded[i]);
@@ -212,8 +233,9 @@ static void teardown(Trainer *t) {
 const Strategy strategy_infinity = {
     .name = "infinity",
     .summary = "ZeRO-Infinity on top of ZeRO-3: fp32 master, m and v in files on NVMe, streamed in sub-groups\n"
-               "through a pipelined swapper to a SIMD CPU Adam; the gradient shard in pinned host memory;\n"
-               "--offload-params moves the bf16 param shard to pinned host memory or NVMe too.",
+               "through a pipelined swapper to a SIMD CPU Adam (--offload-optimizer cpu: in pinned host memory);\n"
+               "the gradient shard in pinned host memory; --offload-params moves the bf16 param shard to pinned\n"
+               "host memory or NVMe too, its units copied up --prefetch ahead of their compute (0: when needed).",
     .formula = STAGE_INFINITY,
     // zero3's shards; the optimizer states on NVMe, the gradients beside the CPU Adam
     .states = {.params = STATE_SHARD, .grads = STATE_SHARD, .optim = STATE_SHARD,

@@ -2,9 +2,9 @@
 // (infinity.c is the technique; infinity_ops.c its flags, refusals, I/O
 // error agreement, byte accounting and checkpoints).
 #pragma once
-#include "../03_zero2/grad_shard.h"
-#include "../04_zero3/param_shard.h"
-#include "../05_cpu_offload/host_grads.h"
+#include "grad_shard.h"
+#include "param_shard.h"
+#include "host_grads.h"
 #include "nvme_files.h"
 #include "param_fetch.h"
 #include "swapper.h"
@@ -18,13 +18,17 @@
 #define AIO_QUEUE_DEPTH_DEFAULT 8
 
 typedef enum { PARAMS_DEVICE, PARAMS_CPU, PARAMS_NVME } ParamsAt;
+typedef enum { OPTIM_CPU, OPTIM_NVME } OptimAt;
 
 typedef struct Stage {
     const char *nvme_path, *offload_params;  // --nvme-path, --offload-params
+    const char *offload_optimizer;           // --offload-optimizer
     double sub_group_mb, bucket_mb;          // --sub-group-mb, --bucket-mb
     int aio_block_kb, aio_queue_depth;       // --aio-block-kb, --aio-queue-depth
     int prefetch;                            // --prefetch
     ParamsAt params_at;
+    OptimAt optim_at;
+    int on_nvme;              // some state lives in files on NVMe (then the folder, aio and the swapper's reads)
     GradShard grads;          // zero2's buckets...
     HostGrads host_grads;     // ... delivering to the pinned gradient shard
     ParamShard params;        // zero3's gathers
@@ -40,8 +44,11 @@ typedef struct Stage {
 // infinity_ops.c
 // Stage-only flags (Strategy.flags), with their defaults.
 int infinity_flags(void *ctx, FlagSpec *out);
-// Refuses flags that cannot work, one line (exit 2); sets z->params_at.
-void infinity_check_flags(Stage *z);
+// Refuses flags that cannot work, one line (exit 2); sets z->params_at,
+// z->optim_at and z->on_nvme. With nothing on NVMe a --nvme-path or aio
+// flag of the command line is refused; one from a DeepSpeed config (s) is
+// ignored, and its key says so.
+void infinity_check_flags(Stage *z, Settings *s);
 // Rank 0: one line of what lives where (files, sub-groups, aio).
 void infinity_say_where(Trainer *t, Stage *z);
 // Collective: a read or write that failed on any rank (rc != 0 here) stops

@@ -19,10 +19,17 @@ static void file_range(const Trainer *t, size_t first, size_t count, size_t *lo,
     *skip = offset - *lo;
 }
 
+// A free staging buffer whose last copy up is done (a wait only where the
+// device is that far behind), or a new one.
 static int take_staging(ParamFetch *pf, Trainer *t) {
-    if (pf->free_n > 0) return pf->staging_free[--pf->free_n];
+    if (pf->free_n > 0) {
+        int i = pf->staging_free[--pf->free_n];
+        t->dev.ops->event_sync(&t->dev, &pf->staging_copied[i]);
+        return i;
+    }
     int i = pf->staging_n++;  // at most one per unit: the arrays have room
     pf->staging[i] = buf_alloc(&t->dev, TIER_PINNED, CAT_COMM, pf->staging_bytes, "param slice from NVMe");
+    t->dev.ops->event_create(&t->dev, &pf->staging_copied[i]);
     return i;
 }
 
@@ -57,13 +64,21 @@ static void finish_read(ParamFetch *pf, Trainer *t, SliceRead *r, int u) {
     trace_span(&t->trace, TRACE_TID_IO, "nvme read params", r->req.start_us, r->req.done_us, (double)r->req.bytes);
 }
 
+// Up on the copy stream; the gather of the unit waits for `done`, the
+// compute stream does not.
+static void copy_up(Trainer *t, bf16 *dst, const void *src, size_t bytes, Event *done) {
+    dev_copy(&t->dev, dst, src, bytes, STREAM_COPY);
+    t->dev.ops->event_record(&t->dev, done, STREAM_COPY);
+    comm_after_event(&t->world, done);
+}
+
 // ParamShard's source: the slice goes up into the gather's buffer.
 static void fetch_slice(Trainer *t, int u, bf16 *dst, size_t first, size_t count, void *arg) {
     ParamFetch *pf = arg;
     size_t bytes = count * sizeof(bf16);
     count_transfer(t, XFER_H2D, (double)bytes);
     if (!pf->from_nvme) {
-        dev_copy(&t->dev, dst, (const bf16 *)t->st.params.ptr + (first - t->part.begin), bytes, STREAM_COMPUTE);
+        copy_up(t, dst, (const bf16 *)t->st.params.ptr + (first - t->part.begin), bytes, &pf->copied[u]);
         return;
     }
     SliceRead *r = &pf->reads[u];
@@ -75,9 +90,8 @@ static void fetch_slice(Trainer *t, int u, bf16 *dst, size_t first, size_t count
           count, r->first, r->count);
     finish_read(pf, t, r, u);
     count_transfer(t, XFER_NVME_READ, (double)bytes);
-    dev_copy(&t->dev, dst, (const char *)pf->staging[r->staging].ptr + r->skip, bytes, STREAM_COMPUTE);
-    dev_sync(&t->dev, STREAM_COMPUTE);  // the staging buffer goes to the next read
-    give_staging(pf, r->staging);
+    copy_up(t, dst, (const char *)pf->staging[r->staging].ptr + r->skip, bytes, &pf->staging_copied[r->staging]);
+    give_staging(pf, r->staging);  // to the next read once this copy is done (take_staging)
     r->active = 0;
 }
 
@@ -93,7 +107,10 @@ void param_fetch_init(ParamFetch *pf, Trainer *t, ParamShard *ps, Aio *aio, cons
     int U = t->layout.num_units;
     pf->reads = xcalloc((size_t)U, sizeof(SliceRead));
     pf->staging = xcalloc((size_t)U, sizeof(Buf));
+    pf->staging_copied = xcalloc((size_t)U, sizeof(Event));
     pf->staging_free = xcalloc((size_t)U, sizeof(int));
+    pf->copied = xcalloc((size_t)U, sizeof(Event));
+    for (int u = 0; u < U; u++) t->dev.ops->event_create(&t->dev, &pf->copied[u]);
     for (int u = 0; u < U; u++) {
         size_t first, lo, hi, skip, count = own_slice(t, u, &first);
         if (count == 0) continue;
@@ -142,9 +159,16 @@ void param_fetch_forget(ParamFetch *pf, Trainer *t) {
 
 void param_fetch_free(ParamFetch *pf, Trainer *t) {
     param_fetch_forget(pf, t);
-    for (int i = 0; i < pf->staging_n; i++) buf_free(&t->dev, &pf->staging[i]);
+    dev_sync(&t->dev, STREAM_COPY);  // the last copies up read the staging buffers
+    for (int i = 0; i < pf->staging_n; i++) {
+        buf_free(&t->dev, &pf->staging[i]);
+        t->dev.ops->event_destroy(&t->dev, &pf->staging_copied[i]);
+    }
+    for (int u = 0; pf->copied && u < t->layout.num_units; u++) t->dev.ops->event_destroy(&t->dev, &pf->copied[u]);
     free(pf->reads);
     free(pf->staging);
+    free(pf->staging_copied);
     free(pf->staging_free);
+    free(pf->copied);
     memset(pf, 0, sizeof *pf);
 }

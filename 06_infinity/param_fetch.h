@@ -5,8 +5,16 @@
 // started along zero3's schedule one entry ahead of the gathers (which run
 // --prefetch entries ahead of the compute), so that NVMe -> pinned ->
 // device overlaps the units computing before.
+//
+// The copy up runs on the copy stream, and only the gather waits for it (an
+// event: comm_after_event), never the compute stream or the host: with
+// --prefetch 1 or more, unit u+1's slice crosses PCIe while unit u computes
+// (the prefetched block swap); with --prefetch 0 each unit's copy is issued
+// when the unit is needed and its compute waits for it (the synchronous
+// swap). A staging buffer goes to another read once its copy up is done
+// (its event).
 #pragma once
-#include "../04_zero3/param_shard.h"
+#include "param_shard.h"
 #include "aio.h"
 #include "swapper.h"
 
@@ -29,8 +37,10 @@ typedef struct ParamFetch {
     Swapper *swap;          // its writes of the params, which a read must not overtake
     SliceRead *reads;       // [num_units]
     Buf *staging;           // pinned buffers of staging_bytes, handed out to reads
+    Event *staging_copied;  // [i]: the copy up out of staging[i] is done
     int *staging_free, staging_n, free_n;
     size_t staging_bytes;
+    Event *copied;          // [num_units]: the unit's slice is up (from pinned memory)
 } ParamFetch;
 
 // Installs the source in ps. From NVMe: file, and swap for its writes.

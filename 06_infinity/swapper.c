@@ -16,7 +16,7 @@ size_t swapper_group_elems(double group_bytes, size_t count) {
 }
 
 void swapper_init(Swapper *sw, Device *dev, Trace *trace, Aio *aio, Aio *params_aio,
-                  const AioFile *file[SWAP_TENSORS], size_t count, size_t group_elems) {
+                  const AioFile *file[SWAP_TENSORS], float *const states[3], size_t count, size_t group_elems) {
     CHECK(count > 0 && group_elems > 0 && group_elems % SWAP_GROUP_ALIGN == 0,
           "swapper_init: %zu elements in sub-groups of %zu", count, group_elems);
     memset(sw, 0, sizeof *sw);
@@ -24,16 +24,18 @@ void swapper_init(Swapper *sw, Device *dev, Trace *trace, Aio *aio, Aio *params_
     sw->trace = trace;
     for (int i = 0; i < SWAP_TENSORS; i++) sw->aio[i] = i == SWAP_PARAMS ? params_aio : aio;
     memcpy(sw->file, file, sizeof sw->file);
+    for (int i = SWAP_MASTER; states && i <= SWAP_V; i++) sw->states[i] = states[i];
     sw->count = count;
     sw->group_elems = group_elems;
     sw->groups = (int)((count + group_elems - 1) / group_elems);
+    int first = sw->states[SWAP_MASTER] ? SWAP_PARAMS : SWAP_MASTER;  // the tensors the slots hold
     for (int s = 0; s < SWAP_SLOTS; s++) {
         SwapSlot *slot = &sw->slot[s];
         size_t bytes = 0;
-        for (int i = 0; i < SWAP_TENSORS; i++) bytes += group_elems * ELEM_BYTES[i];  // each 4 KiB-aligned
+        for (int i = first; i < SWAP_TENSORS; i++) bytes += group_elems * ELEM_BYTES[i];  // each 4 KiB-aligned
         slot->buf = buf_alloc(dev, TIER_PINNED, CAT_WORKSPACE, bytes, "optimizer swap slot");
         char *p = slot->buf.ptr;
-        for (int i = 0; i < SWAP_TENSORS; i++) {
+        for (int i = first; i < SWAP_TENSORS; i++) {
             slot->t[i] = p;
             p += group_elems * ELEM_BYTES[i];
         }
@@ -49,7 +51,13 @@ static size_t group_count(const Swapper *sw, int k) {
     size_t first = group_first(sw, k);
     return sw->count - first < sw->group_elems ? sw->count - first : sw->group_elems;
 }
-static SwapSlot *slot_of(Swapper *sw, int k) { return &sw->slot[(sw->base + k) % SWAP_SLOTS]; }
+// Sub-group k's slot; with the states in memory its master, m and v are
+// k's place there.
+static SwapSlot *slot_of(Swapper *sw, int k) {
+    SwapSlot *s = &sw->slot[(sw->base + k) % SWAP_SLOTS];
+    for (int i = SWAP_MASTER; sw->states[SWAP_MASTER] && i <= SWAP_V; i++) s->t[i] = sw->states[i] + group_first(sw, k);
+    return s;
+}
 
 // ---- checksums ----
 
@@ -144,6 +152,7 @@ static SwapSlot *writing(Swapper *sw, int k) {
 // sub-group from another slot) is waited for when `blocking`; otherwise the
 // read is left for later and 0 returned.
 static int start_read(Swapper *sw, int k, int blocking) {
+    if (sw->states[SWAP_MASTER]) return 1;  // in memory: nothing to read
     if (!blocking) {
         sw->asked_ahead[k] = 1;
     } else {  // the pass needs k now
@@ -177,7 +186,8 @@ static void zero_tail(Swapper *sw, SwapSlot *s, int i, size_t n) {
 // The states of sub-group k wait for swapper_release_writes when the pass
 // holds its last writes and no later sub-group of the pass needs k's slot.
 static void write_back(Swapper *sw, SwapSlot *s, int k, unsigned what) {
-    int states = (what & SWAP_WRITE) != 0, params = (what & SWAP_WRITE_PARAMS) && sw->file[SWAP_PARAMS];
+    int states = (what & SWAP_WRITE) && !sw->states[SWAP_MASTER];
+    int params = (what & SWAP_WRITE_PARAMS) && sw->file[SWAP_PARAMS];
     if (!states && !params) return;
     SwapSlot *earlier = writing(sw, k);  // two writes of one region are never in flight together
     if (earlier && earlier != s) settle(sw, earlier);

@@ -15,6 +15,12 @@
 // swapper_release_writes: the stage says when (infinity.c: once the next
 // forward's first param reads are in).
 //
+// With --offload-optimizer cpu the states stay in pinned host memory
+// (swapper_init's `states`): a slot's master, m and v are then sub-group k's
+// place in them, nothing is read or written for them (the passes leave
+// SWAP_READ and SWAP_WRITE out), and only the bf16 params go through the
+// slots, up to the device or out to NVMe.
+//
 // Every request's interval goes on the trace's I/O row when it is collected;
 // a failed request stops the pass and is reported, never exits: the stage
 // decides, with every rank, how to stop.
@@ -71,6 +77,7 @@ typedef struct Swapper {
     Trace *trace;
     Aio *aio[SWAP_TENSORS];  // the context each tensor's requests go to
     const AioFile *file[SWAP_TENSORS];  // file[SWAP_PARAMS] NULL when the params are not on NVMe
+    float *states[SWAP_V + 1];  // master, m, v in pinned memory (--offload-optimizer cpu), or NULL: in files
     size_t count;            // elements of the shard
     size_t group_elems;      // per sub-group, a multiple of SWAP_GROUP_ALIGN
     int groups;
@@ -93,9 +100,11 @@ typedef struct Swapper {
 size_t swapper_group_elems(double group_bytes, size_t count);
 // Allocates the three pinned slots (workspace). The params' writes go to
 // params_aio, so that the next forward's reads of them (on the same context)
-// do not queue behind the optimizer states on `aio`.
+// do not queue behind the optimizer states on `aio`. `states`: NULL when
+// master, m and v are in files[SWAP_MASTER..SWAP_V], else their pinned
+// arrays of `count` elements (then the slots hold only the params).
 void swapper_init(Swapper *sw, Device *dev, Trace *trace, Aio *aio, Aio *params_aio,
-                  const AioFile *file[SWAP_TENSORS], size_t count, size_t group_elems);
+                  const AioFile *file[SWAP_TENSORS], float *const states[3], size_t count, size_t group_elems);
 void swapper_free(Swapper *sw);
 // Runs `work` on every sub-group in order. SWAP_READ: master, m, v are read
 // first (else the work fills them); SWAP_WRITE: written back after it;

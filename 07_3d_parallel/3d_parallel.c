@@ -12,7 +12,7 @@
 //     (02_zero1/shard_update.c, linked), the bf16 params all-gathered.
 // Per rank: 4Ψ_s + 12Ψ_s/D bytes of model states, Ψ_s ≈ Ψ/(T·P).
 #include <string.h>
-#include "../02_zero1/shard_update.h"
+#include "shard_update.h"
 #include "check.h"
 #include "kernels.h"
 #include "parallel3d.h"
@@ -137,9 +137,6 @@ static void reduce_grads(Trainer *t) {
 // gradients reduced.
 static double forward_backward(Trainer *t, const MicroBatches *mb) {
     Stage *z = t->sctx;
-    if (mb->backward)  // a step: its bytes by group are counted until the update ends
-        for (int k = 0; k < GROUP_COUNT; k++)
-            memcpy(z->at_step_start[k], t->groups[k]->stats.ring_bytes, sizeof z->at_step_start[k]);
     double loss = pipeline_run(&z->pipe, mb);
     if (mb->backward) reduce_grads(t);
     return loss;
@@ -162,10 +159,6 @@ static void update(Trainer *t, const AdamWStep *s) {
     Stage *z = t->sctx;
     shard_adamw(t, z->reduced.ptr, own_param_slice(t), s);
     all_gather_params(t);  // over the replicas
-    for (int k = 0; k < GROUP_COUNT; k++)
-        for (int op = 0; op < OP_COUNT; op++)
-            z->step_bytes[k][op] += t->groups[k]->stats.ring_bytes[op] - z->at_step_start[k][op];
-    z->steps++;
 }
 
 static void params_from_master(Trainer *t) {

@@ -8,10 +8,7 @@ const char *grid_group_name(GridGroup g) {
     return g >= 0 && g < GROUP_COUNT ? names[g] : "?";
 }
 
-double grid_vocab_padded(const GridShape *g) {
-    double V = g->cfg.vocab_size, align = 64.0 * g->tp;
-    return g->tp == 1 ? V : ceil(V / align) * align;
-}
+double grid_vocab_padded(const GridShape *g) { return gpt_vocab_padded(g->cfg.vocab_size, g->tp); }
 
 // Blocks of stage s: L/P, the first L mod P stages one more.
 static double stage_blocks(const GridShape *g, int s) {
@@ -51,9 +48,9 @@ GridActs grid_act_bytes(const GridShape *g, int s, int slots) {
         else micro += stored;
         shared += 2 * x3;  // the ring of two whole ones
     }
-    if (s == 0) micro += 4 * BS;                              // the input token ids
+    if (s == 0) micro += 12 * BS;                             // the input token ids and their buckets
     if (s == g->pp - 1) {
-        double logits_row = ceil(grid_vocab_padded(g) / T / 64) * 64;  // the logits' rows start aligned
+        double logits_row = grid_vocab_padded(g) / T;  // this rank's wte rows, padding included
         // lnf and this rank's logits; lnf's mean and rstd, the losses (fp32) and the targets (int32)
         micro += x3 + BS * logits_row * a + 8 * BS / sp + 8 * BS;
         if (g->tp > 1) shared += 12 * BS;  // the vocabulary-parallel cross-entropy's max, sum, target logit

@@ -24,7 +24,8 @@ typedef struct GridShape {
     int flash;              // --attention flash (else materialized)
 } GridShape;
 
-// Vocabulary rows of wte over the tp group: V, or V rounded up to 64·T when T > 1.
+// Vocabulary rows of wte over the tp group: V rounded up to a multiple of
+// lcm(128, 64·T) (gpt_vocab_padded: 128 at T = 1, llm.c's Vp).
 double grid_vocab_padded(const GridShape *g);
 // Ψ_s: parameters one tp rank of stage s holds. A block: 12C²/T weights,
 // 7C/T + 2C biases (QKV and the MLP's first linear split, the projections'

@@ -72,7 +72,9 @@ static RankFigures my_figures(Trainer *t, Stage *z) {
     f.bubble = z->pipe.bubble_steps ? z->pipe.bubble_sum / z->pipe.bubble_steps : NAN;
     grid_comm_bytes(&shape, g->stage, f.comm_formula);
     for (int k = 0; k < GROUP_COUNT; k++)
-        for (int op = 0; op < OP_COUNT; op++) f.comm[k][op] = z->steps ? z->step_bytes[k][op] / z->steps : 0;
+        // the steps' bytes in group k, measured by the trainer's step meter (its communicators: the world, then these)
+        for (int op = 0; op < OP_COUNT; op++)
+            f.comm[k][op] = t->report.n ? t->report.comm_op_bytes[1 + k][op] / t->report.n : 0;
     return f;
 }
 

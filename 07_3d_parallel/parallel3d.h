@@ -24,9 +24,6 @@ typedef struct Stage {
     // replicated tensors on tp rank 0 only, the wte copy never.
     Range *counted;
     int ncounted;
-    // bytes each group moved in the steps (not the evaluations), summed
-    double step_bytes[GROUP_COUNT][OP_COUNT], at_step_start[GROUP_COUNT][OP_COUNT];
-    long steps;
     struct RankFigures *figures;  // every rank's end-of-run figures, gathered on rank 0 (grid_report.c)
 } Stage;
 

@@ -14,7 +14,11 @@
 #             scalar loop (targets: adam/triad >= 0.80, SIMD/scalar >= 5)
 #   training  dp_baseline gpt2-124m against the roof; dp scaling; every stage
 #             at 4 ranks on small relative to dp_baseline
-#   offload   cpu_offload with and without --dpu; the CPU step hidden
+#   offload   per stage and mode (cpu_offload pipelined, --grad-clip 0,
+#             --dpu; infinity with every tier on the host at --prefetch 0
+#             and 1): step, compute, transfer, hidden, compute + transfer
+#             and max(compute, transfer) (bench/offload.sh; OFFLOAD_DEVICE=cuda
+#             for the GPU's shapes)
 #   recompute dp_baseline gpt2-124m by --recompute: tokens/s beside the FLOP
 #             formula's prediction, the activation bytes each keeps
 #   progress  zero2 with and without --progress-thread
@@ -35,6 +39,14 @@
 #             communication beside the bytes' ratio 1.5; dp_baseline and
 #             zero1 too, each step beside memory_math's prediction
 #             (bench/net.sh)
+#   zeropp    zero3 against its ZeRO++ modes (qwZ, hpZ, qgZ int8 and int4,
+#             all three) on small at 4 ranks: ZPP_STEPS (200) steps each, the
+#             final loss difference beside the bytes per step across hosts
+#             (on the emulated cluster, else one host and the formula), the
+#             curves drawn by scripts/plot_runs.py; on 2 emulated hosts with
+#             a link shaped to ZPP_RATE (50mbit), interleaved rounds: the time
+#             in communication per step and the step beside memory_math's
+#             planner (bench/zeropp.sh)
 #   cuda      where a GPU is usable (bench/cuda.sh), and 3d on the GPU
 # The machine is shared and noisy: timed figures are medians of interleaved
 # rounds and carry their spread (NAME_min, NAME_max).
@@ -85,6 +97,9 @@ section 3d bash bench/3d.sh "$out/3d" cpu
 section net env NET_RATES="${NET_RATES:-10mbit 200mbit}" bash bench/net.sh
 # the planner's predicted step beside the measured one, with its command
 [ -f "$out/net.log" ] && sed -n '/^[0-9.]*[kmgt]*bit: \.\/memory_math/,/^  zero3 /p' "$out/net.log"
+section zeropp bash bench/zeropp.sh "$out"
+# its table: the losses beside the bytes, the comm time beside the planner
+[ -f "$out/zeropp.log" ] && sed -n '/^curves: /,$p' "$out/zeropp.log"
 if [[ " ${BENCH_ONLY:-cuda} " == *" cuda "* ]] && ./dp_baseline --device cuda --model tiny --steps 1 --quiet > /dev/null 2>&1; then
     section cuda bash bench/cuda.sh
     section 3d_cuda bash bench/3d.sh "$out/3d" cuda

@@ -129,7 +129,8 @@ static void setup(Bench *b, const char *dir, double state_mb, double group_mb, i
         if (aio_file_create(&b->file[i], path, aio_round_up(b->n * sizeof(float)), err)) usage(err);
     }
     const AioFile *files[SWAP_TENSORS] = {&b->file[0], &b->file[1], &b->file[2], NULL};
-    swapper_init(&b->sw, &b->dev, &b->trace, &b->aio, &b->aio, files, b->n, swapper_group_elems(group_mb * 1e6, b->n));
+    swapper_init(&b->sw, &b->dev, &b->trace, &b->aio, &b->aio, files, NULL, b->n,
+                 swapper_group_elems(group_mb * 1e6, b->n));
     b->grads = xcalloc(b->n, sizeof(bf16));
     b->params = xcalloc(b->n, sizeof(bf16));
     for (size_t i = 0; i < b->n; i++) b->grads[i] = f32_to_bf16(1e-3f * (float)(i % 13) - 6e-3f);

@@ -24,11 +24,20 @@ def main():
         sys.exit("loss_diff: need at least two runs (records) to compare")
     first = recs[0]
 
+    def zeropp(r):  # zero3's ZeRO++ switches, as its flags name them
+        z = r.get("zeropp")
+        if not z:
+            return ""
+        return ((" --quantize-weights" if z["quantize_weights"] else "") +
+                (f" --hpz-size {z['hpz']}" if z["hpz"] > 1 else "") +
+                (" --quantize-grads" if z["quantize_grads"] else "") +
+                (f" --grad-quant-bits {z['grad_bits']}" if z["quantize_grads"] and z["grad_bits"] != 8 else ""))
+
     def name(r):
         rc = r.get("recompute", "none")
         return (f"{r['stage']} N={r['ranks']}" + (f" k={r['grad_accum']}" if r.get("grad_accum", 1) > 1 else "") +
                 (f" --recompute {rc}" if rc != "none" else "") +
-                (" --offload-activations" if r.get("offload_activations") else ""))
+                (" --offload-activations" if r.get("offload_activations") else "") + zeropp(r))
 
     print(f"against {name(first)} ({len(first['losses'])} steps):")
     for r in recs[1:]:

@@ -12,7 +12,10 @@
                          line; host and NVMe memory in a second panel;
   OUT_PREFIX_comm.png    bytes per rank per step by collective, one bar per
                          stage; 3d_parallel's by process group (tp, pp, the
-                         embedding's tie, dp), as stage 07 teaches them.
+                         embedding's tie, dp), as stage 07 teaches them;
+  OUT_PREFIX_hosts.png   where zero3 runs with ZeRO++ or on several hosts:
+                         its bytes per rank per step by hop, in the host and
+                         across hosts (zero3's record, "zeropp").
 
 The loss curves are also drawn in the terminal, numbered, with the runs of
 each number listed below the drawing. Without gnuplot it says so and draws
@@ -31,7 +34,11 @@ import tempfile
 import textwrap
 from pathlib import Path
 
-OPS = ["all_reduce", "reduce_scatter", "all_gather", "broadcast", "send", "recv"]
+OPS = ["all_reduce", "reduce_scatter", "all_gather", "broadcast", "send", "recv", "all_to_all"]
+HOPS = ["forward_gather", "backward_gather", "grads_in_host", "grads_across"]  # zero3's, as its record names them
+HOP_TITLES = {"forward_gather": "forward gathers", "backward_gather": "backward gathers",
+              "grads_in_host": "gradients (reduce-scatter, or qgZ in the host)",
+              "grads_across": "gradients (qgZ across hosts)"}
 TERMINAL_COLUMNS = 100  # the terminal drawing's width
 
 
@@ -54,7 +61,18 @@ def label(rec):
         text += f" {rec['precision']}"
     if state_bytes(rec["mem"]["device"], "grads_accum_fp32") or state_bytes(rec["mem"].get("pinned", {}), "grads_accum_fp32"):
         text += " fp32-accum"
+    text += zeropp_label(rec.get("zeropp"))
     return text + (f" recompute {rc}" if rc != "none" else "")
+
+
+def zeropp_label(zp):
+    """zero3's ZeRO++ switches, where any is on: " qwZ hpZ2 qgZ4"."""
+    if not zp:
+        return ""
+    text = " qwZ" if zp["quantize_weights"] else ""
+    text += f" hpZ{zp['hpz']}" if zp["hpz"] > 1 else ""
+    text += f" qgZ{zp['grad_bits']}" if zp["quantize_grads"] else ""
+    return text + (f" on {zp['hosts']} hosts" if zp["hosts"] > 1 else "")
 
 
 def coinciding(recs):
@@ -113,6 +131,7 @@ def terminal_legend(titles):
 
 STATE_CATS = ["params_bf16", "grads_bf16", "master_fp32", "adam_m", "adam_v"]
 ACCUM_CAT = "grads_accum_fp32"  # --grad-accum-dtype fp32: drawn only where a run has it
+HPZ_CAT = "params_hpz"  # zero3's hpZ secondary partition: drawn only where a run has it
 BUFFER_CATS = ["workspace", "comm_buffers"]
 
 
@@ -128,7 +147,8 @@ def state_bytes(dev, cat):
 def state_cats(recs):
     """The model-state categories to draw: the five, and the fp32 accumulator where a run holds one."""
     has_accum = any(state_bytes(r["mem"]["device"], ACCUM_CAT) > 0 for r in recs)
-    return STATE_CATS + ([ACCUM_CAT] if has_accum else [])
+    has_hpz = any(state_bytes(r["mem"]["device"], HPZ_CAT) > 0 for r in recs)
+    return STATE_CATS + ([ACCUM_CAT] if has_accum else []) + ([HPZ_CAT] if has_hpz else [])
 
 
 def device_columns(rec, cats):
@@ -169,10 +189,10 @@ def xtics(recs):
 # one colour per category (the same on every tier); off the device the tier
 # is the fill: hatched in pinned/host memory, dotted on NVMe
 COLOURS = {"params_bf16": "#7b3294", "grads_bf16": "#1b9e77", "master_fp32": "#3288bd", "adam_m": "#e6ab02",
-           "adam_v": "#f46d43", "grads_accum_fp32": "#66c2a5", "activations": "#66a61e", "act_working": "#b2df8a", "buffers": "#a6761d",
+           "adam_v": "#f46d43", "grads_accum_fp32": "#66c2a5", "params_hpz": "#c2a5cf", "activations": "#66a61e", "act_working": "#b2df8a", "buffers": "#a6761d",
            "comm_buffers": "#444444", "workspace": "#a6761d",
            "all_reduce": "#3288bd", "reduce_scatter": "#1b9e77", "all_gather": "#7b3294", "broadcast": "#e6ab02",
-           "send": "#f46d43", "recv": "#a6761d", "tp": "#d95f02", "pp": "#7570b3", "emb": "#e7298a",
+           "send": "#f46d43", "recv": "#a6761d", "all_to_all": "#66a61e", "tp": "#d95f02", "pp": "#7570b3", "emb": "#e7298a",
            "dp": "#1b9e77"}
 FILLS = {"device": "solid 0.85", "host": "pattern 4", "pinned": "pattern 5", "nvme": "pattern 2"}
 GROUPS = ["tp", "pp", "emb", "dp"]  # 07's process groups, in its report's order
@@ -250,6 +270,36 @@ def comm_value(rec, col):
     return rec.get("comm_bytes_by_op_per_step", {}).get(op, 0) if op not in GROUPS else 0
 
 
+def hosts_script(recs, tmp, prefix):
+    """zero3's bytes by hop, in the host (solid) and across hosts (hatched),
+    one bar per zero3 run; "" where no run has ZeRO++ or several hosts."""
+    runs = [r for r in recs if r.get("zeropp") and zeropp_label(r["zeropp"])]
+    if not runs:
+        return ""
+    data = Path(tmp, "hosts.dat")
+    cols = [(hop, where) for where in ("intra", "cross") for hop in HOPS
+            if any(r["zeropp"]["hops"][hop][where] > 0 for r in runs)]
+    write_table(data, runs, cols, lambda r, c: r["zeropp"]["hops"][c[0]][c[1]])
+    items = []
+    for i, (hop, where) in enumerate(cols):
+        fill = "solid 0.85" if where == "intra" else "pattern 4"
+        colour = ["#7b3294", "#3288bd", "#1b9e77", "#d95f02"][HOPS.index(hop)]
+        title = f"{HOP_TITLES[hop]}, {'in the host' if where == 'intra' else 'across hosts'}"
+        items.append(f"{gp(data)} using {i + 1} title {gp(title)} lc rgb {gp(colour)} fs {fill}")
+    return f"""
+set terminal pngcairo size 1200,750 noenhanced
+set output {gp(prefix + "_hosts.png")}
+set origin 0,0
+set size 1,1
+set title 'zero3: bytes per rank per step by hop, in the host (solid) and across hosts (hatched), counted'
+set ylabel 'MB'
+set key below left Left reverse maxrows 4
+{HISTOGRAM}
+{xtics(runs)}
+plot {", ".join(items)}
+"""
+
+
 def main():
     if len(sys.argv) != 3:
         sys.exit("usage: plot_runs.py RUNS.json OUT_PREFIX")
@@ -294,10 +344,13 @@ set key outside right top vertical
 {xtics(recs)}
 plot {stacked(comm, comm_cols, titles)}
 """
+        hosts = hosts_script(recs, tmp, prefix)
+        script += hosts
         sys.stdout.flush()
         subprocess.run(["gnuplot"], input=script, text=True, check=True)
     print(terminal_legend(loss_titles))
     made = [f"{prefix}_losses.png", f"{prefix}_memory.png"] + ([f"{prefix}_comm.png"] if comm_cols else [])
+    made += [f"{prefix}_hosts.png"] if hosts else []
     print("pictures: " + ", ".join(made))
 
 

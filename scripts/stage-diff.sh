@@ -5,6 +5,7 @@
 # files the stage adds follow in full: its own machinery (reused by later
 # stages) and the common/ files that only it uses; then its lab's regions
 # in the common/ files that every stage runs. The last line counts the changed lines.
+# usage: stage-diff.sh NN [BASE] (the Makefile passes BASE_NN, its stage graph's)
 set -euo pipefail
 n=$1
 here=$(cd "$(dirname "$0")/.." && pwd)
@@ -22,16 +23,12 @@ if [ "$n" = "00" ]; then
     exit 0
 fi
 mine=$(strategy_of "$cur")
-# the stage each builds on: 05 is ZeRO-Offload on zero2's gradient path;
-# 06 ZeRO-Infinity on zero3's gathers (with 05's host gradients and CPU
-# Adam, shown by diff-05); 07 builds on zero1 (its data parallelism is
-# ZeRO-1's, tensor and pipeline parallelism are new beside it)
-case "$n" in
-05) prev_n=03 ;;
-06) prev_n=04 ;;
-07) prev_n=02 ;;
-*) prev_n=$(printf '%02d' $((10#$n - 1))) ;;
-esac
+# the stage it builds on, from the Makefile's stage graph (BASE_NN): 05 is
+# ZeRO-Offload on zero2's gradient path; 06 ZeRO-Infinity on zero3's gathers
+# (with 05's host gradients and CPU Adam, shown by diff-05); 07 builds on
+# zero1 (its data parallelism is ZeRO-1's, tensor and pipeline parallelism
+# are new beside it)
+prev_n=${2:-}
 # the common/ files a stage owns, shown whole: only it uses them
 case "$n" in
 06) owned="common/io/aio.h common/io/aio.c common/io/aio_file.c" ;;
@@ -47,7 +44,7 @@ case "$n" in
 07) regions="common/model/gpt_block.c" ;;
 *) regions="" ;;
 esac
-prev=$(ls -d "${prev_n}"_* 2>/dev/null | head -1)
+prev=$([ -n "$prev_n" ] && ls -d "${prev_n}"_* 2>/dev/null | head -1 || true)
 theirs=$([ -n "$prev" ] && strategy_of "$prev" || true)
 if [ -z "$theirs" ]; then
     echo "# $cur is the first trainer: the shared loop (common/training/trainer.c) plus this strategy,"

@@ -22,13 +22,20 @@ size_t dtype_bytes(DType t);
 
 typedef enum { COMM_MPI = 0, COMM_NCCL = 1 } CommBackend;
 
-typedef enum { OP_ALL_REDUCE, OP_REDUCE_SCATTER, OP_ALL_GATHER, OP_BROADCAST, OP_SEND, OP_RECV, OP_COUNT } CommOp;
+typedef enum {
+    OP_ALL_REDUCE, OP_REDUCE_SCATTER, OP_ALL_GATHER, OP_BROADCAST, OP_SEND, OP_RECV, OP_ALL_TO_ALL, OP_COUNT
+} CommOp;
 const char *comm_op_name(CommOp op);
 
 typedef struct CommStats {
     double ring_bytes[OP_COUNT];  // per-rank bytes moved by a ring algorithm, summed over calls
     double payload_bytes[OP_COUNT];  // bytes of the buffers handed to the calls
     long calls[OP_COUNT];
+    // the part of ring_bytes that leaves this rank's host: a ring's bytes
+    // times host_links / size (the ring's links that join two hosts, as a
+    // share of its links: the mean over the ranks), an all-to-all's or a
+    // send's bytes to ranks on other hosts
+    double cross_host_bytes[OP_COUNT];
     // times are on the trace's timeline: rows comm (issue to completion) and
     // wait (blocked in comm_wait or a blocking call: exposed communication)
 } CommStats;
@@ -54,6 +61,12 @@ typedef struct Comm {
     int stage_always;    // stage even on the cpu device: lets the cpu tests run the cuda MPI path
     void *nccl_timing;   // NCCL path: events of waited handles, timed at comm_settle_stats (comm_nccl.c)
     void *progress;      // the progress thread, when one runs (comm_progress.c)
+    // Where the ranks sit: host_of[r] is the host (node) of rank r, hosts
+    // numbered from 0 in the order of their first rank; host_links counts
+    // the ring's links r -> r+1 (mod size) that join two hosts. NULL
+    // host_of: one host. Set by comm_world_init and comm_split.
+    int *host_of;
+    int hosts, host_links;
 } Comm;
 
 typedef struct CommHandle {
@@ -92,6 +105,15 @@ void comm_setup(Comm *c, Device *dev, const char *backend, Trace *trace);
 int comm_device_sharers(Comm *c);
 // Sub-group (color/key as MPI_Comm_split). Collective over parent.
 void comm_split(Comm *parent, int color, int key, Comm *out);
+// The two groups of a hierarchical collective: `host`, the ranks of the
+// parent on this rank's host, in the parent's order; `across`, one rank of
+// each host, those at the same index within their host as this one (the
+// parent's order, that is the hosts' order). Collective over parent.
+void comm_split_hosts(Comm *parent, Comm *host, Comm *across);
+// Whether the parent's hosts hold the same number of ranks each, as
+// consecutive ranks (host h: ranks h·P .. h·P + P-1): what the hierarchical
+// collectives of zero3's ZeRO++ assume.
+int comm_hosts_regular(const Comm *c);
 void comm_free(Comm *c);
 void comm_world_finalize(Comm *world);
 
@@ -111,6 +133,13 @@ void comm_reduce_scatter_sum(Comm *c, const void *send, void *recv, const size_t
 void comm_all_gather(Comm *c, void *buf, const size_t *counts, const size_t *displs, DType t,
                      CommHandle *h);
 void comm_broadcast(Comm *c, void *buf, size_t count, DType t, int root, CommHandle *h);
+// All-to-all: this rank's part for rank q, sendcounts[q] elements, lies in
+// `send` after those for ranks 0..q-1, and rank q's part for this one,
+// recvcounts[q], lands in `recv` after those of ranks 0..q-1. Counts may
+// differ and may be zero; a rank's part for itself is copied. Counted as the
+// bytes this rank sends to the others (what each rank moves: no ring).
+void comm_all_to_all(Comm *c, const void *send, const size_t *sendcounts, void *recv, const size_t *recvcounts,
+                     DType t, CommHandle *h);
 void comm_send(Comm *c, const void *buf, size_t count, DType t, int peer, int tag, CommHandle *h);
 void comm_recv(Comm *c, void *buf, size_t count, DType t, int peer, int tag, CommHandle *h);
 // A send to `peer` and a receive of as many elements from it, issued together
@@ -120,6 +149,12 @@ void comm_recv(Comm *c, void *buf, size_t count, DType t, int peer, int tag, Com
 // and a recv. hs and hr both NULL: blocking; both given: nonblocking.
 void comm_send_recv(Comm *c, const void *send, int send_tag, void *recv, int recv_tag, size_t count, DType t,
                     int peer, CommHandle *hs, CommHandle *hr);
+// The collectives issued on c after this call read their device buffers
+// only after event e, recorded where another stream than compute wrote them
+// (a copy up on the copy stream), and the compute stream does not wait for
+// it: NCCL's stream waits for e; MPI's staging copy runs on the compute
+// stream, which then waits; on the cpu device e is complete.
+void comm_after_event(Comm *c, Event *e);
 void comm_wait(Comm *c, CommHandle *h);   // no-op on an inactive handle
 int comm_test(Comm *c, CommHandle *h);    // 1 when complete (then as comm_wait)
 // Lets MPI progress outstanding nonblocking collectives (MPI progresses them
@@ -140,3 +175,5 @@ void comm_settle_stats(Comm *c);
 void comm_stats_reset(Comm *c);
 // Ring bytes of every operation so far (the sum of stats.ring_bytes).
 double comm_ring_bytes(const Comm *c);
+// Of those, the bytes that left this rank's host (the sum of stats.cross_host_bytes).
+double comm_cross_host_bytes(const Comm *c);

@@ -1,8 +1,8 @@
-// comm_nccl.c: the NCCL backend (see comm_nccl.h). NCCL moves device buffers
+// comm_nccl.c: the NCCL backend (see comm_backend.h). NCCL moves device buffers
 // GPU to GPU (NVLink, PCIe, InfiniBand) with kernels on a CUDA stream, so a
 // collective is asynchronous by nature: issuing it queues work on the comm
 // stream, and completion is an event that other streams can wait for.
-#include "comm_nccl.h"
+#include "comm_backend.h"
 
 #ifdef WB_HAVE_NCCL
 #include <nccl.h>
@@ -186,6 +186,10 @@ static void end_nccl(Comm *c, CommHandle *k) {
     k->event = done;
 }
 
+void comm_nccl_after_event(Comm *c, Event *e) {
+    if (e->handle) cudaCheck(cudaStreamWaitEvent((cudaStream_t)c->nccl_stream, (cudaEvent_t)e->handle, 0));
+}
+
 static void keep_timing(Comm *c, const NcclTiming *t) {
     NcclTimings *l = c->nccl_timing;
     if (!l) l = c->nccl_timing = xcalloc(1, sizeof *l);
@@ -332,6 +336,24 @@ void comm_nccl_all_gather(Comm *c, void *buf, const size_t *counts, const size_t
 void comm_nccl_broadcast(Comm *c, void *buf, size_t count, DType t, int root, CommHandle *k) {
     cudaStream_t s = begin_nccl(c, k);
     ncclCheck(ncclBroadcast(buf, buf, count, nccl_type(c, t), root, nccl_of(c), s));
+    end_nccl(c, k);
+}
+
+// NCCL has no all-to-all: a send and a receive per peer in one group is
+// how it is written (the part for this rank itself included: NCCL copies it).
+void comm_nccl_all_to_all(Comm *c, const void *send, const size_t *sendcounts, void *recv, const size_t *recvcounts,
+                          DType t, CommHandle *k) {
+    cudaStream_t s = begin_nccl(c, k);
+    ncclDataType_t nt = nccl_type(c, t);
+    size_t es = dtype_bytes(t), sent = 0, got = 0;
+    ncclCheck(ncclGroupStart());
+    for (int q = 0; q < c->size; q++) {
+        if (sendcounts[q]) ncclCheck(ncclSend((const char *)send + sent * es, sendcounts[q], nt, q, nccl_of(c), s));
+        if (recvcounts[q]) ncclCheck(ncclRecv((char *)recv + got * es, recvcounts[q], nt, q, nccl_of(c), s));
+        sent += sendcounts[q];
+        got += recvcounts[q];
+    }
+    ncclCheck(ncclGroupEnd());
     end_nccl(c, k);
 }
 

@@ -1,7 +1,7 @@
 // comm_world.c: the world and its process groups (see comm.h): MPI's set-up
 // and the node's ranks, the backend a run uses (MPI, or NCCL on the cuda
 // device), sub-groups split from the world, and their teardown. The
-// collectives themselves are comm_mpi.c's (and comm_nccl.c's).
+// collectives are comm.c's, which hands them to a backend (comm_backend.h).
 #include <limits.h>
 #include <math.h>
 #include <stdlib.h>
@@ -10,34 +10,38 @@
 #include "bf16.h"
 #include "check.h"
 #include "comm.h"
-#include "comm_nccl.h"
-#include "half_rows.h"
-
-// The user-defined 16-bit sums: each pair is added in fp32 and rounded back
-// (round to nearest even), as a bf16 or fp16 all-reduce on a GPU does. An
-// fp16 sum past 65504 is infinite: the loss scaler sees the overflow.
-static void half_sum(HalfFormat fmt, const bf16 *a, bf16 *b, int len) {
-    enum { BLOCK = 1024 };  // through the row conversions: F16C where the CPU has it
-    HalfRowsPath path = half_rows_best_path();
-    float x[BLOCK], y[BLOCK];
-    for (int i = 0; i < len; i += BLOCK) {
-        int k = len - i < BLOCK ? len - i : BLOCK;
-        half_to_f32_row(path, fmt, x, a + i, (size_t)k);
-        half_to_f32_row(path, fmt, y, b + i, (size_t)k);
-        for (int j = 0; j < k; j++) y[j] = x[j] + y[j];
-        f32_to_half_row(path, fmt, b + i, y, (size_t)k);
-    }
-}
-static void bf16_sum_op(void *in, void *inout, int *len, MPI_Datatype *type) {
-    (void)type;
-    half_sum(HALF_BF16, in, inout, *len);
-}
-static void fp16_sum_op(void *in, void *inout, int *len, MPI_Datatype *type) {
-    (void)type;
-    half_sum(HALF_FP16, in, inout, *len);
-}
+#include "comm_backend.h"
 
 // ---- groups -----------------------------------------------------------------
+
+// ids[r]: any number naming rank r's host. Numbers the hosts from 0 in the
+// order of their first rank and counts the ring links between hosts.
+static void set_hosts(Comm *c, const int *ids) {
+    free(c->host_of);
+    c->host_of = xmalloc((size_t)c->size * sizeof *c->host_of);
+    c->hosts = 0;
+    for (int r = 0; r < c->size; r++) {
+        int first = r;
+        for (int q = 0; q < r; q++)
+            if (ids[q] == ids[r]) {
+                first = q;
+                break;
+            }
+        c->host_of[r] = first == r ? c->hosts++ : c->host_of[first];
+    }
+    c->host_links = 0;
+    for (int r = 0; c->hosts > 1 && r < c->size; r++) c->host_links += c->host_of[r] != c->host_of[(r + 1) % c->size];
+}
+
+// Every rank's host as the world rank of the first rank on its node.
+static void find_hosts(Comm *world, MPI_Comm node) {
+    int leader = world->rank;
+    mpiCheck(MPI_Bcast(&leader, 1, MPI_INT, 0, node));
+    int *ids = xmalloc((size_t)world->size * sizeof *ids);
+    mpiCheck(MPI_Allgather(&leader, 1, MPI_INT, ids, 1, MPI_INT, world->mpi));
+    set_hosts(world, ids);
+    free(ids);
+}
 
 // Open MPI's shared-memory transport (vader, the one scripts/mpi-env.sh
 // keeps on a node) backs each rank's segment with a file of
@@ -72,8 +76,7 @@ void comm_world_init(Comm *world, int *argc, char ***argv, int *local_rank, int 
     mpiCheck(MPI_Comm_rank(MPI_COMM_WORLD, &world->rank));
     mpiCheck(MPI_Comm_size(MPI_COMM_WORLD, &world->size));
     world->backend = COMM_MPI;
-    mpiCheck(MPI_Op_create(bf16_sum_op, 1, &world->half_sum[HALF_BF16]));  // 1: commutative
-    mpiCheck(MPI_Op_create(fp16_sum_op, 1, &world->half_sum[HALF_FP16]));
+    mpi_half_sum_ops_create(world->half_sum);
     world->owns_op = 1;
 
     // ranks that share memory are the ranks on this node
@@ -82,6 +85,7 @@ void comm_world_init(Comm *world, int *argc, char ***argv, int *local_rank, int 
                                  &node));
     mpiCheck(MPI_Comm_rank(node, local_rank));
     mpiCheck(MPI_Comm_size(node, local_size));
+    find_hosts(world, node);
     mpiCheck(MPI_Comm_free(&node));
 }
 
@@ -136,6 +140,12 @@ void comm_split(Comm *parent, int color, int key, Comm *out) {
     if (out->mpi != MPI_COMM_NULL) {
         mpiCheck(MPI_Comm_rank(out->mpi, &out->rank));
         mpiCheck(MPI_Comm_size(out->mpi, &out->size));
+        // the members' hosts, as the parent numbered them
+        int mine = parent->host_of ? parent->host_of[parent->rank] : 0;
+        int *ids = xmalloc((size_t)out->size * sizeof *ids);
+        mpiCheck(MPI_Allgather(&mine, 1, MPI_INT, ids, 1, MPI_INT, out->mpi));
+        set_hosts(out, ids);
+        free(ids);
     }
     out->backend = parent->backend;
     out->dev = parent->dev;
@@ -147,6 +157,29 @@ void comm_split(Comm *parent, int color, int key, Comm *out) {
 #endif
 }
 
+// The index of this rank among its host's ranks, in the parent's order.
+static int index_on_host(const Comm *c) {
+    if (!c->host_of) return c->rank;  // one host
+    int index = 0;
+    for (int r = 0; r < c->rank; r++) index += c->host_of[r] == c->host_of[c->rank];
+    return index;
+}
+
+void comm_split_hosts(Comm *parent, Comm *host, Comm *across) {
+    int h = parent->host_of ? parent->host_of[parent->rank] : 0;
+    comm_split(parent, h, parent->rank, host);
+    comm_split(parent, index_on_host(parent), parent->rank, across);
+}
+
+int comm_hosts_regular(const Comm *c) {
+    int hosts = c->host_of ? c->hosts : 1;
+    if (c->size % hosts) return 0;
+    int per_host = c->size / hosts;
+    for (int r = 0; c->host_of && r < c->size; r++)
+        if (c->host_of[r] != r / per_host) return 0;
+    return 1;
+}
+
 void comm_free(Comm *c) {
     for (int i = 0; i < COMM_STAGE_POOL; i++) buf_free(c->dev, &c->stage_pool[i]);
 #ifdef WB_HAVE_NCCL
@@ -156,6 +189,8 @@ void comm_free(Comm *c) {
     for (int f = 0; f < 2; f++)
         if (c->owns_op && c->half_sum[f] != MPI_OP_NULL) mpiCheck(MPI_Op_free(&c->half_sum[f]));
     c->mpi = MPI_COMM_NULL;
+    free(c->host_of);
+    c->host_of = NULL;
     c->half_sum[HALF_BF16] = c->half_sum[HALF_FP16] = MPI_OP_NULL;
     c->owns_op = 0;
 }

@@ -61,6 +61,10 @@ typedef struct DeviceOps {
     void (*span_end)(struct Device *d, DevSpan *sp, int tid, const char *what, double bytes);
     void (*spans_settle)(struct Device *d);
     void (*destroy)(struct Device *d);
+    // fn(arg) once `stream` has done the work queued on it before: on cpu at
+    // once (that work is done), on cuda on a thread of the CUDA runtime. fn
+    // must not call the device or MPI: it hands news to a host thread.
+    void (*host_fn)(struct Device *d, StreamId stream, void (*fn)(void *arg), void *arg);
 } DeviceOps;
 
 typedef struct Device {
@@ -113,6 +117,9 @@ void *device_scratch(Device *d, size_t bytes);
 static inline void dev_copy(Device *d, void *dst, const void *src, size_t n, StreamId s) { d->ops->copy(d, dst, src, n, s); }
 static inline void dev_memset0(Device *d, void *dst, size_t n, StreamId s) { d->ops->memset0(d, dst, n, s); }
 static inline void dev_sync(Device *d, StreamId s) { d->ops->stream_sync(d, s); }
+static inline void dev_host_fn(Device *d, StreamId s, void (*fn)(void *arg), void *arg) {
+    d->ops->host_fn(d, s, fn, arg);
+}
 
 // Device work between these two goes on the trace's row `tid` as `what`.
 static inline DevSpan dev_span_begin(Device *d, StreamId s) {

@@ -85,6 +85,11 @@ static void cpu_mem_get_info(Device *d, size_t *free_bytes, size_t *total_bytes)
 
 static void cpu_destroy(Device *d) { (void)d; }
 
+static void cpu_host_fn(Device *d, StreamId s, void (*fn)(void *arg), void *arg) {
+    (void)d, (void)s;
+    fn(arg);
+}
+
 static const DeviceOps cpu_ops = {
     .alloc = cpu_alloc,
     .free = cpu_free,
@@ -101,6 +106,7 @@ static const DeviceOps cpu_ops = {
     .span_end = cpu_span_end,
     .spans_settle = cpu_spans_settle,
     .destroy = cpu_destroy,
+    .host_fn = cpu_host_fn,
 };
 
 // Ranks on one node share its cores: threads = cores / ranks on the node.

@@ -152,6 +152,10 @@ static void cuda_event_sync(Device *d, Event *e) {
 
 static void cuda_stream_sync(Device *d, StreamId s) { cuda_wait(d, cuda_stream(d, s), NULL); }
 
+static void cuda_host_fn(Device *d, StreamId s, void (*fn)(void *arg), void *arg) {
+    cudaCheck(cudaLaunchHostFunc(cuda_stream(d, s), fn, arg));
+}
+
 static void cuda_destroy(Device *d) {
     CudaImpl *impl = cuda_impl(d);
     if (!impl) return;
@@ -172,7 +176,7 @@ static const DeviceOps cuda_ops = {
     cuda_alloc,         cuda_free,          cuda_copy,       cuda_memset0,
     cuda_event_record,  cuda_stream_wait_event, cuda_event_sync, cuda_stream_sync,
     cuda_event_create,  cuda_event_destroy, cuda_mem_get_info, cuda_span_begin,
-    cuda_span_end,      cuda_spans_settle,  cuda_destroy,
+    cuda_span_end,      cuda_spans_settle,  cuda_destroy,       cuda_host_fn,
 };
 
 // ---- what the GPU is ---------------------------------------------------------------
@@ -312,6 +316,7 @@ extern "C" void device_cuda_init(Device *d, const DeviceOptions *opt) {
     CudaImpl *impl = (CudaImpl *)xcalloc(1, sizeof *impl);
     impl->ordinal = ordinal;
     impl->sm_count = prop.multiProcessorCount;
+    impl->smem_optin = prop.sharedMemPerBlockOptin;
     keep_freed_memory(ordinal);
     create_streams(impl);
     cublasCheck(cublasLtCreate(&impl->lt));

@@ -61,6 +61,7 @@ static inline void cuda_clear_error(cudaError_t handled) {
 typedef struct CudaImpl {
     int ordinal;                      // which GPU (cudaSetDevice)
     int sm_count;                     // streaming multiprocessors, to size grids
+    size_t smem_optin;                // the most dynamic shared memory a kernel may opt in to
     cudaStream_t stream[STREAM_COUNT];
     cublasLtHandle_t lt;
     Buf lt_workspace;                 // (CUDA_LT_WORKSPACE_BYTES) device, workspace category

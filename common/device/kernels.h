@@ -14,6 +14,7 @@
 #include "bf16.h"
 #include "elementwise.h"
 #include "device.h"
+#include "token_buckets.h"
 
 typedef void act;
 
@@ -21,9 +22,11 @@ typedef struct KernelOps {
     // out (B,T,C) = wte[tokens] + wpe[t]; tokens (B,T) int32 in device memory
     void (*encoder_forward)(Device *d, act *out, const int32_t *tokens, const bf16 *wte,
                             const bf16 *wpe, int B, int T, int C);
-    // dwte (V,C) += scatter of dout by token; dwpe (maxT,C) += sum over batch
+    // dwte (V,C) += dout summed by token, each row over its positions in
+    // increasing order (tb: the tokens' buckets, in device memory; no atomics,
+    // so the same bits on every run); dwpe (maxT,C) += sum over batch
     void (*encoder_backward)(Device *d, float *dwte, float *dwpe, const act *dout,
-                             const int32_t *tokens, int B, int T, int C);
+                             const int32_t *tokens, const TokenBuckets *tb, int B, int T, int C);
     // out (BT,C); mean, rstd (BT) saved; eps 1e-5
     void (*layernorm_forward)(Device *d, act *out, float *mean, float *rstd, const act *inp,
                               const bf16 *w, const bf16 *b, int BT, int C);
@@ -32,8 +35,7 @@ typedef struct KernelOps {
                                const act *inp, const bf16 *w, const float *mean,
                                const float *rstd, int BT, int C);
     // out (BT,OC) = inp (BT,C) @ w (OC,C)^T + bias (OC); bias may be NULL.
-    // ldo >= OC is the row stride of out (and of dout below): the head pads
-    // its rows so they stay aligned for the GEMM (gpt_logits_stride); columns
+    // ldo >= OC is the row stride of out (and of dout below); columns
     // OC..ldo-1 are neither read nor written.
     void (*matmul_forward)(Device *d, act *out, const act *inp, const bf16 *w, const bf16 *bias,
                            int BT, int C, int OC, int ldo);
@@ -77,10 +79,11 @@ typedef struct KernelOps {
     // so the residual stream is read once where the two kernels read it twice
     void (*residual_layernorm_forward)(Device *d, act *res, act *out, float *mean, float *rstd, const act *a,
                                        const act *b, const bf16 *w, const bf16 *bias, int BT, int C);
-    // Fused softmax + cross-entropy over logits (BT,V), rows ld >= V apart.
+    // Fused softmax + cross-entropy over logits (BT,ld): columns [0,V) are the
+    // vocabulary, columns [V,ld) wte's padding rows, left out of the softmax.
     // losses (BT) = -log p[target]. When dloss_scale != 0, logits are
     // overwritten by dloss/dlogits = (softmax - onehot(target)) * dloss_scale
-    // (the scale is 1 / tokens in the global batch).
+    // (the scale is 1 / tokens in the global batch), 0 in the padding columns.
     void (*softmax_crossentropy)(Device *d, float *losses, act *logits, const int32_t *targets,
                                  int BT, int V, int ld, float dloss_scale);
 
@@ -92,9 +95,11 @@ typedef struct KernelOps {
     // plus wpe[t] unless wpe is NULL (one rank adds the positions, so the sum over ranks has them once)
     void (*embedding_part_forward)(Device *d, act *out, const int32_t *tokens, const bf16 *wte_part,
                                    int vocab_begin, int rows, const bf16 *wpe, int B, int T, int C);
-    // dwte_part (rows,C) += dout scattered by the tokens in this rank's range; dwpe (maxT,C) += sum over the batch
+    // dwte_part (rows,C) += dout summed by the tokens in this rank's range, as encoder_backward (tb);
+    // dwpe (maxT,C) += sum over the batch
     void (*embedding_part_backward)(Device *d, float *dwte_part, float *dwpe, const act *dout,
-                                    const int32_t *tokens, int vocab_begin, int rows, int B, int T, int C);
+                                    const int32_t *tokens, const TokenBuckets *tb, int vocab_begin, int rows,
+                                    int B, int T, int C);
     // Vocabulary-parallel cross-entropy on this rank's logits (BT,ld): columns [0,V) are vocabulary
     // entries vocab_begin + column, columns [V,ld) padding rows of wte, left out of the softmax.
     // Three steps, the caller all-reducing after the first (max) and the second (sum):
@@ -128,14 +133,24 @@ typedef struct KernelOps {
     void (*f32_to_half)(Device *d, bf16 *dst, const float *src, size_t n);
     void (*half_to_f32)(Device *d, float *dst, const bf16 *src, size_t n);
 
+    // ---- block quantization (ZeRO++'s qwZ and qgZ; quant_math.h) ----
+    // x (n) into one packed piece at `packed` (4-byte aligned, quant_packed_bytes):
+    // a scale per `block` elements (even), then the values at `bits` (8 or 4)
+    void (*quantize_half)(Device *d, void *packed, const bf16 *x, size_t n, int bits, int block);
+    void (*quantize_f32)(Device *d, void *packed, const float *x, size_t n, int bits, int block);
+    // out (n) = the piece's values, rounded to 16 bits
+    void (*dequantize_half)(Device *d, bf16 *out, const void *packed, size_t n, int bits, int block);
+    // acc (n) = (accumulate ? acc : 0) + the piece's values, in fp32
+    void (*dequantize_f32)(Device *d, float *acc, const void *packed, size_t n, int bits, int block, int accumulate);
+
     // Bytes of kernel scratch (device_scratch) that the largest request of a
     // GPT-2 step asks for, with B x T tokens, C channels, NH heads, V rows of
-    // wte on this rank (the vocabulary, or its tp part), `threads` OpenMP
-    // threads and the flash (1) or the materialized (0) attention, on one of
-    // tp tensor-parallel ranks (its linears C/tp or 4C/tp wide, NH/tp heads);
-    // the scratch keeps its largest size, so this is what it holds from the
-    // first step on. Each kernel file states its own request beside the call
-    // that makes it.
+    // wte in the head's GEMM (this rank's, padding included), `threads`
+    // OpenMP threads and the flash (1) or the materialized (0) attention, on
+    // one of tp tensor-parallel ranks (its linears C/tp or 4C/tp wide, NH/tp
+    // heads); the scratch keeps its largest size, so this is what it holds
+    // from the first step on. Each kernel file states its own request beside
+    // the call that makes it.
     size_t (*scratch_bytes)(int threads, int B, int T, int C, int NH, int V, int tp, int flash);
 } KernelOps;
 

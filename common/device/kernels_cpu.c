@@ -7,6 +7,7 @@
 // Determinism: every sum runs in a fixed order that does not depend on the
 // thread count (row sums inside one row; column sums per column chunk, rows in
 // order; sum_squares over fixed blocks), so the same input gives the same bits.
+#include <limits.h>
 #include <math.h>
 #include <string.h>
 #include "cpu_adam.h"
@@ -46,24 +47,44 @@ static void encoder_forward(Device *d, act *out_, const int32_t *tokens, const b
     }
 }
 
-// Scatter-add by token. Tasks own column chunks, so two positions with the
-// same token never race and each column is summed in (b,t) order.
-static void encoder_backward(Device *d, float *dwte, float *dwpe, const act *dout_,
-                             const int32_t *tokens, int B, int T, int C) {
-    const float *dout = dout_;  // (B,T,C)
+// dwte rows [begin, begin + rows) += dout summed by token: a task per bucket
+// and column chunk adds the bucket's positions in increasing order, so no
+// two tasks write one element and the bits do not depend on the threads.
+void wte_backward_by_token_cpu(float *dwte, const float *dout, const int32_t *tokens, const TokenBuckets *tb,
+                               int BT, int C, int begin, int rows) {
+    int chunks = (C + COL_CHUNK - 1) / COL_CHUNK;
+#pragma omp parallel for collapse(2) schedule(static)
+    for (int k = 0; k < tb->buckets; k++)
+        for (int chunk = 0; chunk < chunks; chunk++) {
+            int first = tb->start[k], end = token_bucket_end(tb->start, tb->buckets, k, BT);
+            int row = tokens[tb->order[first]] - begin, c0 = chunk * COL_CHUNK;
+            int n = C - c0 < COL_CHUNK ? C - c0 : COL_CHUNK;
+            if (row < 0 || row >= rows) continue;
+            float *te = dwte + (size_t)row * C + c0;
+            for (int i = first; i < end; i++) {
+                const float *g = dout + (size_t)tb->order[i] * C + c0;
+                for (int j = 0; j < n; j++) te[j] += g[j];
+            }
+        }
+}
+
+// dwpe (T,C) += dout summed over the batch: tasks own column chunks, b in order
+void wpe_backward_cpu(float *dwpe, const float *dout, int B, int T, int C) {
 #pragma omp parallel for schedule(static)
     for (int c0 = 0; c0 < C; c0 += COL_CHUNK) {
         int n = C - c0 < COL_CHUNK ? C - c0 : COL_CHUNK;
         for (int bt = 0; bt < B * T; bt++) {
             const float *g = dout + (size_t)bt * C + c0;
-            float *te = dwte + (size_t)tokens[bt] * C + c0;
             float *pe = dwpe + (size_t)(bt % T) * C + c0;
-            for (int j = 0; j < n; j++) {
-                te[j] += g[j];
-                pe[j] += g[j];
-            }
+            for (int j = 0; j < n; j++) pe[j] += g[j];
         }
     }
+}
+
+static void encoder_backward(Device *d, float *dwte, float *dwpe, const act *dout, const int32_t *tokens,
+                             const TokenBuckets *tb, int B, int T, int C) {
+    wte_backward_by_token_cpu(dwte, dout, tokens, tb, B * T, C, 0, INT_MAX);
+    wpe_backward_cpu(dwpe, dout, B, T, C);
 }
 
 // ---- layernorm (Ba et al. 2016; GPT-2 puts it before each sublayer) ------------
@@ -192,7 +213,7 @@ static void residual_layernorm_forward(Device *d, act *res, act *out, float *mea
 
 static void softmax_crossentropy(Device *d, float *losses, act *logits_, const int32_t *targets,
                                  int BT, int V, int ld, float dloss_scale) {
-    float *logits = logits_;  // (BT,V), rows ld apart
+    float *logits = logits_;  // (BT,ld): V tokens, then wte's padding rows
 #pragma omp parallel for schedule(static)
     for (int r = 0; r < BT; r++) {
         float *z = logits + (size_t)r * ld;
@@ -211,6 +232,7 @@ static void softmax_crossentropy(Device *d, float *losses, act *logits_, const i
 #pragma omp simd
             for (int i = 0; i < V; i++) z[i] *= k;
             z[targets[r]] -= dloss_scale;
+            for (int i = V; i < ld; i++) z[i] = 0.0f;  // padding rows of wte get no gradient
         } else {
             for (int i = 0; i < V; i++) sum += expf(z[i] - maxv);
         }
@@ -348,5 +370,9 @@ const KernelOps kernels_cpu = {
     .adamw = adamw,
     .f32_to_half = f32_to_half_cpu,
     .half_to_f32 = half_to_f32_cpu,
+    .quantize_half = quantize_half_cpu,
+    .quantize_f32 = quantize_f32_cpu,
+    .dequantize_half = dequantize_half_cpu,
+    .dequantize_f32 = dequantize_f32_cpu,
     .scratch_bytes = scratch_bytes,
 };

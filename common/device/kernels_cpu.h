@@ -1,5 +1,5 @@
 // kernels_cpu.h: the cpu kernels that live outside kernels_cpu.c (the GEMM
-// based ones and those of tensor parallelism), so that the table in
+// based ones, those of tensor parallelism and the quantization), so that the table in
 // kernels_cpu.c can name them. Internal to
 // the cpu kernels; everything else goes through `kernels_cpu` (kernels.h).
 //
@@ -16,6 +16,12 @@
 #include "kernels.h"
 
 static inline int blas_single_threaded(void) { return openblas_get_num_threads() == 1; }
+
+// kernels_cpu.c: the embedding's backward, shared with the vocabulary-parallel one;
+// dout (BT,C) in fp32, wte's rows [begin, begin + rows) (all: 0, INT_MAX)
+void wte_backward_by_token_cpu(float *dwte, const float *dout, const int32_t *tokens, const TokenBuckets *tb,
+                               int BT, int C, int begin, int rows);
+void wpe_backward_cpu(float *dwpe, const float *dout, int B, int T, int C);
 
 // kernels_cpu_matmul.c
 void matmul_forward_cpu(Device *d, act *out, const act *inp, const bf16 *w, const bf16 *bias,
@@ -46,14 +52,20 @@ size_t flash_cpu_scratch_bytes(int threads, int T);
 void bias_add_cpu(Device *d, act *out, const bf16 *bias, int BT, int OC);
 void embedding_part_forward_cpu(Device *d, act *out, const int32_t *tokens, const bf16 *wte_part,
                                 int vocab_begin, int rows, const bf16 *wpe, int B, int T, int C);
-void embedding_part_backward_cpu(Device *d, float *dwte_part, float *dwpe, const act *dout,
-                                 const int32_t *tokens, int vocab_begin, int rows, int B, int T, int C);
+void embedding_part_backward_cpu(Device *d, float *dwte_part, float *dwpe, const act *dout, const int32_t *tokens,
+                                 const TokenBuckets *tb, int vocab_begin, int rows, int B, int T, int C);
 void crossentropy_part_max_cpu(Device *d, float *maxv, const act *logits, int BT, int V, int ld);
 void crossentropy_part_sums_cpu(Device *d, float *sums, const act *logits, const float *maxv,
                                 const int32_t *targets, int vocab_begin, int BT, int V, int ld);
 void crossentropy_part_finish_cpu(Device *d, float *losses, act *logits, const float *maxv,
                                   const float *sums, const int32_t *targets, int vocab_begin,
                                   int BT, int V, int ld, float dloss_scale);
+
+// kernels_cpu_quant.c (block quantization, quant_math.h)
+void quantize_half_cpu(Device *d, void *packed, const bf16 *x, size_t n, int bits, int block);
+void quantize_f32_cpu(Device *d, void *packed, const float *x, size_t n, int bits, int block);
+void dequantize_half_cpu(Device *d, bf16 *out, const void *packed, size_t n, int bits, int block);
+void dequantize_f32_cpu(Device *d, float *acc, const void *packed, size_t n, int bits, int block, int accumulate);
 
 // Converts a bf16 tensor to fp32 (OpenMP over elements); shared by the GEMM
 // kernels, which hand fp32 operands to sgemm.

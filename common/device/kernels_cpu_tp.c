@@ -38,23 +38,11 @@ void embedding_part_forward_cpu(Device *d, act *out_, const int32_t *tokens, con
     }
 }
 
-// As encoder_backward: tasks own column chunks, each column summed in (b,t) order.
-void embedding_part_backward_cpu(Device *d, float *dwte_part, float *dwpe, const act *dout_,
-                                 const int32_t *tokens, int vocab_begin, int rows, int B, int T, int C) {
-    const float *dout = dout_;  // (B,T,C)
-#pragma omp parallel for schedule(static)
-    for (int c0 = 0; c0 < C; c0 += COL_CHUNK) {
-        int n = C - c0 < COL_CHUNK ? C - c0 : COL_CHUNK;
-        for (int bt = 0; bt < B * T; bt++) {
-            const float *g = dout + (size_t)bt * C + c0;
-            int row = tokens[bt] - vocab_begin;
-            float *pe = dwpe + (size_t)(bt % T) * C + c0;
-            for (int j = 0; j < n; j++) pe[j] += g[j];
-            if (row < 0 || row >= rows) continue;
-            float *te = dwte_part + (size_t)row * C + c0;
-            for (int j = 0; j < n; j++) te[j] += g[j];
-        }
-    }
+// As encoder_backward, on the rows of this rank's part
+void embedding_part_backward_cpu(Device *d, float *dwte_part, float *dwpe, const act *dout, const int32_t *tokens,
+                                 const TokenBuckets *tb, int vocab_begin, int rows, int B, int T, int C) {
+    wte_backward_by_token_cpu(dwte_part, dout, tokens, tb, B * T, C, vocab_begin, rows);
+    wpe_backward_cpu(dwpe, dout, B, T, C);
 }
 
 // ---- vocabulary-parallel cross-entropy --------------------------------------------------

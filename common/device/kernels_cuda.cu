@@ -6,9 +6,11 @@
 // kernels_cuda_layernorm.cu, those of tensor parallelism in
 // kernels_cuda_tp.cu. Everything runs on the device's compute stream.
 //
-// Determinism: every sum runs in a fixed order except the token scatter of
-// the encoder backward, which adds with atomics (positions holding the same
-// token race); that is the one place where two runs may differ in the last bit.
+// Determinism: every sum runs in a fixed order, without atomics, so two runs
+// give the same bits; the encoder's backward sums each wte row over its
+// token's positions in increasing order (the buckets gpt_slot_tokens builds),
+// as the cpu kernel does.
+#include <limits.h>
 #include "kernels_cuda.h"
 
 namespace KERNELS_NS {
@@ -29,13 +31,22 @@ __global__ void __launch_bounds__(BLOCK) encoder_forward_kernel(floatX *out, con
     }
 }
 
-// dwte (V,C) += dout scattered by token
-__global__ void __launch_bounds__(BLOCK) encoder_backward_wte_kernel(float *dwte, const floatX *dout, const int32_t *tokens,
-                                            int C, size_t n) {
-    FOR_EACH_ELEMENT(i, n) {
-        size_t bt = i / C;
-        atomicAdd(&dwte[(size_t)tokens[bt] * C + i % C], to_f32(dout[i]));
-    }
+// dwte rows [begin, begin + rows) += dout summed by token. Block (k, j) takes
+// bucket k (one token) and channels [j WTE_CHANNELS, (j + 1) WTE_CHANNELS):
+// a thread per channel adds the bucket's positions in increasing order, so
+// no two threads write one element and every sum has the cpu kernel's order.
+#define WTE_CHANNELS 128
+__global__ void __launch_bounds__(WTE_CHANNELS) encoder_backward_wte_kernel(float *dwte, const floatX *dout,
+                                            const int32_t *tokens, const int32_t *order, const int32_t *start,
+                                            int buckets, int BT, int C, int begin, int rows) {
+    int k = blockIdx.x, c = blockIdx.y * WTE_CHANNELS + threadIdx.x;
+    int first = start[k], end = k + 1 < buckets ? start[k + 1] : BT;
+    int row = tokens[order[first]] - begin;
+    if (c >= C || row < 0 || row >= rows) return;
+    float *w = dwte + (size_t)row * C + c;
+    float s = *w;
+    for (int i = first; i < end; i++) s += to_f32(dout[(size_t)order[i] * C + c]);
+    *w = s;
 }
 
 // dwpe (T,C) += sum over the batch of dout; one thread per (t,c), b in order
@@ -62,12 +73,18 @@ void encoder_backward_wpe_cuda(Device *d, float *dwpe, const act *dout, int B, i
     LAUNCH_CHECK();
 }
 
-static void encoder_backward(Device *d, float *dwte, float *dwpe, const act *dout,
-                             const int32_t *tokens, int B, int T, int C) {
-    size_t n = (size_t)B * T * C;
-    encoder_backward_wte_kernel<<<grid_for(n, BLOCK), BLOCK, 0, compute(d)>>>(
-        dwte, (const floatX *)dout, tokens, C, n);
+void encoder_backward_wte_cuda(Device *d, float *dwte, const act *dout, const int32_t *tokens,
+                               const TokenBuckets *tb, int BT, int C, int begin, int rows) {
+    if (tb->buckets == 0) return;
+    dim3 grid((unsigned)tb->buckets, (unsigned)ceil_div((size_t)C, WTE_CHANNELS));
+    encoder_backward_wte_kernel<<<grid, WTE_CHANNELS, 0, compute(d)>>>(
+        dwte, (const floatX *)dout, tokens, tb->order, tb->start, tb->buckets, BT, C, begin, rows);
     LAUNCH_CHECK();
+}
+
+static void encoder_backward(Device *d, float *dwte, float *dwpe, const act *dout, const int32_t *tokens,
+                             const TokenBuckets *tb, int B, int T, int C) {
+    encoder_backward_wte_cuda(d, dwte, dout, tokens, tb, B * T, C, 0, INT_MAX);
     encoder_backward_wpe_cuda(d, dwpe, dout, B, T, C);
 }
 
@@ -146,9 +163,9 @@ __global__ void __launch_bounds__(ROW_BLOCK_MAX) softmax_crossentropy_kernel(flo
     if (dloss_scale == 0.0f) return;
     // every read of pass one finished before the barriers inside block_sum
     float k = dloss_scale / sum;
-    for (int i = threadIdx.x; i < V; i += blockDim.x) {
-        float g = expf(to_f32(z[i]) - maxv) * k;
-        if (i == target) g -= dloss_scale;
+    for (int i = threadIdx.x; i < ld; i += blockDim.x) {
+        float g = 0.0f;  // padding rows of wte get no gradient
+        if (i < V) g = expf(to_f32(z[i]) - maxv) * k - (i == target ? dloss_scale : 0.0f);
         z[i] = to_floatX(g);
     }
 }
@@ -375,5 +392,9 @@ extern "C" const KernelOps KERNELS_TABLE = {
     adamw,                            // adamw
     f32_to_half_cuda,                 // f32_to_half (in floatX: bf16 or fp16)
     half_to_f32_cuda,                 // half_to_f32
+    quantize_half_cuda,               // quantize_half
+    quantize_f32_cuda,                // quantize_f32
+    dequantize_half_cuda,             // dequantize_half
+    dequantize_f32_cuda,              // dequantize_f32
     scratch_bytes,                    // scratch_bytes
 };

@@ -96,8 +96,9 @@ template <class T> __device__ inline void store_pack(T *p, size_t base, size_t n
 }
 
 // Rounding to 16 bits is bf16.h's, as on the cpu: the same bits for every
-// input, a NaN included (it keeps its sign and payload, made quiet), where
-// __float2bfloat16_rn returns 0x7fff for every NaN.
+// number. A NaN stays a NaN, which is all the project promises of it: here
+// it keeps its sign and payload (made quiet) going to 16 bits, but coming
+// back from fp16 (__half2float) every NaN is the GPU's canonical 0x7fffffff.
 #ifdef WB_CUDA_FP16
 __device__ inline float to_f32(floatX x) { return __half2float(x); }
 __device__ inline floatX to_floatX(float x) { return __ushort_as_half(f32_to_f16(x)); }
@@ -226,6 +227,12 @@ size_t matmul_cuda_scratch_bytes(int BT, int OC);
 size_t layernorm_cuda_scratch_bytes(int BT, int C);
 size_t attention_cuda_scratch_bytes(int B, int T, int C, int NH);
 size_t flash_cuda_scratch_bytes(int B, int T, int C, int NH);
+// kernels_cuda_flash_tc.cu: the tensor-core FlashAttention for head sizes 16,
+// 32, 64, 128; false (nothing launched) for another head size, or where the
+// GPU's shared memory cannot hold the tiles. The backward takes D (B,NH,T).
+bool flash_tc_forward(Device *d, act *out, float *lse, const act *qkv, int B, int T, int C, int NH);
+bool flash_tc_backward(Device *d, act *dqkv, const act *dout, const act *qkv, const float *lse, const float *D,
+                       int B, int T, int C, int NH);
 void softmax_crossentropy_cuda(Device *d, float *losses, act *logits, const int32_t *targets,
                                int BT, int V, int ld, float dloss_scale);
 void matmul_gelu_forward_cuda(Device *d, act *out, act *pre, const act *inp, const bf16 *w,
@@ -237,17 +244,27 @@ void gelu_forward_cuda(Device *d, act *out, const act *inp, size_t n);
 void gelu_backward_cuda(Device *d, act *dinp, const act *inp, const act *dout, size_t n);
 // dwpe (T,C) += sum over the batch of dout (B,T,C): the position half of encoder_backward
 void encoder_backward_wpe_cuda(Device *d, float *dwpe, const act *dout, int B, int T, int C);
+// dwte rows [begin, begin + rows) += dout (BT,C) summed by token (tb): the token
+// half of encoder_backward (all rows: 0, INT_MAX) and of embedding_part_backward
+void encoder_backward_wte_cuda(Device *d, float *dwte, const act *dout, const int32_t *tokens,
+                               const TokenBuckets *tb, int BT, int C, int begin, int rows);
 // kernels_cuda_tp.cu (tensor parallelism)
 void bias_add_cuda(Device *d, act *out, const bf16 *bias, int BT, int OC);
 void embedding_part_forward_cuda(Device *d, act *out, const int32_t *tokens, const bf16 *wte_part,
                                  int vocab_begin, int rows, const bf16 *wpe, int B, int T, int C);
-void embedding_part_backward_cuda(Device *d, float *dwte_part, float *dwpe, const act *dout,
-                                  const int32_t *tokens, int vocab_begin, int rows, int B, int T, int C);
+void embedding_part_backward_cuda(Device *d, float *dwte_part, float *dwpe, const act *dout, const int32_t *tokens,
+                                  const TokenBuckets *tb, int vocab_begin, int rows, int B, int T, int C);
 void crossentropy_part_max_cuda(Device *d, float *maxv, const act *logits, int BT, int V, int ld);
 void crossentropy_part_sums_cuda(Device *d, float *sums, const act *logits, const float *maxv,
                                  const int32_t *targets, int vocab_begin, int BT, int V, int ld);
 void crossentropy_part_finish_cuda(Device *d, float *losses, act *logits, const float *maxv,
                                    const float *sums, const int32_t *targets, int vocab_begin,
                                    int BT, int V, int ld, float dloss_scale);
+
+// kernels_cuda_quant.cu (block quantization, quant_math.h)
+void quantize_half_cuda(Device *d, void *packed, const bf16 *x, size_t n, int bits, int block);
+void quantize_f32_cuda(Device *d, void *packed, const float *x, size_t n, int bits, int block);
+void dequantize_half_cuda(Device *d, bf16 *out, const void *packed, size_t n, int bits, int block);
+void dequantize_f32_cuda(Device *d, float *acc, const void *packed, size_t n, int bits, int block, int accumulate);
 
 }  // namespace KERNELS_NS

@@ -1,5 +1,8 @@
 // kernels_cuda_flash.cu: FlashAttention on the cuda device, the math of
-// flash_math.h (and of kernels_cpu_flash.c), read straight from qkv (B,T,3C):
+// flash_math.h (and of kernels_cpu_flash.c). Head sizes 16, 32, 64 and 128
+// run on the tensor cores (kernels_cuda_flash_tc.cu, where the GPU's shared
+// memory holds their tiles); every other head size up to 128 runs the
+// kernels below, on the CUDA cores. They read straight from qkv (B,T,3C):
 // head h of q at column h*hs, k at C + h*hs, v at 2C + h*hs, rows 3C apart,
 // so no permute runs. A warp owns one row: a query row in the forward and in
 // the backward's dq, a key row in the backward's dk and dv. It takes the
@@ -207,6 +210,7 @@ static void check_head_size(int C, int NH) {
 }
 
 void flash_attention_forward_cuda(Device *d, act *out, float *lse, const act *qkv, int B, int T, int C, int NH) {
+    if (flash_tc_forward(d, out, lse, qkv, B, T, C, NH)) return;  // head sizes 16, 32, 64, 128
     check_head_size(C, NH);
     size_t rows = (size_t)B * NH * T;
     flash_forward_kernel<<<flash_blocks(rows), FLASH_WARPS * WARP_SIZE, 0, cuda_stream(d, STREAM_COMPUTE)>>>(
@@ -223,6 +227,7 @@ void flash_attention_backward_cuda(Device *d, act *dqkv, const act *dout, const 
     flash_d_kernel<<<flash_blocks(rows), FLASH_WARPS * WARP_SIZE, 0, st>>>(D, (const floatX *)dout,
                                                                           (const floatX *)out, T, C, NH, rows);
     LAUNCH_CHECK();
+    if (flash_tc_backward(d, dqkv, dout, qkv, lse, D, B, T, C, NH)) return;
     flash_dq_kernel<<<flash_blocks(rows), FLASH_WARPS * WARP_SIZE, 0, st>>>(
         (floatX *)dqkv, (const floatX *)dout, (const floatX *)qkv, lse, D, T, C, NH, rows);
     LAUNCH_CHECK();

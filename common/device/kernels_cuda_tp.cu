@@ -2,9 +2,8 @@
 // 2019, Megatron-LM): the row-parallel bias, the vocabulary-parallel
 // embedding and the three steps of the vocabulary-parallel cross-entropy
 // (kernels.h). Activations bf16, math fp32; each rank computes on its part
-// and the all-reduces between are the caller's. Sums run in a fixed order
-// but for the token scatter of the embedding's backward (atomics, as in
-// encoder_backward).
+// and the all-reduces between are the caller's. Sums run in a fixed order,
+// the embedding's backward by token buckets as encoder_backward's.
 #include "kernels_cuda.h"
 
 namespace KERNELS_NS {
@@ -39,16 +38,6 @@ __global__ void __launch_bounds__(BLOCK) embedding_part_forward_kernel(floatX *o
     }
 }
 
-// dwte_part (rows,C) += dout scattered by the tokens inside the part
-__global__ void __launch_bounds__(BLOCK) embedding_part_backward_wte_kernel(float *dwte_part, const floatX *dout,
-                                                   const int32_t *tokens, int begin, int rows, int C,
-                                                   size_t n) {
-    FOR_EACH_ELEMENT(i, n) {
-        int row = tokens[i / C] - begin;
-        if (row >= 0 && row < rows) atomicAdd(&dwte_part[(size_t)row * C + i % C], to_f32(dout[i]));
-    }
-}
-
 void embedding_part_forward_cuda(Device *d, act *out, const int32_t *tokens, const bf16 *wte_part,
                                  int vocab_begin, int rows, const bf16 *wpe, int B, int T, int C) {
     size_t n = (size_t)B * T * C;
@@ -57,12 +46,9 @@ void embedding_part_forward_cuda(Device *d, act *out, const int32_t *tokens, con
     LAUNCH_CHECK();
 }
 
-void embedding_part_backward_cuda(Device *d, float *dwte_part, float *dwpe, const act *dout,
-                                  const int32_t *tokens, int vocab_begin, int rows, int B, int T, int C) {
-    size_t n = (size_t)B * T * C;
-    embedding_part_backward_wte_kernel<<<grid_for(n, BLOCK), BLOCK, 0, compute(d)>>>(
-        dwte_part, (const floatX *)dout, tokens, vocab_begin, rows, C, n);
-    LAUNCH_CHECK();
+void embedding_part_backward_cuda(Device *d, float *dwte_part, float *dwpe, const act *dout, const int32_t *tokens,
+                                  const TokenBuckets *tb, int vocab_begin, int rows, int B, int T, int C) {
+    encoder_backward_wte_cuda(d, dwte_part, dout, tokens, tb, B * T, C, vocab_begin, rows);
     encoder_backward_wpe_cuda(d, dwpe, dout, B, T, C);
 }
 

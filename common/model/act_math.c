@@ -37,10 +37,11 @@ ActFormula act_formula(const GPTLayout *l, const GPTPlan *p, int act_bytes) {
     double blocks = last >= first ? last - first + 1 : 0;
     if (blocks == 0) f.working = 0;
     // a slot: its blocks and its input x_in (sbh e); the embeddings' token
-    // ids (4sb); the head's lnf (sbh e), logits (sb V e), lnf mean, rstd and
-    // losses (12sb) and target ids (4sb)
+    // ids and their buckets, the positions sorted by token and where each
+    // token's begin (3 x 4sb); the head's lnf (sbh e), logits (sb V e), lnf
+    // mean, rstd and losses (12sb) and target ids (4sb)
     double slot = blocks * f.per_layer + input;
-    if (p->first_unit == GPT_UNIT_EMBED) slot += 4 * s * b;
+    if (p->first_unit == GPT_UNIT_EMBED) slot += 12 * s * b;
     if (p->last_unit == hu) slot += input + s * b * V * e + 8 * s * b / sp + 8 * s * b;
     // shared: one projection output before its residual add (sbh e); under
     // tensor parallelism the head's cross-entropy max, sum and target logit

@@ -38,47 +38,77 @@ static int read_in(const GPTLayout *l, int entries, int from, int to, int u) {
     return 0;
 }
 
+// Unit u, read by entry f, is gathered for f unless one of the max(p, 1)
+// entries before f reads it too (then it stayed gathered).
+static int gathered_for(const GPTLayout *l, int entries, int prefetch, int f, int u) {
+    int window = prefetch > 0 ? prefetch : 1;
+    return !read_in(l, entries, f - window, f - 1, u);
+}
+
+// The entry whose gather unit u, read by entry f, still is: f, or the
+// gather of the latest read before f that kept it.
+static int gather_entry(const GPTLayout *l, int entries, int prefetch, int f, int u) {
+    int window = prefetch > 0 ? prefetch : 1;
+    while (!gathered_for(l, entries, prefetch, f, u)) {
+        int g = f - 1;
+        while (g >= f - window && !read_in(l, entries, g, g, u)) g--;
+        f = g;
+    }
+    return f;
+}
+
 // While entry e computes, the units gathered are those that entry e and the
-// next p entries read (the window W(e) = reads of e..e+p): the peak is the
-// largest window's bytes.
-double zero_gathered_peak_bytes(const GPTLayout *l, int prefetch) {
+// next p entries read (the window W(e) = reads of e..e+p); each holds the
+// bytes of the pass of the entry it was gathered for.
+double zero_live_peak_bytes(const GPTLayout *l, int prefetch, const double bytes[2][GPT_MAX_UNITS]) {
     int entries = 2 * l->num_units;
     double peak = 0;
     for (int e = 0; e < entries; e++) {
-        double bytes = 0;
-        for (int u = 0; u < l->num_units; u++)
-            if (read_in(l, entries, e, e + prefetch, u)) bytes += (double)l->unit[u].count * sizeof(bf16);
-        if (bytes > peak) peak = bytes;
+        double live = 0;
+        for (int u = 0; u < l->num_units; u++) {
+            int f = e;
+            while (f <= e + prefetch && f < entries && !read_in(l, entries, f, f, u)) f++;
+            if (f > e + prefetch || f >= entries) continue;
+            live += bytes[gather_entry(l, entries, prefetch, f, u) >= l->num_units][u];
+        }
+        if (live > peak) peak = live;
     }
     return peak;
 }
 
-// A unit is gathered for entry f that reads it unless one of the max(p, 1)
-// entries before f reads it too (then it stayed gathered); `forward_only`:
-// an evaluation's schedule, the U forwards alone.
-static void gathers_of(const GPTLayout *l, int prefetch, int forward_only, int *count, double *elems) {
-    int entries = (forward_only ? 1 : 2) * l->num_units, window = prefetch > 0 ? prefetch : 1, reads[2];
-    *count = 0;
+double zero_gathered_peak_bytes(const GPTLayout *l, int prefetch) {
+    double bytes[2][GPT_MAX_UNITS];
+    for (int u = 0; u < l->num_units; u++) bytes[0][u] = bytes[1][u] = (double)l->unit[u].count * sizeof(bf16);
+    return zero_live_peak_bytes(l, prefetch, bytes);
+}
+
+// The gathers of a schedule of `entries` entries in the order they start
+// (by the entry they are for: entry 0 starts those of entries 0..p, every
+// later entry those of the entry p ahead); out may be NULL. Returns how many,
+// with the elements they gather in *elems.
+static int gathers_of(const GPTLayout *l, int prefetch, int entries, ZeroGather *out, double *elems) {
+    int reads[2], gathers = 0;
     *elems = 0;
     for (int f = 0; f < entries; f++)
         for (int i = 0, n = reads_of(l, f, reads); i < n; i++)
-            if (!read_in(l, entries, f - window, f - 1, reads[i])) {
-                ++*count;
+            if (gathered_for(l, entries, prefetch, f, reads[i])) {
+                if (out) out[gathers] = (ZeroGather){reads[i], f >= l->num_units};
+                gathers++;
                 *elems += (double)l->unit[reads[i]].count;
             }
+    return gathers;
 }
 
-int zero_gathers_per_micro_batch(const GPTLayout *l, int prefetch) {
-    int count;
+int zero_gather_schedule(const GPTLayout *l, int prefetch, ZeroGather *out) {
     double elems;
-    gathers_of(l, prefetch, 0, &count, &elems);
-    return count;
+    return gathers_of(l, prefetch, 2 * l->num_units, out, &elems);
 }
+
+int zero_gathers_per_micro_batch(const GPTLayout *l, int prefetch) { return zero_gather_schedule(l, prefetch, NULL); }
 
 double zero_gathered_elems(const GPTLayout *l, int prefetch, int forward_only) {
-    int count;
     double elems;
-    gathers_of(l, prefetch, forward_only, &count, &elems);
+    gathers_of(l, prefetch, (forward_only ? 1 : 2) * l->num_units, NULL, &elems);
     return elems;
 }
 
@@ -86,9 +116,8 @@ double zero_gathered_elems(const GPTLayout *l, int prefetch, int forward_only) {
 // started while an earlier entry computes (entry 0 asks for entries 1..p
 // too); without it, none.
 int zero_gathers_ahead(const GPTLayout *l, int prefetch, int forward_only) {
-    int count, reads[2];
     double elems;
-    gathers_of(l, prefetch, forward_only, &count, &elems);
+    int reads[2], count = gathers_of(l, prefetch, (forward_only ? 1 : 2) * l->num_units, NULL, &elems);
     return prefetch > 0 ? count - reads_of(l, 0, reads) : 0;
 }
 
@@ -102,7 +131,11 @@ double stage_buffer_bytes(StageId s, const GPTLayout *l, const Partition *p) {
     case STAGE_ZERO3:
     case STAGE_INFINITY:
     case STAGE_INFINITY_CPU:
-    case STAGE_INFINITY_NVME: return zero_bucket_bytes(0, p) + zero_gathered_peak_bytes(l, ZERO_PREFETCH_DEFAULT);
+    case STAGE_INFINITY_NVME:
+    case STAGE_INFINITY_OPT_CPU:
+    case STAGE_INFINITY_CPU_OPT_CPU:
+    case STAGE_INFINITY_NVME_OPT_CPU:
+        return zero_bucket_bytes(0, p) + zero_gathered_peak_bytes(l, ZERO_PREFETCH_DEFAULT);
     default: return 0;
     }
 }

@@ -120,7 +120,11 @@ static void carve_activations(GPT *g, Carver *ca, Carver *cw) {
             sl->lnf_rstd = carve_words(ca, R * fb);
             sl->losses = carve_words(ca, BT * fb);
         }
-        if (embed) sl->inputs = carve_words(ca, BT * sizeof(int32_t));
+        if (embed) {
+            sl->inputs = carve_words(ca, BT * sizeof(int32_t));
+            sl->bucket_order = carve_words(ca, BT * sizeof(int32_t));
+            sl->bucket_start = carve_words(ca, BT * sizeof(int32_t));
+        }
         if (head) sl->targets = carve_words(ca, BT * sizeof(int32_t));
     }
     if (head && tp > 1) {
@@ -193,6 +197,8 @@ void gpt_alloc(GPT *g, const GPTLayout *l, Device *dev, const GPTPlan *p, Comm *
         g->embed_grads = buf_alloc(dev, TIER_DEVICE, CAT_WORKSPACE, l->unit[GPT_UNIT_EMBED].count * fb, "fp32 embedding gradients");
     g->losses = (Buf){0};
     g->losses_queued = 0;
+    g->tokens = buf_alloc(dev, TIER_PINNED, CAT_WORKSPACE, 8 * BT * sizeof(int32_t), "token ids on their way up");
+    for (int k = 0; k < 2; k++) dev->ops->event_create(dev, &g->tokens_copied[k]);
 }
 
 void gpt_free(GPT *g) {
@@ -204,6 +210,9 @@ void gpt_free(GPT *g) {
     if (g->unit_grads.ptr) buf_free(g->dev, &g->unit_grads);
     if (g->embed_grads.ptr) buf_free(g->dev, &g->embed_grads);
     buf_free(g->dev, &g->losses);
+    dev_sync(g->dev, STREAM_COMPUTE);  // the last token copies read the staging
+    buf_free(g->dev, &g->tokens);
+    for (int k = 0; k < 2; k++) g->dev->ops->event_destroy(g->dev, &g->tokens_copied[k]);
     for (int s = 0; s < g->plan.slots; s++) free(g->slot[s].layer);
     free(g->slot);
     free(g->work);
@@ -217,17 +226,34 @@ static GPTSlot *slot_of(GPT *g, int s) {
     return &g->slot[s];
 }
 
+// The ids cross PCIe from pinned memory (from pageable memory a GPU's
+// driver would copy through a buffer of its own and make the host wait):
+// two staging areas in turn, so the host writes one while the other's copy
+// may still be queued.
 void gpt_slot_tokens(GPT *g, int s, const int32_t *inputs, const int32_t *targets, float dloss_scale) {
     GPTSlot *sl = slot_of(g, s);
-    size_t bytes = (size_t)g->plan.B * g->plan.T * sizeof(int32_t);
+    size_t BT = (size_t)g->plan.B * g->plan.T, bytes = BT * sizeof(int32_t);
+    int k = g->tokens_next;
+    g->tokens_next ^= 1;
+    g->dev->ops->event_sync(g->dev, &g->tokens_copied[k]);
+    int32_t *stage = (int32_t *)g->tokens.ptr + 4 * BT * (size_t)k;  // inputs, targets, bucket order and starts
     if (sl->inputs) {
         CHECK(inputs, "gpt_slot_tokens: the plan has the embeddings, which need the input tokens");
-        dev_copy(g->dev, sl->inputs, inputs, bytes, STREAM_COMPUTE);
+        memcpy(stage, inputs, bytes);
+        dev_copy(g->dev, sl->inputs, stage, bytes, STREAM_COMPUTE);
+        // the embeddings' backward sums wte's rows by these (no atomics),
+        // built beside the ids in the same pinned area
+        int32_t *order = stage + 2 * BT, *start = stage + 3 * BT;
+        sl->buckets = token_buckets_build(inputs, (int)BT, order, start);
+        dev_copy(g->dev, sl->bucket_order, order, bytes, STREAM_COMPUTE);
+        dev_copy(g->dev, sl->bucket_start, start, bytes, STREAM_COMPUTE);
     }
     if (sl->targets) {
         CHECK(targets, "gpt_slot_tokens: the plan has the head, which needs the targets");
-        dev_copy(g->dev, sl->targets, targets, bytes, STREAM_COMPUTE);
+        memcpy(stage + BT, targets, bytes);
+        dev_copy(g->dev, sl->targets, stage + BT, bytes, STREAM_COMPUTE);
     }
+    g->dev->ops->event_record(g->dev, &g->tokens_copied[k], STREAM_COMPUTE);
     sl->dloss_scale = dloss_scale;
 }
 
@@ -308,20 +334,23 @@ static const act *lnf_whole(GPT *g, const GPTSlot *sl) {
 }
 
 // logits = lnf(x_L) @ wte^T (tied), then the loss (and dlogits with a loss
-// scale). Under tensor parallelism the rank's logits are those of its wte
-// rows (a column-parallel linear: f before it, an identity forward).
+// scale). The GEMM runs over all Vp stored rows of wte (aligned); the
+// softmax reads the V real columns, and dlogits is zero in the padding
+// columns, so the padding rows' gradient is zero. Under tensor parallelism
+// the rank's logits are those of its wte rows (a column-parallel linear: f
+// before it, an identity forward).
 static void head_forward(GPT *g, const bf16 *ph, const bf16 *pe, int s) {
     Device *d = g->dev;
     const KernelOps *k = d->k;
     const GPTLayout *l = &g->L;
     GPTSlot *sl = &g->slot[s];
-    int BT = g->plan.B * g->plan.T, C = l->cfg.channels, V = l->vocab_part, Vp = gpt_logits_stride(l);
+    int BT = g->plan.B * g->plan.T, C = l->cfg.channels, Vp = l->vocab_part, ld = gpt_logits_stride(l);
     const bf16 *wte = pe + l->emb_off[EMB_WTE];
     k->layernorm_forward(d, sl->lnf, sl->lnf_mean, sl->lnf_rstd, block_input(g, l->cfg.num_layers, s),
                          ph + l->head_off[HEAD_LNFW], ph + l->head_off[HEAD_LNFB], res_rows(g), C);
-    k->matmul_forward(d, sl->logits, lnf_whole(g, sl), wte, NULL, BT, C, V, Vp);
+    k->matmul_forward(d, sl->logits, lnf_whole(g, sl), wte, NULL, BT, C, Vp, ld);
     if (l->tp_size > 1) tp_head_loss(g, s);
-    else k->softmax_crossentropy(d, sl->losses, sl->logits, sl->targets, BT, V, Vp, sl->dloss_scale);
+    else k->softmax_crossentropy(d, sl->losses, sl->logits, sl->targets, BT, l->cfg.vocab_size, ld, sl->dloss_scale);
 }
 
 // wte's gradient collects here and in the embeddings' backward, so the
@@ -331,7 +360,7 @@ static void head_backward(GPT *g, const bf16 *ph, const bf16 *pe, int s) {
     const KernelOps *k = d->k;
     const GPTLayout *l = &g->L;
     GPTSlot *sl = &g->slot[s];
-    int hu = gpt_unit_head(l), BT = g->plan.B * g->plan.T, C = l->cfg.channels, V = l->vocab_part;
+    int hu = gpt_unit_head(l), BT = g->plan.B * g->plan.T, C = l->cfg.channels, Vp = l->vocab_part;
     float *ug = g->unit_grads.ptr, *eg = g->embed_grads.ptr;
     const bf16 *wte = pe + l->emb_off[EMB_WTE];
     CHECK(plan_has_unit(&g->plan, GPT_UNIT_EMBED) || g->work->embed_grads_slot < 0,
@@ -341,7 +370,7 @@ static void head_backward(GPT *g, const bf16 *ph, const bf16 *pe, int s) {
     g->work->embed_grads_slot = s;
     dev_memset0(d, ug, l->unit[hu].count * sizeof(float), STREAM_COMPUTE);
     int R = res_rows(g);
-    k->matmul_backward(d, g->work->dc, eg + l->emb_off[EMB_WTE], NULL, sl->logits, lnf_whole(g, sl), wte, BT, C, V,
+    k->matmul_backward(d, g->work->dc, eg + l->emb_off[EMB_WTE], NULL, sl->logits, lnf_whole(g, sl), wte, BT, C, Vp,
                        gpt_logits_stride(l));
     // f's backward: the partial input gradients summed (all-reduce), or this rank's rows of the sum
     const act *dlnf = g->work->dc;
@@ -376,12 +405,13 @@ static void embed_backward(GPT *g, int s) {
     const GPTSlot *sl = &g->slot[s];
     const act *dx = sl->dres;  // sequence parallel: every rank's rows of dL/dx0 gathered
     if (g->plan.sequence_parallel) tp_gather_rows(g, g->work->gathered, sl->dres), dx = g->work->gathered;
+    TokenBuckets tb = {sl->bucket_order, sl->bucket_start, sl->buckets};
     if (l->tp_size > 1)  // every rank has the whole dL/dx0: its rows' part of dwte, and dwpe
-        d->k->embedding_part_backward(d, eg + l->emb_off[EMB_WTE], eg + l->emb_off[EMB_WPE], dx, sl->inputs,
+        d->k->embedding_part_backward(d, eg + l->emb_off[EMB_WTE], eg + l->emb_off[EMB_WPE], dx, sl->inputs, &tb,
                                       l->vocab_begin, l->vocab_part, g->plan.B, g->plan.T, l->cfg.channels);
     else
-        d->k->encoder_backward(d, eg + l->emb_off[EMB_WTE], eg + l->emb_off[EMB_WPE], sl->dres, sl->inputs, g->plan.B,
-                               g->plan.T, l->cfg.channels);
+        d->k->encoder_backward(d, eg + l->emb_off[EMB_WTE], eg + l->emb_off[EMB_WPE], sl->dres, sl->inputs, &tb,
+                               g->plan.B, g->plan.T, l->cfg.channels);
 }
 
 // ---- one unit, one slot ----

@@ -60,11 +60,14 @@ typedef struct GPTLayout {
     // tensor-parallel part this layout describes: rank tp_rank of tp_size
     // (1, 0: the whole model, the layout of stages 01-06)
     int tp_size, tp_rank;
-    // wte rows: vocab_padded over the group (V when tp_size = 1, else V
-    // rounded up to a multiple of 64 * tp_size); this rank holds vocab_part
-    // of them from row vocab_begin. Rows >= V are padding: zero, never a target.
+    // wte rows: vocab_padded over the group (gpt_vocab_padded); this rank
+    // holds vocab_part of them from row vocab_begin. Rows >= V are padding:
+    // zero, never a token or a target, left out of the softmax and the loss,
+    // their gradient zero.
     int vocab_padded, vocab_part, vocab_begin;
-    size_t num_params;       // Ψ of this layout (unpadded; tp: this rank's part, padding rows included)
+    // Ψ of this layout, wte's padding rows included (they are stored,
+    // updated and sharded like any parameter); tp: this rank's part
+    size_t num_params;
     int num_units;           // L + 2
     Range unit[GPT_MAX_UNITS];
     // offsets of each tensor relative to the start of its unit
@@ -73,6 +76,22 @@ typedef struct GPTLayout {
     // tensor offsets within a unit of the whole model (tp_size = 1; the head is whole), for gpt_global_index
     size_t whole_blk_off[BLK_NTENSORS + 1], whole_emb_off[EMB_NTENSORS + 1];
 } GPTLayout;
+
+// The rows wte is stored with: V rounded up to a multiple of 128 (llm.c's
+// Vp), so that every GEMM of the embedding and the tied head is aligned (on
+// a GPU, V = 50257 sends cuBLASLt to its slow align-1 kernels). Under tensor
+// parallelism each of the tp ranks holds an equal part, a multiple of 64
+// rows so that its logits' rows stay aligned too; the rule is one multiple,
+// lcm(128, 64 tp): 64 tp for an even tp, 128 tp for an odd one, and 128 for
+// tp = 1. So the whole model (tp = 1) is a multiple of 128 at any tp, and a
+// tp part never holds fewer rows than the whole model's padding asks for.
+int gpt_vocab_padded(int vocab, int tp_size);
+// Rows of this layout's wte part below V: its tokens, the logits' columns
+// the softmax reads (the rest of vocab_part is padding).
+int gpt_real_vocab_rows(const GPTLayout *l);
+// Elements of wte's padding rows in this layout (tp: this rank's part): the
+// part of num_params that is not the model's, (vocab_padded - V)·C whole.
+size_t gpt_padding_params(const GPTLayout *l);
 
 // Fails (usage error) when the shape is invalid (heads must divide channels, ...).
 void gpt_layout(GPTLayout *l, const GPTConfig *cfg);
@@ -101,8 +120,9 @@ TPSplit gpt_tensor_split(const GPTLayout *l, int u, int t);
 // Flat ranges of this layout that hold TP_REPLICATED tensors, adjacent ones
 // merged, in order. Writes at most max; returns how many there are.
 int gpt_replicated_ranges(const GPTLayout *l, Range *out, int max);
-// Index in the whole model's layout (tp_size = 1) of element i of this
-// layout, or GPT_PADDING for a padding row of wte.
+// Index in the whole model's layout (tp_size = 1, wte padded to
+// gpt_vocab_padded(V, 1) rows) of element i of this layout, or GPT_PADDING
+// for a row of wte past the whole model's (a tp part padded further).
 #define GPT_PADDING ((size_t)-1)
 size_t gpt_global_index(const GPTLayout *l, size_t i);
 
@@ -110,20 +130,25 @@ size_t gpt_global_index(const GPTLayout *l, size_t i);
 // only on (seed, its index in the whole model), so any rank count, stage or
 // tensor-parallel split draws the same weights: N(0, 0.02) for weights,
 // N(0, 0.02/sqrt(2L)) for the residual projections, 0 for biases, 1 for
-// layernorm gains, 0 for wte's padding rows.
+// layernorm gains, 0 for wte's padding rows. The index an element draws from
+// is its index in the unpadded model (wte of V rows), so the padding rows
+// take no draw and every real weight is what it was before wte was padded.
+
 void gpt_init_values(const GPTLayout *l, uint64_t seed, size_t begin, size_t end, float *out);
 
 // Matmul FLOPs per token for forward+backward of the whole model:
 // 6*Ψ_matmul + attention 12*L*C*T (Ψ_matmul: weights that enter a GEMM,
-// including the tied output projection).
+// including the tied output projection, of V rows: the padding rows' GEMM
+// columns are work the device does, not the model's FLOPs, so MFU does not
+// count them).
 double gpt_flops_per_token(const GPTLayout *l, int T);
 
-// Row stride of this rank's logits (BT, vocab_part): rounded up to a multiple
-// of 64, so that every row starts 128-byte aligned in bf16 and the head's
-// GEMMs can use the tensor cores' vector loads (GPT-2's V = 50257 would leave
-// rows 2-byte aligned). With tp_size > 1 vocab_part is already a multiple of 64.
-// The padding columns are never read or written.
-static inline int gpt_logits_stride(const GPTLayout *l) { return (l->vocab_part + 63) / 64 * 64; }
+// Row stride of this rank's logits (BT, vocab_part): vocab_part, a multiple
+// of 64 (gpt_vocab_padded), so that every row starts 128-byte aligned in bf16
+// and the head's GEMMs can use the tensor cores' vector loads. The columns
+// of wte's padding rows are computed (zero), left out of the softmax, and
+// zero in dlogits.
+static inline int gpt_logits_stride(const GPTLayout *l) { return l->vocab_part; }
 
 // What one rank computes: micro-batches of B sequences of T tokens, `slots`
 // of them in flight at once (each keeps its own activations), through units
@@ -234,6 +259,9 @@ typedef struct GPT {
     int losses_queued;
     RecomputeWork recompute_work;
     long units_run;    // units computed, forward or backward: the schedule's clock (zero3 counts its gathers by it)
+    Buf tokens;        // pinned: two staging areas for token ids (and their buckets) on their way up (gpt_slot_tokens)
+    Event tokens_copied[2];  // the copies out of each area
+    int tokens_next;
     // pointers into acts/scratch, set by gpt_alloc (gpt_units.h)
     struct GPTSlot *slot;  // [plan.slots]
     struct GPTWork *work;
@@ -246,7 +274,8 @@ void gpt_alloc(GPT *g, const GPTLayout *l, Device *dev, const GPTPlan *p, struct
 void gpt_free(GPT *g);
 
 // ---- one unit, one micro-batch ----
-// Copies the micro-batch's token ids (host, B*T each) to slot s: inputs are
+// Copies the micro-batch's token ids (host, B*T each; through pinned
+// staging, reused once the copy out of it two calls ago is done) to slot s: inputs are
 // read by the embeddings, targets by the head (either may be NULL where the
 // plan lacks that unit). dloss_scale != 0 makes the head's forward also leave
 // dloss/dlogits for backward (the scale is 1 / tokens in the global batch).

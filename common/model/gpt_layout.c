@@ -80,12 +80,11 @@ void gpt_layout_tp(GPTLayout *l, const GPTConfig *cfg, int tp_size, int tp_rank)
     l->cfg = *cfg;
     l->tp_size = tp_size;
     l->tp_rank = tp_rank;
-    int vocab_align = 64 * tp_size;  // every rank's rows a multiple of 64: its logits rows stay aligned
-    l->vocab_padded = tp_size == 1 ? cfg->vocab_size : (cfg->vocab_size + vocab_align - 1) / vocab_align * vocab_align;
+    l->vocab_padded = gpt_vocab_padded(cfg->vocab_size, tp_size);
     l->vocab_part = l->vocab_padded / tp_size;
     l->vocab_begin = tp_rank * l->vocab_part;
     size_t emb[EMB_NTENSORS], blk[BLK_NTENSORS], head[HEAD_NTENSORS] = {(size_t)cfg->channels, (size_t)cfg->channels};
-    tensor_sizes(cfg, 1, cfg->vocab_size, blk, emb);
+    tensor_sizes(cfg, 1, gpt_vocab_padded(cfg->vocab_size, 1), blk, emb);
     lay_out(l->whole_emb_off, emb, EMB_NTENSORS);
     lay_out(l->whole_blk_off, blk, BLK_NTENSORS);
     tensor_sizes(cfg, tp_size, l->vocab_part, blk, emb);
@@ -104,6 +103,20 @@ void gpt_layout_tp(GPTLayout *l, const GPTConfig *cfg, int tp_size, int tp_rank)
 }
 
 void gpt_layout(GPTLayout *l, const GPTConfig *cfg) { gpt_layout_tp(l, cfg, 1, 0); }
+
+int gpt_vocab_padded(int vocab, int tp_size) {
+    int align = tp_size % 2 == 0 ? 64 * tp_size : 128 * tp_size;  // lcm(128, 64 tp)
+    return (vocab + align - 1) / align * align;
+}
+
+int gpt_real_vocab_rows(const GPTLayout *l) {
+    int n = l->cfg.vocab_size - l->vocab_begin;
+    return n < 0 ? 0 : n < l->vocab_part ? n : l->vocab_part;
+}
+
+size_t gpt_padding_params(const GPTLayout *l) {
+    return (size_t)(l->vocab_part - gpt_real_vocab_rows(l)) * (size_t)l->cfg.channels;
+}
 
 int gpt_unit_reads(const GPTLayout *l, int u, int out[2]) {
     out[0] = u;
@@ -164,7 +177,8 @@ GPTActBytes gpt_activation_bytes(const GPTLayout *l, const GPTPlan *p, int act_b
     r.per_layer = layer - unsaved;
     r.working = blocks ? unsaved : 0;
     // per slot: the range's blocks and its input x_in (C); the embeddings add
-    // the input token ids; the head lnf (C), the logits (Vp: this rank's
+    // the input token ids and their buckets (order and starts, token_buckets.h);
+    // the head lnf (C), the logits (Vp: this rank's
     // vocabulary, padded), lnf mean/rstd and losses in fp32, and the target ids
     r.per_slot = blocks * r.per_layer + x3;
     // stored: the inputs of the range's blocks but the first (the slot's
@@ -180,7 +194,7 @@ GPTActBytes gpt_activation_bytes(const GPTLayout *l, const GPTPlan *p, int act_b
         r.per_slot -= (blocks - 1) * x3;
         ring = 2 * x3;
     }
-    if (has_embed) r.per_slot += BT * ib;
+    if (has_embed) r.per_slot += 3 * BT * ib;
     if (has_head) r.per_slot += R * (C * ab + 2 * fb) + BT * (Vp * ab + fb + ib);
     // one (BT,C) projection output before its residual add; under tensor
     // parallelism the head's cross-entropy statistics (max, sum, target

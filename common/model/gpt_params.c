@@ -35,8 +35,9 @@ static size_t whole_tensor_offset(const GPTLayout *l, int u, int t) {
 // a column-parallel tensor keeps `part_rows` rows from row `first` of every
 // block of `block_rows` rows (q, k and v are three such blocks of QKV), a
 // row-parallel one `part_cols` columns from column `first` of every row,
-// wte `part_rows` rows from row `first`, those at `valid_rows` or beyond
-// being padding. A whole tensor (tp 1, or replicated) maps element e to e.
+// wte `part_rows` rows from row `first`, those at `valid_rows` (the whole
+// model's padded rows) or beyond being padding of the part alone. A whole
+// tensor (tp 1, or replicated) maps element e to e.
 typedef struct TensorPiece {
     TPSplit split;
     int whole;
@@ -52,7 +53,7 @@ static TensorPiece tensor_piece(const GPTLayout *l, int u, int t) {
         p.cols = C;
         p.part_rows = (size_t)l->vocab_part;
         p.first = (size_t)l->vocab_begin;
-        p.valid_rows = (size_t)l->cfg.vocab_size;
+        p.valid_rows = (size_t)gpt_vocab_padded(l->cfg.vocab_size, 1);
     } else if (p.split == TP_COLUMN) {
         p.cols = t == BLK_QKVW || t == BLK_FCW ? C : 1;
         p.block_rows = t == BLK_QKVW || t == BLK_QKVB ? C : 4 * C;
@@ -159,6 +160,15 @@ static InitKind tensor_init(const GPTLayout *l, int u, int t, float *std) {
     }
 }
 
+// The index whole-model element g draws its initial value from: its index
+// in the unpadded model, whose wte has V rows (wte opens the whole model);
+// GPT_PADDING for wte's padding rows, which draw nothing.
+static size_t draw_index(const GPTLayout *l, size_t g) {
+    size_t real = (size_t)l->cfg.vocab_size * l->cfg.channels, stored = l->whole_emb_off[EMB_WTE + 1];
+    if (g < real) return g;
+    return g < stored ? GPT_PADDING : g - (stored - real);
+}
+
 void gpt_init_values(const GPTLayout *l, uint64_t seed, size_t begin, size_t end, float *out) {
     for (size_t i = begin > l->num_params ? begin : l->num_params; i < end; i++)
         out[i - begin] = 0.0f;  // shard padding past Ψ
@@ -176,6 +186,7 @@ void gpt_init_values(const GPTLayout *l, uint64_t seed, size_t begin, size_t end
             #pragma omp parallel for schedule(static)
             for (size_t i = lo; i < hi; i++) {
                 size_t g = piece_global(&p, i - base);
+                if (g != GPT_PADDING) g = draw_index(l, g);
                 out[i - begin] = g == GPT_PADDING ? 0.0f
                                : kind == INIT_NORMAL ? std * normal_at(seed, g) : (kind == INIT_ONE ? 1.0f : 0.0f);
             }

@@ -73,12 +73,6 @@ void tp_embed_forward(GPT *g, const bf16 *pe, int s) {
     else tp_sum(g, sl->x_in);
 }
 
-// Rows of this rank's wte part below V: its real vocabulary (the rest is padding).
-static int real_rows(const GPTLayout *l) {
-    int n = l->cfg.vocab_size - l->vocab_begin;
-    return n < 0 ? 0 : n < l->vocab_part ? n : l->vocab_part;
-}
-
 // loss = log(sum over the group of exp(z - max)) + max - z[target], with
 // max and z[target] taken over the group; padding columns left out.
 void tp_head_loss(GPT *g, int s) {
@@ -87,7 +81,7 @@ void tp_head_loss(GPT *g, int s) {
     const GPTLayout *l = &g->L;
     GPTSlot *sl = &g->slot[s];
     GPTWork *w = g->work;
-    int BT = g->plan.B * g->plan.T, V = real_rows(l), ld = gpt_logits_stride(l);
+    int BT = g->plan.B * g->plan.T, V = gpt_real_vocab_rows(l), ld = gpt_logits_stride(l);
     k->crossentropy_part_max(d, w->ce_max, sl->logits, BT, V, ld);
     comm_all_reduce_max(g->tp, w->ce_max, (size_t)BT, DT_F32, NULL);
     k->crossentropy_part_sums(d, w->ce_sums, sl->logits, w->ce_max, sl->targets, l->vocab_begin, BT, V, ld);

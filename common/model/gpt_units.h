@@ -27,6 +27,8 @@ typedef struct GPTSlot {
     act *logits;                  // (BT,vocab_part), rows gpt_logits_stride apart; dlogits after forward with a loss scale
     float *losses;                // (BT)
     int32_t *inputs, *targets;    // (BT) embeddings / head only
+    int32_t *bucket_order, *bucket_start;  // (BT) each, embeddings only: the inputs' token buckets (token_buckets.h)
+    int buckets;                  // how many
     act *dres;                    // (R,C) gradient of the residual stream (backward scratch)
     float dloss_scale;
 } GPTSlot;

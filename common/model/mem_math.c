@@ -13,7 +13,8 @@
 
 static const char *const names[STAGE_COUNT] = {
     "dp_baseline", "zero1", "zero2", "zero3", "cpu_offload", "cpu_offload --dpu", "infinity",
-    "infinity --offload-params cpu", "infinity --offload-params nvme",
+    "infinity --offload-params cpu", "infinity --offload-params nvme", "infinity --offload-optimizer cpu",
+    "infinity --offload-params cpu --offload-optimizer cpu", "infinity --offload-params nvme --offload-optimizer cpu",
 };
 
 const char *stage_name(StageId s) { return s >= 0 && s < STAGE_COUNT ? names[s] : "?"; }
@@ -49,6 +50,9 @@ static const StateForm FORMS[STAGE_COUNT][5] = {  // params, grads, master, m, v
     [STAGE_INFINITY] = {DEV(0, 2), PIN(0, 2), NVME(0, 4), NVME(0, 4), NVME(0, 4)},
     [STAGE_INFINITY_CPU] = {PIN(0, 2), PIN(0, 2), NVME(0, 4), NVME(0, 4), NVME(0, 4)},
     [STAGE_INFINITY_NVME] = {NVME(0, 2), PIN(0, 2), NVME(0, 4), NVME(0, 4), NVME(0, 4)},
+    [STAGE_INFINITY_OPT_CPU] = {DEV(0, 2), PIN(0, 2), PIN(0, 4), PIN(0, 4), PIN(0, 4)},
+    [STAGE_INFINITY_CPU_OPT_CPU] = {PIN(0, 2), PIN(0, 2), PIN(0, 4), PIN(0, 4), PIN(0, 4)},
+    [STAGE_INFINITY_NVME_OPT_CPU] = {NVME(0, 2), PIN(0, 2), PIN(0, 4), PIN(0, 4), PIN(0, 4)},
 };
 #undef DEV
 #undef PIN
@@ -169,9 +173,11 @@ const char *transfer_name(Transfer x) {
     return x >= 0 && x < XFER_COUNT ? n[x] : "?";
 }
 
-static int is_infinity(StageId s) {
-    return s == STAGE_INFINITY || s == STAGE_INFINITY_CPU || s == STAGE_INFINITY_NVME;
-}
+static int is_infinity(StageId s) { return s >= STAGE_INFINITY && s <= STAGE_INFINITY_NVME_OPT_CPU; }
+// Where infinity keeps its bf16 params (--offload-params) and whether its
+// master, m and v are on NVMe (--offload-optimizer), read off the closed forms.
+static MemTier params_tier(StageId s) { return FORMS[s][0].tier; }
+static int optim_on_nvme(StageId s) { return FORMS[s][2].tier == TIER_NVME; }
 
 void stage_transfer_bytes(StageId s, double psi, int ranks, int grad_accum, double out[XFER_COUNT]) {
     check_stage(s);
@@ -181,10 +187,11 @@ void stage_transfer_bytes(StageId s, double psi, int ranks, int grad_accum, doub
     out[XFER_D2H] = 2.0 * k * psi / ranks;  // each micro-batch's reduced gradient part
     out[XFER_H2D] = 2.0 * shard;            // the updated bf16 shard
     if (!is_infinity(s)) return;
-    out[XFER_NVME_READ] = out[XFER_NVME_WRITE] = 12.0 * shard;  // master, m, v: in and out once a step
-    if (s == STAGE_INFINITY) return;
+    if (optim_on_nvme(s))  // master, m, v: in and out once a step
+        out[XFER_NVME_READ] = out[XFER_NVME_WRITE] = 12.0 * shard;
+    if (params_tier(s) == TIER_DEVICE) return;
     out[XFER_H2D] = 4.0 * k * psi / ranks;  // params off the device: each unit's slice, forward and backward
-    if (s == STAGE_INFINITY_NVME) {
+    if (params_tier(s) == TIER_NVME) {
         out[XFER_NVME_READ] += 4.0 * k * psi / ranks;  // ... read from NVMe on its way up
         out[XFER_NVME_WRITE] += 2.0 * shard;           // and the new bf16 shard written
     }
@@ -192,14 +199,14 @@ void stage_transfer_bytes(StageId s, double psi, int ranks, int grad_accum, doub
 
 const char *stage_transfer_formula(StageId s, Transfer x) {
     check_stage(s);
-    int nvme = s == STAGE_INFINITY_NVME;
+    int inf = is_infinity(s), states = inf && optim_on_nvme(s), params = inf && params_tier(s) == TIER_NVME;
     switch (x) {
-    case XFER_D2H: return s == STAGE_OFFLOAD || s == STAGE_OFFLOAD_DPU || is_infinity(s) ? "2kΨ/N" : "0";
+    case XFER_D2H: return s == STAGE_OFFLOAD || s == STAGE_OFFLOAD_DPU || inf ? "2kΨ/N" : "0";
     case XFER_H2D:
-        if (s == STAGE_OFFLOAD || s == STAGE_OFFLOAD_DPU || s == STAGE_INFINITY) return "2Ψ_pad/N";
-        return is_infinity(s) ? "4kΨ/N" : "0";
-    case XFER_NVME_READ: return is_infinity(s) ? (nvme ? "12Ψ_pad/N + 4kΨ/N" : "12Ψ_pad/N") : "0";
-    case XFER_NVME_WRITE: return is_infinity(s) ? (nvme ? "14Ψ_pad/N" : "12Ψ_pad/N") : "0";
+        if (s == STAGE_OFFLOAD || s == STAGE_OFFLOAD_DPU || (inf && params_tier(s) == TIER_DEVICE)) return "2Ψ_pad/N";
+        return inf ? "4kΨ/N" : "0";
+    case XFER_NVME_READ: return states && params ? "12Ψ_pad/N + 4kΨ/N" : states ? "12Ψ_pad/N" : params ? "4kΨ/N" : "0";
+    case XFER_NVME_WRITE: return states && params ? "14Ψ_pad/N" : states ? "12Ψ_pad/N" : params ? "2Ψ_pad/N" : "0";
     default: return "0";
     }
 }
@@ -216,12 +223,9 @@ double stage_comm_elems(StageId s, double psi, int ranks, int grad_accum) {
     case STAGE_OFFLOAD_DPU:
         return k * ring + ring;
     case STAGE_ZERO3:  // gather in forward, gather in backward, reduce-scatter: every micro-batch
-    case STAGE_INFINITY:
-    case STAGE_INFINITY_CPU:
-    case STAGE_INFINITY_NVME:
         return 3.0 * k * ring;
     default:
-        return 0;
+        return is_infinity(s) ? 3.0 * k * ring : 0;
     }
 }
 
@@ -232,11 +236,8 @@ const char *stage_comm_formula(StageId s) {
     case STAGE_ZERO2:
     case STAGE_OFFLOAD:
     case STAGE_OFFLOAD_DPU: return "(k+1)Ψ(N-1)/N";
-    case STAGE_ZERO3:
-    case STAGE_INFINITY:
-    case STAGE_INFINITY_CPU:
-    case STAGE_INFINITY_NVME: return "3kΨ(N-1)/N";
-    default: return "?";
+    case STAGE_ZERO3: return "3kΨ(N-1)/N";
+    default: return is_infinity(s) ? "3kΨ(N-1)/N" : "?";
     }
 }
 

@@ -20,6 +20,12 @@ typedef enum {
     STAGE_INFINITY,
     STAGE_INFINITY_CPU,
     STAGE_INFINITY_NVME,
+    // ... and --offload-optimizer cpu: master, m, v in pinned host memory
+    // instead (12Ψ/N), beside the params by --offload-params as above; with
+    // the params in pinned memory too, every state is on the host
+    STAGE_INFINITY_OPT_CPU,
+    STAGE_INFINITY_CPU_OPT_CPU,
+    STAGE_INFINITY_NVME_OPT_CPU,
     STAGE_COUNT
 } StageId;
 
@@ -69,12 +75,13 @@ const char *stage_comm_formula(StageId s);  // "2Ψ(N-1)/N", ...
 // the closed forms: cpu_offload sends each micro-batch's reduced gradient
 // part down (2kΨ/N; the padding is never sent) and the updated bf16 shard up
 // (2Ψ_pad/N). infinity does the same with the params on the device; it reads
-// and writes master, m and v once a step (12Ψ_pad/N each way); with the
-// params off the device each unit's slice goes up for its forward and its
-// backward gather (4kΨ/N; zero3 gathers the head once for the end of forward
-// and the start of backward, so the count is 4kC/N below this), read from
-// NVMe first with --offload-params nvme, where the new shard is also
-// written (2Ψ_pad/N). Zero for the stages that keep everything on the device.
+// and writes master, m and v once a step (12Ψ_pad/N each way; none with
+// --offload-optimizer cpu); with the params off the device each unit's slice
+// goes up for its forward and its backward gather (4kΨ/N; zero3 gathers the
+// head once for the end of forward and the start of backward, so the count
+// is 4kC/N below this), read from NVMe first with --offload-params nvme,
+// where the new shard is also written (2Ψ_pad/N). Zero for the stages that
+// keep everything on the device.
 typedef enum { XFER_D2H, XFER_H2D, XFER_NVME_READ, XFER_NVME_WRITE, XFER_COUNT } Transfer;
 const char *transfer_name(Transfer x);  // "device -> host", ...
 void stage_transfer_bytes(StageId s, double psi, int ranks, int grad_accum, double out[XFER_COUNT]);
@@ -130,12 +137,23 @@ double zero_bucket_bytes(double bucket_mb, const Partition *p);
 // for an entry that reads it unless one of the max(p, 1) entries before
 // reads it too. The most bytes gathered at once (training's schedule):
 double zero_gathered_peak_bytes(const GPTLayout *l, int prefetch);
+// The same replay where a unit gathered for an entry of pass p (0 forward,
+// 1 backward) holds bytes[p][u] while live (ZeRO++'s quantized gathers keep
+// their int8 parts beside the unit).
+double zero_live_peak_bytes(const GPTLayout *l, int prefetch, const double bytes[2][GPT_MAX_UNITS]);
 // The all-gathers of one training micro-batch (the planner's latency terms),
 // the elements they gather, and those started ahead of the entry that reads
 // them (all but entry 0's with p > 0; none at p = 0).
 int zero_gathers_per_micro_batch(const GPTLayout *l, int prefetch);
 double zero_gathered_elems(const GPTLayout *l, int prefetch, int forward_only);
 int zero_gathers_ahead(const GPTLayout *l, int prefetch, int forward_only);
+// Those gathers in the order they start: the unit, and the pass of the
+// entry it is gathered for. Returns how many; out may be NULL, else it has
+// room for 2 x GPT_MAX_UNITS x 2.
+typedef struct ZeroGather {
+    int unit, backward;
+} ZeroGather;
+int zero_gather_schedule(const GPTLayout *l, int prefetch, ZeroGather *out);
 // A stage's own device buffers at its flags' defaults: ZeRO-1's reduced
 // gradient shard, ZeRO-2's and Offload's buckets, ZeRO-3's and Infinity's
 // buckets and gathered units.

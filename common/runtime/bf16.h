@@ -4,6 +4,11 @@
 // format, bfloat16; under --precision fp16 the same 16 bits hold an IEEE-754
 // binary16 (HalfFormat says which, carried by the Device, the Comm and the
 // optimizer step, never a global).
+// NaNs: a NaN stays a NaN through every conversion on every device, and
+// that is all the project promises. Its sign and payload are not kept
+// everywhere: these functions keep them (made quiet), as the cpu's F16C
+// does, but the GPU's fp16 -> fp32 (__half2float) gives every NaN 0x7fffffff
+// (test_cuda_optim checks the promise on both devices).
 #pragma once
 #include <stdint.h>
 #include <string.h>

@@ -8,7 +8,7 @@
 static const char *const tier_names[TIER_COUNT] = {"device", "host", "pinned", "nvme"};
 static const char *const category_names[CAT_COUNT] = {
     "params_bf16", "grads_bf16", "master_fp32", "adam_m",
-    "adam_v",      "grads_accum_fp32", "activations", "act_working", "comm_buffers", "workspace"};
+    "adam_v",      "grads_accum_fp32", "params_hpz", "activations", "act_working", "comm_buffers", "workspace"};
 
 const char *mem_tier_name(MemTier t) {
     return (t >= 0 && t < TIER_COUNT) ? tier_names[t] : "unknown-tier";

@@ -15,6 +15,7 @@ typedef enum {
     CAT_ADAM_M,       // fp32 Adam first moment
     CAT_ADAM_V,       // fp32 Adam second moment
     CAT_GRAD_ACCUM,   // fp32 gradient accumulator across micro-batches (--grad-accum-dtype fp32)
+    CAT_PARAMS_HPZ,   // zero3's ZeRO++ hpZ: a rank's part of the host-local bf16 copy of the weights
     CAT_ACTIVATIONS,  // saved for backward (kept across units)
     CAT_ACT_WORKING,  // one unit's activations that are not kept: recomputed before its backward
     CAT_COMM,         // communication buffers (gradient buckets, a reduced shard, staging)
@@ -24,7 +25,7 @@ typedef enum {
 #define CAT_LAST_STATE CAT_GRAD_ACCUM  // the model states are the categories up to this one
 
 const char *mem_tier_name(MemTier t);          // "device", "host", "pinned", "nvme"
-const char *mem_category_name(MemCategory c);  // "params_bf16", "grads_bf16", "master_fp32", "adam_m", "adam_v", "grads_accum_fp32", "activations", "act_working", "comm_buffers", "workspace"
+const char *mem_category_name(MemCategory c);  // "params_bf16", "grads_bf16", "master_fp32", "adam_m", "adam_v", "grads_accum_fp32", "params_hpz", "activations", "act_working", "comm_buffers", "workspace"
 
 // Called when an allocation would exceed a tier's budget, to append a line
 // that names the stage/rank count that would fit (from the memory math).

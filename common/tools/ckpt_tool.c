@@ -164,9 +164,10 @@ static void info(const Ckpt *c) {
     const CkptManifest *m = &c->m;
     printf("%s: %s at %d ranks, step %ld, data row %" PRIu64 "\n", c->step_dir, m->stage, m->ranks, m->step,
            m->data_rows);
-    printf("model: %zu parameters (L=%d C=%d H=%d V=%d T=%d); global batch %d x %d %s x %d = %d rows of "
-           "%d tokens\n", m->num_params, m->cfg.num_layers, m->cfg.channels, m->cfg.num_heads, m->cfg.vocab_size,
-           m->cfg.max_seq_len, m->batch, c->replicas, m->grid[0] ? "replicas" : "ranks", m->grad_accum,
+    printf("model: %zu parameters (L=%d C=%d H=%d V=%d, wte of %d rows, T=%d); global batch %d x %d %s x %d = %d "
+           "rows of %d tokens\n", m->num_params, m->cfg.num_layers, m->cfg.channels, m->cfg.num_heads,
+           m->cfg.vocab_size, m->vocab_padded, m->cfg.max_seq_len, m->batch, c->replicas,
+           m->grid[0] ? "replicas" : "ranks", m->grad_accum,
            m->batch * c->replicas * m->grad_accum, m->seq_len);
     if (m->grid[0]) {
         grid_info(c);

@@ -25,7 +25,12 @@ typedef struct CkptManifest {
     uint64_t seed;       // init and data RNG seed
     uint64_t rng_state;  // state of the trainer's RNG after `step` steps
     GPTConfig cfg;
-    size_t num_params;
+    // wte's rows in the whole model (gpt_vocab_padded(V, 1)): the flat layout
+    // the parts' elements are counted in. A manifest without the line was
+    // saved before wte was padded, with V rows: read where V rows are this
+    // build's layout (V a multiple of 128), refused where not.
+    int vocab_padded;
+    size_t num_params;   // Ψ, wte's padding rows included
     int batch, seq_len, grad_accum;
     // the LR schedule of the run that saved: a resumed run keeps its horizon
     // (total_steps: --schedule-steps, else --steps) unless --schedule-steps

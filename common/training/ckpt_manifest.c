@@ -48,6 +48,7 @@ static const Field FIELDS[] = {
     FIELD("rng_state", rng_state, GROUP_RUN, NULL, (ANY)),
     FIELD("max_seq_len", cfg.max_seq_len, GROUP_MODEL, NULL, (1, GPT_MAX_CONTEXT)),
     FIELD("vocab_size", cfg.vocab_size, GROUP_MODEL, "vocab", (2, GPT_MAX_VOCAB)),
+    FIELD("vocab_padded", vocab_padded, GROUP_MODEL, NULL, (2, INT_MAX)),
     FIELD("num_layers", cfg.num_layers, GROUP_MODEL, "layers", (1, GPT_MAX_UNITS - 2)),
     FIELD("num_heads", cfg.num_heads, GROUP_MODEL, "heads", (1, GPT_MAX_HEADS)),
     FIELD("channels", cfg.channels, GROUP_MODEL, "d-model", (1, GPT_MAX_CHANNELS)),
@@ -270,6 +271,23 @@ static int check_values(const char *dir, const CkptManifest *m, int part_lines, 
     return m->grid[0] ? check_grid(dir, m, msg) : 0;
 }
 
+// A manifest saved before wte was padded (no vocab_padded line): its wte had
+// V rows, and a grid's tp parts V rounded up to 64·tp. Its parts are in this
+// build's layout only where those are the rows this build stores.
+static int unpadded_vocab(CkptManifest *m, const char *dir, char *msg) {
+    int V = m->cfg.vocab_size, T = 1, P, D;
+    if (m->grid[0] && grid_parse(m->grid, &T, &P, &D)) T = 1;  // a damaged grid: manifest_check says so
+    int then = (V + 64 * T - 1) / (64 * T) * (64 * T);
+    if (gpt_vocab_padded(V, 1) == V && (T == 1 || gpt_vocab_padded(V, T) == then)) {
+        m->vocab_padded = V;
+        return 0;
+    }
+    return ckpt_msgf(msg, "checkpoint %s was saved before the vocabulary was stored padded (wte of %d rows; this "
+                     "build stores %d): its parts are not this build's layout; export its weights with the build "
+                     "that saved it (ckpt_tool export-llmc) and start from them with --init-from, or start fresh",
+                     dir, T == 1 ? V : then, T == 1 ? gpt_vocab_padded(V, 1) : gpt_vocab_padded(V, T));
+}
+
 // Fills *m and this rank's part line from the manifest text (which it edits).
 int manifest_parse(char *text, const char *dir, int rank, CkptManifest *m,
                           PartInfo *mine, char *msg) {
@@ -302,8 +320,11 @@ int manifest_parse(char *text, const char *dir, int rank, CkptManifest *m,
         }
     }
     if (!have_stage) return missing(dir, "stage", msg);
-    for (int i = 0; i < NFIELDS; i++)
-        if (!(seen & (1u << i))) return missing(dir, FIELDS[i].key, msg);
+    for (int i = 0; i < NFIELDS; i++) {
+        if (seen & (1u << i)) continue;
+        if (FIELDS[i].off != offsetof(CkptManifest, vocab_padded)) return missing(dir, FIELDS[i].key, msg);
+        if (unpadded_vocab(m, dir, msg)) return 1;
+    }
     for (int i = 0; i < NTEXTS; i++)
         if (!(seen_text & (1u << i))) return missing(dir, TEXTS[i].key, msg);
     if (!have_part && rank >= 0) return missing(dir, my_key, msg);

@@ -124,11 +124,12 @@ static void decide_binary(DsConfig *ds) {
                 "{\"device\": \"cpu\"} in zero_optimization");
     const char *opt = offload_device(ds, OPT), *param = offload_device(ds, PARAM);
     snprintf(ds->params_device, sizeof ds->params_device, "%s", param);
+    snprintf(ds->optimizer_device, sizeof ds->optimizer_device, "%s", opt);
     json_t *v = ds_lookup(ds, "zero_optimization.stage");
     if (!v || ds_is_auto(v)) {
         if (strcmp(opt, "none") || strcmp(param, "none"))
             ds_fail(ds, strcmp(opt, "none") ? OPT : PARAM, "offloading needs zero_optimization.stage "
-                    "(2 with offload_optimizer cpu: cpu_offload; 3 with offload_optimizer nvme: infinity)");
+                    "(2 with offload_optimizer cpu: cpu_offload; 3 with offload_optimizer cpu or nvme: infinity)");
         return;
     }
     double stage = ds_number(ds, "zero_optimization.stage", v, 1);
@@ -140,18 +141,16 @@ static void decide_binary(DsConfig *ds) {
                 "not %d", param, z);
     if (!strcmp(opt, "none") && strcmp(param, "none"))
         ds_fail(ds, PARAM, "%s with the optimizer on the device has no stage here: infinity (stage 06) moves "
-                "the parameters with offload_optimizer.device nvme", param);
+                "the parameters with offload_optimizer.device cpu or nvme", param);
     if (!strcmp(opt, "none")) {
         choose(ds, PLAIN[z], "zero_optimization.stage %d", z);
-    } else if (!strcmp(opt, "cpu")) {
-        if (z != 2)
-            ds_fail(ds, OPT, "cpu with zero_optimization.stage %d has no stage here: cpu_offload (stage 05) "
-                    "offloads ZeRO-2's optimizer to the host, infinity (stage 06) ZeRO-3's to NVMe", z);
+    } else if (!strcmp(opt, "cpu") && z == 2) {
         choose(ds, "cpu_offload", "zero_optimization.stage 2 with offload_optimizer.device cpu");
     } else {
         if (z != 3)
-            ds_fail(ds, OPT, "nvme needs zero_optimization.stage 3 (ZeRO-Infinity), not %d", z);
-        choose(ds, "infinity", "zero_optimization.stage 3 with offload_optimizer.device nvme%s%s",
+            ds_fail(ds, OPT, "%s with zero_optimization.stage %d has no stage here: cpu_offload (stage 05) offloads "
+                    "ZeRO-2's optimizer to the host, infinity (stage 06) ZeRO-3's to the host or NVMe", opt, z);
+        choose(ds, "infinity", "zero_optimization.stage 3 with offload_optimizer.device %s%s%s", opt,
                strcmp(param, "none") ? " and offload_param.device " : "", strcmp(param, "none") ? param : "");
     }
 }
@@ -248,13 +247,18 @@ void ds_config_apply(const DsConfig *ds, FlagSpec *specs, int n, Settings *s, co
                      "(%s)", ds->binary_why);
     else if (ds->binary[0]) {
         settings_key(s, "zero_optimization.stage", "checked: %s runs it (%s)", ds->binary, ds->binary_why);
-        if (ds_lookup(ds, "zero_optimization.offload_optimizer.device"))
-            settings_key(s, "zero_optimization.offload_optimizer.device", "checked: %s runs it", ds->binary);
+        const char *opt = "zero_optimization.offload_optimizer.device";
+        // infinity keeps master, m and v where it says; for cpu_offload it chose the binary
+        if (ds_lookup(ds, opt) && flags_find(specs, n, "offload-optimizer"))
+            ds_set_flag(&a, opt, "offload-optimizer", ds->optimizer_device, FROM_CONFIG, opt);
+        else if (ds_lookup(ds, opt))
+            settings_key(s, opt, "checked: %s runs it", ds->binary);
     }
     ds_apply_optimizer(&a);
     ds_apply_scheduler(&a);
     ds_apply_rules(&a);
     ds_apply_checks(&a);
+    ds_apply_zeropp(&a);
     ds_apply_activation_checkpointing(&a);
     ds_apply_precision(&a);
     ds_apply_grad_accum_dtype(&a);

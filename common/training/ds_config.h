@@ -7,7 +7,9 @@
 //   gradient_clipping, optimizer (AdamW: lr, betas, eps, weight_decay),
 //   scheduler (WarmupLR, WarmupDecayLR, WarmupCosineLR), steps_per_print, seed,
 //   zero_optimization: reduce_bucket_size, stage3_prefetch_bucket_size,
-//   sub_group_size, offload_optimizer/offload_param (device, nvme_path), aio.
+//   sub_group_size, offload_optimizer/offload_param (device, nvme_path), aio;
+//   with stage 3, offload_optimizer.device -> infinity's --offload-optimizer
+//   and offload_param.device -> its --offload-params.
 // zero_optimization.stage and the offload devices name the binary that runs
 // the config; a trainer refuses a config of another stage, naming the binary
 // to run. bf16.enabled, fp16.enabled and a few switches are checked. Keys
@@ -28,6 +30,7 @@ typedef struct DsConfig {
     char binary[32];
     char binary_why[160];
     char params_device[8];  // zero_optimization.offload_param.device: none, cpu or nvme
+    char optimizer_device[8];  // zero_optimization.offload_optimizer.device: none, cpu or nvme
 } DsConfig;
 
 // Reads FILE (NULL: no config) and works out its stage. Bad JSON, a stage

@@ -20,10 +20,14 @@ static const struct {
     {"prefetch", "zero3 infinity"},
     {"nvme-path", "infinity"},
     {"offload-params", "infinity"},
+    {"offload-optimizer", "infinity"},
     {"sub-group-mb", "infinity"},
     {"aio-block-kb", "infinity"},
     {"aio-queue-depth", "infinity"},
     {"partition-activations", "3d_parallel"},
+    {"quantize-weights", "zero3"},
+    {"hpz-size", "zero3"},
+    {"quantize-grads", "zero3"},
 };
 
 static void append(char *to, size_t n, const char *word) {
@@ -365,6 +369,41 @@ void ds_apply_checks(DsApply *a) {
     }
     for (size_t i = 0; i < sizeof NO_KNOB / sizeof NO_KNOB[0]; i++)
         if (ds_lookup(a->ds, NO_KNOB[i].key)) settings_key(a->s, NO_KNOB[i].key, "ignored: %s", NO_KNOB[i].why);
+}
+
+// ---- ZeRO++ (zero3's switches; memory_math plans with them) ----
+
+void ds_apply_zeropp(DsApply *a) {
+    static const struct {
+        const char *key, *flag;
+        int count;  // a number of ranks (1: off), or a switch
+    } KEYS[] = {{"zero_optimization.zero_quantized_weights", "quantize-weights", 0},
+                {"zero_optimization.zero_hpz_partition_size", "hpz-size", 1},
+                {"zero_optimization.zero_quantized_gradients", "quantize-grads", 0}};
+    for (size_t i = 0; i < sizeof KEYS / sizeof KEYS[0]; i++) {
+        const char *key = KEYS[i].key, *flag = KEYS[i].flag;
+        json_t *v = ds_lookup(a->ds, key);
+        if (!v || ds_is_auto(v)) continue;
+        char text[32] = "on";
+        int on = 0;
+        if (KEYS[i].count) {
+            double k = ds_number(a->ds, key, v, 1);
+            if (k < 1 || k > 1 << 20) ds_fail(a->ds, key, "%.17g ranks: give 1 (none) or more, up to %d", k, 1 << 20);
+            on = k > 1;
+            snprintf(text, sizeof text, "%.0f", k);
+        } else {
+            on = ds_bool(a->ds, key, v);
+        }
+        if (!on) {
+            settings_key(a->s, key, "checked: off, as without the config (--%s not set)", flag);
+            continue;
+        }
+        // a run without it would not be the run the config describes
+        if (!spec(a, flag))
+            ds_fail(a->ds, key, "is ZeRO++, which only zero3 (stage 04) has here: run zero3 with this config, or "
+                    "set it to %s", KEYS[i].count ? "1" : "false");
+        ds_set_flag(a, key, flag, text, FROM_CONFIG, key);
+    }
 }
 
 void ds_config_after_model(Settings *s, const GPTLayout *l) {

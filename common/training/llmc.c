@@ -123,15 +123,17 @@ int llmc_read_range(const char *path, const LlmcHeader *h, const GPTLayout *l, s
     const char *kind;
     FILE *f = in_file_open(path, &kind);
     if (!f) return fail(err, err_len, "--init-from %s: %s", path, kind ? kind : strerror(errno));
+    // zeros first: a shard's padding past Ψ, and wte's padding rows, which
+    // stay zero whatever the file holds there (llm.c writes zeros)
+    memset(out, 0, (end - begin) * sizeof(float));
     size_t real_end = end < l->num_params ? end : l->num_params;
-    size_t first_pad = real_end > begin ? real_end : begin;  // a shard's padding past Ψ reads as 0
-    memset(out + (first_pad - begin), 0, (end - first_pad) * sizeof(float));
     int bad = 0;
     for (int u = 0; u < l->num_units && !bad; u++) {
         int nt;
         const size_t *off = unit_tensors(l, u, &nt);
         for (int t = 0; t < nt && !bad; t++) {
             size_t start = l->unit[u].offset + off[t], lo = start, hi = l->unit[u].offset + off[t + 1];
+            if (u == GPT_UNIT_EMBED && t == EMB_WTE) hi = start + (size_t)l->cfg.vocab_size * l->cfg.channels;
             if (hi <= begin || lo >= real_end) continue;
             if (lo < begin) lo = begin;
             if (hi > real_end) hi = real_end;
@@ -143,7 +145,7 @@ int llmc_read_range(const char *path, const LlmcHeader *h, const GPTLayout *l, s
 }
 
 // Writes flat elements [begin, begin + n) that src gives, through buf
-// (COPY_ELEMS floats), or n zeros when src is NULL.
+// (COPY_ELEMS floats).
 typedef struct Source {
     LlmcSource read;
     void *ctx;
@@ -151,26 +153,25 @@ typedef struct Source {
 } Source;
 
 static int write_elems(FILE *f, const Source *src, size_t begin, size_t n) {
-    static const float zeros[4096];
-    size_t chunk = src ? COPY_ELEMS : sizeof zeros / sizeof zeros[0];
     for (size_t done = 0; done < n;) {
-        size_t k = n - done < chunk ? n - done : chunk;
-        if (src && src->read(src->ctx, begin + done, k, src->buf)) return 1;
-        if (fwrite(src ? src->buf : zeros, sizeof(float), k, f) != k) return 1;
+        size_t k = n - done < COPY_ELEMS ? n - done : COPY_ELEMS;
+        if (src->read(src->ctx, begin + done, k, src->buf)) return 1;
+        if (fwrite(src->buf, sizeof(float), k, f) != k) return 1;
         done += k;
     }
     return 0;
 }
 
-// The parameters in the file's order: wte and its zero padding rows, wpe,
-// each tensor kind of every layer, the final layernorm.
+// The parameters in the file's order: wte with its padding rows (ours are
+// llm.c's Vp rows, zero past V), wpe, each tensor kind of every layer, the
+// final layernorm.
 static int write_params(FILE *f, const GPTLayout *l, const Source *src) {
     const GPTConfig *c = &l->cfg;
-    size_t C = (size_t)c->channels, pad_rows = (size_t)(llmc_padded_vocab(c->vocab_size) - c->vocab_size);
+    CHECK(l->tp_size == 1 && l->vocab_padded == llmc_padded_vocab(c->vocab_size), "llm.c export: wte of %d rows, "
+          "llm.c's Vp is %d; hint: the whole model's layout (gpt_layout) stores llm.c's rows", l->vocab_padded,
+          llmc_padded_vocab(c->vocab_size));
     size_t emb = l->unit[GPT_UNIT_EMBED].offset;
-    int bad = write_elems(f, src, emb + l->emb_off[EMB_WTE], (size_t)c->vocab_size * C) ||
-              write_elems(f, NULL, 0, pad_rows * C) ||
-              write_elems(f, src, emb + l->emb_off[EMB_WPE], l->emb_off[EMB_WPE + 1] - l->emb_off[EMB_WPE]);
+    int bad = write_elems(f, src, emb, l->emb_off[EMB_NTENSORS]);  // wte, then wpe
     for (int t = 0; t < BLK_NTENSORS && !bad; t++)
         for (int i = 0; i < c->num_layers && !bad; i++)
             bad = write_elems(f, src, l->unit[gpt_unit_block(i)].offset + l->blk_off[t],

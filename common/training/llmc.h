@@ -7,10 +7,12 @@
 //   attprojw (L,C,C)  attprojb (L,C)  ln2w (L,C)  ln2b (L,C)  fcw (L,4C,C)
 //   fcb (L,4C)  fcprojw (L,C,4C)  fcprojb (L,C)  lnfw (C)  lnfb (C)
 // wte has Vp >= V rows (llm.c pads the vocabulary to a multiple of 128 so its
-// GEMMs stay aligned); rows V..Vp-1 are not tokens and we neither keep nor
-// read them. Our layout holds the same tensors per unit (gpt.h): embeddings,
-// then each block's twelve, then the final layernorm; matrices are (out,in)
-// row-major in both, so a tensor maps element for element.
+// GEMMs stay aligned); rows V..Vp-1 are not tokens. Our whole model stores
+// the same Vp rows (gpt_vocab_padded), zero past V: we write ours (zeros) and
+// read only the first V, whatever a file's Vp. Our layout holds the same
+// tensors per unit (gpt.h): embeddings, then each block's twelve, then the
+// final layernorm; matrices are (out,in) row-major in both, so a tensor maps
+// element for element.
 #pragma once
 #include <stddef.h>
 #include <stdint.h>
@@ -25,7 +27,7 @@ typedef struct LlmcHeader {
     int version;          // 3 or 5
     GPTConfig cfg;        // maxT, V, L, NH, C as our model shape
     int padded_vocab;     // Vp
-    size_t file_params;   // elements stored: Ψ + (Vp - V)·C
+    size_t file_params;   // elements stored: wte's Vp·C, then wpe and the rest as ours
     size_t elem_bytes;    // 4 (fp32) or 2 (bf16)
 } LlmcHeader;
 
@@ -37,12 +39,14 @@ int llmc_padded_vocab(int vocab);
 // more bytes than the header's shape needs).
 int llmc_read_header(const char *path, LlmcHeader *h, char *err, size_t err_len);
 // Flat elements [begin, end) of our layout `l` (gpt_layout of h->cfg) as fp32;
-// elements at or past Ψ (a shard's padding) are 0. Returns 0 or nonzero with err.
+// wte's padding rows and elements at or past Ψ (a shard's padding) are 0.
+// Returns 0 or nonzero with err.
 int llmc_read_range(const char *path, const LlmcHeader *h, const GPTLayout *l, size_t begin, size_t end,
                     float *out, char *err, size_t err_len);
-// Writes all Ψ parameters of layout `l` (fp32, our order) as an llm.c
-// version-3 checkpoint with zero padding rows, through a temporary file that
-// is renamed into place once complete. Returns 0 or nonzero with err.
+// Writes all Ψ parameters of layout `l` (the whole model's: wte of llm.c's
+// Vp rows, whose padding rows are zero) as an llm.c version-3 checkpoint,
+// through a temporary file that is renamed into place once complete.
+// Returns 0 or nonzero with err.
 int llmc_write(const char *path, const GPTLayout *l, const float *params, char *err, size_t err_len);
 // The same, the parameters read from `read` a chunk at a time (flat elements
 // [begin, begin + n) into out; nonzero stops the write): memory stays bounded

@@ -38,10 +38,16 @@ void report_init(Trainer *t) {
         char replicas[96];  // who reads distinct rows: every rank, or the data-parallel replicas of a grid
         if (t->dp == &t->world) snprintf(replicas, sizeof replicas, "%d ranks", t->world.size);
         else snprintf(replicas, sizeof replicas, "%d ranks = %s | dp %d", t->world.size, t->grid, t->dp->size);
-        printf("%s: %s | model %s (L=%d C=%d H=%d V=%d, %.2fM params) | %s x batch %d x seq %d x accum %d = %.0f tokens/step\n",
-               t->strategy->name, t->dev.name, t->cfg.model, m->num_layers, m->channels, m->num_heads, m->vocab_size,
-               t->model_params / 1e6, replicas, t->cfg.batch, t->cfg.seq_len, t->cfg.grad_accum,
-               global_tokens_per_step(t));
+        // Ψ counts wte as stored: V rounded up to 128 rows, the padding said where there is some
+        int vp = gpt_vocab_padded(m->vocab_size, 1);
+        char padding[96] = "";
+        if (vp > m->vocab_size)
+            snprintf(padding, sizeof padding, ", %.0f of them in wte's %d padding rows",
+                     (double)(vp - m->vocab_size) * m->channels, vp - m->vocab_size);
+        printf("%s: %s | model %s (L=%d C=%d H=%d V=%d, %.2fM params%s) | %s x batch %d x seq %d x accum %d = %.0f "
+               "tokens/step\n", t->strategy->name, t->dev.name, t->cfg.model, m->num_layers, m->channels,
+               m->num_heads, m->vocab_size, t->model_params / 1e6, padding, replicas, t->cfg.batch, t->cfg.seq_len,
+               t->cfg.grad_accum, global_tokens_per_step(t));
         printf("data: %s\n", t->data.desc);
     }
 }
@@ -86,28 +92,28 @@ static void measure_window(Trainer *t) {
     r->window_t1_us = 0;
 }
 
-void report_transfers(Trainer *t, const double bytes[XFER_COUNT], double act_down, double act_up) {
-    Report *r = &t->report;
-    CHECK(r->n < r->cap, "more steps than --steps");
-    for (int x = 0; x < XFER_COUNT; x++) r->xfer[x][r->n] = bytes[x];
-    r->act_down[r->n] = act_down;
-    r->act_up[r->n] = act_up;
-}
-
 const char *report_category_name(const Trainer *t, MemCategory c) {
     if (t->cfg.half == HALF_FP16 && c == CAT_PARAMS) return "params_fp16";
     if (t->cfg.half == HALF_FP16 && c == CAT_GRADS) return "grads_fp16";
     return mem_category_name(c);
 }
 
-void report_step(Trainer *t, double loss, double t0_us, double t1_us, double lr, double grad_norm,
-                 double comm_bytes, double loss_scale, int skipped) {
+void report_step(Trainer *t, const StepOutcome *o, const StepMeasure *x) {
     Report *r = &t->report;
     CHECK(r->n < r->cap, "more steps than --steps");
-    double ms = (t1_us - t0_us) / 1000.0;
+    double loss = o->loss, lr = o->lr, grad_norm = o->grad_norm, loss_scale = o->loss_scale;
+    int skipped = o->skipped;
+    double t0_us = x->t0_us, t1_us = x->t1_us, ms = (t1_us - t0_us) / 1000.0;
     r->loss[r->n] = loss; r->step_ms[r->n] = ms; r->lr[r->n] = lr;
-    r->grad_norm[r->n] = grad_norm; r->comm_bytes[r->n] = comm_bytes;
+    r->grad_norm[r->n] = grad_norm; r->comm_bytes[r->n] = x->comm_bytes;
     r->loss_scale[r->n] = loss_scale; r->skipped[r->n] = (unsigned char)skipped;
+    for (int k = 0; k < XFER_COUNT; k++) r->xfer[k][r->n] = x->xfer_bytes[k];
+    r->act_down[r->n] = x->act_down;
+    r->act_up[r->n] = x->act_up;
+    for (int op = 0; op < OP_COUNT; op++) {
+        r->op_bytes[op] += x->op_bytes[op];
+        for (int c = 0; c < STEP_METER_MAX_COMMS; c++) r->comm_op_bytes[c][op] += x->comm_op_bytes[c][op];
+    }
     r->n++;
     r->after_step = t->dev.mem;
     measure_window(t);
@@ -198,6 +204,7 @@ static void summarize(Trainer *t, Summary *s) {
     mpiCheck(MPI_Allreduce(MPI_IN_PLACE, &s->formula, sizeof s->formula / sizeof(double), MPI_DOUBLE, MPI_MAX,
                            t->world.mpi));
     s->state_params = comm_max_f64(&t->world, (double)t->state_params);
+    for (int c = 0; c < CAT_COUNT; c++) s->buffer_formula[c] = comm_max_f64(&t->world, t->buffer_formula_bytes[c]);
     s->acts = act_formula(&t->layout, &t->plan, t->dev.act_bytes);
     s->acts.saved = comm_max_f64(&t->world, s->acts.saved);
     s->acts.working = comm_max_f64(&t->world, s->acts.working);

@@ -7,8 +7,17 @@
 #include "mem.h"
 #include "comm.h"
 #include "mem_math.h"
+#include "step_meter.h"
 
 struct Trainer;
+
+// What a step did, for its line and its record.
+typedef struct StepOutcome {
+    double loss;        // the mean over the global batch
+    double lr, grad_norm;
+    double loss_scale;  // what the step's backward was seeded with (1 in bf16)
+    int skipped;        // the step overflowed fp16 and made no update
+} StepOutcome;
 
 // Wall-clock time of one step's window by timeline row, in ms: each row's
 // union, and its intersection with compute ("hidden": it ran while the
@@ -32,6 +41,7 @@ typedef struct Report {
     double val_loss;                          // last validation loss, NAN if none
     long val_step;
     double op_bytes[OP_COUNT];                // ring bytes of the steps by collective, summed over the steps
+    double comm_op_bytes[STEP_METER_MAX_COMMS][OP_COUNT];  // ... by communicator (the world, then the stage's groups)
     double eval_comm_bytes;                   // ring bytes of the evaluations, apart from the steps'
     long evals;
     // A step's window is measured one step later (report_step) or at the end
@@ -48,17 +58,11 @@ void report_init(struct Trainer *t);
 // the 16-bit params and grads named for --precision ("params_fp16" in fp16).
 const char *report_category_name(const struct Trainer *t, MemCategory c);
 void report_free(struct Trainer *t);
-// Record step results (rank 0 prints the step line unless --quiet) and
-// snapshot the memory accounting: the table's "current" is this snapshot.
-// The step ran over [t0_us, t1_us) on the host clock.
-// loss_scale: what the step's backward was seeded with (1 in bf16);
-// skipped: the step overflowed fp16 and made no update.
-void report_step(struct Trainer *t, double loss, double t0_us, double t1_us, double lr, double grad_norm,
-                 double comm_bytes, double loss_scale, int skipped);
+// Records a step, what it did and what its meter measured (rank 0 prints
+// the step line unless --quiet), and snapshots the memory accounting: the
+// table's "current" is this snapshot.
+void report_step(struct Trainer *t, const StepOutcome *o, const StepMeasure *x);
 void report_eval(struct Trainer *t, double val_loss);
-// The step's bytes between tiers: the stage's (count_transfer), and the
-// activation checkpoints' down to the host and back (call before report_step).
-void report_transfers(struct Trainer *t, const double bytes[XFER_COUNT], double act_down, double act_up);
 // Collective: reduces memory over ranks; rank 0 prints the table and appends
 // JSON. Returns 0, or (rank 0) nonzero after one line saying the record
 // could not be written.

@@ -72,11 +72,11 @@ static void json_run(FILE *f, const Trainer *t, const Summary *s) {
     const GPTConfig *m = &t->layout.cfg;
     fprintf(f, "{\"stage\":\"%s\",\"ranks\":%d,\"device\":\"%s\",\"comm\":\"%s\",\"gpu_sharers\":%d,"
                "\"model\":\"%s\",\"layers\":%d,\"d_model\":%d,"
-               "\"heads\":%d,\"vocab\":%d,\"params\":%zu,\"batch\":%d,\"seq_len\":%d,\"grad_accum\":%d,"
-               "\"global_batch_tokens\":%.0f,\"first_step\":%ld,\"steps\":%ld,",
+               "\"heads\":%d,\"vocab\":%d,\"vocab_padded\":%d,\"params\":%zu,\"batch\":%d,\"seq_len\":%d,"
+               "\"grad_accum\":%d,\"global_batch_tokens\":%.0f,\"first_step\":%ld,\"steps\":%ld,",
             t->strategy->name, t->world.size, t->dev.name, t->world.backend == COMM_NCCL ? "nccl" : "mpi",
-            t->dev.sharers, t->cfg.model, m->num_layers, m->channels, m->num_heads,
-            m->vocab_size, t->model_params, t->cfg.batch, t->cfg.seq_len, t->cfg.grad_accum,
+            t->dev.sharers, t->cfg.model, m->num_layers, m->channels, m->num_heads, m->vocab_size,
+            gpt_vocab_padded(m->vocab_size, 1), t->model_params, t->cfg.batch, t->cfg.seq_len, t->cfg.grad_accum,
             global_tokens_per_step(t), r->first_step, r->n);
     json_array(f, "losses", r->loss, r->n);
     fprintf(f, ",");
@@ -128,13 +128,16 @@ static void json_traffic(FILE *f, const Trainer *t, const Summary *s) {
             s->act_formula);
 }
 
+// With the two step times that compute and the transfer (the copies between
+// tiers) would give (report_print.c: print_swap_formulas): the sum, and the larger.
 static void json_times(FILE *f, const StepTimes *x) {
     fprintf(f, "\"times_ms_per_step\":{\"step\":%.4f,\"compute\":%.4f,\"comm\":%.4f,\"comm_exposed\":%.4f,"
                "\"comm_hidden\":%.4f,\"copy\":%.4f,\"copy_hidden\":%.4f,\"host_optimizer\":%.4f,"
                "\"host_optimizer_hidden\":%.4f,\"io\":%.4f,\"io_hidden\":%.4f,\"act_copy\":%.4f,"
-               "\"act_copy_hidden\":%.4f}",
+               "\"act_copy_hidden\":%.4f,\"compute_plus_transfer\":%.4f,\"max_compute_transfer\":%.4f}",
             x->step, x->compute, x->comm, x->exposed, x->comm_hidden, x->copy, x->copy_hidden, x->host,
-            x->host_hidden, x->io, x->io_hidden, x->act_copy, x->act_copy_hidden);
+            x->host_hidden, x->io, x->io_hidden, x->act_copy, x->act_copy_hidden, x->compute + x->copy,
+            fmax(x->compute, x->copy));
 }
 
 FILE *json_begin(const Trainer *t, const Summary *s) {

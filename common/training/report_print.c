@@ -24,6 +24,7 @@ static void grid_formula(const char *f, char *out, size_t n) {
 // Formula figure for a (tier, category) row, or NAN where no formula applies.
 static double formula_for(const Summary *s, int tier, int cat) {
     if (cat <= CAT_LAST_STATE) return s->formula.bytes[tier][cat];
+    if (tier == TIER_DEVICE && s->buffer_formula[cat] > 0) return s->buffer_formula[cat];
     if (tier == TIER_DEVICE && cat == CAT_ACTIVATIONS) return s->acts.saved;
     if (tier == TIER_DEVICE && cat == CAT_ACT_WORKING) return s->acts.working;
     if (tier == TIER_PINNED && cat == CAT_ACTIVATIONS) return s->acts.offloaded;
@@ -143,6 +144,18 @@ static void print_comm(const Trainer *t, const Summary *s) {
                "        transferring\n");
 }
 
+// The step beside the two step times that the transfer (the copies between
+// tiers) could give, from the same spans: compute + transfer, where every
+// copy is waited for (a synchronous swap), and max(compute, transfer), where
+// every copy runs beside compute (a prefetched one). On the cpu device a copy
+// runs on the thread that computes, so the step can only follow the sum.
+static void print_swap_formulas(const Trainer *t, const StepTimes *x) {
+    printf("  swap formulas        compute + transfer = %.2f + %.2f = %.2f ms (every copy waited for), "
+           "max(compute, transfer) = %.2f ms (every copy beside compute); the step took %.2f ms%s\n", x->compute,
+           x->copy, x->compute + x->copy, fmax(x->compute, x->copy), x->step,
+           t->dev.kind == DEVICE_CPU ? " (cpu device: a copy runs on the computing thread)" : "");
+}
+
 // Bytes between tiers, the host's and the disk's work, the activation checkpoints' copies.
 static void print_other_work(const Trainer *t, const Summary *s) {
     const StepTimes *x = &s->times;
@@ -155,6 +168,7 @@ static void print_other_work(const Trainer *t, const Summary *s) {
                    stage_transfer_formula(t->formula, (Transfer)k), s->xfer_formula[k] / 1e6);
     if (x->copy > 0 || x->host > 0 || x->io > 0) printf("other work per step (mean, wall-clock; hidden = ∩ compute)\n");
     if (x->copy > 0) printf("  copies between tiers %10.2f ms, hidden %.2f ms\n", x->copy, x->copy_hidden);
+    if (x->copy > 0) print_swap_formulas(t, x);
     if (x->host > 0) printf("  host optimizer       %10.2f ms, hidden %.2f ms\n", x->host, x->host_hidden);
     if (x->io > 0) {
         printf("  file I/O             %10.2f ms, hidden %.2f ms (∩ compute or host optimizer)", x->io, x->io_hidden);

@@ -10,6 +10,7 @@ typedef struct Summary {
     double cur[TIER_COUNT][CAT_COUNT], peak[TIER_COUNT][CAT_COUNT];  // max over ranks
     double tier_peak[TIER_COUNT];
     StateBytes formula;       // max over ranks, as the measured figures
+    double buffer_formula[CAT_COUNT];  // the stage's own buffers' closed forms (Trainer.buffer_formula_bytes), max over ranks
     double state_params;      // Ψ of the states' partition, max over ranks
     ActFormula acts;          // activations saved and the recompute working set by the closed form, max over ranks
     double step_ms_median, tokens_per_s, flops_per_token, gflops_per_rank;

@@ -12,6 +12,7 @@
 #include "check.h"
 #include "ds_config.h"
 #include "kernels.h"
+#include "step_meter.h"
 #include "stop.h"
 
 const bf16 *replicated_unit_params(Trainer *t, int u) {
@@ -152,6 +153,9 @@ static void setup(Trainer *t, int argc, char **argv, const Strategy *s) {
                      c->hysteresis, c->min_loss_scale);
     if (t->cfg.resume) trainer_resume(t);  // the scaler's state too
     if (t->cfg.save) trainer_check_save_steps(t);
+    t->taps = (StepTaps){.comms = {&t->world}, .ncomms = 1 + t->ngroups, .dev = &t->dev, .model = &t->model,
+                         .xfer_bytes = t->xfer_bytes, .trace = &t->trace};
+    for (int k = 0; k < t->ngroups; k++) t->taps.comms[1 + k] = t->groups[k];
     report_init(t);
 }
 
@@ -217,25 +221,25 @@ static void skip_update(Trainer *t) {
     if (t->strategy->finish_update) t->strategy->finish_update(t, 1);
 }
 
+// The step's micro-batches. dloss/dlogits carries 1/(tokens in the global
+// batch), so summing the ranks' gradients gives the gradient of the global
+// mean loss; fp16 seeds the backward with the loss scale too (exact: a power
+// of two), or with an infinity where --inject-overflow asks for one.
+static MicroBatches step_micro_batches(const Trainer *t, int32_t *in, int32_t *tgt) {
+    const TrainConfig *c = &t->cfg;
+    float dloss_scale = (float)t->scaler.scale / ((float)c->batch * c->seq_len * c->grad_accum * t->dp->size);
+    if (injects_overflow(c->inject_overflow, t->step + 1) && t->world.rank == t->world.size - 1)
+        dloss_scale = INFINITY;
+    return (MicroBatches){SPLIT_TRAIN, (uint64_t)t->step * c->grad_accum, c->grad_accum, 1, dloss_scale, in, tgt};
+}
+
 // One optimizer step: grad_accum micro-batches, reduction, clipping, update.
 static void train_step(Trainer *t, int32_t *in, int32_t *tgt) {
     const TrainConfig *c = &t->cfg;
     const Strategy *s = t->strategy;
-    double t0 = now_us();
-    double op0[OP_COUNT], op1[OP_COUNT], bytes0 = trainer_ring_bytes(t, op0);
-    // what set-up or an evaluation moved between tiers is not this step's
-    for (int x = 0; x < XFER_COUNT; x++) t->xfer_bytes[x] = 0;
-    double act_down, act_up;
-    gpt_take_offload_bytes(&t->model, &act_down, &act_up);
-    // dloss/dlogits carries 1/(tokens in the global batch), so summing the
-    // ranks' gradients gives the gradient of the global mean loss; fp16
-    // seeds the backward with the loss scale too (exact: a power of two)
-    float dloss_scale = 1.0f / ((float)c->batch * c->seq_len * c->grad_accum * t->dp->size);
+    StepMeter meter = step_meter_begin(&t->taps);
+    MicroBatches mb = step_micro_batches(t, in, tgt);
     double scale = t->scaler.scale;
-    dloss_scale *= (float)scale;
-    if (injects_overflow(c->inject_overflow, t->step + 1) && t->world.rank == t->world.size - 1)
-        dloss_scale = INFINITY;
-    MicroBatches mb = {SPLIT_TRAIN, (uint64_t)t->step * c->grad_accum, c->grad_accum, 1, dloss_scale, in, tgt};
     double loss = s->forward_backward(t, &mb);
     // the norm of the unscaled gradients; all-reduced over the ranks, so an
     // element that overflowed anywhere makes it infinite (or NaN) everywhere
@@ -258,19 +262,10 @@ static void train_step(Trainer *t, int32_t *in, int32_t *tgt) {
     if (loss_scaler_update(&t->scaler, t->step, overflow))
         divergence_stop(t, "step %ld: the gradients overflow fp16 at the minimum loss scale %g", t->step + 1,
                         t->scaler.min_scale);
-    dev_sync(&t->dev, STREAM_COMPUTE);
-    comm_settle_stats(&t->world);
-    for (int k = 0; k < t->ngroups; k++) comm_settle_stats(t->groups[k]);
-    dev_spans_settle(&t->dev);  // after the comm spans: they are timed against the same anchor
-    double t1 = now_us();
-    trace_span(&t->trace, TRACE_TID_STEP, "step", t0, t1, 0);
-    double bytes1 = trainer_ring_bytes(t, op1);
-    for (int op = 0; op < OP_COUNT; op++) t->report.op_bytes[op] += op1[op] - op0[op];
-    gpt_take_offload_bytes(&t->model, &act_down, &act_up);
-    report_transfers(t, t->xfer_bytes, act_down, act_up);
     t->step++;
     stop_note_step(t->step);
-    report_step(t, mean_loss, t0, t1, hp.lr, norm, bytes1 - bytes0, scale, overflow);
+    StepMeasure measured = step_meter_end(&meter, &t->taps);
+    report_step(t, &(StepOutcome){mean_loss, hp.lr, norm, scale, overflow}, &measured);
 }
 
 static uint64_t rows_consumed(const Trainer *t) {

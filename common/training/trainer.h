@@ -18,6 +18,7 @@
 #include "mem_math.h"
 #include "report.h"
 #include "settings.h"
+#include "step_meter.h"
 #include "states.h"
 #include "trace.h"
 #include "train_limits.h"
@@ -69,7 +70,7 @@ struct Trainer;
 // Most layout ranges a rank's model states hold, and sub-groups whose bytes
 // a step counts beside the world's.
 #define TRAINER_MAX_STATE_RANGES 2
-#define TRAINER_MAX_GROUPS 4
+#define TRAINER_MAX_GROUPS (STEP_METER_MAX_COMMS - 1)  // beside the world
 
 // A checkpoint's tensors of this rank: host copies of the fp32 master, m and
 // v it owns (optim[0..2], `optim_bytes` each; in `t` too where this rank saves
@@ -196,6 +197,10 @@ typedef struct Trainer {
     // the report takes mem_math's closed form of `formula`.
     double comm_formula_bytes;
     const char *comm_formula_text;
+    // The closed form of a stage buffer that has a category of its own
+    // (zero3's hpZ secondary partition, params_hpz), where the stage sets
+    // one in setup: the memory table's formula column for it.
+    double buffer_formula_bytes[CAT_COUNT];
     Partition part;
     ModelStates st;
     DataSet data;
@@ -208,6 +213,7 @@ typedef struct Trainer {
     RunDeviceBytes device_need;  // what the budget check counted (trainer_budget.c)
     int save_lock;               // rank 0: the --save folder's lock (trainer_outputs.c), or -1
     Report report;
+    StepTaps taps;               // what each step's meter reads (step_meter.h): set once at set-up
 } Trainer;
 
 // A stage counts what it moves between tiers; the report sets the bytes per

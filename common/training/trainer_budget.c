@@ -10,7 +10,7 @@
 #include "trainer.h"
 
 static RunDeviceBytes device_need(const Trainer *t) {
-    const GPTConfig *m = &t->layout.cfg;
+    const GPTConfig *m = &t->layout.cfg;  // the head's GEMM has this rank's wte rows, padding included
     double scratch = (double)t->dev.k->scratch_bytes(t->dev.threads, t->cfg.batch, t->cfg.seq_len, m->channels,
                                                      m->num_heads, t->layout.vocab_part, t->layout.tp_size,
                                                      t->plan.attention == GPT_ATTENTION_FLASH);

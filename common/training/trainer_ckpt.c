@@ -47,6 +47,7 @@ static CkptManifest manifest_of(const Trainer *t, uint64_t data_rows) {
     m.seed = (uint64_t)t->cfg.seed;
     m.rng_state = data_rows;  // initial weights and data order are counter-based: the row counter is the whole RNG state
     m.cfg = t->layout.cfg;
+    m.vocab_padded = gpt_vocab_padded(m.cfg.vocab_size, 1);
     m.num_params = t->model_params;
     m.batch = t->cfg.batch;
     m.seq_len = t->cfg.seq_len;

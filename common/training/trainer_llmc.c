@@ -76,8 +76,9 @@ void trainer_init_from(Trainer *t) {
     buf_free(&t->dev, &host);
     t->strategy->params_from_master(t);  // m and v are zero from states_init: a fresh AdamW
     if (t->world.rank == 0)
-        printf("initial weights: %s (llm.c version %d, %s; wte's %d padding rows dropped)\n", path, h.version,
-               h.version == LLMC_VERSION_FP32 ? "fp32" : "bf16", h.padded_vocab - h.cfg.vocab_size);
+        printf("initial weights: %s (llm.c version %d, %s; wte's %d rows read, its padding to %d rows zero)\n",
+               path, h.version, h.version == LLMC_VERSION_FP32 ? "fp32" : "bf16", h.cfg.vocab_size,
+               gpt_vocab_padded(h.cfg.vocab_size, 1));
 }
 
 // Rank 0 checks the path (a regular file or a new name: out_file.h) and

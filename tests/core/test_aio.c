@@ -83,10 +83,13 @@ static void test_queue_filled_to_depth(void **state) {
 // A request that arrives while another is in the kernel and slots are free
 // goes in at once, not when the first one's block comes back: 16 MiB in one
 // block takes milliseconds on any disk, the second starts well inside them.
-static void test_late_request_joins_at_once(void **state) {
-    Ctx *c = *state;
-    char path[640];
-    path_in(c, "late", path, sizeof path);
+// On a loaded machine the I/O thread may not run again before the first
+// block is back, so the pair is tried up to 5 times: a queue that holds the
+// late request until the first completes fails every try.
+static int late_request_joins(Ctx *c, int attempt, double *late_after_submit_us, double *before_first_done_us) {
+    char path[640], name[32];
+    snprintf(name, sizeof name, "late-%d", attempt);
+    path_in(c, name, path, sizeof path);
     const size_t big = 16 * MIB, small = 64 * KIB;
     Aio aio;
     AioFile f;
@@ -105,16 +108,27 @@ static void test_late_request_joins_at_once(void **state) {
     aio_submit(&aio, &late, AIO_WRITE, &f, big, b, small);
     expect_ok(&aio, &late);
     expect_ok(&aio, &first);
-    if (!(late.start_us < first.done_us))
-        fail_msg("the late request started %.0f us after the first one finished (it waited for its completion)",
-                 late.start_us - first.done_us);
-    print_message("late request in the kernel %.0f us after its submission, %.0f us before the first one finished\n",
-                  late.start_us - late.submit_us, first.done_us - late.start_us);
+    *late_after_submit_us = late.start_us - late.submit_us;
+    *before_first_done_us = first.done_us - late.start_us;
     assert_true(file_holds(path, big, b, small));
     free(a);
     free(b);
     aio_file_close(&f);
     aio_destroy(&aio);
+    return late.start_us < first.done_us;
+}
+
+static void test_late_request_joins_at_once(void **state) {
+    double after_submit = 0, before_done = 0;
+    for (int attempt = 0; attempt < 5; attempt++) {
+        if (late_request_joins(*state, attempt, &after_submit, &before_done)) {
+            print_message("late request in the kernel %.0f us after its submission, %.0f us before the first one "
+                          "finished (try %d)\n", after_submit, before_done, attempt + 1);
+            return;
+        }
+    }
+    fail_msg("in 5 tries the late request started only after the first one finished (the last: %.0f us after): it "
+             "waited for its completion", -before_done);
 }
 
 #define MANY 24

@@ -1,7 +1,8 @@
 // mpirun: 4
 // test_comm.c: every collective of the MPI backend on the cpu device, blocking
 // and asynchronous, with unequal and zero counts; paired sends and receives;
-// sub-groups; the ring-bytes statistics; the trace gathered from every rank. The collectives run twice:
+// all-to-all; sub-groups, and the groups of a host and across hosts; the
+// ring-bytes statistics and the part of them that leaves a host; the trace gathered from every rank. The collectives run twice:
 // on the buffers themselves, and through pinned stages as on the cuda device's
 // MPI path (Comm.stage_always), reusing the stages from the group's pool. Each rank checks its own
 // result; the verdicts are reduced so rank 0 asserts the global truth.
@@ -340,6 +341,93 @@ static void test_ring_bytes_formula(void **state) {
     assert_true(all_ranks(c, ok));
 }
 
+// Rank r sends rank q r + q + 1 floats (none to itself when r is 1), each
+// naming sender, receiver and position; blocking, then with a handle.
+static void test_all_to_all_unequal(void **state) {
+    Comm *c = &((Fixture *)*state)->world;
+    int n = c->size, ok = 1;
+    size_t sendcounts[64], recvcounts[64], send_total = 0, recv_total = 0;
+    for (int q = 0; q < n; q++) {
+        sendcounts[q] = c->rank == 1 && q == 1 ? 0 : (size_t)(c->rank + q + 1);
+        recvcounts[q] = c->rank == 1 && q == 1 ? 0 : (size_t)(q + c->rank + 1);
+        send_total += sendcounts[q];
+        recv_total += recvcounts[q];
+    }
+    float *send = malloc(send_total * sizeof(float)), *recv = malloc(recv_total * sizeof(float));
+    for (size_t q = 0, at = 0; q < (size_t)n; at += sendcounts[q++])
+        for (size_t i = 0; i < sendcounts[q]; i++) send[at + i] = (float)(1000 * c->rank + 100 * q + i);
+    for (int async = 0; async < 2; async++) {
+        CommHandle handle = {0}, *h = async ? &handle : NULL;
+        double moved0 = c->stats.ring_bytes[OP_ALL_TO_ALL];
+        memset(recv, 0, recv_total * sizeof(float));
+        comm_all_to_all(c, send, sendcounts, recv, recvcounts, DT_F32, h);
+        comm_wait(c, h);
+        for (size_t q = 0, at = 0; q < (size_t)n; at += recvcounts[q++])
+            for (size_t i = 0; i < recvcounts[q]; i++) ok &= recv[at + i] == (float)(1000 * q + 100 * c->rank + i);
+        // the bytes to the other ranks, not the part for itself
+        ok &= c->stats.ring_bytes[OP_ALL_TO_ALL] - moved0 == 4.0 * (send_total - sendcounts[c->rank]);
+    }
+    free(send);
+    free(recv);
+    assert_true(all_ranks(c, ok));
+}
+
+// Hosts as comm_world_init finds them (one here), then 4 ranks set out as 2
+// hosts of 2: the host and across groups, and whether the layout is regular.
+static void test_split_hosts(void **state) {
+    Comm *c = &((Fixture *)*state)->world;
+    int ok = c->hosts == 1 && c->host_links == 0 && comm_hosts_regular(c);
+    int *found = c->host_of, found_hosts = c->hosts, found_links = c->host_links;
+    int two[4] = {0, 0, 1, 1}, mixed[4] = {0, 1, 0, 1}, uneven[4] = {0, 0, 0, 1};
+    c->host_of = mixed, c->hosts = 2, c->host_links = 4;
+    ok &= !comm_hosts_regular(c);
+    c->host_of = uneven, c->host_links = 2;
+    ok &= !comm_hosts_regular(c);
+    c->host_of = two;
+    ok &= comm_hosts_regular(c);
+    Comm host, across;
+    comm_split_hosts(c, &host, &across);
+    ok &= host.size == 2 && host.rank == c->rank % 2 && host.hosts == 1 && host.host_links == 0;
+    ok &= across.size == 2 && across.rank == c->rank / 2 && across.hosts == 2 && across.host_links == 2;
+    float x = (float)c->rank;
+    comm_all_reduce_sum(&across, &x, 1, DT_F32, NULL);  // ranks r and r + 2
+    ok &= x == (float)(2 * (c->rank % 2) + 2);
+    comm_free(&host);
+    comm_free(&across);
+    c->host_of = found, c->hosts = found_hosts, c->host_links = found_links;
+    assert_true(all_ranks(c, ok));
+}
+
+// The bytes that leave a host, with 4 ranks set out as 2 hosts of 2: a
+// ring's links 1 -> 2 and 3 -> 0 join the hosts, half of its 4 links; an
+// all-to-all's parts for ranks 2 and 3 (from ranks 0 and 1) leave; a send
+// leaves only when its peer is on the other host. On one host nothing does.
+static void test_cross_host_bytes(void **state) {
+    Comm *c = &((Fixture *)*state)->world;
+    int *found = c->host_of, found_hosts = c->hosts, found_links = c->host_links, two[4] = {0, 0, 1, 1};
+    float buf[1000] = {0};
+    size_t counts[4] = {250, 250, 250, 250}, displs[4] = {0, 250, 500, 750}, ten[4] = {10, 10, 10, 10};
+    int ok = 1;
+    for (int hosts = 1; hosts <= 2; hosts++) {
+        if (hosts == 2) c->host_of = two, c->hosts = 2, c->host_links = 2;
+        comm_stats_reset(c);
+        comm_all_gather(c, buf, counts, displs, DT_F32, NULL);
+        comm_all_to_all(c, buf, ten, buf + 500, ten, DT_F32, NULL);
+        float one[8] = {0};
+        comm_send_recv(c, one, 5, one + 4, 5, 4, DT_F32, c->rank ^ 2, NULL, NULL);  // 0 <-> 2, 1 <-> 3: across
+        comm_send_recv(c, one, 6, one + 4, 6, 4, DT_F32, c->rank ^ 1, NULL, NULL);  // 0 <-> 1, 2 <-> 3: within
+        ok &= c->stats.ring_bytes[OP_ALL_GATHER] == 3000 && c->stats.ring_bytes[OP_ALL_TO_ALL] == 120;
+        double cross = comm_cross_host_bytes(c);
+        if (hosts == 1) ok &= cross == 0;
+        else
+            ok &= c->stats.cross_host_bytes[OP_ALL_GATHER] == 1500 && c->stats.cross_host_bytes[OP_ALL_TO_ALL] == 80 &&
+                  c->stats.cross_host_bytes[OP_SEND] == 16 && c->stats.cross_host_bytes[OP_RECV] == 16 &&
+                  cross == 1500 + 80 + 32;
+    }
+    c->host_of = found, c->hosts = found_hosts, c->host_links = found_links;
+    assert_true(all_ranks(c, ok));
+}
+
 static void test_sum_and_max_f64(void **state) {
     Comm *c = &((Fixture *)*state)->world;
     long before = c->stats.calls[OP_ALL_REDUCE];
@@ -429,6 +517,9 @@ int main(int argc, char **argv) {
         cmocka_unit_test_prestate(test_send_recv_pairs, &fixture),
         cmocka_unit_test_prestate(test_split_into_two_groups, &fixture),
         cmocka_unit_test_prestate(test_ring_bytes_formula, &fixture),
+        cmocka_unit_test_prestate(test_all_to_all_unequal, &fixture),
+        cmocka_unit_test_prestate(test_split_hosts, &fixture),
+        cmocka_unit_test_prestate(test_cross_host_bytes, &fixture),
         cmocka_unit_test_prestate(test_sum_and_max_f64, &fixture),
         cmocka_unit_test_prestate(test_progress_until_test_completes, &fixture),
         cmocka_unit_test_prestate(test_trace_gathers_every_rank, &fixture),
@@ -438,6 +529,7 @@ int main(int argc, char **argv) {
     Fixture staged = fixture;  // the same group and device (world.dev), its own stage pool
     staged.world.stage_always = 1;
     staged.world.owns_op = 0;  // the world frees the bf16 op
+    staged.world.host_of = NULL;  // and its hosts (one, as NULL says)
     const struct CMUnitTest through_pinned_stages[] = {
         cmocka_unit_test_prestate(test_all_reduce_f32, &staged),
         cmocka_unit_test_prestate(test_all_reduce_bf16, &staged),
@@ -448,6 +540,7 @@ int main(int argc, char **argv) {
         cmocka_unit_test_prestate(test_broadcast_from_rank_2, &staged),
         cmocka_unit_test_prestate(test_send_recv_ring, &staged),
         cmocka_unit_test_prestate(test_send_recv_pairs, &staged),
+        cmocka_unit_test_prestate(test_all_to_all_unequal, &staged),
         cmocka_unit_test_prestate(test_stage_pool_reuse, &staged),
     };
     failed |= run_mpi_tests(through_pinned_stages);

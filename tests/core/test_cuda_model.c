@@ -100,6 +100,12 @@ static void forward_backward_match_cpu(Shape sh) {
         print_message("unit %d: relative gradient error %.4f\n", u, rel);
         assert_true(rel <= 0.05);
     }
+    // wte's padding rows (V rounded up to 128): no gradient, exactly, on both devices
+    size_t C = (size_t)l.cfg.channels, pad = l.emb_off[EMB_WTE] + (size_t)sh.V * C;
+    assert_int_equal(l.emb_off[EMB_WTE + 1] - pad, gpt_padding_params(&l));
+    for (size_t i = pad; i < l.emb_off[EMB_WTE + 1]; i++)
+        if (cpu.grads[i] != 0.0f || gpu.grads[i] != 0.0f)
+            fail_msg("padding row %zu of wte: gradient cpu %g cuda %g", i / C, cpu.grads[i], gpu.grads[i]);
     free(cpu.grads); free(gpu.grads); free(init); free(params); free(in); free(tgt);
 }
 
@@ -108,6 +114,7 @@ static void test_forward_backward_match_cpu(void **state) {
     forward_backward_match_cpu((Shape){4, 64, 256});
 }
 
+// V = 257 is stored as 384 rows: the head's GEMM runs over them, the softmax over 257
 static void test_odd_shapes_match_cpu(void **state) {
     if (skip_without_gpu()) skip();
     forward_backward_match_cpu((Shape){1, 63, 257});

@@ -107,7 +107,9 @@ static void test_encoder(void **state) {
             want_te[tokens[bt] * C + c] += R[bt * C + c];
             want_pe[(bt % T) * C + c] += R[bt * C + c];
         }
-    d->k->encoder_backward(d, dwte, dwpe, R, tokens, B, T, C);
+    int32_t order[BT], start[BT];  // the tokens' buckets, in host memory: the cpu device's
+    TokenBuckets tb = {order, start, token_buckets_build(tokens, BT, order, start)};
+    d->k->encoder_backward(d, dwte, dwpe, R, tokens, &tb, B, T, C);
     // sums of at most 5 values of size 1: fp32 rounding stays below 1e-6
     assert_int_equal(check_close(dwte, want_te, V * C, 1e-6, 1e-6, "dwte"), 0);
     assert_int_equal(check_close(dwpe, want_pe, T * C, 1e-6, 1e-6, "dwpe"), 0);
@@ -327,8 +329,10 @@ static void check_attention(Device *d) {
 
 static void test_matmul(void **state) { check_matmul(*state); }
 
-// Rows ldo apart (the head's padded logits): the same numbers as packed rows,
-// and the padding columns neither read (NaN there must not leak) nor written.
+// Rows ldo apart: the same numbers as packed rows, and the columns past OC
+// neither read by the GEMMs (NaN there must not leak) nor written; the
+// softmax leaves them out, and its gradient pass writes zeros there (the
+// head's columns of wte's padding rows: their gradient must be zero).
 static void test_row_strides(void **state) {
     Device *d = *state;
     enum { BT = 6, C = 8, OC = 37, LD = 64 };
@@ -346,12 +350,15 @@ static void test_row_strides(void **state) {
         for (int o = 0; o < OC; o++) assert_true(test_close(strided[r * LD + o], packed[r * OC + o], 1e-6, 1e-6));
         for (int o = OC; o < LD; o++) assert_true(isnan(strided[r * LD + o]));
     }
+    d->k->softmax_crossentropy(d, losses_s, strided, targets, BT, OC, LD, 0.0f);  // losses only: nothing written
+    for (int i = 0; i < BT * LD; i++) assert_true(i % LD < OC ? !isnan(strided[i]) : isnan(strided[i]));
     d->k->softmax_crossentropy(d, losses_p, packed, targets, BT, OC, OC, 1.0f / BT);
     d->k->softmax_crossentropy(d, losses_s, strided, targets, BT, OC, LD, 1.0f / BT);
     for (int r = 0; r < BT; r++) {
         assert_true(test_close(losses_s[r], losses_p[r], 1e-6, 1e-6));
         for (int o = 0; o < OC; o++) assert_true(test_close(strided[r * LD + o], packed[r * OC + o], 1e-6, 1e-6));
-        for (int o = OC; o < LD; o++) assert_true(isnan(strided[r * LD + o]));
+        for (int o = OC; o < LD; o++) assert_true(strided[r * LD + o] == 0.0f);
+        for (int o = OC; o < LD; o++) strided[r * LD + o] = NAN;  // the backward GEMM must not read them
     }
     d->k->matmul_backward(d, dinp_p, dw_p, db_p, packed, inp, w, BT, C, OC, OC);
     d->k->matmul_backward(d, dinp_s, dw_s, db_s, strided, inp, w, BT, C, OC, LD);
@@ -551,6 +558,8 @@ typedef struct DetBufs {
 typedef struct DetInputs {
     bf16 *wte, *wpe, *w;  // (DV,DC), (DT,DC), (3DC,DC); w's first rows double as ln weights
     int32_t tokens[DBT];
+    int32_t order[DBT], start[DBT];  // the tokens' buckets
+    TokenBuckets buckets;
 } DetInputs;
 
 // A forward and backward chain through every kernel, like one layer and the head.
@@ -569,7 +578,7 @@ static void run_chain(Device *d, DetBufs *o, const DetInputs *in) {
     memset(o->dx, 0, sizeof o->dx);
     k->layernorm_backward(d, o->dx, o->dlnw, o->dlnb, o->dln, o->x, in->w, o->mean, o->rstd, DBT,
                           DC);
-    k->encoder_backward(d, o->dwte, o->dwpe, o->dx, in->tokens, DB, DT, DC);
+    k->encoder_backward(d, o->dwte, o->dwpe, o->dx, in->tokens, &in->buckets, DB, DT, DC);
     o->sumsq = k->sum_squares_bf16(d, in->w, 3 * DC * DC);
 }
 
@@ -586,18 +595,18 @@ static void run_unsplit(Device *d, DetBufs *o, const DetBufs *c, const DetInputs
     memset(o->dw, 0, sizeof o->dw);  // the GEMM part; only dbias is compared
     k->layernorm_backward(d, o->dx, o->dlnw, o->dlnb, c->dln, c->x, in->w, c->mean, c->rstd, DBT,
                           DC);
-    k->encoder_backward(d, o->dwte, o->dwpe, c->dx, in->tokens, DB, DT, DC);
+    k->encoder_backward(d, o->dwte, o->dwpe, c->dx, in->tokens, &in->buckets, DB, DT, DC);
     o->sumsq = k->sum_squares_bf16(d, in->w, 3 * DC * DC);
 }
 
 static void test_deterministic(void **state) {
     Device *d = *state;
-    DetInputs in = {malloc(DV * DC * sizeof(bf16)),
-                    malloc(DT * DC * sizeof(bf16)),
-                    malloc(3 * DC * DC * sizeof(bf16)),
-                    {0}};
+    DetInputs in = {.wte = malloc(DV * DC * sizeof(bf16)),
+                    .wpe = malloc(DT * DC * sizeof(bf16)),
+                    .w = malloc(3 * DC * DC * sizeof(bf16))};
     float *tmp = malloc(3 * DC * DC * sizeof(float));
     for (int i = 0; i < DBT; i++) in.tokens[i] = (i * 37 + i / 5) % DV;
+    in.buckets = (TokenBuckets){in.order, in.start, token_buckets_build(in.tokens, DBT, in.order, in.start)};
     test_fill(tmp, DV * DC, 80, -0.5f, 0.5f);
     d->k->f32_to_half(d, in.wte, tmp, DV * DC);
     test_fill(tmp, DT * DC, 81, -0.5f, 0.5f);

@@ -97,7 +97,9 @@ static void test_model_gradients_materialized_attention(void **state) {
     gradients_match_finite_differences(256, GPT_ATTENTION_MATERIALIZED);
 }
 
-// 250 tokens: the logits' rows are padded to 256 (gpt_logits_stride)
+// 250 tokens: wte is stored as 256 rows, the head's GEMM runs over them and
+// the softmax over 250; the padding rows' gradient is zero, as is the loss's
+// finite difference in them
 static void test_gradients_with_padded_logits(void **state) {
     gradients_match_finite_differences(250, GPT_ATTENTION_FLASH);
 }

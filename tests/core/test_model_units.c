@@ -277,12 +277,14 @@ static void test_pipeline_stages_match_whole(void **state) {
 // The formula written out for the whole model, one micro-batch: per block
 // 16C activations, 4 fp32 layernorm statistics and B*NH*T*T fp32 attention
 // probabilities; plus x0, lnf, the projection temporary (C each), logits
-// (Vp), lnf mean/rstd and losses (fp32), input and target ids (int32).
-// (flash attention keeps each row's log-sum-exp, the materialized one its probabilities)
+// (Vp: wte's stored rows, V rounded up to 128), lnf mean/rstd and losses
+// (fp32), input and target ids and the inputs' token buckets, order and
+// starts (int32). Flash attention keeps each row's log-sum-exp where the
+// materialized one keeps its probabilities.
 static size_t whole_model_bytes(const GPTConfig *c, int ab, GPTAttention attn) {
-    size_t C = c->channels, Vp = (size_t)(c->vocab_size + 63) / 64 * 64;
+    size_t C = c->channels, Vp = (size_t)(c->vocab_size + 127) / 128 * 128;
     size_t layer = BT * (16 * C * ab + 16) + (size_t)B * c->num_heads * T * (attn == GPT_ATTENTION_FLASH ? 1 : T) * 4;
-    return c->num_layers * layer + BT * ((3 * C + Vp) * ab + 12 + 8);
+    return c->num_layers * layer + BT * ((3 * C + Vp) * ab + 12 + 8 + 8);
 }
 
 // The allocation, gpt_activation_bytes and the closed form of act_math.c

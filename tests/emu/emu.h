@@ -6,7 +6,9 @@
 //   emu_runtime.cpp  memory (guard pages, canaries), streams, events, the
 //                    scheduler of queued work, the runtime API
 //   emu_threads.cpp  a kernel's blocks, one at a time, each CUDA thread a
-//                    fiber; barriers, shuffles and votes as checked rendezvous
+//                    fiber in a drawn order; barriers, shuffles, votes and
+//                    wmma's *_sync as checked rendezvous
+//   emu_mma.cpp      nvcuda::wmma's (include/mma.h) lane layouts and checks
 //   emu_blas.cpp     cuBLASLt's matmul from its column-major definition
 //   emu_nccl.cpp     NCCL's collectives on MPI, and the MPI calls that let
 //                    queued device work progress while the host blocks
@@ -59,6 +61,7 @@ struct Op {
     bool started = false, done = false;
     double enqueue_us = 0, start_us = 0, end_us = 0;  // the device clock (see emu_runtime.cpp)
     double host_start_us = 0;
+    long log_index = -1;                     // its line in the op log (EMU_OPLOG), -1 when not logged
 };
 typedef std::shared_ptr<Op> OpRef;
 

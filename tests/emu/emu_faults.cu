@@ -8,6 +8,7 @@
 #include <string.h>
 #include <cublasLt.h>
 #include <cuda_bf16.h>
+#include <cuda_fp16.h>
 #include <cuda_runtime.h>
 
 #define CHECK(call)                                                                     \
@@ -34,6 +35,15 @@ __global__ void full_mask_shuffle(float *out, int leave_lane) {
     out[threadIdx.x] = v;
 }
 
+// half of a warp waits at a barrier, the other half at a shuffle that needs
+// the first half: neither can go on
+__global__ void split_warp(float *out) {
+    float v = (float)threadIdx.x;
+    if (threadIdx.x < 16) __syncthreads();  // mark: split_barrier
+    else v += __shfl_xor_sync(0xffffffffu, v, 1);
+    out[threadIdx.x] = v;
+}
+
 // block sum through shared memory; `barrier` 0 leaves out the barrier between writing and reading
 __global__ void block_sum(float *out, int barrier) {
     __shared__ float part[256];
@@ -44,6 +54,22 @@ __global__ void block_sum(float *out, int barrier) {
         for (int i = 0; i < (int)blockDim.x; i++) s += part[i];
         out[0] = s;
     }
+}
+
+// every thread adds 1, 3e7 or -3e7 to one float: an fp32 sum whose value
+// depends on the order of the atomics (a 1 added to +-3e7 is lost to rounding)
+__global__ void atomic_sum(float *out) {
+    int i = (int)threadIdx.x;
+    atomicAdd(out, i & 1 ? 1.0f : i & 2 ? -3.0e7f : 3.0e7f);
+}
+
+// a NaN with a sign and a payload through device code's 16-bit conversions:
+// the GPU gives the canonical NaN (cuda_fp16.h, cuda_bf16.h)
+__global__ void nan_conversions(unsigned *out, float nan, unsigned short half_nan) {
+    float back = __half2float(__ushort_as_half(half_nan));
+    out[0] = __half_as_ushort(__float2half_rn(nan));
+    memcpy(&out[1], &back, sizeof back);
+    out[2] = __bfloat16_as_ushort(__float2bfloat16_rn(nan));
 }
 
 __global__ void __launch_bounds__(128) bounded(float *out) { out[threadIdx.x] = 1.0f; }
@@ -107,6 +133,38 @@ static void host_read(int sync) {
     CHECK(cudaMemcpyAsync(h, d, sizeof *h, cudaMemcpyDeviceToHost, s));
     if (sync) CHECK(cudaStreamSynchronize(s));
     printf("%s\n", *h == 5.0f ? "fresh" : "stale");
+}
+
+// A host function queued after a copy into pinned memory: it runs once the
+// copy is done (it sees the copied value), with or without a host wait after it.
+static float seen_by_host_fn = -1.0f;
+static void read_pinned(void *p) { seen_by_host_fn = *(const float *)p; }
+
+static void host_fn(void) {
+    float *d = device_floats(1), *h = NULL;
+    CHECK(cudaHostAlloc((void **)&h, sizeof *h, cudaHostAllocDefault));
+    *h = 0.0f;
+    cudaStream_t s;
+    CHECK(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking));
+    fill<<<1, 32, 0, s>>>(d, 5.0f, 1);
+    CHECK(cudaMemcpyAsync(h, d, sizeof *h, cudaMemcpyDeviceToHost, s));
+    CHECK(cudaLaunchHostFunc(s, read_pinned, h));
+    printf("before the wait: %s\n", seen_by_host_fn == 5.0f ? "ran" : "not run");
+    CHECK(cudaStreamSynchronize(s));
+    printf("%s\n", seen_by_host_fn == 5.0f ? "fresh" : "stale");
+}
+
+// Copies up from pinned and from pageable memory, then a wait: what
+// EMU_OPLOG and EMU_STATS record of them.
+static void copies_logged(void) {
+    float *d = device_floats(256), *pinned = NULL, pageable[256] = {0};
+    CHECK(cudaHostAlloc((void **)&pinned, sizeof pageable, cudaHostAllocDefault));
+    cudaStream_t s;
+    CHECK(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking));
+    CHECK(cudaMemcpyAsync(d, pinned, sizeof pageable, cudaMemcpyHostToDevice, s));
+    CHECK(cudaMemcpyAsync(d, pageable, sizeof pageable, cudaMemcpyHostToDevice, s));
+    CHECK(cudaStreamSynchronize(s));
+    printf("copied\n");
 }
 
 // ---- cuBLASLt -------------------------------------------------------------------------------------
@@ -200,9 +258,24 @@ int main(int argc, char **argv) {
     else if (!strcmp(c, "partial_warp")) full_mask_shuffle<<<1, 48>>>(out, -1);
     else if (!strcmp(c, "exited_lane")) full_mask_shuffle<<<1, 64>>>(out, 5);
     else if (!strcmp(c, "full_warps")) full_mask_shuffle<<<2, 64>>>(out, -1);
+    else if (!strcmp(c, "deadlock")) split_warp<<<1, 32>>>(out);
     else if (!strcmp(c, "race")) block_sum<<<1, 256>>>(out, 0);
     else if (!strcmp(c, "no_race")) block_sum<<<1, 256>>>(out, 1);
-    else if (!strcmp(c, "block_too_big")) fill<<<1, 2048>>>(out, 1.0f, 1);
+    else if (!strcmp(c, "atomic_order")) {
+        CHECK(cudaMemset(out, 0, sizeof(float)));
+        atomic_sum<<<1, 64>>>(out);
+        CHECK(cudaDeviceSynchronize());
+        printf("result %.9g\n", read_back(out));
+        return 0;
+    } else if (!strcmp(c, "nan_conversions")) {
+        unsigned bits = 0xffa12345u, got[3];
+        float nan;
+        memcpy(&nan, &bits, sizeof nan);
+        nan_conversions<<<1, 1>>>((unsigned *)out, nan, 0xfe91);
+        CHECK(cudaMemcpy(got, out, sizeof got, cudaMemcpyDeviceToHost));
+        printf("half %04x float %08x bf16 %04x\n", got[0], got[1], got[2]);
+        return 0;
+    } else if (!strcmp(c, "block_too_big")) fill<<<1, 2048>>>(out, 1.0f, 1);
     else if (!strcmp(c, "launch_bounds")) bounded<<<1, 256>>>(out);
     else if (!strcmp(c, "smem_no_optin")) uses_dynamic_smem<<<1, 32, 64 << 10>>>(out);
     else if (!strcmp(c, "smem_optin")) {
@@ -228,6 +301,12 @@ int main(int argc, char **argv) {
         return 0;
     } else if (!strcmp(c, "host_read_sync")) {
         host_read(1);
+        return 0;
+    } else if (!strcmp(c, "host_fn")) {
+        host_fn();
+        return 0;
+    } else if (!strcmp(c, "copies_logged")) {
+        copies_logged();
         return 0;
     } else if (!strcmp(c, "blas_aligned")) return blas_matmul(0, 0);
     else if (!strcmp(c, "blas_misaligned")) return blas_matmul(2, 0);

@@ -19,6 +19,16 @@
 // kept, nothing else is. The legacy default stream orders against the
 // blocking streams as CUDA's does; non-blocking streams do not.
 //
+// Host functions (cudaLaunchHostFunc) are operations of their stream: the
+// function runs on the thread that runs the queue, when the stream reaches it.
+//
+// The op log (EMU_OPLOG=FILE, a "%r" in it becomes the rank), written at
+// exit: every operation in issue order, one line each, "op STREAM START END
+// WHAT" (its stream's number, 0 for the legacy stream, and its span on the
+// device clock below, "-" for work that never ran), with a line "host_wait"
+// where the host waited for unfinished work (counted as in EMU_STATS). Tests
+// read from it the order of a step's copies and what they waited for.
+//
 // Device time. Each operation gets a start and an end on a device clock, as
 // if every stream had the GPU to itself: it starts at the latest of its
 // host issue time, its stream's previous end and its dependencies' ends, and
@@ -115,6 +125,46 @@ void emu::count_call(const char *name) {
     calls[name]++;
 }
 #define COUNT() count_call(__func__)
+
+// ---- the op log ------------------------------------------------------------------------------------
+
+struct LogLine {
+    int stream;         // -1: a host wait
+    std::string what;
+    double start_us, end_us;
+    bool ran;
+};
+static std::vector<LogLine> oplog;
+
+static bool oplog_wanted() {
+    static int wanted = -1;
+    if (wanted < 0) {
+        const char *p = getenv("EMU_OPLOG");
+        wanted = p && *p;
+    }
+    return wanted;
+}
+
+static void write_oplog() {
+    std::string p = getenv("EMU_OPLOG");
+    size_t at = p.find("%r");
+    if (at != std::string::npos) p.replace(at, 2, std::to_string(world_rank()));
+    FILE *f = fopen(p.c_str(), "w");
+    if (!f) return;
+    for (const LogLine &l : oplog) {
+        if (l.stream < 0) fprintf(f, "host_wait\n");
+        else if (l.ran) fprintf(f, "op %d %.3f %.3f %s\n", l.stream, l.start_us, l.end_us, l.what.c_str());
+        else fprintf(f, "op %d - - %s\n", l.stream, l.what.c_str());
+    }
+    fclose(f);
+}
+
+static long log_line(int stream, const std::string &what) {
+    static bool registered = false;
+    if (!registered) registered = true, atexit(write_oplog);
+    oplog.push_back(LogLine{stream, what, 0, 0, false});
+    return (long)oplog.size() - 1;
+}
 
 // ---- memory ------------------------------------------------------------------------------------
 
@@ -301,6 +351,7 @@ OpRef emu::enqueue(cudaStream_t handle, OpRef op) {
     }
     s->queue.push_back(op);
     s->tail = op;
+    if (oplog_wanted()) op->log_index = log_line(s->id, op->what);
     return op;
 }
 
@@ -315,6 +366,10 @@ static void finish(EmuStream *s, const OpRef &op) {
     op->done = true;
     op->end_us = op->start_us + (now_us() - op->host_start_us);
     s->clock_us = op->end_us;
+    if (op->log_index >= 0) {
+        LogLine &l = oplog[(size_t)op->log_index];
+        l.start_us = op->start_us, l.end_us = op->end_us, l.ran = true;
+    }
     s->queue.pop_front();
     check_canaries(op->what.c_str());
 }
@@ -392,7 +447,10 @@ static void count_wait(bool done, const void *target, bool poll) {
         if (poll && polled == target) polled = NULL;
         return;
     }
-    if (!poll || polled != target) count_call("host_wait");
+    if (!poll || polled != target) {
+        count_call("host_wait");
+        if (oplog_wanted()) log_line(-1, "host_wait");
+    }
     if (poll) polled = target;
 }
 
@@ -458,6 +516,7 @@ cudaError_t cudaGetDeviceProperties(struct cudaDeviceProp *p, int device) {
     memcpy(p->uuid.bytes + 8, "emulator", 8);
     p->totalGlobalMem = DEVICE_BYTES;
     p->sharedMemPerBlock = 48 << 10;
+    p->sharedMemPerBlockOptin = 227 << 10;  // an H100's, as the launch check allows (emu_threads.cpp)
     p->warpSize = 32;
     p->maxThreadsPerBlock = 1024;
     p->maxThreadsDim[0] = p->maxThreadsDim[1] = 1024, p->maxThreadsDim[2] = 64;
@@ -598,6 +657,9 @@ cudaError_t cudaPointerGetAttributes(struct cudaPointerAttributes *attr, const v
 // ---- copies --------------------------------------------------------------------------------------------
 
 enum Where { HOST_PAGEABLE, HOST_PINNED, DEVICE };
+static const char *where_name(Where w) {
+    return w == HOST_PAGEABLE ? "pageable host" : w == HOST_PINNED ? "pinned host" : "device";
+}
 static Where where_is(const void *p, size_t bytes, const char *role, const char *call) {
     const Alloc *a = find_alloc(p);
     if (!a) return HOST_PAGEABLE;
@@ -617,8 +679,11 @@ static cudaError_t copy_async(void *dst, const void *src, size_t bytes, enum cud
     if (kind != cudaMemcpyDefault && (expect_dst[kind] != dst_dev || expect_src[kind] != src_dev))
         die("%s: the direction given (%d) does not match the pointers (destination on the %s, source on the %s)",
             call, (int)kind, dst_dev ? "device" : "host", src_dev ? "device" : "host");
-    char what[128];
-    snprintf(what, sizeof what, "%s of %zu bytes", call, bytes);
+    char what[160];
+    snprintf(what, sizeof what, "%s of %zu bytes (%s -> %s)", call, bytes, where_name(s), where_name(d));
+    // over PCIe from or to pageable memory the driver copies through a
+    // bounce buffer of its own, and the call waits for it (EMU_STATS counts them)
+    if ((s == HOST_PAGEABLE && d == DEVICE) || (s == DEVICE && d == HOST_PAGEABLE)) count_call("copy_pageable_host");
     if (s == HOST_PAGEABLE && d != HOST_PAGEABLE) {
         // from pageable memory CUDA stages the source before returning
         std::shared_ptr<std::vector<char>> staged = std::make_shared<std::vector<char>>((const char *)src,
@@ -725,6 +790,15 @@ cudaError_t cudaStreamWaitEvent(cudaStream_t stream, cudaEvent_t event, unsigned
     OpRef op = make_op("cudaStreamWaitEvent", NULL);
     op->deps.push_back(e->record);
     enqueue(stream, op);
+    return cudaSuccess;
+}
+
+// The function runs when the stream reaches it, on the thread that runs the queue.
+cudaError_t cudaLaunchHostFunc(cudaStream_t stream, cudaHostFn_t fn, void *userData) {
+    Lock l;
+    COUNT();
+    if (!fn) return ret(cudaErrorInvalidValue);
+    enqueue(stream, make_op("host function", [fn, userData]() { fn(userData); }));
     return cudaSuccess;
 }
 

@@ -1,8 +1,13 @@
 // emu_threads.cpp: a kernel's grid on the CPU. Blocks run one at a time, in an
 // order drawn at random; in a block every CUDA thread is a fiber
-// (Boost.Context), run in turn until it meets a barrier, a warp operation or
-// its end. Barriers and warp operations are rendezvous: the last thread to
-// arrive releases the others. Whatever CUDA leaves undefined and a GPU may
+// (Boost.Context), run until it meets a barrier, a warp operation, an atomic
+// (where it may give way: a coin toss) or its end. The block's threads take
+// their turns in an order drawn afresh for every round (EMU_SEED), so the
+// order of a warp's or a block's atomics changes with the seed as it changes
+// from run to run on a GPU: a float sum by atomics shows its nondeterminism.
+// Barriers and warp operations are rendezvous: the last thread to
+// arrive releases the others (and does a wmma collective's work for the
+// whole warp first, warp_collective). Whatever CUDA leaves undefined and a GPU may
 // hang or misbehave on stops the run with file:line: a barrier that some
 // threads of the block never reach (they exited, or wait elsewhere), a warp
 // operation whose mask names an exited or missing lane, lanes that meet
@@ -88,6 +93,8 @@ struct WarpRendezvous {
     int line;
     uint64_t in[32], out[2][32];
     unsigned gen;
+    WarpCollectiveFn run;  // a collective's work (warp_collective), else NULL
+    void *args[32];        // and what each lane passed it
 };
 
 struct Block {
@@ -100,6 +107,7 @@ struct Block {
     const char *barrier_file;
     int barrier_line;
     int current;
+    int turn[MAX_THREADS];  // this round's order of the ready threads
     const LaunchSite *site;
     const std::function<void()> *body;
 };
@@ -126,13 +134,21 @@ static void block_here(const char *what, const char *file, int line) {
     t.caller = std::move(t.caller).resume();
 }
 
+// ---- atomics: a thread may give way to the others of its block ------------------------------
+
+void atomic_turn() {
+    if (!blk || (random_u64() & 1)) return;
+    Thread &t = blk->t[blk->current];
+    t.caller = std::move(t.caller).resume();  // still READY: it runs again in a later round
+}
+
 // ---- __syncthreads --------------------------------------------------------------------------
 
+// A barrier that threads which have exited never reach waits for ever: the
+// block stalls, and report_stall names the barrier and how many exited
+// (counted then, when every thread has exited or waits, whatever the order).
 void syncthreads(const char *file, int line) {
     if (!blk) die("%s:%d: __syncthreads outside a kernel", file, line);
-    if (blk->exited > 0)
-        die("%s:%d: __syncthreads in %s: %d of the block's %d threads have exited and never reach it "
-            "(a barrier in divergent code)", file, line, running_kernel_text().c_str(), blk->exited, blk->n);
     if (blk->barrier_arrived == 0) {
         blk->barrier_file = file, blk->barrier_line = line;
     } else if (blk->barrier_line != line || strcmp(blk->barrier_file, file) != 0) {
@@ -153,7 +169,8 @@ void syncthreads(const char *file, int line) {
 
 static const char *warp_op_name(WarpKind k) {
     static const char *names[] = {"__shfl_sync", "__shfl_xor_sync", "__shfl_down_sync", "__shfl_up_sync",
-                                  "__ballot_sync", "__all_sync", "__any_sync", "__syncwarp"};
+                                  "__ballot_sync", "__all_sync", "__any_sync", "__syncwarp",
+                                  "wmma::load_matrix_sync", "wmma::store_matrix_sync", "wmma::mma_sync"};
     return names[k];
 }
 
@@ -178,15 +195,23 @@ unsigned active_mask() {
     return m;
 }
 
+// A lane of the mask that has exited never arrives: as for a barrier, the
+// warp's lanes wait and report_stall names it.
 static void check_mask(WarpKind kind, unsigned mask, int w, const char *file, int line) {
-    for (int l = 0; l < 32; l++) {
-        if (!(mask >> l & 1)) continue;
-        if (l >= warp_size_of(w))
+    for (int l = warp_size_of(w); l < 32; l++)
+        if (mask >> l & 1)
             die("%s:%d: %s in %s: the mask 0x%08x names lane %d, which this block of %d threads does not have "
                 "(a partial warp)", file, line, warp_op_name(kind), running_kernel_text().c_str(), mask, l, blk->n);
-        if (blk->t[32 * w + l].state == DONE)
-            die("%s:%d: %s in %s: the mask 0x%08x names lane %d, which has exited", file, line, warp_op_name(kind),
-                running_kernel_text().c_str(), mask, l);
+}
+
+// The lane joins its warp's rendezvous: the first to arrive sets what the
+// others must meet (the same operation, mask and line).
+static void meet(WarpRendezvous &r, WarpKind kind, unsigned mask, WarpCollectiveFn run, const char *file, int line) {
+    if (r.arrived == 0) {
+        r.mask = mask, r.kind = kind, r.run = run, r.file = file, r.line = line;
+    } else if (r.mask != mask || r.kind != kind || r.run != run || r.line != line || strcmp(r.file, file) != 0) {
+        die("%s:%d: %s (mask 0x%08x) in %s while lanes of the same warp wait in %s (mask 0x%08x) at %s:%d", file, line,
+            warp_op_name(kind), mask, running_kernel_text().c_str(), warp_op_name(r.kind), r.mask, r.file, r.line);
     }
 }
 
@@ -201,12 +226,7 @@ uint64_t warp_exchange(WarpKind kind, unsigned mask, uint64_t value, int arg, in
         die("%s:%d: %s in %s: lane %d calls it with mask 0x%08x, which leaves the lane out", file, line,
             warp_op_name(kind), running_kernel_text().c_str(), lane, mask);
     check_mask(kind, mask, w, file, line);
-    if (r.arrived == 0) {
-        r.mask = mask, r.kind = kind, r.file = file, r.line = line;
-    } else if (r.mask != mask || r.kind != kind || r.line != line || strcmp(r.file, file) != 0) {
-        die("%s:%d: %s (mask 0x%08x) in %s while lanes of the same warp wait in %s (mask 0x%08x) at %s:%d", file, line,
-            warp_op_name(kind), mask, running_kernel_text().c_str(), warp_op_name(r.kind), r.mask, r.file, r.line);
-    }
+    meet(r, kind, mask, NULL, file, line);
     r.in[lane] = value;
     r.arrived |= 1u << lane;
     unsigned gen = r.gen;
@@ -241,20 +261,30 @@ uint64_t warp_exchange(WarpKind kind, unsigned mask, uint64_t value, int arg, in
     }
 }
 
+void warp_collective(WarpKind kind, void *lane_args, WarpCollectiveFn run, const char *file, int line) {
+    if (!blk) die("%s:%d: %s outside a kernel", file, line, warp_op_name(kind));
+    int w = blk->current / 32, lane = blk->current % 32;
+    WarpRendezvous &r = blk->warp[w];
+    check_mask(kind, 0xffffffffu, w, file, line);  // every lane of a whole warp
+    meet(r, kind, 0xffffffffu, run, file, line);
+    r.args[lane] = lane_args;
+    r.arrived |= 1u << lane;
+    if (r.arrived != 0xffffffffu) {
+        block_here(warp_op_name(kind), file, line);
+        return;
+    }
+    run(r.args, file, line);  // the lanes' fragments are written before any of them goes on
+    r.arrived = 0;
+    for (int l = 0; l < 32; l++)
+        if (l != lane && blk->t[32 * w + l].state == BLOCKED) blk->t[32 * w + l].state = READY;
+}
+
 // ---- a thread's life --------------------------------------------------------------------------------
 
 static void on_exit(int i) {
-    Thread &t = blk->t[i];
-    t.state = DONE;
+    blk->t[i].state = DONE;
     blk->live--;
     blk->exited++;
-    if (blk->barrier_arrived > 0)
-        die("%s: thread exits while %d threads of its block wait at __syncthreads at %s:%d (a barrier in divergent "
-            "code)", running_kernel_text().c_str(), blk->barrier_arrived, blk->barrier_file, blk->barrier_line);
-    WarpRendezvous &r = blk->warp[i / 32];
-    if (r.arrived && (r.mask >> (i % 32) & 1))
-        die("%s: lane %d exits while lanes of its warp wait for it in %s at %s:%d", running_kernel_text().c_str(),
-            i % 32, warp_op_name(r.kind), r.file, r.line);
 }
 
 static void set_current(int i) {
@@ -262,7 +292,24 @@ static void set_current(int i) {
     thread_idx = blk->t[i].idx;
 }
 
-[[noreturn]] static void report_deadlock() {
+// No thread can go on. Threads that exited while others wait for them at a
+// barrier or a warp operation are named first (code that CUDA leaves
+// undefined); otherwise, where every live thread waits.
+[[noreturn]] static void report_stall() {
+    char block[384];
+    snprintf(block, sizeof block, "kernel %s (launched at %s:%d), block (%u,%u,%u)", blk->site->name,
+             blk->site->file, blk->site->line, block_idx.x, block_idx.y, block_idx.z);
+    if (blk->barrier_arrived > 0 && blk->exited > 0)
+        die("%s:%d: __syncthreads in %s: %d of the block's %d threads have exited and never reach it "
+            "(a barrier in divergent code)", blk->barrier_file, blk->barrier_line, block, blk->exited, blk->n);
+    for (int w = 0; w < (blk->n + 31) / 32; w++) {
+        const WarpRendezvous &r = blk->warp[w];
+        if (!r.arrived) continue;
+        for (int l = 0; l < warp_size_of(w); l++)
+            if ((r.mask >> l & 1) && blk->t[32 * w + l].state == DONE)
+                die("%s:%d: %s (mask 0x%08x) in %s, warp %d: lane %d exited while lanes of its warp wait for it",
+                    r.file, r.line, warp_op_name(r.kind), r.mask, block, w, l);
+    }
     std::string text;
     std::map<std::string, int> where;
     for (int i = 0; i < blk->n; i++) {
@@ -296,14 +343,16 @@ static void run_block() {
         });
     }
     while (blk->live > 0) {
-        int ran = 0;
-        for (int i = 0; i < n; i++) {
-            if (blk->t[i].state != READY) continue;
+        int ready = 0;
+        for (int i = 0; i < n; i++)
+            if (blk->t[i].state == READY) blk->turn[ready++] = i;
+        if (!ready) report_stall();
+        for (int k = ready; k > 1; k--) std::swap(blk->turn[k - 1], blk->turn[random_u64() % k]);
+        for (int k = 0; k < ready; k++) {  // a ready thread stays ready until its turn
+            int i = blk->turn[k];
             set_current(i);
             blk->t[i].fiber = std::move(blk->t[i].fiber).resume();
-            ran++;
         }
-        if (!ran) report_deadlock();
     }
 }
 
@@ -348,7 +397,7 @@ void check_launch(const LaunchSite &site, dim3 grid, dim3 block, size_t shmem) {
                      o != dynamic_smem_optin().end() ? "opted in to" : "allowed without cudaFuncSetAttribute"),
                 why = text;
     }
-    auto b = launch_bounds().find(site.name);
+    auto b = launch_bounds().find(std::string(site.name).substr(0, strcspn(site.name, "<")));  // a template's too
     if (!why && b != launch_bounds().end() && threads > (unsigned long long)b->second)
         snprintf(text, sizeof text, "a block of %llu threads, past its __launch_bounds__(%d)", threads, b->second),
             why = text;
@@ -357,8 +406,26 @@ void check_launch(const LaunchSite &site, dim3 grid, dim3 block, size_t shmem) {
             grid.y, grid.z, block.x, block.y, block.z, shmem, why);
 }
 
+// the launch's dynamic shared memory, 128-byte aligned as the GPU's is
+static unsigned char *dynamic_smem;
+static size_t dynamic_smem_bytes;
+
+void *dynamic_shared(const char *file, int line) {
+    if (!blk) die("%s:%d: dynamic shared memory outside a kernel", file, line);
+    if (!dynamic_smem_bytes)
+        die("%s:%d: %s reads dynamic shared memory (extern __shared__) that its launch did not ask for (the "
+            "third launch argument is 0)", file, line, running_kernel_text().c_str());
+    return dynamic_smem;
+}
+
 void run_grid(const LaunchSite &site, dim3 grid, dim3 block, size_t shmem, const std::function<void()> &body) {
     make_stacks();
+    if (shmem > dynamic_smem_bytes) {
+        free(dynamic_smem);
+        dynamic_smem = (unsigned char *)aligned_alloc(128, (shmem + 127) / 128 * 128);
+        if (!dynamic_smem) die("cannot allocate %zu bytes of dynamic shared memory", shmem);
+    }
+    dynamic_smem_bytes = shmem;
     static Block *the_block;
     if (!the_block) the_block = new Block();
     size_t blocks = (size_t)grid.x * grid.y * grid.z;
@@ -376,6 +443,7 @@ void run_grid(const LaunchSite &site, dim3 grid, dim3 block, size_t shmem, const
         block_idx.x = (unsigned)(b % grid.x);
         block_idx.y = (unsigned)(b / grid.x % grid.y);
         block_idx.z = (unsigned)(b / ((size_t)grid.x * grid.y));
+        if (shmem) memset(dynamic_smem, 0xa5, shmem);  // what an earlier block left is not this block's
         run_block();
     }
     blk = NULL;

@@ -62,6 +62,7 @@ static __attribute__((unused)) CkptManifest manifest(long step, int ranks) {
     m.rng_state = 0xdeadbeefcafebabeull;  // above 2^63: must survive the text manifest
     m.cfg = (GPTConfig){.max_seq_len = 64, .vocab_size = 256, .num_layers = 2, .num_heads = 2,
                         .channels = 32};
+    m.vocab_padded = 256;
     m.num_params = 12345;
     m.batch = 4;
     m.seq_len = 64;

@@ -174,6 +174,17 @@ static inline void expect_close(const char *what, const float *cuda, const float
     }
 }
 
+static inline void expect_f32_bits_equal(const char *what, const float *cuda, const float *cpu, size_t n) {
+    size_t bad = 0, first = 0;
+    for (size_t i = 0; i < n; i++)
+        if (memcmp(&cuda[i], &cpu[i], sizeof(float)) && !bad++) first = i;
+    if (bad) {
+        print_error("%s: %zu of %zu fp32 elements differ in their bits; first [%zu] %.9g against %.9g\n", what, bad,
+                    n, first, cuda[first], cpu[first]);
+        fail();
+    }
+}
+
 static inline void expect_bits_equal(const char *what, const bf16 *cuda, const bf16 *cpu, size_t n) {
     for (size_t i = 0; i < n; i++) {
         if (cuda[i] != cpu[i]) {
@@ -184,6 +195,16 @@ static inline void expect_bits_equal(const char *what, const bf16 *cuda, const b
     }
 }
 
+
+// The buckets of n token ids (token_buckets.h) in a's device memory
+static inline TokenBuckets put_buckets(Arena *a, const int32_t *tokens, int n) {
+    int32_t *order = xmalloc((size_t)n * sizeof *order), *start = xmalloc((size_t)n * sizeof *start);
+    int buckets = token_buckets_build(tokens, n, order, start);
+    TokenBuckets tb = {put_bytes(a, order, (size_t)n * sizeof *order), put_bytes(a, start, (size_t)n * sizeof *start),
+                       buckets};
+    free(order), free(start);
+    return tb;
+}
 
 static inline int32_t *rand_tokens(size_t n, int V, uint64_t seed) {
     uint64_t s = seed * 0x9E3779B97F4A7C15ull + 1;

@@ -169,8 +169,11 @@ static inline int tpm_matches_whole(Device *d, Comm *c, const GPTConfig *cfg, in
     if (!ok) print_message("loss: tp %.9g, whole %.9g\n", got, want);
     ok &= tpm_grads_close(&whole.l, full, whole.grads, 2e-5, 0.0, "gradient");
     ok &= tpm_replicated_agree(&part, c, got);
-    for (size_t i = 0; i < part.l.num_params; i++)  // padding rows of wte
+    for (size_t i = 0; i < part.l.num_params; i++)  // padding rows of wte past the whole model's
         if (gpt_global_index(&part.l, i) == GPT_PADDING) ok &= part.grads[i] == 0.0f;
+    size_t C = (size_t)cfg->channels;  // the whole model's padding rows (V rounded up to 128)
+    for (size_t i = (size_t)cfg->vocab_size * C; i < whole.l.emb_off[EMB_WTE + 1]; i++)
+        ok &= whole.grads[i] == 0.0f && full[i] == 0.0f;
     free(full), free(in), free(tgt);
     tpm_free(&whole);
     tpm_free(&part);

@@ -86,6 +86,15 @@ static int run_counted(const Ctx *c, const char *name, const char *core, const c
     return lines / 2;
 }
 
+// The 3 steps' losses of two records, to the bit.
+static void expect_same_losses(const char *json, const char *json_ref) {
+    double l[3], r[3];
+    losses_of(json, l, 3);
+    losses_of(json_ref, r, 3);
+    for (int i = 0; i < 3; i++)
+        if (memcmp(&l[i], &r[i], sizeof l[i]) != 0) fail_msg("step %d: %.9g against %.9g", i + 1, l[i], r[i]);
+}
+
 static void test_fallback_core_is_replaced(void **state) {
     Ctx *c = *state;
     if (!c->best[0]) skip();  // an SSE3-only CPU: no kernel set beats the fallback
@@ -99,11 +108,7 @@ static void test_fallback_core_is_replaced(void **state) {
     // the same losses as a run told that core: it is the same kernels
     int ref_images = run_counted(c, "told", c->best, "Prescott", NULL, &out_ref, &json_ref);
     assert_int_equal(ref_images, 1);
-    double l[3], r[3];
-    losses_of(json, l, 3);
-    losses_of(json_ref, r, 3);
-    for (int i = 0; i < 3; i++)
-        if (memcmp(&l[i], &r[i], sizeof l[i]) != 0) fail_msg("step %d: %.9g against %.9g", i + 1, l[i], r[i]);
+    expect_same_losses(json, json_ref);
     free(out), free(json), free(out_ref), free(json_ref);
 }
 
@@ -118,11 +123,7 @@ static void test_core_failing_self_test_is_undone(void **state) {
         fail_msg("expected two restarts per rank and \"%s\"; %d images per rank:\n%s", want, images, out);
     // it trained on the detected (here: Prescott's) kernels, untouched by the planted fault
     run_counted(c, "prescott", "Prescott", "Prescott", c->best, &out_ref, &json_ref);
-    double l[3], r[3];
-    losses_of(json, l, 3);
-    losses_of(json_ref, r, 3);
-    for (int i = 0; i < 3; i++)
-        if (memcmp(&l[i], &r[i], sizeof l[i]) != 0) fail_msg("step %d: %.9g against %.9g", i + 1, l[i], r[i]);
+    expect_same_losses(json, json_ref);
     free(out), free(json), free(out_ref), free(json_ref);
 }
 

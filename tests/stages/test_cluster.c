@@ -4,7 +4,10 @@
 // 3d_parallel (tp inside a host, pp across) at 4 ranks give the losses of
 // the same run on one host to the bit (the collectives and their order are
 // the same; only the transport differs) and count the same bytes; the ranks
-// do sit on two hosts; a second `up` is refused in one line; a failed or
+// do sit on two hosts; zero3's ZeRO++ switches count their bytes in the host
+// and across hosts as their formulas say, hpZ keeps zero3's bits and its
+// backward gathers in the host, all three move at most 0.3 of zero3's bytes
+// across hosts; a second `up` is refused in one line; a failed or
 // interrupted run leaves no process on the hosts, and `down` leaves no
 // namespace, link or file. Failures are named as on one host (a rank killed
 // by a signal, a program that cannot be started), a run needs no settings
@@ -133,6 +136,105 @@ static void test_same_losses_and_bytes_as_one_host(void **state) {
         free(host);
         free(cluster);
     }
+}
+
+// ---- ZeRO++ across hosts (issue 37) ----
+
+#define ZPP_STEPS 40
+#define ZPP_TOL 0.05  // |mean of the last 10 losses - zero3's|, |validation - zero3's| after ZPP_STEPS
+
+// zero3 on the cluster with `args`, small at batch 2 (a record, malloc'd).
+static char *run_zero3(Ctx *c, const char *args, int steps) {
+    char cmd[CMD_LEN], json[PATH_LEN];
+    snprintf(json, sizeof json, "%s/zeropp.json", c->root);
+    remove(json);
+    snprintf(cmd, sizeof cmd, CLUSTER " run -- mpirun -np 4 ./zero3 --model small --batch 2 --steps %d --quiet "
+             "--json %s %s", steps, json, args);
+    return train(cmd, json);
+}
+
+// The number `key` in the object that starts with `object` (e.g. "\"backward_gather\":{").
+static double number_in(const char *json, const char *object, const char *key) {
+    const char *o = strstr(json, object);
+    if (!o) fail_msg("no %s in the record:\n%.300s", object, json);
+    return number_of(o, key);
+}
+
+static const char *const HOPS[4] = {"forward_gather", "backward_gather", "grads_in_host", "grads_across"};
+
+// Each hop's bytes in the host and across hosts, counted, equal its formula
+// (means over 4 ranks of whole bytes, written to 0.1).
+static void expect_hops_as_formula(const char *what, const char *json) {
+    for (int h = 0; h < 4; h++) {
+        char obj[64];
+        snprintf(obj, sizeof obj, "\"%s\":{", HOPS[h]);
+        double intra = number_in(json, obj, "intra"), intra_f = number_in(json, obj, "intra_formula");
+        double cross = number_in(json, obj, "cross"), cross_f = number_in(json, obj, "cross_formula");
+        if (fabs(intra - intra_f) > 0.1 || fabs(cross - cross_f) > 0.1)
+            fail_msg("%s, %s on 2 hosts: in the host %.1f B (formula %.1f), across %.1f B (formula %.1f)", what,
+                     HOPS[h], intra, intra_f, cross, cross_f);
+    }
+}
+
+// Step 1's gradient norm.
+static double first_norm(const char *json) {
+    double norms[RUN_MAX_STEPS];
+    if (json_numbers(json, "grad_norms", norms, RUN_MAX_STEPS) < 1) fail_msg("no grad_norms in the record");
+    return norms[0];
+}
+
+static double late_mean(const char *json) {
+    double l[RUN_MAX_STEPS];
+    losses_of(json, l, ZPP_STEPS);
+    double sum = 0;
+    for (int i = ZPP_STEPS - 10; i < ZPP_STEPS; i++) sum += l[i];
+    return sum / 10;
+}
+
+// On 2 hosts of 2 ranks: hpZ alone gives zero3's losses to the bit (zero3's
+// on one host too) and none of its backward gathers' bytes leave a host;
+// qwZ, qgZ (int8, int4) and all three count each hop's bytes in the host and
+// across hosts as the formulas say, give step 1 (the same weights) a
+// gradient norm within 1% of zero3's and stay within ZPP_TOL of zero3's
+// losses after ZPP_STEPS; all three move at most 0.3 of zero3's bytes
+// across hosts.
+static void test_zeropp_on_two_hosts(void **state) {
+    Ctx *c = *state;
+    NEED_CLUSTER(c);
+    char *zero3 = run_zero3(c, "", ZPP_STEPS), *hpz = run_zero3(c, "--hpz-size 2", ZPP_STEPS);
+    double lz[RUN_MAX_STEPS], lh[RUN_MAX_STEPS];
+    losses_of(zero3, lz, ZPP_STEPS);
+    losses_of(hpz, lh, ZPP_STEPS);
+    for (int i = 0; i < ZPP_STEPS; i++)
+        if (lz[i] != lh[i]) fail_msg("--hpz-size 2 on 2 hosts, step %d: loss %.9g, zero3's %.9g", i + 1, lh[i], lz[i]);
+    expect_hops_as_formula("--hpz-size 2", hpz);
+    if (number_in(hpz, "\"backward_gather\":{", "cross") != 0 || !(number_in(hpz, "\"backward_gather\":{", "intra") > 0))
+        fail_msg("--hpz-size 2: backward's gathers must stay in the host:\n%s", strstr(hpz, "\"zeropp\""));
+    double zero3_cross = number_in(zero3, "\"zeropp\":{", "cross_host_bytes_per_step");
+    assert_true(zero3_cross > 0 && zero3_cross == number_in(zero3, "\"zeropp\":{", "cross_host_formula_bytes_per_step"));
+    const char *modes[] = {"--quantize-weights", "--quantize-grads", "--quantize-grads --grad-quant-bits 4",
+                           "--quantize-weights --hpz-size 2 --quantize-grads"};
+    for (int i = 0; i < 4; i++) {
+        char *m = run_zero3(c, modes[i], ZPP_STEPS);
+        expect_hops_as_formula(modes[i], m);
+        double late = late_mean(m), base = late_mean(zero3);
+        double val = number_of(m, "val_loss"), base_val = number_of(zero3, "val_loss");
+        double cross = number_in(m, "\"zeropp\":{", "cross_host_bytes_per_step");
+        // the first step's gradient comes from the same weights: quantized, its norm within 1% of zero3's
+        double norm = first_norm(m), base_norm = first_norm(zero3);
+        if (fabs(norm - base_norm) > 0.01 * base_norm)
+            fail_msg("%s on 2 hosts: step 1's gradient norm %.6g, zero3's %.6g", modes[i], norm, base_norm);
+        print_message("%-50s across hosts %.3f of zero3's; last 10 losses %.4f (zero3 %.4f), validation %.4f (%.4f)\n",
+                      modes[i], cross / zero3_cross, late, base, val, base_val);
+        if (fabs(late - base) > ZPP_TOL || fabs(val - base_val) > ZPP_TOL)
+            fail_msg("%s on 2 hosts: losses %.4f, validation %.4f: more than %g from zero3's %.4f, %.4f", modes[i], late,
+                     val, ZPP_TOL, base, base_val);
+        if (i == 3 && cross > 0.3 * zero3_cross)
+            fail_msg("all three switches move %.0f bytes across hosts, more than 0.3 x zero3's %.0f", cross, zero3_cross);
+        free(m);
+    }
+    free(zero3);
+    free(hpz);
 }
 
 static void test_second_up_refused(void **state) {
@@ -305,6 +407,7 @@ int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_ranks_on_two_hosts),
         cmocka_unit_test(test_same_losses_and_bytes_as_one_host),
+        cmocka_unit_test(test_zeropp_on_two_hosts),
         cmocka_unit_test(test_second_up_refused),
         cmocka_unit_test(test_failed_run_leaves_nothing),
         cmocka_unit_test(test_folder_not_made_by_up_left_alone),

@@ -15,6 +15,8 @@
 // --grad-accum-dtype fp32: the device's accumulator (zero2, zero3) and the
 // host's (cpu_offload) to the bit; --precision fp16 (the kernels' fp16
 // pass) within the tolerance of the cpu's fp16 run, stages to the bit.
+// zero3's ZeRO++: hpZ alone to the bit of dp_baseline, all three switches
+// within the tolerance of the cpu, with no sync or allocation in a step.
 // A peer that stops taking part ends the run with NCCL's reason.
 // Where no cuda device can run (no GPU and not the emulator's build) every
 // test is skipped; the emulator's build runs them on the CPU (make test).
@@ -68,7 +70,8 @@ static void test_stages_match_cpu_and_each_other(void **state) {
     }
     // recomputation runs the same kernels on the same inputs again: the same bits
     const char *stages[] = {"zero1", "zero2", "zero3", "cpu_offload", "infinity", "zero3 --recompute selective",
-                            "zero3 --recompute full"};
+                            "zero3 --recompute full", "zero3 --hpz-size 2",
+                            "infinity --offload-params cpu --offload-optimizer cpu"};
     for (size_t s = 0; s < sizeof stages / sizeof *stages; s++) {
         double l[STEPS];
         char name[32];
@@ -153,7 +156,8 @@ static void test_no_sync_or_allocation_in_a_step(void **state) {
     char nvme[128], args[256];
     snprintf(nvme, sizeof nvme, "%s/nvme-calls", c->root);
     mkdir(nvme, 0755);
-    const char *stages[] = {"zero2", "zero3", "cpu_offload", "infinity"};
+    const char *stages[] = {"zero2", "zero3", "cpu_offload", "infinity",
+                            "zero3 --quantize-weights --hpz-size 2 --quantize-grads"};
     const char *banned[] = {"cudaDeviceSynchronize", "cudaMalloc", "cudaFree", "cudaStreamSynchronize",
                             "cudaEventSynchronize", "cublasLtMatmulDescCreate", "cublasLtMatmulAlgoGetHeuristic"};
     for (size_t s = 0; s < sizeof stages / sizeof *stages; s++) {
@@ -261,6 +265,22 @@ static void test_fp16_on_cuda(void **state) {
     }
 }
 
+// zero3's ZeRO++ on cuda (the quantization kernels, NCCL's all-to-all as a
+// group of sends and receives): all three switches, gradients in int4,
+// within the bf16 tolerance of the same run on the cpu device.
+static void test_zeropp_on_cuda(void **state) {
+    if (skip_without_cuda()) skip();
+    const RunDir *c = *state;
+    const char *args = "./zero3 --quantize-weights --hpz-size 2 --quantize-grads --grad-quant-bits 4";
+    double cpu[STEPS], gpu[STEPS];
+    losses(c, "zeropp", "cpu", args, cpu);
+    losses(c, "zeropp", "cuda", args, gpu);
+    for (int i = 0; i < STEPS; i++) {
+        print_message("ZeRO++ step %d: cpu %.6f cuda %.6f\n", i + 1, cpu[i], gpu[i]);
+        assert_true(fabs(gpu[i] - cpu[i]) <= TOL_LOSS);
+    }
+}
+
 // A peer that stops taking part (the emulator's EMU_NCCL_DEAD_PEER: this
 // rank's third collective on never completes and NCCL reports an
 // asynchronous error): the run ends with NCCL's reason, instead of waiting
@@ -290,6 +310,7 @@ int main(void) {
         cmocka_unit_test(test_spans_are_device_time),
         cmocka_unit_test(test_fp32_accumulator_on_cuda),
         cmocka_unit_test(test_fp16_on_cuda),
+        cmocka_unit_test(test_zeropp_on_cuda),
         cmocka_unit_test(test_dead_peer_ends_the_run),
     };
     return cmocka_run_group_tests(tests, setup, run_dir_teardown);

@@ -315,6 +315,8 @@ static void test_stage_mismatch_names_the_binary(void **state) {
          "run ./cpu_offload (stage 05)"},
         {"{\"zero_optimization\": {\"stage\": 2}}", "cpu_offload", "run ./zero2"},
         {"{\"zero_optimization\": {\"stage\": 3, \"offload_optimizer\": {\"device\": \"cpu\"}}}", "zero3",
+         "run ./infinity (stage 06)"},
+        {"{\"zero_optimization\": {\"stage\": 1, \"offload_optimizer\": {\"device\": \"cpu\"}}}", "zero1",
          "has no stage here"},
         {"{\"zero_optimization\": {\"stage\": 2, \"offload_param\": {\"device\": \"cpu\"}}}", "zero2",
          "needs zero_optimization.stage 3"},

@@ -6,10 +6,13 @@
 // reproduce the uninterrupted run with the swap files deleted in between.
 // Per-rank bytes by tier and the bytes to and from NVMe and between tiers per
 // step equal the formulas; the file I/O is on its own row of the trace; the
-// files go at the end. Bad input exits 2 with one line, before any file is
-// made; a write that fails mid-run (the file-size limit of the running ranks
-// lowered from outside) stops the run with the reason and leaves the last
-// checkpoint intact.
+// files go at the end. With --offload-optimizer cpu (master, m and v in
+// pinned host memory) the same, at every --offload-params, with --nvme-path
+// only where the params go to NVMe; with nothing on NVMe it is refused in one
+// line, and a DeepSpeed config's nvme_path is ignored. Bad input exits 2 with
+// one line, before any file is made; a write that fails mid-run (the
+// file-size limit of the running ranks lowered from outside) stops the run
+// with the reason and leaves the last checkpoint intact.
 #include <linux/magic.h>
 #include <sys/statfs.h>
 #include <unistd.h>
@@ -193,6 +196,97 @@ static void test_bytes_equal_formulas(void **state) {
     }
 }
 
+// ---- 3b. the optimizer on the host ----
+
+// A transfer the formula says is 0 (no state on NVMe): counted 0 too.
+static void check_no_transfer(const char *what, const char *json, const char *key) {
+    const char *x = strstr(json, "\"transfer_bytes_per_step\":{");
+    char k[32];
+    snprintf(k, sizeof k, "\"%s\":{", key);
+    if (!strstr(x, k)) return;  // the record leaves out what neither counted nor formula has
+    double got = nested(x, k, "counted"), want = nested(x, k, "formula");
+    if (got != 0 || want != 0) fail_msg("%s %s: counted %.0f, formula %.0f, expected none", what, key, got, want);
+}
+
+// Issue 35: --offload-optimizer cpu keeps master, m and v in pinned host
+// memory. At every --offload-params: zero3's losses and final master weights
+// to the bit (sub-groups of 0.3 MB: several per shard), the bytes by tier
+// and between tiers as the formulas say, no file I/O, and --nvme-path only
+// with the params on NVMe (with nothing there the run needs no disk at all).
+static void test_optimizer_on_host(void **state) {
+    Ctx *c = *state;
+    char fmt[CMD_LEN], flags[CMD_LEN], ck[2][PATH_LEN], dir[2][PATH_LEN + 32];
+    snprintf(ck[0], PATH_LEN, "%s/z3-host", c->root);
+    snprintf(flags, sizeof flags, "--save %s", ck[0]);
+    const char *model = "--model small --batch 2 --grad-accum 2 --steps 6";
+    snprintf(fmt, sizeof fmt, "mpirun -np 2 ./zero3 %s %%s --quiet --json %%s", model);
+    char *ref = run(c, "z3-host", fmt, flags);
+    snprintf(fmt, sizeof fmt, "mpirun -np 2 ./infinity %s --offload-optimizer cpu --sub-group-mb 0.3 %%s --quiet "
+             "--json %%s", model);
+    for (int m = 0; m < 3; m++) {
+        snprintf(ck[1], PATH_LEN, "%s/host-%d", c->root, m);
+        snprintf(flags, sizeof flags, "--offload-params %s --save %s%s%s", MODES[m], ck[1],
+                 m == 2 ? " --nvme-path " : "", m == 2 ? c->nvme : "");
+        char tag[32], what[96];
+        snprintf(tag, sizeof tag, "host-%d", m);
+        snprintf(what, sizeof what, "infinity --offload-params %s --offload-optimizer cpu", MODES[m]);
+        char *json = run(c, tag, fmt, flags);
+        same_losses(what, json, ref, 6, 0);
+        snprintf(dir[0], sizeof dir[0], "%s/step-00000006", ck[1]);
+        snprintf(dir[1], sizeof dir[1], "%s/step-00000006", ck[0]);
+        same_master(what, dir[0], dir[1], 2);
+        check_tier(what, json, "device");
+        check_tier(what, json, "pinned");
+        check_tier(what, json, "nvme");
+        double head = m == 0 ? 0 : 2.0 * 2 * SMALL_C * 2 / 2;  // the head gathered once for both passes (k = 2, N = 2)
+        check_transfer(what, json, "d2h", 0);
+        check_transfer(what, json, "h2d", head);
+        if (m == 2) {  // the params alone: read for every gather, written once a step
+            check_transfer(what, json, "nvme_read", head);
+            check_transfer(what, json, "nvme_write", 0);
+        } else {
+            check_no_transfer(what, json, "nvme_read");
+            check_no_transfer(what, json, "nvme_write");
+            if (number_of(strstr(json, "\"times_ms_per_step\":{"), "io") != 0) fail_msg("%s: file I/O", what);
+        }
+        // the two step times of the block swap, from the record's own spans (4 decimals each)
+        const char *tm = strstr(json, "\"times_ms_per_step\":{");
+        double compute = number_of(tm, "compute"), copy = number_of(tm, "copy");
+        double sum = number_of(tm, "compute_plus_transfer"), most = number_of(tm, "max_compute_transfer");
+        if (!(copy > 0) || fabs(sum - (compute + copy)) > 2e-4 || fabs(most - fmax(compute, copy)) > 1e-4)
+            fail_msg("%s: compute %.4f, copies %.4f: compute + transfer %.4f, max %.4f", what, compute, copy, sum,
+                     most);
+        free(json);
+    }
+    free(ref);
+    snprintf(fmt, sizeof fmt, "test -z \"$(ls -A %s)\"", c->nvme);
+    if (test_run(fmt, NULL) != 0) fail_msg("files left in %s", c->nvme);
+}
+
+// A DeepSpeed config with both devices "cpu" and an nvme_path beside them
+// (as DeepSpeed's own examples have): infinity with every state on the host,
+// the keys mapped onto --offload-params and --offload-optimizer, the
+// nvme_path keys ignored, saying why, and no disk touched.
+static void test_config_keeps_everything_on_host(void **state) {
+    Ctx *c = *state;
+    char path[PATH_LEN], cmd[CMD_LEN];
+    snprintf(path, sizeof path, "%s/host.json", c->root);
+    FILE *f = fopen(path, "w");
+    fprintf(f, "{\"zero_optimization\": {\"stage\": 3, \"offload_optimizer\": {\"device\": \"cpu\", \"nvme_path\": "
+               "\"%s/absent\"}, \"offload_param\": {\"device\": \"cpu\"}}}\n", c->root);
+    fclose(f);
+    snprintf(cmd, sizeof cmd, "mpirun -np 2 ./infinity --model tiny --steps 2 --deepspeed-config %s --quiet", path);
+    char *out = NULL;
+    int rc = test_run(cmd, &out);
+    const char *want[] = {"host: nothing on NVMe; bf16 params in pinned host memory; master, m, v in pinned host "
+                          "memory",
+                          "zero_optimization.offload_optimizer.nvme_path (nothing goes to NVMe with --offload-params "
+                          "cpu --offload-optimizer cpu)"};
+    for (int i = 0; i < 2; i++)
+        if (rc != 0 || !strstr(out, want[i])) fail_msg("%s: exit %d, no '%s':\n%s", cmd, rc, want[i], out);
+    free(out);
+}
+
 // ---- 4. the I/O on its own row; the files go at the end ----
 
 // 4 steps of small at 2 ranks with the params on NVMe and `extra` flags,
@@ -316,6 +410,11 @@ static void test_refusals(void **state) {
         {"--nvme-path NVME --aio-queue-depth 0", "--aio-queue-depth"},
         // 12 C^2 L = 8e11 params: 11 TB of files, more than any test disk
         {"--nvme-path NVME --model tiny --d-model 16384 --heads 16 --layers 250", "free"},
+        {"--nvme-path NVME --offload-optimizer gpu", "--offload-optimizer gpu: choose cpu"},
+        // nothing on NVMe: the flags that only the files use are refused
+        {"--nvme-path NVME --offload-params cpu --offload-optimizer cpu", "--nvme-path: nothing goes to NVMe"},
+        {"--offload-optimizer cpu --aio-queue-depth 4", "--aio-queue-depth: nothing goes to NVMe"},
+        {"--offload-params cpu", "--nvme-path DIR is missing"},
     };
     for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
         char flags[CMD_LEN];
@@ -519,6 +618,8 @@ static int group_teardown(void **state) {
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_equals_zero3),
+        cmocka_unit_test(test_optimizer_on_host),
+        cmocka_unit_test(test_config_keeps_everything_on_host),
         cmocka_unit_test(test_resume_without_swap_files),
         cmocka_unit_test(test_bytes_equal_formulas),
         cmocka_unit_test(test_io_row_and_cleanup),

@@ -5,14 +5,23 @@
 // the same delayed math with no thread) to the bit; --dpu with a warm-up
 // longer than the run equals the plain run; save and resume with an update
 // in flight reproduce the uninterrupted run; bytes by tier and between tiers
-// equal the formulas; bad flags exit 2 with one line.
+// equal the formulas; bad flags exit 2 with one line. The pipelined schedule
+// (issue 35), read from the trace: with --grad-clip 0 the CPU Adam takes up
+// sub-groups before backward's last bucket is reduced, with clipping only
+// after; the next forward begins while the CPU Adam still works on later
+// units. At 2 ranks on small and gpt2-124m (2 layers) cpu_offload and
+// infinity with every combination of params and optimizer on cpu or nvme
+// give dp_baseline's losses to the bit.
 #include <unistd.h>
 #include "runs.h"
 
 #define PATH_LEN 512
 #define CMD_LEN 2048
 
-typedef RunDir Ctx;
+typedef struct Ctx {
+    char root[64];
+    char nvme[PATH_LEN];  // infinity's swap files, on a disk
+} Ctx;
 
 static char *run(Ctx *c, const char *tag, const char *cmd_fmt, const char *flags) {
     char cmd[CMD_LEN], path[PATH_LEN];
@@ -182,7 +191,172 @@ static void test_bytes_equal_formulas(void **state) {
     }
 }
 
-// ---- 4. bad input ----
+// ---- 4. the pipelined schedule, from the trace ----
+
+// Rank `pid`'s spans named `name` on row `tid` of a trace file: starts and ends (us).
+static int spans_of(const char *trace, int pid, const char *name, int tid, double *start, double *end, int max) {
+    char key[128];
+    snprintf(key, sizeof key, "{\"name\":\"%s\",\"ph\":\"X\",\"pid\":%d,\"tid\":%d,", name, pid, tid);
+    int n = 0;
+    for (const char *p = strstr(trace, key); p && n < max; p = strstr(p + 1, key)) {
+        double ts, dur;
+        if (sscanf(p + strlen(key), "\"ts\":%lf,\"dur\":%lf", &ts, &dur) != 2) fail_msg("unreadable span: %.200s", p);
+        start[n] = ts;
+        end[n++] = ts + dur;
+    }
+    return n;
+}
+
+enum { MAX_SPANS = 4096, TID_COMPUTE = 0, TID_COMM = 1, TID_STEP = 4, TID_HOST = 5 };  // trace.h's rows
+static double s0[MAX_SPANS], s1[MAX_SPANS], a0[MAX_SPANS], a1[MAX_SPANS], r0[MAX_SPANS], r1[MAX_SPANS];
+static double b0[MAX_SPANS], b1[MAX_SPANS];
+
+// The start of step k's first backward span.
+static double backward_start(int k, int nb) {
+    double first = 1e300;
+    for (int i = 0; i < nb; i++)
+        if (b0[i] >= s0[k] && b0[i] < s1[k] && b0[i] < first) first = b0[i];
+    return first;
+}
+
+// Per step of rank `pid`: the start of the first CPU Adam span of the
+// step's own update (from its backward on: the CPU Adam of the update
+// before may still run during its forward), minus the end of the step's
+// last reduce-scatter (the last bucket), in out[]; returns the steps.
+static int adam_after_last_bucket(const char *trace, int pid, double *out) {
+    int steps = spans_of(trace, pid, "step", TID_STEP, s0, s1, MAX_SPANS);
+    int adams = spans_of(trace, pid, "cpu adam", TID_HOST, a0, a1, MAX_SPANS);
+    int rs = spans_of(trace, pid, "reduce_scatter", TID_COMM, r0, r1, MAX_SPANS);
+    int nb = spans_of(trace, pid, "backward", TID_COMPUTE, b0, b1, MAX_SPANS);
+    for (int k = 0; k < steps; k++) {
+        double last = -1, first = 1e300, from = backward_start(k, nb);
+        for (int i = 0; i < rs; i++)
+            if (r0[i] >= s0[k] && r0[i] < s1[k] && r1[i] > last) last = r1[i];
+        for (int i = 0; i < adams; i++)
+            if (a0[i] >= from && a0[i] < first) first = a0[i];
+        if (last < 0 || first > 1e299) fail_msg("step %d of rank %d: no reduce-scatter or no cpu adam", k + 1, pid);
+        out[k] = first - last;
+    }
+    return steps;
+}
+
+// Section 4.2 of the paper: the CPU Adam of a sub-group starts as soon as
+// its gradients are on the host. With --grad-clip 0 (bf16: the step's
+// gradient scale is known before backward ends) the last rank's first
+// sub-group starts before the last bucket's reduce-scatter has ended; with
+// clipping (the default) the global norm needs every gradient first, so
+// the CPU Adam starts after it. Before the pipelined schedule it always
+// started after the step's last reduction.
+static void test_adam_starts_during_backward(void **state) {
+    Ctx *c = *state;
+    char cmd[CMD_LEN], trace[PATH_LEN], json[PATH_LEN];
+    for (int clip = 0; clip < 2; clip++) {
+        snprintf(trace, sizeof trace, "%s/eager-%d-trace.json", c->root, clip);
+        snprintf(json, sizeof json, "%s/eager-%d.json", c->root, clip);
+        snprintf(cmd, sizeof cmd, "mpirun -np 2 ./cpu_offload --model small --batch 4 --steps 4 --grad-clip %d "
+                 "--quiet --trace %s --json %s", clip, trace, json);
+        char *rec = train(cmd, json);
+        char *spans = read_file(trace, NULL);
+        if (!spans) fail_msg("no trace at %s", trace);
+        double gap[RUN_MAX_STEPS];
+        int steps = adam_after_last_bucket(spans, 1, gap);
+        for (int k = 0; k < steps; k++) {
+            print_message("--grad-clip %d, step %d: rank 1's CPU Adam starts %.0f us after the last bucket's "
+                          "reduce-scatter ends\n", clip, k + 1, gap[k]);
+            if (clip == 0 && !(gap[k] < 0)) fail_msg("--grad-clip 0, step %d: the CPU Adam waited for the last bucket",
+                                                     k + 1);
+            if (clip == 1 && !(gap[k] > 0))
+                fail_msg("--grad-clip 1, step %d: the CPU Adam began before the norm", k + 1);
+        }
+        const char *sub = strstr(rec, "\"cpu_adam_subgroups\":{");
+        if (clip == 0 && (!sub || !(number_of(sub, "before_last_bucket") > 0)))
+            fail_msg("--grad-clip 0: no sub-group counted before the last bucket:\n%.400s", sub ? sub : rec);
+        if (clip == 1 && sub) fail_msg("--grad-clip 1: sub-groups counted as started in backward");
+        free(spans);
+        free(rec);
+    }
+}
+
+// Section 4.1: each unit's new params go up as soon as they are ready, so
+// the next forward waits only for its first unit: on gpt2-124m (4 layers,
+// 1 rank: the embeddings a sub-group of 39M elements, each block 7M) every
+// step after the first begins its forward while the CPU Adam is still at
+// work on later units of the last update. Before, the forward began after
+// the whole update and the upload of the whole shard.
+static void test_forward_waits_for_first_unit_only(void **state) {
+    Ctx *c = *state;
+    char cmd[CMD_LEN], trace[PATH_LEN];
+    snprintf(trace, sizeof trace, "%s/first-unit-trace.json", c->root);
+    snprintf(cmd, sizeof cmd, "./cpu_offload --model gpt2-124m --layers 4 --batch 1 --seq-len 32 --steps 3 "
+             "--eval-batches 1 --quiet --trace %s", trace);
+    char *out = NULL;
+    int rc = test_run(cmd, &out);
+    if (rc != 0) fail_msg("%s: exit %d:\n%s", cmd, rc, out);
+    free(out);
+    char *spans = read_file(trace, NULL);
+    int steps = spans_of(spans, 0, "step", TID_STEP, s0, s1, MAX_SPANS);
+    int adams = spans_of(spans, 0, "cpu adam", TID_HOST, a0, a1, MAX_SPANS);
+    int fwd = spans_of(spans, 0, "forward", TID_COMPUTE, r0, r1, MAX_SPANS);
+    int nb = spans_of(spans, 0, "backward", TID_COMPUTE, b0, b1, MAX_SPANS);
+    for (int k = 1; k < steps; k++) {
+        double first = 1e300, busy_until = -1, from = backward_start(k - 1, nb), to = backward_start(k, nb);
+        for (int i = 0; i < fwd; i++)
+            if (r0[i] >= s0[k] && r0[i] < first) first = r0[i];
+        for (int i = 0; i < adams; i++)  // the last update's: begun after the last step's backward, before this one's
+            if (a0[i] >= from && a0[i] < to && a1[i] > busy_until) busy_until = a1[i];
+        print_message("step %d: first forward at %.0f us, the CPU Adam of the last update busy until %.0f us\n",
+                      k + 1, first - s0[k], busy_until - s0[k]);
+        if (!(first < busy_until))
+            fail_msg("step %d: the forward began %.0f us after the CPU Adam had finished every unit", k + 1,
+                     first - busy_until);
+    }
+    free(spans);
+}
+
+// ---- 5. every offload tier, dp_baseline's losses ----
+
+// Issue 35: at 2 ranks, the offload stages against dp_baseline, to the
+// bit: cpu_offload (pipelined; eager with --grad-clip 0, against
+// dp_baseline --grad-clip 0) and infinity with the params and the
+// optimizer each on cpu or nvme (with both on cpu: no disk).
+static void test_every_tier_equals_dp_baseline(void **state) {
+    Ctx *c = *state;
+    const char *models[2] = {"--model small --batch 4 --steps 4",
+                             "--model gpt2-124m --layers 2 --batch 1 --seq-len 32 --steps 3 --eval-batches 1"};
+    const char *tiers[4][2] = {{"cpu", "cpu"}, {"cpu", "nvme"}, {"nvme", "cpu"}, {"nvme", "nvme"}};
+    for (int m = 0; m < 2; m++)
+        for (int clip = 0; clip < 2; clip++) {
+            char fmt[CMD_LEN], flags[CMD_LEN], tag[64], what[CMD_LEN + 256];
+            snprintf(fmt, sizeof fmt, "mpirun -np 2 ./%%s %s --grad-clip %d --quiet --json %%s", models[m], clip);
+            int steps = m ? 3 : 4;
+            char path[PATH_LEN], cmd[CMD_LEN];
+            snprintf(tag, sizeof tag, "tiers-dp-%d-%d", m, clip);
+            snprintf(path, sizeof path, "%s/%s.json", c->root, tag);
+            snprintf(cmd, sizeof cmd, fmt, "dp_baseline", path);
+            char *ref = train(cmd, path);
+            for (int k = 0; k < 5; k++) {
+                if (k < 4 && clip == 0) continue;  // the clipping does not change where the states are
+                if (k == 4)
+                    snprintf(flags, sizeof flags, "cpu_offload");
+                else
+                    snprintf(flags, sizeof flags, "infinity --offload-params %s --offload-optimizer %s%s%s",
+                             tiers[k][0], tiers[k][1], strcmp(tiers[k][0], "nvme") && strcmp(tiers[k][1], "nvme")
+                             ? "" : " --nvme-path ", strcmp(tiers[k][0], "nvme") && strcmp(tiers[k][1], "nvme")
+                             ? "" : c->nvme);
+                snprintf(tag, sizeof tag, "tiers-%d-%d-%d", m, clip, k);
+                snprintf(path, sizeof path, "%s/%s.json", c->root, tag);
+                snprintf(cmd, sizeof cmd, fmt, flags, path);
+                char *json = train(cmd, path);
+                snprintf(what, sizeof what, "%s --grad-clip %d vs dp_baseline, %s", flags, clip, models[m]);
+                same_losses(what, json, ref, steps);
+                print_message("%s: dp_baseline's %d losses\n", what, steps);
+                free(json);
+            }
+            free(ref);
+        }
+}
+
+// ---- 6. bad input ----
 
 static void test_refusals(void **state) {
     (void)state;
@@ -196,7 +370,21 @@ static void test_refusals(void **state) {
 }
 
 static int group_setup(void **state) {
-    return run_dir_setup(state, "test_offload", (const char *const[]){"./cpu_offload", "./zero2", NULL});
+    if (need_paths("test_offload", (const char *const[]){"./cpu_offload", "./zero2", "./dp_baseline", "./infinity",
+                                                          NULL}))
+        return 1;
+    Ctx *c = calloc(1, sizeof *c);
+    if (!c || test_make_dir(c->root, sizeof c->root, "test_offload")) return 1;
+    if (make_disk_dir(c->nvme, sizeof c->nvme, "test_offload")) return 1;
+    *state = c;
+    return 0;
+}
+
+static int group_teardown(void **state) {
+    Ctx *c = *state;
+    int rc = test_remove_dir(c->root) | test_remove_dir(c->nvme);
+    free(c);
+    return rc;
 }
 
 int main(void) {
@@ -207,7 +395,10 @@ int main(void) {
         cmocka_unit_test(test_settings_that_do_nothing_noted),
         cmocka_unit_test(test_dpu_resume_exact),
         cmocka_unit_test(test_bytes_equal_formulas),
+        cmocka_unit_test(test_adam_starts_during_backward),
+        cmocka_unit_test(test_forward_waits_for_first_unit_only),
+        cmocka_unit_test(test_every_tier_equals_dp_baseline),
         cmocka_unit_test(test_refusals),
     };
-    return cmocka_run_group_tests(tests, group_setup, run_dir_teardown);
+    return cmocka_run_group_tests(tests, group_setup, group_teardown);
 }

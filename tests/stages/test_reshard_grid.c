@@ -19,8 +19,8 @@
 #define CMD_LEN 4096
 #define STEPS 8
 #define SAVED 4
-// a vocabulary of 300: under tp 2 wte is padded to 384 rows, 192 a rank, the
-// last 84 padding that no checkpoint of 01-06 holds
+// a vocabulary of 300: wte is stored as 384 rows (192 a rank under tp 2),
+// the last 84 padding, zero in every stage's checkpoint
 #define MODEL "--model tiny --vocab 300"
 #define LOSS_TOL 1e-3   // test_3d.c: a pipeline grid against dp_baseline over 8 steps
 #define FIRST_TOL 1e-6  // test_3d.c: the first loss

@@ -72,6 +72,36 @@ static void test_plot_runs(void **state) {
     assert_int_equal(test_remove_dir(root), 0);
 }
 
+// Issue 37: zero3 with ZeRO++ is named by its switches, its loss curve
+// apart from zero3's, and its bytes by hop in the host and across hosts
+// drawn in a picture of their own (hpZ alone shares zero3's curve: the same bits).
+static void test_plot_runs_zeropp(void **state) {
+    (void)state;
+    char root[64], cmd[CMD_LEN], json[256];
+    assert_int_equal(test_make_dir(root, sizeof root, "plots-zeropp"), 0);
+    snprintf(json, sizeof json, "%s/runs.json", root);
+    const char *modes[3] = {"", "--hpz-size 2", "--quantize-weights --quantize-grads --grad-quant-bits 4"};
+    for (int m = 0; m < 3; m++) {
+        snprintf(cmd, sizeof cmd, "mpirun -np 2 ./zero3 --model tiny --steps 3 --quiet --json %s %s", json, modes[m]);
+        char *out = NULL;
+        int rc = test_run(cmd, &out);
+        if (rc != 0) fail_msg("%s: exit %d\n%s", cmd, rc, out);
+        free(out);
+    }
+    snprintf(cmd, sizeof cmd, "python3 scripts/plot_runs.py %s %s/z", json, root);
+    char *out = NULL;
+    int rc = test_run(cmd, &out);
+    if (rc != 0) fail_msg("%s: exit %d\n%s", cmd, rc, out);
+    if (!strstr(out, "N=2: zero3, zero3 hpZ2 (equal to the bit)") || !strstr(out, "zero3 N=2 qwZ qgZ4"))
+        fail_msg("the curves' titles do not name the switches:\n%s", out);
+    char png[320];
+    snprintf(png, sizeof png, "%s/z_hosts.png", root);
+    struct stat st;
+    if (stat(png, &st) != 0 || st.st_size < 1000) fail_msg("%s missing or empty\n%s", png, out);
+    free(out);
+    assert_int_equal(test_remove_dir(root), 0);
+}
+
 // Issue 39 item 4: labels went into gnuplot's title '...' as they were: a
 // record whose stage is  zero2' ; system('touch F') ; x='  made gnuplot run
 // touch, and a plain apostrophe ended the plot in a gnuplot error. Item 19:
@@ -252,6 +282,7 @@ int main(void) {
         cmocka_unit_test(test_offline_deps_list),
         cmocka_unit_test(test_plot_runs),
         cmocka_unit_test(test_plot_runs_strings),
+        cmocka_unit_test(test_plot_runs_zeropp),
         cmocka_unit_test(test_readme_names_the_pictures),
         cmocka_unit_test(test_compare_needs_a_spread),
         cmocka_unit_test(test_bench_compare),

@@ -57,12 +57,14 @@ static void test_embedding_parts(void **state) {
     test_fill(dwpe0, T * C, 5, -1, 1);
     memcpy(dwte, dwte0, (size_t)vp * C * sizeof(float));
     memcpy(dwpe, dwpe0, sizeof dwpe);
-    d->k->encoder_backward(d, dwte, dwpe, dout, tok, B, T, C);
+    int32_t order[BT], start[BT];  // the tokens' buckets, in host memory: the cpu device's
+    TokenBuckets tb = {order, start, token_buckets_build(tok, BT, order, start)};
+    d->k->encoder_backward(d, dwte, dwpe, dout, tok, &tb, B, T, C);
     float *part_grad = malloc((size_t)part * C * sizeof(float));
     for (int r = 0; r < TP; r++) {
         memcpy(part_grad, dwte0 + (size_t)r * part * C, (size_t)part * C * sizeof(float));
         memcpy(pwpe, dwpe0, sizeof pwpe);
-        d->k->embedding_part_backward(d, part_grad, pwpe, dout, tok, r * part, part, B, T, C);
+        d->k->embedding_part_backward(d, part_grad, pwpe, dout, tok, &tb, r * part, part, B, T, C);
         assert_memory_equal(part_grad, dwte + (size_t)r * part * C, (size_t)part * C * sizeof(float));
         assert_memory_equal(pwpe, dwpe, sizeof pwpe);
     }

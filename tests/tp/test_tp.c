@@ -66,7 +66,7 @@ static void test_activation_bytes(void **state) {
     for (int attn = GPT_ATTENTION_FLASH; attn <= GPT_ATTENTION_MATERIALIZED; attn++) {
         size_t core = (size_t)B * 2 * T * (attn == GPT_ATTENTION_FLASH ? 1 : T) * 4;
         size_t layer = BT * ((4 * C + 2 * C + 4 * C) * ab + 16) + core;
-        size_t want = 4 * layer + BT * ((3 * C + 128) * ab + 12 + 8) + BT * 12;
+        size_t want = 4 * layer + BT * ((3 * C + 128) * ab + 12 + 8 + 8) + BT * 12;  // + 8: the token buckets
         GPTPlan p = gpt_plan_whole(&l, B, T);
         p.attention = (GPTAttention)attn;
         GPTActBytes a = gpt_activation_bytes(&l, &p, f->dev.act_bytes);

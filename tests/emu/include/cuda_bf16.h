@@ -1,7 +1,10 @@
 // cuda_bf16.h (cuda emulator): the bfloat16 type of device code and the
 // conversions the kernels use, with the device's rounding: round to nearest
 // even, and every NaN becomes the canonical 0x7fff, as __float2bfloat16_rn
-// does on the GPU.
+// does on the GPU (the CUDA 13.0 toolkit's cuda_bf16.hpp: its host version,
+// __internal_float2bfloat16, returns 0x7fff for every NaN). __bfloat162float
+// is a shift, which keeps a NaN's payload, as the toolkit's host version and
+// its sm_80 code are (sm_90 has cvt.f32.bf16, whose NaN the header leaves unsaid).
 #pragma once
 #include <stdint.h>
 #include <string.h>

@@ -1,7 +1,12 @@
 // cuda_fp16.h (cuda emulator): the IEEE half type of device code and the
 // conversions the kernels use, through the compiler's own _Float16 (round to
-// nearest even); every NaN becomes the canonical 0x7fff, as __float2half_rn
-// does on the GPU.
+// nearest even). NaNs convert as on the GPU, to a canonical NaN whatever
+// their sign and payload: __float2half_rn gives 0x7fff and __half2float
+// 0x7fffffff. Source: the CUDA 13.0 toolkit's cuda_fp16.hpp, whose host
+// versions of the two (__internal_float2half, __internal_half2float: "discard
+// sign of a NaN", every mantissa bit set) give the device's bits for its
+// cvt.rn.f16.f32 and cvt.f32.f16; and an H100, where an fp16 round trip of
+// four NaNs gave 0x7fffffff for each (issue 39 item 23).
 #pragma once
 #include <stdint.h>
 #include <string.h>
@@ -13,6 +18,12 @@ struct __half {
 typedef struct __half half;
 
 __host__ __device__ static inline float __half2float(__half h) {
+    if ((h.__x & 0x7c00u) == 0x7c00u && (h.__x & 0x3ffu)) {
+        uint32_t canonical = 0x7fffffffu;
+        float f;
+        memcpy(&f, &canonical, sizeof f);
+        return f;
+    }
     _Float16 v;
     memcpy(&v, &h.__x, sizeof v);
     return (float)v;

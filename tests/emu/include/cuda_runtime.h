@@ -36,21 +36,40 @@ struct dim3 {
     dim3(uint3 v) : x(v.x), y(v.y), z(v.z) {}
 };
 
+#define __align__(n) __attribute__((aligned(n)))
+
 namespace emu {
+// The running block's dynamic shared memory (the launch's third argument;
+// cu2cpp.sed turns `extern __shared__ T x[];` into a call), filled with a
+// pattern before each block as a GPU leaves it unset; the run stops when
+// the launch asked for none.
+void *dynamic_shared(const char *file, int line);
 // the thread that runs now (set by the block scheduler before every switch)
 extern uint3 thread_idx, block_idx;
 extern dim3 block_dim, grid_dim;
 
 void syncthreads(const char *file, int line);
+// Where an atomic runs: the thread may give way to others of its block first
+// (drawn from EMU_SEED), so atomics interleave as they do on a GPU.
+void atomic_turn();
 // a kernel's __launch_bounds__ (cu2cpp.sed calls it before the kernel); returns max_threads
 int register_launch_bounds(const char *name, int max_threads);
 
-enum WarpKind { WARP_SHFL_IDX, WARP_SHFL_XOR, WARP_SHFL_DOWN, WARP_SHFL_UP, WARP_BALLOT, WARP_ALL, WARP_ANY, WARP_SYNC };
+enum WarpKind {
+    WARP_SHFL_IDX, WARP_SHFL_XOR, WARP_SHFL_DOWN, WARP_SHFL_UP, WARP_BALLOT, WARP_ALL, WARP_ANY, WARP_SYNC,
+    WARP_WMMA_LOAD, WARP_WMMA_STORE, WARP_WMMA_MMA  // mma.h's collectives (warp_collective)
+};
 // One warp-wide exchange: every lane of `mask` brings 8 bytes; the result is
 // the value this lane reads (a shuffle) or the vote over the mask.
 uint64_t warp_exchange(WarpKind kind, unsigned mask, uint64_t value, int arg, int width, const char *file,
                        int line);
 unsigned active_mask();
+// A warp-wide operation of all 32 lanes that the last lane to arrive carries
+// out for the whole warp (nvcuda::wmma's *_sync, mma.h): each lane brings a
+// pointer to what it passes, and `run` gets the 32 of them in lane order
+// while every lane waits, so it may read and write every lane's fragments.
+typedef void (*WarpCollectiveFn)(void *const lanes[32], const char *file, int line);
+void warp_collective(WarpKind kind, void *lane_args, WarpCollectiveFn run, const char *file, int line);
 
 template <class T> static inline T shuffle(WarpKind kind, unsigned mask, T v, int arg, int width, const char *file,
                                            int line) {
@@ -124,28 +143,34 @@ static const int warpSize = 32;
 #define __syncwarp(...) ((void)emu::warp_exchange(emu::WARP_SYNC, (__VA_ARGS__ + 0) ? (__VA_ARGS__ + 0) : 0xffffffffu, 0, 0, 32, __FILE__, __LINE__))
 
 // Atomics: the threads of a block take turns on one OS thread and blocks run
-// one at a time, so a read-modify-write is atomic as written.
+// one at a time, so a read-modify-write is atomic as written; before it the
+// thread may give way, and the threads' turns are drawn (emu_threads.cpp).
 template <class T> static inline T atomicAdd(T *p, T v) {
+    emu::atomic_turn();
     T old = *p;
     *p = old + v;
     return old;
 }
 template <class T> static inline T atomicMax(T *p, T v) {
+    emu::atomic_turn();
     T old = *p;
     *p = old > v ? old : v;
     return old;
 }
 template <class T> static inline T atomicMin(T *p, T v) {
+    emu::atomic_turn();
     T old = *p;
     *p = old < v ? old : v;
     return old;
 }
 template <class T> static inline T atomicExch(T *p, T v) {
+    emu::atomic_turn();
     T old = *p;
     *p = v;
     return old;
 }
 template <class T> static inline T atomicCAS(T *p, T cmp, T v) {
+    emu::atomic_turn();
     T old = *p;
     if (old == cmp) *p = v;
     return old;

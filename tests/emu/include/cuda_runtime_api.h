@@ -31,6 +31,7 @@ typedef struct EmuStream *cudaStream_t;
 typedef struct EmuMemPool *cudaMemPool_t;
 enum cudaMemPoolAttr { cudaMemPoolAttrReleaseThreshold = 4 };
 typedef struct EmuEvent *cudaEvent_t;
+typedef void (*cudaHostFn_t)(void *userData);
 
 typedef enum cudaMemcpyKind {
     cudaMemcpyHostToHost = 0,
@@ -63,6 +64,7 @@ struct cudaDeviceProp {
     cudaUUID_t uuid;
     size_t totalGlobalMem;
     size_t sharedMemPerBlock;
+    size_t sharedMemPerBlockOptin;  // what cudaFuncSetAttribute may raise a kernel's dynamic shared memory to
     int warpSize;
     int maxThreadsPerBlock;
     int maxThreadsDim[3];
@@ -133,6 +135,7 @@ cudaError_t cudaStreamSynchronize(cudaStream_t stream);
 cudaError_t cudaStreamQuery(cudaStream_t stream);
 cudaError_t cudaStreamWaitEvent(cudaStream_t stream, cudaEvent_t event, unsigned int flags);
 cudaError_t cudaStreamGetFlags(cudaStream_t stream, unsigned int *flags);
+cudaError_t cudaLaunchHostFunc(cudaStream_t stream, cudaHostFn_t fn, void *userData);
 cudaError_t cudaDeviceSynchronize(void);
 
 cudaError_t cudaEventCreate(cudaEvent_t *event);
