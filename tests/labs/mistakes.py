@@ -15,7 +15,7 @@ def m(what, edits, only, says):
 
 PS = "04_zero3/param_shard.c"
 RC = "common/model/gpt_recompute.c"
-RELEASE_IF = "        if (!read_soon(ps->prefetch, &t->layout, num_entries(t), e, reads[i])) drop(t, &ps->live[reads[i]]);\n"
+RELEASE_IF = "        if (!read_soon(ps->prefetch, &t->layout, num_entries(t), e, reads[i])) drop(ps, t, reads[i]);\n"
 PREFETCH_LOOP = "    for (int k = 1; k <= ps->prefetch && e + k < num_entries(t); k++) {\n"
 
 LAB_04 = [
@@ -36,7 +36,7 @@ LAB_04 = [
       "recompute", ["FAIL  --recompute full", "it ran more than backward reads"]),
     m("only the unit's own params released, not the head's",
       [(PS, RELEASE_IF,
-        "        if (!read_soon(ps->prefetch, &t->layout, num_entries(t), e, reads[i])) drop(t, &ps->live[u]);\n")],
+        "        if (!read_soon(ps->prefetch, &t->layout, num_entries(t), e, reads[i])) drop(ps, t, u);\n")],
       "peaks,device_peak", ["FAIL  peak bytes", "releases only the entry's own unit"]),
     m("the gathered buffer counted as a communication buffer",
       [(PS, "TIER_DEVICE, CAT_PARAMS, r.count * sizeof(bf16)", "TIER_DEVICE, CAT_COMM, r.count * sizeof(bf16)")],
@@ -48,19 +48,19 @@ LAB_04 = [
       [(PS, PREFETCH_LOOP, "    for (int k = 1; k < ps->prefetch && e + k < num_entries(t); k++) {\n")],
       "peaks", ["FAIL  peak bytes", "fewer units gathered at once than --prefetch 2 asks for"]),
     m("a unit released although the next entry reads it again",
-      [(PS, RELEASE_IF, "        drop(t, &ps->live[reads[i]]);\n")],
+      [(PS, RELEASE_IF, "        drop(ps, t, reads[i]);\n")],
       "comm,overlap", ["FAIL  bytes moved per step", "released while one of the next entries reads it"]),
     m("the prefetch indexed by unit, not by schedule entry",
       [(PS, "        int m = entry_reads(&t->layout, e + k, reads);",
         "        int m = entry_reads(&t->layout, u + k, reads);")],
       "overlap", ["FAIL  gathers counted", "a unit gathered again although it was still gathered"]),
     m("the prefetched units waited for at once too",
-      [(PS, "        for (int i = 0; i < m; i++) start_gather(ps, t, reads[i]);\n",
-        "        for (int i = 0; i < m; i++) start_gather(ps, t, reads[i]);\n"
-        "        for (int i = 0; i < m; i++) finish_gather(t, &ps->live[reads[i]]);\n")],
+      [(PS, "        for (int i = 0; i < m; i++) gather_for(ps, t, reads[i], e + k >= U);\n",
+        "        for (int i = 0; i < m; i++) gather_for(ps, t, reads[i], e + k >= U);\n"
+        "        for (int i = 0; i < m; i++) finish_gather(ps, t, reads[i]);\n")],
       "overlap", ["FAIL  gathers counted", "waited for at once"]),
     m("its own units never waited for",
-      [(PS, "    for (int i = 0; i < n; i++) finish_gather(t, &ps->live[reads[i]]);\n", "")],
+      [(PS, "    for (int i = 0; i < n; i++) finish_gather(ps, t, reads[i]);\n", "")],
       "losses", ["FAIL  losses", "params used before they were gathered"]),
     m("hint 2 taken literally: the displacement is the flat index",
       [(PS, "        displs[q] = counts[q] ? first - r.offset : 0;", "        displs[q] = counts[q] ? first : 0;")],
@@ -191,8 +191,8 @@ LAB_05 = [
         "    z->job = adam_job(t, z, z->grads_next.ptr, s);\n    Buf applied")],
       "knob", ["FAIL  with --dpu: losses", "the update after it differs"]),
     m("the last update's params never sent up",
-      [(OFF, "    collect_job(t, z);\n    if (z->upload_due) upload_params(t, z);  // returns with the copy done",
-        "    collect_job(t, z);\n    // returns with the copy done")],
+      [(OFF, "    if (z->upload_due) upload_params(t, z);  // goes up during the next forward; the job writes the other buffer\n",
+        "")],
       "knob", ["FAIL  with --dpu: losses", "the update after it differs"]),
     m("the update applied at once under --dpu, not delayed",
       [(OFF, "    host_worker_start(&z->worker, run_adam, &z->job);\n",
