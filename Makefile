@@ -280,6 +280,19 @@ $(BUILD)/tests/core/test_flash: tests/core/test_flash.c $(FLASH_PLANTS:%=$(BUILD
 	@mkdir -p $(dir $@)
 	$(CC) $(CFLAGS) -Itests/lib $< $(filter %.o,$^) $(LIB) -o $@ -lcmocka $(LDLIBS) -laio -ljansson
 
+# test_protocol runs dp_baseline planted with a mistake about the pass it
+# is handed (tests/stages/planted_pass.c), one binary per mistake
+PASS_PLANTS := 1 2
+$(BUILD)/tests/plants/main.o: $(STAGE_MAIN)
+	@mkdir -p $(dir $@)
+	$(CC) $(CFLAGS) -DSTAGE_STRATEGY=strategy_planted -c $< -o $@
+$(BUILD)/tests/plants/pass_%.o: tests/stages/planted_pass.c
+	@mkdir -p $(dir $@)
+	$(CC) $(CFLAGS) -DPLANT=$* -c $< -o $@
+$(BUILD)/tests/stages/planted_pass_%: $(BUILD)/tests/plants/pass_%.o $(BUILD)/tests/plants/main.o $(LIB)
+	$(CC) $(OPT) $^ -o $@ $(LDLIBS)
+$(BUILD)/tests/stages/test_protocol: $(PASS_PLANTS:%=$(BUILD)/tests/stages/planted_pass_%)
+
 # test_blas_core preloads a shim between the trainers and OpenBLAS (built
 # without OPT's sanitizers: it is loaded into every process of the run)
 $(BUILD)/tests/stages/test_blas_core: $(BUILD)/tests/lib/blas_shim.so

@@ -29,10 +29,10 @@ static double device_buffer_bytes(const void *ctx, const GPTLayout *l, const Par
 // per rank of a ring.
 static void reduce_scatter_grads(Trainer *t) {
     Stage *z = t->sctx;
-    int N = t->world.size;
+    int N = t->dp->size;
     size_t counts[N];
     for (int q = 0; q < N; q++) counts[q] = t->part.shard;
-    comm_reduce_scatter_sum(&t->world, t->st.grads.ptr, z->reduced.ptr, counts, DT_HALF, NULL);
+    comm_reduce_scatter_sum(t->dp, t->st.grads.ptr, z->reduced.ptr, counts, DT_HALF, NULL);
 }
 
 // The squared global norm: each rank's reduced shard, summed over ranks.
@@ -59,9 +59,9 @@ static double forward_backward(Trainer *t, const MicroBatches *mb) {
         for (int u = 0; u < g->L.num_units; u++) gpt_unit_forward(g, u, 0, replicated_unit_params(t, u), embed);
         gpt_slot_loss_queue(g, 0);
         if (!mb->backward) continue;
-        t->micro = i;
         for (int u = g->L.num_units - 1; u >= 0; u--)
-            replicated_add_grads(t, u, gpt_unit_backward(g, u, 0, replicated_unit_params(t, u), embed));
+            replicated_add_grads(t, u, gpt_unit_backward(g, u, 0, replicated_unit_params(t, u), embed),
+                                 micro_turn(mb, i));
     }
     if (mb->backward) reduce_scatter_grads(t);
     return gpt_losses_take(g);  // the one wait for the loss, once per step

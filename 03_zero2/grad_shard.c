@@ -33,7 +33,7 @@ void grad_shard_init(GradShard *gs, Trainer *t, double bucket_mb) {
 
 void grad_shard_free(GradShard *gs, Trainer *t) {
     for (int i = 0; i < 2; i++) {
-        comm_wait(&t->world, &gs->bucket[i].h);
+        comm_wait(t->dp, &gs->bucket[i].h);
         buf_free(&t->dev, &gs->bucket[i].send);
         buf_free(&t->dev, &gs->bucket[i].recv);
         t->dev.ops->event_destroy(&t->dev, &gs->bucket[i].drained);
@@ -48,20 +48,21 @@ static bf16 *bucket_at(const GradShard *gs, const Bucket *b, size_t x) {
 // LAB 03: buckets -- launch a full bucket's reduce-scatter; finish it into the shard
 // Wait for a bucket's reduce-scatter (b->h) and add its part (b->recv,
 // b->recv_count elements of flat index b->recv_first) to the shard
-// (grads_add_half: the first micro-batch of a step writes, later ones
-// accumulate, in 16 bits or in the fp32 accumulator). With a sink (cpu_offload) the part goes to the sink instead,
-// and the bucket's `drained` event is recorded on the copy stream after it.
+// (grads_add_half with the bucket's turn: the first micro-batch of a step
+// writes, later ones accumulate, in 16 bits or in the fp32 accumulator).
+// With a sink (cpu_offload) the part goes to the sink instead, and the
+// bucket's `drained` event is recorded on the copy stream after it.
 static void finish_bucket(GradShard *gs, Trainer *t, Bucket *b) {
     if (!b->h.active) return;
     if (gs->reduce.wait) gs->reduce.wait(t, b, gs->reduce.arg);  // a stage's own reduction (zero3's qgZ)
-    else comm_wait(&t->world, &b->h);
+    else comm_wait(t->dp, &b->h);
     if (b->recv_count == 0) return;
     if (gs->sink) {
-        gs->sink(t, b->recv_first, b->recv.ptr, b->recv_count, gs->sink_arg);
+        gs->sink(t, b->recv_first, b->recv.ptr, b->recv_count, b->turn, gs->sink_arg);
         t->dev.ops->event_record(&t->dev, &b->drained, STREAM_COPY);
         return;
     }
-    grads_add_half(t, t->dev.k, b->recv_first - t->part.begin, b->recv.ptr, b->recv_count);
+    grads_add_half(t, t->dev.k, b->recv_first - t->part.begin, b->recv.ptr, b->recv_count, b->turn);
 }
 
 // Reduce-scatter the filled range [lo, top) asynchronously (a handle, b->h):
@@ -75,15 +76,15 @@ static void finish_bucket(GradShard *gs, Trainer *t, Bucket *b) {
 // and finish_bucket waits for it with its own wait.
 static void launch_bucket(GradShard *gs, Trainer *t, Bucket *b) {
     if (b->lo == b->top) return;
-    int N = t->world.size;
+    int N = t->dp->size;
     size_t counts[N];
     Range r = {b->lo, b->top - b->lo};
     for (int q = 0; q < N; q++) {
         size_t first;
         counts[q] = partition_overlap(&t->part, r, q, &first);
-        if (q == t->world.rank) b->recv_first = first;
+        if (q == t->dp->rank) b->recv_first = first;
     }
-    b->recv_count = counts[t->world.rank];
+    b->recv_count = counts[t->dp->rank];
     if (gs->sink) {  // the sink's copy of the last part out of `recv` comes first
         t->dev.ops->stream_wait_event(&t->dev, STREAM_COMPUTE, &b->drained);
         t->dev.ops->stream_wait_event(&t->dev, STREAM_COMM, &b->drained);
@@ -91,7 +92,7 @@ static void launch_bucket(GradShard *gs, Trainer *t, Bucket *b) {
     if (gs->reduce.launch)
         gs->reduce.launch(t, b, bucket_at(gs, b, b->lo), counts, gs->reduce.arg);
     else
-        comm_reduce_scatter_sum(&t->world, bucket_at(gs, b, b->lo), b->recv.ptr, counts, DT_HALF, &b->h);
+        comm_reduce_scatter_sum(t->dp, bucket_at(gs, b, b->lo), b->recv.ptr, counts, DT_HALF, &b->h);
     b->lo = b->top = 0;
 }
 // LAB END
@@ -108,12 +109,15 @@ static void swap_buckets(GradShard *gs, Trainer *t, int in_backward) {
     finish_bucket(gs, t, &gs->bucket[gs->cur]);
 }
 
-void grad_shard_add_unit(GradShard *gs, Trainer *t, int u, const float *g) {
+void grad_shard_add_unit(GradShard *gs, Trainer *t, int u, const float *g, GradTurn turn) {
     Range r = unit_range(t, u);
     size_t hi = r.offset + r.count;  // fill downwards: [x_lo, hi) at a time
     while (hi > r.offset) {
         Bucket *b = &gs->bucket[gs->cur];
-        if (b->lo == b->top) b->lo = b->top = hi;  // empty: start at this unit's end
+        if (b->lo == b->top) {  // empty: start at this unit's end, with this micro-batch's turn
+            b->lo = b->top = hi;
+            b->turn = turn;
+        }
         CHECK(b->lo == hi, "units must finish backward in reverse buffer order (bucket at %zu, unit ends at %zu)", b->lo, hi);
         size_t room = gs->cap - (b->top - b->lo);
         if (room == 0) {
@@ -148,5 +152,5 @@ void grad_shard_report(const GradShard *gs, Trainer *t, FILE *json) {
 
 void grad_shard_progress(GradShard *gs, Trainer *t) {
     for (int i = 0; i < 2; i++)
-        if (gs->bucket[i].h.active) comm_progress(&t->world);
+        if (gs->bucket[i].h.active) comm_progress(t->dp);
 }

@@ -13,22 +13,24 @@ typedef struct Bucket {
     Buf recv;          // bf16, this rank's part of the reduced bucket
     size_t lo, top;    // flat range [lo, top) held; empty when lo == top
     size_t recv_first, recv_count;  // where the received part goes (flat)
+    GradTurn turn;     // the micro-batch whose gradients it holds: first of its step, last
     CommHandle h;
     Event drained;     // recorded after the sink read `recv`: the next reduce-scatter into it waits
 } Bucket;
 
 // Where a bucket's reduced part goes once it has arrived: `count` elements
 // of flat index `first` onwards (all in this rank's shard), written for the
-// first micro-batch of a step and added for the others. NULL: into the
-// rank's gradient shard on the device, t->st.grads (zero2, zero3);
+// first micro-batch of a step and added for the others (`turn`). NULL: into
+// the rank's gradient shard on the device, t->st.grads (zero2, zero3);
 // cpu_offload copies them to the host instead.
-typedef void (*GradSink)(Trainer *t, size_t first, const bf16 *part, size_t count, void *arg);
+typedef void (*GradSink)(Trainer *t, size_t first, const bf16 *part, size_t count, GradTurn turn, void *arg);
 
 // How a launched bucket is reduced where a stage brings its own reduction
 // (zero3's qgZ, 04_zero3/zeropp.c): launch starts it (send: the bucket's
 // elements, counts[q] of them rank q's part, in rank order) and leaves b->h
 // in flight; wait completes it and leaves this rank's part in b->recv, as
-// the reduce-scatter does. Unset: the reduce-scatter over the world.
+// the reduce-scatter does. Unset: the reduce-scatter over the data-parallel
+// group.
 typedef struct BucketReduce {
     void (*launch)(Trainer *t, Bucket *b, const bf16 *send, const size_t *counts, void *arg);
     void (*wait)(Trainer *t, Bucket *b, void *arg);
@@ -57,8 +59,9 @@ void grad_shard_init(GradShard *gs, Trainer *t, double bucket_mb);
 void grad_shard_free(GradShard *gs, Trainer *t);
 // Unit u's fp32 gradients for this micro-batch are complete: bucket them,
 // launching reduce-scatters as buckets fill; the received parts land in the
-// rank's gradient shard, t->st.grads.
-void grad_shard_add_unit(GradShard *gs, Trainer *t, int u, const float *g);
+// rank's gradient shard, t->st.grads, written or added by the micro-batch's
+// turn (micro_turn).
+void grad_shard_add_unit(GradShard *gs, Trainer *t, int u, const float *g, GradTurn turn);
 // End of a micro-batch's backward: send the last bucket and wait for all, so
 // the shard holds the sum over ranks (and over micro-batches so far).
 void grad_shard_flush(GradShard *gs, Trainer *t);

@@ -44,11 +44,10 @@ static double forward_backward(Trainer *t, const MicroBatches *mb) {
         for (int u = 0; u < g->L.num_units; u++) gpt_unit_forward(g, u, 0, replicated_unit_params(t, u), embed);
         gpt_slot_loss_queue(g, 0);
         if (!mb->backward) continue;
-        t->micro = i;
         for (int u = g->L.num_units - 1; u >= 0; u--) {
             grad_shard_progress(&z->grads, t);  // MPI moves the buckets in flight only inside its calls
             const float *grads = gpt_unit_backward(g, u, 0, replicated_unit_params(t, u), embed);
-            grad_shard_add_unit(&z->grads, t, u, grads);  // a bucket that fills up leaves now
+            grad_shard_add_unit(&z->grads, t, u, grads, micro_turn(mb, i));  // a full bucket leaves now
         }
         grad_shard_flush(&z->grads, t);
     }

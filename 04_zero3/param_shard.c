@@ -8,7 +8,7 @@
 // Schedule entry e: forward of unit e for e < U, backward of unit 2U-1-e after.
 // An evaluation runs forward only: nothing is gathered ahead for a backward
 // that never comes, and the last units are released at the end of forward.
-static int num_entries(const Trainer *t) { return (t->evaluating ? 1 : 2) * t->layout.num_units; }
+static int num_entries(const ParamShard *ps) { return (ps->training ? 2 : 1) * ps->t->layout.num_units; }
 static int entry_unit(int U, int e) { return e < U ? e : 2 * U - 1 - e; }
 static int entry_of(int U, int u, int backward) { return backward ? 2 * U - 1 - u : u; }
 
@@ -36,6 +36,8 @@ void param_shard_init(ParamShard *ps, Trainer *t, int prefetch) {
     ps->t = t;
 }
 
+void param_shard_begin(ParamShard *ps, const MicroBatches *mb) { ps->training = mb->backward; }
+
 // LAB 04: start_gather -- this rank's slice of unit u into a fresh buffer, then the in-place all-gather
 // Start the all-gather of unit u into a fresh live buffer: this rank copies
 // the slice of its shard that falls in the unit, then every rank's slice is
@@ -45,7 +47,7 @@ static void start_gather(ParamShard *ps, Trainer *t, int u) {
     LiveUnit *lu = &ps->live[u];
     if (lu->state != LIVE_NONE) return;
     Range r = unit_range(t, u);
-    int N = t->world.size;
+    int N = t->dp->size;
     size_t counts[N], displs[N];
     for (int q = 0; q < N; q++) {
         size_t first = r.offset;
@@ -53,7 +55,7 @@ static void start_gather(ParamShard *ps, Trainer *t, int u) {
         displs[q] = counts[q] ? first - r.offset : 0;
     }
     lu->buf = buf_alloc(&t->dev, TIER_DEVICE, CAT_PARAMS, r.count * sizeof(bf16), "gathered unit params");
-    int me = t->world.rank;
+    int me = t->dp->rank;
     bf16 *own = (bf16 *)lu->buf.ptr + displs[me];
     size_t first = r.offset + displs[me];
     if (counts[me] && ps->source)
@@ -61,7 +63,7 @@ static void start_gather(ParamShard *ps, Trainer *t, int u) {
     else if (counts[me])
         dev_copy(&t->dev, own, (const bf16 *)t->st.params.ptr + (first - t->part.begin), counts[me] * sizeof(bf16),
                  STREAM_COMPUTE);
-    comm_all_gather(&t->world, lu->buf.ptr, counts, displs, DT_HALF, &lu->h);
+    comm_all_gather(t->dp, lu->buf.ptr, counts, displs, DT_HALF, &lu->h);
     lu->state = LIVE_GATHERING;
 }
 // LAB END
@@ -80,7 +82,7 @@ static void gather_for(ParamShard *ps, Trainer *t, int u, int backward) {
 static void finish_gather(ParamShard *ps, Trainer *t, int u) {
     LiveUnit *lu = &ps->live[u];
     if (lu->state != LIVE_GATHERING) return;
-    comm_wait(lu->group ? lu->group : &t->world, &lu->h);
+    comm_wait(lu->group ? lu->group : t->dp, &lu->h);
     if (ps->pp) zeropp_finish_gather(ps->pp, t, lu, u);
     lu->state = LIVE_READY;
 }
@@ -105,13 +107,13 @@ void param_shard_acquire(ParamShard *ps, Trainer *t, int u, int backward) {
     int U = t->layout.num_units, e = entry_of(U, u, backward), reads[2];
     int n = entry_reads(&t->layout, e, reads);
     for (int i = 0; i < n; i++) gather_for(ps, t, reads[i], backward);
-    for (int k = 1; k <= ps->prefetch && e + k < num_entries(t); k++) {
+    for (int k = 1; k <= ps->prefetch && e + k < num_entries(ps); k++) {
         int m = entry_reads(&t->layout, e + k, reads);
         for (int i = 0; i < m; i++) gather_for(ps, t, reads[i], e + k >= U);
     }
     n = entry_reads(&t->layout, e, reads);
     for (int i = 0; i < n; i++) finish_gather(ps, t, reads[i]);
-    comm_progress(&t->world);
+    comm_progress(t->dp);
 }
 // LAB END
 
@@ -132,7 +134,7 @@ void param_shard_release(ParamShard *ps, Trainer *t, int u, int backward) {
     int e = entry_of(t->layout.num_units, u, backward), reads[2];
     int n = entry_reads(&t->layout, e, reads);
     for (int i = 0; i < n; i++)
-        if (!read_soon(ps->prefetch, &t->layout, num_entries(t), e, reads[i])) drop(ps, t, reads[i]);
+        if (!read_soon(ps->prefetch, &t->layout, num_entries(ps), e, reads[i])) drop(ps, t, reads[i]);
 }
 // LAB END
 
@@ -140,9 +142,9 @@ void param_shard_release_all(ParamShard *ps, Trainer *t) {
     for (int u = 0; u < t->layout.num_units; u++) drop(ps, t, u);
 }
 
-int param_shard_upcoming(const Trainer *t, int u, int backward, int ahead, int out[2]) {
+int param_shard_upcoming(const ParamShard *ps, const Trainer *t, int u, int backward, int ahead, int out[2]) {
     int e = entry_of(t->layout.num_units, u, backward) + ahead;
-    return e >= 0 && e < num_entries(t) ? entry_reads(&t->layout, e, out) : 0;
+    return e >= 0 && e < num_entries(ps) ? entry_reads(&t->layout, e, out) : 0;
 }
 
 // Overlap counted, not timed: a view comes after its entry's acquire and
@@ -158,7 +160,7 @@ static void count_gathers(ParamShard *ps) {
             lu->seen = lu->used = 0;
         } else if (!lu->seen) {
             lu->seen = 1, lu->used = 0, lu->seen_at = now, lu->seen_ready = lu->state == LIVE_READY;
-            ps->gathers += !ps->t->evaluating;
+            ps->gathers += ps->training;
         }
     }
 }
@@ -167,7 +169,7 @@ const bf16 *param_shard_view(ParamShard *ps, int u) {
     CHECK(ps->live[u].state == LIVE_READY, "unit %d's params used before they were gathered", u);
     count_gathers(ps);
     LiveUnit *lu = &ps->live[u];
-    int ahead = !lu->used && !ps->t->evaluating && lu->seen_at < ps->t->model.units_run;
+    int ahead = !lu->used && ps->training && lu->seen_at < ps->t->model.units_run;
     ps->gathers_ahead += ahead;
     ps->waited_early += ahead && lu->seen_ready;  // waited for while an earlier entry ran: nothing overlapped
     lu->used = 1;

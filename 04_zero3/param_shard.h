@@ -37,6 +37,7 @@ typedef void (*ParamSliceSource)(Trainer *t, int u, bf16 *dst, size_t first, siz
 typedef struct ParamShard {
     LiveUnit *live;  // [num_units]
     int prefetch;    // entries of the schedule gathered ahead
+    int training;    // the pass under way (param_shard_begin): a training step's; 0: an evaluation's, forward only
     ParamSliceSource source;  // set after param_shard_init; NULL for the device shard
     void *source_arg;
     const Trainer *t;         // whose model's clock (units computed) the count reads
@@ -51,6 +52,10 @@ FlagSpec param_shard_flag(int *prefetch);
 // A bad prefetch depth exits 2.
 void param_shard_init(ParamShard *ps, Trainer *t, int prefetch);
 void param_shard_free(ParamShard *ps, Trainer *t);
+// The pass the stage's micro-batch step runs, told before its first unit:
+// a training step's schedule is every forward then every backward, an
+// evaluation's ends after forward (nothing is gathered for a backward).
+void param_shard_begin(ParamShard *ps, const MicroBatches *mb);
 // Before unit u computes (backward = 0 or 1): its params (and those it
 // reads) are gathered and complete; the next `prefetch` units' gathers start.
 void param_shard_acquire(ParamShard *ps, Trainer *t, int u, int backward);
@@ -73,4 +78,4 @@ void param_shard_gather_world(ParamShard *ps, Trainer *t, int u);
 // (backward = 0) or backward reads, in out[]; returns how many (0 past the
 // end of the micro-batch). A stage that brings slices from further away
 // starts them this way, before their gathers.
-int param_shard_upcoming(const Trainer *t, int u, int backward, int ahead, int out[2]);
+int param_shard_upcoming(const ParamShard *ps, const Trainer *t, int u, int backward, int ahead, int out[2]);

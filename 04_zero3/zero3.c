@@ -57,6 +57,7 @@ static double forward_backward(Trainer *t, const MicroBatches *mb) {
     GPT *g = &t->model;
     ParamShard *ps = &z->params;
     int head = gpt_unit_head(&g->L);
+    param_shard_begin(ps, mb);
     for (int i = 0; i < mb->count; i++) {
         trainer_micro_batch_to_slot(t, mb, i, 0);
         for (int u = 0; u < g->L.num_units; u++) {
@@ -67,7 +68,6 @@ static double forward_backward(Trainer *t, const MicroBatches *mb) {
         }
         gpt_slot_loss_queue(g, 0);
         if (!mb->backward) continue;
-        t->micro = i;
         for (int u = g->L.num_units - 1; u >= 0; u--) {
             param_shard_acquire(ps, t, u, PASS_BACKWARD);
             grad_shard_progress(&z->grads, t);  // MPI moves the buckets in flight only inside its calls
@@ -75,7 +75,7 @@ static double forward_backward(Trainer *t, const MicroBatches *mb) {
             const bf16 *p = u == GPT_UNIT_EMBED ? NULL : param_shard_view(ps, u);
             const bf16 *wte = u == head ? param_shard_view(ps, GPT_UNIT_EMBED) : NULL;
             const float *grads = gpt_unit_backward(g, u, 0, p, wte);
-            grad_shard_add_unit(&z->grads, t, u, grads);  // a bucket that fills up leaves now
+            grad_shard_add_unit(&z->grads, t, u, grads, micro_turn(mb, i));  // a full bucket leaves now
             param_shard_release(ps, t, u, PASS_BACKWARD);
         }
         grad_shard_flush(&z->grads, t);

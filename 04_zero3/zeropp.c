@@ -43,7 +43,7 @@ static void refuse_bad_switches(const ZeroPPConfig *c, Trainer *t) {
 
 // The hosts, and the refusals of the switches against them.
 static void place_hosts(ZeroPP *z, const Trainer *t) {
-    const Comm *w = &t->world;
+    const Comm *w = t->dp;
     z->hosts = w->host_of ? w->hosts : 1;
     z->per_host = w->size / z->hosts;
     if (!z->on) return;
@@ -65,19 +65,19 @@ void zeropp_configure(ZeroPP *z, Trainer *t, int prefetch, double bucket_mb) {
     place_hosts(z, t);
     if (!z->on) return;  // zero3 as it was: its own formula
     if (z->c.hpz > 1) {  // K consecutive ranks: one host's, since K divides P
-        comm_split(&t->world, t->world.rank / z->c.hpz, t->world.rank, &z->hpz);
+        comm_split(t->dp, t->dp->rank / z->c.hpz, t->dp->rank, &z->hpz);
         t->groups[t->ngroups++] = &z->hpz;
     }
     if (z->c.quantize_grads) {
-        comm_split_hosts(&t->world, &z->host, &z->across);
+        comm_split_hosts(t->dp, &z->host, &z->across);
         t->groups[t->ngroups++] = &z->host;
         t->groups[t->ngroups++] = &z->across;
     }
     // this rank's bytes per step by the hops' formulas, for the summary line
     Partition p;
-    partition_init(&p, t->layout.num_params, t->world.size, t->world.rank);
+    partition_init(&p, t->layout.num_params, t->dp->size, t->dp->rank);
     HopBytes f;
-    zeropp_hop_bytes(&t->layout, &p, z->hosts, prefetch, zero_bucket_elems(bucket_mb, &p), &z->c, t->world.rank, &f);
+    zeropp_hop_bytes(&t->layout, &p, z->hosts, prefetch, zero_bucket_elems(bucket_mb, &p), &z->c, t->dp->rank, &f);
     t->comm_formula_bytes = t->cfg.grad_accum * (hop_bytes_total(f.intra) + hop_bytes_total(f.cross));
     t->comm_formula_text = "the sum of ZeRO++'s hops, each by its formula (the ZeRO++ table below), x k micro-batches";
 }
@@ -96,9 +96,10 @@ typedef struct Tally {
 
 static Tally tally(const Comm *c) { return (Tally){comm_ring_bytes(c), comm_cross_host_bytes(c)}; }
 
-// What group c counted since `before`, added to hop h (training steps only).
-static void count_hop(ZeroPP *z, const Trainer *t, ZeroHop h, const Comm *c, Tally before) {
-    if (t->evaluating) return;
+// What group c counted since `before`, added to hop h (training steps only:
+// an evaluation's gathers, `training` 0, are not).
+static void count_hop(ZeroPP *z, int training, ZeroHop h, const Comm *c, Tally before) {
+    if (!training) return;
     Tally now = tally(c);
     z->hop_cross[h] += now.cross - before.cross;
     z->hop_intra[h] += (now.ring - now.cross) - (before.ring - before.cross);
@@ -119,7 +120,7 @@ static size_t slice_of(const Partition *p, Range r, int q, size_t *at) {
 // so every rank computes with the same weights.
 static void gather_quantized(ZeroPP *z, Trainer *t, LiveUnit *lu, int u) {
     Range r = unit_range(t, u);
-    int N = t->world.size, me = t->world.rank;
+    int N = t->dp->size, me = t->dp->rank;
     size_t pcounts[N], pdispls[N], total = 0, n = 0, mine = 0;
     for (int q = 0; q < N; q++) {
         size_t at, count = slice_of(&t->part, r, q, &at);
@@ -132,7 +133,7 @@ static void gather_quantized(ZeroPP *z, Trainer *t, LiveUnit *lu, int u) {
     lu->packed = buf_alloc(&t->dev, TIER_DEVICE, CAT_COMM, total, "gathered unit, int8 (qwZ)");
     const bf16 *own = (const bf16 *)t->st.params.ptr + (r.offset + mine - t->part.begin);
     if (n) t->dev.k->quantize_half(&t->dev, (char *)lu->packed.ptr + pdispls[me], own, n, 8, z->c.block);
-    comm_all_gather(&t->world, lu->packed.ptr, pcounts, pdispls, DT_U8, &lu->h);
+    comm_all_gather(t->dp, lu->packed.ptr, pcounts, pdispls, DT_U8, &lu->h);
 }
 
 // hpZ: backward's gather of unit u over the K ranks of this rank's host that
@@ -154,7 +155,7 @@ static void gather_secondary(ZeroPP *z, Trainer *t, LiveUnit *lu, int u) {
 void zeropp_start_gather(ZeroPP *z, ParamShard *ps, Trainer *t, int u, int backward) {
     LiveUnit *lu = &ps->live[u];
     ZeroHop hop = backward ? HOP_BWD_GATHER : HOP_FWD_GATHER;
-    Comm *group = backward && z->c.hpz > 1 ? &z->hpz : &t->world;
+    Comm *group = backward && z->c.hpz > 1 ? &z->hpz : t->dp;
     Tally before = tally(group);
     if (backward && z->c.hpz > 1) {
         gather_secondary(z, t, lu, u);
@@ -165,7 +166,7 @@ void zeropp_start_gather(ZeroPP *z, ParamShard *ps, Trainer *t, int u, int backw
     } else {
         param_shard_gather_world(ps, t, u);
     }
-    count_hop(z, t, hop, group, before);
+    count_hop(z, ps->training, hop, group, before);
 }
 
 // A gathered unit: qwZ's pieces dequantized into it; after a forward
@@ -174,7 +175,7 @@ void zeropp_finish_gather(ZeroPP *z, Trainer *t, LiveUnit *lu, int u) {
     Range r = unit_range(t, u);
     if (lu->packed.ptr) {
         size_t offset = 0;
-        for (int q = 0; q < t->world.size; q++) {
+        for (int q = 0; q < t->dp->size; q++) {
             size_t at, n = slice_of(&t->part, r, q, &at);
             if (n) t->dev.k->dequantize_half(&t->dev, (bf16 *)lu->buf.ptr + at, (char *)lu->packed.ptr + offset, n, 8,
                                              z->c.block);
@@ -203,7 +204,7 @@ static size_t part_offset(const size_t *counts, int q) {
 // host order, quantized one by one, go to this host's rank j.
 static void launch_qgz(Trainer *t, Bucket *b, const bf16 *send, const size_t *counts, void *arg) {
     ZeroPP *z = arg;
-    int i = b == &z->grads->bucket[0] ? 0 : 1, N = t->world.size, P = z->per_host, H = z->hosts, me = z->host.rank;
+    int i = b == &z->grads->bucket[0] ? 0 : 1, N = t->dp->size, P = z->per_host, H = z->hosts, me = z->host.rank;
     memcpy(z->bucket_counts[i], counts, (size_t)N * sizeof *counts);
     size_t sendc[P], recvc[P], at = 0, from_each = 0;
     char *out = z->send_host[i].ptr;
@@ -221,7 +222,7 @@ static void launch_qgz(Trainer *t, Bucket *b, const bf16 *send, const size_t *co
     for (int j = 0; j < P; j++) recvc[j] = from_each;
     Tally before = tally(&z->host);
     comm_all_to_all(&z->host, out, sendc, z->recv_host[i].ptr, recvc, DT_U8, &b->h);
-    count_hop(z, t, HOP_GRAD_HOST, &z->host, before);
+    count_hop(z, 1, HOP_GRAD_HOST, &z->host, before);
 }
 
 // The sums for the ranks at this index, their parts dequantized in fp32 in
@@ -243,7 +244,7 @@ static void sum_in_host(ZeroPP *z, Trainer *t, int i, const size_t *counts) {
 // Across hosts: the sums for rank (h, j) go to host h; this rank's, from
 // every host, are dequantized and added in host order.
 static void sum_across(ZeroPP *z, Trainer *t, const size_t *counts) {
-    int P = z->per_host, H = z->hosts, j = z->host.rank, me = t->world.rank;
+    int P = z->per_host, H = z->hosts, j = z->host.rank, me = t->dp->rank;
     size_t sendc[H], recvc[H], at = 0;
     const float *sum = z->sums.ptr;
     for (int h = 0; h < H; h++) {
@@ -256,7 +257,7 @@ static void sum_across(ZeroPP *z, Trainer *t, const size_t *counts) {
     }
     Tally before = tally(&z->across);
     comm_all_to_all(&z->across, z->send_across.ptr, sendc, z->recv_across.ptr, recvc, DT_U8, NULL);
-    count_hop(z, t, HOP_GRAD_ACROSS, &z->across, before);
+    count_hop(z, 1, HOP_GRAD_ACROSS, &z->across, before);
     for (int h = 0; h < H; h++)
         t->dev.k->dequantize_f32(&t->dev, z->reduced.ptr, (char *)z->recv_across.ptr + h * recvc[0], counts[me],
                                  z->c.grad_bits, z->c.block, h > 0);
@@ -275,19 +276,19 @@ static void wait_qgz(Trainer *t, Bucket *b, void *arg) {
         sum_across(z, t, counts);
         mine = z->reduced.ptr;
     }
-    t->dev.k->f32_to_half(&t->dev, b->recv.ptr, mine, counts[t->world.rank]);
+    t->dev.k->f32_to_half(&t->dev, b->recv.ptr, mine, counts[t->dp->rank]);
 }
 
 // Without qgZ: zero3's reduce-scatter, its bytes counted as the hop's.
 static void launch_reduce_scatter(Trainer *t, Bucket *b, const bf16 *send, const size_t *counts, void *arg) {
-    Tally before = tally(&t->world);
-    comm_reduce_scatter_sum(&t->world, send, b->recv.ptr, counts, DT_HALF, &b->h);
-    count_hop(arg, t, HOP_GRAD_HOST, &t->world, before);
+    Tally before = tally(t->dp);
+    comm_reduce_scatter_sum(t->dp, send, b->recv.ptr, counts, DT_HALF, &b->h);
+    count_hop(arg, 1, HOP_GRAD_HOST, t->dp, before);
 }
 
 static void wait_reduce_scatter(Trainer *t, Bucket *b, void *arg) {
     (void)arg;
-    comm_wait(&t->world, &b->h);
+    comm_wait(t->dp, &b->h);
 }
 
 // ---- set-up and teardown ---------------------------------------------------------
@@ -309,11 +310,11 @@ void zeropp_setup(ZeroPP *z, Trainer *t, ParamShard *ps, GradShard *gs) {
         t->buffer_formula_bytes[CAT_PARAMS_HPZ] = zeropp_secondary_bytes(t->layout.num_params, z->c.hpz);
     }
     if (!z->c.quantize_grads) return;
-    z->sizes = zeropp_grad_buffers(&t->part, z->hosts, gs->cap, &z->c, t->world.rank);
+    z->sizes = zeropp_grad_buffers(&t->part, z->hosts, gs->cap, &z->c, t->dp->rank);
     for (int i = 0; i < 2; i++) {
         z->send_host[i] = device_buf(t, z->sizes.send_host, "qgZ bucket, quantized");
         z->recv_host[i] = device_buf(t, z->sizes.recv_host, "qgZ parts from the host");
-        z->bucket_counts[i] = xcalloc((size_t)t->world.size, sizeof(size_t));
+        z->bucket_counts[i] = xcalloc((size_t)t->dp->size, sizeof(size_t));
     }
     z->sums = device_buf(t, z->sizes.sums, "qgZ sums in the host, fp32");
     z->send_across = device_buf(t, z->sizes.send_across, "qgZ sums, quantized");

@@ -37,7 +37,7 @@ static void make_sub_groups(Trainer *t, Stage *z) {
     z->group_count = xcalloc((size_t)U, sizeof(size_t));
     z->grad_need = xcalloc((size_t)U, sizeof(size_t));
     for (int u = 0; u < U; u++) {
-        size_t first = 0, n = partition_overlap(&t->part, unit_range(t, u), t->world.rank, &first);
+        size_t first = 0, n = partition_overlap(&t->part, unit_range(t, u), t->dp->rank, &first);
         z->group_first[u] = n ? first - t->part.begin : 0;
         z->group_count[u] = z->grad_need[u] = n;
     }
@@ -149,12 +149,11 @@ static double forward_backward(Trainer *t, const MicroBatches *mb) {
         }
         gpt_slot_loss_queue(g, 0);
         if (!mb->backward) continue;
-        t->micro = i;
         if (i == mb->count - 1) start_eager(t, z);
         for (int u = g->L.num_units - 1; u >= 0; u--) {
             grad_shard_progress(&z->grads, t);  // MPI moves the buckets in flight only inside its calls
             const float *grads = gpt_unit_backward(g, u, 0, replicated_unit_params(t, u), embed);
-            grad_shard_add_unit(&z->grads, t, u, grads);  // a bucket that fills up leaves now
+            grad_shard_add_unit(&z->grads, t, u, grads, micro_turn(mb, i));  // a full bucket leaves now
         }
         z->flushing = 1;
         grad_shard_flush(&z->grads, t);

@@ -35,7 +35,7 @@ static void configure(Trainer *t, const GPTConfig *model) {
     // the folder and its room for this rank's shard of the whole model (the
     // partition the trainer makes next), before anything is allocated
     Partition part;
-    partition_init(&part, t->layout.num_params, t->world.size, t->world.rank);
+    partition_init(&part, t->layout.num_params, t->dp->size, t->dp->rank);
     nvme_files_check(&z->files, t, part.shard, z->nvme_path);
 }
 
@@ -105,6 +105,7 @@ static double forward_backward(Trainer *t, const MicroBatches *mb) {
     GPT *g = &t->model;
     ParamShard *ps = &z->params;
     int head = gpt_unit_head(&g->L);
+    param_shard_begin(ps, mb);
     for (int i = 0; i < mb->count; i++) {
         trainer_micro_batch_to_slot(t, mb, i, 0);
         for (int u = 0; u < g->L.num_units; u++) {
@@ -115,7 +116,6 @@ static double forward_backward(Trainer *t, const MicroBatches *mb) {
         }
         gpt_slot_loss_queue(g, 0);
         if (!mb->backward) continue;
-        t->micro = i;
         for (int u = g->L.num_units - 1; u >= 0; u--) {
             before_unit(t, z, u, PASS_BACKWARD);
             grad_shard_progress(&z->grads, t);
@@ -123,7 +123,7 @@ static double forward_backward(Trainer *t, const MicroBatches *mb) {
             const bf16 *p = u == GPT_UNIT_EMBED ? NULL : param_shard_view(ps, u);
             const bf16 *wte = u == head ? param_shard_view(ps, GPT_UNIT_EMBED) : NULL;
             const float *grads = gpt_unit_backward(g, u, 0, p, wte);
-            grad_shard_add_unit(&z->grads, t, u, grads);  // the reduced parts go down to the host shard
+            grad_shard_add_unit(&z->grads, t, u, grads, micro_turn(mb, i));  // reduced parts go down to the host
             param_shard_release(ps, t, u, PASS_BACKWARD);
         }
         grad_shard_flush(&z->grads, t);

@@ -7,7 +7,7 @@
 // This rank's slice of unit u, flat [*first, *first + count); 0 when its
 // shard misses the unit.
 static size_t own_slice(const Trainer *t, int u, size_t *first) {
-    return partition_overlap(&t->part, unit_range(t, u), t->world.rank, first);
+    return partition_overlap(&t->part, unit_range(t, u), t->dp->rank, first);
 }
 
 // The 4 KiB-aligned range of the params file that holds a slice (O_DIRECT
@@ -69,7 +69,7 @@ static void finish_read(ParamFetch *pf, Trainer *t, SliceRead *r, int u) {
 static void copy_up(Trainer *t, bf16 *dst, const void *src, size_t bytes, Event *done) {
     dev_copy(&t->dev, dst, src, bytes, STREAM_COPY);
     t->dev.ops->event_record(&t->dev, done, STREAM_COPY);
-    comm_after_event(&t->world, done);
+    comm_after_event(t->dp, done);
 }
 
 // ParamShard's source: the slice goes up into the gather's buffer.
@@ -131,7 +131,7 @@ void param_fetch_ahead(ParamFetch *pf, Trainer *t, int u, int backward) {
     // would wait are left for later.
     int blocking = !backward && u == GPT_UNIT_EMBED, done = 1;
     for (int k = 1; k <= pf->ahead; k++) {
-        int units[2], n = param_shard_upcoming(t, u, backward, k, units);
+        int units[2], n = param_shard_upcoming(pf->ps, t, u, backward, k, units);
         for (int i = 0; i < n; i++) {
             if (pf->ps->live[units[i]].state != LIVE_NONE) continue;
             SliceRead *r = &pf->reads[units[i]];

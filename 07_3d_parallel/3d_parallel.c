@@ -73,10 +73,10 @@ const bf16 *part_unit_params(Trainer *t, int u) {
 
 // The first micro-batch of a step writes a unit's gradients, the others add.
 // On the last stage unit 0 is the wte copy (the head's part of the tied gradient).
-void part_add_grads(Trainer *t, int u, const float *g) {
+void part_add_grads(Trainer *t, int u, const float *g, GradTurn turn) {
     Stage *z = t->sctx;
     check_held(t, z, u);
-    grads_add_f32(t, t->dev.k, state_offset(t, z, u), g, state_count(t, z, u));
+    grads_add_f32(t, t->dev.k, state_offset(t, z, u), g, state_count(t, z, u), turn);
 }
 
 // The global norm counts every gradient once: a replicated tensor (the same

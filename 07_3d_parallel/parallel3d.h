@@ -31,7 +31,7 @@ typedef struct Stage {
 // last stage: its wte copy), and its fp32 gradients added to its bf16 grads
 // (written by the step's first micro-batch).
 const bf16 *part_unit_params(Trainer *t, int u);
-void part_add_grads(Trainer *t, int u, const float *g);
+void part_add_grads(Trainer *t, int u, const float *g, GradTurn turn);
 
 // grid_flags.c: the stage's flags (Strategy.flags), with their defaults;
 // --schedule's name; the activation flags that cannot work on this grid

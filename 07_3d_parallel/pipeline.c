@@ -160,13 +160,14 @@ static void backward(Pipeline *p, int j) {
     GPT *g = model(p);
     int s = slot_of(p, j);
     comm_wait(p->pp, &p->sent_bwd[s]);  // the backward rewrites the gradient an earlier send carries
-    t->micro = j;  // the first micro-batch writes the gradients, the others add to them
+    GradTurn turn = micro_turn(p->mb, j);  // the first micro-batch writes the gradients, the others add to them
     const bf16 *wte = is_last(p) ? part_unit_params(t, GPT_UNIT_EMBED) : NULL;
     DevSpan sp = dev_span_begin(&t->dev, STREAM_COMPUTE);
     for (int u = g->plan.last_unit; u >= g->plan.first_unit; u--) {
-        part_add_grads(t, u, gpt_unit_backward(g, u, s, part_unit_params(t, u), wte));
+        part_add_grads(t, u, gpt_unit_backward(g, u, s, part_unit_params(t, u), wte), turn);
         // the last stage keeps a copy of wte: the head's part of its tied gradient goes there
-        if (u == gpt_unit_head(&g->L) && !is_first(p)) part_add_grads(t, GPT_UNIT_EMBED, gpt_tied_wte_grads(g, s));
+        if (u == gpt_unit_head(&g->L) && !is_first(p))
+            part_add_grads(t, GPT_UNIT_EMBED, gpt_tied_wte_grads(g, s), turn);
     }
     dev_span_end(&t->dev, &sp, TRACE_TID_COMPUTE, p->names[p->max_micro + j], 0);
     release_slot(p, s);

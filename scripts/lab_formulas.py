@@ -146,8 +146,9 @@ def eval_findings(rec):
     got = rec["eval_comm_bytes"]
     if abs(got - want) <= 1:
         return []
-    why = ("the evaluation gathered units for a backward that never comes: with t->evaluating the schedule ends "
-           "after forward (num_entries)" if got > want else "the evaluation gathered less than its forward reads")
+    why = ("the evaluation gathered units for a backward that never comes: an evaluation's pass (param_shard_begin) "
+           "ends the schedule after forward (num_entries)" if got > want else
+           "the evaluation gathered less than its forward reads")
     return [("evaluation bytes", got, want, why)]
 
 

@@ -448,6 +448,7 @@ void gpt_unit_forward(GPT *g, int u, int s, const bf16 *p, const bf16 *embed) {
 const float *gpt_unit_backward(GPT *g, int u, int s, const bf16 *p, const bf16 *embed) {
     check_unit(g, u, s, p, embed, 1);
     g->units_run++;
+    g->backwards_run++;
     if (u == gpt_unit_head(&g->L)) ckpt_before_head_backward(g, s);  // the last block's input starts back
     else if (u != GPT_UNIT_EMBED) ckpt_before_backward(g, u - 1 - plan_first_layer(&g->plan), s);  // and ahead
     DevSpan sp = dev_span_begin(g->dev, STREAM_COMPUTE);

@@ -259,6 +259,7 @@ typedef struct GPT {
     int losses_queued;
     RecomputeWork recompute_work;
     long units_run;    // units computed, forward or backward: the schedule's clock (zero3 counts its gathers by it)
+    long backwards_run;  // of them, backwards (the trainer holds each pass to its micro-batches)
     Buf tokens;        // pinned: two staging areas for token ids (and their buckets) on their way up (gpt_slot_tokens)
     Event tokens_copied[2];  // the copies out of each area
     int tokens_next;

@@ -11,27 +11,25 @@
 #include "kernels.h"
 #include "trainer.h"
 
-static int last_micro(const Trainer *t) { return t->micro == t->cfg.grad_accum - 1; }
-
-void grads_add_f32(Trainer *t, const KernelOps *k, size_t off, const float *g, size_t n) {
+void grads_add_f32(Trainer *t, const KernelOps *k, size_t off, const float *g, size_t n, GradTurn turn) {
     bf16 *grads = (bf16 *)t->st.grads.ptr + off;
     if (!t->st.grads_acc.ptr) {
-        k->grad_to_bf16(&t->dev, grads, g, n, t->micro > 0);
+        k->grad_to_bf16(&t->dev, grads, g, n, !turn.first);
         return;
     }
     float *acc = (float *)t->st.grads_acc.ptr + off;
-    k->accumulate_f32(&t->dev, acc, g, n, t->micro > 0);
-    if (last_micro(t)) k->f32_to_half(&t->dev, grads, acc, n);
+    k->accumulate_f32(&t->dev, acc, g, n, !turn.first);
+    if (turn.last) k->f32_to_half(&t->dev, grads, acc, n);
 }
 
-void grads_add_half(Trainer *t, const KernelOps *k, size_t off, const bf16 *h, size_t n) {
+void grads_add_half(Trainer *t, const KernelOps *k, size_t off, const bf16 *h, size_t n, GradTurn turn) {
     bf16 *grads = (bf16 *)t->st.grads.ptr + off;
     if (!t->st.grads_acc.ptr) {
-        if (t->micro == 0) dev_copy(&t->dev, grads, h, n * sizeof(bf16), STREAM_COMPUTE);
+        if (turn.first) dev_copy(&t->dev, grads, h, n * sizeof(bf16), STREAM_COMPUTE);
         else k->add_bf16(&t->dev, grads, h, n);
         return;
     }
     float *acc = (float *)t->st.grads_acc.ptr + off;
-    k->accumulate_half_f32(&t->dev, acc, h, n, t->micro > 0);
-    if (last_micro(t)) k->f32_to_half(&t->dev, grads, acc, n);
+    k->accumulate_half_f32(&t->dev, acc, h, n, !turn.first);
+    if (turn.last) k->f32_to_half(&t->dev, grads, acc, n);
 }

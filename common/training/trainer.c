@@ -19,9 +19,9 @@ const bf16 *replicated_unit_params(Trainer *t, int u) {
     return (const bf16 *)t->st.params.ptr + unit_range(t, u).offset;
 }
 
-void replicated_add_grads(Trainer *t, int u, const float *g) {
+void replicated_add_grads(Trainer *t, int u, const float *g, GradTurn turn) {
     Range r = unit_range(t, u);
-    grads_add_f32(t, t->dev.k, r.offset, g, r.count);
+    grads_add_f32(t, t->dev.k, r.offset, g, r.count, turn);
 }
 
 // ---- set-up ----
@@ -182,17 +182,32 @@ void trainer_micro_batch_to_slot(Trainer *t, const MicroBatches *mb, int i, int 
     gpt_slot_tokens(&t->model, s, mb->inputs, mb->targets, mb->dloss_scale);
 }
 
+// The stage's micro-batch step over mb, held to the pass it was handed:
+// every micro-batch through this rank's units forward, and backward too in
+// a training step, never in an evaluation. A stage that ran another pass
+// than it was given stops the run here, naming what it ran.
+static double run_pass(Trainer *t, const MicroBatches *mb) {
+    const GPT *g = &t->model;
+    long units = (long)(t->plan.last_unit - t->plan.first_unit + 1) * mb->count;
+    long runs = g->units_run, backwards = g->backwards_run;
+    double loss = t->strategy->forward_backward(t, mb);
+    long ran_b = g->backwards_run - backwards, ran_f = g->units_run - runs - ran_b;
+    CHECK(ran_f == units && ran_b == (mb->backward ? units : 0), "%s: %s pass of %d micro-batches ran %ld unit "
+          "forwards and %ld backwards, not %ld and %ld; hint: its forward_backward runs backward only where "
+          "mb->backward says so, each micro-batch through every unit it holds", t->strategy->name,
+          mb->backward ? "a training" : "an evaluation", mb->count, ran_f, ran_b, units, mb->backward ? units : 0);
+    return loss;
+}
+
 // Forward only over the held-out batches; its communication (zero3's
 // gathers) is counted apart from the training steps'. A held-out batch is a
 // global batch (--grad-accum micro-batches of batch x replicas rows), so
 // every split of the same global batch evaluates the same rows.
 static double evaluate(Trainer *t, int32_t *in, int32_t *tgt) {
     double ops[OP_COUNT], bytes0 = trainer_ring_bytes(t, ops);
-    t->evaluating = 1;
     int count = t->cfg.eval_batches * t->cfg.grad_accum;
     MicroBatches mb = {.split = SPLIT_VAL, .first = 0, .count = count, .inputs = in, .targets = tgt};
-    double sum = t->strategy->forward_backward(t, &mb);
-    t->evaluating = 0;
+    double sum = run_pass(t, &mb);
     t->report.eval_comm_bytes += trainer_ring_bytes(t, ops) - bytes0;
     t->report.evals++;
     return comm_sum_f64(t->dp, sum / count) / t->dp->size;
@@ -240,7 +255,7 @@ static void train_step(Trainer *t, int32_t *in, int32_t *tgt) {
     StepMeter meter = step_meter_begin(&t->taps);
     MicroBatches mb = step_micro_batches(t, in, tgt);
     double scale = t->scaler.scale;
-    double loss = s->forward_backward(t, &mb);
+    double loss = run_pass(t, &mb);
     // the norm of the unscaled gradients; all-reduced over the ranks, so an
     // element that overflowed anywhere makes it infinite (or NaN) everywhere
     double norm = sqrt(s->grad_norm_sq(t)) / scale;

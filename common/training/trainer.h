@@ -97,6 +97,15 @@ typedef struct MicroBatches {
     int32_t *inputs, *targets;  // host buffers of batch x seq_len tokens each
 } MicroBatches;
 
+// Where a micro-batch's gradients stand in its step's sum, handed down with
+// them: the first writes the gradients (or the fp32 accumulator) and the
+// others add to them; the last rounds the accumulator into the gradients
+// (grad_accum.c). micro_turn gives micro-batch i's of mb.
+typedef struct GradTurn {
+    int first, last;
+} GradTurn;
+static inline GradTurn micro_turn(const MicroBatches *mb, int i) { return (GradTurn){i == 0, i == mb->count - 1}; }
+
 // A stage: what it keeps of the model states, its micro-batch step and its
 // update. Every stage's file defines one with the same field (and function)
 // names, so that `make diff-NN` shows only the technique.
@@ -204,8 +213,6 @@ typedef struct Trainer {
     Partition part;
     ModelStates st;
     DataSet data;
-    int micro;               // micro-batch index within the step, 0..grad_accum-1 (the stage's step sets it)
-    int evaluating;          // inside an evaluation: forward only, no backward follows
     long step;               // optimizer steps completed (skipped overflow steps included: the data position)
     LossScaler scaler;       // fp16's loss scale and skipped steps; scale 1 in bf16
     double xfer_bytes[XFER_COUNT];  // bytes moved between tiers, counted by the stage (count_transfer)
@@ -236,18 +243,19 @@ double trainer_ring_bytes(const struct Trainer *t, double out[OP_COUNT]);
 // The stages that keep the bf16 params (and grads) whole on every rank:
 // unit u's params are a slice of the full buffer, and its fp32 gradients are
 // folded into the full bf16 gradient buffer, written by the first
-// micro-batch of a step (t->micro 0) and added to by the others.
+// micro-batch of a step and added to by the others (its turn).
 const bf16 *replicated_unit_params(struct Trainer *t, int u);
-void replicated_add_grads(struct Trainer *t, int u, const float *g);
+void replicated_add_grads(struct Trainer *t, int u, const float *g, GradTurn turn);
 // A micro-batch's gradients into t->st.grads at element `off`, through the
 // kernels k (the device's, or kernels_cpu for a host shard): fp32 unit
 // gradients, or 16-bit reduced parts. The first micro-batch of a step
-// (t->micro 0) writes, the later ones add: in 16 bits, or with
+// (turn.first) writes, the later ones add: in 16 bits, or with
 // --grad-accum-dtype fp32 in the fp32 accumulator t->st.grads_acc, whose sum
 // the last micro-batch rounds once into the grads (grad_accum.c).
 struct KernelOps;
-void grads_add_f32(struct Trainer *t, const struct KernelOps *k, size_t off, const float *g, size_t n);
-void grads_add_half(struct Trainer *t, const struct KernelOps *k, size_t off, const bf16 *h, size_t n);
+void grads_add_f32(struct Trainer *t, const struct KernelOps *k, size_t off, const float *g, size_t n, GradTurn turn);
+void grads_add_half(struct Trainer *t, const struct KernelOps *k, size_t off, const bf16 *h, size_t n,
+                    GradTurn turn);
 // Flat parameter buffer offset and length of unit u.
 static inline Range unit_range(const struct Trainer *t, int u) { return t->layout.unit[u]; }
 

@@ -15,8 +15,8 @@ def m(what, edits, only, says):
 
 PS = "04_zero3/param_shard.c"
 RC = "common/model/gpt_recompute.c"
-RELEASE_IF = "        if (!read_soon(ps->prefetch, &t->layout, num_entries(t), e, reads[i])) drop(ps, t, reads[i]);\n"
-PREFETCH_LOOP = "    for (int k = 1; k <= ps->prefetch && e + k < num_entries(t); k++) {\n"
+RELEASE_IF = "        if (!read_soon(ps->prefetch, &t->layout, num_entries(ps), e, reads[i])) drop(ps, t, reads[i]);\n"
+PREFETCH_LOOP = "    for (int k = 1; k <= ps->prefetch && e + k < num_entries(ps); k++) {\n"
 
 LAB_04 = [
     # the six of issue 38, then others around prefetch, release and evaluation
@@ -26,7 +26,7 @@ LAB_04 = [
         + RELEASE_IF)],
       "peaks,device_peak", ["FAIL  peak bytes", "more units stay gathered than --prefetch 2 keeps"]),
     m("no prefetch at all",
-      [(PS, PREFETCH_LOOP, "    for (int k = 1; k <= 0 && e + k < num_entries(t); k++) {\n")],
+      [(PS, PREFETCH_LOOP, "    for (int k = 1; k <= 0 && e + k < num_entries(ps); k++) {\n")],
       "peaks,overlap", ["FAIL  gathers counted", "gathers started only when their entry needs them"]),
     m("the selective recompute writing its output over the saved attention output",
       [(RC, "attention_forward(g->dev, g->work->tmp, la->att,", "attention_forward(g->dev, la->atty, la->att,")],
@@ -36,7 +36,7 @@ LAB_04 = [
       "recompute", ["FAIL  --recompute full", "it ran more than backward reads"]),
     m("only the unit's own params released, not the head's",
       [(PS, RELEASE_IF,
-        "        if (!read_soon(ps->prefetch, &t->layout, num_entries(t), e, reads[i])) drop(ps, t, u);\n")],
+        "        if (!read_soon(ps->prefetch, &t->layout, num_entries(ps), e, reads[i])) drop(ps, t, u);\n")],
       "peaks,device_peak", ["FAIL  peak bytes", "releases only the entry's own unit"]),
     m("the gathered buffer counted as a communication buffer",
       [(PS, "TIER_DEVICE, CAT_PARAMS, r.count * sizeof(bf16)", "TIER_DEVICE, CAT_COMM, r.count * sizeof(bf16)")],
@@ -45,7 +45,7 @@ LAB_04 = [
       [(PS, PREFETCH_LOOP, "    for (int k = 1; k <= ps->prefetch && e + k < 2 * t->layout.num_units; k++) {\n")],
       "eval", ["FAIL  an evaluation's traffic", "for a backward that never comes"]),
     m("the prefetch window one entry short (k < prefetch)",
-      [(PS, PREFETCH_LOOP, "    for (int k = 1; k < ps->prefetch && e + k < num_entries(t); k++) {\n")],
+      [(PS, PREFETCH_LOOP, "    for (int k = 1; k < ps->prefetch && e + k < num_entries(ps); k++) {\n")],
       "peaks", ["FAIL  peak bytes", "fewer units gathered at once than --prefetch 2 asks for"]),
     m("a unit released although the next entry reads it again",
       [(PS, RELEASE_IF, "        drop(ps, t, reads[i]);\n")],
@@ -124,18 +124,18 @@ LAB_02 = [
         "    shard_adamw(t, (const bf16 *)t->st.grads.ptr + t->part.begin, own_param_slice(t), s);")],
       "losses", ["FAIL  losses", "the update after it differs"]),
     m("a second copy of the whole gradient to reduce-scatter (the same bits, more bytes)",
-      [(Z1, "    comm_reduce_scatter_sum(&t->world, t->st.grads.ptr, z->reduced.ptr, counts, DT_HALF, NULL);\n",
+      [(Z1, "    comm_reduce_scatter_sum(t->dp, t->st.grads.ptr, z->reduced.ptr, counts, DT_HALF, NULL);\n",
         """    Buf copy = buf_alloc(&t->dev, TIER_DEVICE, CAT_GRADS, t->st.grads.bytes, "gradients to reduce");
     dev_copy(&t->dev, copy.ptr, t->st.grads.ptr, t->st.grads.bytes, STREAM_COMPUTE);
-    comm_reduce_scatter_sum(&t->world, copy.ptr, z->reduced.ptr, counts, DT_HALF, NULL);
+    comm_reduce_scatter_sum(t->dp, copy.ptr, z->reduced.ptr, counts, DT_HALF, NULL);
     buf_free(&t->dev, &copy);
 """)],
       "peaks,device_peak", ["FAIL  peak bytes", "device grads_bf16 peak", "a second copy"]),
 ]
 
 GS = "03_zero2/grad_shard.c"
-LAUNCH = "    comm_reduce_scatter_sum(&t->world, bucket_at(gs, b, b->lo), b->recv.ptr, counts, DT_HALF, &b->h);\n"
-ADD_PART = "    grads_add_half(t, t->dev.k, b->recv_first - t->part.begin, b->recv.ptr, b->recv_count);\n"
+LAUNCH = "    comm_reduce_scatter_sum(t->dp, bucket_at(gs, b, b->lo), b->recv.ptr, counts, DT_HALF, &b->h);\n"
+ADD_PART = "    grads_add_half(t, t->dev.k, b->recv_first - t->part.begin, b->recv.ptr, b->recv_count, b->turn);\n"
 LAB_03 = [
     m("a bucket's reduce-scatter waited for as soon as it is launched",
       [(GS, LAUNCH, LAUNCH + "    finish_bucket(gs, t, b);\n")],
@@ -148,7 +148,7 @@ LAB_03 = [
         "b->recv.ptr,\n                       b->recv_count);\n")],
       "losses", ["FAIL  losses", "the update after it differs"]),
     m("rank 0's part noted on every rank (the wrong rank)",
-      [(GS, "        if (q == t->world.rank) b->recv_first = first;", "        if (q == 0) b->recv_first = first;")],
+      [(GS, "        if (q == t->dp->rank) b->recv_first = first;", "        if (q == 0) b->recv_first = first;")],
       "losses", ["FAIL  losses"]),
     m("the bucket not emptied after its launch",
       [(GS, "    b->lo = b->top = 0;\n}", "}")],
