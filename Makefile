@@ -16,6 +16,10 @@ BUILD := build$(if $(filter 0,$(GPU)),-nogpu)
 BINDIR ?=
 BIN_PREFIX := $(if $(BINDIR),$(BINDIR)/)
 NP ?= 4
+# every core builds, unless the command line says how many (make -jN)
+ifeq ($(filter -j%,$(MAKEFLAGS)),)
+MAKEFLAGS += -j$(shell nproc)
+endif
 
 # ---- probes ---------------------------------------------------------------
 probe = $(shell bash scripts/probe.sh $(1))
@@ -292,6 +296,7 @@ $(BUILD)/tests/plants/pass_%.o: tests/stages/planted_pass.c
 $(BUILD)/tests/stages/planted_pass_%: $(BUILD)/tests/plants/pass_%.o $(BUILD)/tests/plants/main.o $(LIB)
 	$(CC) $(OPT) $^ -o $@ $(LDLIBS)
 $(BUILD)/tests/stages/test_protocol: $(PASS_PLANTS:%=$(BUILD)/tests/stages/planted_pass_%)
+.SECONDARY: $(PASS_PLANTS:%=$(BUILD)/tests/plants/pass_%.o)
 
 # test_blas_core preloads a shim between the trainers and OpenBLAS (built
 # without OPT's sanitizers: it is loaded into every process of the run)
@@ -315,8 +320,9 @@ $(BUILD)/bench/%: bench/%.c $(LIB)
 # tests/emu/ holds the emulator's own tests (what it must catch).
 ON_EMU := $(if $(GPU_ARCH),,1)
 TEST_RUN := $(if $(ON_EMU),$(filter-out $(CUDA_TEST_SRC:tests/%.c=$(BUILD)/tests/%),$(TEST_BINS)) $(EMU_TEST_BINS),$(TEST_BINS))
+# (the tests run one at a time, and the makes they run get no jobserver of ours)
 test: check-deps-test all $(TEST_BINS) $(if $(ON_EMU),emu)
-	@bash tests/run.sh $(TEST_RUN)
+	@env -u MAKEFLAGS -u MFLAGS bash tests/run.sh $(TEST_RUN)
 
 # the emulator's build: every trainer, the cuda tests and the emulator's own
 emu: check-deps-test
