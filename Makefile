@@ -56,8 +56,11 @@ PARTS := libaio: $(if $(HAVE_AIO),found,not found: stage 06 (infinity) and the a
 CC := $(if $(MPICC),$(MPICC),cc)
 OPT ?= -O3 -march=native
 # common/ is grouped by layer (runtime, device, comm, model, training); every
-# folder is on the include path, so a stage includes "trainer.h" by name alone
-COMMON_DIRS := $(patsubst %/,%,$(sort $(dir $(wildcard common/*/*))))
+# folder is on the include path, so a stage includes "trainer.h" by name alone.
+# The device's two backends sit a level deeper, each in a folder of its own
+# under the interface (device.h, kernels.h), and are named here.
+DEVICE_BACKEND_DIRS := common/device/cpu common/device/cuda
+COMMON_DIRS := $(patsubst %/,%,$(sort $(dir $(wildcard common/*/*)))) $(DEVICE_BACKEND_DIRS)
 COMMON_INC := $(addprefix -I,$(COMMON_DIRS))
 CFLAGS := $(OPT) -fno-math-errno -std=gnu11 -fopenmp -Wall -Wextra -Wno-unused-parameter $(COMMON_INC) -I$(BLAS_INC) -MMD -MP
 LDLIBS := -lopenblas -lm -fopenmp $(if $(HAVE_JANSSON),-ljansson)
@@ -90,8 +93,10 @@ ifeq ($(EMU),1)
 endif
 
 # ---- sources ----------------------------------------------------------------
-# common/*/*_cuda.c, *_nccl.c and *.cu are the cuda parts.
-CUDA_C_SRC := $(wildcard common/*/*_cuda.c common/*/*_nccl.c)
+# every folder of common/ holds sources; *_cuda.c, *_nccl.c and *.cu are the cuda parts.
+COMMON_C_ALL := $(wildcard $(COMMON_DIRS:%=%/*.c))
+COMMON_CU_ALL := $(wildcard $(COMMON_DIRS:%=%/*.cu))
+CUDA_C_SRC := $(filter %_cuda.c %_nccl.c,$(COMMON_C_ALL))
 # stage_main.c is every trainer's main(), compiled once per stage (below)
 STAGE_MAIN := common/training/stage_main.c
 # common/tools: programs of their own beside the trainers (ckpt_tool)
@@ -102,13 +107,13 @@ DS_NONE := common/training/ds_config_none.c
 DS_USED := $(if $(HAVE_JANSSON),$(filter-out $(DS_NONE),$(DS_SRC)),$(DS_NONE))
 # the aio module: only stage 06 (and its tests and benchmarks) reads files with it
 AIO_SRC := $(wildcard common/io/*.c)
-COMMON_SRC := $(filter-out $(CUDA_C_SRC) $(STAGE_MAIN) $(TOOL_SRC) $(DS_SRC) $(if $(HAVE_AIO),,$(AIO_SRC)),$(wildcard common/*/*.c)) \
+COMMON_SRC := $(filter-out $(CUDA_C_SRC) $(STAGE_MAIN) $(TOOL_SRC) $(DS_SRC) $(if $(HAVE_AIO),,$(AIO_SRC)),$(COMMON_C_ALL)) \
               $(DS_USED)
 COMMON_OBJ := $(COMMON_SRC:%.c=$(BUILD)/%.o)
 # the kernels (kernels_cuda*.cu) twice: bf16 (*.o) and fp16 (*.fp16.o, WB_CUDA_FP16)
-CUDA_KERNEL_SRC := $(wildcard common/device/kernels_cuda*.cu)
+CUDA_KERNEL_SRC := $(wildcard common/device/cuda/kernels_cuda*.cu)
 ifneq ($(NVCC)$(filter 1,$(EMU)),)
-  COMMON_OBJ += $(CUDA_C_SRC:%.c=$(BUILD)/%.o) $(patsubst %.cu,$(BUILD)/%.o,$(wildcard common/*/*.cu)) \
+  COMMON_OBJ += $(CUDA_C_SRC:%.c=$(BUILD)/%.o) $(patsubst %.cu,$(BUILD)/%.o,$(COMMON_CU_ALL)) \
                 $(patsubst %.cu,$(BUILD)/%.fp16.o,$(CUDA_KERNEL_SRC))
 endif
 LIB := $(BUILD)/libcommon.a
@@ -274,7 +279,7 @@ $(BUILD)/tests/%: tests/%.c $(LIB)
 # test_flash: the cpu FlashAttention kernel built again with one bug of
 # tests/core/flash_plants.h planted in each copy, its entry points renamed
 FLASH_PLANTS := running_max rescale mask
-$(BUILD)/tests/core/flash_plant_%.o: common/device/kernels_cpu_flash.c tests/core/flash_plants.h
+$(BUILD)/tests/core/flash_plant_%.o: common/device/cpu/kernels_cpu_flash.c tests/core/flash_plants.h
 	@mkdir -p $(dir $@)
 	$(CC) $(CFLAGS) -include tests/core/flash_plants.h -DFLASH_PLANT_$* \
 		-Dflash_attention_forward_cpu=flash_forward_plant_$* -Dflash_attention_backward_cpu=flash_backward_plant_$* \

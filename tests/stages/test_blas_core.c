@@ -1,5 +1,5 @@
 // test_blas_core.c: the cpu device's choice of OpenBLAS kernels
-// (common/device/blas_core.c). The decision table alone; then whole
+// (common/device/cpu/blas_core.c). The decision table alone; then whole
 // trainers under a preloaded shim (tests/lib/blas_shim.c) that makes
 // OpenBLAS "detect" a core below this CPU, plants a wrong sgemm in one core,
 // and logs every process image, so the restarts are counted:
