@@ -13,14 +13,31 @@
 #include "check.h"
 #include "report_summary.h"
 
-double global_tokens_per_step(const Trainer *t) {
-    return (double)t->dp->size * t->cfg.batch * t->cfg.seq_len * t->cfg.grad_accum;
+// The run's header: what runs, on what, in which shape, on which data.
+static void print_header(const Report *r) {
+    const RunFacts *run = &r->run;
+    const GPTConfig *m = &run->layout->cfg;
+    char replicas[96];  // who reads distinct rows: every rank, or the data-parallel replicas of a grid
+    if (!run->grid[0]) snprintf(replicas, sizeof replicas, "%d ranks", run->ranks);
+    else snprintf(replicas, sizeof replicas, "%d ranks = %s | dp %d", run->ranks, run->grid, run->dp_ranks);
+    // Ψ counts wte as stored: V rounded up to 128 rows, the padding said where there is some
+    int vp = gpt_vocab_padded(m->vocab_size, 1);
+    char padding[96] = "";
+    if (vp > m->vocab_size)
+        snprintf(padding, sizeof padding, ", %.0f of them in wte's %d padding rows",
+                 (double)(vp - m->vocab_size) * m->channels, vp - m->vocab_size);
+    printf("%s: %s | model %s (L=%d C=%d H=%d V=%d, %.2fM params%s) | %s x batch %d x seq %d x accum %d = %.0f "
+           "tokens/step\n", run->stage, r->taps.dev->name, run->model, m->num_layers, m->channels, m->num_heads,
+           m->vocab_size, run->model_params / 1e6, padding, replicas, run->batch, run->seq_len, run->grad_accum,
+           run->tokens_per_step);
+    printf("data: %s\n", run->data_desc);
 }
 
-void report_init(Trainer *t) {
-    Report *r = &t->report;
+void report_init(Report *r, const RunFacts *run, const ReportTaps *taps, long first_step) {
     memset(r, 0, sizeof *r);
-    r->cap = t->cfg.steps;
+    r->run = *run;
+    r->taps = *taps;
+    r->cap = run->steps;
     r->loss = xcalloc((size_t)r->cap, sizeof(double));
     r->step_ms = xcalloc((size_t)r->cap, sizeof(double));
     r->lr = xcalloc((size_t)r->cap, sizeof(double));
@@ -31,29 +48,12 @@ void report_init(Trainer *t) {
     for (int x = 0; x < XFER_COUNT; x++) r->xfer[x] = xcalloc((size_t)r->cap, sizeof(double));
     r->act_down = xcalloc((size_t)r->cap, sizeof(double));
     r->act_up = xcalloc((size_t)r->cap, sizeof(double));
-    r->first_step = t->step;
+    r->first_step = first_step;
     r->val_loss = NAN;
-    if (t->world.rank == 0) {  // --quiet drops only the per-step lines
-        const GPTConfig *m = &t->layout.cfg;
-        char replicas[96];  // who reads distinct rows: every rank, or the data-parallel replicas of a grid
-        if (t->dp == &t->world) snprintf(replicas, sizeof replicas, "%d ranks", t->world.size);
-        else snprintf(replicas, sizeof replicas, "%d ranks = %s | dp %d", t->world.size, t->grid, t->dp->size);
-        // Ψ counts wte as stored: V rounded up to 128 rows, the padding said where there is some
-        int vp = gpt_vocab_padded(m->vocab_size, 1);
-        char padding[96] = "";
-        if (vp > m->vocab_size)
-            snprintf(padding, sizeof padding, ", %.0f of them in wte's %d padding rows",
-                     (double)(vp - m->vocab_size) * m->channels, vp - m->vocab_size);
-        printf("%s: %s | model %s (L=%d C=%d H=%d V=%d, %.2fM params%s) | %s x batch %d x seq %d x accum %d = %.0f "
-               "tokens/step\n", t->strategy->name, t->dev.name, t->cfg.model, m->num_layers, m->channels,
-               m->num_heads, m->vocab_size, t->model_params / 1e6, padding, replicas, t->cfg.batch, t->cfg.seq_len,
-               t->cfg.grad_accum, global_tokens_per_step(t));
-        printf("data: %s\n", t->data.desc);
-    }
+    if (taps->world->rank == 0) print_header(r);  // --quiet drops only the per-step lines
 }
 
-void report_free(Trainer *t) {
-    Report *r = &t->report;
+void report_free(Report *r) {
     free(r->loss_scale); free(r->skipped);
     free(r->loss); free(r->step_ms); free(r->lr); free(r->grad_norm); free(r->comm_bytes);
     for (int x = 0; x < XFER_COUNT; x++) free(r->xfer[x]);
@@ -63,11 +63,10 @@ void report_free(Trainer *t) {
 
 // Measures the window of the step before: every row's union and its
 // intersection with compute, then forgets what cannot reach a later window.
-static void measure_window(Trainer *t) {
-    Report *r = &t->report;
+static void measure_window(Report *r) {
     double w0 = r->window_t0_us, w1 = r->window_t1_us;
     if (w1 <= w0) return;
-    const Timeline *tl = &t->trace.tl;
+    const Timeline *tl = &r->taps.trace->tl;
     StepTimes x;
     x.step = (w1 - w0) / 1000.0;
     x.compute = timeline_union_us(tl, TRACE_TID_COMPUTE, w0, w1) / 1000.0;
@@ -92,21 +91,33 @@ static void measure_window(Trainer *t) {
     r->window_t1_us = 0;
 }
 
-const char *report_category_name(const Trainer *t, MemCategory c) {
-    if (t->cfg.half == HALF_FP16 && c == CAT_PARAMS) return "params_fp16";
-    if (t->cfg.half == HALF_FP16 && c == CAT_GRADS) return "grads_fp16";
+const char *report_category_name(HalfFormat half, MemCategory c) {
+    if (half == HALF_FP16 && c == CAT_PARAMS) return "params_fp16";
+    if (half == HALF_FP16 && c == CAT_GRADS) return "grads_fp16";
     return mem_category_name(c);
 }
 
-void report_step(Trainer *t, const StepOutcome *o, const StepMeasure *x) {
-    Report *r = &t->report;
+// The step line (rank 0): what the step did, its time and rate, the device's memory.
+static void print_step(const Report *r, long step, const StepOutcome *o, double ms) {
+    const RunFacts *run = &r->run;
+    const MemCtx *m = &r->taps.dev->mem;
+    char scaling[96] = "";  // fp16: the scale this step used; an overflow's skip
+    if (run->loss_scaling)
+        snprintf(scaling, sizeof scaling, " | scale %g%s (skipped %ld)", o->loss_scale,
+                 o->skipped ? " OVERFLOW, step skipped" : o->grad_norm == 0 ? " UNDERFLOW, every gradient 0" : "",
+                 *r->taps.skipped_steps);
+    printf("step %4ld/%d | loss %.6f | lr %.2e | norm %7.4f%s | %8.1f ms | %9.0f tok/s | device mem %.1f MB (peak %.1f MB)\n",
+           step, run->steps, o->loss, o->lr, o->grad_norm, scaling, ms, run->tokens_per_step / (ms / 1000.0),
+           m->tier_current[TIER_DEVICE] / 1e6, m->tier_peak[TIER_DEVICE] / 1e6);
+    fflush(stdout);
+}
+
+void report_step(Report *r, long step, const StepOutcome *o, const StepMeasure *x) {
     CHECK(r->n < r->cap, "more steps than --steps");
-    double loss = o->loss, lr = o->lr, grad_norm = o->grad_norm, loss_scale = o->loss_scale;
-    int skipped = o->skipped;
     double t0_us = x->t0_us, t1_us = x->t1_us, ms = (t1_us - t0_us) / 1000.0;
-    r->loss[r->n] = loss; r->step_ms[r->n] = ms; r->lr[r->n] = lr;
-    r->grad_norm[r->n] = grad_norm; r->comm_bytes[r->n] = x->comm_bytes;
-    r->loss_scale[r->n] = loss_scale; r->skipped[r->n] = (unsigned char)skipped;
+    r->loss[r->n] = o->loss; r->step_ms[r->n] = ms; r->lr[r->n] = o->lr;
+    r->grad_norm[r->n] = o->grad_norm; r->comm_bytes[r->n] = x->comm_bytes;
+    r->loss_scale[r->n] = o->loss_scale; r->skipped[r->n] = (unsigned char)o->skipped;
     for (int k = 0; k < XFER_COUNT; k++) r->xfer[k][r->n] = x->xfer_bytes[k];
     r->act_down[r->n] = x->act_down;
     r->act_up[r->n] = x->act_up;
@@ -115,30 +126,21 @@ void report_step(Trainer *t, const StepOutcome *o, const StepMeasure *x) {
         for (int c = 0; c < STEP_METER_MAX_COMMS; c++) r->comm_op_bytes[c][op] += x->comm_op_bytes[c][op];
     }
     r->n++;
-    r->after_step = t->dev.mem;
-    measure_window(t);
-    timeline_prune(&t->trace.tl, t0_us);  // this step's window needs nothing that ended before it
+    r->after_step = r->taps.dev->mem;
+    measure_window(r);
+    timeline_prune(&r->taps.trace->tl, t0_us);  // this step's window needs nothing that ended before it
     r->window_t0_us = t0_us;
     r->window_t1_us = t1_us;
-    if (t->world.rank != 0 || t->cfg.quiet) return;
-    if (t->step % t->cfg.print_every != 0 && t->step != t->cfg.steps) return;
-    const MemCtx *m = &t->dev.mem;
-    char scaling[96] = "";  // fp16: the scale this step used; an overflow's skip
-    if (t->scaler.enabled)
-        snprintf(scaling, sizeof scaling, " | scale %g%s (skipped %ld)", loss_scale,
-                 skipped ? " OVERFLOW, step skipped" : grad_norm == 0 ? " UNDERFLOW, every gradient 0" : "",
-                 t->scaler.skipped);
-    printf("step %4ld/%d | loss %.6f | lr %.2e | norm %7.4f%s | %8.1f ms | %9.0f tok/s | device mem %.1f MB (peak %.1f MB)\n",
-           t->step, t->cfg.steps, loss, lr, grad_norm, scaling, ms, global_tokens_per_step(t) / (ms / 1000.0),
-           m->tier_current[TIER_DEVICE] / 1e6, m->tier_peak[TIER_DEVICE] / 1e6);
-    fflush(stdout);
+    if (r->taps.world->rank != 0 || r->run.quiet) return;
+    if (step % r->run.print_every != 0 && step != r->run.steps) return;
+    print_step(r, step, o, ms);
 }
 
-void report_eval(Trainer *t, double val_loss) {
-    t->report.val_loss = val_loss;
-    t->report.val_step = t->step;
-    if (t->world.rank == 0 && !t->cfg.quiet) {
-        printf("step %4ld/%d | val loss %.6f\n", t->step, t->cfg.steps, val_loss);
+void report_eval(Report *r, long step, double val_loss) {
+    r->val_loss = val_loss;
+    r->val_step = step;
+    if (r->taps.world->rank == 0 && !r->run.quiet) {
+        printf("step %4ld/%d | val loss %.6f\n", step, r->run.steps, val_loss);
         fflush(stdout);
     }
 }
@@ -174,9 +176,8 @@ static double median_applied(const Report *r, const double *x) {
 
 // fp16: the steps of this run skipped for an overflow, and those whose
 // gradients were all 0 (a norm of exactly 0: the scale underflowed them).
-static void count_scaling(const Trainer *t, Summary *s) {
-    const Report *r = &t->report;
-    for (long i = 0; i < r->n && t->scaler.enabled; i++) {
+static void count_scaling(const Report *r, Summary *s) {
+    for (long i = 0; i < r->n && r->run.loss_scaling; i++) {
         s->skipped_steps += r->skipped[i];
         if (!r->skipped[i] && r->grad_norm[i] == 0) {
             s->zero_grad_steps++;
@@ -185,57 +186,75 @@ static void count_scaling(const Trainer *t, Summary *s) {
     }
 }
 
-static void summarize(Trainer *t, Summary *s) {
-    const MemCtx *m = &t->dev.mem;
-    const MemCtx *steady = t->report.n ? &t->report.after_step : m;
-    Report *r = &t->report;
+// Memory: measured (the steady state after the last step, and the peaks)
+// beside the formulas, each the largest over the ranks.
+static void summarize_memory(const Report *r, Summary *s) {
+    const RunFacts *run = &r->run;
+    Comm *world = r->taps.world;
+    const MemCtx *m = &r->taps.dev->mem;
+    const MemCtx *steady = r->n ? &r->after_step : m;
     for (int i = 0; i < TIER_COUNT; i++)
         for (int c = 0; c < CAT_COUNT; c++) {
             s->cur[i][c] = (double)steady->current[i][c];
             s->peak[i][c] = (double)m->peak[i][c];
         }
     for (int i = 0; i < TIER_COUNT; i++) s->tier_peak[i] = (double)m->tier_peak[i];
-    mpiCheck(MPI_Allreduce(MPI_IN_PLACE, s->cur, TIER_COUNT * CAT_COUNT, MPI_DOUBLE, MPI_MAX, t->world.mpi));
-    mpiCheck(MPI_Allreduce(MPI_IN_PLACE, s->peak, TIER_COUNT * CAT_COUNT, MPI_DOUBLE, MPI_MAX, t->world.mpi));
-    mpiCheck(MPI_Allreduce(MPI_IN_PLACE, s->tier_peak, TIER_COUNT, MPI_DOUBLE, MPI_MAX, t->world.mpi));
+    mpiCheck(MPI_Allreduce(MPI_IN_PLACE, s->cur, TIER_COUNT * CAT_COUNT, MPI_DOUBLE, MPI_MAX, world->mpi));
+    mpiCheck(MPI_Allreduce(MPI_IN_PLACE, s->peak, TIER_COUNT * CAT_COUNT, MPI_DOUBLE, MPI_MAX, world->mpi));
+    mpiCheck(MPI_Allreduce(MPI_IN_PLACE, s->tier_peak, TIER_COUNT, MPI_DOUBLE, MPI_MAX, world->mpi));
     // each rank's formula (a pipeline stage's part differs from another's), the maximum beside the measured maximum
-    stage_state_bytes(t->formula, t->state_params, t->dp->size, &s->formula);
-    if (t->cfg.grad_accum_fp32) stage_add_grad_accum(t->formula, t->state_params, t->dp->size, &s->formula);
+    stage_state_bytes(run->formula, run->state_params, run->dp_ranks, &s->formula);
+    if (run->grad_accum_fp32) stage_add_grad_accum(run->formula, run->state_params, run->dp_ranks, &s->formula);
     mpiCheck(MPI_Allreduce(MPI_IN_PLACE, &s->formula, sizeof s->formula / sizeof(double), MPI_DOUBLE, MPI_MAX,
-                           t->world.mpi));
-    s->state_params = comm_max_f64(&t->world, (double)t->state_params);
-    for (int c = 0; c < CAT_COUNT; c++) s->buffer_formula[c] = comm_max_f64(&t->world, t->buffer_formula_bytes[c]);
-    s->acts = act_formula(&t->layout, &t->plan, t->dev.act_bytes);
-    s->acts.saved = comm_max_f64(&t->world, s->acts.saved);
-    s->acts.working = comm_max_f64(&t->world, s->acts.working);
-    s->acts.offloaded = comm_max_f64(&t->world, s->acts.offloaded);
+                           world->mpi));
+    s->state_params = comm_max_f64(world, (double)run->state_params);
+    for (int c = 0; c < CAT_COUNT; c++) s->buffer_formula[c] = comm_max_f64(world, run->buffer_formula_bytes[c]);
+    s->acts = act_formula(run->layout, &run->plan, r->taps.dev->act_bytes);
+    s->acts.saved = comm_max_f64(world, s->acts.saved);
+    s->acts.working = comm_max_f64(world, s->acts.working);
+    s->acts.offloaded = comm_max_f64(world, s->acts.offloaded);
+}
+
+// Throughput and FLOPs: the model's, and the hardware's with the recomputation.
+static void summarize_rates(const Report *r, Summary *s) {
+    const RunFacts *run = &r->run;
     s->step_ms_median = median(r->step_ms, r->n);
-    s->tokens_per_s = global_tokens_per_step(t) / (s->step_ms_median / 1000.0);
-    s->flops_per_token = gpt_flops_per_token(&t->layout, t->cfg.seq_len);  // the whole model's (its cfg)
-    s->gflops_per_rank = s->flops_per_token * s->tokens_per_s / t->world.size / 1e9;
-    s->hw_flops_per_token = s->flops_per_token + recompute_flops_per_token(&t->layout, t->cfg.seq_len, t->plan.recompute,
-                                                                              t->plan.attention);
-    s->hw_gflops_per_rank = s->hw_flops_per_token * s->tokens_per_s / t->world.size / 1e9;
-    s->comm_bytes_step = r->n ? comm_max_f64(&t->world, median_applied(r, r->comm_bytes)) : 0;
-    count_scaling(t, s);
-    if (t->comm_formula_text) {  // the stage's own (3d_parallel's grid), each rank's, the largest
-        s->comm_formula_bytes = comm_max_f64(&t->world, t->comm_formula_bytes);
-        s->comm_formula_text = t->comm_formula_text;
+    s->tokens_per_s = run->tokens_per_step / (s->step_ms_median / 1000.0);
+    s->flops_per_token = gpt_flops_per_token(run->layout, run->seq_len);  // the whole model's (its cfg)
+    s->gflops_per_rank = s->flops_per_token * s->tokens_per_s / run->ranks / 1e9;
+    s->hw_flops_per_token = s->flops_per_token + recompute_flops_per_token(run->layout, run->seq_len,
+                                                                              run->plan.recompute, run->plan.attention);
+    s->hw_gflops_per_rank = s->hw_flops_per_token * s->tokens_per_s / run->ranks / 1e9;
+}
+
+// Bytes moved per step beside their formulas: between ranks (by operation
+// too), between tiers, the activation checkpoints'; and per evaluation.
+static void summarize_traffic(const Report *r, Summary *s) {
+    const RunFacts *run = &r->run;
+    Comm *world = r->taps.world;
+    s->comm_bytes_step = r->n ? comm_max_f64(world, median_applied(r, r->comm_bytes)) : 0;
+    if (run->comm_formula_text) {  // the stage's own (3d_parallel's grid), each rank's, the largest
+        s->comm_formula_bytes = comm_max_f64(world, run->comm_formula_bytes);
+        s->comm_formula_text = run->comm_formula_text;
     } else {
-        s->comm_formula_bytes = stage_comm_elems(t->formula, (double)t->state_params, t->dp->size,
-                                                 t->cfg.grad_accum) * sizeof(bf16);
-        s->comm_formula_text = stage_comm_formula(t->formula);
+        s->comm_formula_bytes = stage_comm_elems(run->formula, (double)run->state_params, run->dp_ranks,
+                                                 run->grad_accum) * sizeof(bf16);
+        s->comm_formula_text = stage_comm_formula(run->formula);
     }
-    stage_transfer_bytes(t->formula, (double)t->state_params, t->dp->size, t->cfg.grad_accum, s->xfer_formula);
+    stage_transfer_bytes(run->formula, (double)run->state_params, run->dp_ranks, run->grad_accum, s->xfer_formula);
     for (int x = 0; x < XFER_COUNT; x++)
-        s->xfer_step[x] = comm_sum_f64(&t->world, r->n ? median_applied(r, r->xfer[x]) : 0) / t->world.size;
-    s->act_down = comm_max_f64(&t->world, r->n ? median(r->act_down, r->n) : 0);
-    s->act_up = comm_max_f64(&t->world, r->n ? median(r->act_up, r->n) : 0);
+        s->xfer_step[x] = comm_sum_f64(world, r->n ? median_applied(r, r->xfer[x]) : 0) / run->ranks;
+    s->act_down = comm_max_f64(world, r->n ? median(r->act_down, r->n) : 0);
+    s->act_up = comm_max_f64(world, r->n ? median(r->act_up, r->n) : 0);
     // a micro-batch's offloaded inputs, down in forward and back in backward
-    s->act_formula = comm_max_f64(&t->world, s->acts.offload_per_micro * t->cfg.grad_accum);
-    s->eval_comm_bytes = comm_max_f64(&t->world, r->evals ? r->eval_comm_bytes / r->evals : 0);
-    for (int op = 0; op < OP_COUNT; op++) s->op_bytes_step[op] = comm_max_f64(&t->world, r->n ? r->op_bytes[op] / r->n : 0);
-    measure_window(t);  // the last step
+    s->act_formula = comm_max_f64(world, s->acts.offload_per_micro * run->grad_accum);
+    s->eval_comm_bytes = comm_max_f64(world, r->evals ? r->eval_comm_bytes / r->evals : 0);
+    for (int op = 0; op < OP_COUNT; op++) s->op_bytes_step[op] = comm_max_f64(world, r->n ? r->op_bytes[op] / r->n : 0);
+}
+
+// Each timeline row's time per step: the mean over the measured steps, then over the ranks.
+static void summarize_times(Report *r, Summary *s) {
+    measure_window(r);  // the last step
     double *mean = (double *)&s->times;
     const double *sum = (const double *)&r->times_sum;
     for (size_t i = 0; i < sizeof s->times / sizeof(double); i++)
@@ -243,27 +262,39 @@ static void summarize(Trainer *t, Summary *s) {
     // the mean over ranks too: a mean keeps every bound the ranks' own figures
     // obey (exposed + compute <= step), where a maximum per row would not
     mpiCheck(MPI_Allreduce(MPI_IN_PLACE, mean, (int)(sizeof s->times / sizeof(double)), MPI_DOUBLE, MPI_SUM,
-                           t->world.mpi));
-    for (size_t i = 0; i < sizeof s->times / sizeof(double); i++) mean[i] /= t->world.size;
+                           r->taps.world->mpi));
+    for (size_t i = 0; i < sizeof s->times / sizeof(double); i++) mean[i] /= r->run.ranks;
+}
+
+static void summarize(Report *r, Summary *s) {
+    s->r = r;
+    s->run = &r->run;
+    summarize_memory(r, s);
+    summarize_rates(r, s);
+    summarize_traffic(r, s);
+    count_scaling(r, s);
+    summarize_times(r, s);
     size_t fr = 0, tot = 0;
-    t->dev.ops->mem_get_info(&t->dev, &fr, &tot);
+    Device *dev = r->taps.dev;
+    dev->ops->mem_get_info(dev, &fr, &tot);
     s->driver_free = (double)fr;
     s->driver_total = (double)tot;
 }
 
-int report_finish(Trainer *t) {
+int report_finish(Report *r, ReportStageRows stage_rows, void *arg) {
     Summary s;
     memset(&s, 0, sizeof s);
-    summarize(t, &s);
-    if (t->world.rank == 0) {
-        print_memory_table(t, &s);
-        print_summary(t, &s);
+    summarize(r, &s);
+    int rank0 = r->taps.world->rank == 0;
+    if (rank0) {
+        print_memory_table(&s);
+        print_summary(&s);
     }
-    FILE *json = t->world.rank == 0 && t->cfg.json ? json_begin(t, &s) : NULL;
-    if (t->strategy->report) t->strategy->report(t, json);  // collective
-    if (t->world.rank != 0) return 0;
-    print_summary_line(t, &s);
+    FILE *json = rank0 && r->run.json ? json_begin(&s) : NULL;
+    stage_rows(arg, json);  // collective
+    if (!rank0) return 0;
+    print_summary_line(&s);
     fflush(stdout);
-    if (t->cfg.json && !json) return 1;  // json_begin said why
-    return json ? json_end(t, json) : 0;
+    if (r->run.json && !json) return 1;  // json_begin said why
+    return json ? json_end(&s, json) : 0;
 }

@@ -7,20 +7,21 @@
 #include "out_file.h"
 #include "report_summary.h"
 
-static void json_mem(FILE *f, const Trainer *t, const Summary *s) {
+static void json_mem(FILE *f, const Summary *s) {
+    HalfFormat half = s->run->half;
     fprintf(f, "\"mem\":{");
     for (int i = 0; i < TIER_COUNT; i++) {
         fprintf(f, "%s\"%s\":{", i ? "," : "", mem_tier_name(i));
         for (int c = 0; c < CAT_COUNT; c++)
-            fprintf(f, "%s\"%s\":{\"current\":%.0f,\"peak\":%.0f}", c ? "," : "", report_category_name(t, c), s->cur[i][c],
-                    s->peak[i][c]);
+            fprintf(f, "%s\"%s\":{\"current\":%.0f,\"peak\":%.0f}", c ? "," : "", report_category_name(half, c),
+                    s->cur[i][c], s->peak[i][c]);
         fprintf(f, ",\"peak_total\":%.0f}", s->tier_peak[i]);
     }
     fprintf(f, "},\"mem_formula\":{");
     for (int i = 0; i < TIER_COUNT; i++) {
         fprintf(f, "%s\"%s\":{", i ? "," : "", mem_tier_name(i));
         for (int c = 0; c <= CAT_LAST_STATE; c++)
-            fprintf(f, "%s\"%s\":%.0f", c ? "," : "", report_category_name(t, c), s->formula.bytes[i][c]);
+            fprintf(f, "%s\"%s\":%.0f", c ? "," : "", report_category_name(half, c), s->formula.bytes[i][c]);
         fprintf(f, ",\"total\":%.0f}", s->formula.tier_total[i]);
     }
     fprintf(f, ",\"padding_params\":%.0f,\"activations\":%.0f,\"act_working\":%.0f,\"act_offloaded\":%.0f}",
@@ -45,16 +46,16 @@ static void json_array(FILE *f, const char *name, const double *x, long n) {
 
 // --precision and, in fp16, each step's loss scale, the skipped steps and
 // those whose gradients were all 0 (1-based), and how many applied an update
-static void json_precision(FILE *f, const Trainer *t, const Summary *s) {
-    const Report *r = &t->report;
-    fprintf(f, ",\"precision\":\"%s\"", half_format_name(t->cfg.half));
-    if (!t->scaler.enabled) return;
-    fprintf(f, ",\"loss_scale_dynamic\":%s,", t->scaler.dynamic ? "true" : "false");
+static void json_precision(FILE *f, const Summary *s) {
+    const Report *r = s->r;
+    fprintf(f, ",\"precision\":\"%s\"", half_format_name(s->run->half));
+    if (!s->run->loss_scaling) return;
+    fprintf(f, ",\"loss_scale_dynamic\":%s,", s->run->loss_scale_dynamic ? "true" : "false");
     json_array(f, "loss_scales", r->loss_scale, r->n);
     fprintf(f, ",\"skipped_steps\":[");
     for (long i = 0, k = 0; i < r->n; i++)
         if (r->skipped[i]) fprintf(f, "%s%ld", k++ ? "," : "", r->first_step + i + 1);
-    fprintf(f, "],\"skipped_total\":%ld,\"final_loss_scale\":%.9g", t->scaler.skipped, t->scaler.scale);
+    fprintf(f, "],\"skipped_total\":%ld,\"final_loss_scale\":%.9g", *r->taps.skipped_steps, *r->taps.loss_scale);
     // a step whose gradients were all 0: the scale underflowed them (report.c's count_scaling)
     fprintf(f, ",\"zero_grad_steps\":[");
     for (long i = 0, k = 0; i < r->n; i++)
@@ -67,17 +68,18 @@ static const char *const xfer_key[XFER_COUNT] = {"d2h", "h2d", "nvme_read", "nvm
 // The run's record up to the stage's own members: appended to --json, left
 // open (NULL when it cannot be opened: said in one line).
 // The run: what ran, on what, and each step's loss, time, norm and rate.
-static void json_run(FILE *f, const Trainer *t, const Summary *s) {
-    const Report *r = &t->report;
-    const GPTConfig *m = &t->layout.cfg;
+static void json_run(FILE *f, const Summary *s) {
+    const Report *r = s->r;
+    const RunFacts *run = s->run;
+    const Device *dev = r->taps.dev;
+    const GPTConfig *m = &run->layout->cfg;
     fprintf(f, "{\"stage\":\"%s\",\"ranks\":%d,\"device\":\"%s\",\"comm\":\"%s\",\"gpu_sharers\":%d,"
                "\"model\":\"%s\",\"layers\":%d,\"d_model\":%d,"
                "\"heads\":%d,\"vocab\":%d,\"vocab_padded\":%d,\"params\":%zu,\"batch\":%d,\"seq_len\":%d,"
                "\"grad_accum\":%d,\"global_batch_tokens\":%.0f,\"first_step\":%ld,\"steps\":%ld,",
-            t->strategy->name, t->world.size, t->dev.name, t->world.backend == COMM_NCCL ? "nccl" : "mpi",
-            t->dev.sharers, t->cfg.model, m->num_layers, m->channels, m->num_heads, m->vocab_size,
-            gpt_vocab_padded(m->vocab_size, 1), t->model_params, t->cfg.batch, t->cfg.seq_len, t->cfg.grad_accum,
-            global_tokens_per_step(t), r->first_step, r->n);
+            run->stage, run->ranks, dev->name, r->taps.world->backend == COMM_NCCL ? "nccl" : "mpi", dev->sharers,
+            run->model, m->num_layers, m->channels, m->num_heads, m->vocab_size, gpt_vocab_padded(m->vocab_size, 1),
+            run->model_params, run->batch, run->seq_len, run->grad_accum, run->tokens_per_step, r->first_step, r->n);
     json_array(f, "losses", r->loss, r->n);
     fprintf(f, ",");
     json_array(f, "step_ms", r->step_ms, r->n);
@@ -85,33 +87,35 @@ static void json_run(FILE *f, const Trainer *t, const Summary *s) {
     json_array(f, "grad_norms", r->grad_norm, r->n);
     fprintf(f, ",");
     json_array(f, "lrs", r->lr, r->n);
-    json_precision(f, t, s);
+    json_precision(f, s);
     if (isnan(r->val_loss)) fprintf(f, ",\"val_loss\":null");
     else fprintf(f, ",\"val_loss\":%.9g", r->val_loss);
 }
 
 // Throughput and FLOPs, the model's and the hardware's.
-static void json_throughput(FILE *f, const Trainer *t, const Summary *s) {
+static void json_throughput(FILE *f, const Summary *s) {
+    const RunFacts *run = s->run;
+    const Device *dev = s->r->taps.dev;
     fprintf(f, ",\"tokens_per_s\":%.3f,\"step_ms_median\":%.3f,\"flops_per_token\":%.6g,\"gflops_per_rank\":%.4f,",
             s->tokens_per_s, s->step_ms_median, s->flops_per_token, s->gflops_per_rank);
     fprintf(f, "\"recompute\":\"%s\",\"attention\":\"%s\",\"hw_flops_per_token\":%.6g,\"hw_gflops_per_rank\":%.4f,",
-            gpt_recompute_name(t->plan.recompute), gpt_attention_name(t->plan.attention), s->hw_flops_per_token,
+            gpt_recompute_name(run->plan.recompute), gpt_attention_name(run->plan.attention), s->hw_flops_per_token,
             s->hw_gflops_per_rank);
-    const RecomputeWork *w = &t->model.recompute_work;
-    if (t->plan.recompute != GPT_RECOMPUTE_NONE)  // rank 0's, counted from the kernels it ran (kernel_meter.c)
+    const RecomputeWork *w = s->r->taps.recompute;
+    if (run->plan.recompute != GPT_RECOMPUTE_NONE)  // rank 0's, counted from the kernels it ran (kernel_meter.c)
         fprintf(f, "\"recompute_work\":{\"blocks\":%ld,\"kernels\":%ld,\"flops\":%.0f,\"kernels_per_block_formula\":%d,"
                    "\"flops_per_block_formula\":%.0f,\"overwrote\":%s%s%s},",
-                w->blocks, w->kernels, w->flops, recompute_kernels_per_block(&t->layout, &t->plan),
-                recompute_flops_per_block(&t->layout, &t->plan), w->overwrote ? "\"" : "",
+                w->blocks, w->kernels, w->flops, recompute_kernels_per_block(run->layout, &run->plan),
+                recompute_flops_per_block(run->layout, &run->plan), w->overwrote ? "\"" : "",
                 w->overwrote ? w->overwrote : "null", w->overwrote ? "\"" : "");
-    if (t->dev.peak_flops > 0)
-        fprintf(f, "\"mfu\":%.5f,\"hfu\":%.5f,", s->gflops_per_rank * 1e9 / t->dev.peak_flops,
-                s->hw_gflops_per_rank * 1e9 / t->dev.peak_flops);
+    if (dev->peak_flops > 0)
+        fprintf(f, "\"mfu\":%.5f,\"hfu\":%.5f,", s->gflops_per_rank * 1e9 / dev->peak_flops,
+                s->hw_gflops_per_rank * 1e9 / dev->peak_flops);
     else fprintf(f, "\"mfu\":null,\"hfu\":null,");
 }
 
 // Bytes moved: between ranks by operation, between tiers, the activation checkpoints'.
-static void json_traffic(FILE *f, const Trainer *t, const Summary *s) {
+static void json_traffic(FILE *f, const Summary *s) {
     fprintf(f, ",\"comm_bytes_per_step\":%.0f,\"comm_formula_bytes_per_step\":%.0f,\"eval_comm_bytes\":%.0f,",
             s->comm_bytes_step, s->comm_formula_bytes, s->eval_comm_bytes);
     fprintf(f, "\"comm_bytes_by_op_per_step\":{");
@@ -124,7 +128,7 @@ static void json_traffic(FILE *f, const Trainer *t, const Summary *s) {
                 s->xfer_formula[k]);
     fprintf(f, "},");
     fprintf(f, "\"offload_activations\":%s,\"act_offload_bytes_per_step\":{\"to_host\":%.0f,\"to_device\":%.0f,"
-               "\"formula\":%.0f},", t->plan.offload_activations ? "true" : "false", s->act_down, s->act_up,
+               "\"formula\":%.0f},", s->run->plan.offload_activations ? "true" : "false", s->act_down, s->act_up,
             s->act_formula);
 }
 
@@ -140,32 +144,33 @@ static void json_times(FILE *f, const StepTimes *x) {
             fmax(x->compute, x->copy));
 }
 
-FILE *json_begin(const Trainer *t, const Summary *s) {
-    FILE *f = out_file_append(t->cfg.json);
+FILE *json_begin(const Summary *s) {
+    const RunFacts *run = s->run;
+    FILE *f = out_file_append(run->json);
     if (!f) {
         fprintf(stderr, "%s: error: --json %s: cannot append (%s); the run's record was not written\n",
-                t->strategy->name, t->cfg.json,
+                run->stage, run->json,
                 errno == ELOOP ? "it became a symbolic link during the run, which outputs never follow"
                 : errno == EINVAL ? "it is no longer a regular file" : strerror(errno));
         return NULL;
     }
-    json_run(f, t, s);
-    json_throughput(f, t, s);
-    json_mem(f, t, s);
-    json_need(f, &t->device_need);
-    json_traffic(f, t, s);
+    json_run(f, s);
+    json_throughput(f, s);
+    json_mem(f, s);
+    json_need(f, &run->device_need);
+    json_traffic(f, s);
     json_times(f, &s->times);
-    settings_json(&t->cfg.settings, f);
+    settings_json(run->settings, f);
     return f;
 }
 
-int json_end(const Trainer *t, FILE *f) {
+int json_end(const Summary *s, FILE *f) {
     fprintf(f, "}\n");
     int bad = ferror(f) != 0;
     bad |= fclose(f) != 0;  // a full disk shows here, when the buffer is written
     if (bad)
         fprintf(stderr, "%s: error: --json %s: writing failed (%s); the run's record was not written whole\n",
-                t->strategy->name, t->cfg.json, strerror(errno));
+                s->run->stage, s->run->json, strerror(errno));
     return bad;
 }
 

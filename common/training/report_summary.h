@@ -3,14 +3,16 @@
 #pragma once
 #include <stdio.h>
 #include "act_math.h"
-#include "trainer.h"
+#include "report.h"
 
-// Figures of the run, reduced over ranks where they differ.
+// Figures of the run, reduced over ranks where they differ, beside what ran.
 typedef struct Summary {
+    const Report *r;          // each step's figures, the run's taps
+    const RunFacts *run;      // what ran: &r->run
     double cur[TIER_COUNT][CAT_COUNT], peak[TIER_COUNT][CAT_COUNT];  // max over ranks
     double tier_peak[TIER_COUNT];
     StateBytes formula;       // max over ranks, as the measured figures
-    double buffer_formula[CAT_COUNT];  // the stage's own buffers' closed forms (Trainer.buffer_formula_bytes), max over ranks
+    double buffer_formula[CAT_COUNT];  // the stage's own buffers' closed forms (RunFacts), max over ranks
     double state_params;      // Ψ of the states' partition, max over ranks
     ActFormula acts;          // activations saved and the recompute working set by the closed form, max over ranks
     double step_ms_median, tokens_per_s, flops_per_token, gflops_per_rank;
@@ -26,14 +28,13 @@ typedef struct Summary {
     double driver_free, driver_total;
 } Summary;
 
-double global_tokens_per_step(const Trainer *t);
 // report_print.c (rank 0): the memory table, the throughput, communication
 // and other work, and the one summary line.
-void print_memory_table(const Trainer *t, const Summary *s);
-void print_summary(const Trainer *t, const Summary *s);
-void print_summary_line(const Trainer *t, const Summary *s);
+void print_memory_table(const Summary *s);
+void print_summary(const Summary *s);
+void print_summary_line(const Summary *s);
 // report_json.c (rank 0): the run's record up to the stage's own members,
 // appended to --json and left open (NULL when it cannot be opened: said in
 // one line); json_end closes it, returns nonzero (said) when writing failed.
-FILE *json_begin(const Trainer *t, const Summary *s);
-int json_end(const Trainer *t, FILE *f);
+FILE *json_begin(const Summary *s);
+int json_end(const Summary *s, FILE *f);

@@ -156,7 +156,7 @@ static void setup(Trainer *t, int argc, char **argv, const Strategy *s) {
     t->taps = (StepTaps){.comms = {&t->world}, .ncomms = 1 + t->ngroups, .dev = &t->dev, .model = &t->model,
                          .xfer_bytes = t->xfer_bytes, .trace = &t->trace};
     for (int k = 0; k < t->ngroups; k++) t->taps.comms[1 + k] = t->groups[k];
-    report_init(t);
+    trainer_report_init(t);
 }
 
 // ---- the loop ----
@@ -280,7 +280,7 @@ static void train_step(Trainer *t, int32_t *in, int32_t *tgt) {
     t->step++;
     stop_note_step(t->step);
     StepMeasure measured = step_meter_end(&meter, &t->taps);
-    report_step(t, &(StepOutcome){mean_loss, hp.lr, norm, scale, overflow}, &measured);
+    report_step(&t->report, t->step, &(StepOutcome){mean_loss, hp.lr, norm, scale, overflow}, &measured);
 }
 
 static uint64_t rows_consumed(const Trainer *t) {
@@ -297,19 +297,19 @@ int trainer_main(int argc, char **argv, const Strategy *s) {
     while (t->step < c->steps) {
         train_step(t, in, tgt);
         if (c->eval_every > 0 && t->step % c->eval_every == 0 && t->step < c->steps)
-            report_eval(t, checked_eval(t, in, tgt));
+            report_eval(&t->report, t->step, checked_eval(t, in, tgt));
         if (c->save_every > 0 && t->step % c->save_every == 0 && t->step < c->steps)
             trainer_save(t, rows_consumed(t));
     }
     if (s->finish_update) s->finish_update(t, 1);  // the last update reaches the device params
     // the last update is judged by the validation loss it gives, before it is saved or exported
-    report_eval(t, checked_eval(t, in, tgt));
+    report_eval(&t->report, t->step, checked_eval(t, in, tgt));
     if (c->export_llmc) trainer_export_llmc(t);
     if (c->save) trainer_save(t, rows_consumed(t));
     // the outputs were checked before step 1; a write that fails now (a full
     // disk) is one line each, after which the rest is still written
     int failed = trace_write(&t->trace, c->trace) != 0;
-    failed |= report_finish(t) != 0;
+    failed |= trainer_report_finish(t) != 0;
     mpiCheck(MPI_Bcast(&failed, 1, MPI_INT, 0, t->world.mpi));  // rank 0 wrote both
     trainer_release_outputs(t);
     free(in);
@@ -319,7 +319,7 @@ int trainer_main(int argc, char **argv, const Strategy *s) {
     gpt_free(&t->model);
     states_free(&t->st, &t->dev);
     data_free(&t->data);
-    report_free(t);
+    report_free(&t->report);
     trace_free(&t->trace);
     comm_free(&t->world);
     device_destroy(&t->dev);

@@ -307,6 +307,13 @@ void divergence_check_loss(Trainer *t, double loss, int validation);
 // on any rank stops the run, naming the first such rank, tensor and element.
 void divergence_check_states(Trainer *t, const CkptTensor *fp32, int n);
 
+// The report glue (trainer_report.c): before step 1, the run's facts and
+// taps handed to report_init; at the end, report_finish with the stage's own
+// rows (Strategy.report) among its tables, collective, nonzero (rank 0) when
+// the --json record could not be written.
+void trainer_report_init(Trainer *t);
+int trainer_report_finish(Trainer *t);
+
 // Checkpoint glue: save/resume the optimizer states this rank owns.
 void trainer_save(Trainer *t, uint64_t data_rows);
 void trainer_resume(Trainer *t);
