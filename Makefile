@@ -58,9 +58,12 @@ OPT ?= -O3 -march=native
 # common/ is grouped by layer (runtime, device, comm, model, training); every
 # folder is on the include path, so a stage includes "trainer.h" by name alone.
 # The device's two backends sit a level deeper, each in a folder of its own
-# under the interface (device.h, kernels.h), and are named here.
+# under the interface (device.h, kernels.h), and so do the parts of the
+# training that do not know the Trainer (checkpoints, configuration, the
+# report), under the trainer that uses them; they are named here.
 DEVICE_BACKEND_DIRS := common/device/cpu common/device/cuda
-COMMON_DIRS := $(patsubst %/,%,$(sort $(dir $(wildcard common/*/*)))) $(DEVICE_BACKEND_DIRS)
+TRAINING_PART_DIRS := common/training/ckpt common/training/config common/training/report
+COMMON_DIRS := $(patsubst %/,%,$(sort $(dir $(wildcard common/*/*)))) $(DEVICE_BACKEND_DIRS) $(TRAINING_PART_DIRS)
 COMMON_INC := $(addprefix -I,$(COMMON_DIRS))
 CFLAGS := $(OPT) -fno-math-errno -std=gnu11 -fopenmp -Wall -Wextra -Wno-unused-parameter $(COMMON_INC) -I$(BLAS_INC) -MMD -MP
 LDLIBS := -lopenblas -lm -fopenmp $(if $(HAVE_JANSSON),-ljansson)
@@ -102,8 +105,8 @@ STAGE_MAIN := common/training/stage_main.c
 # common/tools: programs of their own beside the trainers (ckpt_tool)
 TOOL_SRC := $(wildcard common/tools/*.c)
 # the DeepSpeed-config reader with jansson, or the refusal of the flag without it
-DS_SRC := $(wildcard common/training/ds_config*.c)
-DS_NONE := common/training/ds_config_none.c
+DS_SRC := $(wildcard common/training/config/ds_config*.c)
+DS_NONE := common/training/config/ds_config_none.c
 DS_USED := $(if $(HAVE_JANSSON),$(filter-out $(DS_NONE),$(DS_SRC)),$(DS_NONE))
 # the aio module: only stage 06 (and its tests and benchmarks) reads files with it
 AIO_SRC := $(wildcard common/io/*.c)
@@ -230,8 +233,8 @@ $(BUILD)/%.o: %.c
 
 # the DeepSpeed config reader names the stages this tree has (a config for
 # one it lacks says so); it is rebuilt when that list changes here
-$(BUILD)/common/training/ds_config.o: CFLAGS += -DWB_BUILT_STAGES='"$(BUILT_STAGES)"'
-$(BUILD)/common/training/ds_config.o: Makefile
+$(BUILD)/common/training/config/ds_config.o: CFLAGS += -DWB_BUILT_STAGES='"$(BUILT_STAGES)"'
+$(BUILD)/common/training/config/ds_config.o: Makefile
 
 # the CPU Adam's scalar path stays scalar: it is the reference the SIMD paths
 # are measured against, so the compiler must not vectorize it on its own

@@ -56,7 +56,7 @@ static __attribute__((unused, noinline)) char *expect_refusal(const char *cmd, c
 }
 
 // Tensor `name` ("master", "adam_m", ...) of every rank's part of a checkpoint step folder, in
-// rank order (malloc'd; *count elements). Part layout (common/training/ckpt.c):
+// rank order (malloc'd; *count elements). Part layout (common/training/ckpt/ckpt.c):
 // a 32-byte header (ntensors at offset 20), a 48-byte entry per tensor
 // (name[32], bytes at 32, checksum), then the tensors' data in entry order.
 static __attribute__((unused)) float *ckpt_tensor(const char *step_dir, int ranks, const char *name, size_t *count) {

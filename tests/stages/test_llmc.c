@@ -1,7 +1,7 @@
 // test_llmc.c: llm.c GPT-2 checkpoints, run as programs. The test writes and
 // reads the format itself (header of 256 int32, tensors of one kind for all
 // layers together, wte padded to Vp rows) from llm.c's description, apart
-// from common/training/llmc.c, and checks: --init-from of a model's initial
+// from common/training/ckpt/llmc.c, and checks: --init-from of a model's initial
 // weights gives the seed's losses bit for bit on every stage, version 5
 // (bf16) reads as its values; --export-llmc writes the fp32 master weights
 // (as the checkpoint of the same run holds them) with zero padding rows; the
