@@ -16,8 +16,9 @@ BUILD := build$(if $(filter 0,$(GPU)),-nogpu)
 BINDIR ?=
 BIN_PREFIX := $(if $(BINDIR),$(BINDIR)/)
 NP ?= 4
-# every core builds, unless the command line says how many (make -jN)
-ifeq ($(filter -j%,$(MAKEFLAGS)),)
+# every core builds, unless the command line says how many (make -jN); a
+# make run by this one (the emulator's build) shares its jobs
+ifeq ($(MAKELEVEL)$(filter -j%,$(MAKEFLAGS)),0)
 MAKEFLAGS += -j$(shell nproc)
 endif
 

@@ -76,7 +76,8 @@ static void check_states_with(float bad) {
     Trainer *t = trainer_on_one_rank();
     float master[8] = {0}, v[8] = {0};
     v[5] = bad;
-    CkptTensor st[2] = {{"master", master, sizeof master}, {"adam_v", v, sizeof v}};
+    CkptTensor st[2] = {{.name = "master", .host = master, .bytes = sizeof master},
+                        {.name = "adam_v", .host = v, .bytes = sizeof v}};
     divergence_check_states(t, st, 2);
     comm_world_finalize(&t->world);
     exit(0);  // finite: the check returned
