@@ -60,8 +60,7 @@ static double forward_backward(Trainer *t, const MicroBatches *mb) {
         gpt_slot_loss_queue(g, 0);
         if (!mb->backward) continue;
         for (int u = g->L.num_units - 1; u >= 0; u--)
-            replicated_add_grads(t, u, gpt_unit_backward(g, u, 0, replicated_unit_params(t, u), embed),
-                                 micro_turn(mb, i));
+            replicated_add_grads(t, u, gpt_unit_backward(g, u, 0, replicated_unit_params(t, u), embed), micro_turn(mb, i));
     }
     if (mb->backward) reduce_scatter_grads(t);
     return gpt_losses_take(g);  // the one wait for the loss, once per step

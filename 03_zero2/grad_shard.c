@@ -49,9 +49,8 @@ static bf16 *bucket_at(const GradShard *gs, const Bucket *b, size_t x) {
 // Wait for a bucket's reduce-scatter (b->h) and add its part (b->recv,
 // b->recv_count elements of flat index b->recv_first) to the shard
 // (grads_add_half with the bucket's turn: the first micro-batch of a step
-// writes, later ones accumulate, in 16 bits or in the fp32 accumulator).
-// With a sink (cpu_offload) the part goes to the sink instead, and the
-// bucket's `drained` event is recorded on the copy stream after it.
+// writes, later ones accumulate, in 16 bits or in the fp32 accumulator). With a sink (cpu_offload) the part goes to
+// the sink instead, and the bucket's `drained` event is recorded on the copy stream after it.
 static void finish_bucket(GradShard *gs, Trainer *t, Bucket *b) {
     if (!b->h.active) return;
     if (gs->reduce.wait) gs->reduce.wait(t, b, gs->reduce.arg);  // a stage's own reduction (zero3's qgZ)

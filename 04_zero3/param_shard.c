@@ -56,7 +56,7 @@ static void start_gather(ParamShard *ps, Trainer *t, int u) {
     }
     lu->buf = buf_alloc(&t->dev, TIER_DEVICE, CAT_PARAMS, r.count * sizeof(bf16), "gathered unit params");
     int me = t->dp->rank;
-    bf16 *own = (bf16 *)lu->buf.ptr + displs[me];
+    bf16 *own = buf_part(&lu->buf, displs[me], counts[me], sizeof(bf16), "this rank's slice of the gathered unit");
     size_t first = r.offset + displs[me];
     if (counts[me] && ps->source)
         ps->source(t, u, own, first, counts[me], ps->source_arg);

@@ -105,6 +105,18 @@ void buf_free(Device *d, Buf *b) {
     b->bytes = 0;
 }
 
+// A first element past SIZE_MAX/2 is no place in a buffer but a negative
+// number wrapped around, said as such (as the collectives say theirs).
+void *buf_part(const Buf *b, size_t first, size_t count, size_t elem_bytes, const char *what) {
+    size_t elems = b->bytes / elem_bytes;
+    CHECK((ptrdiff_t)first >= 0, "%s: the displacement is %td, negative (a size_t subtraction that went below zero); "
+          "hint: a displacement is where the part starts inside its buffer, from 0 up", what, (ptrdiff_t)first);
+    CHECK(first <= elems && count <= elems - first, "%s: elements %zu to %zu lie past the buffer's %zu; hint: a "
+          "displacement counts from the buffer's first element, not from the whole array's", what, first,
+          first + count, elems);
+    return (char *)b->ptr + first * elem_bytes;
+}
+
 // Grows to exactly what is asked (the peak then shows the largest user);
 // contents are not kept across a grow.
 void *device_scratch(Device *d, size_t bytes) {

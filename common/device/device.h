@@ -111,6 +111,10 @@ void device_share(Device *d, int sharers, int budget_given);
 // Tracked allocation. `what` names it in an over-budget error.
 Buf buf_alloc(Device *d, MemTier tier, MemCategory cat, size_t bytes, const char *what);
 void buf_free(Device *d, Buf *b);  // no-op on an empty Buf; leaves it empty
+// The address of `count` elements of `elem_bytes` each, from element `first`
+// of b, which they must lie inside: a part of a buffer (this rank's slice of
+// a gathered unit). `what` names the part in the error.
+void *buf_part(const Buf *b, size_t first, size_t count, size_t elem_bytes, const char *what);
 // Kernel scratch of at least `bytes` (category workspace, tier device), grown as needed.
 void *device_scratch(Device *d, size_t bytes);
 

@@ -64,7 +64,16 @@ LAB_04 = [
       "losses", ["FAIL  losses", "params used before they were gathered"]),
     m("hint 2 taken literally: the displacement is the flat index",
       [(PS, "        displs[q] = counts[q] ? first - r.offset : 0;", "        displs[q] = counts[q] ? first : 0;")],
-      "losses", ["FAIL  losses", "a run crashed", "one of lab 04's functions", "make sanitize"]),
+      "losses", ["FAIL  losses", "a run failed", "lie past the buffer's", "not from the whole array's"]),
+    m("the slice copied before its buffer is allocated",
+      [(PS, "    lu->buf = buf_alloc(&t->dev, TIER_DEVICE, CAT_PARAMS, r.count * sizeof(bf16), \"gathered unit params\");\n"
+        "    int me = t->dp->rank;\n"
+        "    bf16 *own = buf_part(&lu->buf, displs[me], counts[me], sizeof(bf16), \"this rank's slice of the gathered unit\");\n",
+        "    int me = t->dp->rank;\n    bf16 *own = (bf16 *)lu->buf.ptr + displs[me];\n"),
+       (PS, "    comm_all_gather(t->dp, lu->buf.ptr, counts, displs, DT_HALF, &lu->h);\n",
+        "    lu->buf = buf_alloc(&t->dev, TIER_DEVICE, CAT_PARAMS, r.count * sizeof(bf16), \"gathered unit params\");\n"
+        "    comm_all_gather(t->dp, lu->buf.ptr, counts, displs, DT_HALF, &lu->h);\n")],
+      "losses", ["FAIL  losses", "a run crashed", "SIGSEGV", "one of lab 04's functions", "make sanitize"]),
     m("the displacement subtracted the wrong way round",
       [(PS, "        displs[q] = counts[q] ? first - r.offset : 0;", "        displs[q] = counts[q] ? r.offset - first : 0;")],
       "losses", ["FAIL  losses", "displacement is -", "negative"]),
