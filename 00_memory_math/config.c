@@ -38,7 +38,7 @@ static void sources(Printer *p, const Inputs *in) {
                              in->seq_len, in->hbm_gb};
     printer_table(p, "settings", source_cols, 3);
     for (int i = 0; i < 6; i++) {
-        const Setting *x = settings_find((Settings *)&in->settings, FLAGS[i]);
+        const Setting *x = settings_find(&in->settings, FLAGS[i]);
         char from[300];
         if (strcmp(FLAGS[i], "global-batch") == 0 && x && x->from == FROM_DEFAULT)
             snprintf(from, sizeof from, "computed: batch x grad-accum x ranks");

@@ -113,10 +113,8 @@ void grad_shard_add_unit(GradShard *gs, Trainer *t, int u, const float *g, GradT
     size_t hi = r.offset + r.count;  // fill downwards: [x_lo, hi) at a time
     while (hi > r.offset) {
         Bucket *b = &gs->bucket[gs->cur];
-        if (b->lo == b->top) {  // empty: start at this unit's end, with this micro-batch's turn
-            b->lo = b->top = hi;
-            b->turn = turn;
-        }
+        if (b->lo == b->top) b->lo = b->top = hi;  // empty: start at this unit's end
+        b->turn = turn;  // a bucket holds one micro-batch's gradients (grad_shard_flush after each)
         CHECK(b->lo == hi, "units must finish backward in reverse buffer order (bucket at %zu, unit ends at %zu)", b->lo, hi);
         size_t room = gs->cap - (b->top - b->lo);
         if (room == 0) {

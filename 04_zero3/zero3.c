@@ -28,9 +28,9 @@ static int flags(void *ctx, FlagSpec *out) {
     return 2 + zeropp_flags(&z->pp.c, out + 2);
 }
 
-static void configure(Trainer *t, const GPTConfig *model) {
+static Placement configure(const Trainer *t, TrainConfig *cfg, const GPTConfig *model, Placement p) {
     Stage *z = t->sctx;
-    zeropp_configure(&z->pp, t, z->prefetch, z->bucket_mb);
+    return zeropp_configure(&z->pp, t, z->prefetch, p);
 }
 
 static void setup(Trainer *t) {

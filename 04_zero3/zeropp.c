@@ -27,8 +27,8 @@ int zeropp_flags(ZeroPPConfig *c, FlagSpec *out) {
 
 // ---- configure: refusals, hosts, groups --------------------------------------
 
-static void refuse_bad_switches(const ZeroPPConfig *c, Trainer *t) {
-    Settings *s = &t->cfg.settings;
+static void refuse_bad_switches(const ZeroPPConfig *c, const Trainer *t) {
+    const Settings *s = &t->cfg.settings;
     if (c->grad_bits != 8 && c->grad_bits != 4)
         fail_usage("--grad-quant-bits %d: qgZ sends 8 or 4 bits per gradient value; give 8 or 4", c->grad_bits);
     if (c->block % 2)
@@ -42,8 +42,7 @@ static void refuse_bad_switches(const ZeroPPConfig *c, Trainer *t) {
 }
 
 // The hosts, and the refusals of the switches against them.
-static void place_hosts(ZeroPP *z, const Trainer *t) {
-    const Comm *w = t->dp;
+static void place_hosts(ZeroPP *z, const Comm *w) {
     z->hosts = w->host_of ? w->hosts : 1;
     z->per_host = w->size / z->hosts;
     if (!z->on) return;
@@ -58,28 +57,22 @@ static void place_hosts(ZeroPP *z, const Trainer *t) {
                    w->size, z->hosts, z->hosts == 1 ? "" : "s", z->per_host);
 }
 
-void zeropp_configure(ZeroPP *z, Trainer *t, int prefetch, double bucket_mb) {
+Placement zeropp_configure(ZeroPP *z, const Trainer *t, int prefetch, Placement p) {
     refuse_bad_switches(&z->c, t);
     z->on = z->c.quantize_weights || z->c.hpz > 1 || z->c.quantize_grads;
     z->prefetch = prefetch;
-    place_hosts(z, t);
-    if (!z->on) return;  // zero3 as it was: its own formula
+    place_hosts(z, p.dp);
+    if (!z->on) return p;  // zero3 as it was: its own formula
     if (z->c.hpz > 1) {  // K consecutive ranks: one host's, since K divides P
-        comm_split(t->dp, t->dp->rank / z->c.hpz, t->dp->rank, &z->hpz);
-        t->groups[t->ngroups++] = &z->hpz;
+        comm_split(p.dp, p.dp->rank / z->c.hpz, p.dp->rank, &z->hpz);
+        p.groups[p.ngroups++] = &z->hpz;
     }
     if (z->c.quantize_grads) {
-        comm_split_hosts(t->dp, &z->host, &z->across);
-        t->groups[t->ngroups++] = &z->host;
-        t->groups[t->ngroups++] = &z->across;
+        comm_split_hosts(p.dp, &z->host, &z->across);
+        p.groups[p.ngroups++] = &z->host;
+        p.groups[p.ngroups++] = &z->across;
     }
-    // this rank's bytes per step by the hops' formulas, for the summary line
-    Partition p;
-    partition_init(&p, t->layout.num_params, t->dp->size, t->dp->rank);
-    HopBytes f;
-    zeropp_hop_bytes(&t->layout, &p, z->hosts, prefetch, zero_bucket_elems(bucket_mb, &p), &z->c, t->dp->rank, &f);
-    t->comm_formula_bytes = t->cfg.grad_accum * (hop_bytes_total(f.intra) + hop_bytes_total(f.cross));
-    t->comm_formula_text = "the sum of ZeRO++'s hops, each by its formula (the ZeRO++ table below), x k micro-batches";
+    return p;
 }
 
 double zeropp_buffer_bytes(const ZeroPP *z, const GPTLayout *l, const Partition *p, int prefetch, double bucket_mb) {
@@ -303,6 +296,12 @@ void zeropp_setup(ZeroPP *z, Trainer *t, ParamShard *ps, GradShard *gs) {
     ps->pp = z;
     z->grads = gs;
     gs->reduce = (BucketReduce){launch_reduce_scatter, wait_reduce_scatter, z};
+    if (!z->on) return;  // zero3 as it was: its own formula
+    // this rank's bytes per step by the hops' formulas, for the summary line
+    HopBytes f;
+    zeropp_hop_bytes(&t->layout, &t->part, z->hosts, z->prefetch, gs->cap, &z->c, t->dp->rank, &f);
+    t->comm_formula_bytes = t->cfg.grad_accum * (hop_bytes_total(f.intra) + hop_bytes_total(f.cross));
+    t->comm_formula_text = "the sum of ZeRO++'s hops, each by its formula (the ZeRO++ table below), x k micro-batches";
     if (z->c.hpz > 1) {
         partition_init(&z->secondary_part, t->layout.num_params, z->hpz.size, z->hpz.rank);
         z->secondary = buf_alloc(&t->dev, TIER_DEVICE, CAT_PARAMS_HPZ, z->secondary_part.shard * sizeof(bf16),

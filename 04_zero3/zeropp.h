@@ -44,15 +44,15 @@ typedef struct ZeroPP {
 // --quantize-weights, --hpz-size, --quantize-grads, --grad-quant-bits,
 // --quant-block: their defaults into c, their specs into out; returns how many.
 int zeropp_flags(ZeroPPConfig *c, FlagSpec *out);
-// zero3's configure: the refusals (exit 2, one line), the host layout, the
-// groups hpZ and qgZ need (counted with the world's bytes) and the
-// communication formula of the step.
-void zeropp_configure(ZeroPP *z, Trainer *t, int prefetch, double bucket_mb);
+// zero3's configure: the refusals (exit 2, one line), the host layout, and
+// placement p with the groups hpZ and qgZ need (counted with the world's bytes).
+Placement zeropp_configure(ZeroPP *z, const Trainer *t, int prefetch, Placement p);
 // Device bytes of zero3's gathered units and ZeRO++'s own buffers
 // (zeropp_math.h) for rank p->rank.
 double zeropp_buffer_bytes(const ZeroPP *z, const GPTLayout *l, const Partition *p, int prefetch, double bucket_mb);
-// After the states and zero3's buffers: the secondary partition, qgZ's
-// buffers, and the hooks into ps and gs.
+// After the states and zero3's buffers: the hooks into ps and gs, and with
+// a switch on the step's communication formula (the hops'), the secondary
+// partition and qgZ's buffers.
 void zeropp_setup(ZeroPP *z, Trainer *t, ParamShard *ps, GradShard *gs);
 void zeropp_free(ZeroPP *z, Trainer *t);
 // param_shard.c's gather of unit u for an entry of the forward (backward =

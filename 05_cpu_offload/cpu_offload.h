@@ -65,7 +65,7 @@ typedef struct Stage {
 // cpu_offload_ops.c
 int cpu_offload_flags(void *ctx, FlagSpec *out);
 // Strategy.configure: the delayed update's flags need --dpu.
-void cpu_offload_configure(Trainer *t, const GPTConfig *model);
+Placement cpu_offload_configure(const Trainer *t, TrainConfig *cfg, const GPTConfig *model, Placement p);
 // The rank's threads between the CPU Adam and, on the cpu device, the compute.
 void cpu_offload_split_threads(Trainer *t, Stage *z);
 // Rank 0: one note per setting that runs but does not do what it says.

@@ -32,11 +32,12 @@ int cpu_offload_flags(void *ctx, FlagSpec *out) {
 
 // The delayed update's own flags need --dpu; the threaded one keeps a
 // second gradient shard, which its closed form counts.
-void cpu_offload_configure(Trainer *t, const GPTConfig *model) {
+Placement cpu_offload_configure(const Trainer *t, TrainConfig *cfg, const GPTConfig *model, Placement p) {
     const Stage *z = t->sctx;
     if (!z->dpu && (z->warmup_given || z->dpu_serial))
         fail_usage("--%s tunes the delayed update: add --dpu", z->dpu_serial ? "dpu-serial" : "dpu-warmup");
-    if (z->dpu && !z->dpu_serial) t->formula = STAGE_OFFLOAD_DPU;
+    if (z->dpu && !z->dpu_serial) p.formula = STAGE_OFFLOAD_DPU;
+    return p;
 }
 
 // The cores: on the cpu device the CPU Adam's host thread (the pipelined

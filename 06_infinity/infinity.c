@@ -21,22 +21,23 @@
 // Before anything is allocated: the flags, where the bf16 param shard
 // lives (which picks the states' layout and closed form), and the room on
 // the disk for the files.
-static void configure(Trainer *t, const GPTConfig *model) {
+static Placement configure(const Trainer *t, TrainConfig *cfg, const GPTConfig *model, Placement p) {
     static const MemTier tier[3] = {TIER_DEVICE, TIER_PINNED, TIER_NVME};
     static const StageId form[2][3] = {
         [OPTIM_NVME] = {STAGE_INFINITY, STAGE_INFINITY_CPU, STAGE_INFINITY_NVME},
         [OPTIM_CPU] = {STAGE_INFINITY_OPT_CPU, STAGE_INFINITY_CPU_OPT_CPU, STAGE_INFINITY_NVME_OPT_CPU}};
     Stage *z = t->sctx;
-    infinity_check_flags(z, &t->cfg.settings);
-    t->states.params_tier = tier[z->params_at];
-    t->states.optim_tier = z->optim_at == OPTIM_NVME ? TIER_NVME : TIER_PINNED;
-    t->formula = form[z->optim_at][z->params_at];
-    if (!z->on_nvme) return;
+    infinity_check_flags(z, &cfg->settings);
+    p.states.params_tier = tier[z->params_at];
+    p.states.optim_tier = z->optim_at == OPTIM_NVME ? TIER_NVME : TIER_PINNED;
+    p.formula = form[z->optim_at][z->params_at];
+    if (!z->on_nvme) return p;
     // the folder and its room for this rank's shard of the whole model (the
     // partition the trainer makes next), before anything is allocated
     Partition part;
-    partition_init(&part, t->layout.num_params, t->dp->size, t->dp->rank);
-    nvme_files_check(&z->files, t, part.shard, z->nvme_path);
+    partition_init(&part, p.layout.num_params, p.dp->size, p.dp->rank);
+    nvme_files_check(&z->files, t, &p.states, part.shard, z->nvme_path);
+    return p;
 }
 
 // The files on NVMe and their aio contexts, where something lives there.

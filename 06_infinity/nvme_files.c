@@ -14,7 +14,7 @@ static const MemCategory FILE_CATS[SWAP_TENSORS] = {CAT_MASTER, CAT_ADAM_M, CAT_
 // both whole 4 KiB blocks.
 #define INIT_CHUNK ((size_t)1 << 20)
 
-void nvme_agree(Trainer *t, int failed, const char *msg) {
+void nvme_agree(const Trainer *t, int failed, const char *msg) {
     char text[2 * AIO_ERR_BYTES] = "";
     if (failed) snprintf(text, sizeof text, "%s", msg);
     if (comm_first_failure(&t->world, failed, text, (int)sizeof text) >= 0) fail_usage("%s", text);
@@ -23,7 +23,7 @@ void nvme_agree(Trainer *t, int failed, const char *msg) {
 // Ranks on one node whose folder is on the same device share its free space:
 // the sum of their bytes, and how many they are in *ranks. (Ranks on other
 // nodes have disks of their own.)
-static size_t bytes_on_same_disk(Trainer *t, const char *path, size_t mine, int *ranks) {
+static size_t bytes_on_same_disk(const Trainer *t, const char *path, size_t mine, int *ranks) {
     struct stat st;
     unsigned long long me[2] = {stat(path, &st) == 0 ? (unsigned long long)st.st_dev : 0, mine};
     MPI_Comm node;
@@ -41,13 +41,13 @@ static size_t bytes_on_same_disk(Trainer *t, const char *path, size_t mine, int 
     return sum;
 }
 
-void nvme_files_check(NvmeFiles *f, Trainer *t, size_t shard, const char *path) {
+void nvme_files_check(NvmeFiles *f, const Trainer *t, const StatesLayout *states, size_t shard, const char *path) {
     memset(f, 0, sizeof *f);
     for (int i = 0; i < SWAP_TENSORS; i++) f->file[i] = (AioFile){.fd = -1};
-    CHECK(t->states.optim == STATE_SHARD && t->states.params == STATE_SHARD, "nvme files hold shards");
-    if (t->states.optim_tier == TIER_NVME)
+    CHECK(states->optim == STATE_SHARD && states->params == STATE_SHARD, "nvme files hold shards");
+    if (states->optim_tier == TIER_NVME)
         for (int i = SWAP_MASTER; i <= SWAP_V; i++) f->payload[i] = shard * sizeof(float);
-    if (t->states.params_tier == TIER_NVME) f->payload[SWAP_PARAMS] = shard * sizeof(bf16);
+    if (states->params_tier == TIER_NVME) f->payload[SWAP_PARAMS] = shard * sizeof(bf16);
     size_t need = 0;
     for (int i = 0; i < SWAP_TENSORS; i++) need += aio_round_up(f->payload[i]);
     int sharing = 1;

@@ -24,13 +24,13 @@ typedef struct NvmeFiles {
 
 // Every rank runs it; if any failed, every rank exits 2 with the lowest
 // failing rank's message, printed once (rank 0).
-void nvme_agree(Trainer *t, int failed, const char *msg);
+void nvme_agree(const Trainer *t, int failed, const char *msg);
 // Collective, before any model state is allocated: checks --nvme-path on
 // every rank (exists, is a folder, on a disk) and the room for the files of
-// the states that t->states puts on NVMe, for a shard of `shard` elements;
+// the states that `states` puts on NVMe, for a shard of `shard` elements;
 // exits 2 with one line otherwise. Makes DIR/rank-R and locks it for the run,
 // so that a second run on the same path is refused in one line.
-void nvme_files_check(NvmeFiles *f, Trainer *t, size_t shard, const char *path);
+void nvme_files_check(NvmeFiles *f, const Trainer *t, const StatesLayout *states, size_t shard, const char *path);
 // Collective: creates and preallocates the files, then writes the initial
 // values (master = the init weights, params = their bf16; m = v = 0 from
 // fallocate, whose blocks read as zeros) through pinned buffers.

@@ -22,32 +22,33 @@
 // The grid, this rank's tp part of the layout, its stage's units with
 // min(P - s, m) micro-batches in flight (1F1B) or m (AFAB), and its states:
 // [wte copy (last stage of a pipeline) | the stage's units].
-static void configure(Trainer *t, const GPTConfig *mc) {
+static Placement configure(const Trainer *t, TrainConfig *cfg, const GPTConfig *mc, Placement p) {
     Stage *z = t->sctx;
     z->schedule = grid_schedule_of(z->schedule_name);
     Grid *g = &z->grid;
-    grid_init(g, &t->world, z->tp, z->pp, mc);
-    gpt_layout_tp(&t->layout, mc, g->tp, g->tp_rank);
-    t->dp = &g->dp_comm;
-    t->tp = g->tp > 1 ? &g->tp_comm : NULL;
-    trainer_resolve_batch(t);  // the micro-batches, m, set the slots
-    int slots = pipeline_slots(z->schedule, g->pp, g->stage, t->cfg.grad_accum);
-    t->plan = (GPTPlan){.B = t->cfg.batch, .T = t->cfg.seq_len, .slots = slots, .first_unit = g->first_unit,
-                        .last_unit = g->last_unit, .partition_activations = z->partition_activations,
-                        .sequence_parallel = z->sequence_parallel};
+    grid_init(g, p.dp, z->tp, z->pp, mc);  // the grid splits the world, the default's data-parallel group
+    gpt_layout_tp(&p.layout, mc, g->tp, g->tp_rank);
+    p.dp = &g->dp_comm;
+    p.tp = g->tp > 1 ? &g->tp_comm : NULL;
+    train_config_resolve_batch(cfg, p.dp, "data-parallel replicas");  // the micro-batches, m, set the slots
+    int slots = pipeline_slots(z->schedule, g->pp, g->stage, cfg->grad_accum);
+    p.plan = (GPTPlan){.B = cfg->batch, .T = cfg->seq_len, .slots = slots, .first_unit = g->first_unit,
+                       .last_unit = g->last_unit, .partition_activations = z->partition_activations,
+                       .sequence_parallel = z->sequence_parallel};
     grid_check_activation_flags(t, z);
-    const GPTLayout *l = &t->layout;
+    const GPTLayout *l = &p.layout;
     CHECK(l->emb_off[EMB_WTE] == 0, "3d_parallel: wte must open the embeddings' unit (states keep it first)");
     z->units_offset = l->unit[g->first_unit].offset;
     size_t units_end = l->unit[g->last_unit].offset + l->unit[g->last_unit].count;
-    t->nstate_ranges = grid_state_ranges(l, g->pp, g->stage, g->first_unit, g->last_unit, t->state_ranges);
-    if (t->nstate_ranges == 2) z->wte_copy = t->state_ranges[0].count;
-    CHECK(t->state_ranges[t->nstate_ranges - 1].offset + t->state_ranges[t->nstate_ranges - 1].count == units_end,
+    p.nstate_ranges = grid_state_ranges(l, g->pp, g->stage, g->first_unit, g->last_unit, p.state_ranges);
+    if (p.nstate_ranges == 2) z->wte_copy = p.state_ranges[0].count;
+    CHECK(p.state_ranges[p.nstate_ranges - 1].offset + p.state_ranges[p.nstate_ranges - 1].count == units_end,
           "3d_parallel: the states end where the stage's units do");
     Comm *groups[GROUP_COUNT] = {&g->tp_comm, &g->pp_comm, &g->emb_comm, &g->dp_comm};
-    for (int k = 0; k < GROUP_COUNT; k++) t->groups[k] = groups[k];
-    t->ngroups = GROUP_COUNT;
-    grid_name(g, t->grid, sizeof t->grid);
+    for (int k = 0; k < GROUP_COUNT; k++) p.groups[k] = groups[k];
+    p.ngroups = GROUP_COUNT;
+    grid_name(g, p.grid, sizeof p.grid);
+    return p;
 }
 
 // Where unit u starts in the states, and how much of it they hold: the

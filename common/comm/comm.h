@@ -167,7 +167,7 @@ double comm_max_f64(Comm *c, double x);
 // Every rank says whether it failed; returns the lowest rank that did (-1:
 // none), whose msg (msg_bytes on every rank) is then in every rank's msg:
 // one line for the whole job instead of one per rank.
-int comm_first_failure(Comm *c, int failed, char *msg, int msg_bytes);
+int comm_first_failure(const Comm *c, int failed, char *msg, int msg_bytes);
 // On NCCL a nonblocking call completes on the GPU, not on the host: its time
 // in flight and the compute stream's wait for it are read off CUDA events once
 // the GPU has passed them. Call after a device sync, before reading stats.

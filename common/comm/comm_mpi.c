@@ -144,7 +144,7 @@ double comm_max_f64(Comm *c, double x) {
     return max;
 }
 
-int comm_first_failure(Comm *c, int failed, char *msg, int msg_bytes) {
+int comm_first_failure(const Comm *c, int failed, char *msg, int msg_bytes) {
     int mine = failed ? c->rank : c->size, first = c->size;
     mpiCheck(MPI_Allreduce(&mine, &first, 1, MPI_INT, MPI_MIN, c->mpi));
     if (first == c->size) return -1;

@@ -32,10 +32,8 @@ void replicated_add_grads(Trainer *t, int u, const float *g, GradTurn turn) {
 
 // DeepSpeed's rule: global batch = micro-batch x accumulation x data-parallel
 // replicas (the ranks, for stages 01-06).
-void trainer_resolve_batch(Trainer *t) {
-    TrainConfig *c = &t->cfg;
-    batch_rule_apply(&c->settings, &c->batch, &c->grad_accum, c->global_batch, t->dp->size,
-                     t->dp == &t->world ? "ranks" : "data-parallel replicas");
+void train_config_resolve_batch(TrainConfig *c, const Comm *dp, const char *replicas) {
+    batch_rule_apply(&c->settings, &c->batch, &c->grad_accum, c->global_batch, dp->size, replicas);
     // a batch or an accumulation derived from --global-batch stays within the flags' own limits
     if (c->grad_accum > TRAIN_MAX_GRAD_ACCUM || c->batch > GPT_MAX_BATCH)
         fail_usage("--global-batch %d means %d micro-batches of %d sequences per step; at most %d of at most %d: "
@@ -45,10 +43,10 @@ void trainer_resolve_batch(Trainer *t) {
         fail_usage("--eval-batches %d x %d micro-batches = %.0f held-out micro-batches per validation; at most %d: "
                    "give fewer --eval-batches", c->eval_batches, c->grad_accum, (double)c->eval_batches * c->grad_accum,
                    TRAIN_MAX_EVAL_MICRO);
-    double rows = (double)c->steps * c->grad_accum * c->batch * t->dp->size;
+    double rows = (double)c->steps * c->grad_accum * c->batch * dp->size;
     if (rows > MAX_ROWS)
         fail_usage("--steps %d x %d micro-batches x --batch %d x %d replicas = %.3g rows; at most 2^62: ask for fewer",
-                   c->steps, c->grad_accum, c->batch, t->dp->size, rows);
+                   c->steps, c->grad_accum, c->batch, dp->size, rows);
 }
 
 // Rank 0: the config's ignored keys (always) and every setting's source (--verbose-config).
@@ -60,22 +58,33 @@ static void print_settings(const Trainer *t) {
     if (t->cfg.verbose_config) settings_print(&t->cfg.settings, stdout, t->strategy->name);
 }
 
-// The whole model, every unit, data parallel over the world; then the
-// strategy's configure (its options, and where the model is split over ranks).
+// The stage's placement: the default (its declared states, the whole model,
+// every unit, data parallel over the world) as its configure changes it,
+// then the flags' plan of the activations; put in the Trainer here alone.
 static void place(Trainer *t, const GPTConfig *mc) {
-    t->dp = &t->world;
-    t->plan = gpt_plan_whole(&t->layout, t->cfg.batch, t->cfg.seq_len);
-    t->state_ranges[0] = (Range){0, t->layout.num_params};
-    t->nstate_ranges = 1;
-    if (t->strategy->configure) t->strategy->configure(t, mc);
-    t->plan.recompute = (GPTRecompute)gpt_recompute_of(t->cfg.recompute);
-    t->plan.attention = (GPTAttention)gpt_attention_of(t->cfg.attention);
-    t->plan.offload_activations = t->cfg.offload_activations;
-    CHECK(t->nstate_ranges >= 1 && t->nstate_ranges <= TRAINER_MAX_STATE_RANGES && t->ngroups >= 0 &&
-          t->ngroups <= TRAINER_MAX_GROUPS, "%s: %d state ranges, %d groups", t->strategy->name, t->nstate_ranges,
-          t->ngroups);
+    const Strategy *s = t->strategy;
+    Placement p = {.formula = s->formula, .states = s->states, .layout = t->layout, .dp = &t->world,
+                   .plan = gpt_plan_whole(&t->layout, t->cfg.batch, t->cfg.seq_len),
+                   .state_ranges = {{0, t->layout.num_params}}, .nstate_ranges = 1};
+    if (s->configure) p = s->configure(t, &t->cfg, mc, p);
+    p.plan.recompute = (GPTRecompute)gpt_recompute_of(t->cfg.recompute);
+    p.plan.attention = (GPTAttention)gpt_attention_of(t->cfg.attention);
+    p.plan.offload_activations = t->cfg.offload_activations;
+    CHECK(p.nstate_ranges >= 1 && p.nstate_ranges <= TRAINER_MAX_STATE_RANGES && p.ngroups >= 0 &&
+          p.ngroups <= TRAINER_MAX_GROUPS, "%s: %d state ranges, %d groups", s->name, p.nstate_ranges, p.ngroups);
+    t->formula = p.formula;
+    t->states = p.states;
+    t->layout = p.layout;
+    t->dp = p.dp;
+    t->tp = p.tp;
+    t->plan = p.plan;
+    memcpy(t->state_ranges, p.state_ranges, sizeof t->state_ranges);
+    t->nstate_ranges = p.nstate_ranges;
     t->state_params = 0;
     for (int k = 0; k < t->nstate_ranges; k++) t->state_params += t->state_ranges[k].count;
+    memcpy(t->groups, p.groups, sizeof t->groups);
+    t->ngroups = p.ngroups;
+    memcpy(t->grid, p.grid, sizeof t->grid);
 }
 
 // A validation reads eval_batches global batches of held-out rows from row 0;
@@ -108,8 +117,6 @@ static void setup(Trainer *t, int argc, char **argv, const Strategy *s) {
     if (s->context_bytes) t->sctx = xcalloc(1, s->context_bytes);
     train_config_parse(&t->cfg, t->sctx, argc, argv, s);
     trainer_check_same_settings(t);
-    t->formula = s->formula;
-    t->states = s->states;
     GPTConfig mc;
     train_config_model(&t->cfg, &mc);
     gpt_layout(&t->layout, &mc);
@@ -129,7 +136,7 @@ static void setup(Trainer *t, int argc, char **argv, const Strategy *s) {
     if (t->cfg.progress_us > 0) comm_progress_thread_start(&t->world, t->cfg.progress_us);
     device_share(&t->dev, comm_device_sharers(&t->world), t->cfg.hbm_gb > 0);
     place(t, &mc);
-    trainer_resolve_batch(t);
+    train_config_resolve_batch(&t->cfg, t->dp, t->dp == &t->world ? "ranks" : "data-parallel replicas");
     print_settings(t);
     partition_init(&t->part, t->state_params, t->dp->size, t->dp->rank);
     trainer_check_budget(t, local_size);

@@ -106,6 +106,25 @@ typedef struct GradTurn {
 } GradTurn;
 static inline GradTurn micro_turn(const MicroBatches *mb, int i) { return (GradTurn){i == 0, i == mb->count - 1}; }
 
+// Where this rank sits in the run and what it holds, as a stage's configure
+// returns it. The trainer hands configure its default: the stage's declared
+// formula and states, the whole model, every unit, data parallel over the
+// world; the trainer alone puts the returned one in the Trainer's fields of
+// the same names.
+typedef struct Placement {
+    StageId formula;       // the closed form this rank's states are checked against
+    StatesLayout states;   // which states are whole or sharded, on which tier
+    GPTLayout layout;      // the part of the model this rank holds (the whole model unless tensor parallel)
+    Comm *dp;              // data-parallel group: data rows, the states' partition, the loss mean, tokens/s
+    Comm *tp;              // tensor-parallel group of the layout; NULL when the layout is whole
+    GPTPlan plan;          // the units this rank computes, micro-batches in flight
+    Range state_ranges[TRAINER_MAX_STATE_RANGES];  // layout ranges the states hold, back to back
+    int nstate_ranges;
+    Comm *groups[TRAINER_MAX_GROUPS];  // sub-groups whose bytes the steps count beside the world's
+    int ngroups;
+    char grid[48];         // the process grid, as checkpoints record it ("": data parallel over the world)
+} Placement;
+
 // A stage: what it keeps of the model states, its micro-batch step and its
 // update. Every stage's file defines one with the same field (and function)
 // names, so that `make diff-NN` shows only the technique.
@@ -117,14 +136,16 @@ typedef struct Strategy {
     size_t context_bytes;   // the stage's own struct (its options and buffers), zeroed, at t->sctx
     // Once the flags are parsed and the device and the world's comm are set
     // up, before anything is allocated: the stage's refusals of its own
-    // flags (exit 2, one line); what its options change of what it keeps
-    // (t->formula and t->states, the declared ones until then: cpu_offload
-    // --dpu, infinity --offload-params); and under model parallelism this
-    // rank's place in the model: the part of the layout it holds, its
-    // data-parallel group, the units it computes and the layout ranges its
-    // states hold (the Trainer fields under "what this rank holds", which
-    // otherwise stay the whole model, data parallel over the world).
-    void (*configure)(struct Trainer *t, const GPTConfig *model);
+    // flags (exit 2, one line), then the placement p with what the stage
+    // changes of it: what its options change of what it keeps (formula and
+    // states: cpu_offload --dpu, infinity --offload-params), the sub-groups
+    // it makes (zero3's ZeRO++), and under model parallelism this rank's
+    // place in the model (3d_parallel: the part of the layout it holds, its
+    // data-parallel group, the units it computes, the layout ranges its
+    // states hold). It writes its own context and cfg (which is t->cfg: the
+    // batch rule resolved, a DeepSpeed key marked ignored), nothing else of
+    // the Trainer.
+    Placement (*configure)(const struct Trainer *t, TrainConfig *cfg, const GPTConfig *model, Placement p);
     // The micro-batch step: forward (and, for a training step, backward) of
     // every micro-batch in mb, the stage's loop over the units with its
     // gathers, releases and gradient reduction where they happen. A training
@@ -182,25 +203,25 @@ typedef struct Trainer {
     TrainConfig cfg;
     const Strategy *strategy;
     void *sctx;              // the strategy's own struct (context_bytes), or NULL
-    StageId formula;         // strategy->formula, or what its configure picked for the options
-    StatesLayout states;     // strategy->states, or what its configure picked
     Comm world;
     Device dev;
     Trace trace;
-    GPTLayout layout;        // of the part this rank holds (the whole model unless tensor parallel)
-    GPT model;
-    // What this rank holds: the whole model and data parallel over the world,
-    // unless the strategy's configure says otherwise.
-    Comm *dp;                // data-parallel group: data rows, the states' partition, the loss mean, tokens/s
-    Comm *tp;                // tensor-parallel group of the layout; NULL when the layout is whole
-    GPTPlan plan;            // the units this rank computes, micro-batches in flight
-    Range state_ranges[TRAINER_MAX_STATE_RANGES];  // layout ranges the states hold, back to back
-    int nstate_ranges;
-    size_t state_params;     // their total: the Ψ that the partition splits over dp
     size_t model_params;     // Ψ of the whole model
-    Comm *groups[TRAINER_MAX_GROUPS];  // sub-groups whose bytes the steps count beside the world's
+    // What this rank holds and where it sits, as the stage's Placement says
+    // (put here by place, trainer.c, alone): the whole model and data
+    // parallel over the world, unless the strategy's configure says otherwise.
+    StageId formula;
+    StatesLayout states;
+    GPTLayout layout;
+    Comm *dp, *tp;
+    GPTPlan plan;
+    Range state_ranges[TRAINER_MAX_STATE_RANGES];
+    int nstate_ranges;
+    size_t state_params;     // the state ranges' total: the Ψ that the partition splits over dp
+    Comm *groups[TRAINER_MAX_GROUPS];
     int ngroups;
-    char grid[48];           // the process grid, as checkpoints record it ("": data parallel over the world)
+    char grid[48];
+    GPT model;               // this rank's part of the model, its activations and work buffers
     // This rank's communication per step by the stage's own formula, and its
     // text, where the stage sets one (3d_parallel's grid; in setup); else
     // the report takes mem_math's closed form of `formula`.
@@ -228,10 +249,12 @@ typedef struct Trainer {
 static inline void count_transfer(Trainer *t, Transfer x, double bytes) { t->xfer_bytes[x] += bytes; }
 
 int trainer_main(int argc, char **argv, const Strategy *s);
-// --global-batch G: grad_accum = G / (batch x data-parallel replicas), or a
-// usage error when it does not divide. The trainer resolves it once t->dp is
-// known; a strategy's place may call it earlier (calling again is harmless).
-void trainer_resolve_batch(struct Trainer *t);
+// --global-batch G: c's grad_accum = G / (batch x the data-parallel group
+// dp's replicas), or a usage error when it does not divide (`replicas` names
+// them: "ranks" over the world). The trainer resolves its own once it is
+// placed; a stage's configure that needs the micro-batches sooner resolves
+// a copy (calling again is harmless).
+void train_config_resolve_batch(TrainConfig *c, const Comm *dp, const char *replicas);
 // This rank's rows of global micro-batch `index` of a split: its data-parallel
 // rank's B rows of the D·B that every replica reads together (see data.h).
 void trainer_load_micro_batch(struct Trainer *t, int split, uint64_t index, int32_t *inputs, int32_t *targets);

@@ -57,7 +57,7 @@ static void set_defaults(TrainConfig *c) {
 // A refusal names a value as it was given: the config key that set it, the
 // flag, or the flag's default.
 static const char *named(const TrainConfig *c, const char *flag, double value, char *buf, size_t n) {
-    const Setting *x = settings_find((Settings *)&c->settings, flag);
+    const Setting *x = settings_find(&c->settings, flag);
     if (x && x->from == FROM_CONFIG) snprintf(buf, n, "%s %g (in %s)", x->why, value, c->settings.config_path);
     else snprintf(buf, n, "--%s %g%s", flag, value, x && x->from == FROM_DEFAULT ? " (the default)" : "");
     return buf;

@@ -124,7 +124,8 @@ static void test_bytes_equal_formulas(void **state) {
                            "--quantize-grads --grad-quant-bits 4 --quant-block 64",
                            "--quantize-weights --hpz-size 2 --quantize-grads",
                            "--quantize-weights --hpz-size 2 --quantize-grads --grad-quant-bits 4 --prefetch 2",
-                           "--quantize-weights --quantize-grads --grad-accum 2 --bucket-mb 0.01 --quant-block 2048"};
+                           // 2 micro-batches from the batch rule (16 / (2 x 4 ranks)), resolved after configure
+                           "--quantize-weights --quantize-grads --global-batch 16 --bucket-mb 0.01 --quant-block 2048"};
     for (size_t i = 0; i < sizeof modes / sizeof *modes; i++) {
         char *z = run4(c, "zero3", "tiny", SHORT_STEPS, modes[i]);
         expect_bytes_as_formula(modes[i], z);

@@ -37,9 +37,9 @@ void settings_after_parse(Settings *s, const FlagSpec *specs, int n) {
     }
 }
 
-Setting *settings_find(Settings *s, const char *flag) {
+Setting *settings_find(const Settings *s, const char *flag) {
     for (int i = 0; i < s->n; i++)
-        if (strcmp(s->item[i].flag.name, flag) == 0) return &s->item[i];
+        if (strcmp(s->item[i].flag.name, flag) == 0) return (Setting *)&s->item[i];
     return NULL;
 }
 
@@ -54,7 +54,7 @@ void settings_mark(Settings *s, const char *flag, SettingFrom from, const char *
 }
 
 int settings_given(const Settings *s, const char *flag) {
-    const Setting *x = settings_find((Settings *)s, flag);
+    const Setting *x = settings_find(s, flag);
     return x && (x->from == FROM_CONFIG || x->from == FROM_COMMAND_LINE);
 }
 

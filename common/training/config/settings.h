@@ -48,7 +48,9 @@ typedef struct Settings {
 void settings_begin(Settings *s, const FlagSpec *specs, int n);
 // After flags_parse: the flags given on the command line (spec.seen) take that source.
 void settings_after_parse(Settings *s, const FlagSpec *specs, int n);
-Setting *settings_find(Settings *s, const char *flag);
+// The record of --flag, or NULL; from a const record as strchr does from a
+// const string (the caller that holds it writable may write it).
+Setting *settings_find(const Settings *s, const char *flag);
 // Sets a flag's source; `why` is a printf format (the key, the rule).
 __attribute__((format(printf, 4, 5))) void settings_mark(Settings *s, const char *flag, SettingFrom from,
                                                          const char *why, ...);
