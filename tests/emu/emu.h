@@ -71,6 +71,9 @@ OpRef enqueue(cudaStream_t s, OpRef op);
 // (collectives may still be in flight): what the GPU would do while the host
 // blocks in MPI.
 void flush_started();
+// One step of the device's queued work (starts an operation that may start,
+// or completes a collective in flight); false when nothing could move.
+bool progress_once();
 // The runtime's lock: every API entry holds it.
 struct Lock {
     Lock();

@@ -10,14 +10,20 @@
 //
 // A GPU keeps running queued work while its host blocks in MPI. Here queued
 // work runs only when the host waits for it, so every blocking MPI call of
-// the program (the PMPI profiling interface names them) first starts all
-// queued device work that can start: a peer that waits on a collective this
-// rank has queued is then never stuck behind this rank's host. Calls that
-// only poll (MPI_Test, MPI_Iprobe) block nothing and run nothing.
+// the program (the PMPI profiling interface names them) runs the device's
+// queued work for as long as it blocks: the call is made nonblocking and
+// the host, until MPI says done, moves the device's work on, as the GPU
+// would: a peer that waits on a collective this rank has queued, even one
+// queued behind another still in flight (a pipeline stage's second send),
+// is then never stuck behind this rank's host. The calls with no
+// nonblocking form (communicator set-up, MPI_Finalize) first start what can
+// start. Calls that only poll (MPI_Test, MPI_Iprobe) block nothing and run
+// nothing.
 //
 // EMU_NCCL_DEAD_PEER=N makes this rank's collectives from the N-th on never
 // finish, and ncclCommGetAsyncError report ncclRemoteError: a peer that died.
 #include <mpi.h>
+#include <sched.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -412,51 +418,61 @@ ncclResult_t ncclGroupEnd(void) {
 
 #define BEFORE_BLOCKING() flush_started()
 
+// Waits for req while the device runs its queued work (see the top).
+static int wait_running_device(MPI_Request *req, MPI_Status *st) {
+    for (;;) {
+        int flag = 0;
+        int rc = PMPI_Test(req, &flag, st);
+        if (rc != MPI_SUCCESS || flag) return rc;
+        if (!progress_once()) sched_yield();
+    }
+}
+#define BLOCKING(start, st)                       \
+    do {                                          \
+        MPI_Request req;                          \
+        int rc = (start);                         \
+        if (rc != MPI_SUCCESS) return rc;         \
+        return wait_running_device(&req, (st));   \
+    } while (0)
+
 int MPI_Allreduce(const void *s, void *r, int n, MPI_Datatype t, MPI_Op op, MPI_Comm c) {
-    BEFORE_BLOCKING();
-    return PMPI_Allreduce(s, r, n, t, op, c);
+    BLOCKING(PMPI_Iallreduce(s, r, n, t, op, c, &req), MPI_STATUS_IGNORE);
 }
 int MPI_Reduce(const void *s, void *r, int n, MPI_Datatype t, MPI_Op op, int root, MPI_Comm c) {
-    BEFORE_BLOCKING();
-    return PMPI_Reduce(s, r, n, t, op, root, c);
+    BLOCKING(PMPI_Ireduce(s, r, n, t, op, root, c, &req), MPI_STATUS_IGNORE);
 }
 int MPI_Bcast(void *b, int n, MPI_Datatype t, int root, MPI_Comm c) {
-    BEFORE_BLOCKING();
-    return PMPI_Bcast(b, n, t, root, c);
+    BLOCKING(PMPI_Ibcast(b, n, t, root, c, &req), MPI_STATUS_IGNORE);
 }
 int MPI_Gather(const void *s, int sn, MPI_Datatype st, void *r, int rn, MPI_Datatype rt, int root, MPI_Comm c) {
-    BEFORE_BLOCKING();
-    return PMPI_Gather(s, sn, st, r, rn, rt, root, c);
+    BLOCKING(PMPI_Igather(s, sn, st, r, rn, rt, root, c, &req), MPI_STATUS_IGNORE);
 }
 int MPI_Gatherv(const void *s, int sn, MPI_Datatype st, void *r, const int *rn, const int *displs, MPI_Datatype rt,
                 int root, MPI_Comm c) {
-    BEFORE_BLOCKING();
-    return PMPI_Gatherv(s, sn, st, r, rn, displs, rt, root, c);
+    BLOCKING(PMPI_Igatherv(s, sn, st, r, rn, displs, rt, root, c, &req), MPI_STATUS_IGNORE);
 }
 int MPI_Allgather(const void *s, int sn, MPI_Datatype st, void *r, int rn, MPI_Datatype rt, MPI_Comm c) {
-    BEFORE_BLOCKING();
-    return PMPI_Allgather(s, sn, st, r, rn, rt, c);
+    BLOCKING(PMPI_Iallgather(s, sn, st, r, rn, rt, c, &req), MPI_STATUS_IGNORE);
 }
 int MPI_Allgatherv(const void *s, int sn, MPI_Datatype st, void *r, const int *rn, const int *displs, MPI_Datatype rt,
                    MPI_Comm c) {
-    BEFORE_BLOCKING();
-    return PMPI_Allgatherv(s, sn, st, r, rn, displs, rt, c);
+    BLOCKING(PMPI_Iallgatherv(s, sn, st, r, rn, displs, rt, c, &req), MPI_STATUS_IGNORE);
+}
+int MPI_Alltoallv(const void *s, const int *sn, const int *sd, MPI_Datatype st, void *r, const int *rn, const int *rd,
+                  MPI_Datatype rt, MPI_Comm c) {
+    BLOCKING(PMPI_Ialltoallv(s, sn, sd, st, r, rn, rd, rt, c, &req), MPI_STATUS_IGNORE);
 }
 int MPI_Barrier(MPI_Comm c) {
-    BEFORE_BLOCKING();
-    return PMPI_Barrier(c);
+    BLOCKING(PMPI_Ibarrier(c, &req), MPI_STATUS_IGNORE);
 }
 int MPI_Send(const void *b, int n, MPI_Datatype t, int dest, int tag, MPI_Comm c) {
-    BEFORE_BLOCKING();
-    return PMPI_Send(b, n, t, dest, tag, c);
+    BLOCKING(PMPI_Isend(b, n, t, dest, tag, c, &req), MPI_STATUS_IGNORE);
 }
 int MPI_Recv(void *b, int n, MPI_Datatype t, int src, int tag, MPI_Comm c, MPI_Status *st) {
-    BEFORE_BLOCKING();
-    return PMPI_Recv(b, n, t, src, tag, c, st);
+    BLOCKING(PMPI_Irecv(b, n, t, src, tag, c, &req), st);
 }
 int MPI_Wait(MPI_Request *r, MPI_Status *st) {
-    BEFORE_BLOCKING();
-    return PMPI_Wait(r, st);
+    return wait_running_device(r, st);
 }
 int MPI_Comm_split(MPI_Comm c, int color, int key, MPI_Comm *out) {
     BEFORE_BLOCKING();

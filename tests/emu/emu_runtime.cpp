@@ -437,6 +437,11 @@ void emu::flush_started() {
     }
 }
 
+bool emu::progress_once() {
+    Lock l;
+    return step();
+}
+
 // "host_wait" counts the times the host waited for unfinished device work:
 // a blocking sync that found work queued, or a first poll (cudaStreamQuery,
 // cudaEventQuery) that found its target unfinished (the polls after it, on
