@@ -2,19 +2,58 @@
 // (GELU and its derivative, the cross-entropy of one row, one AdamW element update).
 #pragma once
 #include <math.h>
+#include <stdint.h>
+#include <string.h>
 #include "bf16.h"
 
-// GELU, tanh approximation (GPT-2): 0.5 x (1 + tanh(sqrt(2/pi) (x + 0.044715 x^3)))
-#define GELU_SCALE 0.7978845608028654f
-WB_HOSTDEV static inline float gelu_f32(float x) {
-    float cube = 0.044715f * x * x * x;
-    return 0.5f * x * (1.0f + tanhf(GELU_SCALE * (x + cube)));
+// e^x in fp32 from operations every device rounds the same way (fma, a
+// multiply, a power of two built from its bits), so it gives the same bits on
+// every cpu and in every lane, and the cpu's loops vectorize it where libm's
+// expf stays a call per element. n = round(x / ln2) by the 1.5 x 2^23 trick,
+// r = x - n ln2 in two parts (Cody and Waite), e^r by Cephes' degree-6
+// polynomial on |r| <= ln2/2 (about 1 ulp), times 2^n. x is held to
+// [-87, 88] so that 2^n stays a normal number: e^x saturates at about 1.7e38
+// and 1.6e-38 there; a NaN stays NaN (comparisons with it are false).
+WB_HOSTDEV static inline float exp_f32(float x) {
+    const float magic = 12582912.0f;  // 1.5 x 2^23: adding it rounds to an integer kept in the low bits
+    x = x > 88.0f ? 88.0f : x;
+    x = x < -87.0f ? -87.0f : x;
+    float t = fmaf(x, 1.44269504088896341f, magic);
+    float n = t - magic;
+    float r = fmaf(n, -0.693359375f, x);  // ln2 = 0.693359375 - 2.12194440e-4, the first part exact in n
+    r = fmaf(n, 2.12194440e-4f, r);
+    float p = 1.9875691500e-4f;
+    p = fmaf(p, r, 1.3981999507e-3f);
+    p = fmaf(p, r, 8.3334519073e-3f);
+    p = fmaf(p, r, 4.1665795894e-2f);
+    p = fmaf(p, r, 1.6666665459e-1f);
+    p = fmaf(p, r, 5.0000001201e-1f);
+    p = fmaf(p, r * r, r) + 1.0f;
+    uint32_t tb, sb;
+    memcpy(&tb, &t, sizeof tb);
+    uint32_t mb = 0x4B400000u;           // magic's bits: t's bits less these are n (mod 2^32)
+    sb = (tb - mb + 127u) << 23;         // 2^n, n in [-126, 127]
+    float scale;
+    memcpy(&scale, &sb, sizeof scale);
+    return p * scale;
 }
+
+// GELU, tanh approximation (GPT-2): 0.5 x (1 + tanh(sqrt(2/pi) (x + 0.044715 x^3))),
+// computed as x sigmoid(2u), u = sqrt(2/pi) (x + 0.044715 x^3), the same
+// function (1 + tanh u = 2 / (1 + e^-2u)) from one exponential: no libm call,
+// no cancellation where tanh u is near -1.
+#define GELU_SCALE 0.7978845608028654f
+#define GELU_CUBIC 0.044715f
+WB_HOSTDEV static inline float gelu_f32(float x) {
+    float u = GELU_SCALE * (x + GELU_CUBIC * x * x * x);
+    return x / (1.0f + exp_f32(-2.0f * u));
+}
+// d/dx x s(2u) = s + x s (1 - s) 2 u', u' = sqrt(2/pi) (1 + 3 x 0.044715 x^2),
+// with s (1 - s) = e / (1 + e)^2, e = e^-2u: no 1 - s to cancel where s is near 1
 WB_HOSTDEV static inline float gelu_grad_f32(float x) {
-    float cube = 0.044715f * x * x * x;
-    float t = tanhf(GELU_SCALE * (x + cube));
-    float sech2 = 1.0f - t * t;
-    return 0.5f * (1.0f + t) + 0.5f * x * sech2 * GELU_SCALE * (1.0f + 3.0f * 0.044715f * x * x);
+    float u = GELU_SCALE * (x + GELU_CUBIC * x * x * x);
+    float e = exp_f32(-2.0f * u), s = 1.0f / (1.0f + e);
+    return s + x * (e * s * s) * 2.0f * GELU_SCALE * (1.0f + 3.0f * GELU_CUBIC * x * x);
 }
 
 // Cross-entropy of one row from its softmax statistics: -log p[t] =
