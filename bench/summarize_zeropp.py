@@ -9,6 +9,7 @@ import subprocess
 import sys
 from pathlib import Path
 
+BUSBW_SIZES = (65536, 1048576)  # the probe sizes that bracket what zero3 sends on small
 TAGS = ["zero3", "qwZ", "hpZ", "qgZ8", "qgZ4", "all"]
 SWITCHES = {"zero3": [], "qwZ": ["--quantize-weights"], "hpZ": ["--hpz-size", "2"], "qgZ8": ["--quantize-grads"],
             "qgZ4": ["--quantize-grads", "--grad-quant-bits", "4"],
@@ -74,18 +75,23 @@ def spread(values):
 def timing(out, rate, rounds):
     probe = json.loads((out / "probe.json").read_text())
     link_gbps, latency_us = probe["link_GBps"] * 8, probe["latency_us"]
-    # the nonblocking all-gather's busbw at about a gathered unit's size: what the gathers reach on this link
-    gather = min(probe["iall_gather"], key=lambda row: abs(row["bytes"] - 400000))
+    # what zero3's collectives reach on this link: the busbw of the nonblocking all-gather and reduce-scatter
+    # (the calls zero3 issues) at the sizes it sends (small's units and buckets, 80 KB to 400 KB: the probe's
+    # 64 KB to 1 MB), the median of those six figures; one size of one collective alone swings from run to
+    # run (the all-gather at 256 KB: 0.70 and 0.46 of a 50 Mbit/s link in two runs)
+    used = [row for kind in ("iall_gather", "ireduce_scatter") for row in probe[kind]
+            if BUSBW_SIZES[0] <= row["bytes"] <= BUSBW_SIZES[1]]
+    busbw = statistics.median(row["busbw_GBps"] for row in used)
     fig = {"rate": rate, "rounds": rounds, "link_GBps": probe["link_GBps"], "latency_us": latency_us,
-           "iall_gather_busbw_GBps": gather["busbw_GBps"], "iall_gather_bytes": gather["bytes"], "probe": probe,
-           "modes": {}}
+           "busbw_GBps": busbw, "busbw_from": "median of the nonblocking all-gather's and reduce-scatter's busbw at "
+           f"{BUSBW_SIZES[0]} to {BUSBW_SIZES[1]} B ({len(used)} figures)", "probe": probe, "modes": {}}
     for tag in TAGS:
         runs, cals = records(out / f"timing_{tag}.json"), records(out / f"calibration_{tag}.json")
         assert len(runs) == len(cals) == rounds, (tag, len(runs), len(cals))
         rows = {"at_rate": [], "at_busbw": []}
         for run, cal in zip(runs, cals):
             g = gflops_of(cal)
-            for key, gbps in (("at_rate", link_gbps), ("at_busbw", gather["busbw_GBps"] * 8)):
+            for key, gbps in (("at_rate", link_gbps), ("at_busbw", busbw * 8)):
                 cmd, j = memory_math(tag, "--link-gbps", f"{gbps:.4g}", "--latency-us", f"{latency_us:.1f}",
                                      "--gflops", f"{g:.2f}")
                 row = next(r for r in j["step_time"]["stages"] if r["stage"] == ROW[tag])
@@ -126,7 +132,7 @@ def main():
     t = result["timing"]
     if "skipped" not in t:
         print(f"timing at {rate} ({t['rounds']} interleaved rounds; planner at the link's rate and at the probe's "
-              f"iall_gather busbw {t['iall_gather_busbw_GBps'] * 8e3:.1f} Mbit/s, latency {t['latency_us']:.0f} us)",
+              f"busbw {t['busbw_GBps'] * 8e3:.1f} Mbit/s ({t['busbw_from']}), latency {t['latency_us']:.0f} us)",
               file=sys.stderr)
         print(f"  {'mode':6} {'comm ms (min-max)':>22} {'cut':>5} {'step ms':>8} {'predicted':>10} {'meas/pred':>10} "
               f"{'at busbw':>9} {'meas/pred':>10}", file=sys.stderr)

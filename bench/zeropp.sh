@@ -16,7 +16,8 @@
 #     memory_math's planner (--ranks-per-host 2 and the mode's switches) with
 #     --gflops from a one-host run of the same mode just before it, at the
 #     link's rate and at the busbw the probe measured for the nonblocking
-#     all-gather.
+#     all-gather and reduce-scatter at the sizes zero3 sends (the median of
+#     their busbw from 64 KB to 1 MB).
 # One JSON object on stdout (bench/summarize_zeropp.py); the machine is shared,
 # so the times carry their spread.
 set -euo pipefail
@@ -59,7 +60,7 @@ if [ $cluster = 1 ]; then
     scripts/cluster.sh up 2 --link "$rate" --slots 2 >&2
     gbit=$(awk -v r="$rate" 'BEGIN { n = r + 0; u = substr(r, length(n "") + 1)
         print n * ((u == "kbit") ? 1e-6 : (u == "mbit") ? 1e-3 : (u == "gbit") ? 1 : (u == "tbit") ? 1e3 : 1e-9) }')
-    scripts/cluster.sh run -- mpirun -np 4 build/bench/net_probe --max-mb 1.1 --reps 5 --link-gbit "$gbit" \
+    scripts/cluster.sh run -- mpirun -np 4 build/bench/net_probe --max-mb 1.1 --reps 9 --link-gbit "$gbit" \
         > "$out/probe.json"
     for r in $(seq "$rounds"); do
         for i in "${!tags[@]}"; do
