@@ -7,8 +7,9 @@
 #   - bench/torch_gpt2.py, the same model and shape in PyTorch, eager and
 #     torch.compile, where `python3 -c 'import torch'` works (else one line
 #     says why);
-#   - a time per kernel of one dp_baseline step, from Nsight Compute where
-#     ncu is on the PATH (else one line says so).
+#   - a time per kernel of one dp_baseline step, and the flash kernels'
+#     shared-memory bank conflicts, from Nsight Compute where ncu is on the
+#     PATH (else one line says so).
 # tokens/s, MFU by the report's FLOP formula, peak device memory, and the
 # ratio of each run to each PyTorch run.
 set -euo pipefail
@@ -39,10 +40,18 @@ else
     echo "bench-cuda: PyTorch skipped: python3 -c 'import torch' fails or sees no GPU"
 fi
 
+# shared-memory wavefronts (one per 32 banks' worth of a warp's access) and
+# those of them that bank conflicts added
+smem_metrics=l1tex__data_pipe_lsu_wavefronts_mem_shared.sum
+smem_metrics+=,l1tex__data_bank_conflicts_pipe_lsu_mem_shared_op_ld.sum
+smem_metrics+=,l1tex__data_bank_conflicts_pipe_lsu_mem_shared_op_st.sum
 if command -v ncu > /dev/null; then
     echo "bench-cuda: time per kernel of one step (Nsight Compute)"
     ncu --csv --metrics gpu__time_duration.sum ./dp_baseline --device cuda "${shape[@]}" --steps 1 \
         --eval-batches 1 --quiet > "$out/cuda_kernels.csv" 2> /dev/null || echo "bench-cuda: ncu failed"
+    echo "bench-cuda: shared-memory bank conflicts of the flash kernels in one step (Nsight Compute)"
+    ncu --csv --kernel-name regex:flash --metrics "$smem_metrics" ./dp_baseline --device cuda "${shape[@]}" \
+        --steps 1 --eval-batches 1 --quiet > "$out/cuda_flash_smem.csv" 2> /dev/null || echo "bench-cuda: ncu failed"
 else
     echo "bench-cuda: no time per kernel: ncu (Nsight Compute) is not on the PATH"
 fi

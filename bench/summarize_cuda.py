@@ -68,13 +68,30 @@ if kernel_csv.exists():
             k[0] += 1
             k[1] += float(rec["Metric Value"].replace(",", "")) * unit
 total_ns = sum(v[1] for v in kernels.values())
+
+# the flash kernels' shared memory: wavefronts, and those that bank conflicts added
+smem = defaultdict(lambda: {"launches": 0, "wavefronts": 0, "conflicts": 0})
+smem_csv = out / "cuda_flash_smem.csv"
+if smem_csv.exists():
+    lines = [l for l in smem_csv.read_text().splitlines() if l.startswith('"')]
+    for rec in csv.DictReader(lines):
+        name, metric = rec["Kernel Name"].split("(")[0], rec.get("Metric Name", "")
+        value = float(rec["Metric Value"].replace(",", ""))
+        if metric == "l1tex__data_pipe_lsu_wavefronts_mem_shared.sum":
+            smem[name]["launches"] += 1
+            smem[name]["wavefronts"] += value
+        elif metric.startswith("l1tex__data_bank_conflicts_pipe_lsu_mem_shared_op_"):
+            smem[name]["conflicts"] += value
+smem_rows = [{"kernel": n, **v, "conflict_share": v["conflicts"] / v["wavefronts"] if v["wavefronts"] else None}
+             for n, v in sorted(smem.items())]
 kernel_rows = sorted(({"kernel": n, "launches": v[0], "ms": v[1] / 1e6, "share": v[1] / total_ns}
                       for n, v in kernels.items()), key=lambda r: -r["ms"])
 
 device = next((r["device"] for r in records("cuda_workbench.json")), None)
 if not as_table:
     print(json.dumps({"note": "measured in one run of make bench-cuda, gpt2-124m, micro-batch 16, seq 1024, one GPU",
-                      "device": device, "runs": rows, "kernels_one_step": kernel_rows}, indent=2))
+                      "device": device, "runs": rows, "kernels_one_step": kernel_rows,
+                      "flash_shared_memory_one_step": smem_rows}, indent=2))
     sys.exit(0)
 print(f"\ngpt2-124m, micro-batch 16, seq 1024, one GPU ({device})")
 print(f"{'trainer':32} {'tokens/s':>10} {'MFU':>7} {'peak GB':>8}  ratios to PyTorch (tokens/s, memory)")
@@ -87,3 +104,8 @@ if kernel_rows:
     print(f"\none step by kernel (Nsight Compute, {total_ns / 1e6:.1f} ms of kernels)")
     for k in kernel_rows[:25]:
         print(f"  {k['ms']:8.2f} ms {100 * k['share']:5.1f}% {k['launches']:5d}x  {k['kernel']}")
+if smem_rows:
+    print("\nflash kernels' shared memory in one step (Nsight Compute): wavefronts, and those bank conflicts added")
+    for k in smem_rows:
+        share = f"{100 * k['conflict_share']:5.1f}%" if k["conflict_share"] is not None else "    -"
+        print(f"  {k['wavefronts']:14,.0f} {k['conflicts']:14,.0f} {share} {k['launches']:5d}x  {k['kernel']}")

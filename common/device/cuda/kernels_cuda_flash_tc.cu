@@ -14,7 +14,32 @@
 //             dv += P^T dy, dk += dS^T q.
 // Every output element is summed by one warp in a fixed order, and written
 // once: no atomics, the same bits on every run. q, k, v and dy are read
-// straight from their (B,T,3C) and (B,T,C) rows; rows past T are zeros.
+// straight from their (B,T,3C) and (B,T,C) rows, 16 bytes a load; rows past
+// T are zeros.
+//
+// What keeps the tensor cores fed:
+// - A warp's own operands stay in registers for the whole kernel: its 16 rows
+//   of q (forward), of q and dy (dq), of k and v (dk, dv) are loaded into
+//   fragments once, and the backward's sums dq, dk and dv stay in
+//   accumulator fragments until the end, when they go out through shared
+//   memory in 16-byte stores.
+// - No shared-memory bank conflicts, by construction (bench/cuda.sh counts
+//   them on a GPU with Nsight Compute). Shared memory has 32 banks of 4
+//   bytes; where a row's length is a multiple of 128 bytes, every row starts
+//   in bank 0. So each row is padded by 16 bytes (PAD16 16-bit or PAD32 fp32
+//   elements): the 8 rows a fragment load reads at once start 4 banks apart.
+//   The row-wise loops (two lanes a row, each over half its columns) visit
+//   the columns in a rotated order, column (i + lane) mod n/2 of the lane's
+//   half at step i, so that the 32 lanes' elements lie in 32 different banks
+//   at head sizes 64 and 128 (2-way conflicts remain in half the steps over a
+//   16-bit tile, and over O at head sizes 16 and 32). In column order, as
+//   before, all 16 rows' elements lay in one bank: 16- to 32-way conflicts
+//   in every step of those loops.
+// - The tiles a block needs only before its first key (or query) tile share
+//   memory with the score tiles, and the results leave through them, so 3
+//   blocks fit an SM at head size 64.
+// - The causal grid runs its longest blocks first: the query tiles from the
+//   last (they see the most keys), the key tiles from the first.
 #include <mma.h>
 #include "flash_math.h"
 #include "kernels_cuda.h"
@@ -26,66 +51,116 @@ using namespace nvcuda;
 #define FT FLASH_TILE
 #define TC_WARPS (FT / 16)            // a warp per 16 rows of a tile
 #define TC_THREADS (TC_WARPS * WARP_SIZE)
+// Blocks per SM the compiler must leave registers for: 3 up to head size 64,
+// as many as their shared memory allows on an H100 (61.5 to 70.5 KB a block)
+#define TC_BLOCKS_PER_SM(hs) ((hs) <= 64 ? 3 : 1)
+#define PAD16 8                       // 16 bytes of padding per row of a 16-bit tile
+#define PAD32 4                       // and of an fp32 tile
 
 typedef wmma::fragment<wmma::matrix_a, 16, 16, 16, floatX, wmma::row_major> FragA;
 typedef wmma::fragment<wmma::matrix_b, 16, 16, 16, floatX, wmma::row_major> FragB;   // B stored (k, n)
 typedef wmma::fragment<wmma::matrix_b, 16, 16, 16, floatX, wmma::col_major> FragBt;  // B^T stored (n, k)
 typedef wmma::fragment<wmma::accumulator, 16, 16, 16, float> FragC;
 
-// Shared memory of each kernel, for head size HS (every piece a multiple of
-// 32 bytes long, so each stays 256-bit aligned for wmma)
+// A row of a 16-bit tile of W columns, and of an fp32 one, padded
+template <int W> using Row16 = floatX[W + PAD16];
+template <int W> using Row32 = float[W + PAD32];
+
+// Shared memory of each kernel, for head size HS. Every array is a multiple
+// of 32 bytes long, so each starts 256-bit aligned, as wmma asks.
 template <int HS> struct FwdSmem {
-    floatX q[FT][HS], k[FT][HS], v[FT][HS];
-    float s[FT][FT];   // scores
-    floatX p[FT][FT];  // exp(s - m), 16 bits for the product with v
-    float o[FT][HS];   // the rows' output so far
+    Row16<HS> k[FT], v[FT];
+    Row32<FT> s[FT];              // a key tile's scores; q before the first (as_tile16)
+    Row16<FT> p[FT];              // exp(s - m), 16 bits for the product with v
+    Row32<HS> o[FT];              // the rows' output so far
     float m[FT], l[FT];
 };
 template <int HS> struct DqSmem {
-    floatX q[FT][HS], dy[FT][HS], k[FT][HS], v[FT][HS];
-    float s[FT][FT], dp[FT][FT];
-    floatX ds[FT][FT];
-    float dq[FT][HS];
+    Row16<HS> k[FT], v[FT];
+    Row32<FT> scores[2][FT];      // S and dP of a key tile; q and dy before the first, dq after the last
+    Row16<FT> ds[FT];
     float lse[FT], D[FT];
 };
 template <int HS> struct DkvSmem {
-    floatX k[FT][HS], v[FT][HS], q[FT][HS], dy[FT][HS];
-    float st[FT][FT], dpt[FT][FT];
-    floatX pt[FT][FT], dst[FT][FT];
-    float dk[FT][HS], dv[FT][HS];
+    Row16<HS> q[FT], dy[FT];
+    Row32<FT> scores[2][FT];      // S^T and dP^T of a query tile; k and v before the first, dk and dv after the last
+    Row16<FT> pt[FT], dst[FT];
     float lse[FT], D[FT];
 };
 
-// Rows [t0, t0 + FT) of a (T, stride ld) tensor's HS columns into a tile; rows past T are zeros.
-template <int HS> __device__ inline void load_tile(floatX (*tile)[HS], const floatX *src, int t0, int T, size_t ld) {
-    for (int i = threadIdx.x; i < FT * HS; i += blockDim.x) {
-        int r = i / HS, e = i % HS;
-        tile[r][e] = t0 + r < T ? src[(size_t)(t0 + r) * ld + e] : to_floatX(0.0f);
+// A score tile's memory as a 16-bit tile of HS columns (an operand on its
+// way into fragments) or as an fp32 one (a result on its way out)
+template <int HS> __device__ inline Row16<HS> *as_tile16(Row32<FT> *scores) {
+    static_assert(sizeof(Row16<HS>) <= sizeof(Row32<FT>), "a 16-bit tile fits a score tile");
+    return reinterpret_cast<Row16<HS> *>(scores);
+}
+template <int HS> __device__ inline Row32<HS> *as_tile32(Row32<FT> *scores) {
+    static_assert(sizeof(Row32<HS>) <= 2 * sizeof(Row32<FT>), "an fp32 tile fits two score tiles");
+    return reinterpret_cast<Row32<HS> *>(scores);
+}
+
+// The column a lane visits at step i of a loop over its half of a row of n
+// columns (n/2 steps; two lanes a row): rotated, so no two lanes of a warp
+// meet in one bank (see the top of this file).
+__device__ inline int rotated(int i, int lane, int n) { return (lane % 2) * (n / 2) + (i + lane) % (n / 2); }
+
+// Rows [t0, t0 + FT) of a (T, stride ld) tensor's HS columns into a tile,
+// 8 elements a 16-byte load; rows past T are zeros.
+template <int HS> __device__ inline void load_tile(Row16<HS> *tile, const floatX *src, int t0, int T, size_t ld) {
+    for (int i = threadIdx.x; i < FT * HS / PACK; i += blockDim.x) {
+        int r = i / (HS / PACK), e = i % (HS / PACK) * PACK;
+        Pack<floatX> x = {};
+        if (t0 + r < T) x = *reinterpret_cast<const Pack<floatX> *>(src + (size_t)(t0 + r) * ld + e);
+        *reinterpret_cast<Pack<floatX> *>(&tile[r][e]) = x;
     }
 }
 
-// out (16, 16 n) = a rows (16, K) x b: b's (K, n) tiles read as FragB from
-// b[k][n] (ld_b), or as FragBt from b[n][k] (ld_b) when `transposed`
+// Rows [t0, t0 + FT) below T of an fp32 tile out to a (T, stride ld)
+// tensor's HS columns, 8 elements a 16-byte store: each element times
+// `scale`, or over its row's sum l[r] where l is given.
+template <int HS> __device__ inline void store_tile(floatX *dst, size_t ld, const Row32<HS> *tile, int t0, int T,
+                                                    float scale, const float *l) {
+    for (int i = threadIdx.x; i < FT * HS / PACK; i += blockDim.x) {
+        int r = i / (HS / PACK), e = i % (HS / PACK) * PACK;
+        if (t0 + r >= T) continue;
+        float f = l ? 1.0f / l[r] : scale;
+        Pack<floatX> y;
+        for (int k = 0; k < PACK; k++) y.x[k] = to_floatX(tile[r][e + k] * f);
+        *reinterpret_cast<Pack<floatX> *>(dst + (size_t)(t0 + r) * ld + e) = y;
+    }
+}
+
+// The warp's 16 rows of a 16-bit tile of K columns, as K/16 fragments
+template <int K> __device__ inline void load_rows(FragA (&a)[K / 16], const floatX *rows, int ld) {
+    for (int kk = 0; kk < K / 16; kk++) wmma::load_matrix_sync(a[kk], rows + kk * 16, ld);
+}
+
+// acc (16 x 16) += a (16 x K) x the n-th 16 columns of b (K x 16N): b read
+// from b[k][col] (ld), or from b[col][k] (ld) when `transposed`
 template <int K, bool transposed>
-__device__ inline void warp_product(float *out, int ld_out, const floatX *a, int ld_a, const floatX *b, int ld_b,
-                                    int n_tiles, bool accumulate) {
-    for (int n = 0; n < n_tiles; n++) {
+__device__ inline void mma_columns(FragC &acc, const FragA (&a)[K / 16], const floatX *b, int ld, int n) {
+    for (int kk = 0; kk < K / 16; kk++) {
+        if (transposed) {
+            FragBt fb;
+            wmma::load_matrix_sync(fb, b + (size_t)n * 16 * ld + kk * 16, ld);
+            wmma::mma_sync(acc, a[kk], fb, acc);
+        } else {
+            FragB fb;
+            wmma::load_matrix_sync(fb, b + (size_t)kk * 16 * ld + n * 16, ld);
+            wmma::mma_sync(acc, a[kk], fb, acc);
+        }
+    }
+}
+
+// out (16 x 16N, fp32, ld_out) = a x b, plus what out holds where `accumulate`
+template <int K, int N, bool transposed>
+__device__ inline void warp_product(float *out, int ld_out, const FragA (&a)[K / 16], const floatX *b, int ld,
+                                    bool accumulate) {
+    for (int n = 0; n < N; n++) {
         FragC acc;
         if (accumulate) wmma::load_matrix_sync(acc, out + n * 16, ld_out, wmma::mem_row_major);
         else wmma::fill_fragment(acc, 0.0f);
-        for (int kk = 0; kk < K / 16; kk++) {
-            FragA fa;
-            wmma::load_matrix_sync(fa, a + kk * 16, ld_a);
-            if (transposed) {
-                FragBt fb;
-                wmma::load_matrix_sync(fb, b + (size_t)n * 16 * ld_b + kk * 16, ld_b);
-                wmma::mma_sync(acc, fa, fb, acc);
-            } else {
-                FragB fb;
-                wmma::load_matrix_sync(fb, b + (size_t)kk * 16 * ld_b + n * 16, ld_b);
-                wmma::mma_sync(acc, fa, fb, acc);
-            }
-        }
+        mma_columns<K, transposed>(acc, a, b, ld, n);
         wmma::store_matrix_sync(out + n * 16, acc, ld_out, wmma::mem_row_major);
     }
 }
@@ -93,114 +168,142 @@ __device__ inline void warp_product(float *out, int ld_out, const floatX *a, int
 // ---- forward ----------------------------------------------------------------------------
 
 template <int HS>
-__global__ void __launch_bounds__(TC_THREADS)
+__global__ void __launch_bounds__(TC_THREADS, TC_BLOCKS_PER_SM(HS))
     flash_forward_tc_kernel(floatX *out, float *lse, const floatX *qkv, int T, int C, int NH) {
     extern __shared__ __align__(128) unsigned char smem_raw[];
     FwdSmem<HS> &sm = *reinterpret_cast<FwdSmem<HS> *>(smem_raw);
-    int warp = threadIdx.x / WARP_SIZE, lane = threadIdx.x % WARP_SIZE, i0 = blockIdx.x * FT;
+    int warp = threadIdx.x / WARP_SIZE, lane = threadIdx.x % WARP_SIZE;
+    int i0 = (gridDim.x - 1 - blockIdx.x) * FT;  // the last query tiles, the longest, first
     size_t bh = blockIdx.y, b = bh / NH, h = bh % NH, ld = 3 * (size_t)C;
     const floatX *q = qkv + b * T * ld + h * HS, *k = q + C, *v = q + 2 * C;
     float scale = flash_scale(HS);
-    load_tile<HS>(sm.q, q, i0, T, ld);
+    Row16<HS> *q_in = as_tile16<HS>(sm.s);
+    load_tile<HS>(q_in, q, i0, T, ld);
     for (int i = threadIdx.x; i < FT * HS; i += blockDim.x) sm.o[i / HS][i % HS] = 0.0f;
     for (int i = threadIdx.x; i < FT; i += blockDim.x) sm.m[i] = -INFINITY, sm.l[i] = 0.0f;
+    __syncthreads();
     int r0 = warp * 16, r = r0 + lane / 2, half = lane % 2;  // this lane's row, and which half of it
+    FragA qf[HS / 16];
+    load_rows<HS>(qf, &q_in[r0][0], HS + PAD16);
     for (int j0 = 0; j0 <= i0; j0 += FT) {
-        __syncthreads();  // the last tile's k and v are read; q, o, m, l are written
+        __syncthreads();  // every warp holds its q and is done with the last tile's k and v
         load_tile<HS>(sm.k, k, j0, T, ld);
         load_tile<HS>(sm.v, v, j0, T, ld);
         __syncthreads();
-        warp_product<HS, true>(&sm.s[r0][0], FT, &sm.q[r0][0], HS, &sm.k[0][0], HS, FT / 16, false);
+        warp_product<HS, FT / 16, true>(&sm.s[r0][0], FT + PAD32, qf, &sm.k[0][0], HS + PAD16, false);
         __syncwarp();
-        int n = flash_visible(i0, r, j0, T - j0 < FT ? T - j0 : FT), c0 = half * (FT / 2);
+        int n = flash_visible(i0, r, j0, T - j0 < FT ? T - j0 : FT);
         float tile_max = -INFINITY, sum = 0.0f;
-        for (int c = c0; c < c0 + FT / 2; c++)
+        for (int i = 0; i < FT / 2; i++) {
+            int c = rotated(i, lane, FT);
             if (c < n) tile_max = fmaxf(tile_max, sm.s[r][c] * scale);
+        }
         tile_max = fmaxf(tile_max, __shfl_xor_sync(FULL_MASK, tile_max, 1));
         float m_old = sm.m[r], m_new = flash_running_max(m_old, tile_max), corr = flash_rescale(m_old, m_new);
-        for (int c = c0; c < c0 + FT / 2; c++) {
+        for (int i = 0; i < FT / 2; i++) {
+            int c = rotated(i, lane, FT);
             float p = c < n ? expf(sm.s[r][c] * scale - m_new) : 0.0f;
             sm.p[r][c] = to_floatX(p);
             sum += p;
         }
         sum += __shfl_xor_sync(FULL_MASK, sum, 1);
-        for (int e = half * (HS / 2); e < (half + 1) * (HS / 2); e++) sm.o[r][e] *= corr;
-        __syncwarp();  // both halves have read m
+        if (corr != 1.0f)  // the maximum moved (both lanes of the row agree)
+            for (int i = 0; i < HS / 2; i++) sm.o[r][rotated(i, lane, HS)] *= corr;
+        __syncwarp();  // both halves have read m; p and o are written
         if (half == 0) sm.m[r] = m_new, sm.l[r] = sm.l[r] * corr + sum;
-        warp_product<FT, false>(&sm.o[r0][0], HS, &sm.p[r0][0], FT, &sm.v[0][0], HS, HS / 16, true);
+        FragA pf[FT / 16];
+        load_rows<FT>(pf, &sm.p[r0][0], FT + PAD16);
+        warp_product<FT, HS / 16, false>(&sm.o[r0][0], HS + PAD32, pf, &sm.v[0][0], HS + PAD16, true);
     }
-    __syncwarp();
-    int t = i0 + r;
-    if (t >= T) return;
-    float inv = 1.0f / sm.l[r];
-    floatX *y = out + (b * T + t) * (size_t)C + h * HS;
-    for (int e = half * (HS / 2); e < (half + 1) * (HS / 2); e++) y[e] = to_floatX(sm.o[r][e] * inv);
-    if (half == 0) lse[bh * T + t] = flash_lse(sm.m[r], sm.l[r]);
+    __syncthreads();  // every row's o, m and l are final
+    store_tile<HS>(out + b * T * (size_t)C + h * HS, C, sm.o, i0, T, 1.0f, sm.l);
+    for (int i = threadIdx.x; i < FT; i += blockDim.x)
+        if (i0 + i < T) lse[bh * T + i0 + i] = flash_lse(sm.m[i], sm.l[i]);
 }
 
 // ---- backward: dq ------------------------------------------------------------------------
 
 template <int HS>
-__global__ void __launch_bounds__(TC_THREADS)
+__global__ void __launch_bounds__(TC_THREADS, TC_BLOCKS_PER_SM(HS))
     flash_dq_tc_kernel(floatX *dqkv, const floatX *dout, const floatX *qkv, const float *lse, const float *D, int T,
                        int C, int NH) {
     extern __shared__ __align__(128) unsigned char smem_raw[];
     DqSmem<HS> &sm = *reinterpret_cast<DqSmem<HS> *>(smem_raw);
-    int warp = threadIdx.x / WARP_SIZE, lane = threadIdx.x % WARP_SIZE, i0 = blockIdx.x * FT;
+    int warp = threadIdx.x / WARP_SIZE, lane = threadIdx.x % WARP_SIZE;
+    int i0 = (gridDim.x - 1 - blockIdx.x) * FT;  // the last query tiles, the longest, first
     size_t bh = blockIdx.y, b = bh / NH, h = bh % NH, ld = 3 * (size_t)C;
     const floatX *q = qkv + b * T * ld + h * HS, *k = q + C, *v = q + 2 * C;
     const floatX *dy = dout + b * T * (size_t)C + h * HS;
     float scale = flash_scale(HS);
-    load_tile<HS>(sm.q, q, i0, T, ld);
-    load_tile<HS>(sm.dy, dy, i0, T, C);
-    for (int i = threadIdx.x; i < FT * HS; i += blockDim.x) sm.dq[i / HS][i % HS] = 0.0f;
+    Row16<HS> *q_in = as_tile16<HS>(sm.scores[0]), *dy_in = as_tile16<HS>(sm.scores[1]);
+    load_tile<HS>(q_in, q, i0, T, ld);
+    load_tile<HS>(dy_in, dy, i0, T, C);
     for (int i = threadIdx.x; i < FT; i += blockDim.x) {
         sm.lse[i] = i0 + i < T ? lse[bh * T + i0 + i] : 0.0f;
         sm.D[i] = i0 + i < T ? D[bh * T + i0 + i] : 0.0f;
     }
-    int r0 = warp * 16, r = r0 + lane / 2, half = lane % 2;
+    __syncthreads();
+    int r0 = warp * 16, r = r0 + lane / 2;
+    FragA qf[HS / 16], dyf[HS / 16];
+    load_rows<HS>(qf, &q_in[r0][0], HS + PAD16);
+    load_rows<HS>(dyf, &dy_in[r0][0], HS + PAD16);
+    FragC dq[HS / 16];
+    for (int n = 0; n < HS / 16; n++) wmma::fill_fragment(dq[n], 0.0f);
+    Row32<FT> *s = sm.scores[0], *dp = sm.scores[1];
     for (int j0 = 0; j0 <= i0; j0 += FT) {
-        __syncthreads();
+        __syncthreads();  // every warp holds its q and dy and is done with the last tile's k
         load_tile<HS>(sm.k, k, j0, T, ld);
         load_tile<HS>(sm.v, v, j0, T, ld);
         __syncthreads();
-        warp_product<HS, true>(&sm.s[r0][0], FT, &sm.q[r0][0], HS, &sm.k[0][0], HS, FT / 16, false);
-        warp_product<HS, true>(&sm.dp[r0][0], FT, &sm.dy[r0][0], HS, &sm.v[0][0], HS, FT / 16, false);
+        warp_product<HS, FT / 16, true>(&s[r0][0], FT + PAD32, qf, &sm.k[0][0], HS + PAD16, false);
+        warp_product<HS, FT / 16, true>(&dp[r0][0], FT + PAD32, dyf, &sm.v[0][0], HS + PAD16, false);
         __syncwarp();
         int n = flash_visible(i0, r, j0, T - j0 < FT ? T - j0 : FT);
-        for (int c = half * (FT / 2); c < (half + 1) * (FT / 2); c++) {
-            float p = c < n ? flash_prob(sm.s[r][c] * scale, sm.lse[r]) : 0.0f;
-            sm.ds[r][c] = to_floatX(flash_dscore(p, sm.dp[r][c], sm.D[r]));
+        for (int i = 0; i < FT / 2; i++) {
+            int c = rotated(i, lane, FT);
+            float p = c < n ? flash_prob(s[r][c] * scale, sm.lse[r]) : 0.0f;
+            sm.ds[r][c] = to_floatX(flash_dscore(p, dp[r][c], sm.D[r]));
         }
         __syncwarp();
-        warp_product<FT, false>(&sm.dq[r0][0], HS, &sm.ds[r0][0], FT, &sm.k[0][0], HS, HS / 16, true);
+        FragA dsf[FT / 16];
+        load_rows<FT>(dsf, &sm.ds[r0][0], FT + PAD16);
+        for (int n = 0; n < HS / 16; n++) mma_columns<FT, false>(dq[n], dsf, &sm.k[0][0], HS + PAD16, n);
     }
-    __syncwarp();
-    int t = i0 + r;
-    if (t >= T) return;
-    floatX *dq = dqkv + b * T * ld + h * HS + (size_t)t * ld;
-    for (int e = half * (HS / 2); e < (half + 1) * (HS / 2); e++) dq[e] = to_floatX(scale * sm.dq[r][e]);
+    __syncthreads();  // every warp is done with the scores: dq leaves through them
+    Row32<HS> *out = as_tile32<HS>(sm.scores[0]);
+    for (int n = 0; n < HS / 16; n++)
+        wmma::store_matrix_sync(&out[r0][n * 16], dq[n], HS + PAD32, wmma::mem_row_major);
+    __syncthreads();
+    store_tile<HS>(dqkv + b * T * ld + h * HS, ld, out, i0, T, scale, nullptr);
 }
 
 // ---- backward: dk and dv -------------------------------------------------------------------
 
 template <int HS>
-__global__ void __launch_bounds__(TC_THREADS)
+__global__ void __launch_bounds__(TC_THREADS, TC_BLOCKS_PER_SM(HS))
     flash_dkv_tc_kernel(floatX *dqkv, const floatX *dout, const floatX *qkv, const float *lse, const float *D, int T,
                         int C, int NH) {
     extern __shared__ __align__(128) unsigned char smem_raw[];
     DkvSmem<HS> &sm = *reinterpret_cast<DkvSmem<HS> *>(smem_raw);
-    int warp = threadIdx.x / WARP_SIZE, lane = threadIdx.x % WARP_SIZE, j0 = blockIdx.x * FT;
+    int warp = threadIdx.x / WARP_SIZE, lane = threadIdx.x % WARP_SIZE;
+    int j0 = blockIdx.x * FT;  // the first key tiles, the longest, first
     size_t bh = blockIdx.y, b = bh / NH, h = bh % NH, ld = 3 * (size_t)C;
     const floatX *q = qkv + b * T * ld + h * HS, *k = q + C, *v = q + 2 * C;
     const floatX *dy = dout + b * T * (size_t)C + h * HS;
     float scale = flash_scale(HS);
-    load_tile<HS>(sm.k, k, j0, T, ld);
-    load_tile<HS>(sm.v, v, j0, T, ld);
-    for (int i = threadIdx.x; i < FT * HS; i += blockDim.x) sm.dk[i / HS][i % HS] = sm.dv[i / HS][i % HS] = 0.0f;
-    int r0 = warp * 16, r = r0 + lane / 2, half = lane % 2;  // r: the key j0 + r
+    Row16<HS> *k_in = as_tile16<HS>(sm.scores[0]), *v_in = as_tile16<HS>(sm.scores[1]);
+    load_tile<HS>(k_in, k, j0, T, ld);
+    load_tile<HS>(v_in, v, j0, T, ld);
+    __syncthreads();
+    int r0 = warp * 16, r = r0 + lane / 2;  // r: the key j0 + r
+    FragA kf[HS / 16], vf[HS / 16];
+    load_rows<HS>(kf, &k_in[r0][0], HS + PAD16);
+    load_rows<HS>(vf, &v_in[r0][0], HS + PAD16);
+    FragC dk[HS / 16], dv[HS / 16];
+    for (int n = 0; n < HS / 16; n++) wmma::fill_fragment(dk[n], 0.0f), wmma::fill_fragment(dv[n], 0.0f);
+    Row32<FT> *st = sm.scores[0], *dpt = sm.scores[1];
     for (int i0 = j0; i0 < T; i0 += FT) {
-        __syncthreads();
+        __syncthreads();  // every warp holds its k and v and is done with the last tile's q and dy
         load_tile<HS>(sm.q, q, i0, T, ld);
         load_tile<HS>(sm.dy, dy, i0, T, C);
         for (int i = threadIdx.x; i < FT; i += blockDim.x) {
@@ -208,29 +311,39 @@ __global__ void __launch_bounds__(TC_THREADS)
             sm.D[i] = i0 + i < T ? D[bh * T + i0 + i] : 0.0f;
         }
         __syncthreads();
-        warp_product<HS, true>(&sm.st[r0][0], FT, &sm.k[r0][0], HS, &sm.q[0][0], HS, FT / 16, false);
-        warp_product<HS, true>(&sm.dpt[r0][0], FT, &sm.v[r0][0], HS, &sm.dy[0][0], HS, FT / 16, false);
+        warp_product<HS, FT / 16, true>(&st[r0][0], FT + PAD32, kf, &sm.q[0][0], HS + PAD16, false);
+        warp_product<HS, FT / 16, true>(&dpt[r0][0], FT + PAD32, vf, &sm.dy[0][0], HS + PAD16, false);
         __syncwarp();
         // key j0 + r sees the queries t >= j0 + r below T: columns c >= first
         int first = j0 + r - i0, last = T - i0;
-        for (int c = half * (FT / 2); c < (half + 1) * (FT / 2); c++) {
+        for (int i = 0; i < FT / 2; i++) {
+            int c = rotated(i, lane, FT);
             bool seen = c >= first && c < last;
-            float p = seen ? flash_prob(sm.st[r][c] * scale, sm.lse[c]) : 0.0f;
+            float p = seen ? flash_prob(st[r][c] * scale, sm.lse[c]) : 0.0f;
             sm.pt[r][c] = to_floatX(p);
-            sm.dst[r][c] = to_floatX(flash_dscore(p, sm.dpt[r][c], sm.D[c]));
+            sm.dst[r][c] = to_floatX(flash_dscore(p, dpt[r][c], sm.D[c]));
         }
         __syncwarp();
-        warp_product<FT, false>(&sm.dv[r0][0], HS, &sm.pt[r0][0], FT, &sm.dy[0][0], HS, HS / 16, true);
-        warp_product<FT, false>(&sm.dk[r0][0], HS, &sm.dst[r0][0], FT, &sm.q[0][0], HS, HS / 16, true);
+        FragA ptf[FT / 16], dstf[FT / 16];
+        load_rows<FT>(ptf, &sm.pt[r0][0], FT + PAD16);
+        load_rows<FT>(dstf, &sm.dst[r0][0], FT + PAD16);
+        for (int n = 0; n < HS / 16; n++) {
+            mma_columns<FT, false>(dv[n], ptf, &sm.dy[0][0], HS + PAD16, n);
+            mma_columns<FT, false>(dk[n], dstf, &sm.q[0][0], HS + PAD16, n);
+        }
     }
-    __syncwarp();
-    int s = j0 + r;
-    if (s >= T) return;
-    floatX *dk = dqkv + b * T * ld + h * HS + C + (size_t)s * ld, *dv = dk + C;
-    for (int e = half * (HS / 2); e < (half + 1) * (HS / 2); e++) {
-        dk[e] = to_floatX(scale * sm.dk[r][e]);
-        dv[e] = to_floatX(sm.dv[r][e]);
-    }
+    __syncthreads();  // every warp is done with the scores: dk, then dv, leave through them
+    Row32<HS> *out = as_tile32<HS>(sm.scores[0]);
+    floatX *dk_out = dqkv + b * T * ld + h * HS + C, *dv_out = dk_out + C;
+    for (int n = 0; n < HS / 16; n++)
+        wmma::store_matrix_sync(&out[r0][n * 16], dk[n], HS + PAD32, wmma::mem_row_major);
+    __syncthreads();
+    store_tile<HS>(dk_out, ld, out, j0, T, scale, nullptr);
+    __syncthreads();
+    for (int n = 0; n < HS / 16; n++)
+        wmma::store_matrix_sync(&out[r0][n * 16], dv[n], HS + PAD32, wmma::mem_row_major);
+    __syncthreads();
+    store_tile<HS>(dv_out, ld, out, j0, T, 1.0f, nullptr);
 }
 
 // ---- launches --------------------------------------------------------------------------------
@@ -274,7 +387,11 @@ static bool backward_tc(Device *d, floatX *dqkv, const floatX *dout, const float
     return true;
 }
 
+// Tiles move in 16-byte loads and stores: the tensors must start 16-byte
+// aligned (their rows are, C being a multiple of the head size). The
+// warp-per-row kernels take what does not.
 bool flash_tc_forward(Device *d, act *out, float *lse, const act *qkv, int B, int T, int C, int NH) {
+    if (!aligned16(out) || !aligned16(qkv)) return false;
     floatX *o = (floatX *)out;
     const floatX *x = (const floatX *)qkv;
     switch (C / NH) {
@@ -288,6 +405,7 @@ bool flash_tc_forward(Device *d, act *out, float *lse, const act *qkv, int B, in
 
 bool flash_tc_backward(Device *d, act *dqkv, const act *dout, const act *qkv, const float *lse, const float *D,
                        int B, int T, int C, int NH) {
+    if (!aligned16(dqkv) || !aligned16(dout) || !aligned16(qkv)) return false;
     floatX *dx = (floatX *)dqkv;
     const floatX *dy = (const floatX *)dout, *x = (const floatX *)qkv;
     switch (C / NH) {
