@@ -23,23 +23,28 @@
 //   fragments once, and the backward's sums dq, dk and dv stay in
 //   accumulator fragments until the end, when they go out through shared
 //   memory in 16-byte stores.
-// - No shared-memory bank conflicts, by construction (bench/cuda.sh counts
-//   them on a GPU with Nsight Compute). Shared memory has 32 banks of 4
-//   bytes; where a row's length is a multiple of 128 bytes, every row starts
-//   in bank 0. So each row is padded by 16 bytes (PAD16 16-bit or PAD32 fp32
-//   elements): the 8 rows a fragment load reads at once start 4 banks apart.
-//   The row-wise loops (two lanes a row, each over half its columns) visit
-//   the columns in a rotated order, column (i + lane) mod n/2 of the lane's
-//   half at step i, so that the 32 lanes' elements lie in 32 different banks
-//   at head sizes 64 and 128 (2-way conflicts remain in half the steps over a
-//   16-bit tile, and over O at head sizes 16 and 32). In column order, as
-//   before, all 16 rows' elements lay in one bank: 16- to 32-way conflicts
-//   in every step of those loops.
+// - Few shared-memory bank conflicts (figures from a model of the lanes'
+//   addresses; bench/cuda.sh counts them on a GPU with Nsight Compute).
+//   Shared memory has 32 banks of 4 bytes; where a row's length is a
+//   multiple of 128 bytes, every row starts in bank 0. So the rows are
+//   padded: a 16-bit tile's by 16 bytes (PAD16), which puts the 8 rows a
+//   fragment load reads at once in 8 different groups of 4 banks at head
+//   sizes 64 and 128 (12 and 20 banks apart at 16 and 32); an fp32 tile's by
+//   32 bytes (PAD32), as its fragments move 8 bytes a lane, 4 rows of 32
+//   bytes a half-warp, each row 8 banks on. The row-wise loops (two lanes a
+//   row, each over half its columns) visit the columns in a rotated order,
+//   column (i + lane) mod n/2 of the lane's half at step i, so that the 32
+//   lanes' elements lie in 32 different banks over the scores and over O at
+//   head sizes 64 and 128; over a 16-bit tile 2-way conflicts remain in half
+//   the steps, and over O 2-way at head size 32, 4-way at 16. In column
+//   order, as before, all 16 rows' elements lay in one bank: 16- to 32-way
+//   conflicts in every step of those loops.
 // - The tiles a block needs only before its first key (or query) tile share
 //   memory with the score tiles, and the results leave through them, so 3
 //   blocks fit an SM at head size 64.
-// - The causal grid runs its longest blocks first: the query tiles from the
-//   last (they see the most keys), the key tiles from the first.
+// - The causal grid runs its longest blocks first: the tile is the grid's
+//   slow dimension (y), so every head's last query tiles (they see the most
+//   keys), or first key tiles, start before any head's shorter ones.
 #include <mma.h>
 #include "flash_math.h"
 #include "kernels_cuda.h"
@@ -51,11 +56,16 @@ using namespace nvcuda;
 #define FT FLASH_TILE
 #define TC_WARPS (FT / 16)            // a warp per 16 rows of a tile
 #define TC_THREADS (TC_WARPS * WARP_SIZE)
-// Blocks per SM the compiler must leave registers for: 3 up to head size 64,
-// as many as their shared memory allows on an H100 (61.5 to 70.5 KB a block)
+// Blocks per SM the compiler must leave registers for, up to head size 64:
+// as many as their shared memory allows (63.5 to 72.5 KB a block), 3 on an
+// H100's 228 KB, 2 on an A100's 164 KB
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ < 900
+#define TC_BLOCKS_PER_SM(hs) ((hs) <= 64 ? 2 : 1)
+#else
 #define TC_BLOCKS_PER_SM(hs) ((hs) <= 64 ? 3 : 1)
+#endif
 #define PAD16 8                       // 16 bytes of padding per row of a 16-bit tile
-#define PAD32 4                       // and of an fp32 tile
+#define PAD32 8                       // 32 bytes of an fp32 tile
 
 typedef wmma::fragment<wmma::matrix_a, 16, 16, 16, floatX, wmma::row_major> FragA;
 typedef wmma::fragment<wmma::matrix_b, 16, 16, 16, floatX, wmma::row_major> FragB;   // B stored (k, n)
@@ -91,17 +101,17 @@ template <int HS> struct DkvSmem {
 // A score tile's memory as a 16-bit tile of HS columns (an operand on its
 // way into fragments) or as an fp32 one (a result on its way out)
 template <int HS> __device__ inline Row16<HS> *as_tile16(Row32<FT> *scores) {
-    static_assert(sizeof(Row16<HS>) <= sizeof(Row32<FT>), "a 16-bit tile fits a score tile");
+    static_assert(sizeof(Row16<HS>[FT]) <= sizeof(Row32<FT>[FT]), "a 16-bit tile fits a score tile");
     return reinterpret_cast<Row16<HS> *>(scores);
 }
-template <int HS> __device__ inline Row32<HS> *as_tile32(Row32<FT> *scores) {
-    static_assert(sizeof(Row32<HS>) <= 2 * sizeof(Row32<FT>), "an fp32 tile fits two score tiles");
+template <int HS> __device__ inline Row32<HS> *as_tile32(Row32<FT> (&scores)[2][FT]) {
+    static_assert(sizeof(Row32<HS>[FT]) <= sizeof(scores), "an fp32 tile fits the two score tiles");
     return reinterpret_cast<Row32<HS> *>(scores);
 }
 
 // The column a lane visits at step i of a loop over its half of a row of n
-// columns (n/2 steps; two lanes a row): rotated, so no two lanes of a warp
-// meet in one bank (see the top of this file).
+// columns (n/2 steps; two lanes a row): rotated, so that the lanes of a
+// warp spread over the banks (see the top of this file).
 __device__ inline int rotated(int i, int lane, int n) { return (lane % 2) * (n / 2) + (i + lane) % (n / 2); }
 
 // Rows [t0, t0 + FT) of a (T, stride ld) tensor's HS columns into a tile,
@@ -173,8 +183,8 @@ __global__ void __launch_bounds__(TC_THREADS, TC_BLOCKS_PER_SM(HS))
     extern __shared__ __align__(128) unsigned char smem_raw[];
     FwdSmem<HS> &sm = *reinterpret_cast<FwdSmem<HS> *>(smem_raw);
     int warp = threadIdx.x / WARP_SIZE, lane = threadIdx.x % WARP_SIZE;
-    int i0 = (gridDim.x - 1 - blockIdx.x) * FT;  // the last query tiles, the longest, first
-    size_t bh = blockIdx.y, b = bh / NH, h = bh % NH, ld = 3 * (size_t)C;
+    int i0 = (gridDim.y - 1 - blockIdx.y) * FT;  // the last query tiles, the longest, first
+    size_t bh = blockIdx.x, b = bh / NH, h = bh % NH, ld = 3 * (size_t)C;
     const floatX *q = qkv + b * T * ld + h * HS, *k = q + C, *v = q + 2 * C;
     float scale = flash_scale(HS);
     Row16<HS> *q_in = as_tile16<HS>(sm.s);
@@ -230,8 +240,8 @@ __global__ void __launch_bounds__(TC_THREADS, TC_BLOCKS_PER_SM(HS))
     extern __shared__ __align__(128) unsigned char smem_raw[];
     DqSmem<HS> &sm = *reinterpret_cast<DqSmem<HS> *>(smem_raw);
     int warp = threadIdx.x / WARP_SIZE, lane = threadIdx.x % WARP_SIZE;
-    int i0 = (gridDim.x - 1 - blockIdx.x) * FT;  // the last query tiles, the longest, first
-    size_t bh = blockIdx.y, b = bh / NH, h = bh % NH, ld = 3 * (size_t)C;
+    int i0 = (gridDim.y - 1 - blockIdx.y) * FT;  // the last query tiles, the longest, first
+    size_t bh = blockIdx.x, b = bh / NH, h = bh % NH, ld = 3 * (size_t)C;
     const floatX *q = qkv + b * T * ld + h * HS, *k = q + C, *v = q + 2 * C;
     const floatX *dy = dout + b * T * (size_t)C + h * HS;
     float scale = flash_scale(HS);
@@ -270,7 +280,7 @@ __global__ void __launch_bounds__(TC_THREADS, TC_BLOCKS_PER_SM(HS))
         for (int n = 0; n < HS / 16; n++) mma_columns<FT, false>(dq[n], dsf, &sm.k[0][0], HS + PAD16, n);
     }
     __syncthreads();  // every warp is done with the scores: dq leaves through them
-    Row32<HS> *out = as_tile32<HS>(sm.scores[0]);
+    Row32<HS> *out = as_tile32<HS>(sm.scores);
     for (int n = 0; n < HS / 16; n++)
         wmma::store_matrix_sync(&out[r0][n * 16], dq[n], HS + PAD32, wmma::mem_row_major);
     __syncthreads();
@@ -286,8 +296,8 @@ __global__ void __launch_bounds__(TC_THREADS, TC_BLOCKS_PER_SM(HS))
     extern __shared__ __align__(128) unsigned char smem_raw[];
     DkvSmem<HS> &sm = *reinterpret_cast<DkvSmem<HS> *>(smem_raw);
     int warp = threadIdx.x / WARP_SIZE, lane = threadIdx.x % WARP_SIZE;
-    int j0 = blockIdx.x * FT;  // the first key tiles, the longest, first
-    size_t bh = blockIdx.y, b = bh / NH, h = bh % NH, ld = 3 * (size_t)C;
+    int j0 = blockIdx.y * FT;  // the first key tiles, the longest, first
+    size_t bh = blockIdx.x, b = bh / NH, h = bh % NH, ld = 3 * (size_t)C;
     const floatX *q = qkv + b * T * ld + h * HS, *k = q + C, *v = q + 2 * C;
     const floatX *dy = dout + b * T * (size_t)C + h * HS;
     float scale = flash_scale(HS);
@@ -333,7 +343,7 @@ __global__ void __launch_bounds__(TC_THREADS, TC_BLOCKS_PER_SM(HS))
         }
     }
     __syncthreads();  // every warp is done with the scores: dk, then dv, leave through them
-    Row32<HS> *out = as_tile32<HS>(sm.scores[0]);
+    Row32<HS> *out = as_tile32<HS>(sm.scores);
     floatX *dk_out = dqkv + b * T * ld + h * HS + C, *dv_out = dk_out + C;
     for (int n = 0; n < HS / 16; n++)
         wmma::store_matrix_sync(&out[r0][n * 16], dk[n], HS + PAD32, wmma::mem_row_major);
@@ -362,7 +372,7 @@ static bool forward_tc(Device *d, floatX *out, float *lse, const floatX *qkv, in
     if (sizeof(FwdSmem<HS>) > cuda_impl(d)->smem_optin) return false;
     void (*flash_forward_tc)(floatX *, float *, const floatX *, int, int, int) = flash_forward_tc_kernel<HS>;
     opt_in(flash_forward_tc, sizeof(FwdSmem<HS>));
-    dim3 grid((unsigned)ceil_div((size_t)T, FT), (unsigned)(B * NH));
+    dim3 grid((unsigned)(B * NH), (unsigned)ceil_div((size_t)T, FT));  // the tile the slow dimension
     flash_forward_tc<<<grid, TC_THREADS, sizeof(FwdSmem<HS>), cuda_stream(d, STREAM_COMPUTE)>>>(out, lse, qkv, T, C,
                                                                                                NH);
     LAUNCH_CHECK();
@@ -379,7 +389,7 @@ static bool backward_tc(Device *d, floatX *dqkv, const floatX *dout, const float
     opt_in(flash_dq_tc, sizeof(DqSmem<HS>));
     opt_in(flash_dkv_tc, sizeof(DkvSmem<HS>));
     cudaStream_t st = cuda_stream(d, STREAM_COMPUTE);
-    dim3 grid((unsigned)ceil_div((size_t)T, FT), (unsigned)(B * NH));
+    dim3 grid((unsigned)(B * NH), (unsigned)ceil_div((size_t)T, FT));  // the tile the slow dimension
     flash_dq_tc<<<grid, TC_THREADS, sizeof(DqSmem<HS>), st>>>(dqkv, dout, qkv, lse, D, T, C, NH);
     LAUNCH_CHECK();
     flash_dkv_tc<<<grid, TC_THREADS, sizeof(DkvSmem<HS>), st>>>(dqkv, dout, qkv, lse, D, T, C, NH);
