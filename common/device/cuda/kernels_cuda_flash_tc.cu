@@ -41,7 +41,7 @@
 //   conflicts in every step of those loops.
 // - The tiles a block needs only before its first key (or query) tile share
 //   memory with the score tiles, and the results leave through them, so 3
-//   blocks fit an SM at head size 64.
+//   blocks fit an H100's SM at head size 64 (2 an A100's).
 // - The causal grid runs its longest blocks first: the tile is the grid's
 //   slow dimension (y), so every head's last query tiles (they see the most
 //   keys), or first key tiles, start before any head's shorter ones.
