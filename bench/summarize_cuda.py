@@ -57,35 +57,44 @@ for r in rows:
     r["memory_over"] = {t["trainer"]: r["peak_device_bytes"] / t["peak_device_bytes"]
                         for t in torch_rows if t["peak_device_bytes"]}
 
-kernels = defaultdict(lambda: [0, 0.0])  # name -> [launches, ns]
-kernel_csv = out / "cuda_kernels.csv"
-if kernel_csv.exists():
-    lines = [l for l in kernel_csv.read_text().splitlines() if l.startswith('"')]
+UNITS = {"": 1, "nsecond": 1, "usecond": 1e3, "msecond": 1e6, "second": 1e9}  # to plain counts, times to ns
+
+
+def ncu_records(name):
+    """(kernel, metric, value) of each row of an `ncu --csv` file in `out`, values in ns where a time"""
+    path = out / name
+    if not path.exists():
+        return
+    lines = [l for l in path.read_text().splitlines() if l.startswith('"')]  # past ncu's own lines
     for rec in csv.DictReader(lines):
-        if rec.get("Metric Name") == "gpu__time_duration.sum":
-            unit = {"nsecond": 1, "usecond": 1e3, "msecond": 1e6}.get(rec.get("Metric Unit", "nsecond"), 1)
-            k = kernels[rec["Kernel Name"].split("(")[0]]
-            k[0] += 1
-            k[1] += float(rec["Metric Value"].replace(",", "")) * unit
+        unit = UNITS.get(rec.get("Metric Unit", ""))
+        if unit is None:  # a scaled count or size: left out rather than misread
+            print(f"summarize_cuda: {name}: {rec.get('Metric Name')} in {rec.get('Metric Unit')!r} left out",
+                  file=sys.stderr)
+            continue
+        yield rec["Kernel Name"].split("(")[0], rec.get("Metric Name", ""), float(
+            rec["Metric Value"].replace(",", "")) * unit
+
+
+kernels = defaultdict(lambda: [0, 0.0])  # name -> [launches, ns]
+for name, metric, value in ncu_records("cuda_kernels.csv"):
+    if metric == "gpu__time_duration.sum":
+        kernels[name][0] += 1
+        kernels[name][1] += value
 total_ns = sum(v[1] for v in kernels.values())
+kernel_rows = sorted(({"kernel": n, "launches": v[0], "ms": v[1] / 1e6, "share": v[1] / total_ns}
+                      for n, v in kernels.items()), key=lambda r: -r["ms"])
 
 # the flash kernels' shared memory: wavefronts, and those that bank conflicts added
 smem = defaultdict(lambda: {"launches": 0, "wavefronts": 0, "conflicts": 0})
-smem_csv = out / "cuda_flash_smem.csv"
-if smem_csv.exists():
-    lines = [l for l in smem_csv.read_text().splitlines() if l.startswith('"')]
-    for rec in csv.DictReader(lines):
-        name, metric = rec["Kernel Name"].split("(")[0], rec.get("Metric Name", "")
-        value = float(rec["Metric Value"].replace(",", ""))
-        if metric == "l1tex__data_pipe_lsu_wavefronts_mem_shared.sum":
-            smem[name]["launches"] += 1
-            smem[name]["wavefronts"] += value
-        elif metric.startswith("l1tex__data_bank_conflicts_pipe_lsu_mem_shared_op_"):
-            smem[name]["conflicts"] += value
+for name, metric, value in ncu_records("cuda_flash_smem.csv"):
+    if metric == "l1tex__data_pipe_lsu_wavefronts_mem_shared.sum":
+        smem[name]["launches"] += 1
+        smem[name]["wavefronts"] += value
+    elif metric.startswith("l1tex__data_bank_conflicts_pipe_lsu_mem_shared_op_"):
+        smem[name]["conflicts"] += value
 smem_rows = [{"kernel": n, **v, "conflict_share": v["conflicts"] / v["wavefronts"] if v["wavefronts"] else None}
              for n, v in sorted(smem.items())]
-kernel_rows = sorted(({"kernel": n, "launches": v[0], "ms": v[1] / 1e6, "share": v[1] / total_ns}
-                      for n, v in kernels.items()), key=lambda r: -r["ms"])
 
 device = next((r["device"] for r in records("cuda_workbench.json")), None)
 if not as_table:
