@@ -7,6 +7,7 @@
 #include <errno.h>
 #include <execinfo.h>
 #include <signal.h>
+#include <stdatomic.h>
 #include <stdio.h>
 #include <string.h>
 #include <unistd.h>
@@ -31,6 +32,7 @@ static struct {
     char checkpoint[2][NOTE_BYTES];
     volatile sig_atomic_t current;  // -1: no checkpoint yet
     volatile sig_atomic_t ending;   // the process is already on its way out (stop_ending)
+    atomic_int held, pending;       // stop_hold's, and the signal that came meanwhile
     int rank;
 } g_stop = {.current = -1};
 
@@ -80,6 +82,34 @@ void stop_note_checkpoint(const char *dir, long step) {
     g_stop.current = next;
 }
 
+static sigset_t stop_signals(void) {
+    sigset_t set;
+    sigemptyset(&set);
+    sigaddset(&set, SIGTERM);
+    sigaddset(&set, SIGINT);
+    return set;
+}
+
+// A process-directed signal goes to any thread that does not block it (an
+// OpenMP worker, MPI's progress thread), so the mask of the thread that
+// holds keeps only its own system calls free of EINTR; `held` is what the
+// handler sees on every thread. A signal that comes while held is left in
+// `pending` for stop_release, or taken back by the handler when the release
+// came between its two looks: whoever exchanges it out of `pending` acts.
+void stop_hold(void) {
+    sigset_t set = stop_signals();
+    sigprocmask(SIG_BLOCK, &set, NULL);
+    atomic_store(&g_stop.held, 1);
+}
+
+void stop_release(void) {
+    atomic_store(&g_stop.held, 0);
+    sigset_t set = stop_signals();
+    sigprocmask(SIG_UNBLOCK, &set, NULL);  // one that came to this thread is handled here
+    int sig = atomic_exchange(&g_stop.pending, 0);
+    if (sig) raise(sig);
+}
+
 // ---- the signal's line, built without stdio ----
 
 typedef struct Line {
@@ -102,6 +132,10 @@ static void put_long(Line *l, long v) {
 }
 
 static void on_stop_signal(int sig) {
+    if (atomic_load(&g_stop.held)) {
+        atomic_store(&g_stop.pending, sig);
+        if (atomic_load(&g_stop.held) || !atomic_exchange(&g_stop.pending, 0)) return;
+    }
     int saved = errno;
     stop_remove_files();
     // a rank that is already ending (an error it printed, or the run's end)
@@ -185,10 +219,7 @@ static void catch_crashes(void) {
 void stop_catch_signals(int rank) {
     catch_crashes();
     g_stop.rank = rank;
-    struct sigaction on = {.sa_handler = on_stop_signal};
-    sigemptyset(&on.sa_mask);
-    sigaddset(&on.sa_mask, SIGTERM);
-    sigaddset(&on.sa_mask, SIGINT);
+    struct sigaction on = {.sa_handler = on_stop_signal, .sa_mask = stop_signals()};
     sigaction(SIGTERM, &on, NULL);
     sigaction(SIGINT, &on, NULL);
 }

@@ -20,6 +20,11 @@ void stop_remove_files(void);
 // checkpoint (saved by this run, or the one it resumed from).
 void stop_note_step(long step);
 void stop_note_checkpoint(const char *dir, long step);
+// SIGTERM and SIGINT held back from stop_hold to stop_release, which lets
+// one that came meanwhile through: what the line names and what is on disk
+// change together (ckpt_save's commit of `latest` and its note).
+void stop_hold(void);
+void stop_release(void);
 
 // Catches SIGTERM and SIGINT: removes the tracked files, rank 0 prints
 // "PROG: stopped by SIGTERM after step N; resume with --resume DIR (step M)"

@@ -143,8 +143,7 @@ void trainer_save(Trainer *t, uint64_t data_rows) {
         fail_usage("checkpoint not saved: %s (%s/latest changed from %s to %s meanwhile: check it with ckpt_tool "
                    "verify %s)", err, t->cfg.save, before, after[0] ? after : "nothing", t->cfg.save);
     }
-    trace_span(&t->trace, TRACE_TID_IO, "checkpoint", t0, now_us(), 0);
-    stop_note_checkpoint(t->cfg.save, t->step);
+    trace_span(&t->trace, TRACE_TID_IO, "checkpoint", t0, now_us(), 0);  // ckpt_save noted it for a signal's line
     if (t->world.rank == 0)
         printf("saved checkpoint: %s, step %ld (%.0f ms)\n", t->cfg.save, t->step, (now_us() - t0) / 1000);
     buf_free(&t->dev, &host);

@@ -5,14 +5,19 @@
 // and loadable; a step folder that exists, whoever wrote it, is never
 // written into (issue 39 item 1: a failed save into it replaced one rank's
 // part, and a run of fewer ranks replaced the manifest and left the other
-// parts behind). Every assertion is on values reduced over the ranks.
+// parts behind). The checkpoint a SIGTERM's line names is the one `latest`
+// names, from the moment of the commit. Every assertion is on values reduced
+// over the ranks.
 #define TEST_WITH_MPI
+#include <pthread.h>
 #include <signal.h>
 #include <sys/resource.h>
 #include <sys/stat.h>
+#include <sys/wait.h>
 #include <unistd.h>
 #include "testutil.h"
 #include "ckpt.h"
+#include "stop.h"
 #include "ckpt_fixture.h"
 
 // A save with rank 1 under a file size limit below its part (1 KB; SIGXFSZ
@@ -144,6 +149,77 @@ static void test_killed_save_leftover_cleared(void **state) {
     tensors_free(&a);
 }
 
+static void *idle_thread(void *arg) {
+    (void)arg;
+    for (;;) pause();
+    return NULL;
+}
+
+// What rank 0's line says when SIGTERM stops it now, with this process's
+// notes (stop.h): a child catches the signals as a trainer does and is sent
+// SIGTERM. When `held`, the signal comes while the child holds it back and
+// notes step 7 a moment later; a thread of its own, as a trainer's OpenMP
+// and MPI threads, is where the kernel delivers it then. The child's stderr,
+// or NULL when it did not end by the signal.
+static char *sigterm_line(int held) {
+    int fds[2];
+    if (pipe(fds) != 0) return NULL;
+    fflush(NULL);
+    pid_t pid = fork();
+    if (pid == 0) {
+        dup2(fds[1], STDERR_FILENO);
+        stop_catch_signals(0);
+        pthread_t other;
+        if (held && pthread_create(&other, NULL, idle_thread, NULL) != 0) _exit(4);
+        if (held) stop_hold();
+        kill(getpid(), SIGTERM);
+        if (held) {
+            usleep(200 * 1000);  // the other thread's handler has long run by now
+            stop_note_checkpoint("held", 7);
+            stop_release();
+        }
+        _exit(3);
+    }
+    close(fds[1]);
+    static char text[8192];
+    size_t len = 0;
+    for (ssize_t got; (got = read(fds[0], text + len, sizeof text - 1 - len)) > 0;) len += (size_t)got;
+    text[len] = 0;
+    close(fds[0]);
+    int status = 0;
+    waitpid(pid, &status, 0);
+    return WIFSIGNALED(status) && WTERMSIG(status) == SIGTERM ? text : NULL;
+}
+
+static int line_names(const char *line, const char *dir, long step) {
+    char want[PATH_LEN + 64];
+    snprintf(want, sizeof want, "; resume with --resume %s (step %ld)", dir, step);
+    if (line && strstr(line, want)) return 1;
+    print_message("expected '%s' in the SIGTERM line: %s", want, line ? line : "(the child did not end by SIGTERM)\n");
+    return 0;
+}
+
+// Issue 39 item 22's test saw a run stopped by SIGTERM name the checkpoint
+// at step 518 while `latest` named step 520: the trainer noted a save after
+// ckpt_save returned, and rank 0 was signalled in between. The save notes
+// its commit itself; a signal that comes while it moves `latest` and notes
+// it waits, on whichever thread it lands.
+static void test_sigterm_line_names_the_commit(void **state) {
+    Ctx *c = *state;
+    char dir[PATH_LEN], err[512] = "";
+    test_dir(c, "sigterm_line", dir);
+    Tensors a;
+    tensors_make(&a, c->world.rank, 1);
+    int ok = 1;
+    for (long step = 10; step <= 20; step += 10) {
+        assert_true(all_ranks(c, save(c, dir, step, &a, err) == 0));
+        if (c->world.rank == 0) ok = ok && line_names(sigterm_line(0), dir, step);
+    }
+    if (c->world.rank == 0) ok = ok && line_names(sigterm_line(1), "held", 7);
+    assert_true(all_ranks(c, ok));
+    tensors_free(&a);
+}
+
 int main(int argc, char **argv) {
     MPI_Init(&argc, &argv);
     Ctx c;
@@ -156,6 +232,7 @@ int main(int argc, char **argv) {
         cmocka_unit_test_prestate(test_interrupted_save_is_invisible, &c),
         cmocka_unit_test_prestate(test_existing_step_never_written, &c),
         cmocka_unit_test_prestate(test_killed_save_leftover_cleared, &c),
+        cmocka_unit_test_prestate(test_sigterm_line_names_the_commit, &c),
     };
     int failed = run_mpi_tests(tests);
     if (c.world.rank == 0) test_remove_dir(c.root);

@@ -89,7 +89,9 @@ typedef struct CkptLoadInfo {
 // Collective over `world`. Returns 0, or nonzero with the same one-line
 // message on every rank (e.g. the folder cannot be written, or DIR already
 // holds a step folder of m->step, which is never replaced); on failure no
-// file of an earlier checkpoint, nor `latest`, has changed.
+// file of an earlier checkpoint, nor `latest`, has changed. Rank 0 notes the
+// committed checkpoint for a signal's line (stop_note_checkpoint) as it
+// moves `latest`, with SIGTERM and SIGINT held between the two.
 int ckpt_save(Comm *world, const char *dir, const CkptManifest *m, const CkptTensor *t, int n,
               char *err, size_t err_len);
 // Collective. Reads DIR/latest (or DIR itself if it is a step folder). Checks

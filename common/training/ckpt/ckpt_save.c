@@ -205,8 +205,15 @@ static int commit(const char *dir, const char *partial, const char *step_dir, co
     *placed = 1;
     char path[PATH_BYTES];
     ckpt_pathf(path, "%s/latest", dir);
-    return fsync_dir(dir, msg) ||
-           write_atomic(dir, "latest", path, (const void *[]){latest}, (size_t[]){strlen(latest)}, 1, msg);
+    if (fsync_dir(dir, msg)) return 1;
+    // the checkpoint a SIGTERM's line names moves with `latest`: noted after
+    // the save returned, a signal in between named the step before, which
+    // `latest` no longer was (issue 39 item 22's test met it)
+    stop_hold();
+    rc = write_atomic(dir, "latest", path, (const void *[]){latest}, (size_t[]){strlen(latest)}, 1, msg);
+    if (!rc) stop_note_checkpoint(dir, m->step);
+    stop_release();
+    return rc;
 }
 
 // Rank 0, after a failed save: its folder goes (the parts the ranks did
