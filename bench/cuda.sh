@@ -45,13 +45,17 @@ fi
 smem_metrics=l1tex__data_pipe_lsu_wavefronts_mem_shared.sum
 smem_metrics+=,l1tex__data_bank_conflicts_pipe_lsu_mem_shared_op_ld.sum
 smem_metrics+=,l1tex__data_bank_conflicts_pipe_lsu_mem_shared_op_st.sum
+# values in base units (ns, plain counts), not scaled per row ("usecond",
+# "Kwavefront"?), so that summarize_cuda.py reads every row it knows the unit of
+ncu_csv=(ncu --csv --print-units base)
 if command -v ncu > /dev/null; then
     echo "bench-cuda: time per kernel of one step (Nsight Compute)"
-    ncu --csv --metrics gpu__time_duration.sum ./dp_baseline --device cuda "${shape[@]}" --steps 1 \
-        --eval-batches 1 --quiet > "$out/cuda_kernels.csv" 2> /dev/null || echo "bench-cuda: ncu failed"
+    "${ncu_csv[@]}" --metrics gpu__time_duration.sum ./dp_baseline --device cuda "${shape[@]}" --steps 1 \
+        --eval-batches 1 --quiet > "$out/cuda_kernels.csv" 2> /dev/null || echo "bench-cuda: ncu failed (time per kernel)"
     echo "bench-cuda: shared-memory bank conflicts of the flash kernels in one step (Nsight Compute)"
-    ncu --csv --kernel-name regex:flash --metrics "$smem_metrics" ./dp_baseline --device cuda "${shape[@]}" \
-        --steps 1 --eval-batches 1 --quiet > "$out/cuda_flash_smem.csv" 2> /dev/null || echo "bench-cuda: ncu failed"
+    "${ncu_csv[@]}" --kernel-name regex:flash --metrics "$smem_metrics" ./dp_baseline --device cuda "${shape[@]}" \
+        --steps 1 --eval-batches 1 --quiet > "$out/cuda_flash_smem.csv" 2> /dev/null ||
+        echo "bench-cuda: ncu failed (bank conflicts)"
 else
     echo "bench-cuda: no time per kernel: ncu (Nsight Compute) is not on the PATH"
 fi
