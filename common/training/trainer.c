@@ -60,13 +60,21 @@ static void print_settings(const Trainer *t) {
 
 // The stage's placement: the default (its declared states, the whole model,
 // every unit, data parallel over the world) as its configure changes it,
-// then the flags' plan of the activations; put in the Trainer here alone.
+// then the batch rule over the placement's data-parallel group and the
+// flags' plan of the activations; put in the Trainer here alone. The
+// default plan is made from the resolved micro-batch, after configure: a
+// micro-batch derived from --global-batch depends on the group configure
+// picks (a configure that needs it sooner, 3d_parallel's, resolves it and
+// returns its own plan).
 static void place(Trainer *t, const GPTConfig *mc) {
     const Strategy *s = t->strategy;
     Placement p = {.formula = s->formula, .states = s->states, .layout = t->layout, .dp = &t->world,
-                   .plan = gpt_plan_whole(&t->layout, t->cfg.batch, t->cfg.seq_len),
                    .state_ranges = {{0, t->layout.num_params}}, .nstate_ranges = 1};
     if (s->configure) p = s->configure(t, &t->cfg, mc, p);
+    train_config_resolve_batch(&t->cfg, p.dp, p.dp == &t->world ? "ranks" : "data-parallel replicas");
+    if (p.plan.slots == 0) p.plan = gpt_plan_whole(&p.layout, t->cfg.batch, t->cfg.seq_len);
+    CHECK(p.plan.B == t->cfg.batch, "%s: its plan's micro-batch is %d sequences, the run's %d", s->name, p.plan.B,
+          t->cfg.batch);
     p.plan.recompute = (GPTRecompute)gpt_recompute_of(t->cfg.recompute);
     p.plan.attention = (GPTAttention)gpt_attention_of(t->cfg.attention);
     p.plan.offload_activations = t->cfg.offload_activations;
@@ -136,7 +144,6 @@ static void setup(Trainer *t, int argc, char **argv, const Strategy *s) {
     if (t->cfg.progress_us > 0) comm_progress_thread_start(&t->world, t->cfg.progress_us);
     device_share(&t->dev, comm_device_sharers(&t->world), t->cfg.hbm_gb > 0);
     place(t, &mc);
-    train_config_resolve_batch(&t->cfg, t->dp, t->dp == &t->world ? "ranks" : "data-parallel replicas");
     print_settings(t);
     partition_init(&t->part, t->state_params, t->dp->size, t->dp->rank);
     trainer_check_budget(t, local_size);

@@ -117,7 +117,8 @@ typedef struct Placement {
     GPTLayout layout;      // the part of the model this rank holds (the whole model unless tensor parallel)
     Comm *dp;              // data-parallel group: data rows, the states' partition, the loss mean, tokens/s
     Comm *tp;              // tensor-parallel group of the layout; NULL when the layout is whole
-    GPTPlan plan;          // the units this rank computes, micro-batches in flight
+    GPTPlan plan;          // the units this rank computes, micro-batches in flight (left zero: the
+                           // trainer makes the whole model's from the resolved micro-batch)
     Range state_ranges[TRAINER_MAX_STATE_RANGES];  // layout ranges the states hold, back to back
     int nstate_ranges;
     Comm *groups[TRAINER_MAX_GROUPS];  // sub-groups whose bytes the steps count beside the world's
@@ -251,9 +252,10 @@ static inline void count_transfer(Trainer *t, Transfer x, double bytes) { t->xfe
 int trainer_main(int argc, char **argv, const Strategy *s);
 // --global-batch G: c's grad_accum = G / (batch x the data-parallel group
 // dp's replicas), or a usage error when it does not divide (`replicas` names
-// them: "ranks" over the world). The trainer resolves its own once it is
-// placed; a stage's configure that needs the micro-batches sooner resolves
-// a copy (calling again is harmless).
+// them: "ranks" over the world). The trainer resolves it after the stage's
+// configure, over the group that returns; a configure that needs the
+// micro-batches sooner resolves it on cfg over the same group (calling
+// again gives the same values).
 void train_config_resolve_batch(TrainConfig *c, const Comm *dp, const char *replicas);
 // This rank's rows of global micro-batch `index` of a split: its data-parallel
 // rank's B rows of the D·B that every replica reads together (see data.h).
