@@ -280,6 +280,29 @@ $(BUILD)/tests/%: tests/%.c $(LIB)
 	@mkdir -p $(dir $@)
 	$(CC) $(CFLAGS) -Itests/lib $< $(LIB) -o $@ -lcmocka $(LDLIBS) -laio -ljansson
 
+# test_kernels_isa: the cpu kernels that sum along rows (kernels_cpu.c,
+# kernels_cpu_attention.c) built again at three vector widths, each copy's
+# entry points renamed: scalar (no OpenMP, no vectorizer; FMA as the others
+# have it), AVX2 (8 float lanes) and AVX-512 (16); their bits must agree
+ISA_COPIES := scalar v3 v4
+ISA_SRC := common/device/cpu/kernels_cpu.c common/device/cpu/kernels_cpu_attention.c
+ISA_OPT_scalar := -O3 -march=x86-64-v3 -fno-tree-vectorize -fno-tree-slp-vectorize -Wno-unknown-pragmas
+ISA_OPT_v3 := -O3 -march=x86-64-v3 -fopenmp
+ISA_OPT_v4 := -O3 -march=x86-64-v4 -mprefer-vector-width=512 -fopenmp
+ISA_RENAMED := kernels_cpu half_to_f32_cpu wte_backward_by_token_cpu wpe_backward_cpu attention_forward_cpu \
+               attention_backward_cpu attention_cpu_scratch_bytes
+define isa_copy
+$(BUILD)/tests/core/isa_$(1)_$(notdir $(2:.c=.o)): $(2)
+	@mkdir -p $$(dir $$@)
+	$$(CC) $$(filter-out $$(OPT) -fopenmp,$$(CFLAGS)) $$(ISA_OPT_$(1)) $$(foreach f,$$(ISA_RENAMED),-D$$(f)=$$(f)_$(1)) \
+		-c $$< -o $$@
+endef
+$(foreach c,$(ISA_COPIES),$(foreach f,$(ISA_SRC),$(eval $(call isa_copy,$(c),$(f)))))
+ISA_OBJ := $(foreach c,$(ISA_COPIES),$(foreach f,$(ISA_SRC),$(BUILD)/tests/core/isa_$(c)_$(notdir $(f:.c=.o))))
+$(BUILD)/tests/core/test_kernels_isa: tests/core/test_kernels_isa.c $(ISA_OBJ) $(LIB)
+	@mkdir -p $(dir $@)
+	$(CC) $(CFLAGS) -Itests/lib $< $(filter %.o,$^) $(LIB) -o $@ -lcmocka $(LDLIBS) -laio -ljansson
+
 # test_flash: the cpu FlashAttention kernel built again with one bug of
 # tests/core/flash_plants.h planted in each copy, its entry points renamed
 FLASH_PLANTS := running_max rescale mask

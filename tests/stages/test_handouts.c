@@ -1,15 +1,18 @@
 // test_handouts.c: issue 38. Each stage's handout (NN_*/README.md) shows
 // excerpts of what its commands print; handout_check.py runs each block of
 // commands that excerpts follow and finds every excerpt line in what it
-// printed (losses to one unit of their last digit, as test_readme.c allows
-// for README.md; never a time), and checks that the handout's make line
-// builds every binary it runs. Before issue 38, handout 01 showed the loss
-// differences and the refusal of an older build, 00 the activations of the
-// materialized attention, and every handout ran a binary its make line did
-// not build (04's question 3: ./memory_math: No such file or directory).
-// A block a test
-// cannot run (multi-GB swap files) says so in the handout and is listed.
-// Runs from the repository root after make.
+// printed (losses to one unit of their last digit; never a time), and
+// checks that the handout's make line builds every binary it runs. Before
+// issue 38, handout 01 showed the loss differences and the refusal of an
+// older build, 00 the activations of the materialized attention, and every
+// handout ran a binary its make line did not build (04's question 3:
+// ./memory_math: No such file or directory). Issue 49 item 10: a block
+// whose excerpt quotes losses runs under every OpenBLAS kernel set this CPU
+// can run of Haswell, SkylakeX and Prescott (and the trainers' own), since
+// an AVX2 machine printed handouts 01's and 07's validation losses 2 units
+// of the 4th decimal away from the AVX-512 machine that had recorded them.
+// A block a test cannot run (multi-GB swap files) says so in the handout
+// and is listed. Runs from the repository root after make.
 #include "runs.h"
 
 #define CMD_LEN 256

@@ -65,19 +65,8 @@ static void field(const char *line, const char *name, char *out, size_t n) {
     snprintf(out, n, "%.*s", (int)len, p);
 }
 
-// "Reading the output": "here step S of `CMD`", then the line in the next ``` block.
-static void test_sample_step_line(void **state) {
-    const Ctx *c = *state;
-    const char *p = after(c, "here step ");
-    int step = atoi(p);
-    const char *tick = strchr(p, '`');
-    assert_non_null(tick);
-    char cmd[CMD_LEN];
-    snprintf(cmd, sizeof cmd, "%.*s", (int)strcspn(tick + 1, "`"), tick + 1);
-    const char *block = strstr(tick, "```\n");
-    assert_non_null(block);
-    char quoted[512];
-    snprintf(quoted, sizeof quoted, "%.*s", (int)strcspn(block + 4, "\n"), block + 4);
+// The README's step line `quoted` beside step `step` of cmd's run (under kernel set `set`).
+static void step_line_as_quoted(const char *cmd, const char *set, int step, const char *quoted) {
     char *out = NULL;
     run_ok(cmd, &out);
     char prefix[32];
@@ -96,11 +85,42 @@ static void test_sample_step_line(void **state) {
         int same = fields[i].unit == 0 ? strcmp(want, got) == 0
                                        : fabs(atof(want) - atof(got)) <= fields[i].unit * 1.01;
         if (!same)
-            fail_msg("README.md's step %d of %s shows %s %s; the command prints %s %s:\n  README: %s\n  run:    %.*s",
-                     step, cmd, fields[i].name, want, fields[i].name, got, quoted, (int)strcspn(printed, "\n"),
-                     printed);
+            fail_msg("README.md's step %d of %s shows %s %s; the command prints %s %s under OpenBLAS's %s kernels:\n"
+                     "  README: %s\n  run:    %.*s", step, cmd, fields[i].name, want, fields[i].name, got, set, quoted,
+                     (int)strcspn(printed, "\n"), printed);
     }
     free(out);
+}
+
+// "Reading the output": "here step S of `CMD`", then the line in the next ```
+// block; under every OpenBLAS kernel set a reader can have that this CPU
+// runs (handout_check.py --cores: the trainers' own here, Haswell,
+// SkylakeX, Prescott).
+static void test_sample_step_line(void **state) {
+    const Ctx *c = *state;
+    const char *p = after(c, "here step ");
+    int step = atoi(p);
+    const char *tick = strchr(p, '`');
+    assert_non_null(tick);
+    char cmd[CMD_LEN];
+    snprintf(cmd, sizeof cmd, "%.*s", (int)strcspn(tick + 1, "`"), tick + 1);
+    const char *block = strstr(tick, "```\n");
+    assert_non_null(block);
+    char quoted[512];
+    snprintf(quoted, sizeof quoted, "%.*s", (int)strcspn(block + 4, "\n"), block + 4);
+    char *sets = NULL;
+    if (test_run("python3 tests/stages/handout_check.py --cores", &sets) != 0) fail_msg("no kernel sets:\n%s", sets);
+    int runs = 0;
+    for (char *line = strtok(sets, "\n"); line; line = strtok(NULL, "\n")) {
+        char core[64], name[64], run[CMD_LEN + 128];
+        if (sscanf(line, "%63s %63s", core, name) != 2) fail_msg("handout_check.py --cores printed '%s'", line);
+        if (strcmp(core, "-") == 0) snprintf(run, sizeof run, "%s", cmd);
+        else snprintf(run, sizeof run, "OPENBLAS_CORETYPE=%s %s", core, cmd);
+        step_line_as_quoted(run, name, step, quoted);
+        runs++;
+    }
+    assert_true(runs >= 2);  // the trainers' own set and Prescott at least
+    free(sets);
 }
 
 static double device_mb(json_t *rec, const char *category) {

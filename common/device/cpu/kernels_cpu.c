@@ -4,9 +4,11 @@
 // kernels live in kernels_cpu_matmul.c and kernels_cpu_attention.c, those of
 // tensor parallelism in kernels_cpu_tp.c.
 //
-// Determinism: every sum runs in a fixed order that does not depend on the
-// thread count (row sums inside one row; column sums per column chunk, rows in
-// order; sum_squares over fixed blocks), so the same input gives the same bits.
+// Determinism: every sum runs in a fixed order that depends neither on the
+// thread count nor on the vector width of the build (row sums inside one
+// row, in SUM_LANES partial sums; column sums per column chunk, rows in
+// order; sum_squares over fixed blocks), so the same input gives the same
+// bits.
 #include <limits.h>
 #include <math.h>
 #include <string.h>
@@ -102,13 +104,8 @@ static void layernorm_forward(Device *d, act *out_, float *mean, float *rstd, co
     for (int r = 0; r < BT; r++) {
         const float *x = inp + (size_t)r * C;
         float *y = out + (size_t)r * C;
-        float sum = 0.0f;
-#pragma omp simd reduction(+ : sum)
-        for (int c = 0; c < C; c++) sum += x[c];
-        float m = sum / C;
-        float var = 0.0f;  // two passes: no cancellation in E[x^2] - m^2
-#pragma omp simd reduction(+ : var)
-        for (int c = 0; c < C; c++) var += (x[c] - m) * (x[c] - m);
+        float m = lanes_sum(x, C) / C;
+        float var = lanes_sum_sq_dev(x, m, C);  // two passes: no cancellation in E[x^2] - m^2
         float s = 1.0f / sqrtf(var / C + 1e-5f);
 #pragma omp simd
         for (int c = 0; c < C; c++) y[c] = (x[c] - m) * s * wf[c] + bf[c];
@@ -132,13 +129,23 @@ static void layernorm_backward(Device *d, act *dinp_, float *dw, float *db, cons
     for (int r = 0; r < BT; r++) {
         const float *x = inp + (size_t)r * C, *g = dout + (size_t)r * C;
         float *dx = dinp + (size_t)r * C;
-        float m = mean[r], s = rstd[r], gsum = 0.0f, gxsum = 0.0f;
-#pragma omp simd reduction(+ : gsum, gxsum)
-        for (int c = 0; c < C; c++) {
-            float gw = g[c] * wf[c];
-            gsum += gw;
-            gxsum += gw * (x[c] - m) * s;
+        float m = mean[r], s = rstd[r];
+        // sum g w and sum g w xhat, each in SUM_LANES partial sums (kernels_cpu.h)
+        float accg[SUM_LANES] = {0}, accgx[SUM_LANES] = {0};
+        int c = 0;
+        for (; c + SUM_LANES <= C; c += SUM_LANES)
+#pragma omp simd
+            for (int l = 0; l < SUM_LANES; l++) {
+                float gw = g[c + l] * wf[c + l];
+                accg[l] += gw;
+                accgx[l] += gw * (x[c + l] - m) * s;
+            }
+        for (int l = 0; c + l < C; l++) {
+            float gw = g[c + l] * wf[c + l];
+            accg[l] += gw;
+            accgx[l] += gw * (x[c + l] - m) * s;
         }
+        float gsum = fold_lanes(accg), gxsum = fold_lanes(accgx);
         float gmean = gsum / C, gxmean = gxsum / C;
 #pragma omp simd
         for (int c = 0; c < C; c++)

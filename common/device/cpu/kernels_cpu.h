@@ -17,6 +17,48 @@
 
 static inline int blas_single_threaded(void) { return openblas_get_num_threads() == 1; }
 
+// Row sums in one order whatever vector width the compiler picks: element c
+// goes to partial sum c mod SUM_LANES, and the partials fold pairwise. An
+// `omp simd reduction` leaves the order to the width, so an AVX2 build (8
+// lanes) and an AVX-512 one (16) summed a layernorm's row differently and
+// their runs drifted apart; now both give these bits (test_kernels_isa).
+#define SUM_LANES 16
+static inline float fold_lanes(float *acc) {
+    for (int w = SUM_LANES / 2; w >= 1; w /= 2)
+        for (int l = 0; l < w; l++) acc[l] += acc[l + w];
+    return acc[0];
+}
+// sum of x[0..n)
+static inline float lanes_sum(const float *x, int n) {
+    float acc[SUM_LANES] = {0};
+    int c = 0;
+    for (; c + SUM_LANES <= n; c += SUM_LANES)
+#pragma omp simd
+        for (int l = 0; l < SUM_LANES; l++) acc[l] += x[c + l];
+    for (int l = 0; c + l < n; l++) acc[l] += x[c + l];
+    return fold_lanes(acc);
+}
+// sum of (x - m)^2 over x[0..n)
+static inline float lanes_sum_sq_dev(const float *x, float m, int n) {
+    float acc[SUM_LANES] = {0};
+    int c = 0;
+    for (; c + SUM_LANES <= n; c += SUM_LANES)
+#pragma omp simd
+        for (int l = 0; l < SUM_LANES; l++) acc[l] += (x[c + l] - m) * (x[c + l] - m);
+    for (int l = 0; c + l < n; l++) acc[l] += (x[c + l] - m) * (x[c + l] - m);
+    return fold_lanes(acc);
+}
+// sum of a * b over [0..n)
+static inline float lanes_dot(const float *a, const float *b, int n) {
+    float acc[SUM_LANES] = {0};
+    int c = 0;
+    for (; c + SUM_LANES <= n; c += SUM_LANES)
+#pragma omp simd
+        for (int l = 0; l < SUM_LANES; l++) acc[l] += a[c + l] * b[c + l];
+    for (int l = 0; c + l < n; l++) acc[l] += a[c + l] * b[c + l];
+    return fold_lanes(acc);
+}
+
 // kernels_cpu.c: the embedding's backward, shared with the vocabulary-parallel one;
 // dout (BT,C) in fp32, wte's rows [begin, begin + rows) (all: 0, INT_MAX)
 void wte_backward_by_token_cpu(float *dwte, const float *dout, const int32_t *tokens, const TokenBuckets *tb,

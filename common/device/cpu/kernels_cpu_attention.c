@@ -59,9 +59,7 @@ void attention_forward_cpu(Device *d, act *out_, float *att, const act *qkv_, in
 // Softmax backward, row-wise, in place on dP:
 //   dS[t,s] = P[t,s] (dP[t,s] - sum_u P[t,u] dP[t,u]),  zero for s > t.
 static void softmax_backward_row(float *dp, const float *p, int t, int T) {
-    float dot = 0.0f;
-#pragma omp simd reduction(+ : dot)
-    for (int s = 0; s <= t; s++) dot += p[s] * dp[s];
+    float dot = lanes_dot(p, dp, t + 1);
 #pragma omp simd
     for (int s = 0; s <= t; s++) dp[s] = p[s] * (dp[s] - dot);
     for (int s = t + 1; s < T; s++) dp[s] = 0.0f;
