@@ -89,8 +89,8 @@ endif
 # does; -g keeps the source lines the emulator's fault reports name.
 ifeq ($(EMU),1)
   EMU_INC := -Itests/emu/include
-  CFLAGS += -DWB_HAVE_CUDA -DWB_HAVE_NCCL $(EMU_INC)
-  EMU_CXXFLAGS := -O2 -gdwarf-4 -std=c++17 -fopenmp -DOMPI_SKIP_MPICXX -Wall -Wextra -Wno-unused-parameter -Werror \
+  CFLAGS += -DWB_HAVE_CUDA -DWB_HAVE_NCCL -DWB_CUDA_EMU $(EMU_INC)
+  EMU_CXXFLAGS := -O2 -gdwarf-4 -std=c++17 -fopenmp -DOMPI_SKIP_MPICXX -DWB_CUDA_EMU -Wall -Wextra -Wno-unused-parameter -Werror \
                   $(EMU_INC) -Itests/emu -I$(BLAS_INC) -MMD -MP
   EMU_LIB := $(BUILD)/libcudaemu.a
   LDLIBS += $(EMU_LIB) -lboost_context -ldl -lstdc++

@@ -50,6 +50,7 @@ void device_share(Device *d, int sharers, int budget_given) {
 void device_init(Device *d, const DeviceOptions *opt) {
     memset(d, 0, sizeof *d);
     d->sharers = 1;
+    d->local_size = opt->local_size > 0 ? opt->local_size : 1;
     mem_init(&d->mem);
     d->trace = opt->trace;
     const char *kind = opt->kind ? opt->kind : "auto";
@@ -71,14 +72,45 @@ void device_init(Device *d, const DeviceOptions *opt) {
 
 void device_destroy(Device *d) {
     buf_free(d, &d->scratch);
-    if (d->ops && d->ops->destroy) d->ops->destroy(d);
+    const DeviceOps *ops = d->ops;
+    if (ops && ops->destroy) ops->destroy(d);  // cuda gives its blocks back first
+    if (d->region) ops->unreserve(d, d->region, d->region_bytes);
+    mem_release(&d->mem);
+    d->region = NULL;
     d->ops = NULL;
     d->impl = NULL;
+}
+
+// The device tier's region, reserved once, at the first device buffer (by
+// then a GPU shared by several ranks has its budget divided: device_share):
+// from here on every device buffer is a block of it.
+static void reserve_region(Device *d) {
+    size_t bytes = d->ops->region_bytes(d);
+    d->region = bytes ? d->ops->reserve(d, bytes) : NULL;
+    if (!d->region) {
+        char b[32];
+        mem_format_bytes((double)bytes, b, sizeof b);
+        fail_rank(EXIT_USAGE, "device memory: the device's region of %s could not be reserved; hint: give a "
+                  "smaller --hbm-gb", b);
+    }
+    d->region_bytes = bytes;
+    mem_reserve_device(&d->mem, bytes);
+    if (d->ops->reserved) d->ops->reserved(d);
+}
+
+// A device buffer: a block the arena places in the region.
+static Buf device_block(Device *d, MemCategory cat, size_t bytes, const char *what) {
+    if (!d->region) reserve_region(d);
+    size_t offset = mem_alloc(&d->mem, TIER_DEVICE, cat, bytes, what);  // or the out-of-memory error
+    Buf b = {.ptr = (char *)d->region + offset, .bytes = bytes, .tier = TIER_DEVICE, .cat = cat};
+    d->ops->block_out(d, b.ptr, bytes);
+    return b;
 }
 
 Buf buf_alloc(Device *d, MemTier tier, MemCategory cat, size_t bytes, const char *what) {
     Buf b = {.ptr = NULL, .bytes = 0, .tier = tier, .cat = cat};
     if (bytes == 0) return b;
+    if (tier == TIER_DEVICE) return device_block(d, cat, bytes, what);
     // count first: going over the budget is the error a student should see,
     // before the allocator itself runs out
     mem_track_alloc(&d->mem, tier, cat, bytes, what);
@@ -99,8 +131,13 @@ Buf buf_alloc(Device *d, MemTier tier, MemCategory cat, size_t bytes, const char
 
 void buf_free(Device *d, Buf *b) {
     if (!b->ptr) return;
-    d->ops->free(d, b->tier, b->ptr, b->bytes);
-    mem_track_free(&d->mem, b->tier, b->cat, b->bytes);
+    if (b->tier == TIER_DEVICE) {
+        d->ops->block_back(d, b->ptr, b->bytes);
+        mem_free(&d->mem, TIER_DEVICE, b->cat, b->bytes, (size_t)((char *)b->ptr - (char *)d->region));
+    } else {
+        d->ops->free(d, b->tier, b->ptr, b->bytes);
+        mem_track_free(&d->mem, b->tier, b->cat, b->bytes);
+    }
     b->ptr = NULL;
     b->bytes = 0;
 }

@@ -44,8 +44,23 @@ struct KernelOps;
 struct Device;
 
 typedef struct DeviceOps {
+    // host and pinned memory (the device tier is the region's, below)
     void *(*alloc)(struct Device *d, MemTier tier, size_t bytes);  // NULL on failure
     void (*free)(struct Device *d, MemTier tier, void *ptr, size_t bytes);
+    // The device tier's region: how large it would be (the budget, or what
+    // the machine can give), reserved once (NULL when it cannot be had) and
+    // given back at the end; reserved() runs once it is there (cuda: the
+    // cuBLASLt workspace, the first block).
+    size_t (*region_bytes)(struct Device *d);
+    void *(*reserve)(struct Device *d, size_t bytes);
+    void (*unreserve)(struct Device *d, void *region, size_t bytes);
+    void (*reserved)(struct Device *d);
+    // A block of the region (`bytes` asked for at ptr) the arena hands out,
+    // or takes back: cuda keeps its use in stream order (a block taken back
+    // while another stream may still read it is reused only after that
+    // stream's work, with no host wait).
+    void (*block_out)(struct Device *d, void *ptr, size_t bytes);
+    void (*block_back)(struct Device *d, void *ptr, size_t bytes);
     // copies between any two tiers (host, pinned, device), ordered on `stream`
     void (*copy)(struct Device *d, void *dst, const void *src, size_t bytes, StreamId stream);
     void (*memset0)(struct Device *d, void *dst, size_t bytes, StreamId stream);
@@ -78,7 +93,10 @@ typedef struct Device {
     const char *peak_source; // where peak_flops comes from ("sgemm roof measured", "H100 SXM datasheet"), or "peak unknown"
     unsigned char uuid[16];  // the GPU's UUID (cuda); all zero on cpu
     int sharers;             // ranks on this node driving this GPU (1 unless they share it)
-    MemCtx mem;
+    MemCtx mem;              // the device tier's arena in it: its blocks' offsets in `region`
+    void *region;            // the device tier's memory, reserved at the first device allocation
+    size_t region_bytes;
+    int local_size;          // ranks on this node (the cpu device's region without a budget)
     Trace *trace;            // may be NULL
     const DeviceOps *ops;
     const struct KernelOps *k;
@@ -108,7 +126,9 @@ int device_cpu_threads(int local_size);
 // its peak for MFU and, unless --hbm-gb was given, of its memory budget.
 void device_share(Device *d, int sharers, int budget_given);
 
-// Tracked allocation. `what` names it in an over-budget error.
+// Tracked allocation. `what` names it in an out-of-memory error. A device
+// buffer is a block of the device's region (the arena, mem.h), reserved at
+// the first one.
 Buf buf_alloc(Device *d, MemTier tier, MemCategory cat, size_t bytes, const char *what);
 void buf_free(Device *d, Buf *b);  // no-op on an empty Buf; leaves it empty
 // The address of `count` elements of `elem_bytes` each, from element `first`

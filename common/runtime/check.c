@@ -120,6 +120,12 @@ void *xmalloc(size_t bytes) {
     return p;
 }
 
+void *xrealloc(void *p, size_t bytes) {
+    void *q = realloc(p, bytes ? bytes : 1);
+    if (!q) fail_at(__FILE__, __LINE__, "realloc to %zu bytes failed; hint: the host is out of memory", bytes);
+    return q;
+}
+
 void *xcalloc(size_t n, size_t size) {
     void *p = calloc(n ? n : 1, size ? size : 1);
     if (!p)

@@ -42,6 +42,7 @@ __attribute__((noreturn)) void mpi_fail_at(const char *file, int line, int code,
 // use buf_alloc for anything that counts as model or training memory)
 void *xmalloc(size_t bytes);
 void *xcalloc(size_t n, size_t size);
+void *xrealloc(void *p, size_t bytes);
 
 // This process's rank in MPI_COMM_WORLD and the world's size, or 0 and 1
 // before MPI_Init or after MPI_Finalize.

@@ -1,5 +1,6 @@
 // mem.c: memory accounting by tier x category (see mem.h). Pure bookkeeping:
-// backends allocate, this module counts, keeps peaks and enforces budgets.
+// backends map memory, this module counts, keeps peaks, enforces budgets and
+// places the device tier's blocks in its arena.
 #include "mem.h"
 #include <stdlib.h>
 #include <string.h>
@@ -38,14 +39,11 @@ void mem_format_bytes(double bytes, char *out, size_t n) {
     else snprintf(out, n, "%.0f B", bytes);
 }
 
-// The budget of the device tier is the --hbm-gb flag; other tiers' budgets
-// are set by the code that owns them, so they are named by tier only.
-static const char *budget_name(MemTier t) {
-    return t == TIER_DEVICE ? "device memory over --hbm-gb" : NULL;
-}
-
-static void over_budget(const MemCtx *m, MemTier t, size_t bytes, const char *what) {
-    char req[32], after[32], budget[32], hint[1280] = "";
+// The message of a device allocation that no free block holds, or of any
+// tier's that goes over its budget: one error line, then the breakdown (and
+// the arena's state), so that the error line comes first.
+static void out_of_memory(const MemCtx *m, MemTier t, MemCategory c, size_t bytes, const char *what, int no_block) {
+    char req[32], after[32], budget[32], hint[1280] = "", line[1600];
     mem_format_bytes((double)bytes, req, sizeof req);
     mem_format_bytes((double)m->tier_current[t] + (double)bytes, after, sizeof after);
     mem_format_bytes((double)m->budget[t], budget, sizeof budget);
@@ -53,12 +51,32 @@ static void over_budget(const MemCtx *m, MemTier t, size_t bytes, const char *wh
     if (!hint[0])
         snprintf(hint, sizeof hint, "hint: raise %s, or use a stage that shards more state "
                  "(zero1 < zero2 < zero3) or more ranks", t == TIER_DEVICE ? "--hbm-gb" : "the budget");
-
-    char title[64];
-    if (budget_name(t)) snprintf(title, sizeof title, "%s", budget_name(t));
-    else snprintf(title, sizeof title, "%s memory over its budget", mem_tier_name(t));
-
-    // the breakdown goes into the same message so that the error line comes first
+    if (no_block) {
+        ArenaStats s = arena_stats(&m->arena);
+        char fr[32], big[32], res[32];
+        mem_format_bytes((double)s.free_bytes, fr, sizeof fr);
+        mem_format_bytes((double)s.largest_free, big, sizeof big);
+        mem_format_bytes((double)s.reserved, res, sizeof res);
+        // the bytes fit the budget: the hint is about where they lie, not how many there are
+        const char *more = "hint: the region must hold the highest block as well as the bytes: give --hbm-gb a "
+                           "block's worth more (a run that fits records its arena's high-water mark in its --json "
+                           "record, arena.high_water)";
+        if (s.free_bytes >= arena_rounded(bytes))
+            snprintf(line, sizeof line, "device memory fragmented: no free block holds %s for '%s' (%s): %s of the "
+                     "%s reserved are free in %d blocks, the largest %s (fragmentation %.2f = 1 - largest / free); "
+                     "%s", req, what ? what : "?", mem_category_name(c), fr, res, s.free_blocks, big,
+                     arena_fragmentation(&s), more);
+        else
+            snprintf(line, sizeof line, "device memory: no free block holds %s for '%s' (%s): the blocks, each "
+                     "rounded up to %zu bytes, leave %s of the %s reserved; %s", req, what ? what : "?",
+                     mem_category_name(c), ARENA_ALIGN, fr, res, more);
+    } else if (t == TIER_DEVICE) {
+        snprintf(line, sizeof line, "device memory over --hbm-gb: allocating %s for '%s' would bring device use to "
+                 "%s, budget %s; %s", req, what ? what : "?", after, budget, hint);
+    } else {
+        snprintf(line, sizeof line, "%s memory over its budget: allocating %s for '%s' would bring %s use to %s, "
+                 "budget %s; %s", mem_tier_name(t), req, what ? what : "?", mem_tier_name(t), after, budget, hint);
+    }
     char *table = NULL;
     size_t table_len = 0;
     FILE *f = open_memstream(&table, &table_len);
@@ -66,19 +84,48 @@ static void over_budget(const MemCtx *m, MemTier t, size_t bytes, const char *wh
         mem_print_breakdown(m, f);
         fclose(f);
     }
-    fail_rank(EXIT_USAGE, "%s: allocating %s for '%s' would bring %s use to %s, budget %s; %s\n%s",
-              title, req, what ? what : "?", mem_tier_name(t), after, budget, hint,
-              table ? table : "");
+    fail_rank(EXIT_USAGE, "%s\n%s", line, table ? table : "");
 }
 
 void mem_track_alloc(MemCtx *m, MemTier t, MemCategory c, size_t bytes, const char *what) {
     CHECK(t >= 0 && t < TIER_COUNT && c >= 0 && c < CAT_COUNT,
           "mem_track_alloc: bad tier %d or category %d for '%s'", (int)t, (int)c, what ? what : "?");
-    if (!mem_fits(m, t, bytes)) over_budget(m, t, bytes, what);
+    if (!mem_fits(m, t, bytes)) out_of_memory(m, t, c, bytes, what, 0);
     m->current[t][c] += bytes;
     m->tier_current[t] += bytes;
     if (m->current[t][c] > m->peak[t][c]) m->peak[t][c] = m->current[t][c];
     if (m->tier_current[t] > m->tier_peak[t]) m->tier_peak[t] = m->tier_current[t];
+}
+
+void mem_reserve_device(MemCtx *m, size_t bytes) {
+    CHECK(!m->arena_reserved, "mem_reserve_device: the device's region is reserved already");
+    arena_init(&m->arena, bytes);
+    m->arena_reserved = 1;
+    m->arena_at_peak = arena_stats(&m->arena);
+}
+
+size_t mem_alloc(MemCtx *m, MemTier t, MemCategory c, size_t bytes, const char *what) {
+    if (t != TIER_DEVICE || !m->arena_reserved) {
+        mem_track_alloc(m, t, c, bytes, what);
+        return 0;
+    }
+    if (!mem_fits(m, t, bytes)) out_of_memory(m, t, c, bytes, what, 0);
+    size_t offset = arena_alloc(&m->arena, bytes);
+    if (offset == ARENA_NONE) out_of_memory(m, t, c, bytes, what, 1);
+    size_t peak = m->tier_peak[t];
+    mem_track_alloc(m, t, c, bytes, what);
+    if (m->tier_current[t] > peak) m->arena_at_peak = arena_stats(&m->arena);
+    return offset;
+}
+
+void mem_release(MemCtx *m) {
+    if (m->arena_reserved) arena_destroy(&m->arena);
+    m->arena_reserved = 0;
+}
+
+void mem_free(MemCtx *m, MemTier t, MemCategory c, size_t bytes, size_t offset) {
+    mem_track_free(m, t, c, bytes);
+    if (t == TIER_DEVICE && m->arena_reserved) arena_free(&m->arena, offset);
 }
 
 void mem_track_free(MemCtx *m, MemTier t, MemCategory c, size_t bytes) {
@@ -97,6 +144,7 @@ void mem_reset_peaks(MemCtx *m) {
         for (int c = 0; c < CAT_COUNT; c++) m->peak[t][c] = m->current[t][c];
         m->tier_peak[t] = m->tier_current[t];
     }
+    if (m->arena_reserved) m->arena_at_peak = arena_stats(&m->arena);
 }
 
 // One table, MB = 1e6 bytes:
@@ -117,5 +165,12 @@ void mem_print_breakdown(const MemCtx *m, FILE *out) {
                 m->tier_current[t] / 1e6, m->tier_peak[t] / 1e6);
         if (m->budget[t]) fprintf(out, "   (budget %.1f)", m->budget[t] / 1e6);
         fprintf(out, "\n");
+    }
+    if (m->arena_reserved) {
+        ArenaStats s = arena_stats(&m->arena);
+        fprintf(out, "  device arena: %.1f MB reserved, %.1f MB in %d blocks of %zu-byte pages, %.1f MB free in %d "
+                "blocks, the largest %.1f MB (fragmentation %.2f)\n", s.reserved / 1e6, s.allocated / 1e6,
+                s.blocks - s.free_blocks, ARENA_ALIGN, s.free_bytes / 1e6, s.free_blocks, s.largest_free / 1e6,
+                arena_fragmentation(&s));
     }
 }

@@ -1,10 +1,14 @@
-// mem.h: memory accounting by tier x category, current and peak bytes, and a
-// capacity budget per tier (the device budget is --hbm-gb). Backends allocate;
-// this module only counts and enforces.
+// mem.h: memory accounting by tier x category, current and peak bytes, a
+// capacity budget per tier (the device budget is --hbm-gb), and the device
+// tier's placement: once the device has reserved its region, every device
+// allocation is a block of it (arena.h), so a run whose bytes fit can still
+// fail for want of a free block large enough, as on a GPU. Backends map
+// offsets to memory; this module counts, places and enforces.
 #pragma once
 #include <stddef.h>
 #include <stdint.h>
 #include <stdio.h>
+#include "arena.h"
 
 typedef enum { TIER_DEVICE, TIER_HOST, TIER_PINNED, TIER_NVME, TIER_COUNT } MemTier;
 
@@ -39,6 +43,9 @@ typedef struct MemCtx {
     size_t budget[TIER_COUNT];  // 0 = no budget
     MemFitHint fit_hint;        // may be NULL
     void *fit_hint_arg;
+    Arena arena;                // the device tier's blocks; capacity 0 until mem_reserve_device
+    int arena_reserved;
+    ArenaStats arena_at_peak;   // the arena when the device tier last reached its peak
 } MemCtx;
 
 void mem_init(MemCtx *m);
@@ -48,9 +55,21 @@ void mem_set_budget(MemCtx *m, MemTier t, size_t bytes);
 // exits with status 2 (fail_rank). `what` names the buffer ("layer 3 activations").
 void mem_track_alloc(MemCtx *m, MemTier t, MemCategory c, size_t bytes, const char *what);
 void mem_track_free(MemCtx *m, MemTier t, MemCategory c, size_t bytes);
+// The device tier's region, `bytes` of it: from now on mem_alloc places
+// every device allocation in it.
+void mem_reserve_device(MemCtx *m, size_t bytes);
+// mem_track_alloc, and on the device tier (once reserved) the block's
+// offset in the region: 0 on the other tiers. No free block large enough
+// is the same error as going over the budget, with the arena's state.
+size_t mem_alloc(MemCtx *m, MemTier t, MemCategory c, size_t bytes, const char *what);
+// mem_track_free, and on the device tier the block at `offset` released.
+void mem_free(MemCtx *m, MemTier t, MemCategory c, size_t bytes, size_t offset);
+// The arena's own memory (its block list), at the device's end.
+void mem_release(MemCtx *m);
 // Would `bytes` more on tier t stay within its budget?
 int mem_fits(const MemCtx *m, MemTier t, size_t bytes);
-// Reset peaks to the current values (e.g. after set-up, to measure a step).
+// Reset peaks to the current values (e.g. after set-up, to measure a step);
+// the arena's state at the peak too.
 void mem_reset_peaks(MemCtx *m);
 // "1.20 GB", "12.5 MB", "300 B" (GB = 1e9 bytes, as --hbm-gb counts them).
 void mem_format_bytes(double bytes, char *out, size_t n);

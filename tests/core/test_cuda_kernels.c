@@ -15,13 +15,13 @@ static void test_encoder_forward(void **state) {
     int32_t *tok = rand_tokens((size_t)B * T, V, 3);
     float *out[2];
     FOR_BOTH_DEVICES(dv, k, d) {
-        Arena a = {.d = d};
+        TestBufs a = {.d = d};
         bf16 *te = put_bf16(&a, wte, (size_t)V * C), *pe = put_bf16(&a, wpe, (size_t)T * C);
         int32_t *tk = put_bytes(&a, tok, (size_t)B * T * sizeof *tok);
         act *o = alloc_act(&a, n);
         d->k->encoder_forward(d, o, tk, te, pe, B, T, C);
         out[k] = get_act(d, o, n);
-        arena_free(&a);
+        bufs_free(&a);
     }
     expect_close("encoder_forward out", out[1], out[0], n, TOL_BF16_ONCE);
     free_pair(out);
@@ -45,7 +45,7 @@ static void test_encoder_backward(void **state) {
     int32_t *tok = rand_tokens((size_t)B * T, V, 7);
     float *dwte[2], *dwpe[2], *again = NULL;
     FOR_BOTH_DEVICES(dv, k, d) {
-        Arena a = {.d = d};
+        TestBufs a = {.d = d};
         act *g = put_act(&a, dout, n);
         float *te = put_f32(&a, dwte0, (size_t)V * C), *pe = put_f32(&a, dwpe0, (size_t)T * C);
         int32_t *tk = put_bytes(&a, tok, (size_t)B * T * sizeof *tok);
@@ -58,7 +58,7 @@ static void test_encoder_backward(void **state) {
             d->k->encoder_backward(d, te, pe, g, tk, &tb, B, T, C);
             again = get_f32(d, te, (size_t)V * C);
         }
-        arena_free(&a);
+        bufs_free(&a);
     }
     expect_f32_bits_equal("encoder_backward dwte, cuda against cpu", dwte[1], dwte[0], (size_t)V * C);
     expect_f32_bits_equal("encoder_backward dwte, a second cuda run", again, dwte[1], (size_t)V * C);
@@ -75,15 +75,15 @@ static void check_layernorm_forward(Devices *dv, int BT, int C) {
     float *b = rand_values(C, 10, -0.5f, 0.5f);
     float *out[2], *mean[2], *rstd[2];
     FOR_BOTH_DEVICES(dv, k, d) {
-        Arena a = {.d = d};
+        TestBufs a = {.d = d};
         act *xi = put_act(&a, x, n), *o = alloc_act(&a, n);
         bf16 *wi = put_bf16(&a, w, C), *bi = put_bf16(&a, b, C);
-        float *m = arena_alloc(&a, BT * sizeof(float)), *r = arena_alloc(&a, BT * sizeof(float));
+        float *m = bufs_alloc(&a, BT * sizeof(float)), *r = bufs_alloc(&a, BT * sizeof(float));
         d->k->layernorm_forward(d, o, m, r, xi, wi, bi, BT, C);
         out[k] = get_act(d, o, n);
         mean[k] = get_f32(d, m, BT);
         rstd[k] = get_f32(d, r, BT);
-        arena_free(&a);
+        bufs_free(&a);
     }
     expect_close("layernorm_forward out", out[1], out[0], n, TOL_BF16_ONCE);
     expect_close("layernorm_forward mean", mean[1], mean[0], BT, TOL_F32_SUM);
@@ -107,11 +107,11 @@ static void check_residual_layernorm(Devices *dv, int BT, int C) {
     float *w = rand_values(C, 19, 0.5f, 1.5f), *b = rand_values(C, 20, -0.5f, 0.5f);
     float *res[2], *out[2];
     FOR_BOTH_DEVICES(dv, k, d) {
-        Arena a = {.d = d};
+        TestBufs a = {.d = d};
         act *xi = put_act(&a, x, n), *yi = put_act(&a, y, n), *o = alloc_act(&a, n);
         act *x2 = put_act(&a, x, n), *o2 = alloc_act(&a, n);
         bf16 *wi = put_bf16(&a, w, C), *bi = put_bf16(&a, b, C);
-        float *m = arena_alloc(&a, 4 * BT * sizeof(float)), *r = m + BT, *m2 = m + 2 * BT, *r2 = m + 3 * BT;
+        float *m = bufs_alloc(&a, 4 * BT * sizeof(float)), *r = m + BT, *m2 = m + 2 * BT, *r2 = m + 3 * BT;
         d->k->residual_layernorm_forward(d, xi, o, m, r, xi, yi, wi, bi, BT, C);
         d->k->residual_forward(d, x2, x2, yi, n);
         d->k->layernorm_forward(d, o2, m2, r2, x2, wi, bi, BT, C);
@@ -124,7 +124,7 @@ static void check_residual_layernorm(Devices *dv, int BT, int C) {
         free(st[0]), free(st[1]);
         res[k] = get_act(d, xi, n);
         out[k] = get_act(d, o, n);
-        arena_free(&a);
+        bufs_free(&a);
     }
     expect_close("residual_layernorm_forward res", res[1], res[0], n, TOL_BF16_ONCE);
     expect_close("residual_layernorm_forward out", out[1], out[0], n, TOL_BF16_TWICE);
@@ -153,7 +153,7 @@ static void check_layernorm_backward(Devices *dv, int BT, int C) {
     }
     float *dx[2], *dw[2], *db[2];
     FOR_BOTH_DEVICES(dv, k, d) {
-        Arena a = {.d = d};
+        TestBufs a = {.d = d};
         act *xi = put_act(&a, x, n), *gi = put_act(&a, g, n), *dxi = put_act(&a, dx0, n);
         bf16 *wi = put_bf16(&a, w, C);
         float *m = put_f32(&a, mean, BT), *r = put_f32(&a, rstd, BT);
@@ -162,7 +162,7 @@ static void check_layernorm_backward(Devices *dv, int BT, int C) {
         dx[k] = get_act(d, dxi, n);
         dw[k] = get_f32(d, dwi, C);
         db[k] = get_f32(d, dbi, C);
-        arena_free(&a);
+        bufs_free(&a);
     }
     expect_close("layernorm_backward dinp", dx[1], dx[0], n, TOL_BF16_ONCE);
     expect_close("layernorm_backward dw", dw[1], dw[0], C, TOL_F32_SUM);
@@ -197,13 +197,13 @@ static void check_matmul_forward(Devices *dv, MatmulCase mc) {
     float *prefill = rand_values(no, 20, -9, 9);  // overwritten but for the padding columns
     float *out[2];
     FOR_BOTH_DEVICES(dv, k, d) {
-        Arena a = {.d = d};
+        TestBufs a = {.d = d};
         act *xi = put_act(&a, x, ni), *o = put_act(&a, prefill, no);
         bf16 *wi = put_bf16(&a, w, nw), *bi = put_bf16(&a, bias, (size_t)mc.OC + 1);
         const bf16 *b = mc.with_bias ? (mc.odd_bias ? bi + 1 : bi) : NULL;
         d->k->matmul_forward(d, o, xi, wi, b, mc.BT, mc.C, mc.OC, ldo);
         out[k] = get_act(d, o, no);
-        arena_free(&a);
+        bufs_free(&a);
     }
     expect_close("matmul_forward out", out[1], out[0], no, TOL_GEMM);
     free_pair(out);
@@ -218,7 +218,7 @@ static void check_matmul_backward(Devices *dv, MatmulCase mc) {
     float *db0 = rand_values(mc.OC, 28, -1, 1), *dx0 = rand_values(ni, 29, -9, 9);
     float *dx[2] = {NULL, NULL}, *dw[2], *db[2] = {NULL, NULL};
     FOR_BOTH_DEVICES(dv, k, d) {
-        Arena a = {.d = d};
+        TestBufs a = {.d = d};
         act *xi = put_act(&a, x, ni), *gi = put_act(&a, g, no);
         act *dxi = mc.with_dinp ? put_act(&a, dx0, ni) : NULL;  // garbage: dinp is overwritten
         bf16 *wi = put_bf16(&a, w, nw);
@@ -228,7 +228,7 @@ static void check_matmul_backward(Devices *dv, MatmulCase mc) {
         if (dxi) dx[k] = get_act(d, dxi, ni);
         dw[k] = get_f32(d, dwi, nw);
         if (dbi) db[k] = get_f32(d, dbi, mc.OC);
-        arena_free(&a);
+        bufs_free(&a);
     }
     if (mc.with_dinp) expect_close("matmul_backward dinp", dx[1], dx[0], ni, TOL_GEMM);
     expect_close("matmul_backward dw", dw[1], dw[0], nw, TOL_F32_GEMM);
@@ -286,7 +286,7 @@ static void check_matmul_gelu_forward(Devices *dv, MatmulCase mc) {
     float *bias = rand_values((size_t)mc.OC + 1, 53, -1, 1);  // bias[0] is padding
     float *out[2], *pre[2];
     FOR_BOTH_DEVICES(dv, k, d) {
-        Arena a = {.d = d};
+        TestBufs a = {.d = d};
         act *xi = put_act(&a, x, ni), *o = alloc_act(&a, no), *pr = alloc_act(&a, no);
         act *o2 = alloc_act(&a, no), *pr2 = alloc_act(&a, no);
         bf16 *wi = put_bf16(&a, w, nw), *bi = put_bf16(&a, bias, (size_t)mc.OC + 1);
@@ -302,7 +302,7 @@ static void check_matmul_gelu_forward(Devices *dv, MatmulCase mc) {
         expect_close(k ? "cuda matmul_gelu_forward pre against matmul_forward" : "cpu matmul_gelu_forward pre",
                      pre[k], pre2, no, k ? TOL_BF16_ONCE : TOL_SAME_BITS);
         free(out2), free(pre2);
-        arena_free(&a);
+        bufs_free(&a);
     }
     expect_close("matmul_gelu_forward pre", pre[1], pre[0], no, TOL_GEMM);
     expect_close("matmul_gelu_forward out", out[1], out[0], no, TOL_GEMM);
@@ -333,7 +333,7 @@ static void check_gelu_matmul_backward(Devices *dv, int BT, int C, int OC) {
     for (size_t i = 0; i < ni; i++) x[i] = bf16_to_f32(f32_to_bf16(gelu_f32(pre[i])));  // the layer's input
     float *dpre[2], *dw[2], *db[2];
     FOR_BOTH_DEVICES(dv, k, d) {
-        Arena a = {.d = d};
+        TestBufs a = {.d = d};
         act *pi = put_act(&a, pre, ni), *xi = put_act(&a, x, ni), *gi = put_act(&a, g, no);
         act *dp = alloc_act(&a, ni), *dx2 = alloc_act(&a, ni), *dp2 = alloc_act(&a, ni);
         bf16 *wi = put_bf16(&a, w, nw);
@@ -355,7 +355,7 @@ static void check_gelu_matmul_backward(Devices *dv, int BT, int C, int OC) {
         expect_close("gelu_matmul_backward dbias against matmul_backward", db[k], dbu, OC,
                      k ? TOL_F32_SUM : TOL_SAME_BITS);
         free(dpre2), free(dwu), free(dbu);
-        arena_free(&a);
+        bufs_free(&a);
     }
     expect_close("gelu_matmul_backward dpre", dpre[1], dpre[0], ni, TOL_GEMM);
     expect_close("gelu_matmul_backward dw", dw[1], dw[0], nw, TOL_F32_GEMM);
@@ -380,13 +380,13 @@ typedef struct AttnCase {
 static void attention_forward_on(Device *d, AttnCase ac, const float *qkv, float **out,
                                  float **att) {
     size_t n = (size_t)ac.B * ac.T * ac.C, na = (size_t)ac.B * ac.NH * ac.T * ac.T;
-    Arena a = {.d = d};
+    TestBufs a = {.d = d};
     act *q = put_act(&a, qkv, 3 * n), *o = alloc_act(&a, n);
-    float *p = arena_alloc(&a, na * sizeof(float));
+    float *p = bufs_alloc(&a, na * sizeof(float));
     d->k->attention_forward(d, o, p, q, ac.B, ac.T, ac.C, ac.NH);
     *out = get_act(d, o, n);
     *att = get_f32(d, p, na);
-    arena_free(&a);
+    bufs_free(&a);
 }
 
 static void check_attention(Devices *dv, AttnCase ac) {
@@ -399,13 +399,13 @@ static void check_attention(Devices *dv, AttnCase ac) {
     expect_close("attention_forward att", att[1], att[0], na, (Tol){1e-4, 1e-4});
     expect_close("attention_forward out", out[1], out[0], n, TOL_GEMM);
     FOR_BOTH_DEVICES(dv, k, d) {  // backward from the cpu's probabilities on both
-        Arena a = {.d = d};
+        TestBufs a = {.d = d};
         act *q = put_act(&a, qkv, 3 * n), *gi = put_act(&a, g, n);
         act *dq = put_act(&a, junk, 3 * n);  // dqkv is overwritten
         float *p = put_f32(&a, att[0], na);
         d->k->attention_backward(d, dq, gi, q, p, ac.B, ac.T, ac.C, ac.NH);
         dqkv[k] = get_act(d, dq, 3 * n);
-        arena_free(&a);
+        bufs_free(&a);
     }
     expect_close("attention_backward dqkv", dqkv[1], dqkv[0], 3 * n, TOL_ATTN_BWD);
     free_pair(out), free_pair(att), free_pair(dqkv);
@@ -426,16 +426,16 @@ static void test_attention(void **state) {
 static void flash_on(Device *d, AttnCase ac, const float *qkv, const float *g, const float *junk, float **out,
                      float **lse, float **dqkv) {
     size_t n = (size_t)ac.B * ac.T * ac.C, rows = (size_t)ac.B * ac.NH * ac.T;
-    Arena a = {.d = d};
+    TestBufs a = {.d = d};
     act *q = put_act(&a, qkv, 3 * n), *o = alloc_act(&a, n), *gi = put_act(&a, g, n);
     act *dq = put_act(&a, junk, 3 * n);  // dqkv is overwritten
-    float *l = arena_alloc(&a, rows * sizeof(float));
+    float *l = bufs_alloc(&a, rows * sizeof(float));
     d->k->flash_attention_forward(d, o, l, q, ac.B, ac.T, ac.C, ac.NH);
     d->k->flash_attention_backward(d, dq, gi, q, o, l, ac.B, ac.T, ac.C, ac.NH);
     *out = get_act(d, o, n);
     *lse = get_f32(d, l, rows);
     *dqkv = get_act(d, dq, 3 * n);
-    arena_free(&a);
+    bufs_free(&a);
 }
 
 // The cuda flash kernels against the cpu's flash kernels, and against the
@@ -477,14 +477,14 @@ static void test_gelu(void **state) {
     float *x = rand_values(n, 41, -5, 5), *g = rand_values(n, 42, -1, 1);
     float *y[2], *dx[2];
     FOR_BOTH_DEVICES(dv, k, d) {
-        Arena a = {.d = d};
+        TestBufs a = {.d = d};
         act *xi = put_act(&a, x, n), *gi = put_act(&a, g, n);
         act *yi = alloc_act(&a, n), *dxi = alloc_act(&a, n);
         d->k->gelu_forward(d, yi, xi, n);
         d->k->gelu_backward(d, dxi, xi, gi, n);
         y[k] = get_act(d, yi, n);
         dx[k] = get_act(d, dxi, n);
-        arena_free(&a);
+        bufs_free(&a);
     }
     expect_close("gelu_forward", y[1], y[0], n, TOL_BF16_ONCE);
     expect_close("gelu_backward", dx[1], dx[0], n, TOL_BF16_ONCE);
@@ -498,11 +498,11 @@ static void test_residual(void **state) {
     float *x = rand_values(n, 43, -1, 1), *r = rand_values(n, 44, -1, 1);
     float *y[2];
     FOR_BOTH_DEVICES(dv, k, d) {
-        Arena a = {.d = d};
+        TestBufs a = {.d = d};
         act *xi = put_act(&a, x, n), *ri = put_act(&a, r, n);
         d->k->residual_forward(d, xi, xi, ri, n);  // out aliases a, as kernels.h allows
         y[k] = get_act(d, xi, n);
-        arena_free(&a);
+        bufs_free(&a);
     }
     expect_close("residual_forward", y[1], y[0], n, TOL_BF16_ONCE);
     free_pair(y);
@@ -527,14 +527,14 @@ static void check_softmax_crossentropy(Devices *dv, int BT, int V, int ld, float
     for (int r = 0; confident && r < BT; r++) z[(size_t)r * ld + tgt[r]] = 512.0f;
     float *loss[2], *dz[2];
     FOR_BOTH_DEVICES(dv, k, d) {
-        Arena a = {.d = d};
+        TestBufs a = {.d = d};
         act *zi = put_act(&a, z, n);
         int32_t *ti = put_bytes(&a, tgt, BT * sizeof *tgt);
-        float *li = arena_alloc(&a, BT * sizeof(float));
+        float *li = bufs_alloc(&a, BT * sizeof(float));
         d->k->softmax_crossentropy(d, li, zi, ti, BT, V, ld, scale);
         loss[k] = get_f32(d, li, BT);
         dz[k] = get_act(d, zi, n);
-        arena_free(&a);
+        bufs_free(&a);
     }
     if (confident) {
         for (int r = 0; r < BT; r++)

@@ -21,7 +21,7 @@ static void check_grad_to_bf16_and_add(Devices *dv, size_t off) {
     float *dst0 = rand_values(m, 52, -1, 1), *other = rand_values(m, 53, -1, 1);
     bf16 *set[2], *acc[2], *sum[2];
     FOR_BOTH_DEVICES(dv, k, d) {
-        Arena a = {.d = d};
+        TestBufs a = {.d = d};
         float *s = put_f32(&a, src, m) + off;
         bf16 *x = put_bf16(&a, dst0, m) + off, *y = put_bf16(&a, dst0, m) + off, *o = put_bf16(&a, other, m) + off;
         d->k->grad_to_bf16(d, x, s, n, 0);
@@ -30,7 +30,7 @@ static void check_grad_to_bf16_and_add(Devices *dv, size_t off) {
         acc[k] = get_bf16_raw(d, y, n);
         d->k->add_bf16(d, y, o, n);
         sum[k] = get_bf16_raw(d, y, n);
-        arena_free(&a);
+        bufs_free(&a);
     }
     expect_bits_equal("grad_to_bf16 (set)", set[1], set[0], n);
     expect_bits_equal("grad_to_bf16 (accumulate)", acc[1], acc[0], n);
@@ -52,7 +52,7 @@ static void check_accumulate(Devices *dv, size_t off) {
     float *g = rand_values(m, 56, -1, 1), *h0 = rand_values(m, 57, -1, 1);
     float *got[2];
     FOR_BOTH_DEVICES(dv, k, d) {
-        Arena a = {.d = d};
+        TestBufs a = {.d = d};
         float *gs = put_f32(&a, g, m) + off, *acc = put_f32(&a, g, m) + off;
         bf16 *h = put_bf16(&a, h0, m) + off;
         d->k->accumulate_half_f32(d, acc, h, n, 0);
@@ -60,7 +60,7 @@ static void check_accumulate(Devices *dv, size_t off) {
         d->k->accumulate_half_f32(d, acc, h, n, 1);
         d->k->accumulate_f32(d, acc, gs, n, 1);
         got[k] = get_f32(d, acc, n);
-        arena_free(&a);
+        bufs_free(&a);
     }
     for (size_t i = 0; i < n; i++)
         if (memcmp(&got[1][i], &got[0][i], sizeof(float)) != 0)
@@ -80,10 +80,10 @@ static void test_sum_squares(void **state) {
     float *x = rand_values(n, 54, -3, 3);
     double ss[2];
     FOR_BOTH_DEVICES(dv, k, d) {
-        Arena a = {.d = d};
+        TestBufs a = {.d = d};
         bf16 *xi = put_bf16(&a, x, n);
         ss[k] = d->k->sum_squares_bf16(d, xi, n);
-        arena_free(&a);
+        bufs_free(&a);
     }
     if (!test_close(ss[1], ss[0], 0, 1e-10)) {
         print_error("sum_squares_bf16: cuda %.17g cpu %.17g\n", ss[1], ss[0]);
@@ -105,7 +105,7 @@ static void check_adamw(Devices *dv, int with_param, size_t off) {
     float *mw[2], *mm[2], *vv[2];
     bf16 *p[2] = {NULL, NULL};
     FOR_BOTH_DEVICES(dv, k, d) {
-        Arena a = {.d = d};
+        TestBufs a = {.d = d};
         float *mi = put_f32(&a, master, all) + off, *m1 = put_f32(&a, m, all) + off, *v1 = put_f32(&a, v, all) + off;
         bf16 *gi = put_bf16(&a, g, all) + off, *pi = with_param ? put_bf16(&a, g, all) + off : NULL;
         d->k->adamw(d, mi, m1, v1, gi, pi, n, &s);
@@ -113,7 +113,7 @@ static void check_adamw(Devices *dv, int with_param, size_t off) {
         mm[k] = get_f32(d, m1, n);
         vv[k] = get_f32(d, v1, n);
         if (pi) p[k] = get_bf16_raw(d, pi, n);
-        arena_free(&a);
+        bufs_free(&a);
     }
     // adamw_element pins its operation order (explicit fmaf, true divisions,
     // correctly rounded sqrtf on both compilers): the same bits on both devices
@@ -145,14 +145,14 @@ static void check_conversions(Devices *dv, size_t n, size_t off) {
     bf16 *h[2];
     float *back[2];
     FOR_BOTH_DEVICES(dv, k, d) {
-        Arena a = {.d = d};
-        float *xi = put_f32(&a, x - off, n + off) + off, *yi = (float *)arena_alloc(&a, (n + off) * sizeof(float)) + off;
-        bf16 *hi = (bf16 *)arena_alloc(&a, (n + off) * sizeof(bf16)) + off;
+        TestBufs a = {.d = d};
+        float *xi = put_f32(&a, x - off, n + off) + off, *yi = (float *)bufs_alloc(&a, (n + off) * sizeof(float)) + off;
+        bf16 *hi = (bf16 *)bufs_alloc(&a, (n + off) * sizeof(bf16)) + off;
         d->k->f32_to_half(d, hi, xi, n);
         d->k->half_to_f32(d, yi, hi, n);
         h[k] = get_bf16_raw(d, hi, n);
         back[k] = get_f32(d, yi, n);
-        arena_free(&a);
+        bufs_free(&a);
     }
     expect_bits_equal("f32_to_half", h[1], h[0], n);
     for (size_t i = 0; i < n; i++)  // bit for bit (3e38 is infinite in fp16)
@@ -181,16 +181,16 @@ static void check_special_values(Devices *dv) {
     bf16 *h[2];
     uint32_t back[2][8];
     FOR_BOTH_DEVICES(dv, k, d) {
-        Arena a = {.d = d};
-        float *xi = put_f32(&a, x, 8), *yi = arena_alloc(&a, 8 * sizeof(float));
-        bf16 *hi = arena_alloc(&a, 8 * sizeof(bf16));
+        TestBufs a = {.d = d};
+        float *xi = put_f32(&a, x, 8), *yi = bufs_alloc(&a, 8 * sizeof(float));
+        bf16 *hi = bufs_alloc(&a, 8 * sizeof(bf16));
         d->k->f32_to_half(d, hi, xi, 8);
         d->k->half_to_f32(d, yi, hi, 8);
         h[k] = get_bf16_raw(d, hi, 8);
         float *y = get_f32(d, yi, 8);
         memcpy(back[k], y, sizeof back[k]);
         free(y);
-        arena_free(&a);
+        bufs_free(&a);
     }
     HalfFormat fmt = dv->gpu.half;
     for (int i = 0; i < 8; i++) {

@@ -17,11 +17,11 @@ static void check_quantization(Devices *dv, size_t n, int bits, int block) {
     bf16 *out[2];
     float *set[2], *added[2];
     FOR_BOTH_DEVICES(dv, k, d) {
-        Arena a = {.d = d};
+        TestBufs a = {.d = d};
         bf16 *xh = put_bf16(&a, x, n);
-        float *xf = put_f32(&a, x, n), *acc = put_f32(&a, acc0, n), *back = arena_alloc(&a, n * 4);
-        void *ph = arena_alloc(&a, bytes), *pf = arena_alloc(&a, bytes);
-        bf16 *o = arena_alloc(&a, n * 2);
+        float *xf = put_f32(&a, x, n), *acc = put_f32(&a, acc0, n), *back = bufs_alloc(&a, n * 4);
+        void *ph = bufs_alloc(&a, bytes), *pf = bufs_alloc(&a, bytes);
+        bf16 *o = bufs_alloc(&a, n * 2);
         d->k->quantize_half(d, ph, xh, n, bits, block);
         d->k->quantize_f32(d, pf, xf, n, bits, block);
         d->k->dequantize_half(d, o, ph, n, bits, block);
@@ -32,7 +32,7 @@ static void check_quantization(Devices *dv, size_t n, int bits, int block) {
         out[k] = get_bf16_raw(d, o, n);
         set[k] = get_f32(d, back, n);
         added[k] = get_f32(d, acc, n);
-        arena_free(&a);
+        bufs_free(&a);
     }
     char what[96];
     snprintf(what, sizeof what, "quantize_half (%d bits, block %d, n %zu)", bits, block, n);

@@ -41,6 +41,7 @@ struct Alloc {
     MemKind kind;
     bool freed;
     long serial;     // allocation number, for messages
+    bool region;     // the workbench's device region (emuReserveRegion): its blocks are opened one by one
 };
 // the allocation holding address p (freed ones too), or NULL
 const Alloc *find_alloc(const void *p);

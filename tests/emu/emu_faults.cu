@@ -79,7 +79,7 @@ __global__ void uses_dynamic_smem(float *out) { out[threadIdx.x] = 2.0f; }
 // ---- memory --------------------------------------------------------------------------------
 
 __global__ void read_at(float *out, const float *in, int i) { out[0] = in[i]; }  // mark: oob_read
-__global__ void write_at(float *out, int i) { out[i] = 3.0f; }
+__global__ void write_at(float *out, int i) { out[i] = 3.0f; }  // mark: oob_write
 __global__ void fill(float *x, float v, int n) {
     int i = blockIdx.x * blockDim.x + threadIdx.x;
     if (i < n) x[i] = v;
@@ -120,6 +120,43 @@ static void two_streams(int wait) {
     copy_kernel<<<n / 256, 256, 0, b>>>(y, x, n);
     CHECK(cudaDeviceSynchronize());
     printf("%s\n", read_back(y) == 7.0f ? "fresh" : "stale");
+}
+
+// The workbench's device region (device_cuda.cu's cuda_block_out and
+// cuda_block_back): a block lent on stream a, read on stream b, taken back
+// on a. With `join`, a first waits for what b queued, as cuda_block_back
+// makes the compute stream do; without, the release may pass b's read.
+static void region_release(int join) {
+    int n = 1024;
+    float *x = NULL, *y = device_floats(n);
+    CHECK(emuReserveRegion((void **)&x, 1 << 20));
+    cudaStream_t a, b;
+    CHECK(cudaStreamCreateWithFlags(&a, cudaStreamNonBlocking));
+    CHECK(cudaStreamCreateWithFlags(&b, cudaStreamNonBlocking));
+    cudaEvent_t e;
+    CHECK(cudaEventCreateWithFlags(&e, cudaEventDisableTiming));
+    CHECK(emuRegionBlock(x, n * sizeof(float), 1, a));
+    fill<<<n / 256, 256, 0, a>>>(x, 3.0f, n);
+    CHECK(cudaEventRecord(e, a));
+    CHECK(cudaStreamWaitEvent(b, e, 0));
+    copy_kernel<<<n / 256, 256, 0, b>>>(y, x, n);
+    if (join) {
+        CHECK(cudaEventRecord(e, b));
+        CHECK(cudaStreamWaitEvent(a, e, 0));
+    }
+    CHECK(emuRegionBlock(x, n * sizeof(float), 0, a));
+    CHECK(cudaDeviceSynchronize());
+    printf("%s\n", read_back(y) == 3.0f ? "fresh" : "stale");
+}
+
+// a block of the region written one float past its end: the data fills its
+// page, so the write lands on the page after it, which the region never opens
+static void region_overrun(void) {
+    float *x = NULL;
+    CHECK(emuReserveRegion((void **)&x, 1 << 20));
+    CHECK(emuRegionBlock(x, 1024 * sizeof(float), 1, 0));
+    write_at<<<1, 1>>>(x, 1024);
+    CHECK(cudaDeviceSynchronize());
 }
 
 // a copy into pinned memory read by the host with or without waiting for it
@@ -290,6 +327,15 @@ int main(int argc, char **argv) {
         float *x = device_floats(256);
         read_at<<<1, 1>>>(out, x, 0);
         CHECK(cudaFree(x));  // the kernel above has not run yet
+    } else if (!strcmp(c, "region_release_unjoined")) {
+        region_release(0);
+        return 0;
+    } else if (!strcmp(c, "region_release_joined")) {
+        region_release(1);
+        return 0;
+    } else if (!strcmp(c, "region_overrun")) {
+        region_overrun();
+        return 0;
     } else if (!strcmp(c, "missing_wait")) {
         two_streams(0);
         return 0;

@@ -208,7 +208,7 @@ static Alloc *new_mapping(size_t bytes, MemKind kind) {
     memset(ptr, kind == MEM_DEVICE ? 0xff : 0, bytes);
     memset(ptr + bytes, CANARY, data - bytes);
     Alloc &a = allocs[(uintptr_t)map];
-    a = Alloc{ptr, bytes, map, len, kind, false, ++alloc_serial};
+    a = Alloc{ptr, bytes, map, len, kind, false, ++alloc_serial, false};
     live_allocs.push_back(&a);
     return &a;
 }
@@ -225,7 +225,50 @@ static bool canaries_intact(const Alloc *a, size_t *where) {
     return true;
 }
 
+// ---- the workbench's device region (the emulator's own API, not CUDA's) -------------------
+//
+// The workbench reserves the device's memory once and places its buffers in
+// it itself (common/runtime/arena.h). Here the region is address space with
+// no access, between guard areas; emuRegionBlock opens a block when the
+// arena hands it out and closes it when the arena takes it back, each in
+// the order of the stream's work. So a kernel, a copy or a collective that
+// touches a block after it was taken back (work on another stream that the
+// release did not wait for), or before it was handed out, faults naming the
+// block, as one that touches a freed cudaMalloc does. This build's arena
+// leaves a closed page after every block (ARENA_GUARD), so running past a
+// block's end faults too, and the slack between its data and that page is
+// canary-checked. A block opens full of 0xff bytes, as fresh memory does.
+
+struct RegionBlock {
+    char *ptr;
+    size_t bytes;
+    bool live;
+    long serial;
+};
+static std::map<uintptr_t, RegionBlock> region_blocks;  // by start: the last block lent at each place
+
+static size_t pages_of(size_t bytes) { return (std::max(bytes, (size_t)1) + PAGE - 1) / PAGE * PAGE; }
+
+// The block record of the region holding address p: the one that starts
+// last at or before it, if p is within its pages or the guard page after.
+static const RegionBlock *region_block_at(const char *p) {
+    auto it = region_blocks.upper_bound((uintptr_t)p);
+    if (it == region_blocks.begin()) return NULL;
+    --it;
+    const RegionBlock &b = it->second;
+    return p < b.ptr + pages_of(b.bytes) + PAGE ? &b : NULL;
+}
+
+static void region_block_canaries(const RegionBlock &b, const char *after_what) {
+    for (size_t i = b.bytes; i < pages_of(b.bytes); i++)
+        if ((unsigned char)b.ptr[i] != CANARY)
+            die("%s wrote past the end of block #%ld of the device's region (%zu bytes at %p), into the slack "
+                "before its guard page", after_what, b.serial, b.bytes, (void *)b.ptr);
+}
+
 void emu::check_canaries(const char *after_what) {
+    for (const auto &kv : region_blocks)
+        if (kv.second.live) region_block_canaries(kv.second, after_what);
     for (const Alloc *a : live_allocs) {
         size_t where = 0;
         if (!canaries_intact(a, &where))
@@ -239,7 +282,8 @@ static void free_mapping(Alloc *a) {
     a->freed = true;
     madvise(a->map, a->map_len, MADV_DONTNEED);
     mprotect(a->map, a->map_len, PROT_NONE);
-    live_allocs.erase(std::find(live_allocs.begin(), live_allocs.end(), a));
+    auto it = std::find(live_allocs.begin(), live_allocs.end(), a);
+    if (it != live_allocs.end()) live_allocs.erase(it);  // a region is not among them: its blocks are
 }
 
 static Alloc *live_alloc_at(void *ptr, MemKind kind) {
@@ -271,7 +315,19 @@ static void on_fault(int sig, siginfo_t *si, void *uc_) {
     const Alloc *a = find_alloc(addr);
     int slot = stack_guard_hit(addr);
     char text[1024];
-    if (a && a->freed)
+    const RegionBlock *rb = a && a->region && !a->freed ? region_block_at(addr) : NULL;
+    if (rb && !rb->live)
+        snprintf(text, sizeof text, "%s touched block #%ld of the device's region (%zu bytes at %p) after the arena "
+                 "took it back, at %p: work the release did not wait for (another stream's?) still used it",
+                 who.c_str(), rb->serial, rb->bytes, (void *)rb->ptr, (const void *)addr);
+    else if (rb)
+        snprintf(text, sizeof text, "%s read or wrote %zu bytes past the end of block #%ld of the device's region "
+                 "(%zu bytes at %p), into its guard page", who.c_str(), (size_t)(addr - (rb->ptr + rb->bytes)),
+                 rb->serial, rb->bytes, (void *)rb->ptr);
+    else if (a && a->region && addr >= a->ptr && addr < a->ptr + a->bytes)
+        snprintf(text, sizeof text, "%s touched the device's region at offset %zu, where no block is lent", who.c_str(),
+                 (size_t)(addr - a->ptr));
+    else if (a && a->freed)
         snprintf(text, sizeof text, "%s touched freed %s allocation #%ld (%zu bytes at %p), at %p", who.c_str(),
                  kind_name(a->kind), a->serial, a->bytes, (void *)a->ptr, (const void *)addr);
     else if (a && addr >= a->ptr + a->bytes)
@@ -622,6 +678,61 @@ cudaError_t cudaFreeAsync(void *ptr, cudaStream_t stream) {
     if (!ptr) return cudaSuccess;
     if (!live_alloc_at(ptr, MEM_DEVICE)) return ret(cudaErrorInvalidValue);
     enqueue(stream, make_op("cudaFreeAsync", [ptr]() { device_free(live_alloc_at(ptr, MEM_DEVICE)); }));
+    return cudaSuccess;
+}
+
+// The workbench's device region (see "the workbench's device region" above).
+cudaError_t emuReserveRegion(void **ptr, size_t bytes) {
+    Lock l;
+    COUNT();
+    install_fault_handler();
+    *ptr = NULL;
+    if (bytes == 0 || bytes > DEVICE_BYTES - device_in_use) return ret(cudaErrorMemoryAllocation);
+    size_t len = pages_of(bytes) + 2 * GUARD;
+    void *m = mmap(NULL, len, PROT_NONE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
+    if (m == MAP_FAILED) return ret(cudaErrorMemoryAllocation);
+    char *map = (char *)m;
+    Alloc &a = allocs[(uintptr_t)map];
+    a = Alloc{map + GUARD, bytes, map, len, MEM_DEVICE, false, ++alloc_serial, true};
+    device_in_use += bytes;
+    *ptr = a.ptr;
+    return cudaSuccess;
+}
+
+cudaError_t emuRegionBlock(void *ptr, size_t bytes, int handed_out, cudaStream_t stream) {
+    Lock l;
+    COUNT();
+    char *p = (char *)ptr;
+    const Alloc *a = find_alloc(p);
+    if (!a || !a->region || a->freed || p < a->ptr || bytes == 0 || p + pages_of(bytes) > a->ptr + pages_of(a->bytes) ||
+        ((uintptr_t)p - (uintptr_t)a->ptr) % PAGE)
+        return ret(cudaErrorInvalidValue);
+    size_t open = pages_of(bytes);
+    if (handed_out) {
+        long serial = ++alloc_serial;
+        enqueue(stream, make_op("region block handed out", [p, bytes, open, serial]() {
+            // records of earlier blocks over these pages say nothing any more
+            for (auto it = region_blocks.begin(); it != region_blocks.end();) {
+                const RegionBlock &b = it->second;
+                bool overlaps = b.ptr < p + open + PAGE && p < b.ptr + pages_of(b.bytes) + PAGE;
+                it = overlaps ? region_blocks.erase(it) : std::next(it);
+            }
+            mprotect(p, open, PROT_READ | PROT_WRITE);
+            memset(p, 0xff, bytes);
+            memset(p + bytes, CANARY, open - bytes);
+            region_blocks[(uintptr_t)p] = RegionBlock{p, bytes, true, serial};
+        }));
+    } else {
+        enqueue(stream, make_op("region block taken back", [p, open]() {
+            auto it = region_blocks.find((uintptr_t)p);
+            if (it != region_blocks.end()) {
+                region_block_canaries(it->second, "work before the block was taken back");
+                it->second.live = false;
+            }
+            madvise(p, open, MADV_DONTNEED);
+            mprotect(p, open, PROT_NONE);
+        }));
+    }
     return cudaSuccess;
 }
 

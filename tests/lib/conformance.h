@@ -76,22 +76,22 @@ static inline Devices *devices_or_skip(void **state) {
     return *state;
 }
 
-// ---- buffers: one arena per test and device, freed at the end ----------------------
+// ---- buffers: one set per test and device, freed at the end ------------------------
 
-#define ARENA_MAX 32
-typedef struct Arena {
+#define TEST_BUFS_MAX 32
+typedef struct TestBufs {
     Device *d;
-    Buf buf[ARENA_MAX];
+    Buf buf[TEST_BUFS_MAX];
     int n;
-} Arena;
+} TestBufs;
 
-static inline void *arena_alloc(Arena *a, size_t bytes) {
-    assert_true(a->n < ARENA_MAX);
+static inline void *bufs_alloc(TestBufs *a, size_t bytes) {
+    assert_true(a->n < TEST_BUFS_MAX);
     a->buf[a->n] = buf_alloc(a->d, TIER_DEVICE, CAT_WORKSPACE, bytes, "conformance test");
     return a->buf[a->n++].ptr;
 }
 
-static inline void arena_free(Arena *a) {
+static inline void bufs_free(TestBufs *a) {
     for (int i = 0; i < a->n; i++) buf_free(a->d, &a->buf[i]);
     a->n = 0;
 }
@@ -104,17 +104,17 @@ static inline float *rand_values(size_t n, uint64_t seed, float lo, float hi) {
     return x;
 }
 
-static inline void *put_bytes(Arena *a, const void *src, size_t bytes) {
-    void *p = arena_alloc(a, bytes);
+static inline void *put_bytes(TestBufs *a, const void *src, size_t bytes) {
+    void *p = bufs_alloc(a, bytes);
     dev_copy(a->d, p, src, bytes, STREAM_COMPUTE);
     dev_sync(a->d, STREAM_COMPUTE);
     return p;
 }
 
-static inline float *put_f32(Arena *a, const float *x, size_t n) { return put_bytes(a, x, n * 4); }
+static inline float *put_f32(TestBufs *a, const float *x, size_t n) { return put_bytes(a, x, n * 4); }
 
 // 16 bits in the device's format (bf16, or fp16 on the fp16 devices)
-static inline bf16 *put_bf16(Arena *a, const float *x, size_t n) {
+static inline bf16 *put_bf16(TestBufs *a, const float *x, size_t n) {
     bf16 *h = xmalloc(n * sizeof *h);
     for (size_t i = 0; i < n; i++) h[i] = f32_to_half(a->d->half, x[i]);
     bf16 *p = put_bytes(a, h, n * sizeof *h);
@@ -123,11 +123,11 @@ static inline bf16 *put_bf16(Arena *a, const float *x, size_t n) {
 }
 
 // an activation: fp32 on the cpu device, bf16 on cuda (d->act_bytes)
-static inline act *put_act(Arena *a, const float *x, size_t n) {
+static inline act *put_act(TestBufs *a, const float *x, size_t n) {
     return a->d->act_bytes == 4 ? (act *)put_f32(a, x, n) : (act *)put_bf16(a, x, n);
 }
 
-static inline act *alloc_act(Arena *a, size_t n) { return arena_alloc(a, n * a->d->act_bytes); }
+static inline act *alloc_act(TestBufs *a, size_t n) { return bufs_alloc(a, n * a->d->act_bytes); }
 
 static inline void *get_bytes(Device *d, const void *p, size_t bytes) {
     void *h = xmalloc(bytes);
@@ -197,7 +197,7 @@ static inline void expect_bits_equal(const char *what, const bf16 *cuda, const b
 
 
 // The buckets of n token ids (token_buckets.h) in a's device memory
-static inline TokenBuckets put_buckets(Arena *a, const int32_t *tokens, int n) {
+static inline TokenBuckets put_buckets(TestBufs *a, const int32_t *tokens, int n) {
     int32_t *order = xmalloc((size_t)n * sizeof *order), *start = xmalloc((size_t)n * sizeof *start);
     int buckets = token_buckets_build(tokens, n, order, start);
     TokenBuckets tb = {put_bytes(a, order, (size_t)n * sizeof *order), put_bytes(a, start, (size_t)n * sizeof *start),

@@ -14,12 +14,12 @@ static void test_bias_add(void **state) {
     float *x = rand_values(n, 101, -2, 2), *b = rand_values(OC, 102, -1, 1);
     float *out[2];
     FOR_BOTH_DEVICES(dv, k, d) {
-        Arena a = {.d = d};
+        TestBufs a = {.d = d};
         act *o = put_act(&a, x, n);
         bf16 *bi = put_bf16(&a, b, OC);
         d->k->bias_add(d, o, bi, BT, OC);
         out[k] = get_act(d, o, n);
-        arena_free(&a);
+        bufs_free(&a);
     }
     expect_close("bias_add", out[1], out[0], n, TOL_BF16_ONCE);
     free_pair(out);
@@ -38,7 +38,7 @@ static void check_embedding_part(Devices *dv, int with_wpe) {
     for (int i = 0; i < B * T; i += 2) tok[i] = begin + tok[i] % 8;  // half of them on 8 rows: sums of several
     float *out[2], *dwte[2], *dwpe[2];
     FOR_BOTH_DEVICES(dv, k, d) {
-        Arena a = {.d = d};
+        TestBufs a = {.d = d};
         bf16 *te = put_bf16(&a, wte, (size_t)rows * C), *pe = put_bf16(&a, wpe, (size_t)T * C);
         int32_t *tk = put_bytes(&a, tok, (size_t)B * T * sizeof *tok);
         act *o = alloc_act(&a, n), *g = put_act(&a, dout, n);
@@ -49,7 +49,7 @@ static void check_embedding_part(Devices *dv, int with_wpe) {
         out[k] = get_act(d, o, n);
         dwte[k] = get_f32(d, dte, (size_t)rows * C);
         dwpe[k] = get_f32(d, dpe, (size_t)T * C);
-        arena_free(&a);
+        bufs_free(&a);
     }
     expect_close("embedding_part_forward out", out[1], out[0], n, TOL_BF16_ONCE);
     expect_f32_bits_equal("embedding_part_backward dwte", dwte[1], dwte[0], (size_t)rows * C);
@@ -78,11 +78,11 @@ static void check_crossentropy_part(Devices *dv, int BT, int V, int ld, int begi
     int32_t *tgt = rand_tokens(BT, 2 * ld, 110);  // about half the targets inside this part
     float *maxv[2], *sums[2], *loss[2], *dz[2];
     FOR_BOTH_DEVICES(dv, k, d) {
-        Arena a = {.d = d};
+        TestBufs a = {.d = d};
         act *zi = put_act(&a, z, n);
         int32_t *ti = put_bytes(&a, tgt, BT * sizeof *tgt);
-        float *m = arena_alloc(&a, BT * sizeof(float)), *s = arena_alloc(&a, 2 * BT * sizeof(float));
-        float *l = arena_alloc(&a, BT * sizeof(float));
+        float *m = bufs_alloc(&a, BT * sizeof(float)), *s = bufs_alloc(&a, 2 * BT * sizeof(float));
+        float *l = bufs_alloc(&a, BT * sizeof(float));
         d->k->crossentropy_part_max(d, m, zi, BT, V, ld);
         maxv[k] = get_f32(d, m, BT);
         if (V == 0) for (int r = 0; r < BT; r++) maxv[0][r] = 0.5f;  // another part's maximum
@@ -96,7 +96,7 @@ static void check_crossentropy_part(Devices *dv, int BT, int V, int ld, int begi
         d->k->crossentropy_part_finish(d, l, zi, m, s, ti, begin, BT, V, ld, scale);
         loss[k] = get_f32(d, l, BT);
         dz[k] = get_act(d, zi, n);
-        arena_free(&a);
+        bufs_free(&a);
     }
     if (V > 0) expect_equal("crossentropy_part_max", maxv[1], maxv[0], BT);
     else for (int r = 0; r < BT; r++) assert_true(maxv[1][r] == -INFINITY);

@@ -8,6 +8,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mman.h>
 #include <unistd.h>
 #include "blas_core.h"
 #include "check.h"
@@ -16,14 +17,43 @@
 
 #define CPU_ALIGN_BYTES 64  // a cache line, and the widest SIMD load (AVX-512)
 
+// ---- the device tier: one region, placed by the arena (mem.h) ----
+
+// The budget (--hbm-gb), or without one the host's memory over the ranks
+// on this node, rounded up to whole arena pages.
+static size_t cpu_region_bytes(Device *d) {
+    size_t bytes = d->mem.budget[TIER_DEVICE];
+    if (!bytes) bytes = (size_t)sysconf(_SC_PHYS_PAGES) * (size_t)sysconf(_SC_PAGESIZE) / (size_t)d->local_size;
+    return arena_rounded(bytes);
+}
+
+// Address space only: a page is host memory once a kernel writes it, as a
+// GPU's is once the driver maps it, so a region the size of the host's
+// memory costs nothing it does not use.
+static void *cpu_reserve(Device *d, size_t bytes) {
+    (void)d;
+    void *p = mmap(NULL, bytes, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
+    return p == MAP_FAILED ? NULL : p;
+}
+
+static void cpu_unreserve(Device *d, void *region, size_t bytes) {
+    (void)d;
+    munmap(region, bytes);
+}
+
+// Work runs as it is issued: a block taken back is free at once.
+static void cpu_block(Device *d, void *ptr, size_t bytes) { (void)d, (void)ptr, (void)bytes; }
+
+// ---- host and pinned memory ----
+
 static void *cpu_alloc(Device *d, MemTier tier, size_t bytes) {
     (void)d;
     // "pinned" host memory exists to let a GPU DMA from it; on the cpu device
     // it is ordinary host memory, kept as its own tier so the accounting
     // matches what the cuda device would show.
-    CHECK(tier != TIER_NVME,
-          "the nvme tier cannot be allocated through the device; hint: the aio module owns "
-          "files on nvme (and accounts them with mem_track_alloc)");
+    CHECK(tier == TIER_HOST || tier == TIER_PINNED,
+          "cpu_alloc: the %s tier is not allocated here; hint: device buffers are blocks of the device's region, "
+          "and the aio module owns files on nvme (and accounts them with mem_track_alloc)", mem_tier_name(tier));
     // pinned buffers are page-aligned, as cudaHostAlloc's are: the aio module
     // reads and writes them with O_DIRECT, which needs that alignment
     size_t align_bytes = tier == TIER_PINNED ? (size_t)sysconf(_SC_PAGESIZE) : CPU_ALIGN_BYTES;
@@ -93,6 +123,11 @@ static void cpu_host_fn(Device *d, StreamId s, void (*fn)(void *arg), void *arg)
 static const DeviceOps cpu_ops = {
     .alloc = cpu_alloc,
     .free = cpu_free,
+    .region_bytes = cpu_region_bytes,
+    .reserve = cpu_reserve,
+    .unreserve = cpu_unreserve,
+    .block_out = cpu_block,
+    .block_back = cpu_block,
     .copy = cpu_copy,
     .memset0 = cpu_memset0,
     .event_record = cpu_event_record,

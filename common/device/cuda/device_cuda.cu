@@ -16,55 +16,112 @@ extern "C" {
 
 // ---- memory -----------------------------------------------------------------
 
+// ---- the device tier: one cudaMalloc, placed by the arena (mem.h) -------------
+
+// What stays outside the region: the CUDA context's own memory, cuBLASLt's,
+// NCCL's buffers and channels.
+#define CUDA_REGION_MARGIN ((size_t)1 << 30)
+
+// The budget (--hbm-gb, or the card's memory over the ranks sharing it,
+// device_share), within what the GPU has free less CUDA_REGION_MARGIN.
+static size_t cuda_region_bytes(Device *d) {
+    size_t free_bytes = 0, total = 0;
+    cudaCheck(cudaMemGetInfo(&free_bytes, &total));
+    size_t room = free_bytes > CUDA_REGION_MARGIN ? free_bytes - CUDA_REGION_MARGIN : 0;
+    size_t budget = arena_rounded(d->mem.budget[TIER_DEVICE]);
+    return (budget < room ? budget : room) / ARENA_ALIGN * ARENA_ALIGN;
+}
+
+static void *cuda_reserve(Device *d, size_t bytes) {
+    (void)d;
+    void *p = NULL;
+#ifdef WB_CUDA_EMU
+    // the emulator's: address space whose blocks it opens and closes in
+    // stream order (cuda_block_out, cuda_block_back), so a stray use faults
+    cudaError_t st = emuReserveRegion(&p, bytes);
+#else
+    cudaError_t st = cudaMalloc(&p, bytes);
+#endif
+    if (st != cudaSuccess) {
+        cuda_clear_error(st);  // reported by the caller
+        return NULL;
+    }
+    return p;
+}
+
+static void cuda_unreserve(Device *d, void *region, size_t bytes) {
+    (void)d, (void)bytes;
+    cudaCheck(cudaDeviceSynchronize());
+    cudaCheck(cudaFree(region));
+}
+
+static void cuda_reserved(Device *d) {
+    cuda_impl(d)->lt_workspace = buf_alloc(d, TIER_DEVICE, CAT_WORKSPACE, CUDA_LT_WORKSPACE_BYTES,
+                                           "cuBLASLt workspace");
+}
+
+// The arena hands a block out after what the compute stream has queued so
+// far (the work that used it before was joined there when it was taken
+// back); the other streams start using it after this point.
+static void cuda_block_out(Device *d, void *ptr, size_t bytes) {
+    CudaImpl *impl = cuda_impl(d);
+#ifdef WB_CUDA_EMU
+    cudaCheck(emuRegionBlock(ptr, bytes, 1, impl->stream[STREAM_COMPUTE]));  // open: fresh memory, 0xff bytes
+#else
+    (void)ptr, (void)bytes;
+#endif
+    cudaCheck(cudaEventRecord(impl->ordering, impl->stream[STREAM_COMPUTE]));
+    for (int s = 0; s < STREAM_COUNT; s++)
+        if (s != STREAM_COMPUTE) cudaCheck(cudaStreamWaitEvent(impl->stream[s], impl->ordering, 0));
+}
+
+// A block taken back: the compute stream waits for what the other streams
+// have queued so far (a copy, a collective still reading or writing it), so
+// the block is reused only after that work, in compute-stream order, with no
+// host wait and no device-wide sync (what PyTorch's caching allocator does
+// with record_stream). NCCL's communicator streams are ordered before
+// compute by the collectives' own events (comm_nccl_wait).
+static void cuda_block_back(Device *d, void *ptr, size_t bytes) {
+    CudaImpl *impl = cuda_impl(d);
+    for (int s = 0; s < STREAM_COUNT; s++) {
+        if (s == STREAM_COMPUTE) continue;
+        cudaCheck(cudaEventRecord(impl->ordering, impl->stream[s]));
+        cudaCheck(cudaStreamWaitEvent(impl->stream[STREAM_COMPUTE], impl->ordering, 0));
+    }
+#ifdef WB_CUDA_EMU
+    cudaCheck(emuRegionBlock(ptr, bytes, 0, impl->stream[STREAM_COMPUTE]));  // closed: a later use faults
+#else
+    (void)ptr, (void)bytes;
+#endif
+}
+
+// ---- host and pinned memory -------------------------------------------------------
+
 static void *cuda_alloc(Device *d, MemTier tier, size_t bytes) {
     (void)d;
     void *p = NULL;
     cudaError_t st = cudaSuccess;
     switch (tier) {
-    case TIER_DEVICE: st = cudaMallocAsync(&p, bytes, cuda_impl(d)->stream[STREAM_COMPUTE]); break;
     case TIER_PINNED: st = cudaHostAlloc(&p, bytes, cudaHostAllocPortable); break;
     case TIER_HOST:
         if (posix_memalign(&p, HOST_ALIGN_BYTES, bytes) != 0) p = NULL;
         break;
     default:
-        fail_at(__FILE__, __LINE__, "the nvme tier cannot be allocated through the device; hint: "
-                "the aio module owns files on nvme (and accounts them with mem_track_alloc)");
+        fail_at(__FILE__, __LINE__, "cuda_alloc: the %s tier is not allocated here; hint: device buffers are blocks "
+                "of the device's region, and the aio module owns files on nvme (and accounts them with "
+                "mem_track_alloc)", mem_tier_name(tier));
     }
     if (st != cudaSuccess) {
         cuda_clear_error(st);  // out of memory is reported by buf_alloc
         return NULL;
     }
-    if (tier == TIER_DEVICE) {
-        // memory from the stream-ordered pool is ready in compute-stream
-        // order; the other streams start using it after this point
-        CudaImpl *impl = cuda_impl(d);
-        cudaCheck(cudaEventRecord(impl->ordering, impl->stream[STREAM_COMPUTE]));
-        for (int s = 0; s < STREAM_COUNT; s++)
-            if (s != STREAM_COMPUTE) cudaCheck(cudaStreamWaitEvent(impl->stream[s], impl->ordering, 0));
-    }
     return p;
 }
 
-// Device memory goes back to the stream-ordered pool in compute-stream order,
-// after what every stream has queued so far (a ZeRO-3 unit released while
-// its gather's successors are still queued): no host wait, no device-wide
-// sync. NCCL's communicator streams are ordered before compute by the
-// collectives' own events (comm_nccl_wait).
 static void cuda_free(Device *d, MemTier tier, void *ptr, size_t bytes) {
-    (void)bytes;
-    CudaImpl *impl = cuda_impl(d);
-    switch (tier) {
-    case TIER_DEVICE:
-        for (int s = 0; s < STREAM_COUNT; s++) {
-            if (s == STREAM_COMPUTE) continue;
-            cudaCheck(cudaEventRecord(impl->ordering, impl->stream[s]));
-            cudaCheck(cudaStreamWaitEvent(impl->stream[STREAM_COMPUTE], impl->ordering, 0));
-        }
-        cudaCheck(cudaFreeAsync(ptr, impl->stream[STREAM_COMPUTE]));
-        break;
-    case TIER_PINNED: cudaCheck(cudaFreeHost(ptr)); break;
-    default: free(ptr); break;
-    }
+    (void)d, (void)bytes;
+    if (tier == TIER_PINNED) cudaCheck(cudaFreeHost(ptr));
+    else free(ptr);
 }
 
 // cudaMemcpyDefault reads the direction from the pointers (unified addressing),
@@ -173,7 +230,9 @@ static void cuda_destroy(Device *d) {
 }
 
 static const DeviceOps cuda_ops = {
-    cuda_alloc,         cuda_free,          cuda_copy,       cuda_memset0,
+    cuda_alloc,         cuda_free,          cuda_region_bytes, cuda_reserve,
+    cuda_unreserve,     cuda_reserved,      cuda_block_out,    cuda_block_back,
+    cuda_copy,          cuda_memset0,
     cuda_event_record,  cuda_stream_wait_event, cuda_event_sync, cuda_stream_sync,
     cuda_event_create,  cuda_event_destroy, cuda_mem_get_info, cuda_span_begin,
     cuda_span_end,      cuda_spans_settle,  cuda_destroy,       cuda_host_fn,
@@ -215,15 +274,6 @@ static void set_peak(Device *d, const char *name) {
             return;
         }
     }
-}
-
-// The stream-ordered pool keeps what is freed for the next allocation
-// instead of giving it back to the driver at every synchronization.
-static void keep_freed_memory(int ordinal) {
-    cudaMemPool_t pool;
-    cudaCheck(cudaDeviceGetDefaultMemPool(&pool, ordinal));
-    uint64_t keep = UINT64_MAX;
-    cudaCheck(cudaMemPoolSetAttribute(pool, cudaMemPoolAttrReleaseThreshold, &keep));
 }
 
 // Ranks on one node share its cores (the CPU Adam of the offload stages runs here).
@@ -317,7 +367,6 @@ extern "C" void device_cuda_init(Device *d, const DeviceOptions *opt) {
     impl->ordinal = ordinal;
     impl->sm_count = prop.multiProcessorCount;
     impl->smem_optin = prop.sharedMemPerBlockOptin;
-    keep_freed_memory(ordinal);
     create_streams(impl);
     cublasCheck(cublasLtCreate(&impl->lt));
 
@@ -335,8 +384,7 @@ extern "C" void device_cuda_init(Device *d, const DeviceOptions *opt) {
     size_t budget = opt->hbm_gb > 0 ? (size_t)ceil(opt->hbm_gb * 1e9) : prop.totalGlobalMem;  // a tiny budget stays one
     mem_set_budget(&d->mem, TIER_DEVICE, budget);
 
-    impl->lt_workspace = buf_alloc(d, TIER_DEVICE, CAT_WORKSPACE, CUDA_LT_WORKSPACE_BYTES,
-                                   "cuBLASLt workspace");
+    // the cuBLASLt workspace is the region's first block (cuda_reserved)
     impl->host_result = buf_alloc(d, TIER_PINNED, CAT_WORKSPACE, 64, "reduction read-back");
     cuda_spans_init(d);
 }

@@ -199,6 +199,16 @@ static void summarize_memory(const Report *r, Summary *s) {
             s->peak[i][c] = (double)m->peak[i][c];
         }
     for (int i = 0; i < TIER_COUNT; i++) s->tier_peak[i] = (double)m->tier_peak[i];
+    // the arena at the device peak of the rank whose peak is the largest (the lowest such rank)
+    struct {
+        double peak;
+        int rank;
+    } mine = {-(double)m->tier_peak[TIER_DEVICE], world->rank}, top;
+    mpiCheck(MPI_Allreduce(&mine, &top, 1, MPI_DOUBLE_INT, MPI_MINLOC, world->mpi));
+    s->arena = m->arena_at_peak;
+    s->arena_rank = top.rank;
+    mpiCheck(MPI_Bcast(&s->arena, sizeof s->arena, MPI_BYTE, top.rank, world->mpi));
+    s->arena_high_water = comm_max_f64(world, m->arena_reserved ? (double)arena_stats(&m->arena).high_water : 0);
     mpiCheck(MPI_Allreduce(MPI_IN_PLACE, s->cur, TIER_COUNT * CAT_COUNT, MPI_DOUBLE, MPI_MAX, world->mpi));
     mpiCheck(MPI_Allreduce(MPI_IN_PLACE, s->peak, TIER_COUNT * CAT_COUNT, MPI_DOUBLE, MPI_MAX, world->mpi));
     mpiCheck(MPI_Allreduce(MPI_IN_PLACE, s->tier_peak, TIER_COUNT, MPI_DOUBLE, MPI_MAX, world->mpi));

@@ -26,6 +26,12 @@ static void json_mem(FILE *f, const Summary *s) {
     }
     fprintf(f, ",\"padding_params\":%.0f,\"activations\":%.0f,\"act_working\":%.0f,\"act_offloaded\":%.0f}",
             s->formula.padding_params, s->acts.saved, s->acts.working, s->acts.offloaded);
+    const ArenaStats *a = &s->arena;
+    fprintf(f, ",\"arena\":{\"reserved\":%zu,\"align\":%zu,\"guard\":%zu,\"rank\":%d,\"allocated_at_peak\":%zu,"
+               "\"blocks_at_peak\":%d,\"free_at_peak\":%zu,\"free_blocks_at_peak\":%d,\"largest_free_at_peak\":%zu,"
+               "\"fragmentation_at_peak\":%.6f,\"high_water\":%.0f}",
+            a->reserved, ARENA_ALIGN, ARENA_GUARD, s->arena_rank, a->allocated, a->blocks - a->free_blocks,
+            a->free_bytes, a->free_blocks, a->largest_free, arena_fragmentation(a), s->arena_high_water);
 }
 
 // What the budget check counted before the run (trainer_budget.c).

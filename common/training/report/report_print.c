@@ -89,6 +89,17 @@ void print_memory_table(const Summary *s) {
            s->tier_peak[TIER_DEVICE] / 1e6, run->device_need.total / 1e6);
     if (s->driver_total > 0)
         printf("; driver reports %.1f of %.1f GB free", s->driver_free / 1e9, s->driver_total / 1e9);
+    const ArenaStats *a = &s->arena;
+    if (a->reserved) {
+        char res[32], big[32];
+        mem_format_bytes((double)a->reserved, res, sizeof res);
+        mem_format_bytes((double)a->largest_free, big, sizeof big);
+        printf("\n  device arena at the peak (rank %d): %.3f MB in %d blocks (each request rounded up to %zu-byte "
+               "pages%s) of %s reserved; largest free block %s, fragmentation %.3f (1 - largest free / free); "
+               "high-water mark %.3f MB (the end of the highest block: a region that holds the run; all measured)",
+               s->arena_rank, a->allocated / 1e6, a->blocks - a->free_blocks, ARENA_ALIGN,
+               ARENA_GUARD ? ", and a guard page" : "", res, big, arena_fragmentation(a), s->arena_high_water / 1e6);
+    }
     print_act_formulas(&run->plan, s->r->taps.dev->act_bytes);
 }
 

@@ -26,6 +26,11 @@ typedef struct Summary {
     long skipped_steps, zero_grad_steps;  // fp16, this run: overflowed (no update); every gradient 0
     double zero_grad_scale;  // the loss scale of the last step whose gradients were all 0
     double driver_free, driver_total;
+    // the device arena when the device tier reached its peak, on the rank
+    // with the largest device peak (arena_rank)
+    ArenaStats arena;
+    int arena_rank;
+    double arena_high_water;  // the arena's high-water mark at the run's end, max over ranks
 } Summary;
 
 // report_print.c (rank 0): the memory table, the throughput, communication

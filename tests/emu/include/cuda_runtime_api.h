@@ -119,6 +119,13 @@ cudaError_t cudaFreeAsync(void *ptr, cudaStream_t stream);
 cudaError_t cudaDeviceGetDefaultMemPool(cudaMemPool_t *pool, int device);
 cudaError_t cudaMemPoolSetAttribute(cudaMemPool_t pool, enum cudaMemPoolAttr attr, void *value);
 cudaError_t cudaMemGetInfo(size_t *free_bytes, size_t *total_bytes);
+// The emulator's own, not CUDA's (WB_CUDA_EMU): the device's region for the
+// workbench's arena, address space with no access (emuReserveRegion, given
+// back by cudaFree), whose blocks emuRegionBlock opens (handed_out 1: full
+// of 0xff bytes) and closes again (0) in the order of `stream`'s work, so a
+// use of a block outside the time the arena lends it faults, naming it.
+cudaError_t emuReserveRegion(void **ptr, size_t bytes);
+cudaError_t emuRegionBlock(void *ptr, size_t bytes, int handed_out, cudaStream_t stream);
 cudaError_t cudaPointerGetAttributes(struct cudaPointerAttributes *attr, const void *ptr);
 
 cudaError_t cudaMemcpy(void *dst, const void *src, size_t bytes, enum cudaMemcpyKind kind);
