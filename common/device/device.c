@@ -103,6 +103,7 @@ static Buf device_block(Device *d, MemCategory cat, size_t bytes, const char *wh
     if (!d->region) reserve_region(d);
     size_t offset = mem_alloc(&d->mem, TIER_DEVICE, cat, bytes, what);  // or the out-of-memory error
     Buf b = {.ptr = (char *)d->region + offset, .bytes = bytes, .tier = TIER_DEVICE, .cat = cat};
+    snprintf(b.what, sizeof b.what, "%s", what ? what : "?");
     d->ops->block_out(d, b.ptr, bytes);
     return b;
 }
@@ -113,10 +114,11 @@ Buf buf_alloc(Device *d, MemTier tier, MemCategory cat, size_t bytes, const char
     if (tier == TIER_DEVICE) return device_block(d, cat, bytes, what);
     // count first: going over the budget is the error a student should see,
     // before the allocator itself runs out
-    mem_track_alloc(&d->mem, tier, cat, bytes, what);
+    snprintf(b.what, sizeof b.what, "%s", what ? what : "?");
+    mem_alloc(&d->mem, tier, cat, bytes, what);
     b.ptr = d->ops->alloc(d, tier, bytes);
     if (!b.ptr) {
-        mem_track_free(&d->mem, tier, cat, bytes);
+        mem_free(&d->mem, tier, cat, bytes, 0, what);
         const char *why = d->mem.budget[tier]
                               ? "although the budget allows it; hint: set a smaller --hbm-gb than the machine "
                                 "really has, or use a stage that shards more state"
@@ -133,10 +135,10 @@ void buf_free(Device *d, Buf *b) {
     if (!b->ptr) return;
     if (b->tier == TIER_DEVICE) {
         d->ops->block_back(d, b->ptr, b->bytes);
-        mem_free(&d->mem, TIER_DEVICE, b->cat, b->bytes, (size_t)((char *)b->ptr - (char *)d->region));
+        mem_free(&d->mem, TIER_DEVICE, b->cat, b->bytes, (size_t)((char *)b->ptr - (char *)d->region), b->what);
     } else {
         d->ops->free(d, b->tier, b->ptr, b->bytes);
-        mem_track_free(&d->mem, b->tier, b->cat, b->bytes);
+        mem_free(&d->mem, b->tier, b->cat, b->bytes, 0, b->what);
     }
     b->ptr = NULL;
     b->bytes = 0;

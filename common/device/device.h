@@ -20,11 +20,14 @@ typedef struct Event {
     double t_us;
 } Event;
 
+#define BUF_NAME_BYTES 40
+
 typedef struct Buf {
     void *ptr;
     size_t bytes;
     MemTier tier;
     MemCategory cat;
+    char what[BUF_NAME_BYTES];  // its name (buf_alloc's), for the memory timeline's release
 } Buf;
 
 // A span of queued device work for the trace (forward, backward, a copy).

@@ -171,7 +171,10 @@ void gpt_alloc(GPT *g, const GPTLayout *l, Device *dev, const GPTPlan *p, Comm *
     int nl = plan_end_layer(p, l->cfg.num_layers) - plan_first_layer(p);
 
     g->slot = xcalloc((size_t)p->slots, sizeof(GPTSlot));
-    for (int s = 0; s < p->slots; s++) g->slot[s].layer = xcalloc(nl > 0 ? (size_t)nl : 1, sizeof(LayerActs));
+    for (int s = 0; s < p->slots; s++) {
+        g->slot[s].layer = xcalloc(nl > 0 ? (size_t)nl : 1, sizeof(LayerActs));
+        g->slot[s].micro = -1;
+    }
     g->work = xcalloc(1, sizeof(GPTWork));
     g->work->embed_grads_slot = -1;
     g->acts = buf_alloc(dev, TIER_DEVICE, CAT_ACTIVATIONS, sizes.total_saved, "activations");
@@ -431,8 +434,19 @@ static void check_unit(const GPT *g, int u, int s, const bf16 *p, const bf16 *em
 // The unit's compute goes on the trace's compute row; the checkpoints'
 // copies to and from their store (gpt_checkpoints.c) are left out of it, so
 // their overlap with compute means what it says.
+// The memory timeline's phase (mem.h): this unit of this slot's micro-batch,
+// a validation's forward where the trainer said one is running.
+static void set_phase(GPT *g, MemPhaseKind kind, int u, int s) {
+    MemCtx *m = &g->dev->mem;
+    if (kind == PHASE_FORWARD && m->phase.kind == PHASE_EVAL) kind = PHASE_EVAL;
+    mem_set_phase(m, kind, u, g->slot[s].micro);
+}
+
+void gpt_slot_micro_batch(GPT *g, int s, int micro) { slot_of(g, s)->micro = micro; }
+
 void gpt_unit_forward(GPT *g, int u, int s, const bf16 *p, const bf16 *embed) {
     check_unit(g, u, s, p, embed, 0);
+    set_phase(g, PHASE_FORWARD, u, s);
     g->units_run++;
     int i = u - 1 - plan_first_layer(&g->plan);  // a block's place in the range
     int block = u != GPT_UNIT_EMBED && u != gpt_unit_head(&g->L);
@@ -447,6 +461,7 @@ void gpt_unit_forward(GPT *g, int u, int s, const bf16 *p, const bf16 *embed) {
 
 const float *gpt_unit_backward(GPT *g, int u, int s, const bf16 *p, const bf16 *embed) {
     check_unit(g, u, s, p, embed, 1);
+    set_phase(g, PHASE_BACKWARD, u, s);
     g->units_run++;
     g->backwards_run++;
     if (u == gpt_unit_head(&g->L)) ckpt_before_head_backward(g, s);  // the last block's input starts back
@@ -466,8 +481,10 @@ const float *gpt_unit_backward(GPT *g, int u, int s, const bf16 *p, const bf16 *
             // the recompute on its own span, then the backward's after it
             dev_span_end(g->dev, &sp, TRACE_TID_COMPUTE, "backward", 0);
             sp = dev_span_begin(g->dev, STREAM_COMPUTE);
+            set_phase(g, PHASE_RECOMPUTE, u, s);
             block_recompute_metered(g, p, u - 1, s);  // what the plan's recompute did not keep, again
             dev_span_end(g->dev, &sp, TRACE_TID_COMPUTE, "recompute", 0);
+            set_phase(g, PHASE_BACKWARD, u, s);
             sp = dev_span_begin(g->dev, STREAM_COMPUTE);
         }
         block_backward(g, p, ug, u - 1, s);

@@ -281,6 +281,9 @@ void gpt_free(GPT *g);
 // plan lacks that unit). dloss_scale != 0 makes the head's forward also leave
 // dloss/dlogits for backward (the scale is 1 / tokens in the global batch).
 void gpt_slot_tokens(GPT *g, int s, const int32_t *inputs, const int32_t *targets, float dloss_scale);
+// Slot s holds micro-batch `micro` of the step (0-based): the phase its
+// units' allocations are recorded in (mem.h's MemPhase).
+void gpt_slot_micro_batch(GPT *g, int s, int micro);
 // Forward of unit u (in the plan's range) for the micro-batch in slot s,
 // from the unit's bf16 parameters p: the first block of the range reads
 // gpt_slot_input, the head writes the losses. The head's output projection is

@@ -31,6 +31,7 @@ typedef struct GPTSlot {
     int buckets;                  // how many
     act *dres;                    // (R,C) gradient of the residual stream (backward scratch)
     float dloss_scale;
+    int micro;                    // the micro-batch of the step it holds (gpt_slot_micro_batch), -1 unknown
 } GPTSlot;
 
 // Temporaries the slots share: live within one unit's forward or backward.

@@ -5,6 +5,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include "check.h"
+#include "mem_timeline.h"
 
 static const char *const tier_names[TIER_COUNT] = {"device", "host", "pinned", "nvme"};
 static const char *const category_names[CAT_COUNT] = {
@@ -19,7 +20,33 @@ const char *mem_category_name(MemCategory c) {
     return (c >= 0 && c < CAT_COUNT) ? category_names[c] : "unknown-category";
 }
 
-void mem_init(MemCtx *m) { memset(m, 0, sizeof *m); }
+void mem_init(MemCtx *m) {
+    memset(m, 0, sizeof *m);
+    m->phase = (MemPhase){PHASE_SETUP, -1, -1};
+}
+
+static const char *const phase_names[PHASE_COUNT] = {"setup", "forward", "backward", "recompute", "optimizer",
+                                                     "eval"};
+
+const char *mem_phase_kind_name(int kind) { return kind >= 0 && kind < PHASE_COUNT ? phase_names[kind] : "?"; }
+
+const char *mem_phase_text(MemPhase p, char *out, size_t n) {
+    int k = 0;
+    if (p.kind == PHASE_SETUP) k = snprintf(out, n, "set-up (outside a step)");
+    else if (p.kind == PHASE_OPTIMIZER) k = snprintf(out, n, "the optimizer step");
+    else if (p.unit >= 0) k = snprintf(out, n, "%s of unit %d", mem_phase_kind_name(p.kind), p.unit);
+    else k = snprintf(out, n, "%s", mem_phase_kind_name(p.kind));
+    if (p.micro >= 0 && p.kind != PHASE_SETUP && p.kind != PHASE_OPTIMIZER && k >= 0 && (size_t)k < n)
+        snprintf(out + k, n - (size_t)k, ", micro-batch %d", p.micro);
+    return out;
+}
+
+void mem_set_phase(MemCtx *m, MemPhaseKind kind, int unit, int micro) {
+    MemPhase now = {kind, micro, unit};
+    if (now.kind == m->phase.kind && now.unit == m->phase.unit && now.micro == m->phase.micro) return;
+    m->phase = now;
+    if (m->tl) mem_timeline_phase(m->tl, now);
+}
 
 void mem_set_budget(MemCtx *m, MemTier t, size_t bytes) {
     CHECK(t >= 0 && t < TIER_COUNT, "mem_set_budget: bad tier %d", (int)t);
@@ -81,7 +108,15 @@ static void out_of_memory(const MemCtx *m, MemTier t, MemCategory c, size_t byte
     size_t table_len = 0;
     FILE *f = open_memstream(&table, &table_len);
     if (f) {
+        char where[128];
+        fprintf(f, "  during %s\n", mem_phase_text(m->phase, where, sizeof where));
         mem_print_breakdown(m, f);
+        // --memory-timeline: what this rank recorded up to here (the other ranks cannot be asked now)
+        if (m->tl && m->tl->oom_path) {
+            if (mem_timeline_write_local(m->tl, m->tl->oom_path, world_rank()) == 0)
+                fprintf(f, "  the memory timeline up to here (rank %d's, %s): %s\n", world_rank(),
+                        m->tl->step ? "this step" : "the set-up", m->tl->oom_path);
+        }
         fclose(f);
     }
     fail_rank(EXIT_USAGE, "%s\n%s", line, table ? table : "");
@@ -104,9 +139,15 @@ void mem_reserve_device(MemCtx *m, size_t bytes) {
     m->arena_at_peak = arena_stats(&m->arena);
 }
 
+// The timeline records the device and pinned tiers.
+static void note(MemCtx *m, MemTier t, MemCategory c, long long delta, size_t offset, const char *what) {
+    if (m->tl && (t == TIER_DEVICE || t == TIER_PINNED)) mem_timeline_note(m->tl, m->phase, t, c, delta, offset, what);
+}
+
 size_t mem_alloc(MemCtx *m, MemTier t, MemCategory c, size_t bytes, const char *what) {
     if (t != TIER_DEVICE || !m->arena_reserved) {
         mem_track_alloc(m, t, c, bytes, what);
+        note(m, t, c, (long long)bytes, 0, what);
         return 0;
     }
     if (!mem_fits(m, t, bytes)) out_of_memory(m, t, c, bytes, what, 0);
@@ -115,6 +156,7 @@ size_t mem_alloc(MemCtx *m, MemTier t, MemCategory c, size_t bytes, const char *
     size_t peak = m->tier_peak[t];
     mem_track_alloc(m, t, c, bytes, what);
     if (m->tier_current[t] > peak) m->arena_at_peak = arena_stats(&m->arena);
+    note(m, t, c, (long long)bytes, offset, what);
     return offset;
 }
 
@@ -123,9 +165,11 @@ void mem_release(MemCtx *m) {
     m->arena_reserved = 0;
 }
 
-void mem_free(MemCtx *m, MemTier t, MemCategory c, size_t bytes, size_t offset) {
+void mem_free(MemCtx *m, MemTier t, MemCategory c, size_t bytes, size_t offset, const char *what) {
     mem_track_free(m, t, c, bytes);
-    if (t == TIER_DEVICE && m->arena_reserved) arena_free(&m->arena, offset);
+    int placed = t == TIER_DEVICE && m->arena_reserved;
+    if (placed) arena_free(&m->arena, offset);
+    note(m, t, c, -(long long)bytes, placed ? offset : 0, what);
 }
 
 void mem_track_free(MemCtx *m, MemTier t, MemCategory c, size_t bytes) {

@@ -31,6 +31,29 @@ typedef enum {
 const char *mem_tier_name(MemTier t);          // "device", "host", "pinned", "nvme"
 const char *mem_category_name(MemCategory c);  // "params_bf16", "grads_bf16", "master_fp32", "adam_m", "adam_v", "grads_accum_fp32", "params_hpz", "activations", "act_working", "comm_buffers", "workspace"
 
+// Where in the step the run is, for the memory timeline and an
+// out-of-memory message: the model's units set forward, backward and
+// recompute with the unit, the trainer the micro-batch and the optimizer.
+typedef enum {
+    PHASE_SETUP,      // before step 1, or between steps
+    PHASE_FORWARD,
+    PHASE_BACKWARD,
+    PHASE_RECOMPUTE,  // a block's forward again before its backward (--recompute)
+    PHASE_OPTIMIZER,  // the step's reduction and update
+    PHASE_EVAL,       // a validation's forward
+    PHASE_COUNT
+} MemPhaseKind;
+
+typedef struct MemPhase {
+    int kind;   // MemPhaseKind
+    int micro;  // the micro-batch of the step (0-based), -1 outside one
+    int unit;   // the model's unit, -1 outside one
+} MemPhase;
+
+// "forward of unit 3, micro-batch 0", "the optimizer step", ...
+const char *mem_phase_text(MemPhase p, char *out, size_t n);
+const char *mem_phase_kind_name(int kind);  // "setup", "forward", "backward", "recompute", "optimizer", "eval"
+
 // Called when an allocation would exceed a tier's budget, to append a line
 // that names the stage/rank count that would fit (from the memory math).
 typedef void (*MemFitHint)(void *arg, char *out, size_t out_len);
@@ -46,6 +69,8 @@ typedef struct MemCtx {
     Arena arena;                // the device tier's blocks; capacity 0 until mem_reserve_device
     int arena_reserved;
     ArenaStats arena_at_peak;   // the arena when the device tier last reached its peak
+    MemPhase phase;             // where in the step
+    struct MemTimeline *tl;     // recording the device and pinned tiers (--memory-timeline), else NULL
 } MemCtx;
 
 void mem_init(MemCtx *m);
@@ -55,6 +80,9 @@ void mem_set_budget(MemCtx *m, MemTier t, size_t bytes);
 // exits with status 2 (fail_rank). `what` names the buffer ("layer 3 activations").
 void mem_track_alloc(MemCtx *m, MemTier t, MemCategory c, size_t bytes, const char *what);
 void mem_track_free(MemCtx *m, MemTier t, MemCategory c, size_t bytes);
+// The phase of the step from now on (unit, micro: -1 where none).
+void mem_set_phase(MemCtx *m, MemPhaseKind kind, int unit, int micro);
+
 // The device tier's region, `bytes` of it: from now on mem_alloc places
 // every device allocation in it.
 void mem_reserve_device(MemCtx *m, size_t bytes);
@@ -62,8 +90,9 @@ void mem_reserve_device(MemCtx *m, size_t bytes);
 // offset in the region: 0 on the other tiers. No free block large enough
 // is the same error as going over the budget, with the arena's state.
 size_t mem_alloc(MemCtx *m, MemTier t, MemCategory c, size_t bytes, const char *what);
-// mem_track_free, and on the device tier the block at `offset` released.
-void mem_free(MemCtx *m, MemTier t, MemCategory c, size_t bytes, size_t offset);
+// mem_track_free, and on the device tier the block at `offset` released
+// (`what`: its name, for the memory timeline).
+void mem_free(MemCtx *m, MemTier t, MemCategory c, size_t bytes, size_t offset, const char *what);
 // The arena's own memory (its block list), at the device's end.
 void mem_release(MemCtx *m);
 // Would `bytes` more on tier t stay within its budget?

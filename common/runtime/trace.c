@@ -52,8 +52,20 @@ void trace_span(Trace *t, int tid, const char *name, double t0_us, double t1_us,
     t->spans[t->count++] = (TraceSpan){name, tid, t0_us, t1_us, bytes};
 }
 
+void trace_add_events(Trace *t, char *events) {
+    if (!events) return;
+    if (!t->enabled) {
+        free(events);
+        return;
+    }
+    free(t->extra);
+    t->extra = events;
+}
+
 void trace_free(Trace *t) {
     timeline_free(&t->tl);
+    free(t->extra);
+    t->extra = NULL;
     free(t->spans);
     t->spans = NULL;
     t->count = t->cap = 0;
@@ -84,8 +96,7 @@ static PackedSpan *pack_spans(const Trace *t) {
     return p;
 }
 
-// names are program constants, but keep the JSON valid whatever they hold
-static void write_json_string(FILE *f, const char *s) {
+void json_write_string(FILE *f, const char *s) {
     fputc('"', f);
     for (; *s; s++) {
         if (*s == '"' || *s == '\\') fprintf(f, "\\%c", *s);
@@ -117,7 +128,7 @@ static void write_events(FILE *f, const PackedSpan *all, const RankHeader *hdr, 
             const PackedSpan *s = &all[i];
             fprintf(f, "%s{\"name\":", first ? "" : ",\n");
             first = 0;
-            write_json_string(f, s->name);
+            json_write_string(f, s->name);
             fprintf(f, ",\"ph\":\"X\",\"pid\":%d,\"tid\":%d,\"ts\":%.3f,\"dur\":%.3f", r, s->tid,
                     s->t0_us - origin_us, s->t1_us - s->t0_us);
             if (s->bytes > 0) fprintf(f, ",\"args\":{\"bytes\":%.0f}", s->bytes);
@@ -131,7 +142,7 @@ static void write_events(FILE *f, const PackedSpan *all, const RankHeader *hdr, 
 // before step 1, and again before the rename). A failed write removes the
 // temporary file and says so in one line.
 static int write_trace_file(const char *path, const PackedSpan *all, const RankHeader *hdr,
-                            int nranks, double origin_us) {
+                            int nranks, double origin_us, const char *extra) {
     char tmp[4096];
     FILE *f = out_file_begin(path, tmp, sizeof tmp);
     int opened = f != NULL, bad = !opened;
@@ -139,6 +150,7 @@ static int write_trace_file(const char *path, const PackedSpan *all, const RankH
         fprintf(f, "{\"traceEvents\":[\n");
         write_metadata(f, nranks, hdr);
         write_events(f, all, hdr, nranks, origin_us);
+        if (extra && extra[0]) fprintf(f, ",\n%s", extra);
         fprintf(f, "\n]}\n");
         bad = ferror(f) != 0;
         bad |= fclose(f) != 0;
@@ -188,7 +200,7 @@ int trace_write(Trace *t, const char *path) {
     } else {
         hdr[0] = mine;
     }
-    int failed = rank == 0 && write_trace_file(path, all, hdr, nranks, t->origin_us);
+    int failed = rank == 0 && write_trace_file(path, all, hdr, nranks, t->origin_us, t->extra);
     if (all != packed) free(all);
     free(packed);
     free(hdr);

@@ -5,6 +5,7 @@
 // (with or without --trace). Spans are recorded by the main thread only.
 #pragma once
 #include <stddef.h>
+#include <stdio.h>
 #include "timeline.h"
 
 typedef struct TraceSpan {
@@ -31,9 +32,12 @@ typedef struct Trace {
     size_t max_spans, dropped;
     double origin_us;   // wall-clock origin shared by all ranks (set at init via MPI barrier)
     Timeline tl;        // every span, enabled or not, until the report has measured it
+    char *extra;        // rank 0: more events for the file (the memory timeline's), comma-separated, or NULL
 } Trace;
 
 double now_us(void);  // monotonic wall clock in microseconds
+// s as a JSON string, quoted, with quotes, backslashes and control bytes escaped
+void json_write_string(FILE *f, const char *s);
 void trace_init(Trace *t, int enabled, double origin_us);
 void trace_span(Trace *t, int tid, const char *name, double t0_us, double t1_us, double bytes);
 // Collective over MPI_COMM_WORLD: gathers every rank's spans to rank 0, which
@@ -42,3 +46,6 @@ void trace_span(Trace *t, int tid, const char *name, double t0_us, double t1_us,
 // could not be written.
 int trace_write(Trace *t, const char *path);
 void trace_free(Trace *t);
+// Rank 0: events (Chrome-trace objects, comma-separated, malloc'd; the
+// trace takes them) that trace_write puts in the file beside the spans.
+void trace_add_events(Trace *t, char *events);

@@ -110,6 +110,26 @@ static void note_eval_repeats(const Trainer *t) {
            c->seq_len + 1, (unsigned long long)most);
 }
 
+// --memory-timeline: the device's and pinned memory's allocations are
+// recorded from here on, a step at a time (the set-up's until step 1), so
+// that a rank that runs out of memory can write what led up to it.
+static void start_memory_timeline(Trainer *t, double origin) {
+    t->mem_timeline = xcalloc(1, sizeof *t->mem_timeline);
+    t->mem_timeline->origin_us = origin;
+    t->mem_timeline->oom_path = t->cfg.memory_timeline;
+    t->dev.mem.tl = t->mem_timeline;
+    mem_timeline_begin(t->mem_timeline, &t->dev.mem, 0);
+}
+
+// After step `step` (1-based): the one --memory-timeline asked for is
+// written (collective); with --trace its events go into that file too.
+static void memory_timeline_step_done(Trainer *t, long step) {
+    if (!t->mem_timeline || step != t->cfg.memory_timeline_step) return;
+    char *events = NULL;
+    t->timeline_failed = mem_timeline_write(t->mem_timeline, t->cfg.memory_timeline, t->cfg.trace ? &events : NULL);
+    trace_add_events(&t->trace, events);
+}
+
 static void setup(Trainer *t, int argc, char **argv, const Strategy *s) {
     int local_rank, local_size;
     memset(t, 0, sizeof *t);
@@ -137,6 +157,7 @@ static void setup(Trainer *t, int argc, char **argv, const Strategy *s) {
     DeviceOptions dopt = {.kind = t->cfg.device, .hbm_gb = t->cfg.hbm_gb, .local_rank = local_rank,
                           .local_size = local_size, .trace = &t->trace, .half = t->cfg.half};
     device_init(&t->dev, &dopt);
+    if (t->cfg.memory_timeline) start_memory_timeline(t, origin);
     t->dev.mem.fit_hint = trainer_fit_hint;
     t->dev.mem.fit_hint_arg = t;
     comm_setup(&t->world, &t->dev, t->cfg.comm, &t->trace);
@@ -192,8 +213,11 @@ double trainer_ring_bytes(const Trainer *t, double out[OP_COUNT]) {
 }
 
 void trainer_micro_batch_to_slot(Trainer *t, const MicroBatches *mb, int i, int s) {
+    // the micro-batch's forward begins here (a gather for its first unit belongs to it)
+    mem_set_phase(&t->dev.mem, mb->backward ? PHASE_FORWARD : PHASE_EVAL, -1, i);
     trainer_load_micro_batch(t, mb->split, mb->first + (uint64_t)i, mb->inputs, mb->targets);
     gpt_slot_tokens(&t->model, s, mb->inputs, mb->targets, mb->dloss_scale);
+    gpt_slot_micro_batch(&t->model, s, i);
 }
 
 // The stage's micro-batch step over mb, held to the pass it was handed:
@@ -221,7 +245,9 @@ static double evaluate(Trainer *t, int32_t *in, int32_t *tgt) {
     double ops[OP_COUNT], bytes0 = trainer_ring_bytes(t, ops);
     int count = t->cfg.eval_batches * t->cfg.grad_accum;
     MicroBatches mb = {.split = SPLIT_VAL, .first = 0, .count = count, .inputs = in, .targets = tgt};
+    mem_set_phase(&t->dev.mem, PHASE_EVAL, -1, -1);
     double sum = run_pass(t, &mb);
+    mem_set_phase(&t->dev.mem, PHASE_SETUP, -1, -1);
     t->report.eval_comm_bytes += trainer_ring_bytes(t, ops) - bytes0;
     t->report.evals++;
     return comm_sum_f64(t->dp, sum / count) / t->dp->size;
@@ -267,9 +293,11 @@ static void train_step(Trainer *t, int32_t *in, int32_t *tgt) {
     const TrainConfig *c = &t->cfg;
     const Strategy *s = t->strategy;
     StepMeter meter = step_meter_begin(&t->taps);
+    if (t->mem_timeline) mem_timeline_begin(t->mem_timeline, &t->dev.mem, t->step + 1);
     MicroBatches mb = step_micro_batches(t, in, tgt);
     double scale = t->scaler.scale;
     double loss = run_pass(t, &mb);
+    mem_set_phase(&t->dev.mem, PHASE_OPTIMIZER, -1, -1);
     // the norm of the unscaled gradients; all-reduced over the ranks, so an
     // element that overflowed anywhere makes it infinite (or NaN) everywhere
     double norm = sqrt(s->grad_norm_sq(t)) / scale;
@@ -293,7 +321,9 @@ static void train_step(Trainer *t, int32_t *in, int32_t *tgt) {
                         t->scaler.min_scale);
     t->step++;
     stop_note_step(t->step);
+    mem_set_phase(&t->dev.mem, PHASE_SETUP, -1, -1);
     StepMeasure measured = step_meter_end(&meter, &t->taps);
+    memory_timeline_step_done(t, t->step);
     report_step(&t->report, t->step, &(StepOutcome){mean_loss, hp.lr, norm, scale, overflow}, &measured);
 }
 
@@ -322,7 +352,7 @@ int trainer_main(int argc, char **argv, const Strategy *s) {
     if (c->save) trainer_save(t, rows_consumed(t));
     // the outputs were checked before step 1; a write that fails now (a full
     // disk) is one line each, after which the rest is still written
-    int failed = trace_write(&t->trace, c->trace) != 0;
+    int failed = trace_write(&t->trace, c->trace) != 0 || t->timeline_failed;
     failed |= trainer_report_finish(t) != 0;
     mpiCheck(MPI_Bcast(&failed, 1, MPI_INT, 0, t->world.mpi));  // rank 0 wrote both
     trainer_release_outputs(t);
@@ -335,6 +365,8 @@ int trainer_main(int argc, char **argv, const Strategy *s) {
     data_free(&t->data);
     report_free(&t->report);
     trace_free(&t->trace);
+    if (t->mem_timeline) mem_timeline_free(t->mem_timeline);
+    free(t->mem_timeline);
     comm_free(&t->world);
     device_destroy(&t->dev);
     comm_world_finalize(&t->world);

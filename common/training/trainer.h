@@ -21,6 +21,7 @@
 #include "step_meter.h"
 #include "states.h"
 #include "trace.h"
+#include "mem_timeline.h"
 #include "train_limits.h"
 
 typedef struct TrainConfig {
@@ -53,6 +54,8 @@ typedef struct TrainConfig {
     int offload_activations;             // with full recompute: the blocks' saved inputs in pinned host memory
     double hbm_gb;
     const char *json, *trace, *save, *resume;
+    const char *memory_timeline;  // --memory-timeline FILE
+    int memory_timeline_step;     // the step it records, 1-based; 0: the last
     const char *init_from, *export_llmc;  // llm.c GPT-2 checkpoints (llmc.h)
     const char *deepspeed_config;        // its values are the defaults of the matching flags
     int save_every, quiet, print_every, verbose_config;
@@ -207,6 +210,8 @@ typedef struct Trainer {
     Comm world;
     Device dev;
     Trace trace;
+    MemTimeline *mem_timeline;  // --memory-timeline: the device's allocations recorded, step by step
+    int timeline_failed;        // rank 0: writing it failed (one line said so)
     size_t model_params;     // Ψ of the whole model
     // What this rank holds and where it sits, as the stage's Placement says
     // (put here by place, trainer.c, alone): the whole model and data

@@ -278,6 +278,13 @@ void train_config_parse(TrainConfig *c, void *stage_ctx, int argc, char **argv, 
         {.name = "trace", .type = FLAG_STRING, .dst = &c->trace, .meta = "FILE",
          .help = "write every rank's timeline as Chrome-trace JSON (Perfetto opens it; a regular file or a new "
                  "name, never a link)"},
+        {.name = "memory-timeline", .type = FLAG_STRING, .dst = &c->memory_timeline, .meta = "FILE",
+         .help = "write one step's device and pinned allocations, by category and phase, as Chrome-trace JSON "
+                 "(Perfetto stacks the categories; a regular file or a new name, never a link); a rank that runs "
+                 "out of memory writes its own up to the failure"},
+        {.name = "memory-timeline-step", .type = FLAG_INT, .dst = &c->memory_timeline_step, .meta = "N",
+         .help = "the step --memory-timeline records (1 = the first; 0 = the last)",
+         .min = 0, .max = INT_MAX},
         {.name = "save", .type = FLAG_STRING, .dst = &c->save, .meta = "DIR",
          .help = "write a sharded checkpoint at the end (and every --save-every steps); DIR is locked for the "
                  "run (DIR/lock, never a link)"},
@@ -326,6 +333,12 @@ void train_config_parse(TrainConfig *c, void *stage_ctx, int argc, char **argv, 
     check_precision(c);
 
     if (c->save_every > 0 && !c->save) fail_usage("--save-every %d needs --save DIR to say where", c->save_every);
+    if (settings_given(&c->settings, "memory-timeline-step") && !c->memory_timeline)
+        fail_usage("--memory-timeline-step %d needs --memory-timeline FILE to say where", c->memory_timeline_step);
+    if (c->memory_timeline_step > c->steps)
+        fail_usage("--memory-timeline-step %d is past --steps %d: give a step from 1 to %d (0: the last)",
+                   c->memory_timeline_step, c->steps, c->steps);
+    if (c->memory_timeline && c->memory_timeline_step == 0) c->memory_timeline_step = c->steps;
     if (strcmp(c->device, "auto") && strcmp(c->device, "cpu") && strcmp(c->device, "cuda"))
         fail_usage("--device %s: choose auto, cpu or cuda", c->device);
     if (strcmp(c->comm, "auto") && strcmp(c->comm, "mpi") && strcmp(c->comm, "nccl"))

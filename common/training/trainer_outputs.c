@@ -1,6 +1,6 @@
 // trainer_outputs.c: the files a run writes are checked before step 1, so a
 // run cannot end by failing to write what it was run for, nor write over
-// what is not its own: --json and --trace must be regular files or new names
+// what is not its own: --json, --trace and --memory-timeline must be regular files or new names
 // that can be created (rank 0 writes them; out_file.h), no two outputs may
 // name one file, none may lie inside the --resume checkpoint, and the --save
 // folder is created and locked for the run (ckpt_lock), which every rank then
@@ -16,7 +16,7 @@
 #include "trainer.h"
 
 #define MSG_LEN OUT_MSG_BYTES
-#define MAX_OUTPUTS 4
+#define MAX_OUTPUTS 5
 
 typedef struct Output {
     const char *flag, *path;
@@ -27,6 +27,7 @@ typedef struct Output {
 // each other, and a file inside the --save folder over a checkpoint's.
 static int outputs_overlap(const TrainConfig *c, char *msg) {
     Output out[MAX_OUTPUTS] = {{"--json", c->json, ""}, {"--trace", c->trace, ""},
+                               {"--memory-timeline", c->memory_timeline, ""},
                                {"--export-llmc", c->export_llmc, ""}, {"--save", c->save, ""}};
     for (int i = 0; i < MAX_OUTPUTS; i++)
         if (out[i].path) out_file_resolve(out[i].path, out[i].resolved, sizeof out[i].resolved);
@@ -54,8 +55,9 @@ static int inside_resume(const TrainConfig *c, char *msg) {
     if (!c->resume) return 0;
     char root[4096], save[4096];
     ckpt_root(c->resume, root, sizeof root);
-    const char *flags[] = {"--json", "--trace", "--export-llmc"}, *paths[] = {c->json, c->trace, c->export_llmc};
-    for (int i = 0; i < 3; i++) {
+    const char *flags[] = {"--json", "--trace", "--memory-timeline", "--export-llmc"};
+    const char *paths[] = {c->json, c->trace, c->memory_timeline, c->export_llmc};
+    for (int i = 0; i < 4; i++) {
         char resolved[4096];
         if (!paths[i]) continue;
         out_file_resolve(paths[i], resolved, sizeof resolved);
@@ -83,7 +85,9 @@ void trainer_check_outputs(Trainer *t) {
     t->save_lock = -1;
     if (t->world.rank == 0) {
         failed = (c->json && out_file_check("--json", c->json, 0, msg)) ||
-                 (c->trace && out_file_check("--trace", c->trace, 1, msg)) || outputs_overlap(c, msg) ||
+                 (c->trace && out_file_check("--trace", c->trace, 1, msg)) ||
+                 (c->memory_timeline && out_file_check("--memory-timeline", c->memory_timeline, 1, msg)) ||
+                 outputs_overlap(c, msg) ||
                  inside_resume(c, msg) || (c->save && ckpt_lock(c->save, &t->save_lock, msg, sizeof msg));
     }
     agree_or_fail(&t->world, failed, msg);

@@ -571,7 +571,46 @@ static void test_softmax_crossentropy(void **state) {
     check_softmax_crossentropy(dv, 48, 16, 16, 1.0f / 48, 1);     // confident: max - z[t] taken first
 }
 
+// Issue 46: the arena places the same requests at the same offsets on the
+// cuda device as on the cpu device (so the cpu device predicts the GPU's
+// layout). The cuda device's first block is its cuBLASLt workspace: the cpu
+// device is handed a block of that size first, then both the same
+// allocations and releases.
+static void test_arena_offsets_as_on_cpu(void **state) {
+    (void)state;
+    if (!device_cuda_available()) skip();
+    Device cpu, gpu;
+    DeviceOptions co = {.kind = "cpu", .local_size = 1, .hbm_gb = 1}, go = {.kind = "cuda", .local_size = 1, .hbm_gb = 1};
+    device_init(&cpu, &co);
+    device_init(&gpu, &go);
+    Buf first = buf_alloc(&gpu, TIER_DEVICE, CAT_WORKSPACE, 1000, "first");  // reserves: the workspace, then this
+    Buf lt = buf_alloc(&cpu, TIER_DEVICE, CAT_WORKSPACE, gpu.mem.arena.block[0].bytes - ARENA_GUARD, "its workspace");
+    Buf cfirst = buf_alloc(&cpu, TIER_DEVICE, CAT_WORKSPACE, 1000, "first");
+    assert_int_equal(cpu.mem.arena.capacity, gpu.mem.arena.capacity);
+    assert_int_equal((char *)cfirst.ptr - (char *)cpu.region, (char *)first.ptr - (char *)gpu.region);
+    Buf b[2][16] = {{{0}}};
+    uint64_t rng = 11;
+    for (int i = 0; i < 200; i++) {
+        int k = (int)(test_rng_next(&rng) % 16);
+        size_t bytes = 1 + test_rng_next(&rng) % (3 << 20);
+        for (int d = 0; d < 2; d++) {
+            Device *dev = d ? &gpu : &cpu;
+            if (b[d][k].ptr) buf_free(dev, &b[d][k]);
+            else b[d][k] = buf_alloc(dev, TIER_DEVICE, CAT_ACTIVATIONS, bytes, "a block");
+        }
+        size_t at_cpu = b[0][k].ptr ? (size_t)((char *)b[0][k].ptr - (char *)cpu.region) : 0;
+        size_t at_gpu = b[1][k].ptr ? (size_t)((char *)b[1][k].ptr - (char *)gpu.region) : 0;
+        if (at_cpu != at_gpu) fail_msg("request %d: offset %zu on the cpu device, %zu on cuda", i, at_cpu, at_gpu);
+    }
+    for (int k = 0; k < 16; k++) buf_free(&cpu, &b[0][k]), buf_free(&gpu, &b[1][k]);
+    buf_free(&cpu, &cfirst), buf_free(&cpu, &lt), buf_free(&gpu, &first);
+    device_destroy(&gpu);
+    device_destroy(&cpu);
+}
+
 int main(void) {
+    const struct CMUnitTest alone[] = {cmocka_unit_test(test_arena_offsets_as_on_cpu)};
+    int arena_failed = cmocka_run_group_tests_name("arena", alone, NULL, NULL);
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_encoder_forward),
         cmocka_unit_test(test_encoder_backward),
@@ -592,6 +631,6 @@ int main(void) {
     };
     // the kernels' fp16 pass against the cpu device in fp16, within the same
     // tolerances: fp16 keeps 10 mantissa bits where bf16 keeps 7
-    int failed = cmocka_run_group_tests_name("bf16", tests, group_setup, group_teardown);
+    int failed = arena_failed + cmocka_run_group_tests_name("bf16", tests, group_setup, group_teardown);
     return failed + cmocka_run_group_tests_name("fp16", tests, group_setup_fp16, group_teardown);
 }
