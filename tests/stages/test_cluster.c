@@ -16,6 +16,7 @@
 // `up` did not make is never used or removed. Needs root and network
 // namespaces: without them every test skips and says why. Run from the repository root after make;
 // records go under one mkdtemp folder.
+// uses: cluster (the emulated hosts' network namespaces, zw-*: one set at a time)
 #include "runs.h"
 
 #define PATH_LEN 512

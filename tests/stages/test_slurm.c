@@ -13,6 +13,7 @@
 // why. Run from the repository root after make; records go under one
 // mkdtemp folder. (test_run sets scripts/mpi-env.sh's settings, which
 // salloc's mpirun needs as root.)
+// uses: slurm (the local Slurm cluster's daemons and state folder: one at a time)
 #include "runs.h"
 
 #define PATH_LEN 512
