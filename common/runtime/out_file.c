@@ -94,15 +94,29 @@ FILE *in_file_open(const char *path, const char **why) {
     return f;
 }
 
-FILE *out_file_append(const char *path) {
+// A record appended in one write() is not interleaved with another
+// process's append (O_APPEND); a write that stops short (a full disk, a file
+// size limit) is cut back off, so the file ends where it ended before.
+int out_file_append_whole(const char *path, const void *data, size_t bytes) {
     // O_NONBLOCK: a FIFO put in place opens without waiting for a reader, and is then refused
     int fd = regular_or_close(open(path, O_WRONLY | O_APPEND | O_CREAT | O_NOFOLLOW | O_NONBLOCK | O_CLOEXEC, 0644));
-    if (fd < 0) return NULL;
-    int flags = fcntl(fd, F_GETFL);
-    if (flags >= 0) fcntl(fd, F_SETFL, flags & ~O_NONBLOCK);
-    FILE *f = fdopen(fd, "a");
-    if (!f) close(fd);
-    return f;
+    if (fd < 0) return -1;
+    const char *p = data;
+    size_t left = bytes;
+    off_t start = -1;
+    while (left > 0) {
+        ssize_t w = write(fd, p, left);
+        if (w < 0 && errno == EINTR) continue;
+        if (w <= 0) break;
+        if (start < 0) start = lseek(fd, 0, SEEK_CUR) - w;  // where this record began
+        p += w;
+        left -= (size_t)w;
+    }
+    int why = errno;
+    if (left > 0 && start >= 0 && ftruncate(fd, start) != 0) why = errno;
+    if (close(fd) != 0 && left == 0) return -1;
+    errno = why;
+    return left > 0 ? -1 : 0;
 }
 
 FILE *out_file_begin(const char *path, char *tmp, size_t tmp_bytes) {

@@ -30,10 +30,11 @@ const char *out_file_kind(const char *path);
 // their folder must take files even where the file exists.
 int out_file_check(const char *flag, const char *path, int renamed, char *msg);
 
-// Opens `path` for appending, creating it if it is new (0644), without
-// following a link and only when it is a regular file; NULL and errno
-// (ELOOP for a link, EINVAL for anything else that is not a regular file).
-FILE *out_file_append(const char *path);
+// Appends `bytes` of data to `path` whole or not at all, creating it if it
+// is new (0644), without following a link and only when it is a regular
+// file: 0, or -1 and errno (ELOOP for a link, EINVAL for anything else that
+// is not a regular file), the file as it was.
+int out_file_append_whole(const char *path, const void *data, size_t bytes);
 
 // A new file beside `path` for writing it whole: PATH.XXXXXX.tmp, created
 // (O_EXCL) so that no file of anyone else's is opened; its name goes in tmp.

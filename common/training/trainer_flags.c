@@ -153,6 +153,33 @@ static void check_formats(const TrainConfig *c) {
         fail_usage("--init-from and --resume both set the weights: a checkpoint of ours already holds them");
 }
 
+// `v` with each byte that is not part of a UTF-8 character as \xNN (malloc'd).
+static char *shown_escaped(const char *v) {
+    char *out = xmalloc(4 * strlen(v) + 1), *o = out;
+    while (*v) {
+        size_t ok = flags_utf8_prefix(v);
+        memcpy(o, v, ok);
+        o += ok;
+        v += ok;
+        if (*v) o += sprintf(o, "\\x%02x", (unsigned char)*v++);
+    }
+    *o = 0;
+    return out;
+}
+
+// The --json record holds every setting as JSON text, which is UTF-8: a
+// string that is not (a file name in Latin-1) is refused before the run,
+// where it failed the record after it.
+static void check_json_text(const Settings *s, const char *json) {
+    for (int i = 0; json && i < s->n; i++) {
+        const FlagSpec *f = &s->item[i].flag;
+        const char *v = f->type == FLAG_STRING ? *(const char *const *)f->dst : NULL;
+        if (!v || !v[flags_utf8_prefix(v)]) continue;
+        fail_usage("--%s %s is not UTF-8 text, and the --json record holds every setting as JSON text, which must "
+                   "be: give it a name in UTF-8 (rename the file), or leave out --json", f->name, shown_escaped(v));
+    }
+}
+
 void train_config_parse(TrainConfig *c, void *stage_ctx, int argc, char **argv, const Strategy *s) {
     set_defaults(c);
     FlagSpec shared[] = {
@@ -329,6 +356,7 @@ void train_config_parse(TrainConfig *c, void *stage_ctx, int argc, char **argv, 
     ds_config_free(&ds);
     flags_parse(argc, argv, specs, NSHARED + nstage, usage);
     settings_after_parse(&c->settings, specs, NSHARED + nstage);
+    check_json_text(&c->settings, c->json);
     check_formats(c);
     check_precision(c);
 

@@ -2,11 +2,13 @@
 // root: a file-size limit during a checkpoint write (one line, no temporary
 // files, the earlier checkpoint still loadable; one too small for MPI to
 // start, said before it starts); output paths that cannot be
-// written, found before step 1; writes that fail at the end (a full disk);
+// written, found before step 1; writes that fail at the end (a full disk),
+// and a --json record written whole or not at all;
 // two runs saving into one folder; a resume on other data or settings; ranks
 // given different flags; a rank killed by a signal. Each fault must end the
 // run with one error line that says what happened.
 #include <dirent.h>
+#include <sys/stat.h>
 #include "runs.h"
 
 #define CMD_LEN 2048
@@ -123,6 +125,40 @@ static void test_full_disk_reported(void **state) {
         free(out);
     }
     assert_int_equal(files_ending(c->root, ".tmp"), 0);
+}
+
+static long file_bytes(const char *path) {
+    struct stat st;
+    return stat(path, &st) == 0 ? (long)st.st_size : -1;
+}
+
+// Issue 49, item 2: --data caf\xe9.txt --json F trained, then stopped with
+// "jansson could not encode the settings" (exit 1), leaving 4 KB of a record
+// in F that the next record was glued onto; a record that met the file size
+// limit halfway left its first part. A setting the record cannot hold is
+// refused before step 1, and a record is appended whole or not at all.
+static void test_record_whole_or_not_at_all(void **state) {
+    Ctx *c = *state;
+    char cmd[CMD_LEN], json[128], latin1[128];
+    snprintf(json, sizeof json, "%s/whole.json", c->root);
+    snprintf(latin1, sizeof latin1, "%s/caf\xe9.txt", c->root);
+    snprintf(cmd, sizeof cmd, "for i in $(seq 300); do echo \"line $i of a small text\"; done > '%s' && "
+             "./zero2 --model tiny --steps 1 --quiet --json %s", latin1, json);
+    run_ok(cmd, NULL);
+    long one_record = file_bytes(json);
+    snprintf(cmd, sizeof cmd, "./zero2 --model tiny --steps 1 --quiet --data '%s' --json %s", latin1, json);
+    char *out = expect_refusal(cmd, "is not UTF-8 text, and the --json record holds every setting as JSON text");
+    if (!strstr(out, "caf\\xe9.txt")) fail_msg("the byte is not shown escaped:\n%s", out);
+    free(out);
+    assert_int_equal(file_bytes(json), one_record);
+    snprintf(cmd, sizeof cmd, "./zero2 --model tiny --steps 1 --quiet --data '%s'", latin1);  // no record: no refusal
+    run_ok(cmd, NULL);
+    // 1000 bytes below the limit: the record does not fit, and none of it is written
+    snprintf(cmd, sizeof cmd, "head -c %ld /dev/zero | tr '\\0' '\\n' >> %s", 8388608 - 1000 - one_record, json);
+    run_ok(cmd, NULL);
+    snprintf(cmd, sizeof cmd, "bash -c 'ulimit -f 8192; exec ./zero2 --model tiny --steps 1 --quiet --json %s'", json);
+    free(expect_one_error(cmd, 1, "writing failed (File too large); the run's record was not written"));
+    assert_int_equal(file_bytes(json), 8388608 - 1000);
 }
 
 // Issue 28, items 1, 5 and 6: --export-llmc replaced a device node or a
@@ -301,6 +337,7 @@ int main(void) {
         cmocka_unit_test(test_file_size_limit_below_mpi),
         cmocka_unit_test(test_outputs_checked_before_step_1),
         cmocka_unit_test(test_full_disk_reported),
+        cmocka_unit_test(test_record_whole_or_not_at_all),
         cmocka_unit_test(test_outputs_not_ours_refused),
         cmocka_unit_test(test_outputs_on_one_file_refused),
         cmocka_unit_test(test_checkpoint_files_never_follow_links),

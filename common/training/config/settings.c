@@ -119,8 +119,9 @@ void settings_json(const Settings *s, FILE *f) {
     fprintf(f, ",\"settings\":null,\"deepspeed_config\":null");
 }
 #else
-// Strings are the user's (paths, names): encoded as given, even where they
-// are not valid UTF-8, rather than dropped.
+// Strings are the user's (paths, names), encoded as given: JSON text is
+// UTF-8, and a trainer given --json refuses a string setting that is not
+// before step 1 (trainer_flags.c), so that the dump below cannot fail.
 static json_t *text_json(const char *v) { return v ? json_string_nocheck(v) : json_null(); }
 
 static json_t *value_json(const FlagSpec *f) {
