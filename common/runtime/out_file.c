@@ -179,12 +179,31 @@ int out_path_within(const char *path, const char *folder) {
     return strncmp(path, folder, n) == 0 && (path[n] == 0 || path[n] == '/' || (n == 1 && folder[0] == '/'));
 }
 
+// Whether the lock file holds the note out_folder_lock writes in it,
+// "process P on HOST\n", and nothing else.
+static int note_of_a_run(int fd) {
+    char text[256], host[128];
+    ssize_t got = pread(fd, text, sizeof text - 1, 0);
+    int pid, end = 0;
+    if (got <= 0) return 0;
+    text[got] = 0;
+    return sscanf(text, "process %d on %127[^\n]%n", &pid, host, &end) == 2 && end + 1 == got && text[end] == '\n';
+}
+
+// DIR/lock created anew (*created), or the one there opened; not through a link.
+static int open_lock_file(const char *path, int *created) {
+    int fd = open(path, O_RDWR | O_CREAT | O_EXCL | O_NOFOLLOW | O_NONBLOCK | O_CLOEXEC, 0644);
+    *created = fd >= 0;
+    if (fd < 0 && errno == EEXIST) fd = open(path, O_RDWR | O_NOFOLLOW | O_NONBLOCK | O_CLOEXEC);
+    return regular_or_close(fd);
+}
+
 int out_folder_lock(const char *flag, const char *dir, int *lock_fd, char *err, size_t err_len) {
     char path[PATH_BYTES];
     *lock_fd = -1;
     snprintf(path, sizeof path, "%s/lock", dir);
     const char *kind = out_file_kind(path);
-    int fd = kind ? -1 : regular_or_close(open(path, O_RDWR | O_CREAT | O_NOFOLLOW | O_NONBLOCK | O_CLOEXEC, 0644));
+    int created = 0, fd = kind ? -1 : open_lock_file(path, &created);
     if (fd < 0) {
         if (!kind && (errno == ELOOP || errno == EINVAL)) kind = out_file_kind(path);
         if (kind)
@@ -213,6 +232,14 @@ int out_folder_lock(const char *flag, const char *dir, int *lock_fd, char *err, 
         snprintf(err, err_len, "%s %s is in use by another run (%s holds its lock); give another folder, or "
                  "wait for that run to end", flag, dir, holder[0] ? holder : "a process");
         close(fd);
+        return 1;
+    }
+    // a lock file a run left is taken over; one of anyone else's is theirs
+    if (!created && !note_of_a_run(fd)) {
+        close(fd);
+        snprintf(err, err_len, "%s %s: its lock file %s is not one a run left (a run's reads 'process N on "
+                 "HOST'), and a run writes over no file it did not make: move it away, or give another folder",
+                 flag, dir, path);
         return 1;
     }
     char host[64] = "?", me[128];

@@ -9,7 +9,7 @@
 #include <stdio.h>
 #include <sys/types.h>
 
-#define OUT_MSG_BYTES 600
+#define OUT_MSG_BYTES (3 * 4096 + 512)  // three paths of PATH_MAX and the words around them
 
 // A file type in words ("a folder", "a FIFO", ...), NULL for a regular file.
 const char *file_kind(mode_t mode);
@@ -60,7 +60,9 @@ int out_path_within(const char *path, const char *folder);
 // Opens and locks DIR/lock for as long as *lock_fd stays open (flock, not
 // blocking), noting "process P on HOST" in it for a refused run's message.
 // The lock file is opened without following a link and must be a regular
-// file. Returns 0, or nonzero with one line in err naming `flag DIR`.
+// file; one that is there already must hold such a note alone (a lock a run
+// left), never anyone's file of that name. Returns 0, or nonzero with one
+// line in err naming `flag DIR`.
 int out_folder_lock(const char *flag, const char *dir, int *lock_fd, char *err, size_t err_len);
 // Removes DIR/lock and drops the lock (lock_fd from out_folder_lock; -1: nothing).
 void out_folder_unlock(const char *dir, int lock_fd);

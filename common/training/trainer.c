@@ -187,7 +187,7 @@ static void setup(Trainer *t, int argc, char **argv, const Strategy *s) {
     loss_scaler_init(&t->scaler, c->half == HALF_FP16, c->loss_scale, c->initial_scale_power, c->loss_scale_window,
                      c->hysteresis, c->min_loss_scale);
     if (t->cfg.resume) trainer_resume(t);  // the scaler's state too
-    if (t->cfg.save) trainer_check_save_steps(t);
+    if (t->cfg.save) trainer_check_save_folder(t);
     t->taps = (StepTaps){.comms = {&t->world}, .ncomms = 1 + t->ngroups, .dev = &t->dev, .model = &t->model,
                          .xfer_bytes = t->xfer_bytes, .trace = &t->trace};
     for (int k = 0; k < t->ngroups; k++) t->taps.comms[1 + k] = t->groups[k];

@@ -172,12 +172,23 @@ static long first_taken_step(const char *dir, const TrainConfig *c, long from) {
     return first;
 }
 
-void trainer_check_save_steps(Trainer *t) {
-    long taken = t->world.rank == 0 ? first_taken_step(t->cfg.save, &t->cfg, t->step) : 0;
-    mpiCheck(MPI_Bcast(&taken, 1, MPI_LONG, 0, t->world.mpi));
-    if (taken)
-        fail_usage("--save %s already holds step-%08ld, a step this run saves, and a save never replaces a checkpoint: "
-                   "give --save a new folder, or move %s/step-%08ld away", t->cfg.save, taken, t->cfg.save, taken);
+void trainer_check_save_folder(Trainer *t) {
+    const char *dir = t->cfg.save;
+    size_t n = 2 * strlen(dir) + 2048;
+    char *msg = xcalloc(n, 1);
+    int failed = 0;
+    if (t->world.rank == 0) {
+        long taken = first_taken_step(dir, &t->cfg, t->step);
+        CkptManifest mine = manifest_of(t, 0);
+        if (taken)
+            failed = snprintf(msg, n, "--save %s already holds step-%08ld, a step this run saves, and a save never "
+                              "replaces a checkpoint: give --save a new folder, or move %s/step-%08ld away", dir,
+                              taken, dir, taken) > 0;
+        else
+            failed = ckpt_folder_same_run(dir, &mine, msg, n);
+    }
+    if (comm_first_failure(&t->world, failed, msg, (int)n) >= 0) fail_usage("%s", msg);
+    free(msg);
 }
 
 // The saved run's skipped steps count on (the schedule's step is the

@@ -52,21 +52,23 @@ static void with_root(const char *text, const char *root, char *out, size_t out_
 
 // Issue 15, item 6: past `ulimit -f` the ranks died of SIGXFSZ (status 153,
 // no message) and left .tmp files. The limit (8 MB) lets MPI start (its
-// shared memory needs a few MB) and stops the 19 MB checkpoint parts.
+// shared memory needs a few MB) and stops the 19 MB checkpoint parts, which
+// the run saved without it at step 2 and saves again, resumed, at step 3.
 static void test_file_size_limit(void **state) {
     Ctx *c = *state;
     char ck[128], cmd[CMD_LEN], *out = NULL;
     snprintf(ck, sizeof ck, "%s/fsize", c->root);
-    snprintf(cmd, sizeof cmd, "mpirun -np 2 ./zero2 --model tiny --steps 2 --quiet --save %s", ck);
+    const char *run = "./zero2 --model small --d-model 256 --quiet";
+    snprintf(cmd, sizeof cmd, "mpirun -np 2 %s --steps 2 --save %s", run, ck);
     assert_int_equal(test_run(cmd, NULL), 0);
-    snprintf(cmd, sizeof cmd, "mpirun -np 2 bash -c 'ulimit -f 8192; exec ./zero2 --model small --d-model 256 "
-             "--steps 3 --quiet --save %s'", ck);
+    snprintf(cmd, sizeof cmd, "mpirun -np 2 bash -c 'ulimit -f 8192; exec %s --steps 3 --resume %s --save %s'", run,
+             ck, ck);
     out = expect_one_error(cmd, 2, "File too large");
     if (!strstr(out, "(the previous checkpoint in")) fail_msg("%s", out);
     free(out);
     if (files_ending(ck, ".tmp") != 0 || files_ending(ck, "step-00000003") != 0)
         fail_msg("the failed save left files in %s", ck);
-    snprintf(cmd, sizeof cmd, "mpirun -np 2 ./zero2 --model tiny --steps 4 --quiet --resume %s", ck);
+    snprintf(cmd, sizeof cmd, "mpirun -np 2 %s --steps 4 --resume %s", run, ck);
     assert_int_equal(test_run(cmd, &out), 0);
     assert_non_null(strstr(out, "at step 2"));
     free(out);
@@ -248,6 +250,44 @@ static void test_outputs_on_one_file_refused(void **state) {
     }
 }
 
+// Issue 49, item 4: --json H, H a hard link to a part of the --save
+// folder's checkpoint, was accepted, and the record was appended to
+// rank-00000.bin. An output that is, by its device and inode, a checkpoint
+// file the run keeps or reads, or another input of the run, is refused
+// before step 1 whatever its name.
+static void test_outputs_hard_linked_to_inputs_refused(void **state) {
+    Ctx *c = *state;
+    char cmd[CMD_LEN];
+    snprintf(cmd, sizeof cmd, "./zero2 --model tiny --steps 2 --quiet --save %s/ck-linked --export-llmc %s/model.bin "
+             ">/dev/null && cd %s && for i in $(seq 300); do echo \"line $i of a text\"; done > a.txt && "
+             "ln ck-linked/step-00000002/rank-00000.bin part && ln ck-linked/step-00000002/manifest.txt manifest && "
+             "ln ck-linked/latest latest && ln model.bin model && ln a.txt text", c->root, c->root, c->root);
+    run_ok(cmd, NULL);
+    const char *cases[][2] = {
+        {"--resume R/ck-linked --save R/ck-linked --json R/part",
+         "--json R/part is the file R/ck-linked/step-00000002/rank-00000.bin (one device and inode: a hard link), a "
+         "checkpoint file in that folder (--save R/ck-linked)"},
+        {"--resume R/ck-linked/step-00000002 --trace R/manifest",
+         "--trace R/manifest is the file R/ck-linked/step-00000002/manifest.txt (one device and inode: a hard "
+         "link), a checkpoint file this run resumes from"},
+        {"--resume R/ck-linked --memory-timeline R/latest", "--memory-timeline R/latest is the file R/ck-linked/latest"},
+        {"--save R/ck-linked --export-llmc R/part", "--export-llmc R/part is the file"},
+        {"--init-from R/model.bin --json R/model", "the checkpoint this run starts from (--init-from R/model.bin)"},
+        {"--data R/a.txt --json R/text", "--json R/text is the file R/a.txt (one device and inode: a hard link), "
+         "data this run reads"},
+    };
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        char flags[1024], want[1024];
+        with_root(cases[i][0], c->root, flags, sizeof flags);
+        with_root(cases[i][1], c->root, want, sizeof want);
+        snprintf(cmd, sizeof cmd, "./zero2 --steps 4 --quiet %s%s", strstr(flags, "init-from") ? "" : "--model tiny ",
+                 flags);
+        free(expect_refusal(cmd, want));
+    }
+    snprintf(cmd, sizeof cmd, "./ckpt_tool verify %s/ck-linked", c->root);
+    run_ok(cmd, NULL);
+}
+
 // Issue 15, item 11: two runs saving into one folder mixed their parts. The
 // second is refused while the first holds the folder's lock, and may save
 // there once it has ended.
@@ -328,7 +368,7 @@ static void test_killed_rank_named(void **state) {
 }
 
 static int group_setup(void **state) {
-    return run_dir_setup(state, "test_faults", (const char *const[]){"./zero2", NULL});
+    return run_dir_setup(state, "test_faults", (const char *const[]){"./zero2", "./ckpt_tool", NULL});
 }
 
 int main(void) {
@@ -340,6 +380,7 @@ int main(void) {
         cmocka_unit_test(test_record_whole_or_not_at_all),
         cmocka_unit_test(test_outputs_not_ours_refused),
         cmocka_unit_test(test_outputs_on_one_file_refused),
+        cmocka_unit_test(test_outputs_hard_linked_to_inputs_refused),
         cmocka_unit_test(test_checkpoint_files_never_follow_links),
         cmocka_unit_test(test_save_folder_locked),
         cmocka_unit_test(test_resume_checks_data_and_settings),

@@ -120,9 +120,21 @@ void ckpt_root(const char *dir, char *out, size_t n);
 // One rank, before a run's first save: creates DIR (and its parents) and
 // locks it for as long as *lock_fd stays open (flock on DIR/lock, which
 // names the holder), so that two runs cannot mix their parts in one folder.
-// Returns 0, or nonzero with one line in err (the folder cannot be created,
-// or another run holds it).
+// Returns 0, or nonzero with one line in err (DIR holds what no save wrote:
+// ckpt_folder_only_saves; the folder cannot be created; another run holds
+// it; its lock file is not one a run left).
 int ckpt_lock(const char *dir, int *lock_fd, char *err, size_t err_len);
+// Rank 0, before DIR is created and locked for --save (ckpt_folder.c): 0
+// when DIR is absent or holds only what saves write there (step folders,
+// `latest` as a save writes it, `lock`, a killed save's step-N.partial
+// folder and latest.tmp); else 1 with one line in err naming the first
+// entry that is someone else's.
+int ckpt_folder_only_saves(const char *dir, char *err, size_t err_len);
+// Rank 0, once this run's manifest is known (after a resume): 0 when every
+// step folder in DIR is a checkpoint of the same run as `mine` (the same
+// model, seed, data, global batch and settings of the update; the stage,
+// ranks and grid may differ), else 1 with one line in err.
+int ckpt_folder_same_run(const char *dir, const CkptManifest *mine, char *err, size_t err_len);
 // The settings that shape the update and differ between a checkpoint's run
 // and this one, as "--grad-clip 1 -> 0.5, --lr-schedule cosine -> WarmupLR",
 // or "" when none does. Returns how many differ.

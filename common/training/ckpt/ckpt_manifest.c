@@ -360,6 +360,8 @@ static long global_rows(const CkptManifest *m, int ranks) {
     return (long)m->batch * replicas(m, ranks) * m->grad_accum;
 }
 
+long ckpt_global_rows(const CkptManifest *m) { return global_rows(m, m->ranks); }
+
 // expect == NULL checks the rank count only.
 int manifest_check(const char *dir, const CkptManifest *got, const CkptManifest *expect,
                           int ranks, char *msg) {
