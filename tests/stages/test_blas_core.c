@@ -9,9 +9,12 @@
 // - a switched core that fails the self-test is undone (a second restart),
 //   and the run trains on the detected kernels, saying why;
 // - a core set in the environment is never overridden, and a core that
-//   OpenBLAS identified is kept: no restart.
+//   OpenBLAS identified is kept: no restart;
+// - the core's name reaches the JSON record escaped, and the restart's
+//   markers are believed only from the restart.
 // The best core is read from /proc/cpuinfo's flags here, apart from the
 // cpuid code under test.
+#include <jansson.h>
 #include <libgen.h>
 #include <limits.h>
 #include <unistd.h>
@@ -149,6 +152,61 @@ static void test_identified_core_is_kept(void **state) {
     free(out), free(json);
 }
 
+// Issue 49, item 18: OPENBLAS_CORETYPE went into the record's "device"
+// string as it was, so 'Zen","stage":"zero1' changed the record's stage and
+// a lone '"' made it invalid JSON. The record parses, its stage is the
+// run's, and its device is the header's, to the byte (a byte that is not
+// UTF-8 becomes U+FFFD there, as JSON text must be UTF-8).
+static void test_core_name_escaped_in_the_record(void **state) {
+    Ctx *c = *state;
+    const char *cores[] = {"'Zen\",\"stage\":\"zero1'", "'\"'", "'back\\slash'", "$'Zen\\xe9'"};
+    for (int i = 0; i < 4; i++) {
+        char name[32], *out, *json;
+        snprintf(name, sizeof name, "escaped-%d", i);
+        run_counted(c, name, cores[i], "Prescott", NULL, &out, &json);
+        json_error_t e;
+        json_t *j = json_loads(json, 0, &e);
+        if (!j) fail_msg("OPENBLAS_CORETYPE=%s: the record is not JSON (%s):\n%s", cores[i], e.text, json);
+        const char *stage = json_string_value(json_object_get(j, "stage"));
+        const char *device = json_string_value(json_object_get(j, "device"));
+        if (!stage || strcmp(stage, "dp_baseline") != 0 || !device)
+            fail_msg("OPENBLAS_CORETYPE=%s: the record's stage is %s, its device %s", cores[i], stage, device);
+        int latin1 = strstr(cores[i], "xe9") != NULL;
+        if (!latin1 && !strstr(out, device))
+            fail_msg("OPENBLAS_CORETYPE=%s: the record's device \"%s\" is not the header's:\n%s", cores[i], device, out);
+        if (latin1 && strstr(out, "Zen\xe9") && !strstr(device, "Zen\xef\xbf\xbd"))
+            fail_msg("OPENBLAS_CORETYPE=%s: expected Zen and U+FFFD in the record's device \"%s\"", cores[i], device);
+        json_decref(j);
+        free(out), free(json);
+    }
+}
+
+// Issue 49, item 18: ZW_BLAS_KEPT or ZW_BLAS_CHOSEN set by hand made the
+// header say a switch had been undone, or made, that never was (and KEPT
+// stopped the switch). Markers that are not the restart's are dropped.
+static void test_markers_only_from_the_restart(void **state) {
+    Ctx *c = *state;
+    char prefix[CMD_LEN / 2], cmd[CMD_LEN], log[PATH_LEN], *out = NULL;
+    snprintf(log, sizeof log, "%s/markers.log", c->root);
+    env_prefix(c, prefix, sizeof prefix, "Prescott", "Prescott", NULL, log);
+    snprintf(cmd, sizeof cmd, "%s ZW_BLAS_CHOSEN='Zen>Prescott' ZW_BLAS_KEPT='Prescott>SkylakeX:made up' "
+             "./dp_baseline --model tiny --steps 1", prefix);
+    run_ok(cmd, &out);
+    if (strstr(out, "made up") || strstr(out, "chosen: detected Zen") || !strstr(out, "OpenBLAS Prescott ("))
+        fail_msg("the header believes markers set by hand:\n%s", out);
+    free(out);
+    if (!c->best[0]) return;
+    // a KEPT set by hand no longer stops the switch from the fallback core
+    env_prefix(c, prefix, sizeof prefix, NULL, "Prescott", NULL, log);
+    snprintf(cmd, sizeof cmd, "%s ZW_BLAS_KEPT='Prescott>%s:made up' ./dp_baseline --model tiny --steps 1", prefix,
+             c->best);
+    run_ok(cmd, &out);
+    char want[128];
+    snprintf(want, sizeof want, "OpenBLAS %s (chosen: detected Prescott below this CPU's", c->best);
+    if (strstr(out, "made up") || !strstr(out, want)) fail_msg("expected \"%s\":\n%s", want, out);
+    free(out);
+}
+
 // ---- set-up ----
 
 // The best core from the kernel's view of the CPU (its first flags line).
@@ -214,6 +272,8 @@ int main(void) {
         cmocka_unit_test(test_core_failing_self_test_is_undone),
         cmocka_unit_test(test_environment_core_is_never_overridden),
         cmocka_unit_test(test_identified_core_is_kept),
+        cmocka_unit_test(test_core_name_escaped_in_the_record),
+        cmocka_unit_test(test_markers_only_from_the_restart),
     };
     return cmocka_run_group_tests(tests, group_setup, group_teardown);
 }

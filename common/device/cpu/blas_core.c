@@ -2,8 +2,10 @@
 //
 // The choice crosses the restart in the environment, which is the only place
 // OpenBLAS reads it from: OPENBLAS_CORETYPE names the core, and
-//   ZW_BLAS_CHOSEN=Detected>Target   marks a core this program switched to,
-//   ZW_BLAS_KEPT=Detected>Target:why marks a switch undone by the self-test.
+//   ZW_BLAS_CHOSEN=PID:Detected>Target   marks a core this program switched to,
+//   ZW_BLAS_KEPT=PID:Detected>Target:why marks a switch undone by the self-test.
+// execv keeps the process id, so a marker is the restart's only when its PID
+// is this process's; one inherited or set by hand is dropped unread.
 #include "blas_core.h"
 #include <cblas.h>
 #include <math.h>
@@ -158,6 +160,21 @@ static void split_choice(const char *v, char *detected, char *target, size_t n, 
     if (why) *why = colon ? colon + 1 : "";
 }
 
+// The marker `name` set before this process's restart, without its "PID:";
+// NULL when there is none, or it names another process (not the restart's).
+static const char *own_marker(const char *name) {
+    const char *v = getenv(name);
+    char *end;
+    long pid = v ? strtol(v, &end, 10) : 0;
+    return v && end != v && *end == ':' && pid == (long)getpid() ? end + 1 : NULL;
+}
+
+static void set_marker(const char *name, const char *value) {
+    char v[512];
+    snprintf(v, sizeof v, "%ld:%s", (long)getpid(), value);
+    setenv(name, v, 1);
+}
+
 // ZW_BLAS_CHOSEN names the core OPENBLAS_CORETYPE holds: this program's switch
 static int switched_by_us(const char *chosen, const char *env_core, char *detected, char *target, size_t n) {
     if (!chosen || !env_core) return 0;
@@ -179,7 +196,7 @@ static void check_switched_core(char **argv, const char *chosen) {
     else if (blas_core_self_test(why, sizeof why) == 0)
         return;
     snprintf(kept, sizeof kept, "%s>%s:%s", detected, target, why);
-    setenv(ENV_KEPT, kept, 1);
+    set_marker(ENV_KEPT, kept);
     unsetenv(ENV_CHOSEN);
     setenv(ENV_CORE, detected, 1);
     restart(argv);
@@ -189,8 +206,11 @@ static void check_switched_core(char **argv, const char *chosen) {
 }
 
 void blas_core_choose(char **argv) {
-    const char *env_core = getenv(ENV_CORE), *chosen = getenv(ENV_CHOSEN);
-    if (getenv(ENV_KEPT)) return;  // the switch was tried and undone
+    // a marker that is not the restart's would make the header lie about the core
+    if (!own_marker(ENV_CHOSEN)) unsetenv(ENV_CHOSEN);
+    if (!own_marker(ENV_KEPT)) unsetenv(ENV_KEPT);
+    const char *env_core = getenv(ENV_CORE), *chosen = own_marker(ENV_CHOSEN);
+    if (own_marker(ENV_KEPT)) return;  // the switch was tried and undone
     char detected_then[64], target[64];
     if (switched_by_us(chosen, env_core, detected_then, target, sizeof target)) {
         check_switched_core(argv, chosen);
@@ -203,7 +223,7 @@ void blas_core_choose(char **argv) {
     if (!better) return;
     char mark[160];
     snprintf(mark, sizeof mark, "%s>%s", detected, better);
-    setenv(ENV_CHOSEN, mark, 1);
+    set_marker(ENV_CHOSEN, mark);
     setenv(ENV_CORE, better, 1);
     restart(argv);
     unsetenv(ENV_CHOSEN);  // execv failed: go on with the detected kernels
@@ -212,7 +232,7 @@ void blas_core_choose(char **argv) {
 
 void blas_core_describe(char *buf, size_t bytes) {
     const char *running = openblas_get_corename(), *env_core = getenv(ENV_CORE);
-    const char *chosen = getenv(ENV_CHOSEN), *kept = getenv(ENV_KEPT);
+    const char *chosen = own_marker(ENV_CHOSEN), *kept = own_marker(ENV_KEPT);
     char detected[64], target[64];
     const char *why = "";
     if (kept) {

@@ -8,6 +8,7 @@
 #include "check.h"
 #include "out_file.h"
 #include "report_summary.h"
+#include "trace.h"
 
 static void json_mem(FILE *f, const Summary *s) {
     HalfFormat half = s->run->half;
@@ -79,12 +80,18 @@ static void json_run(FILE *f, const Summary *s) {
     const RunFacts *run = s->run;
     const Device *dev = r->taps.dev;
     const GPTConfig *m = &run->layout->cfg;
-    fprintf(f, "{\"stage\":\"%s\",\"ranks\":%d,\"device\":\"%s\",\"comm\":\"%s\",\"gpu_sharers\":%d,"
-               "\"model\":\"%s\",\"layers\":%d,\"d_model\":%d,"
-               "\"heads\":%d,\"vocab\":%d,\"vocab_padded\":%d,\"params\":%zu,\"batch\":%d,\"seq_len\":%d,"
-               "\"grad_accum\":%d,\"global_batch_tokens\":%.0f,\"first_step\":%ld,\"steps\":%ld,",
-            run->stage, run->ranks, dev->name, r->taps.world->backend == COMM_NCCL ? "nccl" : "mpi", dev->sharers,
-            run->model, m->num_layers, m->channels, m->num_heads, m->vocab_size, gpt_vocab_padded(m->vocab_size, 1),
+    // the device's name carries OPENBLAS_CORETYPE, and the model's is a flag: escaped, as every string
+    fprintf(f, "{\"stage\":");
+    json_write_string(f, run->stage);
+    fprintf(f, ",\"ranks\":%d,\"device\":", run->ranks);
+    json_write_string(f, dev->name);
+    fprintf(f, ",\"comm\":\"%s\",\"gpu_sharers\":%d,\"model\":",
+            r->taps.world->backend == COMM_NCCL ? "nccl" : "mpi", dev->sharers);
+    json_write_string(f, run->model);
+    fprintf(f, ",\"layers\":%d,\"d_model\":%d,\"heads\":%d,\"vocab\":%d,\"vocab_padded\":%d,\"params\":%zu,"
+               "\"batch\":%d,\"seq_len\":%d,\"grad_accum\":%d,\"global_batch_tokens\":%.0f,\"first_step\":%ld,"
+               "\"steps\":%ld,",
+            m->num_layers, m->channels, m->num_heads, m->vocab_size, gpt_vocab_padded(m->vocab_size, 1),
             run->model_params, run->batch, run->seq_len, run->grad_accum, run->tokens_per_step, r->first_step, r->n);
     json_array(f, "losses", r->loss, r->n);
     fprintf(f, ",");
