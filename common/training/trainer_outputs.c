@@ -116,6 +116,9 @@ static int output_is_an_input(const TrainConfig *c, char *msg) {
         for (int k = 0; k < 5; k++) {
             char found[PATH_MAX];
             if (!ins[k] || !holds_file(ins[k], 2, &st, found, sizeof found)) continue;
+            if (strcmp(found, outs[i]) == 0)  // one name: no link, the same file given twice
+                return snprintf(msg, MSG_LEN, "%s %s is %s (%s %s); give the output a file of its own", out_flags[i],
+                                outs[i], what[k], in_flags[k], ins[k]), 1;
             return snprintf(msg, MSG_LEN, "%s %s is the file %s (one device and inode: a hard link), %s (%s %s); "
                             "give the output a file of its own", out_flags[i], outs[i], found, what[k], in_flags[k],
                             ins[k]), 1;
