@@ -2,6 +2,7 @@
 // gradient accumulation, clipping by the global norm, the LR schedule, the
 // strategy's update, evaluation, checkpoints and the report.
 #include "trainer.h"
+#include <limits.h>
 #include <math.h>
 #include <signal.h>
 #include <stdio.h>
@@ -52,7 +53,7 @@ void train_config_resolve_batch(TrainConfig *c, const Comm *dp, const char *repl
 // Rank 0: the config's ignored keys (always) and every setting's source (--verbose-config).
 static void print_settings(const Trainer *t) {
     if (t->world.rank != 0) return;
-    char line[4096];
+    char line[PATH_MAX + 4096];  // the config's path, whole, and its ignored keys
     ds_config_ignored_line(&t->cfg.settings, line, sizeof line);
     if (line[0]) printf("%s: %s\n", t->strategy->name, line);
     if (t->cfg.verbose_config) settings_print(&t->cfg.settings, stdout, t->strategy->name);

@@ -107,7 +107,7 @@ static void check_precision(TrainConfig *c) {
                    "format of --precision %s", accum, c->precision, c->precision);
     c->grad_accum_fp32 = strcmp(accum, "fp32") == 0;
     if (c->half != HALF_FP16) return;
-    char scale[512], minimum[512];
+    char scale[PATH_MAX + 512], minimum[PATH_MAX + 512];  // a key's name and the config's path, whole
     named(c, "min-loss-scale", c->min_loss_scale, minimum, sizeof minimum);
     if (c->loss_scale > 0 && c->loss_scale < c->min_loss_scale)
         fail_usage("%s is below %s: give a static scale at least the minimum",

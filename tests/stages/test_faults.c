@@ -275,6 +275,7 @@ static void test_outputs_hard_linked_to_inputs_refused(void **state) {
         {"--init-from R/model.bin --json R/model", "the checkpoint this run starts from (--init-from R/model.bin)"},
         {"--data R/a.txt --json R/text", "--json R/text is the file R/a.txt (one device and inode: a hard link), "
          "data this run reads"},
+        {"--data R/a.txt --json R/a.txt", "--json R/a.txt is data this run reads (--data R/a.txt); give the output"},
     };
     for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
         char flags[1024], want[1024];
@@ -353,6 +354,38 @@ static void test_ranks_agree_on_settings(void **state) {
                           2, "rank 2 has --prefetch 0 where rank 0 has --prefetch 1"));
 }
 
+// Issue 49, item 19: the settings the ranks compare were cut at 256
+// characters, so two --data paths that differ past that trained on
+// different files with no error; a --deepspeed-config path over 255
+// characters was cut in messages and in the --json record. Values are kept
+// whole: the paths here are 330 characters, differing at the last name.
+static void test_long_values_whole(void **state) {
+    Ctx *c = *state;
+    char dir[512], cmd[3 * CMD_LEN], want[3 * CMD_LEN], *out = NULL;
+    snprintf(dir, sizeof dir, "%s/%0150d/%0150d", c->root, 0, 0);
+    snprintf(cmd, sizeof cmd, "mkdir -p %s && cd %s && for i in $(seq 300); do echo \"line $i of a text\"; done > "
+             "a.txt && cp a.txt b.txt && echo extra >> b.txt && echo '{\"train_batch_size\": 3, "
+             "\"train_micro_batch_size_per_gpu\": 2, \"gradient_accumulation_steps\": 1}' > bad.json && "
+             "echo '{\"train_micro_batch_size_per_gpu\": 2}' > ds.json", dir, dir);
+    run_ok(cmd, NULL);
+    snprintf(cmd, sizeof cmd, "timeout 120 mpirun -np 1 ./zero2 --model tiny --steps 2 --quiet --data %s/a.txt : "
+             "-np 1 ./zero2 --model tiny --steps 2 --quiet --data %s/b.txt", dir, dir);
+    snprintf(want, sizeof want, "rank 1 has --data %s/b.txt where rank 0 has --data %s/a.txt; give every rank",
+             dir, dir);
+    free(expect_one_error(cmd, 2, want));
+    snprintf(cmd, sizeof cmd, "./zero2 --model tiny --steps 1 --quiet --deepspeed-config %s/bad.json", dir);
+    snprintf(want, sizeof want, "--deepspeed-config %s/bad.json: train_batch_size 3 is not", dir);
+    free(expect_one_error(cmd, 2, want));
+    char json_path[600];
+    snprintf(json_path, sizeof json_path, "%s/r.json", dir);
+    snprintf(cmd, sizeof cmd, "./zero2 --model tiny --steps 1 --quiet --deepspeed-config %s/ds.json --json %s", dir,
+             json_path);
+    char *json = train_output(cmd, json_path, &out);
+    snprintf(want, sizeof want, "\"file\":\"%s/ds.json\"", dir);
+    if (!strstr(json, want)) fail_msg("the record does not name the config whole (%s):\n%s", want, json);
+    free(json), free(out);
+}
+
 // Issue 15, item 13: under scripts/mpi-env.sh, which quiets mpirun, a rank
 // killed by a signal ended the job without a word. Rank 1 kills itself
 // (kill -9) after 3 s; the job must say which rank died and of what.
@@ -385,6 +418,7 @@ int main(void) {
         cmocka_unit_test(test_save_folder_locked),
         cmocka_unit_test(test_resume_checks_data_and_settings),
         cmocka_unit_test(test_ranks_agree_on_settings),
+        cmocka_unit_test(test_long_values_whole),
         cmocka_unit_test(test_killed_rank_named),
     };
     return cmocka_run_group_tests(tests, group_setup, run_dir_teardown);

@@ -14,6 +14,7 @@ void settings_begin(Settings *s, const FlagSpec *specs, int n) {
     CHECK(n <= SETTINGS_MAX, "settings: %d flags, at most %d", n, SETTINGS_MAX);
     memset(s, 0, sizeof *s);
     s->n = n;
+    s->config_path = "";
     for (int i = 0; i < n; i++) s->item[i] = (Setting){.flag = specs[i], .from = FROM_DEFAULT};
 }
 
