@@ -69,27 +69,6 @@ __attribute__((noreturn, format(printf, 1, 2))) static void fail_tool(const char
     exit(2);
 }
 
-// What a read of the parts relies on beyond the manifest's own checks
-// (manifest_parse): a stage this build knows, a grid line exactly where the
-// stage keeps a grid, and the model shape's Ψ (the parts' cut is computed
-// from it). Then verify refuses what export, consolidate and a resume refuse.
-static void check_stage_and_model(const char *dir, const CkptManifest *m) {
-    const char *fix = "it is damaged; use an earlier step folder or start fresh";
-    if (!ckpt_known_stage(m->stage))
-        fail_tool("checkpoint %s: manifest.txt's stage %s is none of dp_baseline, zero1, zero2, zero3, cpu_offload, "
-                  "infinity, 3d_parallel: %s", dir, m->stage, fix);
-    int gridded = strcmp(m->stage, "3d_parallel") == 0;
-    if (gridded != (m->grid[0] != 0))
-        fail_tool("checkpoint %s: manifest.txt has %s grid line for stage %s, which %s: %s", dir,
-                  m->grid[0] ? "a" : "no", m->stage, gridded ? "saves one" : "has no grid", fix);
-    GPTLayout whole;
-    gpt_layout(&whole, &m->cfg);
-    if (!gridded && whole.num_params != m->num_params)
-        fail_tool("checkpoint %s: manifest.txt's num_params = %zu, but its model (L=%d C=%d H=%d V=%d T=%d) has %zu "
-                  "parameters: %s", dir, m->num_params, m->cfg.num_layers, m->cfg.channels, m->cfg.num_heads,
-                  m->cfg.vocab_size, m->cfg.max_seq_len, whole.num_params, fix);
-}
-
 static void open_ckpt(const char *dir, Ckpt *c) {
     char msg[MSG_BYTES] = "";
     long len = 0;
@@ -98,8 +77,8 @@ static void open_ckpt(const char *dir, Ckpt *c) {
     memcpy(copy, c->text, (size_t)len + 1);
     int bad = manifest_parse(copy, dir, -1, &c->m, NULL, msg);
     free(copy);
-    if (bad) fail_tool("%s", msg);
-    check_stage_and_model(dir, &c->m);
+    // what a resume refuses, verify refuses: ckpt_manifest_consistent is both's
+    if (bad || ckpt_manifest_consistent(dir, &c->m, msg)) fail_tool("%s", msg);
     c->replicas = c->m.ranks;
     int T, P;
     if (c->m.grid[0]) {  // manifest_parse checked it against the ranks

@@ -242,6 +242,8 @@ void trainer_resume(Trainer *t) {
     char err[512];
     int failed = ckpt_load(&t->world, t->cfg.resume, &expect, &got, c.t, c.n, &info, err, sizeof err);
     free(runs);
+    // what ckpt_tool verify refuses, a resume refuses (err holds MSG_BYTES)
+    if (!failed) failed = ckpt_manifest_consistent(t->cfg.resume, &got, err);
     if (failed) fail_usage("%s", err);
     if (got.step >= t->cfg.steps)
         fail_usage("--resume %s is at step %ld, not before --steps %d: ask for more steps", t->cfg.resume,

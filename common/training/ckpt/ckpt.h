@@ -124,6 +124,13 @@ void ckpt_root(const char *dir, char *out, size_t n);
 // ckpt_folder_only_saves; the folder cannot be created; another run holds
 // it; its lock file is not one a run left).
 int ckpt_lock(const char *dir, int *lock_fd, char *err, size_t err_len);
+// What a checkpoint's manifest says of itself beyond each field's range
+// (manifest_parse): a stage this build knows, a grid line exactly where the
+// stage keeps one, num_params and vocab_padded those of its model, and
+// data_rows (and rng_state) its steps' rows. ckpt_tool verify and a resume
+// both refuse a manifest that fails it: 0, or 1 with one line in msg
+// (512 bytes, MSG_BYTES).
+int ckpt_manifest_consistent(const char *dir, const CkptManifest *m, char *msg);
 // Rank 0, before DIR is created and locked for --save (ckpt_folder.c): 0
 // when DIR is absent or holds only what saves write there (step folders,
 // `latest` as a save writes it, `lock`, a killed save's step-N.partial

@@ -343,6 +343,37 @@ int ckpt_known_stage(const char *stage) {
     return 0;
 }
 
+int ckpt_manifest_consistent(const char *dir, const CkptManifest *m, char *msg) {
+    if (!ckpt_known_stage(m->stage))
+        return damaged(dir, msg, "stage %s is none of dp_baseline, zero1, zero2, zero3, cpu_offload, infinity, "
+                       "3d_parallel", m->stage);
+    int gridded = strcmp(m->stage, "3d_parallel") == 0;
+    if (gridded != (m->grid[0] != 0))
+        return ckpt_msgf(msg, "checkpoint %s: manifest.txt has %s grid line for stage %s, which %s: it is damaged; "
+                         "use an earlier step folder or start fresh", dir, m->grid[0] ? "a" : "no", m->stage,
+                         gridded ? "saves one" : "has no grid");
+    GPTLayout whole;
+    gpt_layout(&whole, &m->cfg);
+    if (!gridded && whole.num_params != m->num_params)  // a grid's num_params is its tp part's
+        return damaged(dir, msg, "num_params = %zu, but its model (L=%d C=%d H=%d V=%d T=%d) has %zu parameters",
+                       m->num_params, m->cfg.num_layers, m->cfg.channels, m->cfg.num_heads, m->cfg.vocab_size,
+                       m->cfg.max_seq_len, whole.num_params);
+    // every stage saves wte with the rows of gpt_vocab_padded(V, 1); a grid's tp parts are cut from those
+    if (m->vocab_padded != gpt_vocab_padded(m->cfg.vocab_size, 1))
+        return damaged(dir, msg, "vocab_padded = %d is not its vocab_size %d padded as a save stores it (%d)",
+                       m->vocab_padded, m->cfg.vocab_size, gpt_vocab_padded(m->cfg.vocab_size, 1));
+    // the data position is step x the global batch's rows (no step skips its batch), and the
+    // row counter is the whole RNG state: a resume would go on from another row than it says
+    uint64_t rows = (uint64_t)m->step * (uint64_t)ckpt_global_rows(m);
+    if (m->data_rows != rows)
+        return damaged(dir, msg, "data_rows = %llu is not its %ld steps of %ld rows (%llu)",
+                       (unsigned long long)m->data_rows, m->step, ckpt_global_rows(m), (unsigned long long)rows);
+    if (m->rng_state != m->data_rows)
+        return damaged(dir, msg, "rng_state = %llu is not its data_rows (%llu), the row counter it is",
+                       (unsigned long long)m->rng_state, (unsigned long long)m->data_rows);
+    return 0;
+}
+
 int ckpt_reshardable(const CkptManifest *got, const CkptManifest *expect, int ranks) {
     return expect && ckpt_known_stage(got->stage) && ckpt_known_stage(expect->stage) &&
            (strcmp(got->stage, expect->stage) != 0 || got->ranks != ranks || strcmp(got->grid, expect->grid) != 0);
