@@ -31,6 +31,23 @@ static void data_identity(const DataSet *d, uint64_t *tokens, uint64_t *checksum
     *checksum = h;
 }
 
+// A flag's effective value (0 where this binary has no such flag).
+static int flag_int(const Settings *s, const char *flag) {
+    const Setting *x = settings_find(s, flag);
+    return x ? *(const int *)x->flag.dst : 0;
+}
+
+// ZeRO++'s quantization as the manifest records it: zero3's flags, off in
+// every other stage, which has none.
+static void note_quantization(const Settings *s, CkptManifest *m) {
+    int weights = flag_int(s, "quantize-weights"), grads = flag_int(s, "quantize-grads");
+    snprintf(m->quantize_weights, sizeof m->quantize_weights, "%s", weights ? "on" : "off");
+    if (grads) snprintf(m->quantize_grads, sizeof m->quantize_grads, "%d-bit", flag_int(s, "grad-quant-bits"));
+    else snprintf(m->quantize_grads, sizeof m->quantize_grads, "off");
+    if (weights || grads) snprintf(m->quant_block, sizeof m->quant_block, "%d", flag_int(s, "quant-block"));
+    else snprintf(m->quant_block, sizeof m->quant_block, "none");
+}
+
 static CkptManifest manifest_of(const Trainer *t, uint64_t data_rows) {
     CkptManifest m;
     memset(&m, 0, sizeof m);
@@ -69,6 +86,7 @@ static CkptManifest manifest_of(const Trainer *t, uint64_t data_rows) {
     m.schedule_steps = c->schedule_steps;
     snprintf(m.lr_schedule, sizeof m.lr_schedule, "%s", c->lr_schedule);
     snprintf(m.warmup_type, sizeof m.warmup_type, "%s", c->warmup_type);
+    note_quantization(&c->settings, &m);
     return m;
 }
 

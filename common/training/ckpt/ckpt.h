@@ -51,6 +51,10 @@ typedef struct CkptManifest {
     // --precision, and fp16's loss scaler as the step left it (loss_scale.h),
     // so that a resumed run scales, skips and raises as the saved one would have
     char precision[8];
+    // ZeRO++'s quantization, which changes the math of a step: "on" or "off"
+    // (qwZ); "8-bit", "4-bit" or "off" (qgZ); the block's elements, or
+    // "none" when both are off. Absent from a manifest saved before: off.
+    char quantize_weights[8], quantize_grads[8], quant_block[16];
     double loss_scale;
     int scale_last_overflow, scale_hysteresis_left;
     long skipped_steps;

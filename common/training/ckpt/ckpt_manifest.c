@@ -86,15 +86,23 @@ typedef struct TextField {
     int group;
     const char *flag;
     const char *names;  // the values its flag takes, "a|b|c" (NULL: any)
+    const char *absent;  // what a manifest saved before the line existed meant (NULL: the line is required)
 } TextField;
 #define TEXT(key, member, group, flag, names) \
-    {key, offsetof(CkptManifest, member), sizeof(((CkptManifest *)0)->member), group, flag, names}
+    {key, offsetof(CkptManifest, member), sizeof(((CkptManifest *)0)->member), group, flag, names, NULL}
+#define TEXT_SINCE(key, member, group, flag, absent) \
+    {key, offsetof(CkptManifest, member), sizeof(((CkptManifest *)0)->member), group, flag, NULL, absent}
 static const TextField TEXTS[] = {
     TEXT("data", data, GROUP_RUN, NULL, NULL),
     TEXT("data_order", data_order, GROUP_MATH, "data-order", "permuted|sequential"),
     TEXT("lr_schedule", lr_schedule, GROUP_MATH, "lr-schedule", "cosine|WarmupLR|WarmupDecayLR|WarmupCosineLR"),
     TEXT("warmup_type", warmup_type, GROUP_MATH, "warmup-type", "log|linear"),
     TEXT("precision", precision, GROUP_MATH, "precision", "bf16|fp16"),
+    // ZeRO++'s quantization (zero3), which changes every step's math: qwZ's
+    // int8 weights in the forward and backward, qgZ's quantized gradients
+    TEXT_SINCE("quantize_weights", quantize_weights, GROUP_MATH, "quantize-weights", "off"),
+    TEXT_SINCE("quantize_grads", quantize_grads, GROUP_MATH, "quantize-grads", "off"),
+    TEXT_SINCE("quant_block", quant_block, GROUP_MATH, "quant-block", "none"),
 };
 #define NTEXTS ((int)(sizeof TEXTS / sizeof TEXTS[0]))
 static const char *text_of(const CkptManifest *m, int i) { return (const char *)m + TEXTS[i].off; }
@@ -325,8 +333,11 @@ int manifest_parse(char *text, const char *dir, int rank, CkptManifest *m,
         if (FIELDS[i].off != offsetof(CkptManifest, vocab_padded)) return missing(dir, FIELDS[i].key, msg);
         if (unpadded_vocab(m, dir, msg)) return 1;
     }
-    for (int i = 0; i < NTEXTS; i++)
-        if (!(seen_text & (1u << i))) return missing(dir, TEXTS[i].key, msg);
+    for (int i = 0; i < NTEXTS; i++) {
+        if (seen_text & (1u << i)) continue;
+        if (!TEXTS[i].absent) return missing(dir, TEXTS[i].key, msg);
+        snprintf((char *)m + TEXTS[i].off, TEXTS[i].size, "%s", TEXTS[i].absent);
+    }
     if (!have_part && rank >= 0) return missing(dir, my_key, msg);
     return check_values(dir, m, part_lines, msg);
 }
