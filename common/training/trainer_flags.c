@@ -128,6 +128,12 @@ static void check_formats(const TrainConfig *c) {
         fail_usage("--lr-schedule %s: choose cosine, WarmupLR, WarmupDecayLR or WarmupCosineLR", c->lr_schedule);
     if (strcmp(c->warmup_type, "log") && strcmp(c->warmup_type, "linear"))
         fail_usage("--warmup-type %s: choose log or linear", c->warmup_type);
+    // the optimizer takes the rate in fp32, where a value below FLT_MIN is subnormal or 0: no update
+    char lr[PATH_MAX + 512];
+    if (c->lr < FLT_MIN)
+        fail_usage("%s is below %g, the smallest normal fp32 number: the optimizer computes in fp32, where this "
+                   "rate is 0 or keeps few digits, so the run would learn nothing; give at least %g",
+                   named(c, "lr", c->lr, lr, sizeof lr), FLT_MIN, FLT_MIN);
     if (ours && (settings_given(s, "warmup-type") || settings_given(s, "warmup-start-frac")))
         fail_usage("--warmup-type and --warmup-start-frac shape DeepSpeed's schedules; the cosine schedule warms up "
                    "linearly from lr/warmup (add --lr-schedule WarmupCosineLR)");
