@@ -116,22 +116,26 @@ static int load_text(const char *path, const char *what, int model_vocab, TokenL
                      size_t err_len) {
     FILE *f = fopen(path, "rb");
     if (!f) return fopen_error(path, err, err_len);
-    size_t first = out->n;
+    size_t first = out->n, at = 0;
     unsigned char buf[65536];
     size_t got;
     while ((got = fread(buf, 1, sizeof buf, f)) > 0) {
+        // text has no NUL bytes; a file that does is binary (an image, an archive, a shard without
+        // .bin): told by the first block that holds one, before the rest is read (a 1 GB file of NULs)
+        const unsigned char *nul = memchr(buf, 0, got);
+        if (nul) {
+            fclose(f);
+            return fail(err, err_len, "--data %s: a NUL byte at byte %zu: not a text file; give text files, or "
+                        "llm.c token shards named *.bin", path, at + (size_t)(nul - buf));
+        }
         uint16_t *dst = tokens_grow(out, got);
         for (size_t i = 0; i < got; i++) dst[i] = buf[i];
         out->n += got;
+        at += got;
     }
     int bad = ferror(f);
     fclose(f);
     if (bad) return fail(err, err_len, "--data %s: read error", path);
-    // text has no NUL bytes; a file that does is binary (an image, an archive, a shard without .bin)
-    for (size_t i = first; i < out->n; i++)
-        if (out->tok[i] == 0)
-            return fail(err, err_len, "--data %s: a NUL byte at byte %zu: not a text file; give text files, or "
-                        "llm.c token shards named *.bin", path, i - first);
     return check_vocab(out->tok + first, out->n - first, model_vocab, what, err, err_len);
 }
 
@@ -380,7 +384,7 @@ static int open_path(const char *path, int model_vocab, TokenList split[2], int 
     }
     *byte_level = 1;
     snprintf(desc, DATA_DESC_BYTES, "text file %s (%lld KB, byte-level)", path, (long long)st.st_size / 1024);
-    char what[300];
+    char what[PATH_MAX + 64];  // the path whole
     snprintf(what, sizeof what, "--data %s (byte-level text)", path);
     return load_text(path, what, model_vocab, &split[0], err, err_len);
 }
@@ -389,7 +393,7 @@ int data_open(DataSet *ds, const char *path, int model_vocab, int T, char *err, 
     memset(ds, 0, sizeof *ds);
     TokenList split[2] = {{0}, {0}};
     int builtin = path == NULL || path[0] == 0, byte_level = 1, rc;
-    char label[300];
+    char label[PATH_MAX + 32];  // the path whole
     if (builtin) {
         rc = open_builtin(&split[0], model_vocab, ds->desc, err, err_len);
         snprintf(label, sizeof label, "the built-in corpus");
