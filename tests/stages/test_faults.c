@@ -8,6 +8,8 @@
 // given different flags; a rank killed by a signal. Each fault must end the
 // run with one error line that says what happened.
 #include <dirent.h>
+#include <limits.h>
+#include <stdlib.h>
 #include <sys/stat.h>
 #include "runs.h"
 
@@ -289,6 +291,31 @@ static void test_outputs_hard_linked_to_inputs_refused(void **state) {
     run_ok(cmd, NULL);
 }
 
+// Issue 49, item 22: --save common, --json Makefile and --export-llmc zero2
+// (over the trainer binary itself) wrote into the project's own tree. An
+// output among its sources, tests, scripts, docs or binaries is refused
+// before step 1, and the files stay as they were; runs/ and build/ (make
+// bench's records) are not the project's sources.
+static void test_outputs_over_the_project_refused(void **state) {
+    (void)state;
+    char root[PATH_MAX], cmd[CMD_LEN], want[PATH_MAX + 128];
+    assert_non_null(realpath(".", root));
+    struct stat before, after;
+    assert_int_equal(stat("zero2", &before), 0);
+    const char *cases[][2] = {{"--trace tests/t.json", "tests"}, {"--save common", "common"},
+                              {"--json Makefile", "Makefile"}, {"--export-llmc zero2", "zero2"},
+                              {"--memory-timeline 04_zero3/t.json", "04_zero3"}, {"--save .", ""}};
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        snprintf(cmd, sizeof cmd, "./zero2 --model tiny --steps 1 --quiet %s", cases[i][0]);
+        snprintf(want, sizeof want, "%s would write into %s%s%s, zero-workbench's own", cases[i][0], root,
+                 cases[i][1][0] ? "/" : "", cases[i][1]);
+        free(expect_refusal(cmd, want));
+    }
+    assert_int_equal(stat("zero2", &after), 0);
+    assert_true(after.st_size == before.st_size && after.st_mtime == before.st_mtime);
+    assert_int_equal(test_run("test ! -e 04_zero3/t.json && test ! -e tests/t.json && test ! -e common/lock", NULL), 0);
+}
+
 // Issue 15, item 11: two runs saving into one folder mixed their parts. The
 // second is refused while the first holds the folder's lock, and may save
 // there once it has ended.
@@ -414,6 +441,7 @@ int main(void) {
         cmocka_unit_test(test_outputs_not_ours_refused),
         cmocka_unit_test(test_outputs_on_one_file_refused),
         cmocka_unit_test(test_outputs_hard_linked_to_inputs_refused),
+        cmocka_unit_test(test_outputs_over_the_project_refused),
         cmocka_unit_test(test_checkpoint_files_never_follow_links),
         cmocka_unit_test(test_save_folder_locked),
         cmocka_unit_test(test_resume_checks_data_and_settings),
