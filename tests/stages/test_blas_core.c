@@ -173,7 +173,8 @@ static void test_core_name_escaped_in_the_record(void **state) {
             fail_msg("OPENBLAS_CORETYPE=%s: the record's stage is %s, its device %s", cores[i], stage, device);
         int latin1 = strstr(cores[i], "xe9") != NULL;
         if (!latin1 && !strstr(out, device))
-            fail_msg("OPENBLAS_CORETYPE=%s: the record's device \"%s\" is not the header's:\n%s", cores[i], device, out);
+            fail_msg("OPENBLAS_CORETYPE=%s: the record's device \"%s\" is not the header's:\n%s", cores[i], device,
+                     out);
         if (latin1 && strstr(out, "Zen\xe9") && !strstr(device, "Zen\xef\xbf\xbd"))
             fail_msg("OPENBLAS_CORETYPE=%s: expected Zen and U+FFFD in the record's device \"%s\"", cores[i], device);
         json_decref(j);

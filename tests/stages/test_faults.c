@@ -272,7 +272,8 @@ static void test_outputs_hard_linked_to_inputs_refused(void **state) {
         {"--resume R/ck-linked/step-00000002 --trace R/manifest",
          "--trace R/manifest is the file R/ck-linked/step-00000002/manifest.txt (one device and inode: a hard "
          "link), a checkpoint file this run resumes from"},
-        {"--resume R/ck-linked --memory-timeline R/latest", "--memory-timeline R/latest is the file R/ck-linked/latest"},
+        {"--resume R/ck-linked --memory-timeline R/latest",
+         "--memory-timeline R/latest is the file R/ck-linked/latest"},
         {"--save R/ck-linked --export-llmc R/part", "--export-llmc R/part is the file"},
         {"--init-from R/model.bin --json R/model", "the checkpoint this run starts from (--init-from R/model.bin)"},
         {"--data R/a.txt --json R/text", "--json R/text is the file R/a.txt (one device and inode: a hard link), "
