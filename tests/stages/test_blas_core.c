@@ -9,7 +9,10 @@
 // - a switched core that fails the self-test is undone (a second restart),
 //   and the run trains on the detected kernels, saying why;
 // - a core set in the environment is never overridden, and a core that
-//   OpenBLAS identified is kept: no restart.
+//   OpenBLAS identified is kept: no restart;
+// - a core set in the environment that needs more than the CPU has is
+//   refused in one line (an AVX2-only CPU simulated by ZW_CPU_ISA=AVX2), and
+//   a name OpenBLAS has no kernels for is said to be one.
 // The best core is read from /proc/cpuinfo's flags here, apart from the
 // cpuid code under test.
 #include <libgen.h>
@@ -149,6 +152,53 @@ static void test_identified_core_is_kept(void **state) {
     free(out), free(json);
 }
 
+// Issue 49, item 7: OPENBLAS_CORETYPE=SkylakeX on an AVX2-only CPU died with
+// SIGILL in sgemm_kernel_SKYLAKEX, and a name OpenBLAS ignores ("garbage",
+// which runs the detected core) was reported as the core that ran. An
+// AVX2-only CPU is simulated here with ZW_CPU_ISA=AVX2.
+static void expect_one_line(const char *cmd, int status, const char *want) {
+    char *out = NULL;
+    int rc = test_run(cmd, &out);
+    if (rc != status || !strstr(out, want) || strchr(out, '\n') != out + strlen(out) - 1)
+        fail_msg("%s: expected exit %d and one line with '%s'; got exit %d:\n%s", cmd, status, want, rc, out);
+    free(out);
+}
+
+static void test_core_beyond_the_cpu_refused(void **state) {
+    Ctx *c = *state;
+    char prefix[CMD_LEN / 2], cmd[CMD_LEN], log[PATH_LEN];
+    snprintf(log, sizeof log, "%s/beyond.log", c->root);
+    env_prefix(c, prefix, sizeof prefix, "SkylakeX", "Prescott", NULL, log);
+    snprintf(cmd, sizeof cmd, "%s ZW_CPU_ISA=AVX2 timeout 120 mpirun -np 2 ./dp_baseline --model tiny --steps 1",
+             prefix);
+    expect_one_line(cmd, 2, "error: OPENBLAS_CORETYPE=SkylakeX runs OpenBLAS's SkylakeX kernels, written for AVX-512, "
+                            "which this CPU lacks (it has AVX2); hint: unset OPENBLAS_CORETYPE, or set it to Haswell");
+    // the simulated CPU's own choice: a fallback goes up to Haswell, not SkylakeX
+    if (c->best[0] && strcmp(c->best, "Sandybridge") != 0) {
+        char *out = NULL;
+        env_prefix(c, prefix, sizeof prefix, NULL, "Prescott", NULL, log);
+        snprintf(cmd, sizeof cmd, "%s ZW_CPU_ISA=AVX2 mpirun -np 2 ./dp_baseline --model tiny --steps 1", prefix);
+        const char *want = "OpenBLAS Haswell (chosen: detected Prescott below this CPU's AVX2)";
+        if (test_run(cmd, &out) != 0 || !strstr(out, want))
+            fail_msg("%s: expected Haswell chosen for an AVX2 CPU:\n%s", cmd, out);
+        free(out);
+    }
+    snprintf(cmd, sizeof cmd, "env ZW_CPU_ISA=AVX3 ./dp_baseline --model tiny --steps 1");
+    expect_one_line(cmd, 2, "error: ZW_CPU_ISA=AVX3 is no instruction set; give SSE3, AVX, AVX2 or AVX-512");
+}
+
+static void test_unknown_core_named_as_such(void **state) {
+    Ctx *c = *state;
+    char prefix[CMD_LEN / 2], cmd[CMD_LEN], log[PATH_LEN], *out = NULL;
+    snprintf(log, sizeof log, "%s/garbage.log", c->root);
+    env_prefix(c, prefix, sizeof prefix, "garbage", "Prescott", NULL, log);
+    snprintf(cmd, sizeof cmd, "%s ./dp_baseline --model tiny --steps 1", prefix);
+    assert_int_equal(test_run(cmd, &out), 0);
+    if (!strstr(out, "(OPENBLAS_CORETYPE=garbage names no kernel set of this OpenBLAS)") || strstr(out, "set by"))
+        fail_msg("%s: expected the core that runs and the name said to be none:\n%s", cmd, out);
+    free(out);
+}
+
 // ---- set-up ----
 
 // The best core from the kernel's view of the CPU (its first flags line).
@@ -214,6 +264,8 @@ int main(void) {
         cmocka_unit_test(test_core_failing_self_test_is_undone),
         cmocka_unit_test(test_environment_core_is_never_overridden),
         cmocka_unit_test(test_identified_core_is_kept),
+        cmocka_unit_test(test_core_beyond_the_cpu_refused),
+        cmocka_unit_test(test_unknown_core_named_as_such),
     };
     return cmocka_run_group_tests(tests, group_setup, group_teardown);
 }

@@ -12,6 +12,7 @@
 #include <string.h>
 #include <strings.h>
 #include <unistd.h>
+#include "check.h"
 
 // OpenBLAS's own (cblas.h declares them in newer releases only)
 char *openblas_get_corename(void);
@@ -20,6 +21,7 @@ char *openblas_get_config(void);
 #define ENV_CORE "OPENBLAS_CORETYPE"
 #define ENV_CHOSEN "ZW_BLAS_CHOSEN"
 #define ENV_KEPT "ZW_BLAS_KEPT"
+#define ENV_ISA "ZW_CPU_ISA"
 
 const char *isa_level_name(IsaLevel isa) {
     switch (isa) {
@@ -33,7 +35,7 @@ const char *isa_level_name(IsaLevel isa) {
 
 // __builtin_cpu_supports reads cpuid and the OS's xgetbv, so a feature the
 // kernel does not save across context switches does not count.
-IsaLevel cpu_isa_level(void) {
+static IsaLevel cpuid_isa_level(void) {
     __builtin_cpu_init();
     if (__builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
         __builtin_cpu_supports("avx512dq") && __builtin_cpu_supports("avx512vl"))
@@ -41,6 +43,21 @@ IsaLevel cpu_isa_level(void) {
     if (__builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma")) return ISA_AVX2;
     if (__builtin_cpu_supports("avx")) return ISA_AVX;
     return ISA_SSE3;
+}
+
+// ZW_CPU_ISA's level: it can only lower cpuid's.
+static IsaLevel isa_cap(void) {
+    const char *v = getenv(ENV_ISA);
+    if (!v || !v[0]) return ISA_AVX512;
+    for (IsaLevel l = ISA_SSE3; l <= ISA_AVX512; l++)
+        if (strcasecmp(v, isa_level_name(l)) == 0) return l;
+    fail_usage("%s=%s is no instruction set; give SSE3, AVX, AVX2 or AVX-512 (the most this CPU is taken to have), "
+               "or unset it", ENV_ISA, v);
+}
+
+IsaLevel cpu_isa_level(void) {
+    IsaLevel cpu = cpuid_isa_level(), cap = isa_cap();
+    return cap < cpu ? cap : cpu;
 }
 
 // OpenBLAS's x86-64 core names (driver/others/dynamic.c) by the instruction
@@ -188,8 +205,22 @@ static void check_switched_core(char **argv, const char *chosen) {
     exit(1);
 }
 
+// A core set in the environment whose kernels need more than this CPU has
+// dies with SIGILL at its first GEMM: refused before it runs one.
+static void refuse_core_beyond_cpu(const char *env_core) {
+    if (!env_core || !env_core[0]) return;
+    const char *running = openblas_get_corename();
+    IsaLevel need = blas_core_isa(running), cpu = cpu_isa_level();
+    if (need <= cpu) return;
+    const char *fits = blas_core_for_isa(cpu);
+    fail_usage("%s=%s runs OpenBLAS's %s kernels, written for %s, which this CPU lacks (it has %s); hint: unset %s, "
+               "or set it to %s", ENV_CORE, env_core, running, isa_level_name(need), isa_level_name(cpu), ENV_CORE,
+               fits ? fits : "Prescott");
+}
+
 void blas_core_choose(char **argv) {
     const char *env_core = getenv(ENV_CORE), *chosen = getenv(ENV_CHOSEN);
+    refuse_core_beyond_cpu(env_core);
     if (getenv(ENV_KEPT)) return;  // the switch was tried and undone
     char detected_then[64], target[64];
     if (switched_by_us(chosen, env_core, detected_then, target, sizeof target)) {
@@ -221,6 +252,9 @@ void blas_core_describe(char *buf, size_t bytes) {
     } else if (switched_by_us(chosen, env_core, detected, target, sizeof detected)) {
         snprintf(buf, bytes, "%s (chosen: detected %s below this CPU's %s)", running, detected,
                  isa_level_name(cpu_isa_level()));
+    } else if (env_core && env_core[0] && strcasecmp(running, env_core) != 0) {
+        // OpenBLAS ignores a name it has no kernels for and detects the core
+        snprintf(buf, bytes, "%s (%s=%s names no kernel set of this OpenBLAS)", running, ENV_CORE, env_core);
     } else if (env_core && env_core[0]) {
         snprintf(buf, bytes, "%s (set by %s=%s)", running, ENV_CORE, env_core);
     } else {
