@@ -12,7 +12,8 @@
 //   OpenBLAS identified is kept: no restart;
 // - a core set in the environment that needs more than the CPU has is
 //   refused in one line (an AVX2-only CPU simulated by ZW_CPU_ISA=AVX2), and
-//   a name OpenBLAS has no kernels for is said to be one.
+//   a name OpenBLAS has no kernels for is said to be one;
+// - a trainer started through the dynamic loader restarts through it.
 // The best core is read from /proc/cpuinfo's flags here, apart from the
 // cpuid code under test.
 #include <libgen.h>
@@ -199,6 +200,41 @@ static void test_unknown_core_named_as_such(void **state) {
     free(out);
 }
 
+// Issue 49, item 8: started through the dynamic loader ('ld.so ./zero2
+// --model tiny'), the restart ran /proc/self/exe, ld.so itself, with main's
+// argv and died with "unrecognized option '--model'". It now restarts as the
+// process was started: here ld.so preloads the shim by its own option,
+// which only a restart that keeps ld.so's whole command line keeps.
+static void test_restart_through_the_loader(void **state) {
+    Ctx *c = *state;
+    if (!c->best[0]) skip();
+    char *ld = NULL;
+    test_run("readelf -lW ./dp_baseline | sed -n 's/.*interpreter: \\(.*\\)]/\\1/p'", &ld);
+    ld[strcspn(ld, "\n")] = 0;
+    if (!ld[0]) {  // a static program: no loader
+        free(ld);
+        skip();
+    }
+    const char *bad[] = {NULL, c->best};  // a switch kept, and one undone by the self-test
+    for (int i = 0; i < 2; i++) {
+        char cmd[CMD_LEN], log[PATH_LEN], want[160], *out = NULL;
+        snprintf(log, sizeof log, "%s/loader-%d.log", c->root, i);
+        snprintf(cmd, sizeof cmd, "env -u OPENBLAS_CORETYPE -u ZW_BLAS_CHOSEN -u ZW_BLAS_KEPT SHIM_LOG=%s "
+                 "SHIM_DETECT=Prescott%s%s mpirun -np 2 %s --preload %s ./dp_baseline --model tiny --steps 2", log,
+                 bad[i] ? " SHIM_BAD_CORE=" : "", bad[i] ? bad[i] : "", ld, c->preload);
+        if (bad[i]) snprintf(want, sizeof want, "OpenBLAS Prescott (kept: %s failed the self-test: sgemm", c->best);
+        else snprintf(want, sizeof want, "OpenBLAS %s (chosen: detected Prescott below this CPU's", c->best);
+        int rc = test_run(cmd, &out);
+        char *text = read_file(log, NULL);
+        int images = text ? count_lines(text) / 2 : 0;
+        if (rc != 0 || !strstr(out, want) || images != 2 + i)
+            fail_msg("%s: expected exit 0, \"%s\" and %d images per rank; exit %d, %d images:\n%s", cmd, want, 2 + i,
+                     rc, images, out);
+        free(text), free(out);
+    }
+    free(ld);
+}
+
 // ---- set-up ----
 
 // The best core from the kernel's view of the CPU (its first flags line).
@@ -266,6 +302,7 @@ int main(void) {
         cmocka_unit_test(test_identified_core_is_kept),
         cmocka_unit_test(test_core_beyond_the_cpu_refused),
         cmocka_unit_test(test_unknown_core_named_as_such),
+        cmocka_unit_test(test_restart_through_the_loader),
     };
     return cmocka_run_group_tests(tests, group_setup, group_teardown);
 }

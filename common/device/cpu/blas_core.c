@@ -182,9 +182,49 @@ static int switched_by_us(const char *chosen, const char *env_core, char *detect
     return strcasecmp(target, env_core) == 0;
 }
 
+// The vector the process was started with (/proc/self/cmdline): argv, unless
+// a program loader came first. '/lib64/ld-linux-x86-64.so.2 [its options]
+// ./zero2 --model tiny' makes ld.so /proc/self/exe, and main's argv the tail
+// after it, so that the restart must hand ld.so its whole vector again.
+// NULL where it cannot be read or does not end in argv.
+static char **started_with(char **argv) {
+    FILE *f = fopen("/proc/self/cmdline", "rb");
+    if (!f) return NULL;
+    size_t cap = 4096, len = 0, got;
+    char *text = malloc(cap);
+    while (text && (got = fread(text + len, 1, cap - len, f)) > 0)
+        if ((len += got) == cap) text = realloc(text, cap *= 2);
+    fclose(f);
+    if (!text || len == 0 || text[len - 1] != 0) {
+        free(text);
+        return NULL;
+    }
+    int n = 0, argc = 0;
+    for (size_t i = 0; i < len; i++) n += text[i] == 0;
+    while (argv[argc]) argc++;
+    char **full = calloc((size_t)n + 1, sizeof *full);
+    for (int k = 0, at = 0; full && k < n; k++, at += (int)strlen(text + at) + 1) full[k] = text + at;
+    int ends_in_argv = full && n >= argc;
+    for (int k = 0; ends_in_argv && k < argc; k++) ends_in_argv = strcmp(full[n - argc + k], argv[k]) == 0;
+    if (!ends_in_argv) {
+        free(full), free(text);
+        return NULL;
+    }
+    return full;
+}
+
+// Runs this program again as it was started; returns only where it cannot.
 static void restart(char **argv) {
+    char **full = started_with(argv);
+    if (!full) {
+        if (world_rank() == 0)
+            fprintf(stderr, "note: no restart to change OpenBLAS's kernels: /proc/self/cmdline does not say how this "
+                            "program was started\n");
+        return;
+    }
     fflush(NULL);
-    execv("/proc/self/exe", argv);
+    execv("/proc/self/exe", full);
+    free(full[0]), free(full);
 }
 
 // After the switch: keep the new core if it computes right, else go back.

@@ -35,8 +35,9 @@ const char *blas_core_upgrade(const char *detected, const char *env_core, IsaLev
 
 // The first thing a program that runs the cpu device does, before MPI_Init
 // and before any thread: may replace the process (execv of /proc/self/exe with
-// argv) once to switch cores, and once more to go back when the switched core
-// fails its self-test. Returns when the core is settled. An OPENBLAS_CORETYPE
+// the command line it was started with, a loader's included) once to switch
+// cores, and once more to go back when the switched core fails its
+// self-test. Returns when the core is settled. An OPENBLAS_CORETYPE
 // whose kernels need more than this CPU has is refused (one line, exit 2).
 void blas_core_choose(char **argv);
 
