@@ -191,17 +191,24 @@ static void write_all_at(int fd, const void *p, size_t n, off_t off, const char 
 }
 
 // A new file or folder of the consolidated checkpoint: tracked until the
-// whole is written, so that a failure removes it (fail_tool).
+// whole is written, so that a failure or a signal removes it (fail_tool,
+// stop.h). The signals wait from its creation to its tracking: one between
+// them would leave it behind.
 static int create_file(const char *path) {
-    int fd = open(path, O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW, 0644);
-    if (fd < 0) fail_tool("cannot create %s: %s", path, strerror(errno));
-    stop_track(path, 0);
+    stop_hold();
+    int fd = open(path, O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW, 0644), err = errno;
+    if (fd >= 0) stop_track(path, 0);
+    stop_release();
+    if (fd < 0) fail_tool("cannot create %s: %s", path, strerror(err));
     return fd;
 }
 
 static void create_folder(const char *path) {
-    if (mkdir(path, 0755)) fail_tool("cannot create %s: %s", path, strerror(errno));
-    stop_track(path, 1);
+    stop_hold();
+    int failed = mkdir(path, 0755), err = errno;
+    if (!failed) stop_track(path, 1);
+    stop_release();
+    if (failed) fail_tool("cannot create %s: %s", path, strerror(err));
 }
 
 static void close_file(int fd, const char *path) {
@@ -287,7 +294,12 @@ static void consolidate(const Ckpt *c, const char *out) {
     snprintf(latest_path, sizeof latest_path, "%s/latest", out);
     write_text(latest_path, latest, strlen(latest));
     const char *made[] = {out, step_dir, part, manifest, latest_path};  // all written: none goes now
+    char done[PATH_BYTES + 64];
+    snprintf(done, sizeof done, "after consolidating into %s, which is whole", out);
+    stop_hold();  // a signal now finds the whole folder, and says so
     for (int i = 0; i < 5; i++) stop_forget(made[i]);
+    stop_note_task(done);
+    stop_release();
     printf("consolidated: %s (step %ld: master, adam_m, adam_v over all %zu parameters in one part of %" PRIu64
            " bytes); resume it with --resume %s under any stage at any rank count or grid with a global batch "
            "of %d rows\n", out, m.step, m.num_params, (uint64_t)off, out, m.batch * m.grad_accum);
@@ -310,6 +322,15 @@ int main(int argc, char **argv) {
     Ckpt c;
     open_ckpt(argv[2], &c);
     if (three) check_output_outside(cmd, argv[2], argv[3]);
+    if (three) {
+        // SIGINT or SIGTERM mid-way removes what was written (the files are
+        // tracked), so that a rerun finds no half of the output
+        char task[PATH_BYTES + 96];
+        snprintf(task, sizeof task, "while %s %s; what it had written is removed",
+                 !strcmp(cmd, "consolidate") ? "consolidating into" : "exporting to", argv[3]);
+        stop_note_task(task);
+        stop_catch_signals(0);
+    }
     if (!strcmp(cmd, "info")) info(&c);
     if (!strcmp(cmd, "verify")) {
         char msg[MSG_BYTES] = "";

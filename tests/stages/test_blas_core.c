@@ -11,7 +11,11 @@
 // - a core set in the environment is never overridden, and a core that
 //   OpenBLAS identified is kept: no restart;
 // - the core's name reaches the JSON record escaped, and the restart's
-//   markers are believed only from the restart.
+//   markers are believed only from the restart;
+// - a core set in the environment that needs more than the CPU has is
+//   refused in one line (an AVX2-only CPU simulated by ZW_CPU_ISA=AVX2), and
+//   a name OpenBLAS has no kernels for is said to be one;
+// - a trainer started through the dynamic loader restarts through it.
 // The best core is read from /proc/cpuinfo's flags here, apart from the
 // cpuid code under test.
 #include <jansson.h>
@@ -208,6 +212,88 @@ static void test_markers_only_from_the_restart(void **state) {
     free(out);
 }
 
+// Issue 49, item 7: OPENBLAS_CORETYPE=SkylakeX on an AVX2-only CPU died with
+// SIGILL in sgemm_kernel_SKYLAKEX, and a name OpenBLAS ignores ("garbage",
+// which runs the detected core) was reported as the core that ran. An
+// AVX2-only CPU is simulated here with ZW_CPU_ISA=AVX2.
+static void expect_one_line(const char *cmd, int status, const char *want) {
+    char *out = NULL;
+    int rc = test_run(cmd, &out);
+    if (rc != status || !strstr(out, want) || strchr(out, '\n') != out + strlen(out) - 1)
+        fail_msg("%s: expected exit %d and one line with '%s'; got exit %d:\n%s", cmd, status, want, rc, out);
+    free(out);
+}
+
+static void test_core_beyond_the_cpu_refused(void **state) {
+    Ctx *c = *state;
+    char prefix[CMD_LEN / 2], cmd[CMD_LEN], log[PATH_LEN];
+    snprintf(log, sizeof log, "%s/beyond.log", c->root);
+    env_prefix(c, prefix, sizeof prefix, "SkylakeX", "Prescott", NULL, log);
+    snprintf(cmd, sizeof cmd, "%s ZW_CPU_ISA=AVX2 timeout 120 mpirun -np 2 ./dp_baseline --model tiny --steps 1",
+             prefix);
+    expect_one_line(cmd, 2, "error: OPENBLAS_CORETYPE=SkylakeX runs OpenBLAS's SkylakeX kernels, written for AVX-512, "
+                            "which this CPU lacks (it has AVX2); hint: unset OPENBLAS_CORETYPE, or set it to Haswell");
+    // the simulated CPU's own choice: a fallback goes up to Haswell, not SkylakeX
+    if (c->best[0] && strcmp(c->best, "Sandybridge") != 0) {
+        char *out = NULL;
+        env_prefix(c, prefix, sizeof prefix, NULL, "Prescott", NULL, log);
+        snprintf(cmd, sizeof cmd, "%s ZW_CPU_ISA=AVX2 mpirun -np 2 ./dp_baseline --model tiny --steps 1", prefix);
+        const char *want = "OpenBLAS Haswell (chosen: detected Prescott below this CPU's AVX2)";
+        if (test_run(cmd, &out) != 0 || !strstr(out, want))
+            fail_msg("%s: expected Haswell chosen for an AVX2 CPU:\n%s", cmd, out);
+        free(out);
+    }
+    snprintf(cmd, sizeof cmd, "env ZW_CPU_ISA=AVX3 ./dp_baseline --model tiny --steps 1");
+    expect_one_line(cmd, 2, "error: ZW_CPU_ISA=AVX3 is no instruction set; give SSE3, AVX, AVX2 or AVX-512");
+}
+
+static void test_unknown_core_named_as_such(void **state) {
+    Ctx *c = *state;
+    char prefix[CMD_LEN / 2], cmd[CMD_LEN], log[PATH_LEN], *out = NULL;
+    snprintf(log, sizeof log, "%s/garbage.log", c->root);
+    env_prefix(c, prefix, sizeof prefix, "garbage", "Prescott", NULL, log);
+    snprintf(cmd, sizeof cmd, "%s ./dp_baseline --model tiny --steps 1", prefix);
+    assert_int_equal(test_run(cmd, &out), 0);
+    if (!strstr(out, "(OPENBLAS_CORETYPE=garbage names no kernel set of this OpenBLAS)") || strstr(out, "set by"))
+        fail_msg("%s: expected the core that runs and the name said to be none:\n%s", cmd, out);
+    free(out);
+}
+
+// Issue 49, item 8: started through the dynamic loader ('ld.so ./zero2
+// --model tiny'), the restart ran /proc/self/exe, ld.so itself, with main's
+// argv and died with "unrecognized option '--model'". It now restarts as the
+// process was started: here ld.so preloads the shim by its own option,
+// which only a restart that keeps ld.so's whole command line keeps.
+static void test_restart_through_the_loader(void **state) {
+    Ctx *c = *state;
+    if (!c->best[0]) skip();
+    char *ld = NULL;
+    test_run("readelf -lW ./dp_baseline | sed -n 's/.*interpreter: \\(.*\\)]/\\1/p'", &ld);
+    ld[strcspn(ld, "\n")] = 0;
+    if (!ld[0]) {  // a static program: no loader
+        free(ld);
+        skip();
+    }
+    const char *bad[] = {NULL, c->best};  // a switch kept, and one undone by the self-test
+    for (int i = 0; i < 2; i++) {
+        char cmd[CMD_LEN], log[PATH_LEN], want[160], *out = NULL;
+        snprintf(log, sizeof log, "%s/loader-%d.log", c->root, i);
+        snprintf(cmd, sizeof cmd, "env -u OPENBLAS_CORETYPE -u ZW_BLAS_CHOSEN -u ZW_BLAS_KEPT SHIM_LOG=%s "
+                 "SHIM_DETECT=Prescott%s%s mpirun -np 2 %s --preload %s ./dp_baseline --model tiny --steps 2", log,
+                 bad[i] ? " SHIM_BAD_CORE=" : "", bad[i] ? bad[i] : "", ld, c->preload);
+        if (bad[i]) snprintf(want, sizeof want, "OpenBLAS Prescott (kept: %s failed the self-test: sgemm", c->best);
+        else snprintf(want, sizeof want, "OpenBLAS %s (chosen: detected Prescott below this CPU's", c->best);
+        int rc = test_run(cmd, &out);
+        char *text = read_file(log, NULL);
+        int images = text ? count_lines(text) / 2 : 0;
+        if (rc != 0 || !strstr(out, want) || images != 2 + i)
+            fail_msg("%s: expected exit 0, \"%s\" and %d images per rank; exit %d, %d images:\n%s", cmd, want, 2 + i,
+                     rc, images, out);
+        free(text), free(out);
+    }
+    free(ld);
+}
+
 // ---- set-up ----
 
 // The best core from the kernel's view of the CPU (its first flags line).
@@ -275,6 +361,9 @@ int main(void) {
         cmocka_unit_test(test_identified_core_is_kept),
         cmocka_unit_test(test_core_name_escaped_in_the_record),
         cmocka_unit_test(test_markers_only_from_the_restart),
+        cmocka_unit_test(test_core_beyond_the_cpu_refused),
+        cmocka_unit_test(test_unknown_core_named_as_such),
+        cmocka_unit_test(test_restart_through_the_loader),
     };
     return cmocka_run_group_tests(tests, group_setup, group_teardown);
 }

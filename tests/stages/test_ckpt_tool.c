@@ -5,7 +5,8 @@
 // memory does not grow with the checkpoint (a 124 MB one is streamed); a
 // missing, damaged or foreign part is refused in one line naming it, and so
 // is a manifest that does not describe its parts; no output may lie inside
-// the checkpoint read, and a failed write leaves nothing behind.
+// the checkpoint read, and a failed write, or SIGINT or SIGTERM mid-way,
+// leaves nothing behind.
 #include <sys/stat.h>
 #include <unistd.h>
 #include "runs.h"
@@ -219,6 +220,44 @@ static void test_failed_write_says_why_and_leaves_nothing(void **state) {
     free(said);
 }
 
+// Issue 49 item 9: Ctrl-C during consolidate left a partial folder that
+// refused the rerun ("uni exists; give a new folder"): ckpt_tool caught
+// neither SIGINT nor SIGTERM. The signal is sent once the part is being
+// written and before `latest` is (the tool stopped, looked at, signalled and
+// continued), so it always lands mid-way; the folder must be gone, the tool
+// must say so in one line and die of the signal, and the rerun must work.
+static void test_signal_mid_way_leaves_nothing(void **state) {
+    Ctx *c = *state;
+    char cmd[CMD_LEN], ck[PATH_LEN], out[PATH_LEN];
+    snprintf(ck, sizeof ck, "%s/big", c->root);  // test_memory_bounded's 124 MB, or made here
+    snprintf(cmd, sizeof cmd, "test -e %s/latest || mpirun -np 2 ./zero2 --model small --d-model 384 --layers 6 "
+             "--heads 6 --batch 1 --steps 1 --quiet --save %s", ck, ck);
+    run_ok(cmd, NULL);
+    const char *sigs[] = {"INT", "TERM"};
+    const int status[] = {130, 143};  // 128 + the signal: it ended by the signal
+    for (int i = 0; i < 2; i++) {
+        char *said = NULL, want[PATH_LEN + 128];
+        snprintf(out, sizeof out, "%s/uni-%s", c->root, sigs[i]);
+        snprintf(cmd, sizeof cmd, "bash -c 'set -m; ./ckpt_tool consolidate %s %s & pid=$!; "
+                 "until [ -e %s/step-00000001/rank-00000.bin ] || ! kill -0 $pid; do sleep 0.001; done; "
+                 "kill -STOP $pid; "
+                 "[ -e %s/latest ] && echo whole before the signal; kill -%s $pid; kill -CONT $pid; "
+                 "wait $pid; st=$?; while [ $st = 147 ]; do wait $pid; st=$?; done; echo exit $st; "
+                 "test ! -e %s && echo nothing left' 2>&1 | grep -v \"^\\[\"",
+                 ck, out, out, out, sigs[i], out);
+        run_ok(cmd, &said);
+        char exited[32];
+        snprintf(exited, sizeof exited, "exit %d\n", status[i]);
+        snprintf(want, sizeof want, "ckpt_tool: stopped by SIG%s while consolidating into %s; what it had written "
+                 "is removed\n", sigs[i], out);
+        if (!strstr(said, want) || !strstr(said, exited) || !strstr(said, "nothing left") || strstr(said, "whole"))
+            fail_msg("%s: expected '%s', %s and nothing left:\n%s", cmd, want, exited, said);
+        free(said);
+        snprintf(cmd, sizeof cmd, "./ckpt_tool consolidate %s %s && ./ckpt_tool verify %s", ck, out, out);
+        run_ok(cmd, NULL);
+    }
+}
+
 // Issue 39 item 21: info printed the formula of a part's range where the
 // README promises each part's range; at 3 ranks the last holds the padding.
 static void test_info_prints_each_part(void **state) {
@@ -263,6 +302,7 @@ int main(void) {
         cmocka_unit_test(test_verify_checks_what_readers_check),
         cmocka_unit_test(test_failed_write_says_why_and_leaves_nothing),
         cmocka_unit_test(test_info_prints_each_part),
+        cmocka_unit_test(test_signal_mid_way_leaves_nothing),
     };
     return cmocka_run_group_tests(tests, group_setup, group_teardown);
 }

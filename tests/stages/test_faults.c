@@ -5,8 +5,9 @@
 // written, found before step 1; writes that fail at the end (a full disk),
 // and a --json record written whole or not at all;
 // two runs saving into one folder; a resume on other data or settings; ranks
-// given different flags; a rank killed by a signal. Each fault must end the
-// run with one error line that says what happened.
+// given different flags, or running different stages or builds; a rank
+// killed by a signal. Each fault must end the run with one error line that
+// says what happened.
 #include <dirent.h>
 #include <limits.h>
 #include <stdlib.h>
@@ -412,6 +413,50 @@ static void test_long_values_whole(void **state) {
     snprintf(want, sizeof want, "\"file\":\"%s/ds.json\"", dir);
     if (!strstr(json, want)) fail_msg("the record does not name the config whole (%s):\n%s", want, json);
     free(json), free(out);
+// A copy of the binary `from` at `to` with another linker build ID (the
+// first byte of its GNU build-id note's 20 changed): another build of the
+// same stage, which runs as the first does.
+static void copy_as_another_build(const char *from, const char *to) {
+    size_t len = 0;
+    char *elf = read_file(from, &len);
+    assert_non_null(elf);
+    // the note's header: name size 4, descriptor size 20, type NT_GNU_BUILD_ID (3), then "GNU"
+    static const char header[16] = {4, 0, 0, 0, 20, 0, 0, 0, 3, 0, 0, 0, 'G', 'N', 'U', 0};
+    size_t at = 0;
+    while (at + sizeof header < len && memcmp(elf + at, header, sizeof header) != 0) at++;
+    if (at + sizeof header >= len) fail_msg("%s: no GNU build-id note", from);
+    elf[at + sizeof header] ^= 0x5a;
+    FILE *f = fopen(to, "wb");
+    assert_non_null(f);
+    assert_int_equal(fwrite(elf, 1, len, f), len);
+    assert_int_equal(fclose(f), 0);
+    assert_int_equal(chmod(to, 0755), 0);
+    free(elf);
+}
+
+// Issue 49, item 6: ranks of two stages (MPMD) agreed on their flags and
+// then waited for each other's collectives until mpirun's timeout. What
+// each rank runs, its stage and its build, is part of what they agree on.
+static void test_ranks_agree_on_the_program(void **state) {
+    Ctx *c = *state;
+    char cmd[CMD_LEN], other[128];
+    free(expect_one_error("timeout 120 mpirun -np 1 ./dp_baseline --model tiny --steps 2 --quiet : "
+                          "-np 1 ./zero1 --model tiny --steps 2 --quiet",
+                          2, "the ranks were given different programs: rank 1 runs zero1 (build "));
+    snprintf(other, sizeof other, "%s/zero2", c->root);
+    copy_as_another_build("./zero2", other);
+    snprintf(cmd, sizeof cmd, "timeout 120 mpirun -np 2 ./zero2 --model tiny --steps 2 --quiet : -np 1 %s --model tiny "
+             "--steps 2 --quiet", other);
+    char *out = expect_one_error(cmd, 2, "the ranks were given different programs: rank 2 runs zero2 (build ");
+    if (!strstr(out, "where rank 0 runs zero2 (build ") ||
+        !strstr(out, "start every rank with the same trainer binary"))
+        fail_msg("%s: expected both builds named and the hint:\n%s", cmd, out);
+    free(out);
+    // the same build at another path is the same program
+    snprintf(cmd, sizeof cmd, "cp ./zero2 %s/same && timeout 120 mpirun -np 1 ./zero2 --model tiny --steps 2 --quiet : "
+             "-np 1 %s/same --model tiny --steps 2 --quiet", c->root, c->root);
+    assert_int_equal(test_run(cmd, &out), 0);
+    free(out);
 }
 
 // Issue 15, item 13: under scripts/mpi-env.sh, which quiets mpirun, a rank
@@ -429,7 +474,8 @@ static void test_killed_rank_named(void **state) {
 }
 
 static int group_setup(void **state) {
-    return run_dir_setup(state, "test_faults", (const char *const[]){"./zero2", "./ckpt_tool", NULL});
+    return run_dir_setup(state, "test_faults",
+                         (const char *const[]){"./zero2", "./ckpt_tool", "./dp_baseline", "./zero1", NULL});
 }
 
 int main(void) {
@@ -448,6 +494,7 @@ int main(void) {
         cmocka_unit_test(test_resume_checks_data_and_settings),
         cmocka_unit_test(test_ranks_agree_on_settings),
         cmocka_unit_test(test_long_values_whole),
+        cmocka_unit_test(test_ranks_agree_on_the_program),
         cmocka_unit_test(test_killed_rank_named),
     };
     return cmocka_run_group_tests(tests, group_setup, run_dir_teardown);
