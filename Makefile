@@ -330,6 +330,28 @@ $(BUILD)/tests/stages/planted_pass_%: $(BUILD)/tests/plants/pass_%.o $(BUILD)/te
 $(BUILD)/tests/stages/test_protocol: $(PASS_PLANTS:%=$(BUILD)/tests/stages/planted_pass_%)
 .SECONDARY: $(PASS_PLANTS:%=$(BUILD)/tests/plants/pass_%.o)
 
+# test_step_memory runs zero3 planted with a mistake about when memory is
+# held (tests/stages/timeline_plants.c), one binary per mistake: the model's
+# holding (gpt_held.c) or the formula's timeline (step_memory.c) built again
+# with one call standing for the planted one
+TIMELINE_PLANTS := late label window
+PLANT_SRC_late := common/model/gpt_held.c
+PLANT_SRC_label := common/model/gpt_held.c
+PLANT_SRC_window := common/model/step_memory.c
+PLANT_CALL_late := -Dbuf_free=planted_buf_free
+PLANT_CALL_label := -Dbuf_alloc=planted_buf_alloc
+PLANT_CALL_window := -Dzero_live_bytes=planted_zero_live_bytes
+$(foreach p,$(TIMELINE_PLANTS),$(eval $(BUILD)/tests/plants/held_$(p).o: $(PLANT_SRC_$(p)) ; \
+    @mkdir -p $$(dir $$@) && $$(CC) $$(CFLAGS) $(PLANT_CALL_$(p)) -c $$< -o $$@))
+$(BUILD)/tests/plants/timeline_%.o: tests/stages/timeline_plants.c
+	@mkdir -p $(dir $@)
+	$(CC) $(CFLAGS) -DTIMELINE_PLANT_$* -c $< -o $@
+$(BUILD)/tests/stages/planted_timeline_%: $(BUILD)/tests/plants/held_%.o $(BUILD)/tests/plants/timeline_%.o \
+        $(call MAIN_OBJ,zero3) $(SRC_04:%.c=$(BUILD)/%.o) $(LIB)
+	$(CC) $(OPT) $^ -o $@ $(LDLIBS)
+$(BUILD)/tests/stages/test_step_memory: $(TIMELINE_PLANTS:%=$(BUILD)/tests/stages/planted_timeline_%)
+.SECONDARY: $(TIMELINE_PLANTS:%=$(BUILD)/tests/plants/held_%.o) $(TIMELINE_PLANTS:%=$(BUILD)/tests/plants/timeline_%.o)
+
 # test_blas_core preloads a shim between the trainers and OpenBLAS (built
 # without OPT's sanitizers: it is loaded into every process of the run)
 $(BUILD)/tests/stages/test_blas_core: $(BUILD)/tests/lib/blas_shim.so

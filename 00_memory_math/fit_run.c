@@ -1,10 +1,11 @@
 // fit_run.c: memory_math's "what fits with this run" section. Model states
 // alone do not say whether a run starts: with --model, --batch and --seq-len
-// every stage's device bytes are counted by run_device_bytes, the function
-// the trainers' budget check calls before they allocate anything (model
-// states with padding, activations, workspace, the kernels' scratch, the
-// stage's own buffers at its flags' defaults: stage_buffer_bytes), on the
-// cpu device.
+// every stage's device bytes are counted as the trainers' budget check
+// counts them before they allocate anything: each part at its peak by
+// run_device_bytes (model states with padding, activations, workspace, the
+// kernels' scratch, the stage's own buffers at its flags' defaults:
+// stage_buffer_bytes), and the total as the largest sum at one moment of
+// the formula's timeline of a step (timeline.c), on the cpu device.
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -25,7 +26,9 @@ static const Col run_cols[] = {
     {"fits", "fits", 5, NULL},
 };
 
-static RunDeviceBytes stage_run(StageId formula, const Inputs *in, int threads, const char **name) {
+// summed: the total as the parts' peaks added up, as zero3 counts its budget
+// with ZeRO++'s buffers, whose times in the step the timeline does not model
+static RunDeviceBytes stage_run(StageId formula, const Inputs *in, int threads, int summed, const char **name) {
     const GPTLayout *l = &in->layout;
     const GPTConfig *c = &l->cfg;
     Partition part;
@@ -36,7 +39,9 @@ static RunDeviceBytes stage_run(StageId formula, const Inputs *in, int threads, 
     GPTPlan plan = act_plan(in, in->recompute, in->offload_activations);
     plan.sequence_parallel = plan.partition_activations = 0;  // data parallel: the whole model
     *name = stage_name(formula);
-    return run_device_bytes(formula, l, &plan, l->num_params, in->ranks, CPU_ACT_BYTES, scratch, buffers, 0);
+    RunDeviceBytes r = run_device_bytes(formula, l, &plan, l->num_params, in->ranks, CPU_ACT_BYTES, scratch, buffers, 0);
+    if (!summed) r.total = step_peak_bytes(formula, 0, in);  // the parts at once, as the step runs (timeline.c)
+    return r;
 }
 
 // 3d_parallel --tp T (pp 1): ZeRO-1 over the N/T replicas of each rank's tp
@@ -50,13 +55,20 @@ static RunDeviceBytes tp_run(const Inputs *in, int threads) {
     double scratch = (double)kernels_cpu.scratch_bytes(threads, in->batch, in->seq_len, c->channels, c->num_heads,
                                                        l->vocab_part, l->tp_size, in->attention == GPT_ATTENTION_FLASH);
     GPTPlan plan = act_plan(in, in->recompute, in->offload_activations);
-    return run_device_bytes(STAGE_ZERO1, l, &plan, l->num_params, in->ranks / in->tp, CPU_ACT_BYTES, scratch,
-                            (double)part.shard * sizeof(bf16), 0);
+    RunDeviceBytes r = run_device_bytes(STAGE_ZERO1, l, &plan, l->num_params, in->ranks / in->tp, CPU_ACT_BYTES,
+                                        scratch, (double)part.shard * sizeof(bf16), 0);
+    r.total = step_peak_bytes(STAGE_ZERO1, 1, in);
+    return r;
 }
 
 double run_total_bytes(StageId s, const Inputs *in) {
     const char *name;
-    return stage_run(s, in, device_cpu_threads(in->ranks), &name).total;
+    return stage_run(s, in, device_cpu_threads(in->ranks), 0, &name).total;
+}
+
+double zeropp_run_total_bytes(const Inputs *in, const ZeroPPConfig *c) {
+    const char *name;
+    return stage_run(STAGE_ZERO3, in, device_cpu_threads(in->ranks), 1, &name).total + zeropp_cost(in, c).device_extra;
 }
 
 // A row of the table, and the stage named in the list it falls in.
@@ -79,7 +91,7 @@ void section_fit_run(Printer *p, const Inputs *in) {
     char title[240];
     snprintf(title, sizeof title,
              "What fits in %g GB per rank at N = %d with this run: %s, B = %d, T = %d, --recompute %s, on the "
-             "cpu device, computed by run_device_bytes (the trainers' budget check)", in->hbm_gb, in->ranks,
+             "cpu device, counted as the trainers' budget check counts them", in->hbm_gb, in->ranks,
              in->model, in->batch, in->seq_len, gpt_recompute_name(in->recompute));
     if (in->offload_activations) {
         size_t len = strlen(title);
@@ -90,12 +102,12 @@ void section_fit_run(Printer *p, const Inputs *in) {
     char fits[400] = "", refused[400] = "";
     for (int i = 0; i < measured_stage_count(); i++) {
         const char *name;
-        RunDeviceBytes r = stage_run(measured_stage(i), in, threads, &name);
+        RunDeviceBytes r = stage_run(measured_stage(i), in, threads, 0, &name);
         add_row(p, name, &r, budget, fits, refused);
     }
     if (in->zeropp_given) {  // zero3 with the ZeRO++ switches given: its buffers beside zero3's
         const char *name;
-        RunDeviceBytes r = stage_run(STAGE_ZERO3, in, threads, &name);
+        RunDeviceBytes r = stage_run(STAGE_ZERO3, in, threads, 1, &name);
         double extra = zeropp_cost(in, &in->zeropp).device_extra;
         r.stage_buffers += extra;
         r.total += extra;

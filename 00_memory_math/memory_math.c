@@ -22,6 +22,7 @@ static const char *usage =
     "                   [--tp T [--sequence-parallel] [--partition-activations]] [--hbm-gb GB]\n"
     "                   [--link-gbps G --gflops F [--latency-us US] [--intra-gbps G]]\n"
     "                   [--ranks-per-host P] [--quantize-weights] [--hpz-size K] [--quantize-grads]\n"
+    "                   [--timeline STAGE [--contiguous-buffers]]\n"
     "                   [--measure] [--json] [--deepspeed-config FILE]\n"
     "\n"
     "Per-rank memory of the ZeRO stages, computed from the formulas: model states\n"
@@ -35,13 +36,16 @@ static const char *usage =
     "--link-gbps and --gflops (with --model) predict each stage's step time from the\n"
     "ring formulas, and name the fastest stage (that fits --hbm-gb). With --ranks-per-host\n"
     "or zero3's ZeRO++ switches (with --model): its bytes in the host and across hosts, its\n"
-    "device bytes, and its step beside zero3's in the planner.";
+    "device bytes, and its step beside zero3's in the planner. --timeline STAGE (with\n"
+    "--model) prints the formula's timeline of one training step of STAGE, the device's\n"
+    "bytes by category at each phase boundary, which the trainer holds its memory to.";
 
 typedef struct Flags {
     double params, hbm_gb;
     const char *model, *deepspeed_config, *recompute, *attention;
     int ranks, batch, seq_len, grad_accum, global_batch, measure, json, offload_activations;
-    int tp, sequence_parallel, partition_activations;
+    int tp, sequence_parallel, partition_activations, contiguous_buffers;
+    const char *timeline;
     double link_gbps, latency_us, gflops, intra_gbps;
     ZeroPPConfig zeropp;
     int ranks_per_host;
@@ -51,7 +55,7 @@ enum {
     F_PARAMS, F_MODEL, F_RANKS, F_BATCH, F_SEQ_LEN, F_GRAD_ACCUM, F_GLOBAL_BATCH, F_HBM_GB, F_MEASURE, F_JSON,
     F_DEEPSPEED_CONFIG, F_RECOMPUTE, F_OFFLOAD_ACTIVATIONS, F_TP, F_SEQUENCE_PARALLEL, F_PARTITION_ACTIVATIONS,
     F_LINK_GBPS, F_LATENCY_US, F_GFLOPS, F_ATTENTION, F_QUANTIZE_WEIGHTS, F_HPZ_SIZE, F_QUANTIZE_GRADS,
-    F_GRAD_QUANT_BITS, F_QUANT_BLOCK, F_RANKS_PER_HOST, F_INTRA_GBPS, F_COUNT
+    F_GRAD_QUANT_BITS, F_QUANT_BLOCK, F_RANKS_PER_HOST, F_INTRA_GBPS, F_TIMELINE, F_CONTIGUOUS_BUFFERS, F_COUNT
 };
 
 // infinity's bf16 params follow offload_param.device and its master, m and
@@ -144,6 +148,13 @@ static void parse_flags(int argc, char **argv, Flags *f, FlagSpec *specs, Inputs
         [F_RANKS_PER_HOST] = {.name = "ranks-per-host", .type = FLAG_INT, .dst = &f->ranks_per_host, .meta = "P",
                               .help = "ranks on each host, consecutive (ZeRO++'s hierarchy; the planner's link is "
                                       "each host's)", .min = 1, .max = 1 << 20},
+        [F_TIMELINE] = {.name = "timeline", .type = FLAG_STRING, .dst = &f->timeline, .meta = "STAGE",
+                        .help = "the formula's timeline of one training step of STAGE (dp_baseline, zero1, zero2, "
+                                "zero3, cpu_offload, infinity, 3d_parallel): the device's bytes by category at each "
+                                "phase boundary (with --model)"},
+        [F_CONTIGUOUS_BUFFERS] = {.name = "contiguous-buffers", .type = FLAG_BOOL, .dst = &f->contiguous_buffers,
+                                  .help = "ZeRO-R's contiguous buffers, as the trainers' flag: the activations and "
+                                          "the unit gradients allocated once (the timeline and the fit counts)"},
         [F_QUANTIZE_WEIGHTS] = {.name = "quantize-weights", .type = FLAG_BOOL, .dst = &f->zeropp.quantize_weights,
                                 .help = "zero3's ZeRO++ qwZ: weight gathers in int8"},
         [F_HPZ_SIZE] = {.name = "hpz-size", .type = FLAG_INT, .dst = &f->zeropp.hpz, .meta = "K",
@@ -313,6 +324,26 @@ static void check_zeropp(const Flags *f, const FlagSpec *specs, Inputs *in) {
     if (any && f->measure) fail_usage("--measure allocates the stages' states; ZeRO++'s table is a separate run");
 }
 
+// --timeline STAGE: a trainer's name, with --model.
+static void check_timeline(const Flags *f, Inputs *in) {
+    in->contiguous_buffers = f->contiguous_buffers;
+    if (!f->timeline) return;
+    if (!in->have_model) fail_usage("--timeline %s follows a model's units: add --model NAME (e.g. --model small)",
+                                    f->timeline);
+    static const StageId stages[] = {STAGE_DP, STAGE_ZERO1, STAGE_ZERO2, STAGE_ZERO3, STAGE_OFFLOAD, STAGE_INFINITY};
+    in->timeline = 1;
+    in->timeline_tp3d = strcmp(f->timeline, "3d_parallel") == 0;
+    in->timeline_stage = in->timeline_tp3d ? STAGE_ZERO1 : -1;
+    for (size_t i = 0; i < sizeof stages / sizeof stages[0]; i++)
+        if (strcmp(f->timeline, stage_name(stages[i])) == 0) in->timeline_stage = stages[i];
+    if (in->timeline_stage < 0)
+        fail_usage("--timeline %s: give a trainer's name: dp_baseline, zero1, zero2, zero3, cpu_offload, infinity "
+                   "or 3d_parallel", f->timeline);
+    if (!in->timeline_tp3d && in->tp > 1)
+        fail_usage("--timeline %s with --tp %d: tensor parallelism is 3d_parallel's; give --timeline 3d_parallel",
+                   f->timeline, in->tp);
+}
+
 // What --global-batch divides by: the ranks, or with --tp the data-parallel
 // replicas of 3d_parallel's grid (N/T), as that trainer's batch rule counts them.
 static int batch_replicas(const Flags *f, const Inputs *in) {
@@ -340,6 +371,7 @@ int main(int argc, char **argv) {
                      f.tp > 1 ? "data-parallel replicas (--ranks / --tp)" : "ranks");
     check_shapes(&f, &in);
     check_zeropp(&f, specs, &in);
+    check_timeline(&f, &in);
     in.measure = f.measure;
     in.json = f.json;
 
@@ -361,6 +393,7 @@ int main(int argc, char **argv) {
         if (in.zeropp_given || specs[F_RANKS_PER_HOST].seen) section_zeropp(&p, &in);
         if (in.link_gbps > 0) section_step_time(&p, &in);
         if (in.settings.config_path[0]) section_config(&p, &in);
+        if (in.timeline) section_timeline(&p, &in);
     }
     printer_end(&p);
     comm_world_finalize(&world);

@@ -41,6 +41,9 @@ typedef struct Inputs {
     int stage;
     char stage_why[160];
     Settings settings;
+    // --timeline STAGE: the formula's timeline of its step (timeline_stage: a
+    // StageId; timeline_tp3d: 3d_parallel's --tp grid), and --contiguous-buffers
+    int timeline, timeline_stage, timeline_tp3d, contiguous_buffers;
 } Inputs;
 
 // sections.c
@@ -70,6 +73,14 @@ const GPTLayout *act_layout(const Inputs *in);
 void section_fit_run(Printer *p, const Inputs *in);
 // The device bytes a stage's run needs with these inputs (the same count).
 double run_total_bytes(StageId s, const Inputs *in);
+// zero3 with ZeRO++'s switches c: its parts' peaks added up, and the
+// switches' buffers (their times in the step are not modelled)
+double zeropp_run_total_bytes(const Inputs *in, const ZeroPPConfig *c);
+// timeline.c: --timeline STAGE, the formula's timeline of one training step
+// (step_memory.c) as a table; and a stage's peak by it, as the trainers'
+// budget check counts it (tp3d: 3d_parallel --tp with these inputs).
+void section_timeline(Printer *p, const Inputs *in);
+double step_peak_bytes(StageId formula, int tp3d, const Inputs *in);
 // step_time.c: with a link and a compute rate, the step time of each stage
 // predicted from the ring formulas, and the fastest that fits.
 void section_step_time(Printer *p, const Inputs *in);

@@ -82,7 +82,7 @@ static Plan plan_stage(StageId s, const Inputs *in) {
 static Plan plan_zeropp(const ZeroPPConfig *c, const Inputs *in, double *device_bytes) {
     Plan p = plan_stage(STAGE_ZERO3, in);  // its compute
     ZeroPPCost cost = zeropp_cost(in, c);
-    *device_bytes = run_total_bytes(STAGE_ZERO3, in) + cost.device_extra;
+    *device_bytes = zeropp_run_total_bytes(in, c);
     p.comm_bytes = cost.cross * in->ranks_per_host;
     p.collectives = cost.collectives;
     p.latency_terms = cost.latency_terms;

@@ -63,6 +63,10 @@ void param_shard_acquire(ParamShard *ps, Trainer *t, int u, int backward);
 void param_shard_release(ParamShard *ps, Trainer *t, int u, int backward);
 // Drop every live unit (the params are about to change).
 void param_shard_release_all(ParamShard *ps, Trainer *t);
+// The step of a stage that gathers (zero3's, infinity's) for the formula's
+// timeline: each unit gathered whole (2 B a parameter) by the windows of
+// --prefetch, and zero2's two buckets beside them.
+void param_shard_step_shape(int prefetch, double bucket_mb, const Trainer *t, StepMemorySpec *s);
 // Unit u's gathered params, for the entry about to compute. Counts the
 // gathers as it goes: every unit newly gathered since the last use, and
 // whether the unit read now was gathered while an earlier entry computed.

@@ -47,6 +47,14 @@ static double device_buffer_bytes(const void *ctx, const GPTLayout *l, const Par
     return zero_bucket_bytes(z->bucket_mb, p) + zeropp_buffer_bytes(&z->pp, l, p, z->prefetch, z->bucket_mb);
 }
 
+// Gathered units, by --prefetch's windows; ZeRO++'s own buffers are not in
+// the formula's timeline.
+static void step_shape(const void *ctx, const Trainer *t, StepMemorySpec *s) {
+    const Stage *z = ctx;
+    if (z->pp.on) s->not_modelled = "ZeRO++'s quantized and secondary buffers";
+    else param_shard_step_shape(z->prefetch, z->bucket_mb, t, s);
+}
+
 // The micro-batch step. No rank holds the params whole: before a unit
 // computes, its params are all-gathered (and the next units' gathers
 // started: prefetch), and after it they are released unless an upcoming unit
@@ -125,6 +133,7 @@ const Strategy strategy_zero3 = {
     .configure = configure,
     .setup = setup,
     .device_buffer_bytes = device_buffer_bytes,
+    .step_shape = step_shape,
     .forward_backward = forward_backward,
     .grad_norm_sq = grad_norm_sq,
     .update = update,

@@ -78,6 +78,11 @@ static double device_buffer_bytes(const void *ctx, const GPTLayout *l, const Par
     return zero_bucket_bytes(z->bucket_mb, p) + zero_gathered_peak_bytes(l, z->prefetch);
 }
 
+static void step_shape(const void *ctx, const Trainer *t, StepMemorySpec *s) {
+    const Stage *z = ctx;
+    param_shard_step_shape(z->prefetch, z->bucket_mb, t, s);
+}
+
 // ---- the micro-batch step: zero3's, with the disk kept busy ----
 
 // With the params on NVMe the update held back its last master, m and v
@@ -246,6 +251,7 @@ const Strategy strategy_infinity = {
     .configure = configure,
     .setup = setup,
     .device_buffer_bytes = device_buffer_bytes,
+    .step_shape = step_shape,
     .forward_backward = forward_backward,
     .grad_norm_sq = host_grads_norm_sq,
     .update = update,

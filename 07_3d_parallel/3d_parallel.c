@@ -118,6 +118,16 @@ static double device_buffer_bytes(const void *ctx, const GPTLayout *l, const Par
     return (double)p->shard * sizeof(bf16);
 }
 
+// A pipeline stage's schedule, the reduced shard beside it.
+static void step_shape(const void *ctx, const Trainer *t, StepMemorySpec *s) {
+    const Stage *z = ctx;
+    s->shape = STEP_PIPELINE;
+    s->schedule = z->schedule == SCHEDULE_AFAB ? PIPE_AFAB : PIPE_1F1B;
+    s->stages = z->grid.pp;
+    s->stage = z->grid.stage;
+    s->fixed[CAT_COMM] += device_buffer_bytes(ctx, &t->layout, &t->part);
+}
+
 // ---- the step ----
 
 // The tied wte's two halves of the gradient (the embedding's on the first
@@ -190,6 +200,7 @@ const Strategy strategy_3d_parallel = {
     .configure = configure,
     .setup = setup,
     .device_buffer_bytes = device_buffer_bytes,
+    .step_shape = step_shape,
     .forward_backward = forward_backward,
     .grad_norm_sq = grad_norm_sq,
     .update = update,

@@ -160,6 +160,7 @@ static void backward(Pipeline *p, int j) {
     GPT *g = model(p);
     int s = slot_of(p, j);
     comm_wait(p->pp, &p->sent_bwd[s]);  // the backward rewrites the gradient an earlier send carries
+    comm_wait(p->pp, &p->sent_fwd[s]);  // and lets go of the output that micro-batch's forward sent
     GradTurn turn = micro_turn(p->mb, j);  // the first micro-batch writes the gradients, the others add to them
     const bf16 *wte = is_last(p) ? part_unit_params(t, GPT_UNIT_EMBED) : NULL;
     DevSpan sp = dev_span_begin(&t->dev, STREAM_COMPUTE);

@@ -22,6 +22,9 @@
 #   recompute dp_baseline gpt2-124m by --recompute: tokens/s beside the FLOP
 #             formula's prediction, the activation bytes each keeps
 #   progress  zero2 with and without --progress-thread
+#   arena     the device arena's cost: dp_baseline gpt2-124m and zero3 small
+#             with each unit's buffers taken as the step goes against
+#             --contiguous-buffers (ARENA_BASE=DIR adds an earlier build's)
 #   aio       the aio module against fio over block sizes and queue depths
 #             on a file in $AIO_DIR (default build/bench/aio-files)
 #   infinity  stage 06: the pipelined swapper's step against read, Adam and
@@ -88,6 +91,7 @@ section training bash bench/training.sh "$out/sgemm.json"
 section offload bash bench/offload.sh
 section recompute bash bench/recompute.sh
 section progress bash bench/progress.sh
+section arena bash bench/arena.sh
 # 3 x 3 points x read, write x ours, fio x 3 rounds of 1 GiB = 108 GiB moved;
 # AIO_BLOCKS_KB, AIO_DEPTHS widen it to the full sweep (bench/aio.sh)
 section aio env AIO_BLOCKS_KB="${AIO_BLOCKS_KB:-128 1024 8192}" AIO_DEPTHS="${AIO_DEPTHS:-1 8 64}" \

@@ -15,7 +15,13 @@
                          embedding's tie, dp), as stage 07 teaches them;
   OUT_PREFIX_hosts.png   where zero3 runs with ZeRO++ or on several hosts:
                          its bytes per rank per step by hop, in the host and
-                         across hosts (zero3's record, "zeropp").
+                         across hosts (zero3's record, "zeropp");
+  OUT_PREFIX_timeline.png  the device over the last step of each run, one
+                         panel per run (and per pipeline stage of 07): the
+                         categories stacked at every phase boundary
+                         (measured), the formula's total over them as a
+                         dashed line, and its peak marked with the phase it
+                         falls in and what it holds there.
 
 The loss curves are also drawn in the terminal, numbered, with the runs of
 each number listed below the drawing. Without gnuplot it says so and draws
@@ -364,6 +370,102 @@ plot {", ".join(items)}
 """
 
 
+TIMELINE_MAX_PANELS = 8  # a taller picture than this says which it left out
+PHASE_LETTER = {"forward": "F", "backward": "B", "recompute": "R", "optimizer": "opt", "eval": "eval", "setup": "end"}
+
+
+def phase_text(p):
+    """A phase as the report writes it: "backward of unit 4, micro-batch 0"."""
+    if p["unit"] < 0:
+        return "the optimizer step" if p["kind"] == "optimizer" else p["kind"]
+    return f"{p['kind']} of unit {p['unit']}, micro-batch {p['micro']}"
+
+
+def timeline_panels(recs):
+    """(record, panel) for each panel of each record whose step the formula models."""
+    out = []
+    for rec in recs:
+        tl = rec.get("memory_timeline") or {}
+        for panel in tl.get("panels", []):
+            if panel.get("measured"):
+                out.append((rec, panel))
+    return out
+
+
+def timeline_script(recs, tmp, prefix):
+    """The step's device memory over its phase boundaries, a panel each;
+    "" where no record has a modelled step's boundaries."""
+    panels = timeline_panels(recs)
+    if not panels:
+        return ""
+    left_out = panels[TIMELINE_MAX_PANELS:]
+    panels = panels[:TIMELINE_MAX_PANELS]
+    script = f"""
+set terminal pngcairo size 1400,{330 * len(panels) + 40} noenhanced
+set output {gp(prefix + "_timeline.png")}
+set origin 0,0
+set size 1,1
+set multiplot layout {len(panels)},1
+set lmargin at screen 0.06
+set rmargin at screen 0.80
+set key outside right top vertical Left reverse
+set grid ytics
+set style fill solid 0.85 border -1
+set ylabel 'MB'
+"""
+    for k, (rec, panel) in enumerate(panels):
+        cats = rec["memory_timeline"]["categories"]
+        rows = panel["measured"]
+        shown = [i for i, c in enumerate(cats) if any(r["bytes"][i] for r in rows)]
+        formula = [sum(b["bytes"]) for b in panel["formula"]]
+        data = Path(tmp, f"timeline{k}.dat")
+        with data.open("w") as f:
+            for x, row in enumerate(rows):
+                running, sums = 0, []
+                for i in shown:
+                    running += row["bytes"][i]
+                    sums.append(running / 1e6)
+                total = formula[x] / 1e6 if x < len(formula) else float("nan")
+                f.write(f"{x} " + " ".join(f"{v:.6f}" for v in sums) + f" {total:.6f}\n")
+            # the last boundary's bytes hold until the step ends
+            f.write(f"{len(rows)} " + " ".join(f"{v:.6f}" for v in sums) + f" {total:.6f}\n")
+        letters = []
+        for x, row in enumerate(rows):
+            p = row["phase"]
+            tag = PHASE_LETTER.get(p["kind"], p["kind"]) + (str(p["unit"]) if p["unit"] >= 0 else "")
+            if len(rows) <= 48 or x % 4 == 0:
+                letters.append(f"{gp(tag)} {x}")
+        peak = panel["formula_peak"] / 1e6
+        held = sorted(range(len(cats)), key=lambda i: -panel["formula_peak_bytes"][i])[:3]
+        holds = ", ".join(f"{cats[i]} {panel['formula_peak_bytes'][i] / 1e6:.2f}" for i in held
+                          if panel["formula_peak_bytes"][i] > 0)
+        where = phase_text(panel["formula_peak_phase"])
+        items = []
+        for j in reversed(range(len(shown))):  # the tallest first: each lower sum paints over it
+            name = cats[shown[j]]
+            items.append(f"{gp(data)} using 1:{j + 2} with fillsteps lc rgb {gp(COLOURS.get(name, '#999999'))} "
+                         f"title {gp(name)}")
+        items.append(f"{gp(data)} using 1:{len(shown) + 2} with steps lw 2 dt 2 lc 'black' "
+                     "title 'formula total (step_memory.c)'")
+        title = f"{label(rec)}, rank {panel['of_rank']}: device over the last step, measured at each phase boundary"
+        script += f"""
+set title {gp(title)}
+set xtics ({", ".join(letters)}) rotate by -60 font ',8'
+set xrange [0:{len(rows)}]
+set yrange [0:{peak * 1.15:.6f}]
+unset arrow
+unset label
+set arrow from graph 0, first {peak:.6f} to graph 1, first {peak:.6f} nohead dt 3 lw 1.5 lc 'red'
+set label {gp(f"formula's peak {peak:.3f} MB, during {where}: {holds} MB")} at graph 0.01, first {peak:.6f} offset 0,0.6 font ',9'
+plot {", ".join(items)}
+"""
+    script += "unset multiplot\nunset arrow\nunset label\nset lmargin -1\nset rmargin -1\nset xrange [*:*]\nset yrange [*:*]\n"
+    if left_out:
+        names = ", ".join(f"{label(r)} rank {p['of_rank']}" for r, p in left_out)
+        print(f"plot_runs: the timeline picture shows the first {TIMELINE_MAX_PANELS} panels; left out: {names}")
+    return script
+
+
 def main():
     if len(sys.argv) != 3:
         sys.exit("usage: plot_runs.py RUNS.json OUT_PREFIX")
@@ -410,11 +512,14 @@ plot {stacked(comm, comm_cols, titles)}
 """
         hosts = hosts_script(recs, tmp, prefix)
         script += hosts
+        timeline = timeline_script(recs, tmp, prefix)
+        script += timeline
         sys.stdout.flush()
         subprocess.run(["gnuplot"], input=script, text=True, check=True)
     print(terminal_legend(loss_titles))
     made = [f"{prefix}_losses.png", f"{prefix}_memory.png"] + ([f"{prefix}_comm.png"] if comm_cols else [])
     made += [f"{prefix}_hosts.png"] if hosts else []
+    made += [f"{prefix}_timeline.png"] if timeline else []
     print("pictures: " + ", ".join(made))
 
 

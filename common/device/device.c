@@ -84,7 +84,8 @@ void device_destroy(Device *d) {
 // The device tier's region, reserved once, at the first device buffer (by
 // then a GPU shared by several ranks has its budget divided: device_share):
 // from here on every device buffer is a block of it.
-static void reserve_region(Device *d) {
+void device_reserve(Device *d) {
+    if (d->region) return;
     size_t bytes = d->ops->region_bytes(d);
     d->region = bytes ? d->ops->reserve(d, bytes) : NULL;
     if (!d->region) {
@@ -100,7 +101,7 @@ static void reserve_region(Device *d) {
 
 // A device buffer: a block the arena places in the region.
 static Buf device_block(Device *d, MemCategory cat, size_t bytes, const char *what) {
-    if (!d->region) reserve_region(d);
+    device_reserve(d);
     size_t offset = mem_alloc(&d->mem, TIER_DEVICE, cat, bytes, what);  // or the out-of-memory error
     Buf b = {.ptr = (char *)d->region + offset, .bytes = bytes, .tier = TIER_DEVICE, .cat = cat};
     snprintf(b.what, sizeof b.what, "%s", what ? what : "?");

@@ -129,6 +129,10 @@ int device_cpu_threads(int local_size);
 // its peak for MFU and, unless --hbm-gb was given, of its memory budget.
 void device_share(Device *d, int sharers, int budget_given);
 
+// The device tier's region, reserved once (a no-op after): its budget, or
+// what the machine has (device_share first, on a GPU several ranks share);
+// the first device allocation reserves it where nothing did.
+void device_reserve(Device *d);
 // Tracked allocation. `what` names it in an out-of-memory error. A device
 // buffer is a block of the device's region (the arena, mem.h), reserved at
 // the first one.

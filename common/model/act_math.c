@@ -62,6 +62,34 @@ ActFormula act_formula(const GPTLayout *l, const GPTPlan *p, int act_bytes) {
     return f;
 }
 
+ActUnits act_units(const GPTLayout *l, const GPTPlan *p, int act_bytes) {
+    const GPTConfig *c = &l->cfg;
+    double s = p->T, b = p->B, h = c->channels, t = l->tp_size, e = act_bytes;
+    double sp = p->sequence_parallel ? t : 1, V = gpt_logits_stride(l), input = s * b * h * e / sp;
+    ActFormula f = act_formula(l, p, act_bytes);
+    int hu = gpt_unit_head(l);
+    int first = p->first_unit > 1 ? p->first_unit : 1, last = p->last_unit < hu ? p->last_unit : hu - 1;
+    ActUnits u = {0};
+    u.blocks = last >= first ? last - first + 1 : 0;
+    // the checkpoints' ring holds every block's x3 but the last one's (gpt_checkpoints.c)
+    int stored = (p->offload_activations || p->partition_activations) && u.blocks > 1 ? u.blocks - 1 : 0;
+    for (int i = 0; i < u.blocks; i++) u.block[i] = f.per_layer - (i < stored ? input : 0);
+    u.input = input + (p->first_unit == GPT_UNIT_EMBED ? 12 * s * b : 0) + (p->last_unit == hu ? 4 * s * b : 0);
+    u.head = p->last_unit == hu ? input + s * b * V * e + 8 * s * b / sp + 4 * s * b : 0;
+    u.shared = s * b * h * e + (p->last_unit == hu && t > 1 ? 12 * s * b : 0);
+    if (p->sequence_parallel) u.shared += s * b * h * e + input;
+    if (stored) u.shared += 2 * input;
+    if (stored && !p->offload_activations) u.store = p->slots * stored * input / t;  // 1/t of each, partitioned
+    u.working = f.working;
+    return u;
+}
+
+double act_backward_scratch(const GPTLayout *l, const GPTPlan *p, int act_bytes) {
+    double s = p->T, b = p->B, h = l->cfg.channels, t = l->tp_size, e = act_bytes;
+    double sp = p->sequence_parallel ? t : 1;
+    return p->slots * s * b * h * e / sp + s * b * h * e + 2 * 4 * s * b * h * e / t;
+}
+
 // [flash][sp][recompute]
 const char *act_formula_layer_text(GPTRecompute r, int sp, int flash) {
     static const char *const text[2][2][3] = {

@@ -20,6 +20,25 @@ typedef struct ActFormula {
     double offload_per_micro;  // what one micro-batch takes down in forward and back in backward
 } ActFormula;
 ActFormula act_formula(const GPTLayout *l, const GPTPlan *p, int act_bytes);
+
+// The same bytes unit by unit, for the memory's timeline (step_memory.c):
+// what one micro-batch's slot holds from its input's arrival to the range's
+// first backward (its input x_in, sbhe/sp, the embeddings' token ids and
+// buckets, 12sb, the head's target ids, 4sb), what each block of the range
+// saves from its forward to its backward (per_layer, less x3 where the
+// checkpoints' ring holds it), the head's from its forward to its backward
+// (lnf sbhe/sp, the logits sbVe, its statistics 8sb/sp and losses 4sb), the
+// temporaries the slots share, and the recompute's working set.
+typedef struct ActUnits {
+    double input, head, shared, working;
+    double store;  // the checkpoints' store where it is on the device (partitioned, not offloaded): every slot's
+    double block[GPT_MAX_UNITS];  // by the block's place in the plan's range
+    int blocks;
+} ActUnits;
+ActUnits act_units(const GPTLayout *l, const GPTPlan *p, int act_bytes);
+// The backward's temporaries, in closed form: the residual stream's
+// gradient per slot (sbhe/sp) and three (BT, C or 4C/t) tensors: sbhe + 2 x 4sbhe/t.
+double act_backward_scratch(const GPTLayout *l, const GPTPlan *p, int act_bytes);
 // This trainer's per-layer closed forms, saved and working set, as text
 // (with sequence parallelism, sp, or without; with flash attention or the
 // materialized one).

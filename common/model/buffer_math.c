@@ -76,6 +76,20 @@ double zero_live_peak_bytes(const GPTLayout *l, int prefetch, const double bytes
     return peak;
 }
 
+double zero_live_bytes(const GPTLayout *l, int prefetch, const double bytes[2][GPT_MAX_UNITS], int e, int released) {
+    int entries = 2 * l->num_units, keep = prefetch > 0 ? prefetch : 1;
+    double live = 0;
+    for (int u = 0; u < l->num_units; u++) {
+        int f = e;  // the first entry of the window that reads u
+        while (f <= e + prefetch && f < entries && !read_in(l, entries, f, f, u)) f++;
+        if (f > e + prefetch || f >= entries) continue;
+        // its release drops what entry e read that none of the next max(p, 1) entries reads
+        if (released && !read_in(l, entries, e + 1, e + keep, u)) continue;
+        live += bytes[gather_entry(l, entries, prefetch, f, u) >= l->num_units][u];
+    }
+    return live;
+}
+
 double zero_gathered_peak_bytes(const GPTLayout *l, int prefetch) {
     double bytes[2][GPT_MAX_UNITS];
     for (int u = 0; u < l->num_units; u++) bytes[0][u] = bytes[1][u] = (double)l->unit[u].count * sizeof(bf16);

@@ -13,12 +13,7 @@
 // (cuda) may be 2 mod 4 bytes long (BT*C*2 with BT and C odd), so the fp32 and
 // int32 pieces of every slot come before any such piece and are checked to
 // be 4-aligned.
-typedef struct Carver {
-    char *at;
-    size_t left;
-} Carver;
-
-static void *carve(Carver *c, size_t bytes) {
+void *carve(Carver *c, size_t bytes) {
     CHECK(bytes <= c->left, "activation layout overflow (%zu > %zu); hint: gpt_activation_bytes and gpt_alloc disagree", bytes, c->left);
     void *p = c->at;
     c->at += bytes;
@@ -27,7 +22,7 @@ static void *carve(Carver *c, size_t bytes) {
 }
 
 // a piece read as fp32 or int32 by the kernels
-static void *carve_words(Carver *c, size_t bytes) {
+void *carve_words(Carver *c, size_t bytes) {
     void *p = carve(c, bytes);
     CHECK(((uintptr_t)p & 3) == 0, "activation layout: a 4-byte piece at a 2-byte offset; hint: carve odd-sized bf16 pieces last in gpt_alloc");
     return p;
@@ -55,7 +50,7 @@ static void check_plan(const GPTLayout *l, const GPTPlan *p, const Comm *tp) {
 
 // A block's fp32 pieces (the layernorms' statistics of its R rows, then
 // the attention probabilities unless `att` is 0).
-static void carve_block_words(Carver *c, LayerActs *la, size_t R, size_t att) {
+void carve_block_words(Carver *c, LayerActs *la, size_t R, size_t att) {
     la->ln1_mean = carve_words(c, R * sizeof(float));
     la->ln1_rstd = carve_words(c, R * sizeof(float));
     la->ln2_mean = carve_words(c, R * sizeof(float));
@@ -65,7 +60,7 @@ static void carve_block_words(Carver *c, LayerActs *la, size_t R, size_t att) {
 
 // A block's activation pieces but x3: the layernorms' and x2 on the R rows
 // of the residual stream this rank holds, the tensor-parallel region's on BT.
-static void carve_block_acts(GPT *g, Carver *c, LayerActs *la) {
+void carve_block_acts(GPT *g, Carver *c, LayerActs *la) {
     size_t BT = (size_t)g->plan.B * g->plan.T, R = (size_t)res_rows(g), ab = g->dev->act_bytes;
     size_t C = g->L.cfg.channels, Cp = C / g->L.tp_size, F = 4 * C / g->L.tp_size;
     la->ln1 = carve(c, R * C * ab);
@@ -81,11 +76,11 @@ static void carve_block_acts(GPT *g, Carver *c, LayerActs *la) {
 // materialized attention's probabilities under selective, all but x3 under
 // full), which every block of every slot points to; the block's forward
 // writes it and its backward recomputes it first (block_recompute).
-static int drops_probabilities(const GPTPlan *p) {
+int drops_probabilities(const GPTPlan *p) {
     return p->recompute == GPT_RECOMPUTE_SELECTIVE && p->attention == GPT_ATTENTION_MATERIALIZED;
 }
 
-static void carve_working(GPT *g, Carver *cw, size_t att) {
+void carve_working(GPT *g, Carver *cw, size_t att) {
     LayerActs *live = &g->work->live;
     if (drops_probabilities(&g->plan)) live->att = carve_words(cw, att);
     if (g->plan.recompute != GPT_RECOMPUTE_FULL) return;
@@ -177,13 +172,17 @@ void gpt_alloc(GPT *g, const GPTLayout *l, Device *dev, const GPTPlan *p, Comm *
     }
     g->work = xcalloc(1, sizeof(GPTWork));
     g->work->embed_grads_slot = -1;
-    g->acts = buf_alloc(dev, TIER_DEVICE, CAT_ACTIVATIONS, sizes.total_saved, "activations");
-    if (sizes.working)
-        g->working = buf_alloc(dev, TIER_DEVICE, CAT_ACT_WORKING, sizes.working, "recomputed block activations");
-    Carver ca = {g->acts.ptr, g->acts.bytes}, cw = {g->working.ptr, g->working.bytes};
-    carve_activations(g, &ca, &cw);
-    CHECK(ca.left == 0 && cw.left == 0, "activation layout: %zu + %zu bytes left over; hint: gpt_activation_bytes "
-          "and gpt_alloc disagree", ca.left, cw.left);
+    if (p->contiguous) {  // ZeRO-R's contiguous buffers: every slot's, carved once
+        g->acts = buf_alloc(dev, TIER_DEVICE, CAT_ACTIVATIONS, sizes.total_saved, "activations");
+        if (sizes.working)
+            g->working = buf_alloc(dev, TIER_DEVICE, CAT_ACT_WORKING, sizes.working, "recomputed block activations");
+        Carver ca = {g->acts.ptr, g->acts.bytes}, cw = {g->working.ptr, g->working.bytes};
+        carve_activations(g, &ca, &cw);
+        CHECK(ca.left == 0 && cw.left == 0, "activation layout: %zu + %zu bytes left over; hint: "
+              "gpt_activation_bytes and gpt_alloc disagree", ca.left, cw.left);
+    } else {
+        held_alloc(g);  // the shared temporaries; the rest as the units produce it (gpt_held.c)
+    }
 
     g->scratch = buf_alloc(dev, TIER_DEVICE, CAT_WORKSPACE, sizes.backward_scratch, "backward scratch");
     Carver cs = {g->scratch.ptr, g->scratch.bytes};
@@ -195,8 +194,9 @@ void gpt_alloc(GPT *g, const GPTLayout *l, Device *dev, const GPTPlan *p, Comm *
     size_t unit_max = 0;  // unit_grads: the largest unit of the range but the embeddings (embed_grads)
     for (int u = p->first_unit > 1 ? p->first_unit : 1; u <= p->last_unit; u++)
         if (l->unit[u].count > unit_max) unit_max = l->unit[u].count;
-    if (unit_max) g->unit_grads = buf_alloc(dev, TIER_DEVICE, CAT_WORKSPACE, unit_max * fb, "fp32 unit gradients");
-    if (plan_has_unit(p, GPT_UNIT_EMBED) || plan_has_unit(p, gpt_unit_head(l)))
+    if (unit_max && p->contiguous)
+        g->unit_grads = buf_alloc(dev, TIER_DEVICE, CAT_WORKSPACE, unit_max * fb, "fp32 unit gradients");
+    if (p->contiguous && (plan_has_unit(p, GPT_UNIT_EMBED) || plan_has_unit(p, gpt_unit_head(l))))
         g->embed_grads = buf_alloc(dev, TIER_DEVICE, CAT_WORKSPACE, l->unit[GPT_UNIT_EMBED].count * fb, "fp32 embedding gradients");
     g->losses = (Buf){0};
     g->losses_queued = 0;
@@ -207,6 +207,7 @@ void gpt_alloc(GPT *g, const GPTLayout *l, Device *dev, const GPTPlan *p, Comm *
 void gpt_free(GPT *g) {
     if (!g->slot) return;
     ckpt_store_free(g);
+    held_free(g);
     buf_free(g->dev, &g->acts);
     buf_free(g->dev, &g->working);
     buf_free(g->dev, &g->scratch);
@@ -235,6 +236,7 @@ static GPTSlot *slot_of(GPT *g, int s) {
 // may still be queued.
 void gpt_slot_tokens(GPT *g, int s, const int32_t *inputs, const int32_t *targets, float dloss_scale) {
     GPTSlot *sl = slot_of(g, s);
+    held_slot_input(g, s);
     size_t BT = (size_t)g->plan.B * g->plan.T, bytes = BT * sizeof(int32_t);
     int k = g->tokens_next;
     g->tokens_next ^= 1;
@@ -306,7 +308,13 @@ double gpt_slot_loss(GPT *g, int s) {
 }
 
 size_t gpt_residual_elems(const GPT *g) { return (size_t)res_rows(g) * g->L.cfg.channels; }
-void *gpt_slot_input(GPT *g, int s) { return slot_of(g, s)->x_in; }
+void *gpt_slot_input(GPT *g, int s) {
+    GPTSlot *sl = slot_of(g, s);
+    held_slot_input(g, s);  // a pipeline stage receives its input here, before the micro-batch's tokens
+    return sl->x_in;
+}
+
+void gpt_pass_end(GPT *g) { held_pass_end(g); }
 void *gpt_slot_output(GPT *g, int s) {
     slot_of(g, s);
     return block_input(g, plan_end_layer(&g->plan, g->L.cfg.num_layers), s);
@@ -450,6 +458,7 @@ void gpt_unit_forward(GPT *g, int u, int s, const bf16 *p, const bf16 *embed) {
     g->units_run++;
     int i = u - 1 - plan_first_layer(&g->plan);  // a block's place in the range
     int block = u != GPT_UNIT_EMBED && u != gpt_unit_head(&g->L);
+    held_before_forward(g, u, s);
     if (block) ckpt_before_forward(g, i, s);
     DevSpan sp = dev_span_begin(g->dev, STREAM_COMPUTE);
     if (u == GPT_UNIT_EMBED) embed_forward(g, p, s);
@@ -457,6 +466,7 @@ void gpt_unit_forward(GPT *g, int u, int s, const bf16 *p, const bf16 *embed) {
     else block_forward(g, p, u - 1, s);
     dev_span_end(g->dev, &sp, TRACE_TID_COMPUTE, "forward", 0);
     if (block) ckpt_after_forward(g, i, s);  // its x3 (or the rank's part) to the store, when it is kept there
+    held_after_forward(g, u, s);
 }
 
 const float *gpt_unit_backward(GPT *g, int u, int s, const bf16 *p, const bf16 *embed) {
@@ -464,6 +474,7 @@ const float *gpt_unit_backward(GPT *g, int u, int s, const bf16 *p, const bf16 *
     set_phase(g, PHASE_BACKWARD, u, s);
     g->units_run++;
     g->backwards_run++;
+    held_before_backward(g, u, s);
     if (u == gpt_unit_head(&g->L)) ckpt_before_head_backward(g, s);  // the last block's input starts back
     else if (u != GPT_UNIT_EMBED) ckpt_before_backward(g, u - 1 - plan_first_layer(&g->plan), s);  // and ahead
     DevSpan sp = dev_span_begin(g->dev, STREAM_COMPUTE);
@@ -482,6 +493,7 @@ const float *gpt_unit_backward(GPT *g, int u, int s, const bf16 *p, const bf16 *
             dev_span_end(g->dev, &sp, TRACE_TID_COMPUTE, "backward", 0);
             sp = dev_span_begin(g->dev, STREAM_COMPUTE);
             set_phase(g, PHASE_RECOMPUTE, u, s);
+            held_before_recompute(g, u, s);
             block_recompute_metered(g, p, u - 1, s);  // what the plan's recompute did not keep, again
             dev_span_end(g->dev, &sp, TRACE_TID_COMPUTE, "recompute", 0);
             set_phase(g, PHASE_BACKWARD, u, s);
@@ -491,5 +503,6 @@ const float *gpt_unit_backward(GPT *g, int u, int s, const bf16 *p, const bf16 *
         grads = ug;
     }
     dev_span_end(g->dev, &sp, TRACE_TID_COMPUTE, "backward", 0);
+    held_after_backward(g, u, s);
     return grads;
 }

@@ -204,6 +204,15 @@ typedef struct GPTPlan {
     // and g become an all-gather before each column-parallel linear and a
     // reduce-scatter after each row-parallel one (gpt_tp.c).
     int sequence_parallel;
+    // ZeRO-R's contiguous buffers (Rajbhandari et al. 2020, section 6;
+    // DeepSpeed's contiguous_gradients and contiguous_memory_optimization):
+    // the saved activations of every slot, the recompute's working set and
+    // the fp32 unit gradients live in regions allocated once, written in
+    // place as they are produced. Without it each is allocated as its unit
+    // produces it and released after its backward, as a framework's
+    // allocator sees them, between the short-lived buffers (gathered
+    // units, buckets, scratch) that fragment the device's arena.
+    int contiguous;
 } GPTPlan;
 
 // Stages 01-06: every unit, one micro-batch at a time.
@@ -266,6 +275,10 @@ typedef struct GPT {
     // pointers into acts/scratch, set by gpt_alloc (gpt_units.h)
     struct GPTSlot *slot;  // [plan.slots]
     struct GPTWork *work;
+    // without plan.contiguous: what each slot holds now, and the temporaries
+    // the slots share (acts and working stay empty; gpt_held.c)
+    struct SlotHeld *held;  // [plan.slots]
+    Buf shared;
 } GPT;
 
 // Allocates activations and workspaces for the plan on dev. tp is the tensor-
@@ -316,6 +329,10 @@ const float *gpt_tied_wte_grads(GPT *g, int s);
 // gpt_slot_loss is the two at once (it synchronizes).
 void gpt_slot_loss_queue(GPT *g, int s);
 double gpt_losses_take(GPT *g);
+// A pass (a step's micro-batches, or a validation's) is over: without
+// plan.contiguous the last unit gradients and what a forward-only pass left
+// in the slots are let go (the trainer calls it after every pass).
+void gpt_pass_end(GPT *g);
 double gpt_slot_loss(GPT *g, int s);
 // Elements of the residual stream this rank holds for one micro-batch:
 // B·T·C, or B·T·C/tp under sequence parallelism (what a pipeline stage sends).

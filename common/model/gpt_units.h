@@ -81,6 +81,53 @@ void ckpt_after_forward(GPT *g, int i, int s);
 void ckpt_before_backward(GPT *g, int i, int s);
 void ckpt_before_head_backward(GPT *g, int s);
 
+// gpt.c: consecutive pieces of one allocation (a slot's, a block's, the
+// shared temporaries'); fp32 and int32 pieces (carve_words) are checked to
+// be 4-aligned, so they come before any bf16 piece of odd length.
+typedef struct Carver {
+    char *at;
+    size_t left;
+} Carver;
+void *carve(Carver *c, size_t bytes);
+void *carve_words(Carver *c, size_t bytes);
+// A block's fp32 pieces (the layernorms' statistics of its R rows, then the
+// attention core's unless att is 0), and its activation pieces but x3.
+void carve_block_words(Carver *c, LayerActs *la, size_t R, size_t att);
+void carve_block_acts(struct GPT *g, Carver *c, LayerActs *la);
+// Selective recompute with the materialized attention: the probabilities
+// live in the working set, not in the block's saved tensors.
+int drops_probabilities(const GPTPlan *p);
+// The recomputation's working set (GPTWork.live) out of cw.
+void carve_working(struct GPT *g, Carver *cw, size_t att);
+
+// gpt_held.c: without plan.contiguous, what a slot keeps is allocated as
+// its units produce it and released after their backward (a framework's
+// allocator sees the same), the recompute's working set around each
+// block's forward and recompute, and a unit's fp32 gradients for its
+// backward; with it (ZeRO-R's contiguous buffers) all of it lives in
+// regions gpt_alloc made once. Each is a no-op where plan.contiguous is set.
+typedef struct SlotHeld {
+    Buf input;      // token ids and buckets (embeddings), target ids (head), x_in: until the range's first backward
+    Buf *block;     // [range blocks] each block's saved tensors, from its forward to its backward
+    Buf head;       // the head's: lnf, its statistics, the logits, the losses
+    int forwarded;  // a unit's forward ran since the input came (a forward-only pass leaves it so)
+} SlotHeld;
+void held_alloc(struct GPT *g);
+void held_free(struct GPT *g);
+// Slot s takes a micro-batch: its input (what a forward-only pass left
+// there is let go first).
+void held_slot_input(struct GPT *g, int s);
+void held_before_forward(struct GPT *g, int u, int s);
+void held_after_forward(struct GPT *g, int u, int s);
+// Before unit u's backward: the last backward's gradients let go, this
+// unit's allocated (and the tied wte's at the head); before its recompute:
+// the working set again.
+void held_before_backward(struct GPT *g, int u, int s);
+void held_before_recompute(struct GPT *g, int u, int s);
+void held_after_backward(struct GPT *g, int u, int s);
+// The pass is over: the gradients and what a forward-only pass left, let go.
+void held_pass_end(struct GPT *g);
+
 // Rows of the residual stream and the layernorms' tensors this rank holds:
 // B·T, or B·T/tp under sequence parallelism.
 static inline int res_rows(const GPT *g) {

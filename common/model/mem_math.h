@@ -137,6 +137,11 @@ double zero_bucket_bytes(double bucket_mb, const Partition *p);
 // for an entry that reads it unless one of the max(p, 1) entries before
 // reads it too. The most bytes gathered at once (training's schedule):
 double zero_gathered_peak_bytes(const GPTLayout *l, int prefetch);
+// What zero3 keeps gathered while schedule entry e computes (the window
+// W(e), each unit with the bytes of the pass it was gathered for), or, with
+// `released`, once entry e's release has dropped what no entry of the next
+// max(p, 1) reads.
+double zero_live_bytes(const GPTLayout *l, int prefetch, const double bytes[2][GPT_MAX_UNITS], int e, int released);
 // The same replay where a unit gathered for an entry of pass p (0 forward,
 // 1 backward) holds bytes[p][u] while live (ZeRO++'s quantized gathers keep
 // their int8 parts beside the unit).

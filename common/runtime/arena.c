@@ -43,10 +43,11 @@ static void remove_at(Arena *a, int i) {
 size_t arena_alloc(Arena *a, size_t bytes) {
     CHECK(bytes > 0, "arena_alloc: a request of 0 bytes");
     size_t need = arena_rounded(bytes);
-    int best = -1;
-    for (int i = 0; i < a->count; i++)  // in address order: the first of the smallest wins a tie
+    int best = -1, end = a->count - 1;  // the block at the region's end, free or not
+    for (int i = 0; i < end; i++)         // in address order: the first of the smallest wins a tie
         if (a->block[i].free && a->block[i].bytes >= need && (best < 0 || a->block[i].bytes < a->block[best].bytes))
             best = i;
+    if (best < 0 && end >= 0 && a->block[end].free && a->block[end].bytes >= need) best = end;
     if (best < 0) return ARENA_NONE;
     ArenaBlock *b = &a->block[best];
     size_t offset = b->offset;

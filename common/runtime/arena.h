@@ -2,7 +2,11 @@
 // once as one region (--hbm-gb, or what the GPU has free less a margin), and
 // every device buffer is a block of it, placed here:
 //   - best fit: the smallest free block that holds the request, the lowest
-//     address among equals;
+//     address among equals; the free block at the region's end (what was
+//     never handed out, or came back to it) is taken only when no other
+//     holds the request, as if it were endless, so a region's size never
+//     changes where a block goes: a run lands at the same offsets in any
+//     region that reaches its high-water mark, and fits there;
 //   - the block is split: the request takes its front, the rest stays free;
 //   - a released block is coalesced with its free neighbours;
 //   - sizes and offsets are multiples of ARENA_ALIGN.
@@ -42,7 +46,7 @@ typedef struct ArenaStats {
     size_t free_bytes;    // reserved - allocated
     size_t largest_free;  // the largest request that would succeed now
     int blocks, free_blocks;
-    size_t high_water;    // the end of the highest block handed out so far: a region this large holds the run
+    size_t high_water;    // the end of the highest block handed out so far: a region this large holds the run, the same way
 } ArenaStats;
 
 typedef struct Arena {

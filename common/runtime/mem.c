@@ -46,7 +46,22 @@ void mem_set_phase(MemCtx *m, MemPhaseKind kind, int unit, int micro) {
     if (now.kind == m->phase.kind && now.unit == m->phase.unit && now.micro == m->phase.micro) return;
     m->phase = now;
     if (m->tl) mem_timeline_phase(m->tl, now);
+    if (!m->keeping) return;
+    if (m->nbounds == m->capbounds) {
+        m->capbounds = m->capbounds ? 2 * m->capbounds : 256;
+        m->bounds = xrealloc(m->bounds, (size_t)m->capbounds * sizeof *m->bounds);
+    }
+    MemBoundary *b = &m->bounds[m->nbounds++];
+    b->phase = now;
+    memcpy(b->device, m->current[TIER_DEVICE], sizeof b->device);
 }
+
+void mem_bounds_start(MemCtx *m) {
+    m->nbounds = 0;
+    m->keeping = 1;
+}
+
+void mem_bounds_stop(MemCtx *m) { m->keeping = 0; }
 
 void mem_set_budget(MemCtx *m, MemTier t, size_t bytes) {
     CHECK(t >= 0 && t < TIER_COUNT, "mem_set_budget: bad tier %d", (int)t);
@@ -91,8 +106,10 @@ static void out_of_memory(const MemCtx *m, MemTier t, MemCategory c, size_t byte
         if (s.free_bytes >= arena_rounded(bytes))
             snprintf(line, sizeof line, "device memory fragmented: no free block holds %s for '%s' (%s): %s of the "
                      "%s reserved are free in %d blocks, the largest %s (fragmentation %.2f = 1 - largest / free); "
-                     "%s", req, what ? what : "?", mem_category_name(c), fr, res, s.free_blocks, big,
-                     arena_fragmentation(&s), more);
+                     "hint: the free bytes lie between blocks that live longer: --contiguous-buffers keeps the "
+                     "activations and the gradients in regions of their own (ZeRO-R's defragmentation); %s", req,
+                     what ? what : "?", mem_category_name(c), fr, res, s.free_blocks, big, arena_fragmentation(&s),
+                     more + strlen("hint: "));
         else
             snprintf(line, sizeof line, "device memory: no free block holds %s for '%s' (%s): the blocks, each "
                      "rounded up to %zu bytes, leave %s of the %s reserved; %s", req, what ? what : "?",
@@ -111,6 +128,8 @@ static void out_of_memory(const MemCtx *m, MemTier t, MemCategory c, size_t byte
         char where[128];
         fprintf(f, "  during %s\n", mem_phase_text(m->phase, where, sizeof where));
         mem_print_breakdown(m, f);
+        if (m->explain && t == TIER_DEVICE)
+            m->explain(m->fit_hint_arg, m->phase, no_block ? (double)m->arena.capacity : (double)m->budget[t], f);
         // --memory-timeline: what this rank recorded up to here (the other ranks cannot be asked now)
         if (m->tl && m->tl->oom_path) {
             if (mem_timeline_write_local(m->tl, m->tl->oom_path, world_rank()) == 0)
@@ -163,6 +182,9 @@ size_t mem_alloc(MemCtx *m, MemTier t, MemCategory c, size_t bytes, const char *
 void mem_release(MemCtx *m) {
     if (m->arena_reserved) arena_destroy(&m->arena);
     m->arena_reserved = 0;
+    free(m->bounds);
+    m->bounds = NULL;
+    m->nbounds = m->capbounds = m->keeping = 0;
 }
 
 void mem_free(MemCtx *m, MemTier t, MemCategory c, size_t bytes, size_t offset, const char *what) {

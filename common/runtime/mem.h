@@ -54,9 +54,20 @@ typedef struct MemPhase {
 const char *mem_phase_text(MemPhase p, char *out, size_t n);
 const char *mem_phase_kind_name(int kind);  // "setup", "forward", "backward", "recompute", "optimizer", "eval"
 
+// The device tier's bytes by category as a phase begins (the memory's
+// timeline at its boundaries; step_memory.h computes the formula's).
+typedef struct MemBoundary {
+    MemPhase phase;
+    size_t device[CAT_COUNT];
+} MemBoundary;
+
 // Called when an allocation would exceed a tier's budget, to append a line
 // that names the stage/rank count that would fit (from the memory math).
 typedef void (*MemFitHint)(void *arg, char *out, size_t out_len);
+// Called when a device allocation fails (over the budget, or no block holds
+// it), to explain it below the breakdown: what the formula says at phase
+// `at`, and what would fit in `limit` bytes.
+typedef void (*MemExplain)(void *arg, MemPhase at, double limit, FILE *f);
 
 typedef struct MemCtx {
     size_t current[TIER_COUNT][CAT_COUNT];
@@ -66,11 +77,14 @@ typedef struct MemCtx {
     size_t budget[TIER_COUNT];  // 0 = no budget
     MemFitHint fit_hint;        // may be NULL
     void *fit_hint_arg;
+    MemExplain explain;         // may be NULL; called with fit_hint_arg
     Arena arena;                // the device tier's blocks; capacity 0 until mem_reserve_device
     int arena_reserved;
     ArenaStats arena_at_peak;   // the arena when the device tier last reached its peak
     MemPhase phase;             // where in the step
     struct MemTimeline *tl;     // recording the device and pinned tiers (--memory-timeline), else NULL
+    MemBoundary *bounds;        // the device tier at each phase change since mem_bounds_begin, while keeping
+    int nbounds, capbounds, keeping;
 } MemCtx;
 
 void mem_init(MemCtx *m);
@@ -82,6 +96,10 @@ void mem_track_alloc(MemCtx *m, MemTier t, MemCategory c, size_t bytes, const ch
 void mem_track_free(MemCtx *m, MemTier t, MemCategory c, size_t bytes);
 // The phase of the step from now on (unit, micro: -1 where none).
 void mem_set_phase(MemCtx *m, MemPhaseKind kind, int unit, int micro);
+// From now on each phase change keeps the device tier's bytes (the earlier
+// ones forgotten), until mem_bounds_stop.
+void mem_bounds_start(MemCtx *m);
+void mem_bounds_stop(MemCtx *m);
 
 // The device tier's region, `bytes` of it: from now on mem_alloc places
 // every device allocation in it.

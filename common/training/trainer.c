@@ -79,6 +79,7 @@ static void place(Trainer *t, const GPTConfig *mc) {
     p.plan.recompute = (GPTRecompute)gpt_recompute_of(t->cfg.recompute);
     p.plan.attention = (GPTAttention)gpt_attention_of(t->cfg.attention);
     p.plan.offload_activations = t->cfg.offload_activations;
+    p.plan.contiguous = t->cfg.contiguous_buffers;
     CHECK(p.nstate_ranges >= 1 && p.nstate_ranges <= TRAINER_MAX_STATE_RANGES && p.ngroups >= 0 &&
           p.ngroups <= TRAINER_MAX_GROUPS, "%s: %d state ranges, %d groups", s->name, p.nstate_ranges, p.ngroups);
     t->formula = p.formula;
@@ -161,10 +162,12 @@ static void setup(Trainer *t, int argc, char **argv, const Strategy *s) {
     if (t->cfg.memory_timeline) start_memory_timeline(t, origin);
     t->dev.mem.fit_hint = trainer_fit_hint;
     t->dev.mem.fit_hint_arg = t;
+    t->dev.mem.explain = trainer_explain_oom;
     comm_setup(&t->world, &t->dev, t->cfg.comm, &t->trace);
     if (t->cfg.export_llmc) trainer_check_export(t);
     if (t->cfg.progress_us > 0) comm_progress_thread_start(&t->world, t->cfg.progress_us);
     device_share(&t->dev, comm_device_sharers(&t->world), t->cfg.hbm_gb > 0);
+    device_reserve(&t->dev);  // the region, and what the device keeps in it of its own (cuBLASLt's workspace)
     place(t, &mc);
     print_settings(t);
     partition_init(&t->part, t->state_params, t->dp->size, t->dp->rank);
@@ -183,6 +186,10 @@ static void setup(Trainer *t, int argc, char **argv, const Strategy *s) {
     states_init_ranges(&t->st, &t->dev, &t->layout, t->state_ranges, t->nstate_ranges, (uint64_t)t->cfg.seed);
     if (s->setup) s->setup(t);
     gpt_alloc(&t->model, &t->layout, &t->dev, &t->plan, t->tp);
+    // the kernels' scratch at the size counted for it, once: a buffer that
+    // grew at its first use would leave a hole where it was (ZeRO-R's
+    // constant-size buffers)
+    if (trainer_kernel_scratch(t) > 0) device_scratch(&t->dev, (size_t)trainer_kernel_scratch(t));
     if (t->cfg.init_from) trainer_init_from(t);
     const TrainConfig *c = &t->cfg;
     loss_scaler_init(&t->scaler, c->half == HALF_FP16, c->loss_scale, c->initial_scale_power, c->loss_scale_window,
@@ -230,6 +237,7 @@ static double run_pass(Trainer *t, const MicroBatches *mb) {
     long units = (long)(t->plan.last_unit - t->plan.first_unit + 1) * mb->count;
     long runs = g->units_run, backwards = g->backwards_run;
     double loss = t->strategy->forward_backward(t, mb);
+    gpt_pass_end(&t->model);  // what the pass left (the last unit's gradients, an evaluation's slots) goes
     long ran_b = g->backwards_run - backwards, ran_f = g->units_run - runs - ran_b;
     CHECK(ran_f == units && ran_b == (mb->backward ? units : 0), "%s: %s pass of %d micro-batches ran %ld unit "
           "forwards and %ld backwards, not %ld and %ld; hint: its forward_backward runs backward only where "
@@ -295,6 +303,7 @@ static void train_step(Trainer *t, int32_t *in, int32_t *tgt) {
     const Strategy *s = t->strategy;
     StepMeter meter = step_meter_begin(&t->taps);
     if (t->mem_timeline) mem_timeline_begin(t->mem_timeline, &t->dev.mem, t->step + 1);
+    trainer_step_memory_begin(t);
     MicroBatches mb = step_micro_batches(t, in, tgt);
     double scale = t->scaler.scale;
     double loss = run_pass(t, &mb);
@@ -323,6 +332,7 @@ static void train_step(Trainer *t, int32_t *in, int32_t *tgt) {
     t->step++;
     stop_note_step(t->step);
     mem_set_phase(&t->dev.mem, PHASE_SETUP, -1, -1);
+    trainer_step_memory_end(t, t->step);
     StepMeasure measured = step_meter_end(&meter, &t->taps);
     memory_timeline_step_done(t, t->step);
     report_step(&t->report, t->step, &(StepOutcome){mean_loss, hp.lr, norm, scale, overflow}, &measured);
@@ -367,6 +377,7 @@ int trainer_main(int argc, char **argv, const Strategy *s) {
     report_free(&t->report);
     trace_free(&t->trace);
     if (t->mem_timeline) mem_timeline_free(t->mem_timeline);
+    step_memory_free(&t->step_formula);
     free(t->mem_timeline);
     comm_free(&t->world);
     device_destroy(&t->dev);

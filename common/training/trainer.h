@@ -22,6 +22,7 @@
 #include "states.h"
 #include "trace.h"
 #include "mem_timeline.h"
+#include "step_memory.h"
 #include "train_limits.h"
 
 typedef struct TrainConfig {
@@ -54,6 +55,7 @@ typedef struct TrainConfig {
     int offload_activations;             // with full recompute: the blocks' saved inputs in pinned host memory
     double hbm_gb;
     const char *json, *trace, *save, *resume;
+    int contiguous_buffers;       // --contiguous-buffers: ZeRO-R's (gpt.h's GPTPlan.contiguous)
     const char *memory_timeline;  // --memory-timeline FILE
     int memory_timeline_step;     // the step it records, 1-based; 0: the last
     const char *init_from, *export_llmc;  // llm.c GPT-2 checkpoints (llmc.h)
@@ -171,6 +173,11 @@ typedef struct Strategy {
     // its step allocates and frees), for this model and partition, with the
     // options in ctx; the budget check counts them before anything is allocated.
     double (*device_buffer_bytes)(const void *ctx, const GPTLayout *l, const Partition *p);
+    // Where its step allocates otherwise than every unit's at once with its
+    // buffers living through the step (the default): zero3's gathered units
+    // and their prefetch, a pipeline stage's schedule. Sets the spec's shape
+    // and its part of `fixed` (step_memory.h; trainer_step_memory.c).
+    void (*step_shape)(const void *ctx, const struct Trainer *t, StepMemorySpec *s);
     // Squared global gradient norm over all ranks (for clipping).
     double (*grad_norm_sq)(struct Trainer *t);
     // AdamW on the states this rank owns, then refresh the bf16 params that
@@ -211,6 +218,8 @@ typedef struct Trainer {
     Device dev;
     Trace trace;
     MemTimeline *mem_timeline;  // --memory-timeline: the device's allocations recorded, step by step
+    StepMemory step_formula;    // the formula's timeline of a training step (trainer_step_memory.c)
+    TimelineCheck timeline_check;  // each step's boundaries beside it
     int timeline_failed;        // rank 0: writing it failed (one line said so)
     size_t model_params;     // Ψ of the whole model
     // What this rank holds and where it sits, as the stage's Placement says
@@ -312,6 +321,21 @@ void train_config_model(TrainConfig *cfg, GPTConfig *out);  // also settles --se
 void trainer_check_budget(Trainer *t, int local_size);
 // The mem module's hint when an allocation goes over the budget after all.
 void trainer_fit_hint(void *arg, char *out, size_t n);
+// trainer_step_memory.c: the formula's timeline of a training step from the
+// formulas alone (`held`: what the device held before anything of the run),
+// made at set-up; each step's measured boundaries held to it.
+double trainer_kernel_scratch(const Trainer *t);
+void trainer_step_memory_spec(const Trainer *t, StepMemorySpec *s, double held);
+void trainer_step_memory_init(Trainer *t, double held);
+void trainer_step_memory_begin(Trainer *t);
+void trainer_step_memory_end(Trainer *t, long step);
+// What would fit in `limit` bytes, each change alone (--recompute full,
+// --attention flash, --contiguous-buffers, half the --batch, the next
+// stage, twice the ranks, those that apply): the formula's peak with it,
+// what it frees at phase `at`, and whether the peak is within the limit.
+void trainer_what_fits(const Trainer *t, MemPhase at, double limit, char *out, size_t n);
+// mem.h's MemExplain for the trainer's device: see trainer_step_memory.c.
+void trainer_explain_oom(void *arg, MemPhase at, double limit, FILE *f);
 
 // Collective, right after the flags are parsed: every rank has the same
 // effective settings (a hash of them compared across ranks), or one line

@@ -9,22 +9,24 @@
 #include "kernels.h"
 #include "trainer.h"
 
-static RunDeviceBytes device_need(const Trainer *t) {
-    const GPTConfig *m = &t->layout.cfg;  // the head's GEMM has this rank's wte rows, padding included
-    double scratch = (double)t->dev.k->scratch_bytes(t->dev.threads, t->cfg.batch, t->cfg.seq_len, m->channels,
-                                                     m->num_heads, t->layout.vocab_part, t->layout.tp_size,
-                                                     t->plan.attention == GPT_ATTENTION_FLASH);
+// Each part at its own peak (run_device_bytes); the total is the formula's
+// timeline's peak, the largest sum at one moment (step_memory.h), where the
+// stage's step is modelled, else the sum of the parts' peaks.
+static RunDeviceBytes device_need(Trainer *t) {
     double buffers = t->strategy->device_buffer_bytes
                          ? t->strategy->device_buffer_bytes(t->sctx, &t->layout, &t->part)
                          : 0;
+    double held = (double)t->dev.mem.tier_current[TIER_DEVICE];
     RunDeviceBytes r = run_device_bytes(t->formula, &t->layout, &t->plan, t->state_params, t->dp->size,
-                                        t->dev.act_bytes, scratch, buffers, (double)t->dev.mem.tier_current[TIER_DEVICE]);
+                                        t->dev.act_bytes, trainer_kernel_scratch(t), buffers, held);
     if (t->cfg.grad_accum_fp32) {  // the fp32 accumulator, where it sits on the device
         StateBytes acc = {0};
         stage_add_grad_accum(t->formula, t->state_params, t->dp->size, &acc);
         r.states += acc.tier_total[TIER_DEVICE];
         r.total += acc.tier_total[TIER_DEVICE];
     }
+    trainer_step_memory_init(t, held);
+    if (!t->timeline_check.not_modelled) r.total = t->timeline_check.formula_peak;
     return r;
 }
 
@@ -93,6 +95,22 @@ static void limit_text(const Trainer *t, double limit, int local_size, char *out
                  "the %d ranks on this node", l, local_size);
 }
 
+// Where the formula's timeline peaks and what it holds there, and each
+// change alone (trainer_what_fits), for the refusal: ", at its peak ...".
+static void peak_and_changes(const Trainer *t, double limit, char *out, size_t n) {
+    const StepMemory *m = &t->step_formula;
+    if (t->timeline_check.not_modelled || !m->n) return;
+    char where[128], fits[1536];
+    size_t len = (size_t)snprintf(out, n, ", at its peak (during %s) it holds", mem_phase_text(m->peak_phase, where,
+                                                                                             sizeof where));
+    for (int c = 0; c < CAT_COUNT && len < n; c++)
+        if (m->peak_bytes[c] > 0)
+            len += (size_t)snprintf(out + len, n - len, " %s %.3f MB", mem_category_name((MemCategory)c),
+                                    m->peak_bytes[c] / 1e6);
+    trainer_what_fits(t, m->peak_phase, limit, fits, sizeof fits);
+    if (fits[0] && len < n) snprintf(out + len, n - len, "; each change alone, by the formula's peak: %s", fits);
+}
+
 void trainer_check_budget(Trainer *t, int local_size) {
     t->device_need = largest_over_ranks(t, device_need(t));
     double budget = (double)t->dev.mem.budget[TIER_DEVICE];
@@ -108,9 +126,11 @@ void trainer_check_budget(Trainer *t, int local_size) {
     mem_format_bytes(r->stage_buffers, buf, sizeof buf);
     limit_text(t, limit, local_size, lim, sizeof lim);
     hint_for(t, limit, hint, sizeof hint);
+    char when[2048] = "";
+    peak_and_changes(t, limit, when, sizeof when);
     fail_usage("%s needs %s of device memory per rank (model states %s by %s, activations %s, workspace %s, "
-               "kernel scratch %s, %s's buffers %s) but %s; %s", t->strategy->name, need, st,
-               stage_formula(t->formula), act, ws, sc, t->strategy->name, buf, lim, hint);
+               "kernel scratch %s, %s's buffers %s) but %s%s; %s", t->strategy->name, need, st,
+               stage_formula(t->formula), act, ws, sc, t->strategy->name, buf, lim, when, hint);
 }
 
 void trainer_fit_hint(void *arg, char *out, size_t n) {

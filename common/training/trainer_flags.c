@@ -311,6 +311,10 @@ void train_config_parse(TrainConfig *c, void *stage_ctx, int argc, char **argv, 
         {.name = "trace", .type = FLAG_STRING, .dst = &c->trace, .meta = "FILE",
          .help = "write every rank's timeline as Chrome-trace JSON (Perfetto opens it; a regular file or a new "
                  "name, never a link)"},
+        {.name = "contiguous-buffers", .type = FLAG_BOOL, .dst = &c->contiguous_buffers,
+         .help = "ZeRO-R's defragmentation: the saved activations, the recompute's working set and the unit "
+                 "gradients in regions allocated once at the start, written in place (without it each is "
+                 "allocated as it is produced, between short-lived buffers, and the device's arena fragments)"},
         {.name = "memory-timeline", .type = FLAG_STRING, .dst = &c->memory_timeline, .meta = "FILE",
          .help = "write one step's device and pinned allocations, by category and phase, as Chrome-trace JSON "
                  "(Perfetto stacks the categories; a regular file or a new name, never a link); a rank that runs "

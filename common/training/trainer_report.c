@@ -33,7 +33,8 @@ void trainer_report_init(Trainer *t) {
     RunFacts run = run_facts(t);
     ReportTaps taps = {.world = &t->world, .dev = &t->dev, .trace = &t->trace,
                        .recompute = &t->model.recompute_work, .loss_scale = &t->scaler.scale,
-                       .skipped_steps = &t->scaler.skipped};
+                       .skipped_steps = &t->scaler.skipped, .timeline = &t->timeline_check,
+                       .step_formula = &t->step_formula};
     report_init(&t->report, &run, &taps, t->step);
 }
 

@@ -289,8 +289,10 @@ static size_t whole_model_bytes(const GPTConfig *c, int ab, GPTAttention attn) {
 
 // The allocation, gpt_activation_bytes and the closed form of act_math.c
 // agree, in every recompute mode, and with full recompute's inputs on the host,
-// with either attention.
+// with either attention. With ZeRO-R's contiguous buffers every slot's
+// activations are carved at gpt_alloc, so the buffers' sizes are the totals.
 static void expect_alloc_matches(Device *d, const GPTLayout *l, GPTPlan p) {
+    p.contiguous = 1;
     for (int k = 0; k < 2 * (GPT_RECOMPUTE_FULL + 2); k++) {
         int rc = k % (GPT_RECOMPUTE_FULL + 2);
         p.attention = k < GPT_RECOMPUTE_FULL + 2 ? GPT_ATTENTION_FLASH : GPT_ATTENTION_MATERIALIZED;

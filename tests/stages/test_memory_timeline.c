@@ -202,8 +202,8 @@ static void test_step_flag_and_trace(void **state) {
     json_decref(t);
 }
 
-// A run that runs out of memory (the fragmentation of test_budget's run at
-// its byte count) writes what it recorded up to there and says where.
+// A run that runs out of memory (test_budget's run at its byte count, whose
+// blocks do not fit) writes what it recorded up to there and says where.
 static void test_out_of_memory_writes_the_timeline(void **state) {
     Ctx *c = *state;
     char cmd[CMD_LEN], path[PATH_LEN], json[PATH_LEN], *out = NULL;

@@ -1,7 +1,7 @@
 // test_tools.c: the helpers a student runs beside the trainers. make diff-NN
 // says what each stage adds (00 the calculator, 01 the first trainer, the
 // others a diff of their strategy files) and exits 0; scripts/plot_runs.py
-// draws the three pictures of a set of runs, with names shown as written
+// draws the four pictures of a set of runs, with names shown as written
 // (gnuplot's enhanced text once drew "dp_baseline" as "dp" with a subscript
 // b), a record's strings never run as gnuplot commands, and the README says
 // where the pictures are; scripts/compare.py refuses a comparison without a
@@ -61,8 +61,8 @@ static void test_plot_runs(void **state) {
     // the terminal drawing carries the curves' titles as written; the two
     // runs' losses are equal to the bit, so they share one curve and its title
     if (!strstr(out, "N=2: dp_baseline, zero3 (equal to the bit)")) fail_msg("titles not as written:\n%s", out);
-    const char *pics[3] = {"losses", "memory", "comm"};
-    for (int i = 0; i < 3; i++) {
+    const char *pics[4] = {"losses", "memory", "comm", "timeline"};  // the last: each run's step, a panel each
+    for (int i = 0; i < 4; i++) {
         char png[320];
         snprintf(png, sizeof png, "%s/demo_%s.png", root, pics[i]);
         struct stat st;
@@ -139,7 +139,7 @@ static void test_plot_runs_bad_records(void **state) {
 // touch, and a plain apostrophe ended the plot in a gnuplot error. Item 19:
 // a title wider than the terminal drawing overran its key ("N=4:
 // dp_bas*******zero1, ..."). One record renamed ten ways (the same losses:
-// one curve whose title names them all): nothing runs, the three pictures are
+// one curve whose title names them all): nothing runs, the four pictures are
 // drawn, and the terminal's legend gives every name whole (a name wrapped at
 // a space counts whole; a newline in one is a space).
 static void test_plot_runs_strings(void **state) {
@@ -175,8 +175,8 @@ static void test_plot_runs_strings(void **state) {
     if (rc != 0) fail_msg("%s: exit %d\n%s", cmd, rc, out);
     snprintf(cmd, sizeof cmd, "test ! -e %s/pwned", root);
     if (test_run(cmd, NULL) != 0) fail_msg("a stage's name ran a command through gnuplot:\n%s", out);
-    const char *pics[3] = {"losses", "memory", "comm"};
-    for (int i = 0; i < 3; i++) {
+    const char *pics[4] = {"losses", "memory", "comm", "timeline"};  // the last: each run's step, a panel each
+    for (int i = 0; i < 4; i++) {
         char png[320];
         snprintf(png, sizeof png, "%s/p_%s.png", root, pics[i]);
         struct stat st;
@@ -202,7 +202,7 @@ static void test_readme_names_the_pictures(void **state) {
     char *readme = read_file("README.md", NULL);
     assert_non_null(readme);
     const char *needed[] = {"python3 scripts/plot_runs.py ", "runs/demo.json", "runs/demo_losses.png",
-                            "runs/demo_memory.png", "runs/demo_comm.png"};
+                            "runs/demo_memory.png", "runs/demo_comm.png", "runs/demo_timeline.png"};
     for (size_t i = 0; i < sizeof needed / sizeof needed[0]; i++)
         if (!strstr(readme, needed[i])) fail_msg("README.md does not name %s", needed[i]);
     free(readme);

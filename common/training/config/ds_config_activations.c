@@ -5,8 +5,13 @@
 // full, and the block's switches are flags of their own:
 //   partition_activations -> 3d_parallel's --partition-activations
 //   cpu_checkpointing     -> --offload-activations
-// Either one, on, asks for --recompute full too (what it moves is what full
-// recompute keeps). The other keys are checked or ignored, each with why.
+//   contiguous_memory_optimization, and zero_optimization's
+//   contiguous_gradients  -> --contiguous-buffers (ZeRO-R's defragmentation:
+//                            the saved activations and the gradients in
+//                            regions allocated once)
+// partition_activations or cpu_checkpointing, on, asks for --recompute full
+// too (what it moves is what full recompute keeps). The other keys are
+// checked or ignored, each with why.
 #include <stdio.h>
 #include "ds_config_keys.h"
 
@@ -57,8 +62,9 @@ void ds_apply_activation_checkpointing(DsApply *a) {
                           "keeps"
                         : BLOCK "partition_activations: what it splits is each block's input, all that full "
                           "recompute keeps");
-    checked(a, BLOCK "contiguous_memory_optimization", SWITCH,
-            "the saved inputs always lie in one buffer per tier (the activations, the checkpoint store)");
+    // ZeRO-R's contiguous buffers: this key and zero_optimization.contiguous_gradients are one switch here
+    apply_switch(a, BLOCK "contiguous_memory_optimization", "contiguous-buffers");
+    apply_switch(a, "zero_optimization.contiguous_gradients", "contiguous-buffers");
     ignored(a, BLOCK "number_checkpoints", COUNT,
             "with --recompute full every block is a checkpoint; the number only sizes DeepSpeed's contiguous buffer");
     ignored(a, BLOCK "synchronize_checkpoint_boundary", SWITCH,

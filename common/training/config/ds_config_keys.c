@@ -332,8 +332,6 @@ static const Check CHECKS[] = {
     {.key = "zero_optimization.overlap_comm", .need = -1,
      .ok = "zero2, zero3, cpu_offload and infinity always overlap their bucketed reduce-scatter with backward; "
            "dp_baseline and zero1 reduce after it"},
-    {.key = "zero_optimization.contiguous_gradients", .need = -1,
-     .ok = "the gradient shard is always one contiguous buffer"},
     {.key = "zero_optimization.offload_optimizer.pin_memory", .need = -1, .ok = "the host buffers are always pinned"},
     {.key = "zero_optimization.offload_param.pin_memory", .need = -1, .ok = "the host buffers are always pinned"},
     {.key = "wall_clock_breakdown", .need = -1,

@@ -190,6 +190,91 @@ static void count_scaling(const Report *r, Summary *s) {
     }
 }
 
+// The memory's timeline beside the formula's: the lowest rank where a step
+// differed, else rank 0's (every one equal).
+static void summarize_timeline(const Report *r, Summary *s) {
+    Comm *world = r->taps.world;
+    const TimelineCheck *c = r->taps.timeline;
+    TimelineCheck none = {.not_modelled = "no check was made", .bad_step = -1};
+    if (!c) c = &none;
+    int differs = !c->not_modelled && c->steps_equal < c->steps_checked;
+    int mine = differs ? world->rank : world->size, lowest;
+    mpiCheck(MPI_Allreduce(&mine, &lowest, 1, MPI_INT, MPI_MIN, world->mpi));
+    s->timeline_rank = lowest < world->size ? lowest : -1;
+    s->timeline = *c;
+    // the message's text is a program constant, the same on every rank: it travels as a pointer
+    mpiCheck(MPI_Bcast(&s->timeline, sizeof s->timeline, MPI_BYTE, lowest < world->size ? lowest : 0, world->mpi));
+    s->timeline_peak = comm_max_f64(world, c->not_modelled ? 0 : c->formula_peak);
+}
+
+// The same phases and bytes at every boundary (field by field: a
+// MemBoundary has padding).
+static int same_boundaries(const TimelinePanel *a, const TimelinePanel *b) {
+    if (a->n != b->n) return 0;
+    for (int i = 0; i < a->n; i++) {
+        const MemBoundary *x = &a->measured[i], *y = &b->measured[i];
+        if (x->phase.kind != y->phase.kind || x->phase.unit != y->phase.unit || x->phase.micro != y->phase.micro ||
+            memcmp(x->device, y->device, sizeof x->device))
+            return 0;
+    }
+    return 1;
+}
+
+// Rank 0 gets every rank's last measured step and formula timeline, and
+// keeps those of a rank whose measured boundaries differ from each kept one.
+static void gather_panels(const Report *r, Summary *s) {
+    Comm *world = r->taps.world;
+    const MemCtx *m = &r->taps.dev->mem;
+    const StepMemory *f = r->taps.step_formula;
+    int modelled = f && f->n && r->taps.timeline && !r->taps.timeline->not_modelled && r->n > 0;
+    TimelinePanel mine = {.rank = world->rank, .n = modelled ? m->nbounds : 0, .nformula = modelled ? f->n : 0};
+    if (modelled) {
+        mine.peak = f->peak, mine.peak_phase = f->peak_phase;
+        memcpy(mine.peak_bytes, f->peak_bytes, sizeof mine.peak_bytes);
+    }
+    int P = world->size, root = world->rank == 0;
+    TimelinePanel *all = root ? xcalloc((size_t)P, sizeof *all) : NULL;
+    mpiCheck(MPI_Gather(&mine, sizeof mine, MPI_BYTE, all, sizeof mine, MPI_BYTE, 0, world->mpi));
+    for (int which = 0; which < 2; which++) {  // the measured boundaries, then the formula's
+        int *counts = root ? xcalloc((size_t)P, sizeof(int)) : NULL, *at = root ? xcalloc((size_t)P, sizeof(int)) : NULL;
+        size_t total = 0;
+        for (int q = 0; root && q < P; q++) {
+            counts[q] = (which ? all[q].nformula : all[q].n) * (int)sizeof(MemBoundary);
+            at[q] = (int)total;
+            total += (size_t)counts[q];
+        }
+        char *buf = root ? xmalloc(total ? total : 1) : NULL;
+        const MemBoundary *send = which ? (modelled ? f->b : NULL) : m->bounds;
+        int n = (which ? mine.nformula : mine.n) * (int)sizeof(MemBoundary);
+        mpiCheck(MPI_Gatherv(send, n, MPI_BYTE, buf, counts, at, MPI_BYTE, 0, world->mpi));
+        for (int q = 0; root && q < P; q++) {
+            MemBoundary *copy = xmalloc(counts[q] ? (size_t)counts[q] : 1);
+            memcpy(copy, buf + at[q], (size_t)counts[q]);
+            if (which) all[q].formula = copy;
+            else all[q].measured = copy;
+        }
+        free(buf), free(counts), free(at);
+    }
+    if (!root) return;
+    s->panels = xcalloc((size_t)P, sizeof *s->panels);
+    for (int q = 0; q < P; q++) {
+        int seen = !all[q].n;
+        for (int k = 0; k < s->npanels && !seen; k++) seen = same_boundaries(&s->panels[k], &all[q]);
+        if (seen) {
+            free(all[q].measured), free(all[q].formula);
+            continue;
+        }
+        s->panels[s->npanels++] = all[q];
+    }
+    free(all);
+}
+
+void summary_free_panels(Summary *s) {
+    for (int k = 0; k < s->npanels; k++) free(s->panels[k].measured), free(s->panels[k].formula);
+    free(s->panels);
+    s->panels = NULL, s->npanels = 0;
+}
+
 // Memory: measured (the steady state after the last step, and the peaks)
 // beside the formulas, each the largest over the ranks.
 static void summarize_memory(const Report *r, Summary *s) {
@@ -213,6 +298,8 @@ static void summarize_memory(const Report *r, Summary *s) {
     s->arena_rank = top.rank;
     mpiCheck(MPI_Bcast(&s->arena, sizeof s->arena, MPI_BYTE, top.rank, world->mpi));
     s->arena_high_water = comm_max_f64(world, m->arena_reserved ? (double)arena_stats(&m->arena).high_water : 0);
+    summarize_timeline(r, s);
+    gather_panels(r, s);
     mpiCheck(MPI_Allreduce(MPI_IN_PLACE, s->cur, TIER_COUNT * CAT_COUNT, MPI_DOUBLE, MPI_MAX, world->mpi));
     mpiCheck(MPI_Allreduce(MPI_IN_PLACE, s->peak, TIER_COUNT * CAT_COUNT, MPI_DOUBLE, MPI_MAX, world->mpi));
     mpiCheck(MPI_Allreduce(MPI_IN_PLACE, s->tier_peak, TIER_COUNT, MPI_DOUBLE, MPI_MAX, world->mpi));
@@ -310,5 +397,7 @@ int report_finish(Report *r, ReportStageRows stage_rows, void *arg) {
     if (!rank0) return 0;
     print_summary_line(&s);
     fflush(stdout);
-    return json ? json_end(&s, &rec) : 0;
+    int rc = json ? json_end(&s, &rec) : 0;
+    summary_free_panels(&s);
+    return rc;
 }

@@ -15,6 +15,7 @@
 #include "mem.h"
 #include "mem_math.h"
 #include "settings.h"
+#include "step_memory.h"
 #include "step_meter.h"
 #include "trace.h"
 
@@ -47,6 +48,22 @@ typedef struct RunFacts {
     RunDeviceBytes device_need;  // what the budget check counted before the run
 } RunFacts;
 
+// Each step's memory at its phase boundaries beside the formula's
+// timeline (step_memory.h): the trainer compares them as every step ends,
+// the report says what it found.
+typedef struct TimelineCheck {
+    const char *not_modelled;  // why the formula's timeline leaves this run out, or NULL
+    int boundaries;            // a step's, by the formula
+    double formula_peak;       // its largest total, and where
+    MemPhase peak_phase;
+    long steps_checked, steps_equal;
+    // the first difference: the step, the boundary and its phase, the category (-1: the phases differ)
+    long bad_step;
+    int bad_boundary, bad_cat, bad_measured_count;
+    MemPhase bad_phase, bad_formula_phase;
+    double bad_measured, bad_formula;
+} TimelineCheck;
+
 // Where the report reads what changes as the run goes: set once, as a
 // step's meter has its StepTaps.
 typedef struct ReportTaps {
@@ -56,6 +73,8 @@ typedef struct ReportTaps {
     const RecomputeWork *recompute;  // what the recomputation has run (kernel_meter.c)
     const double *loss_scale;        // fp16: the scale of the next step (loss_scale.h)
     const long *skipped_steps;       // fp16: the steps skipped for an overflow since step 0
+    const TimelineCheck *timeline;   // the memory's boundaries beside the formula's, as the steps ended
+    const StepMemory *step_formula;  // the formula's timeline of a step, whose boundaries the record draws
 } ReportTaps;
 
 // What a step did, for its line and its record.

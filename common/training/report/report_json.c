@@ -10,6 +10,63 @@
 #include "report_summary.h"
 #include "trace.h"
 
+static void json_phase(FILE *f, MemPhase p) {
+    fprintf(f, "{\"kind\":\"%s\",\"micro\":%d,\"unit\":%d}", mem_phase_kind_name(p.kind), p.micro, p.unit);
+}
+
+// The memory's phase boundaries beside the formula's timeline (step_memory.c).
+static void json_timeline(FILE *f, const Summary *s) {
+    const TimelineCheck *c = &s->timeline;
+    fprintf(f, ",\"memory_timeline\":{\"modelled\":%s", c->not_modelled ? "false" : "true");
+    if (c->not_modelled) {
+        fprintf(f, ",\"not_modelled\":");
+        json_write_string(f, c->not_modelled);
+        fprintf(f, "}");
+        return;
+    }
+    fprintf(f, ",\"boundaries\":%d,\"steps_checked\":%ld,\"equal_on_every_rank\":%s,\"formula_peak\":%.0f,"
+               "\"formula_peak_phase\":", c->boundaries, c->steps_checked, s->timeline_rank < 0 ? "true" : "false",
+            s->timeline_peak);
+    json_phase(f, c->peak_phase);
+    if (s->timeline_rank >= 0) {
+        fprintf(f, ",\"first_difference\":{\"rank\":%d,\"step\":%ld,\"boundary\":%d,\"phase\":", s->timeline_rank,
+                c->bad_step, c->bad_boundary);
+        json_phase(f, c->bad_phase);
+        fprintf(f, ",\"category\":");
+        if (c->bad_cat >= 0) json_write_string(f, mem_category_name((MemCategory)c->bad_cat));
+        else fprintf(f, "null");
+        fprintf(f, ",\"measured\":%.0f,\"formula\":%.0f}", c->bad_measured, c->bad_formula);
+    }
+    // the last step's boundaries by category (bytes), measured and the
+    // formula's, of each rank that differs from a lower one: what
+    // plot_runs.py draws as the step's timeline
+    fprintf(f, ",\"categories\":[");
+    for (int k = 0; k < CAT_COUNT; k++) fprintf(f, "%s\"%s\"", k ? "," : "", mem_category_name((MemCategory)k));
+    fprintf(f, "],\"panels\":[");
+    for (int p = 0; p < s->npanels; p++) {
+        const TimelinePanel *q = &s->panels[p];
+        fprintf(f, "%s{\"of_rank\":%d,\"formula_peak\":%.0f,\"formula_peak_phase\":", p ? "," : "", q->rank,
+                q->peak);
+        json_phase(f, q->peak_phase);
+        fprintf(f, ",\"formula_peak_bytes\":[");
+        for (int k = 0; k < CAT_COUNT; k++) fprintf(f, "%s%.0f", k ? "," : "", q->peak_bytes[k]);
+        for (int which = 0; which < 2; which++) {
+            const MemBoundary *b = which ? q->formula : q->measured;
+            int n = which ? q->nformula : q->n;
+            fprintf(f, "],\"%s\":[", which ? "formula" : "measured");
+            for (int i = 0; i < n; i++) {
+                fprintf(f, "%s{\"phase\":", i ? "," : "");
+                json_phase(f, b[i].phase);
+                fprintf(f, ",\"bytes\":[");
+                for (int k = 0; k < CAT_COUNT; k++) fprintf(f, "%s%zu", k ? "," : "", b[i].device[k]);
+                fprintf(f, "]}");
+            }
+        }
+        fprintf(f, "]}");
+    }
+    fprintf(f, "]}");
+}
+
 static void json_mem(FILE *f, const Summary *s) {
     HalfFormat half = s->run->half;
     fprintf(f, "\"mem\":{");
@@ -35,6 +92,7 @@ static void json_mem(FILE *f, const Summary *s) {
                "\"fragmentation_at_peak\":%.6f,\"high_water\":%.0f}",
             a->reserved, ARENA_ALIGN, ARENA_GUARD, s->arena_rank, a->allocated, a->blocks - a->free_blocks,
             a->free_bytes, a->free_blocks, a->largest_free, arena_fragmentation(a), s->arena_high_water);
+    json_timeline(f, s);
 }
 
 // What the budget check counted before the run (trainer_budget.c).

@@ -31,6 +31,35 @@ static double formula_for(const Summary *s, int tier, int cat) {
     return NAN;
 }
 
+// The memory at every phase boundary of every step beside the formula's timeline (step_memory.c).
+static void print_timeline_check(const Summary *s) {
+    const TimelineCheck *c = &s->timeline;
+    if (c->not_modelled) {
+        printf("\n  memory timeline: the formula's leaves this run out (%s)", c->not_modelled);
+        return;
+    }
+    char where[128];
+    mem_phase_text(c->peak_phase, where, sizeof where);
+    if (s->timeline_rank < 0) {
+        printf("\n  memory timeline: each step's %d phase boundaries beside the formula's (step_memory.c): equal to "
+               "the byte in all %ld steps on every rank; the formula's peak %.3f MB, during %s", c->boundaries,
+               c->steps_checked, s->timeline_peak / 1e6, where);
+        return;
+    }
+    mem_phase_text(c->bad_phase, where, sizeof where);
+    if (c->bad_cat >= 0) {
+        printf("\n  memory timeline DIFFERS from the formula's (step_memory.c): rank %d, step %ld, boundary %d (%s): "
+               "%s %.0f B measured, %.0f B by the formula", s->timeline_rank, c->bad_step, c->bad_boundary, where,
+               mem_category_name((MemCategory)c->bad_cat), c->bad_measured, c->bad_formula);
+    } else {
+        char want[128];
+        mem_phase_text(c->bad_formula_phase, want, sizeof want);
+        printf("\n  memory timeline DIFFERS from the formula's (step_memory.c): rank %d, step %ld, boundary %d: %s "
+               "measured, %s by the formula (%d boundaries measured, %d by the formula)", s->timeline_rank,
+               c->bad_step, c->bad_boundary, where, want, c->bad_measured_count, c->boundaries);
+    }
+}
+
 // How the activation rows' formulas count: the plan's recompute, attention
 // and the activations' place.
 static void print_act_formulas(const GPTPlan *p, int act_bytes) {
@@ -85,8 +114,10 @@ void print_memory_table(const Summary *s) {
                mem_tier_name((MemTier)i), states / 1e6, states_formula / 1e6, f, s->state_params, run->dp_ranks,
                s->formula.padding_params);
     }
-    printf("  device peak: %.3f MB (all categories); counted before the run: %.3f MB (run_device_bytes)",
-           s->tier_peak[TIER_DEVICE] / 1e6, run->device_need.total / 1e6);
+    printf("  device peak: %.3f MB (all categories); counted before the run: %.3f MB (%s)",
+           s->tier_peak[TIER_DEVICE] / 1e6, run->device_need.total / 1e6,
+           s->timeline.not_modelled ? "run_device_bytes: each part at its own peak"
+                                    : "the formula's timeline: its peak, step_memory.c");
     if (s->driver_total > 0)
         printf("; driver reports %.1f of %.1f GB free", s->driver_free / 1e9, s->driver_total / 1e9);
     const ArenaStats *a = &s->arena;
@@ -100,6 +131,7 @@ void print_memory_table(const Summary *s) {
                s->arena_rank, a->allocated / 1e6, a->blocks - a->free_blocks, ARENA_ALIGN,
                ARENA_GUARD ? ", and a guard page" : "", res, big, arena_fragmentation(a), s->arena_high_water / 1e6);
     }
+    print_timeline_check(s);
     print_act_formulas(&run->plan, s->r->taps.dev->act_bytes);
 }
 

@@ -31,7 +31,28 @@ typedef struct Summary {
     ArenaStats arena;
     int arena_rank;
     double arena_high_water;  // the arena's high-water mark at the run's end, max over ranks
+    // the memory's boundaries beside the formula's: the lowest rank whose
+    // steps differ (its check), or every rank's equal (timeline_rank -1,
+    // and rank 0's check); the formula's peak, the largest over ranks
+    TimelineCheck timeline;
+    int timeline_rank;
+    double timeline_peak;
+    // rank 0: the last step's boundaries, measured and the formula's, of
+    // each rank whose measured ones differ from a lower rank's (a pipeline's
+    // stages), for the record's pictures (plot_runs.py's timeline)
+    struct TimelinePanel *panels;
+    int npanels;
 } Summary;
+
+typedef struct TimelinePanel {
+    int rank, n, nformula;
+    MemBoundary *measured, *formula;
+    double peak;  // the formula's, inside a phase too
+    MemPhase peak_phase;
+    double peak_bytes[CAT_COUNT];
+} TimelinePanel;
+
+void summary_free_panels(Summary *s);
 
 // report_print.c (rank 0): the memory table, the throughput, communication
 // and other work, and the one summary line.

@@ -1,0 +1,269 @@
+// step_memory.c: the formula's timeline of a step (see step_memory.h). A
+// walk over the step in the order the stages run it, adding and taking
+// away each piece's closed form where its owner allocates and releases it:
+//   - a micro-batch's input (act_units' input) when its tokens arrive, or a
+//     pipeline stage's when it is received, until the backward of the
+//     range's first unit;
+//   - each block's saved tensors from its forward to its backward, the
+//     head's likewise; the recompute's working set inside each block's
+//     forward, and from its recompute to the end of its backward;
+//   - a unit's fp32 gradients (its parameters x 4 B) from its backward to
+//     the next backward, the embeddings' (the tied wte) from the head's
+//     backward to the backward after the embeddings' (or, on a pipeline's
+//     last stage, after the head's);
+//   - zero3's gathered units: the window W(e) while entry e computes, what
+//     its release keeps after it (buffer_math.c).
+// With ZeRO-R's contiguous buffers (plan.contiguous) the activations, the
+// working set and the gradients are in `fixed` and only the gathers move.
+// A boundary is taken as each phase begins, as mem.c keeps them.
+#include "step_memory.h"
+#include <stdlib.h>
+#include <string.h>
+#include "act_math.h"
+#include "check.h"
+#include "mem_math.h"
+
+typedef struct Walk {
+    const StepMemorySpec *s;
+    ActUnits acts;
+    double cur[CAT_COUNT];
+    MemPhase phase;
+    StepMemory *out;
+    int dynamic;                   // not plan.contiguous
+    double unit_grads, embed_grads;  // held now
+    int embed_pending;             // the head's backward started the embeddings' gradients
+    double gathered_now;           // zero3's units gathered now
+} Walk;
+
+static void add(Walk *w, MemCategory c, double bytes) {
+    w->cur[c] += bytes;
+    double total = 0;
+    for (int k = 0; k < CAT_COUNT; k++) total += w->cur[k];
+    if (total > w->out->peak) {
+        w->out->peak = total;
+        w->out->peak_phase = w->phase;
+        memcpy(w->out->peak_bytes, w->cur, sizeof w->cur);
+    }
+}
+
+// The phase begins: a boundary, unless it is the phase already running.
+static void enter(Walk *w, MemPhaseKind kind, int unit, int micro) {
+    MemPhase p = {kind, micro, unit};
+    if (p.kind == w->phase.kind && p.unit == w->phase.unit && p.micro == w->phase.micro) return;
+    w->phase = p;
+    StepMemory *m = w->out;
+    if (m->n == m->cap) {
+        m->cap = m->cap ? 2 * m->cap : 256;
+        m->b = xrealloc(m->b, (size_t)m->cap * sizeof *m->b);
+    }
+    MemBoundary *b = &m->b[m->n++];
+    b->phase = p;
+    for (int c = 0; c < CAT_COUNT; c++) b->device[c] = (size_t)w->cur[c];
+}
+
+// ---- one unit ----
+
+static int head_unit(const Walk *w) { return gpt_unit_head(w->s->layout); }
+static int plan_has(const StepMemorySpec *s, int u) { return u >= s->plan.first_unit && u <= s->plan.last_unit; }
+static int block_index(const Walk *w, int u) {
+    int first = w->s->plan.first_unit > 1 ? w->s->plan.first_unit : 1;
+    return u == GPT_UNIT_EMBED || u == head_unit(w) ? -1 : u - first;
+}
+
+static void unit_forward(Walk *w, int u, int micro) {
+    enter(w, PHASE_FORWARD, u, micro);
+    if (!w->dynamic) return;
+    int i = block_index(w, u);
+    if (i >= 0) {
+        add(w, CAT_ACTIVATIONS, w->acts.block[i]);
+        add(w, CAT_ACT_WORKING, w->acts.working);  // what the block does not keep, while it runs
+        add(w, CAT_ACT_WORKING, -w->acts.working);
+    } else if (u == head_unit(w)) {
+        add(w, CAT_ACTIVATIONS, w->acts.head);
+    }
+}
+
+static void unit_backward(Walk *w, int u, int micro) {
+    const GPTLayout *l = w->s->layout;
+    enter(w, PHASE_BACKWARD, u, micro);
+    int i = block_index(w, u);
+    if (w->dynamic) {
+        add(w, CAT_WORKSPACE, -w->unit_grads);  // the last backward's, read by now
+        w->unit_grads = 0;
+        if (!w->embed_pending) add(w, CAT_WORKSPACE, -w->embed_grads), w->embed_grads = 0;
+        if (u != GPT_UNIT_EMBED) add(w, CAT_WORKSPACE, w->unit_grads = (double)l->unit[u].count * sizeof(float));
+        if (u == head_unit(w) || (u == GPT_UNIT_EMBED && w->embed_grads == 0))
+            add(w, CAT_WORKSPACE, w->embed_grads = (double)l->unit[GPT_UNIT_EMBED].count * sizeof(float));
+    }
+    if (u == head_unit(w)) w->embed_pending = plan_has(w->s, GPT_UNIT_EMBED);
+    if (u == GPT_UNIT_EMBED) w->embed_pending = 0;
+    if (i >= 0 && w->s->plan.recompute != GPT_RECOMPUTE_NONE) {
+        enter(w, PHASE_RECOMPUTE, u, micro);
+        if (w->dynamic) add(w, CAT_ACT_WORKING, w->acts.working);
+        enter(w, PHASE_BACKWARD, u, micro);
+    }
+    if (!w->dynamic) return;
+    if (i >= 0) {
+        if (w->s->plan.recompute != GPT_RECOMPUTE_NONE) add(w, CAT_ACT_WORKING, -w->acts.working);
+        add(w, CAT_ACTIVATIONS, -w->acts.block[i]);
+    } else if (u == head_unit(w)) {
+        add(w, CAT_ACTIVATIONS, -w->acts.head);
+    }
+    if (u == w->s->plan.first_unit) add(w, CAT_ACTIVATIONS, -w->acts.input);  // the micro-batch is done with
+}
+
+// ---- the step ----
+
+// zero3's gathered units as the window stands: while entry e computes, or
+// once its release has run
+static void gathered_to(Walk *w, int e, int released) {
+    const StepMemorySpec *s = w->s;
+    if (s->shape != STEP_GATHERED) return;
+    add(w, CAT_PARAMS, zero_live_bytes(s->layout, s->prefetch, s->gathered, e, released) - w->gathered_now);
+    w->gathered_now = zero_live_bytes(s->layout, s->prefetch, s->gathered, e, released);
+}
+
+// Stages 01-06: a micro-batch through every unit, forward then backward.
+// Schedule entry e is unit e's forward for e < U, the backward of unit
+// 2U-1-e after; a unit's gathers (acquire) come before its phase begins,
+// its release after its compute.
+static void whole_micro_batch(Walk *w, int i) {
+    int U = w->s->layout->num_units;
+    enter(w, PHASE_FORWARD, -1, i);  // its tokens arrive
+    if (w->dynamic) add(w, CAT_ACTIVATIONS, w->acts.input);
+    for (int u = 0; u < U; u++) {
+        gathered_to(w, u, 0);
+        unit_forward(w, u, i);
+        gathered_to(w, u, 1);
+    }
+    for (int u = U - 1; u >= 0; u--) {
+        gathered_to(w, 2 * U - 1 - u, 0);
+        unit_backward(w, u, i);
+        gathered_to(w, 2 * U - 1 - u, 1);
+    }
+}
+
+// A pipeline stage's micro-batch i forward: its input received first (not
+// on the first stage, whose tokens arrive as the forward begins).
+static void pipe_forward(Walk *w, int i) {
+    const GPTPlan *p = &w->s->plan;
+    enter(w, PHASE_FORWARD, -1, i);
+    if (w->dynamic && w->s->stage == 0) add(w, CAT_ACTIVATIONS, w->acts.input);
+    for (int u = p->first_unit; u <= p->last_unit; u++) unit_forward(w, u, i);
+}
+
+static void pipe_receive(Walk *w) {
+    if (w->dynamic && w->s->stage > 0) add(w, CAT_ACTIVATIONS, w->acts.input);
+}
+
+static void pipe_backward(Walk *w, int j) {
+    const GPTPlan *p = &w->s->plan;
+    for (int u = p->last_unit; u >= p->first_unit; u--) unit_backward(w, u, j);
+}
+
+// The schedules as pipeline.c's comments state them (PipeDream-Flush for
+// 1F1B: w = min(P - s - 1, m) warm-up forwards, the rest paired with a
+// backward, each next input received after that backward; GPipe's AFAB:
+// every forward, then every backward), with each input's arrival.
+static void pipeline_step(Walk *w) {
+    const StepMemorySpec *s = w->s;
+    int m = s->micro_batches;
+    if (s->schedule == PIPE_AFAB) {
+        for (int i = 0; i < m; i++) pipe_receive(w), pipe_forward(w, i);
+        for (int j = 0; j < m; j++) pipe_backward(w, j);
+        return;
+    }
+    int warmup = s->stages - s->stage - 1 < m ? s->stages - s->stage - 1 : m, steady = m - warmup;
+    for (int i = 0; i < warmup; i++) pipe_receive(w), pipe_forward(w, i);
+    if (steady > 0) pipe_receive(w);
+    for (int j = 0; j < steady; j++) {
+        pipe_forward(w, warmup + j);
+        pipe_backward(w, j);
+        if (j < steady - 1) pipe_receive(w);
+    }
+    for (int j = steady; j < m; j++) pipe_backward(w, j);
+}
+
+void step_memory(const StepMemorySpec *s, StepMemory *out) {
+    memset(out, 0, sizeof *out);
+    Walk w = {.s = s, .acts = act_units(s->layout, &s->plan, s->act_bytes), .out = out,
+              .dynamic = !s->plan.contiguous, .phase = {PHASE_SETUP, -1, -1}};
+    for (int c = 0; c < CAT_COUNT; c++) add(&w, (MemCategory)c, s->fixed[c]);
+    if (w.dynamic) add(&w, CAT_ACTIVATIONS, w.acts.shared);
+    if (s->shape == STEP_PIPELINE) pipeline_step(&w);
+    else
+        for (int i = 0; i < s->micro_batches; i++) whole_micro_batch(&w, i);
+    // the pass is over: its last gradients go (gpt_pass_end), then the update, then the step's end
+    if (w.dynamic) add(&w, CAT_WORKSPACE, -w.unit_grads - (w.embed_pending ? 0 : w.embed_grads));
+    enter(&w, PHASE_OPTIMIZER, -1, -1);
+    enter(&w, PHASE_SETUP, -1, -1);
+}
+
+// The fp32 unit gradients with contiguous buffers: the largest unit of the
+// range but the embeddings, and the embeddings' (tied wte) where the range
+// has them or the head.
+static double contiguous_grad_bytes(const GPTLayout *l, const GPTPlan *p) {
+    double largest = 0;
+    for (int u = p->first_unit > 1 ? p->first_unit : 1; u <= p->last_unit; u++)
+        if ((double)l->unit[u].count > largest) largest = (double)l->unit[u].count;
+    int embed = p->first_unit == GPT_UNIT_EMBED || p->last_unit == gpt_unit_head(l);
+    return 4.0 * (largest + (embed ? (double)l->unit[GPT_UNIT_EMBED].count : 0));
+}
+
+void step_memory_base(StepMemorySpec *s, StageId formula, const GPTLayout *l, const GPTPlan *p, int act_bytes,
+                      size_t state_params, int dp_ranks, int grad_accum_fp32, int micro_batches, double kernel_scratch,
+                      double held) {
+    memset(s, 0, sizeof *s);
+    s->layout = l;
+    s->plan = *p;
+    s->act_bytes = act_bytes;
+    s->micro_batches = micro_batches;
+    s->shape = STEP_WHOLE;
+    StateBytes sb;
+    stage_state_bytes(formula, state_params, dp_ranks, &sb);
+    if (grad_accum_fp32) stage_add_grad_accum(formula, state_params, dp_ranks, &sb);
+    for (int c = 0; c <= CAT_LAST_STATE; c++) s->fixed[c] = sb.bytes[TIER_DEVICE][c];
+    ActFormula f = act_formula(l, p, act_bytes);
+    ActUnits a = act_units(l, p, act_bytes);
+    s->fixed[CAT_ACTIVATIONS] += p->contiguous ? f.saved : a.store;
+    if (p->contiguous) s->fixed[CAT_ACT_WORKING] += f.working;
+    s->fixed[CAT_WORKSPACE] += act_backward_scratch(l, p, act_bytes) + kernel_scratch + held +
+                               (p->contiguous ? contiguous_grad_bytes(l, p) : 0);
+}
+
+void step_memory_stage_defaults(StepMemorySpec *s, StageId formula, const Partition *part) {
+    const GPTLayout *l = s->layout;
+    switch (formula) {
+    case STAGE_ZERO3:
+    case STAGE_INFINITY:
+    case STAGE_INFINITY_CPU:
+    case STAGE_INFINITY_NVME:
+    case STAGE_INFINITY_OPT_CPU:
+    case STAGE_INFINITY_CPU_OPT_CPU:
+    case STAGE_INFINITY_NVME_OPT_CPU:
+        s->shape = STEP_GATHERED;
+        s->prefetch = ZERO_PREFETCH_DEFAULT;
+        for (int u = 0; u < l->num_units; u++) s->gathered[0][u] = s->gathered[1][u] = 2.0 * (double)l->unit[u].count;
+        s->fixed[CAT_COMM] += zero_bucket_bytes(0, part);
+        break;
+    default:
+        s->fixed[CAT_COMM] += stage_buffer_bytes(formula, l, part);  // they live through the step
+    }
+}
+
+void step_memory_free(StepMemory *m) {
+    free(m->b);
+    memset(m, 0, sizeof *m);
+}
+
+int step_memory_first_difference(const StepMemory *f, const MemBoundary *measured, int n, int *cat) {
+    *cat = -1;
+    for (int k = 0; k < n || k < f->n; k++) {
+        if (k >= n || k >= f->n) return k;
+        const MemPhase *a = &f->b[k].phase, *b = &measured[k].phase;
+        if (a->kind != b->kind || a->unit != b->unit || a->micro != b->micro) return k;
+        for (int c = 0; c < CAT_COUNT; c++)
+            if (f->b[k].device[c] != measured[k].device[c]) return *cat = c, k;
+    }
+    return -1;
+}
