@@ -413,6 +413,8 @@ static void test_long_values_whole(void **state) {
     snprintf(want, sizeof want, "\"file\":\"%s/ds.json\"", dir);
     if (!strstr(json, want)) fail_msg("the record does not name the config whole (%s):\n%s", want, json);
     free(json), free(out);
+}
+
 // A copy of the binary `from` at `to` with another linker build ID (the
 // first byte of its GNU build-id note's 20 changed): another build of the
 // same stage, which runs as the first does.
