@@ -6,6 +6,7 @@
 // above print: model states from stage_state_bytes (with the padding the
 // trainers allocate), activations from gpt_activation_bytes (what our
 // trainer saves for one micro-batch, bf16 as on a GPU).
+#include <limits.h>
 #include <math.h>
 #include <stdio.h>
 #include <string.h>
@@ -84,7 +85,7 @@ static double tiers(Printer *p, const Inputs *in) {
 }
 
 void section_config(Printer *p, const Inputs *in) {
-    char title[400];
+    char title[PATH_MAX + 128];  // the config's path, whole
     snprintf(title, sizeof title, "What --deepspeed-config %s costs per rank, computed from the formulas",
              in->settings.config_path);
     printer_section(p, "deepspeed_config", title);

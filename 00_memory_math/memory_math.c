@@ -312,8 +312,9 @@ static void check_zeropp(const Flags *f, const FlagSpec *specs, Inputs *in) {
     in->hosts = in->ranks / f->ranks_per_host;
     if (c->grad_bits != 8 && c->grad_bits != 4)
         fail_usage("--grad-quant-bits %d: qgZ sends 8 or 4 bits per gradient value; give 8 or 4", c->grad_bits);
-    if (c->block % 2)
-        fail_usage("--quant-block %d: two 4-bit values share a byte inside a block; give an even block size", c->block);
+    if (c->block % 2 && c->quantize_grads && c->grad_bits == 4)  // as zero3 refuses it (zeropp.c)
+        fail_usage("--quant-block %d with --grad-quant-bits 4: qgZ packs two 4-bit values in a byte, both of one "
+                   "block; give an even block size, or --grad-quant-bits 8", c->block);
     if (c->hpz > 1 && f->ranks_per_host % c->hpz)
         fail_usage("--hpz-size %d: a secondary partition is K ranks of one host, and %d does not divide "
                    "--ranks-per-host %d; give a divisor of it, or 1 for none", c->hpz, c->hpz, f->ranks_per_host);

@@ -31,8 +31,10 @@ static void refuse_bad_switches(const ZeroPPConfig *c, const Trainer *t) {
     const Settings *s = &t->cfg.settings;
     if (c->grad_bits != 8 && c->grad_bits != 4)
         fail_usage("--grad-quant-bits %d: qgZ sends 8 or 4 bits per gradient value; give 8 or 4", c->grad_bits);
-    if (c->block % 2)
-        fail_usage("--quant-block %d: two 4-bit values share a byte inside a block; give an even block size", c->block);
+    // 4-bit qgZ packs two values in a byte, both of one block; qwZ's int8 (and 8-bit qgZ) take any size
+    if (c->block % 2 && c->quantize_grads && c->grad_bits == 4)
+        fail_usage("--quant-block %d with --grad-quant-bits 4: qgZ packs two 4-bit values in a byte, both of one "
+                   "block; give an even block size, or --grad-quant-bits 8", c->block);
     const Setting *bits = settings_find(s, "grad-quant-bits"), *block = settings_find(s, "quant-block");
     if (!c->quantize_grads && bits && bits->from != FROM_DEFAULT)
         fail_usage("--grad-quant-bits sets qgZ's bits, but qgZ is off; add --quantize-grads, or leave it out");

@@ -6,6 +6,7 @@ cd "$(dirname "$0")/.."
 mkdir -p build/bench
 blas_inc=$(ls -d /usr/include/*/openblas-pthread /usr/include/openblas 2>/dev/null | head -1 || true)
 # with the trainers' choice of OpenBLAS kernels (common/device/cpu/blas_core.c)
-mpicc -O3 -march=native -fopenmp ${blas_inc:+-I$blas_inc} -Icommon/device/cpu bench/sgemm_roof.c common/device/cpu/blas_core.c \
-    -o build/bench/sgemm_roof -lopenblas -lm >&2
+# (and its one-line refusals: check.c, with stop.c's clean-up that check.c calls)
+mpicc -O3 -march=native -fopenmp ${blas_inc:+-I$blas_inc} -Icommon/device/cpu -Icommon/runtime bench/sgemm_roof.c \
+    common/device/cpu/blas_core.c common/runtime/check.c common/runtime/stop.c -o build/bench/sgemm_roof -lopenblas -lm >&2
 build/bench/sgemm_roof

@@ -29,7 +29,9 @@ nothing (make deps installs it).
 
 Every string of a record (a stage's name, a precision) reaches gnuplot as a
 quoted string literal, quotes doubled and control characters as spaces, so
-a record cannot break gnuplot's script or add commands to it.
+a record cannot break gnuplot's script or add commands to it. A line that is
+not a record as the trainers write it (not JSON, a member of another type:
+an edited "hpz": "2") is refused in one line naming it, exit status 2.
 """
 import json
 import re
@@ -46,6 +48,67 @@ HOP_TITLES = {"forward_gather": "forward gathers", "backward_gather": "backward 
               "grads_in_host": "gradients (reduce-scatter, or qgZ in the host)",
               "grads_across": "gradients (qgZ across hosts)"}
 TERMINAL_COLUMNS = 100  # the terminal drawing's width
+
+
+# The members the pictures read, and the type of each in a trainer's record
+# (an int is a whole number, never a bool; "number" takes either kind).
+RECORD_TYPES = {"stage": str, "ranks": int, "grad_accum": int, "losses": list, "mem": dict, "first_step": int,
+                "precision": str, "recompute": str, "grid": dict, "zeropp": dict}
+REQUIRED = ["stage", "ranks", "losses", "mem"]
+ZEROPP_TYPES = {"quantize_weights": int, "hpz": int, "quantize_grads": int, "grad_bits": int, "hosts": int,
+                "hops": dict}  # the switches as 0 or 1
+TYPE_WORDS = {str: "a string", int: "a whole number", list: "a list", dict: "an object", "number": "a number"}
+
+
+def of_type(value, kind):
+    if kind == "number":
+        return isinstance(value, (int, float)) and not isinstance(value, bool)
+    if kind is int:
+        return isinstance(value, int) and not isinstance(value, bool)
+    return isinstance(value, kind)
+
+
+def record_fault(rec):
+    """Why a parsed line is not a record the pictures can read ("zeropp.hpz is '2', where ..."), or None."""
+    if not isinstance(rec, dict):
+        return f"it is {json.dumps(rec)[:40]}, not a JSON object"
+    for key in REQUIRED:
+        if key not in rec:
+            return f"it has no \"{key}\""
+    checks = [(key, rec[key], kind) for key, kind in RECORD_TYPES.items() if rec.get(key) is not None]
+    checks += [(f"losses[{i}]", x, "number") for i, x in enumerate(rec["losses"]) if isinstance(rec["losses"], list)
+               and x is not None]
+    zp = rec.get("zeropp")
+    if isinstance(zp, dict):
+        checks += [(f"zeropp.{key}", zp.get(key), kind) for key, kind in ZEROPP_TYPES.items()]
+        hops = zp.get("hops") if isinstance(zp.get("hops"), dict) else {}
+        checks += [(f"zeropp.hops.{hop}", hops.get(hop), dict) for hop in HOPS]
+        checks += [(f"zeropp.hops.{hop}.{where}", hops[hop].get(where), "number") for hop in HOPS
+                   if isinstance(hops.get(hop), dict) for where in ("intra", "cross")]
+    for name, value, kind in checks:
+        if not of_type(value, kind):
+            return f"{name} is {json.dumps(value)[:40]}, where a trainer's record has {TYPE_WORDS[kind]}"
+    return None
+
+
+def read_records(runs):
+    """The records of RUNS.json, one per non-empty line; a line that is not one ends the program (exit 2)."""
+    recs = []
+    for n, line in enumerate(runs.read_text(errors="replace").splitlines(), 1):
+        if not line.strip():
+            continue
+        try:
+            rec = json.loads(line)
+        except ValueError as e:
+            fault = f"it is not JSON ({e})"
+        else:
+            fault = record_fault(rec)
+        if fault:
+            print(f"plot_runs.py: error: {runs} line {n}: {fault}; give the records the trainers wrote (--json), "
+                  "unedited, one per line", file=sys.stderr)
+            sys.exit(2)
+        recs.append(rec)
+    return recs
 
 
 def gp(text):
@@ -278,13 +341,14 @@ def comm_value(rec, col):
 
 def hosts_script(recs, tmp, prefix):
     """zero3's bytes by hop, in the host (solid) and across hosts (hatched),
-    one bar per zero3 run; "" where no run has ZeRO++ or several hosts."""
+    one bar per zero3 run; "" where no run has ZeRO++ or several hosts, or
+    none moved a byte (one rank)."""
     runs = [r for r in recs if r.get("zeropp") and zeropp_label(r["zeropp"])]
-    if not runs:
-        return ""
     data = Path(tmp, "hosts.dat")
     cols = [(hop, where) for where in ("intra", "cross") for hop in HOPS
             if any(r["zeropp"]["hops"][hop][where] > 0 for r in runs)]
+    if not cols:
+        return ""
     write_table(data, runs, cols, lambda r, c: r["zeropp"]["hops"][c[0]][c[1]])
     items = []
     for i, (hop, where) in enumerate(cols):
@@ -406,7 +470,7 @@ def main():
     if len(sys.argv) != 3:
         sys.exit("usage: plot_runs.py RUNS.json OUT_PREFIX")
     runs, prefix = Path(sys.argv[1]), sys.argv[2]
-    recs = [json.loads(line) for line in runs.read_text().splitlines() if line.strip()]
+    recs = read_records(runs)
     if not recs:
         sys.exit(f"plot_runs.py: no records in {runs}")
     if not shutil.which("gnuplot"):

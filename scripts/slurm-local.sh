@@ -151,11 +151,27 @@ start_munged() {
         die "munged runs but a credential does not decode (munge -n | unmunge)" 1
 }
 
-# The last error or fatal line of a daemon's log.
-last_error() { grep -E 'error|fatal' "$STATE/log/$1.log" 2>/dev/null | tail -1 || true; }
+# The last error or fatal line of a daemon's log, or where to look when it
+# wrote none there (a daemon that stops on its configuration says why on
+# its own output, above).
+last_error() {
+    local line
+    line=$(grep -E 'error|fatal' "$STATE/log/$1.log" 2>/dev/null | tail -1 || true)
+    echo "${line:-no error in $STATE/log/$1.log; its own lines above say why}"
+}
+
+# slurm.conf's values end at a space and its comments start at '#': a
+# folder whose path holds either cannot be written into it.
+check_folder_name() {
+    case "$STATE" in
+    *[[:space:]]* | *'#'*)
+        die "ZW_SLURM_DIR=$STATE holds a space or '#', which slurm.conf cannot hold in a path (its values end at a space, its comments start at '#'): name a folder without them" ;;
+    esac
+}
 
 cmd_up() {
     [ $# -eq 0 ] || die "up takes no options (see slurm-local.sh --help)"
+    check_folder_name
     if [ -e "$STATE" ]; then
         ours || not_ours
         die "a Slurm is already up ($STATE; slurm-local.sh down stops it)"

@@ -43,10 +43,27 @@ const char *zeropp_hop_formula(ZeroHop h, const ZeroPPConfig *o) {
     }
 }
 
-double zeropp_packed_unit_bytes(const GPTLayout *l, const Partition *p, int u, int block) {
-    double bytes = 0;
-    for (int q = 0; q < p->ranks; q++) bytes += (double)quant_packed_bytes(partition_overlap(p, l->unit[u], q, NULL), 8, block);
+// Rank q's part of flat range r (partition_overlap, without where it starts).
+static size_t part_of(const Partition *p, Range r, int q) { return partition_overlap(p, r, q, NULL); }
+
+// The ranks whose shards hold elements of r (r.count > 0): first..last. The
+// others' parts are empty, and an empty part packs to 0 bytes.
+static void ranks_holding(const Partition *p, Range r, int *first, int *last) {
+    *first = (int)(r.offset / p->shard);
+    *last = (int)((r.offset + r.count - 1) / p->shard);
+}
+
+// Every rank's part of r packed (quant_packed_bytes each), added up.
+static size_t every_part_packed(const Partition *p, Range r, int bits, int block) {
+    int first, last;
+    ranks_holding(p, r, &first, &last);
+    size_t bytes = 0;
+    for (int q = first; q <= last; q++) bytes += quant_packed_bytes(part_of(p, r, q), bits, block);
     return bytes;
+}
+
+double zeropp_packed_unit_bytes(const GPTLayout *l, const Partition *p, int u, int block) {
+    return (double)every_part_packed(p, l->unit[u], 8, block);
 }
 
 // One gather's bytes: a ring over the N ranks (H/N across hosts), or over
@@ -66,65 +83,89 @@ static void add_gather(const GPTLayout *l, const Partition *p, int links, const 
     out->cross[hop] += cross;
 }
 
-// The buckets of a micro-batch, as zero2's grad_shard fills them: from the
-// end of the flat buffer down, cap elements each, the last one shorter.
-// Bucket b's part for each rank in counts[]; returns 0 past the last.
-static int bucket_parts(const Partition *p, size_t cap, size_t b, size_t *counts) {
+// Every rank's gathers of a micro-batch are the same: zero3's schedule.
+static void add_gathers(const GPTLayout *l, const Partition *p, int hosts, int prefetch, const ZeroPPConfig *o,
+                        HopBytes *out) {
+    ZeroGather g[4 * GPT_MAX_UNITS];
+    int n = zero_gather_schedule(l, prefetch, g), links = hosts > 1 ? hosts : 0;
+    for (int i = 0; i < n; i++) add_gather(l, p, links, &g[i], o, out);
+}
+
+// Bucket b's flat range, as zero2's grad_shard fills the buckets: from the
+// end of the flat buffer down, cap elements each, the last one shorter;
+// returns 0 past the last.
+static int bucket_range(const Partition *p, size_t cap, size_t b, Range *r) {
     size_t top = p->num_params;
     if (b * cap >= top) return 0;
     size_t hi = top - b * cap, lo = hi > cap ? hi - cap : 0;
-    for (int q = 0; q < p->ranks; q++) counts[q] = partition_overlap(p, (Range){lo, hi - lo}, q, NULL);
+    *r = (Range){lo, hi - lo};
     return 1;
 }
 
 static double packed(size_t n, const ZeroPPConfig *o) { return (double)quant_packed_bytes(n, o->grad_bits, o->block); }
 
+// A bucket's reduce-scatter, the same for every rank: 2 bytes an element
+// over a ring of the N ranks.
+static void add_reduce_scatter(const Partition *p, int hosts, Range bucket, HopBytes *out) {
+    int N = p->ranks, links = hosts > 1 ? hosts : 0;
+    double ring = 2.0 * (double)bucket.count * (N - 1) / N, cross = ring * links / N;
+    out->intra[HOP_GRAD_HOST] += ring - cross;
+    out->cross[HOP_GRAD_HOST] += cross;
+    out->collectives[HOP_GRAD_HOST] += 1;
+}
+
 // One bucket's gradients from rank (h, j) = h·P + j: a reduce-scatter, or
 // qgZ's two all-to-alls: inside the host its parts for the ranks at every
 // other index j' (on every host), across hosts (H > 1) its sums for the
 // ranks at its index j on the other hosts.
-static void add_bucket(const Partition *p, int hosts, const size_t *counts, const ZeroPPConfig *o, int rank, HopBytes *out) {
-    int N = p->ranks, P = N / hosts, h = rank / P, j = rank % P, links = hosts > 1 ? hosts : 0;
+static void add_bucket(const Partition *p, int hosts, Range bucket, const ZeroPPConfig *o, int rank, HopBytes *out) {
     if (!o->quantize_grads) {
-        double payload = 0;
-        for (int q = 0; q < N; q++) payload += 2.0 * (double)counts[q];
-        double ring = payload * (N - 1) / N, cross = ring * links / N;
-        out->intra[HOP_GRAD_HOST] += ring - cross;
-        out->cross[HOP_GRAD_HOST] += cross;
-        out->collectives[HOP_GRAD_HOST] += 1;
+        add_reduce_scatter(p, hosts, bucket, out);
         return;
     }
-    for (int q = 0; q < N; q++)
-        if (q % P != j) out->intra[HOP_GRAD_HOST] += packed(counts[q], o);
+    int N = p->ranks, P = N / hosts, h = rank / P, j = rank % P, first, last;
+    ranks_holding(p, bucket, &first, &last);
+    for (int q = first; q <= last; q++)
+        if (q % P != j) out->intra[HOP_GRAD_HOST] += packed(part_of(p, bucket, q), o);
     out->collectives[HOP_GRAD_HOST] += 1;
     if (hosts == 1) return;
     for (int g = 0; g < hosts; g++)
-        if (g != h) out->cross[HOP_GRAD_ACROSS] += packed(counts[g * P + j], o);
+        if (g != h) out->cross[HOP_GRAD_ACROSS] += packed(part_of(p, bucket, g * P + j), o);
+    out->collectives[HOP_GRAD_ACROSS] += 1;
+}
+
+// add_bucket's mean over the N ranks in closed form: over all ranks, each
+// rank's packed part Q_q goes N - H times inside a host (from every rank at
+// another index) and H - 1 times across (from the ranks at its index on
+// the other hosts): (P-1)/P x Q and (H-1)/N x Q, Q = the sum of the Q_q.
+static void add_bucket_mean(const Partition *p, int hosts, Range bucket, const ZeroPPConfig *o, HopBytes *out) {
+    if (!o->quantize_grads) {
+        add_reduce_scatter(p, hosts, bucket, out);
+        return;
+    }
+    int N = p->ranks, P = N / hosts;
+    double Q = (double)every_part_packed(p, bucket, o->grad_bits, o->block);
+    out->intra[HOP_GRAD_HOST] += Q * (P - 1) / P;
+    out->collectives[HOP_GRAD_HOST] += 1;
+    if (hosts == 1) return;
+    out->cross[HOP_GRAD_ACROSS] += Q * (hosts - 1) / N;
     out->collectives[HOP_GRAD_ACROSS] += 1;
 }
 
 void zeropp_hop_bytes(const GPTLayout *l, const Partition *p, int hosts, int prefetch, size_t bucket_cap,
                       const ZeroPPConfig *o, int rank, HopBytes *out) {
     memset(out, 0, sizeof *out);
-    ZeroGather g[4 * GPT_MAX_UNITS];
-    int n = zero_gather_schedule(l, prefetch, g), links = hosts > 1 ? hosts : 0;
-    for (int i = 0; i < n; i++) add_gather(l, p, links, &g[i], o, out);
-    size_t counts[p->ranks];
-    for (size_t b = 0; bucket_parts(p, bucket_cap, b, counts); b++) add_bucket(p, hosts, counts, o, rank, out);
+    add_gathers(l, p, hosts, prefetch, o, out);
+    Range r;
+    for (size_t b = 0; bucket_range(p, bucket_cap, b, &r); b++) add_bucket(p, hosts, r, o, rank, out);
 }
 
 void zeropp_hop_bytes_mean(const GPTLayout *l, const Partition *p, int hosts, int prefetch, size_t bucket_cap,
                            const ZeroPPConfig *o, HopBytes *out) {
     memset(out, 0, sizeof *out);
-    for (int r = 0; r < p->ranks; r++) {
-        HopBytes one;
-        zeropp_hop_bytes(l, p, hosts, prefetch, bucket_cap, o, r, &one);
-        for (int k = 0; k < HOP_COUNT; k++) {
-            out->intra[k] += one.intra[k] / p->ranks;
-            out->cross[k] += one.cross[k] / p->ranks;
-            out->collectives[k] = one.collectives[k];
-        }
-    }
+    add_gathers(l, p, hosts, prefetch, o, out);
+    Range r;
+    for (size_t b = 0; bucket_range(p, bucket_cap, b, &r); b++) add_bucket_mean(p, hosts, r, o, out);
 }
 
 double hop_bytes_total(const double by_hop[HOP_COUNT]) {
@@ -149,23 +190,24 @@ static size_t larger(size_t a, size_t b) { return a > b ? a : b; }
 // Every buffer at least one fp32 word, so that each rank hands the
 // collectives a buffer even where its parts are empty.
 ZeroPPGradBuffers zeropp_grad_buffers(const Partition *p, int hosts, size_t bucket_cap, const ZeroPPConfig *o, int rank) {
-    int N = p->ranks, P = N / hosts, j = rank % P;
+    int P = p->ranks / hosts, j = rank % P;
     ZeroPPGradBuffers z = {4, 4, 4, 4, 4, 4};
-    size_t counts[N];
-    for (size_t b = 0; bucket_parts(p, bucket_cap, b, counts); b++) {
-        size_t all = 0, at_index = 0, at_index_elems = 0;
-        for (int q = 0; q < N; q++) all += quant_packed_bytes(counts[q], o->grad_bits, o->block);
+    Range r;
+    for (size_t b = 0; bucket_range(p, bucket_cap, b, &r); b++) {
+        size_t all = every_part_packed(p, r, o->grad_bits, o->block), at_index = 0, at_index_elems = 0;
         for (int g = 0; g < hosts; g++) {
-            at_index += quant_packed_bytes(counts[g * P + j], o->grad_bits, o->block);
-            at_index_elems += counts[g * P + j];
+            size_t n = part_of(p, r, g * P + j);
+            at_index += quant_packed_bytes(n, o->grad_bits, o->block);
+            at_index_elems += n;
         }
         z.send_host = larger(z.send_host, all);
         z.recv_host = larger(z.recv_host, (size_t)P * at_index);
         z.sums = larger(z.sums, 4 * at_index_elems);
         if (hosts == 1) continue;
+        size_t mine = part_of(p, r, rank);
         z.send_across = larger(z.send_across, at_index);
-        z.recv_across = larger(z.recv_across, (size_t)hosts * quant_packed_bytes(counts[rank], o->grad_bits, o->block));
-        z.reduced = larger(z.reduced, 4 * counts[rank]);
+        z.recv_across = larger(z.recv_across, (size_t)hosts * quant_packed_bytes(mine, o->grad_bits, o->block));
+        z.reduced = larger(z.reduced, 4 * mine);
     }
     return z;
 }

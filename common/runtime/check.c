@@ -75,9 +75,15 @@ void mpi_fail_at(const char *file, int line, int code, const char *call) {
 
 // One line, written with a single fprintf so ranks' lines do not interleave.
 static void print_error_line(const char *prefix, const char *fmt, va_list ap) {
-    char msg[8192];  // room for a memory breakdown after the first line
-    vsnprintf(msg, sizeof msg, fmt, ap);
-    fprintf(stderr, "%s%s\n", prefix, msg);
+    // whole, however long the paths in it: one write, never cut
+    va_list again;
+    va_copy(again, ap);
+    int len = vsnprintf(NULL, 0, fmt, ap);
+    char *msg = len >= 0 ? malloc((size_t)len + 1) : NULL;
+    if (msg) vsnprintf(msg, (size_t)len + 1, fmt, again);
+    va_end(again);
+    fprintf(stderr, "%s%s\n", prefix, msg ? msg : fmt);
+    free(msg);
 }
 
 void fail_usage(const char *fmt, ...) {

@@ -28,6 +28,37 @@ int parse_count(const char *s, double *out) {
     return 0;
 }
 
+// The continuation bytes a UTF-8 lead byte announces; -1 for a byte that
+// starts no character (a continuation byte, an overlong 2-byte lead, past U+10FFFF).
+static int utf8_more(unsigned c) {
+    if (c < 0x80) return 0;
+    if (c >= 0xc2 && c <= 0xdf) return 1;
+    if (c >= 0xe0 && c <= 0xef) return 2;
+    if (c >= 0xf0 && c <= 0xf4) return 3;
+    return -1;
+}
+
+// RFC 3629: no overlong forms, no surrogates (U+D800..U+DFFF), nothing past U+10FFFF.
+size_t flags_utf8_prefix(const char *text) {
+    const unsigned char *s = (const unsigned char *)text, *start = s;
+    while (*s) {
+        unsigned c = *s;
+        int more = utf8_more(c);
+        if (more < 0) break;
+        unsigned lo = 0x80, hi = 0xbf;  // the second byte's range
+        if (c == 0xe0) lo = 0xa0;
+        if (c == 0xed) hi = 0x9f;
+        if (c == 0xf0) lo = 0x90;
+        if (c == 0xf4) hi = 0x8f;
+        int ok = 1;
+        for (int k = 1; k <= more && ok; k++)
+            ok = k == 1 ? s[k] >= lo && s[k] <= hi : s[k] >= 0x80 && s[k] <= 0xbf;
+        if (!ok) break;
+        s += 1 + more;
+    }
+    return (size_t)(s - start);
+}
+
 const FlagSpec *flags_find(const FlagSpec *specs, int nspecs, const char *name) {
     for (int i = 0; i < nspecs; i++)
         if (strcmp(specs[i].name, name) == 0) return &specs[i];

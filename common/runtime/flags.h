@@ -46,6 +46,9 @@ void flags_range_text(const FlagSpec *f, char *out, size_t n);
 // The value as text ("0.001", "20", "on", the string, or "" when unset):
 // exact for doubles (%.17g), so that text compares equal only for equal values.
 void flags_value_text(const FlagSpec *f, char *out, size_t n);
+// The bytes at the start of `text` that are well-formed UTF-8: strlen(text)
+// when all are. JSON text is UTF-8, so a value for a JSON record must be.
+size_t flags_utf8_prefix(const char *text);
 const FlagSpec *flags_find(const FlagSpec *specs, int nspecs, const char *name);
 // Whether --name (or --name=...) is on the command line, for the rare flag
 // that must be known before parsing (MPI's thread level is set at MPI_Init).

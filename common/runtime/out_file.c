@@ -94,15 +94,29 @@ FILE *in_file_open(const char *path, const char **why) {
     return f;
 }
 
-FILE *out_file_append(const char *path) {
+// A record appended in one write() is not interleaved with another
+// process's append (O_APPEND); a write that stops short (a full disk, a file
+// size limit) is cut back off, so the file ends where it ended before.
+int out_file_append_whole(const char *path, const void *data, size_t bytes) {
     // O_NONBLOCK: a FIFO put in place opens without waiting for a reader, and is then refused
     int fd = regular_or_close(open(path, O_WRONLY | O_APPEND | O_CREAT | O_NOFOLLOW | O_NONBLOCK | O_CLOEXEC, 0644));
-    if (fd < 0) return NULL;
-    int flags = fcntl(fd, F_GETFL);
-    if (flags >= 0) fcntl(fd, F_SETFL, flags & ~O_NONBLOCK);
-    FILE *f = fdopen(fd, "a");
-    if (!f) close(fd);
-    return f;
+    if (fd < 0) return -1;
+    const char *p = data;
+    size_t left = bytes;
+    off_t start = -1;
+    while (left > 0) {
+        ssize_t w = write(fd, p, left);
+        if (w < 0 && errno == EINTR) continue;
+        if (w <= 0) break;
+        if (start < 0) start = lseek(fd, 0, SEEK_CUR) - w;  // where this record began
+        p += w;
+        left -= (size_t)w;
+    }
+    int why = errno;
+    if (left > 0 && start >= 0 && ftruncate(fd, start) != 0) why = errno;
+    if (close(fd) != 0 && left == 0) return -1;
+    errno = why;
+    return left > 0 ? -1 : 0;
 }
 
 FILE *out_file_begin(const char *path, char *tmp, size_t tmp_bytes) {
@@ -165,12 +179,31 @@ int out_path_within(const char *path, const char *folder) {
     return strncmp(path, folder, n) == 0 && (path[n] == 0 || path[n] == '/' || (n == 1 && folder[0] == '/'));
 }
 
+// Whether the lock file holds the note out_folder_lock writes in it,
+// "process P on HOST\n", and nothing else.
+static int note_of_a_run(int fd) {
+    char text[256], host[128];
+    ssize_t got = pread(fd, text, sizeof text - 1, 0);
+    int pid, end = 0;
+    if (got <= 0) return 0;
+    text[got] = 0;
+    return sscanf(text, "process %d on %127[^\n]%n", &pid, host, &end) == 2 && end + 1 == got && text[end] == '\n';
+}
+
+// DIR/lock created anew (*created), or the one there opened; not through a link.
+static int open_lock_file(const char *path, int *created) {
+    int fd = open(path, O_RDWR | O_CREAT | O_EXCL | O_NOFOLLOW | O_NONBLOCK | O_CLOEXEC, 0644);
+    *created = fd >= 0;
+    if (fd < 0 && errno == EEXIST) fd = open(path, O_RDWR | O_NOFOLLOW | O_NONBLOCK | O_CLOEXEC);
+    return regular_or_close(fd);
+}
+
 int out_folder_lock(const char *flag, const char *dir, int *lock_fd, char *err, size_t err_len) {
     char path[PATH_BYTES];
     *lock_fd = -1;
     snprintf(path, sizeof path, "%s/lock", dir);
     const char *kind = out_file_kind(path);
-    int fd = kind ? -1 : regular_or_close(open(path, O_RDWR | O_CREAT | O_NOFOLLOW | O_NONBLOCK | O_CLOEXEC, 0644));
+    int created = 0, fd = kind ? -1 : open_lock_file(path, &created);
     if (fd < 0) {
         if (!kind && (errno == ELOOP || errno == EINVAL)) kind = out_file_kind(path);
         if (kind)
@@ -199,6 +232,14 @@ int out_folder_lock(const char *flag, const char *dir, int *lock_fd, char *err, 
         snprintf(err, err_len, "%s %s is in use by another run (%s holds its lock); give another folder, or "
                  "wait for that run to end", flag, dir, holder[0] ? holder : "a process");
         close(fd);
+        return 1;
+    }
+    // a lock file a run left is taken over; one of anyone else's is theirs
+    if (!created && !note_of_a_run(fd)) {
+        close(fd);
+        snprintf(err, err_len, "%s %s: its lock file %s is not one a run left (a run's reads 'process N on "
+                 "HOST'), and a run writes over no file it did not make: move it away, or give another folder",
+                 flag, dir, path);
         return 1;
     }
     char host[64] = "?", me[128];

@@ -9,7 +9,7 @@
 #include <stdio.h>
 #include <sys/types.h>
 
-#define OUT_MSG_BYTES 600
+#define OUT_MSG_BYTES (3 * 4096 + 512)  // three paths of PATH_MAX and the words around them
 
 // A file type in words ("a folder", "a FIFO", ...), NULL for a regular file.
 const char *file_kind(mode_t mode);
@@ -30,10 +30,11 @@ const char *out_file_kind(const char *path);
 // their folder must take files even where the file exists.
 int out_file_check(const char *flag, const char *path, int renamed, char *msg);
 
-// Opens `path` for appending, creating it if it is new (0644), without
-// following a link and only when it is a regular file; NULL and errno
-// (ELOOP for a link, EINVAL for anything else that is not a regular file).
-FILE *out_file_append(const char *path);
+// Appends `bytes` of data to `path` whole or not at all, creating it if it
+// is new (0644), without following a link and only when it is a regular
+// file: 0, or -1 and errno (ELOOP for a link, EINVAL for anything else that
+// is not a regular file), the file as it was.
+int out_file_append_whole(const char *path, const void *data, size_t bytes);
 
 // A new file beside `path` for writing it whole: PATH.XXXXXX.tmp, created
 // (O_EXCL) so that no file of anyone else's is opened; its name goes in tmp.
@@ -59,7 +60,9 @@ int out_path_within(const char *path, const char *folder);
 // Opens and locks DIR/lock for as long as *lock_fd stays open (flock, not
 // blocking), noting "process P on HOST" in it for a refused run's message.
 // The lock file is opened without following a link and must be a regular
-// file. Returns 0, or nonzero with one line in err naming `flag DIR`.
+// file; one that is there already must hold such a note alone (a lock a run
+// left), never anyone's file of that name. Returns 0, or nonzero with one
+// line in err naming `flag DIR`.
 int out_folder_lock(const char *flag, const char *dir, int *lock_fd, char *err, size_t err_len);
 // Removes DIR/lock and drops the lock (lock_fd from out_folder_lock; -1: nothing).
 void out_folder_unlock(const char *dir, int lock_fd);

@@ -31,10 +31,12 @@ static struct {
     // two copies of the checkpoint's words, so that one is whole while the other is written
     char checkpoint[2][NOTE_BYTES];
     volatile sig_atomic_t current;  // -1: no checkpoint yet
+    char task[2][NOTE_BYTES];        // a tool's words (stop_note_task), two copies as the checkpoint's
+    volatile sig_atomic_t task_current;  // -1: none, the run's line
     volatile sig_atomic_t ending;   // the process is already on its way out (stop_ending)
     atomic_int held, pending;       // stop_hold's, and the signal that came meanwhile
     int rank;
-} g_stop = {.current = -1};
+} g_stop = {.current = -1, .task_current = -1};
 
 void stop_ending(void) { g_stop.ending = 1; }
 
@@ -80,6 +82,16 @@ void stop_note_checkpoint(const char *dir, long step) {
     int next = g_stop.current == 0 ? 1 : 0;
     snprintf(g_stop.checkpoint[next], NOTE_BYTES, "resume with --resume %s (step %ld)", dir, step);
     g_stop.current = next;
+}
+
+void stop_note_task(const char *what) {
+    if (!what) {
+        g_stop.task_current = -1;
+        return;
+    }
+    int next = g_stop.task_current == 0 ? 1 : 0;
+    snprintf(g_stop.task[next], NOTE_BYTES, "%s", what);
+    g_stop.task_current = next;
 }
 
 static sigset_t stop_signals(void) {
@@ -144,11 +156,16 @@ static void on_stop_signal(int sig) {
         static Line l;  // static: the handler's stack may be small
         l.len = 0;
         put(&l, program_invocation_short_name);
-        put(&l, sig == SIGINT ? ": stopped by SIGINT after step " : ": stopped by SIGTERM after step ");
-        put_long(&l, g_stop.step);
-        put(&l, "; ");
-        int c = g_stop.current;
-        put(&l, c >= 0 ? g_stop.checkpoint[c] : "no checkpoint to resume from (--save DIR keeps one)");
+        put(&l, sig == SIGINT ? ": stopped by SIGINT " : ": stopped by SIGTERM ");
+        int c = g_stop.current, t = g_stop.task_current;
+        if (t >= 0) {
+            put(&l, g_stop.task[t]);
+        } else {
+            put(&l, "after step ");
+            put_long(&l, g_stop.step);
+            put(&l, "; ");
+            put(&l, c >= 0 ? g_stop.checkpoint[c] : "no checkpoint to resume from (--save DIR keeps one)");
+        }
         for (int i = 0; i < STOP_MAX_PATHS; i++)
             if (g_stop.tracked[i].used) {
                 put(&l, "; left behind: ");

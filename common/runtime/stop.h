@@ -20,6 +20,10 @@ void stop_remove_files(void);
 // checkpoint (saved by this run, or the one it resumed from).
 void stop_note_step(long step);
 void stop_note_checkpoint(const char *dir, long step);
+// A tool's line instead of a run's: "PROG: stopped by SIGINT " + what, e.g.
+// "while consolidating into uni; what it had written is removed" (up to
+// 4095 bytes; NULL: the run's line again).
+void stop_note_task(const char *what);
 // SIGTERM and SIGINT held back from stop_hold to stop_release, which lets
 // one that came meanwhile through: what the line names and what is on disk
 // change together (ckpt_save's commit of `latest` and its note).

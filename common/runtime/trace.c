@@ -11,6 +11,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 #include "check.h"
+#include "flags.h"
 #include "out_file.h"
 
 extern char *program_invocation_short_name;  // glibc's argv[0] without its folder
@@ -98,10 +99,16 @@ static PackedSpan *pack_spans(const Trace *t) {
 
 void json_write_string(FILE *f, const char *s) {
     fputc('"', f);
-    for (; *s; s++) {
-        if (*s == '"' || *s == '\\') fprintf(f, "\\%c", *s);
-        else if ((unsigned char)*s < 0x20) fprintf(f, "\\u%04x", *s);
-        else fputc(*s, f);
+    while (*s) {
+        // JSON text is UTF-8 (RFC 8259): a byte that starts no valid sequence
+        // is written as U+FFFD, the replacement character
+        const char *end = s + flags_utf8_prefix(s);
+        for (; s < end; s++) {
+            if (*s == '"' || *s == '\\') fprintf(f, "\\%c", *s);
+            else if ((unsigned char)*s < 0x20) fprintf(f, "\\u%04x", *s);
+            else fputc(*s, f);
+        }
+        if (*s) fprintf(f, "\\ufffd"), s++;
     }
     fputc('"', f);
 }

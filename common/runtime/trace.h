@@ -36,7 +36,8 @@ typedef struct Trace {
 } Trace;
 
 double now_us(void);  // monotonic wall clock in microseconds
-// s as a JSON string, quoted, with quotes, backslashes and control bytes escaped
+// s as a JSON string, quoted, with quotes, backslashes and control bytes
+// escaped, and each byte that is not UTF-8 written as U+FFFD
 void json_write_string(FILE *f, const char *s);
 void trace_init(Trace *t, int enabled, double origin_us);
 void trace_span(Trace *t, int tid, const char *name, double t0_us, double t1_us, double bytes);

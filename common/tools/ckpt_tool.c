@@ -69,27 +69,6 @@ __attribute__((noreturn, format(printf, 1, 2))) static void fail_tool(const char
     exit(2);
 }
 
-// What a read of the parts relies on beyond the manifest's own checks
-// (manifest_parse): a stage this build knows, a grid line exactly where the
-// stage keeps a grid, and the model shape's Ψ (the parts' cut is computed
-// from it). Then verify refuses what export, consolidate and a resume refuse.
-static void check_stage_and_model(const char *dir, const CkptManifest *m) {
-    const char *fix = "it is damaged; use an earlier step folder or start fresh";
-    if (!ckpt_known_stage(m->stage))
-        fail_tool("checkpoint %s: manifest.txt's stage %s is none of dp_baseline, zero1, zero2, zero3, cpu_offload, "
-                  "infinity, 3d_parallel: %s", dir, m->stage, fix);
-    int gridded = strcmp(m->stage, "3d_parallel") == 0;
-    if (gridded != (m->grid[0] != 0))
-        fail_tool("checkpoint %s: manifest.txt has %s grid line for stage %s, which %s: %s", dir,
-                  m->grid[0] ? "a" : "no", m->stage, gridded ? "saves one" : "has no grid", fix);
-    GPTLayout whole;
-    gpt_layout(&whole, &m->cfg);
-    if (!gridded && whole.num_params != m->num_params)
-        fail_tool("checkpoint %s: manifest.txt's num_params = %zu, but its model (L=%d C=%d H=%d V=%d T=%d) has %zu "
-                  "parameters: %s", dir, m->num_params, m->cfg.num_layers, m->cfg.channels, m->cfg.num_heads,
-                  m->cfg.vocab_size, m->cfg.max_seq_len, whole.num_params, fix);
-}
-
 static void open_ckpt(const char *dir, Ckpt *c) {
     char msg[MSG_BYTES] = "";
     long len = 0;
@@ -98,8 +77,8 @@ static void open_ckpt(const char *dir, Ckpt *c) {
     memcpy(copy, c->text, (size_t)len + 1);
     int bad = manifest_parse(copy, dir, -1, &c->m, NULL, msg);
     free(copy);
-    if (bad) fail_tool("%s", msg);
-    check_stage_and_model(dir, &c->m);
+    // what a resume refuses, verify refuses: ckpt_manifest_consistent is both's
+    if (bad || ckpt_manifest_consistent(dir, &c->m, msg)) fail_tool("%s", msg);
     c->replicas = c->m.ranks;
     int T, P;
     if (c->m.grid[0]) {  // manifest_parse checked it against the ranks
@@ -212,17 +191,24 @@ static void write_all_at(int fd, const void *p, size_t n, off_t off, const char 
 }
 
 // A new file or folder of the consolidated checkpoint: tracked until the
-// whole is written, so that a failure removes it (fail_tool).
+// whole is written, so that a failure or a signal removes it (fail_tool,
+// stop.h). The signals wait from its creation to its tracking: one between
+// them would leave it behind.
 static int create_file(const char *path) {
-    int fd = open(path, O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW, 0644);
-    if (fd < 0) fail_tool("cannot create %s: %s", path, strerror(errno));
-    stop_track(path, 0);
+    stop_hold();
+    int fd = open(path, O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW, 0644), err = errno;
+    if (fd >= 0) stop_track(path, 0);
+    stop_release();
+    if (fd < 0) fail_tool("cannot create %s: %s", path, strerror(err));
     return fd;
 }
 
 static void create_folder(const char *path) {
-    if (mkdir(path, 0755)) fail_tool("cannot create %s: %s", path, strerror(errno));
-    stop_track(path, 1);
+    stop_hold();
+    int failed = mkdir(path, 0755), err = errno;
+    if (!failed) stop_track(path, 1);
+    stop_release();
+    if (failed) fail_tool("cannot create %s: %s", path, strerror(err));
 }
 
 static void close_file(int fd, const char *path) {
@@ -308,7 +294,12 @@ static void consolidate(const Ckpt *c, const char *out) {
     snprintf(latest_path, sizeof latest_path, "%s/latest", out);
     write_text(latest_path, latest, strlen(latest));
     const char *made[] = {out, step_dir, part, manifest, latest_path};  // all written: none goes now
+    char done[PATH_BYTES + 64];
+    snprintf(done, sizeof done, "after consolidating into %s, which is whole", out);
+    stop_hold();  // a signal now finds the whole folder, and says so
     for (int i = 0; i < 5; i++) stop_forget(made[i]);
+    stop_note_task(done);
+    stop_release();
     printf("consolidated: %s (step %ld: master, adam_m, adam_v over all %zu parameters in one part of %" PRIu64
            " bytes); resume it with --resume %s under any stage at any rank count or grid with a global batch "
            "of %d rows\n", out, m.step, m.num_params, (uint64_t)off, out, m.batch * m.grad_accum);
@@ -331,6 +322,15 @@ int main(int argc, char **argv) {
     Ckpt c;
     open_ckpt(argv[2], &c);
     if (three) check_output_outside(cmd, argv[2], argv[3]);
+    if (three) {
+        // SIGINT or SIGTERM mid-way removes what was written (the files are
+        // tracked), so that a rerun finds no half of the output
+        char task[PATH_BYTES + 96];
+        snprintf(task, sizeof task, "while %s %s; what it had written is removed",
+                 !strcmp(cmd, "consolidate") ? "consolidating into" : "exporting to", argv[3]);
+        stop_note_task(task);
+        stop_catch_signals(0);
+    }
     if (!strcmp(cmd, "info")) info(&c);
     if (!strcmp(cmd, "verify")) {
         char msg[MSG_BYTES] = "";

@@ -116,22 +116,26 @@ static int load_text(const char *path, const char *what, int model_vocab, TokenL
                      size_t err_len) {
     FILE *f = fopen(path, "rb");
     if (!f) return fopen_error(path, err, err_len);
-    size_t first = out->n;
+    size_t first = out->n, at = 0;
     unsigned char buf[65536];
     size_t got;
     while ((got = fread(buf, 1, sizeof buf, f)) > 0) {
+        // text has no NUL bytes; a file that does is binary (an image, an archive, a shard without
+        // .bin): told by the first block that holds one, before the rest is read (a 1 GB file of NULs)
+        const unsigned char *nul = memchr(buf, 0, got);
+        if (nul) {
+            fclose(f);
+            return fail(err, err_len, "--data %s: a NUL byte at byte %zu: not a text file; give text files, or "
+                        "llm.c token shards named *.bin", path, at + (size_t)(nul - buf));
+        }
         uint16_t *dst = tokens_grow(out, got);
         for (size_t i = 0; i < got; i++) dst[i] = buf[i];
         out->n += got;
+        at += got;
     }
     int bad = ferror(f);
     fclose(f);
     if (bad) return fail(err, err_len, "--data %s: read error", path);
-    // text has no NUL bytes; a file that does is binary (an image, an archive, a shard without .bin)
-    for (size_t i = first; i < out->n; i++)
-        if (out->tok[i] == 0)
-            return fail(err, err_len, "--data %s: a NUL byte at byte %zu: not a text file; give text files, or "
-                        "llm.c token shards named *.bin", path, i - first);
     return check_vocab(out->tok + first, out->n - first, model_vocab, what, err, err_len);
 }
 
@@ -264,7 +268,7 @@ static int open_builtin(TokenList *train, int model_vocab, char *desc, char *err
     char ignored[256];
     if (list_folder(BUILTIN_DIR, &files, ignored, sizeof ignored) != 0 || files.n == 0) {
         generate_sequence_task(train);
-        snprintf(desc, 256, "built-in generated sequence task: %zu KB of counting runs, "
+        snprintf(desc, DATA_DESC_BYTES, "built-in generated sequence task: %zu KB of counting runs, "
                  "byte-level (no license texts in " BUILTIN_DIR ")", train->n / 1024);
         return check_vocab(train->tok, train->n, model_vocab, "the built-in sequence task (byte-level)", err,
                            err_len);
@@ -272,7 +276,7 @@ static int open_builtin(TokenList *train, int model_vocab, char *desc, char *err
     int rc = 0;
     for (int i = 0; i < files.n && !rc; i++)
         rc = load_text(files.path[i], "the built-in corpus (byte-level text)", model_vocab, train, err, err_len);
-    snprintf(desc, 256, "built-in corpus: %d license texts from " BUILTIN_DIR " (%zu KB, "
+    snprintf(desc, DATA_DESC_BYTES, "built-in corpus: %d license texts from " BUILTIN_DIR " (%zu KB, "
              "byte-level)", files.n, total_bytes(&files) / 1024);
     files_free(&files);
     return rc;
@@ -306,14 +310,14 @@ static int open_folder(const char *path, int model_vocab, TokenList split[2], in
         if (!rc && nval == shards)
             rc = fail(err, err_len, "--data %s holds only validation shards (names with \"val\"); "
                       "add training shards", path);
-        snprintf(desc, 256, "%d token shards from %s (%d for validation)", shards, path, nval);
+        snprintf(desc, DATA_DESC_BYTES, "%d token shards from %s (%d for validation)", shards, path, nval);
     } else {
         for (int i = 0; i < files.n && !rc; i++) {
             char what[300];
             snprintf(what, sizeof what, "--data %s (byte-level text)", files.path[i]);
             rc = load_text(files.path[i], what, model_vocab, &split[0], err, err_len);
         }
-        snprintf(desc, 256, "%d text files from %s (%zu KB, byte-level)", files.n, path,
+        snprintf(desc, DATA_DESC_BYTES, "%d text files from %s (%zu KB, byte-level)", files.n, path,
                  split[0].n / 1024);
     }
     files_free(&files);
@@ -375,12 +379,12 @@ static int open_path(const char *path, int model_vocab, TokenList split[2], int 
     if (misread_shard(path, err, err_len)) return 1;
     if (file_magic(path) == SHARD_MAGIC) {
         *byte_level = 0;
-        snprintf(desc, 256, "token shard %s", path);
+        snprintf(desc, DATA_DESC_BYTES, "token shard %s", path);
         return load_shard(path, model_vocab, &split[0], err, err_len);
     }
     *byte_level = 1;
-    snprintf(desc, 256, "text file %s (%lld KB, byte-level)", path, (long long)st.st_size / 1024);
-    char what[300];
+    snprintf(desc, DATA_DESC_BYTES, "text file %s (%lld KB, byte-level)", path, (long long)st.st_size / 1024);
+    char what[PATH_MAX + 64];  // the path whole
     snprintf(what, sizeof what, "--data %s (byte-level text)", path);
     return load_text(path, what, model_vocab, &split[0], err, err_len);
 }
@@ -389,7 +393,7 @@ int data_open(DataSet *ds, const char *path, int model_vocab, int T, char *err, 
     memset(ds, 0, sizeof *ds);
     TokenList split[2] = {{0}, {0}};
     int builtin = path == NULL || path[0] == 0, byte_level = 1, rc;
-    char label[300];
+    char label[PATH_MAX + 32];  // the path whole
     if (builtin) {
         rc = open_builtin(&split[0], model_vocab, ds->desc, err, err_len);
         snprintf(label, sizeof label, "the built-in corpus");

@@ -17,8 +17,11 @@
 // rows of it), and a pass ends, as llm.c's loader does, after the last whole
 // global micro-batch (the tokens after it are skipped).
 #pragma once
+#include <limits.h>
 #include <stddef.h>
 #include <stdint.h>
+
+#define DATA_DESC_BYTES (PATH_MAX + 256)  // the words and a path, whole
 
 enum { SPLIT_TRAIN = 0, SPLIT_VAL = 1 };
 
@@ -26,7 +29,7 @@ typedef struct DataSet {
     uint16_t *tokens[2];  // train, val
     size_t count[2];
     int vocab;            // tokens are < vocab
-    char desc[256];       // one line: what was loaded ("built-in corpus: 17 license texts, 254 KB")
+    char desc[DATA_DESC_BYTES];  // one line: what was loaded ("built-in corpus: 17 license texts, 254 KB")
     uint64_t sequential_rows[2];  // --data-order sequential: rows per pass of each split; 0 = permuted
 } DataSet;
 

@@ -2,6 +2,7 @@
 // gradient accumulation, clipping by the global norm, the LR schedule, the
 // strategy's update, evaluation, checkpoints and the report.
 #include "trainer.h"
+#include <limits.h>
 #include <math.h>
 #include <signal.h>
 #include <stdio.h>
@@ -52,7 +53,7 @@ void train_config_resolve_batch(TrainConfig *c, const Comm *dp, const char *repl
 // Rank 0: the config's ignored keys (always) and every setting's source (--verbose-config).
 static void print_settings(const Trainer *t) {
     if (t->world.rank != 0) return;
-    char line[4096];
+    char line[PATH_MAX + 4096];  // the config's path, whole, and its ignored keys
     ds_config_ignored_line(&t->cfg.settings, line, sizeof line);
     if (line[0]) printf("%s: %s\n", t->strategy->name, line);
     if (t->cfg.verbose_config) settings_print(&t->cfg.settings, stdout, t->strategy->name);
@@ -194,7 +195,7 @@ static void setup(Trainer *t, int argc, char **argv, const Strategy *s) {
     loss_scaler_init(&t->scaler, c->half == HALF_FP16, c->loss_scale, c->initial_scale_power, c->loss_scale_window,
                      c->hysteresis, c->min_loss_scale);
     if (t->cfg.resume) trainer_resume(t);  // the scaler's state too
-    if (t->cfg.save) trainer_check_save_steps(t);
+    if (t->cfg.save) trainer_check_save_folder(t);
     t->taps = (StepTaps){.comms = {&t->world}, .ncomms = 1 + t->ngroups, .dev = &t->dev, .model = &t->model,
                          .xfer_bytes = t->xfer_bytes, .trace = &t->trace};
     for (int k = 0; k < t->ngroups; k++) t->taps.comms[1 + k] = t->groups[k];

@@ -373,8 +373,9 @@ void trainer_save(Trainer *t, uint64_t data_rows);
 void trainer_resume(Trainer *t);
 // Collective, before step 1 (after a resume): the --save folder holds no step
 // folder at a step this run saves, since ckpt_save would refuse it only at
-// that step; else one line and exit 2.
-void trainer_check_save_steps(Trainer *t);
+// that step, and no checkpoint of another run (ckpt_folder_same_run), whose
+// `latest` this run would move; else one line and exit 2.
+void trainer_check_save_folder(Trainer *t);
 // What ckpt_out and ckpt_in do by default: master, m and v between t->st and
 // c's host copies; trainer_ckpt_in then rebuilds the bf16 params.
 void trainer_ckpt_out(Trainer *t, CkptStates *c);

@@ -31,6 +31,23 @@ static void data_identity(const DataSet *d, uint64_t *tokens, uint64_t *checksum
     *checksum = h;
 }
 
+// A flag's effective value (0 where this binary has no such flag).
+static int flag_int(const Settings *s, const char *flag) {
+    const Setting *x = settings_find(s, flag);
+    return x ? *(const int *)x->flag.dst : 0;
+}
+
+// ZeRO++'s quantization as the manifest records it: zero3's flags, off in
+// every other stage, which has none.
+static void note_quantization(const Settings *s, CkptManifest *m) {
+    int weights = flag_int(s, "quantize-weights"), grads = flag_int(s, "quantize-grads");
+    snprintf(m->quantize_weights, sizeof m->quantize_weights, "%s", weights ? "on" : "off");
+    if (grads) snprintf(m->quantize_grads, sizeof m->quantize_grads, "%d-bit", flag_int(s, "grad-quant-bits"));
+    else snprintf(m->quantize_grads, sizeof m->quantize_grads, "off");
+    if (weights || grads) snprintf(m->quant_block, sizeof m->quant_block, "%d", flag_int(s, "quant-block"));
+    else snprintf(m->quant_block, sizeof m->quant_block, "none");
+}
+
 static CkptManifest manifest_of(const Trainer *t, uint64_t data_rows) {
     CkptManifest m;
     memset(&m, 0, sizeof m);
@@ -69,6 +86,7 @@ static CkptManifest manifest_of(const Trainer *t, uint64_t data_rows) {
     m.schedule_steps = c->schedule_steps;
     snprintf(m.lr_schedule, sizeof m.lr_schedule, "%s", c->lr_schedule);
     snprintf(m.warmup_type, sizeof m.warmup_type, "%s", c->warmup_type);
+    note_quantization(&c->settings, &m);
     return m;
 }
 
@@ -172,12 +190,23 @@ static long first_taken_step(const char *dir, const TrainConfig *c, long from) {
     return first;
 }
 
-void trainer_check_save_steps(Trainer *t) {
-    long taken = t->world.rank == 0 ? first_taken_step(t->cfg.save, &t->cfg, t->step) : 0;
-    mpiCheck(MPI_Bcast(&taken, 1, MPI_LONG, 0, t->world.mpi));
-    if (taken)
-        fail_usage("--save %s already holds step-%08ld, a step this run saves, and a save never replaces a checkpoint: "
-                   "give --save a new folder, or move %s/step-%08ld away", t->cfg.save, taken, t->cfg.save, taken);
+void trainer_check_save_folder(Trainer *t) {
+    const char *dir = t->cfg.save;
+    size_t n = 2 * strlen(dir) + 2048;
+    char *msg = xcalloc(n, 1);
+    int failed = 0;
+    if (t->world.rank == 0) {
+        long taken = first_taken_step(dir, &t->cfg, t->step);
+        CkptManifest mine = manifest_of(t, 0);
+        if (taken)
+            failed = snprintf(msg, n, "--save %s already holds step-%08ld, a step this run saves, and a save never "
+                              "replaces a checkpoint: give --save a new folder, or move %s/step-%08ld away", dir,
+                              taken, dir, taken) > 0;
+        else
+            failed = ckpt_folder_same_run(dir, &mine, msg, n);
+    }
+    if (comm_first_failure(&t->world, failed, msg, (int)n) >= 0) fail_usage("%s", msg);
+    free(msg);
 }
 
 // The saved run's skipped steps count on (the schedule's step is the
@@ -231,6 +260,8 @@ void trainer_resume(Trainer *t) {
     char err[512];
     int failed = ckpt_load(&t->world, t->cfg.resume, &expect, &got, c.t, c.n, &info, err, sizeof err);
     free(runs);
+    // what ckpt_tool verify refuses, a resume refuses (err holds MSG_BYTES)
+    if (!failed) failed = ckpt_manifest_consistent(t->cfg.resume, &got, err);
     if (failed) fail_usage("%s", err);
     if (got.step >= t->cfg.steps)
         fail_usage("--resume %s is at step %ld, not before --steps %d: ask for more steps", t->cfg.resume,

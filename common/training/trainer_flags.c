@@ -107,7 +107,7 @@ static void check_precision(TrainConfig *c) {
                    "format of --precision %s", accum, c->precision, c->precision);
     c->grad_accum_fp32 = strcmp(accum, "fp32") == 0;
     if (c->half != HALF_FP16) return;
-    char scale[512], minimum[512];
+    char scale[PATH_MAX + 512], minimum[PATH_MAX + 512];  // a key's name and the config's path, whole
     named(c, "min-loss-scale", c->min_loss_scale, minimum, sizeof minimum);
     if (c->loss_scale > 0 && c->loss_scale < c->min_loss_scale)
         fail_usage("%s is below %s: give a static scale at least the minimum",
@@ -128,6 +128,12 @@ static void check_formats(const TrainConfig *c) {
         fail_usage("--lr-schedule %s: choose cosine, WarmupLR, WarmupDecayLR or WarmupCosineLR", c->lr_schedule);
     if (strcmp(c->warmup_type, "log") && strcmp(c->warmup_type, "linear"))
         fail_usage("--warmup-type %s: choose log or linear", c->warmup_type);
+    // the optimizer takes the rate in fp32, where a value below FLT_MIN is subnormal or 0: no update
+    char lr[PATH_MAX + 512];
+    if (c->lr < FLT_MIN)
+        fail_usage("%s is below %g, the smallest normal fp32 number: the optimizer computes in fp32, where this "
+                   "rate is 0 or keeps few digits, so the run would learn nothing; give at least %g",
+                   named(c, "lr", c->lr, lr, sizeof lr), FLT_MIN, FLT_MIN);
     if (ours && (settings_given(s, "warmup-type") || settings_given(s, "warmup-start-frac")))
         fail_usage("--warmup-type and --warmup-start-frac shape DeepSpeed's schedules; the cosine schedule warms up "
                    "linearly from lr/warmup (add --lr-schedule WarmupCosineLR)");
@@ -151,6 +157,33 @@ static void check_formats(const TrainConfig *c) {
                    "keeps each block's input alone (here --recompute %s): add --recompute full", c->recompute);
     if (c->init_from && c->resume)
         fail_usage("--init-from and --resume both set the weights: a checkpoint of ours already holds them");
+}
+
+// `v` with each byte that is not part of a UTF-8 character as \xNN (malloc'd).
+static char *shown_escaped(const char *v) {
+    char *out = xmalloc(4 * strlen(v) + 1), *o = out;
+    while (*v) {
+        size_t ok = flags_utf8_prefix(v);
+        memcpy(o, v, ok);
+        o += ok;
+        v += ok;
+        if (*v) o += sprintf(o, "\\x%02x", (unsigned char)*v++);
+    }
+    *o = 0;
+    return out;
+}
+
+// The --json record holds every setting as JSON text, which is UTF-8: a
+// string that is not (a file name in Latin-1) is refused before the run,
+// where it failed the record after it.
+static void check_json_text(const Settings *s, const char *json) {
+    for (int i = 0; json && i < s->n; i++) {
+        const FlagSpec *f = &s->item[i].flag;
+        const char *v = f->type == FLAG_STRING ? *(const char *const *)f->dst : NULL;
+        if (!v || !v[flags_utf8_prefix(v)]) continue;
+        fail_usage("--%s %s is not UTF-8 text, and the --json record holds every setting as JSON text, which must "
+                   "be: give it a name in UTF-8 (rename the file), or leave out --json", f->name, shown_escaped(v));
+    }
 }
 
 void train_config_parse(TrainConfig *c, void *stage_ctx, int argc, char **argv, const Strategy *s) {
@@ -333,6 +366,7 @@ void train_config_parse(TrainConfig *c, void *stage_ctx, int argc, char **argv, 
     ds_config_free(&ds);
     flags_parse(argc, argv, specs, NSHARED + nstage, usage);
     settings_after_parse(&c->settings, specs, NSHARED + nstage);
+    check_json_text(&c->settings, c->json);
     check_formats(c);
     check_precision(c);
 

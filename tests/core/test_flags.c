@@ -131,6 +131,24 @@ static void test_value_text_is_exact(void **state) {
     assert_string_not_equal(buf, "0.3");
 }
 
+// What JSON's UTF-8 takes (and jansson's encoder): the valid prefix ends
+// at a stray byte, a cut character, an overlong form, a surrogate or past U+10FFFF.
+static void test_utf8_prefix(void **state) {
+    (void)state;
+    const struct {
+        const char *text;
+        size_t ok;
+    } cases[] = {
+        {"plain.txt", 9},         {"caf\xc3\xa9.txt", 9},      {"caf\xe9.txt", 3},
+        {"\xf0\x9f\x98\x80!", 5}, {"cut \xe2\x82", 4},         {"\xc0\xaf overlong", 0},
+        {"\xe0\x80\xaf", 0},       {"\xed\xa0\x80 surrogate", 0}, {"\xf4\x90\x80\x80", 0},
+        {"\x80 alone", 0},         {"", 0},
+    };
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++)
+        if (flags_utf8_prefix(cases[i].text) != cases[i].ok)
+            fail_msg("case %zu: %zu bytes valid, expected %zu", i, flags_utf8_prefix(cases[i].text), cases[i].ok);
+}
+
 // A numeric flag with no range is a bug in the program's table: the first
 // parse stops with an internal error (status 1), whatever the command line.
 static void parse_unranged(void) {
@@ -159,6 +177,7 @@ int main(void) {
         cmocka_unit_test(test_range_text),
         cmocka_unit_test(test_value_text_is_exact),
         cmocka_unit_test(test_spec_without_range_is_a_bug),
+        cmocka_unit_test(test_utf8_prefix),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -100,6 +100,42 @@ static void test_memory_math_large_figures(void **state) {
     free(out);
 }
 
+// Resident peak (KB) and exit status of a trainer command that must be refused; its error line into *out.
+static double refused_peak_kb(const char *cmd, char **out) {
+    char py[1024];
+    snprintf(py, sizeof py, "python3 -c \"import resource, subprocess, sys; "
+             "r = subprocess.run(sys.argv[1], shell=True, capture_output=True, text=True); "
+             "print(r.returncode, resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss, r.stderr.strip())\" '%s'",
+             cmd);
+    assert_int_equal(test_run(py, out), 0);
+    int rc = -1;
+    double kb = 0;
+    if (sscanf(*out, "%d %lf", &rc, &kb) != 2 || rc != 2) fail_msg("%s: expected exit 2; got:\n%s", cmd, *out);
+    return kb;
+}
+
+// Issue 49, item 22: a 1 GB --data of NUL bytes was read whole (2 bytes a
+// token: 2 GB of memory) before the NUL check refused it. The check now
+// meets the first block that holds a NUL: a 512 MB file (sparse: all NULs)
+// is refused at byte 0 within 64 MB of a refusal that reads nothing (the
+// whole file as tokens is 1 GB).
+static void test_nul_data_refused_before_read(void **state) {
+    (void)state;
+    char root[64], cmd[512], *out = NULL;
+    assert_int_equal(test_make_dir(root, sizeof root, "nul-data"), 0);
+    snprintf(cmd, sizeof cmd, "truncate -s 512M %s/nul.txt", root);
+    assert_int_equal(test_run(cmd, NULL), 0);
+    snprintf(cmd, sizeof cmd, "./zero2 --model tiny --steps 1 --data %s/none.txt", root);
+    double base_kb = refused_peak_kb(cmd, &out);
+    free(out);
+    snprintf(cmd, sizeof cmd, "./zero2 --model tiny --steps 1 --data %s/nul.txt", root);
+    double kb = refused_peak_kb(cmd, &out);
+    if (kb > base_kb + 64 * 1024 || !strstr(out, "a NUL byte at byte 0: not a text file"))
+        fail_msg("expected a NUL at byte 0 within 64 MB of %.0f KB resident; got %.0f KB:\n%s", base_kb, kb, out);
+    free(out);
+    assert_int_equal(test_remove_dir(root), 0);
+}
+
 static int group_setup(void **state) {
     (void)state;
     return need_paths("test_bad_input", (const char *const[]){"./zero2", "./memory_math", NULL});
@@ -112,6 +148,7 @@ int main(void) {
         cmocka_unit_test(test_activation_combinations),
         cmocka_unit_test(test_help_shows_ranges),
         cmocka_unit_test(test_memory_math_large_figures),
+        cmocka_unit_test(test_nul_data_refused_before_read),
     };
     return cmocka_run_group_tests(tests, group_setup, NULL);
 }

@@ -9,9 +9,16 @@
 // - a switched core that fails the self-test is undone (a second restart),
 //   and the run trains on the detected kernels, saying why;
 // - a core set in the environment is never overridden, and a core that
-//   OpenBLAS identified is kept: no restart.
+//   OpenBLAS identified is kept: no restart;
+// - the core's name reaches the JSON record escaped, and the restart's
+//   markers are believed only from the restart;
+// - a core set in the environment that needs more than the CPU has is
+//   refused in one line (an AVX2-only CPU simulated by ZW_CPU_ISA=AVX2), and
+//   a name OpenBLAS has no kernels for is said to be one;
+// - a trainer started through the dynamic loader restarts through it.
 // The best core is read from /proc/cpuinfo's flags here, apart from the
 // cpuid code under test.
+#include <jansson.h>
 #include <libgen.h>
 #include <limits.h>
 #include <unistd.h>
@@ -149,6 +156,144 @@ static void test_identified_core_is_kept(void **state) {
     free(out), free(json);
 }
 
+// Issue 49, item 18: OPENBLAS_CORETYPE went into the record's "device"
+// string as it was, so 'Zen","stage":"zero1' changed the record's stage and
+// a lone '"' made it invalid JSON. The record parses, its stage is the
+// run's, and its device is the header's, to the byte (a byte that is not
+// UTF-8 becomes U+FFFD there, as JSON text must be UTF-8).
+static void test_core_name_escaped_in_the_record(void **state) {
+    Ctx *c = *state;
+    const char *cores[] = {"'Zen\",\"stage\":\"zero1'", "'\"'", "'back\\slash'", "$'Zen\\xe9'"};
+    for (int i = 0; i < 4; i++) {
+        char name[32], *out, *json;
+        snprintf(name, sizeof name, "escaped-%d", i);
+        run_counted(c, name, cores[i], "Prescott", NULL, &out, &json);
+        json_error_t e;
+        json_t *j = json_loads(json, 0, &e);
+        if (!j) fail_msg("OPENBLAS_CORETYPE=%s: the record is not JSON (%s):\n%s", cores[i], e.text, json);
+        const char *stage = json_string_value(json_object_get(j, "stage"));
+        const char *device = json_string_value(json_object_get(j, "device"));
+        if (!stage || strcmp(stage, "dp_baseline") != 0 || !device)
+            fail_msg("OPENBLAS_CORETYPE=%s: the record's stage is %s, its device %s", cores[i], stage, device);
+        int latin1 = strstr(cores[i], "xe9") != NULL;
+        if (!latin1 && !strstr(out, device))
+            fail_msg("OPENBLAS_CORETYPE=%s: the record's device \"%s\" is not the header's:\n%s", cores[i], device,
+                     out);
+        if (latin1 && strstr(out, "Zen\xe9") && !strstr(device, "Zen\xef\xbf\xbd"))
+            fail_msg("OPENBLAS_CORETYPE=%s: expected Zen and U+FFFD in the record's device \"%s\"", cores[i], device);
+        json_decref(j);
+        free(out), free(json);
+    }
+}
+
+// Issue 49, item 18: ZW_BLAS_KEPT or ZW_BLAS_CHOSEN set by hand made the
+// header say a switch had been undone, or made, that never was (and KEPT
+// stopped the switch). Markers that are not the restart's are dropped.
+static void test_markers_only_from_the_restart(void **state) {
+    Ctx *c = *state;
+    char prefix[CMD_LEN / 2], cmd[CMD_LEN], log[PATH_LEN], *out = NULL;
+    snprintf(log, sizeof log, "%s/markers.log", c->root);
+    env_prefix(c, prefix, sizeof prefix, "Prescott", "Prescott", NULL, log);
+    snprintf(cmd, sizeof cmd, "%s ZW_BLAS_CHOSEN='Zen>Prescott' ZW_BLAS_KEPT='Prescott>SkylakeX:made up' "
+             "./dp_baseline --model tiny --steps 1", prefix);
+    run_ok(cmd, &out);
+    if (strstr(out, "made up") || strstr(out, "chosen: detected Zen") || !strstr(out, "OpenBLAS Prescott ("))
+        fail_msg("the header believes markers set by hand:\n%s", out);
+    free(out);
+    if (!c->best[0]) return;
+    // a KEPT set by hand no longer stops the switch from the fallback core
+    env_prefix(c, prefix, sizeof prefix, NULL, "Prescott", NULL, log);
+    snprintf(cmd, sizeof cmd, "%s ZW_BLAS_KEPT='Prescott>%s:made up' ./dp_baseline --model tiny --steps 1", prefix,
+             c->best);
+    run_ok(cmd, &out);
+    char want[128];
+    snprintf(want, sizeof want, "OpenBLAS %s (chosen: detected Prescott below this CPU's", c->best);
+    if (strstr(out, "made up") || !strstr(out, want)) fail_msg("expected \"%s\":\n%s", want, out);
+    free(out);
+}
+
+// Issue 49, item 7: OPENBLAS_CORETYPE=SkylakeX on an AVX2-only CPU died with
+// SIGILL in sgemm_kernel_SKYLAKEX, and a name OpenBLAS ignores ("garbage",
+// which runs the detected core) was reported as the core that ran. An
+// AVX2-only CPU is simulated here with ZW_CPU_ISA=AVX2.
+static void expect_one_line(const char *cmd, int status, const char *want) {
+    char *out = NULL;
+    int rc = test_run(cmd, &out);
+    if (rc != status || !strstr(out, want) || strchr(out, '\n') != out + strlen(out) - 1)
+        fail_msg("%s: expected exit %d and one line with '%s'; got exit %d:\n%s", cmd, status, want, rc, out);
+    free(out);
+}
+
+static void test_core_beyond_the_cpu_refused(void **state) {
+    Ctx *c = *state;
+    char prefix[CMD_LEN / 2], cmd[CMD_LEN], log[PATH_LEN];
+    snprintf(log, sizeof log, "%s/beyond.log", c->root);
+    env_prefix(c, prefix, sizeof prefix, "SkylakeX", "Prescott", NULL, log);
+    snprintf(cmd, sizeof cmd, "%s ZW_CPU_ISA=AVX2 timeout 120 mpirun -np 2 ./dp_baseline --model tiny --steps 1",
+             prefix);
+    expect_one_line(cmd, 2, "error: OPENBLAS_CORETYPE=SkylakeX runs OpenBLAS's SkylakeX kernels, written for AVX-512, "
+                            "which this CPU lacks (it has AVX2); hint: unset OPENBLAS_CORETYPE, or set it to Haswell");
+    // the simulated CPU's own choice: a fallback goes up to Haswell, not SkylakeX
+    if (c->best[0] && strcmp(c->best, "Sandybridge") != 0) {
+        char *out = NULL;
+        env_prefix(c, prefix, sizeof prefix, NULL, "Prescott", NULL, log);
+        snprintf(cmd, sizeof cmd, "%s ZW_CPU_ISA=AVX2 mpirun -np 2 ./dp_baseline --model tiny --steps 1", prefix);
+        const char *want = "OpenBLAS Haswell (chosen: detected Prescott below this CPU's AVX2)";
+        if (test_run(cmd, &out) != 0 || !strstr(out, want))
+            fail_msg("%s: expected Haswell chosen for an AVX2 CPU:\n%s", cmd, out);
+        free(out);
+    }
+    snprintf(cmd, sizeof cmd, "env ZW_CPU_ISA=AVX3 ./dp_baseline --model tiny --steps 1");
+    expect_one_line(cmd, 2, "error: ZW_CPU_ISA=AVX3 is no instruction set; give SSE3, AVX, AVX2 or AVX-512");
+}
+
+static void test_unknown_core_named_as_such(void **state) {
+    Ctx *c = *state;
+    char prefix[CMD_LEN / 2], cmd[CMD_LEN], log[PATH_LEN], *out = NULL;
+    snprintf(log, sizeof log, "%s/garbage.log", c->root);
+    env_prefix(c, prefix, sizeof prefix, "garbage", "Prescott", NULL, log);
+    snprintf(cmd, sizeof cmd, "%s ./dp_baseline --model tiny --steps 1", prefix);
+    assert_int_equal(test_run(cmd, &out), 0);
+    if (!strstr(out, "(OPENBLAS_CORETYPE=garbage names no kernel set of this OpenBLAS)") || strstr(out, "set by"))
+        fail_msg("%s: expected the core that runs and the name said to be none:\n%s", cmd, out);
+    free(out);
+}
+
+// Issue 49, item 8: started through the dynamic loader ('ld.so ./zero2
+// --model tiny'), the restart ran /proc/self/exe, ld.so itself, with main's
+// argv and died with "unrecognized option '--model'". It now restarts as the
+// process was started: here ld.so preloads the shim by its own option,
+// which only a restart that keeps ld.so's whole command line keeps.
+static void test_restart_through_the_loader(void **state) {
+    Ctx *c = *state;
+    if (!c->best[0]) skip();
+    char *ld = NULL;
+    test_run("readelf -lW ./dp_baseline | sed -n 's/.*interpreter: \\(.*\\)]/\\1/p'", &ld);
+    ld[strcspn(ld, "\n")] = 0;
+    if (!ld[0]) {  // a static program: no loader
+        free(ld);
+        skip();
+    }
+    const char *bad[] = {NULL, c->best};  // a switch kept, and one undone by the self-test
+    for (int i = 0; i < 2; i++) {
+        char cmd[CMD_LEN], log[PATH_LEN], want[160], *out = NULL;
+        snprintf(log, sizeof log, "%s/loader-%d.log", c->root, i);
+        snprintf(cmd, sizeof cmd, "env -u OPENBLAS_CORETYPE -u ZW_BLAS_CHOSEN -u ZW_BLAS_KEPT SHIM_LOG=%s "
+                 "SHIM_DETECT=Prescott%s%s mpirun -np 2 %s --preload %s ./dp_baseline --model tiny --steps 2", log,
+                 bad[i] ? " SHIM_BAD_CORE=" : "", bad[i] ? bad[i] : "", ld, c->preload);
+        if (bad[i]) snprintf(want, sizeof want, "OpenBLAS Prescott (kept: %s failed the self-test: sgemm", c->best);
+        else snprintf(want, sizeof want, "OpenBLAS %s (chosen: detected Prescott below this CPU's", c->best);
+        int rc = test_run(cmd, &out);
+        char *text = read_file(log, NULL);
+        int images = text ? count_lines(text) / 2 : 0;
+        if (rc != 0 || !strstr(out, want) || images != 2 + i)
+            fail_msg("%s: expected exit 0, \"%s\" and %d images per rank; exit %d, %d images:\n%s", cmd, want, 2 + i,
+                     rc, images, out);
+        free(text), free(out);
+    }
+    free(ld);
+}
+
 // ---- set-up ----
 
 // The best core from the kernel's view of the CPU (its first flags line).
@@ -214,6 +359,11 @@ int main(void) {
         cmocka_unit_test(test_core_failing_self_test_is_undone),
         cmocka_unit_test(test_environment_core_is_never_overridden),
         cmocka_unit_test(test_identified_core_is_kept),
+        cmocka_unit_test(test_core_name_escaped_in_the_record),
+        cmocka_unit_test(test_markers_only_from_the_restart),
+        cmocka_unit_test(test_core_beyond_the_cpu_refused),
+        cmocka_unit_test(test_unknown_core_named_as_such),
+        cmocka_unit_test(test_restart_through_the_loader),
     };
     return cmocka_run_group_tests(tests, group_setup, group_teardown);
 }

@@ -4,7 +4,8 @@
 // checkpoint there whole and says so truthfully (item 1); a trainer's
 // outputs may not lie inside the checkpoint it resumes from (item 2); a
 // manifest's optimizer fields edited out of their flags' ranges are refused
-// on resume, not trained on (item 10).
+// on resume, not trained on (item 10); a run saves only into a folder of
+// its own checkpoints (issue 49, item 3).
 #include <sys/stat.h>
 #include "runs.h"
 
@@ -112,6 +113,63 @@ static void test_outputs_outside_the_resumed_checkpoint(void **state) {
     expect_verified(ck, 1);
 }
 
+// `cat FILE` must print `want`.
+static void expect_file_text(const char *path, const char *want) {
+    char cmd[CMD_LEN], *out = NULL;
+    snprintf(cmd, sizeof cmd, "cat %s", path);
+    run_ok(cmd, &out);
+    if (strcmp(out, want) != 0) fail_msg("%s holds '%s', expected '%s'", path, out, want);
+    free(out);
+}
+
+// Issue 49, item 3: --save DIR wrote over a user's DIR/lock and DIR/latest,
+// and a second run (another seed and LR) saved step 1 into a folder holding
+// another run's steps 2 and 4, its `latest` then naming that step 1, so that
+// --resume DIR went on with the wrong run. A run saves only into a new or
+// empty folder or one holding checkpoints of the same run, as the manifests
+// record it (model, seed, data, global batch, settings of the update).
+static void test_save_folder_of_another_run_refused(void **state) {
+    Ctx *c = *state;
+    char cmd[CMD_LEN], dir[PATH_LEN], path[PATH_LEN + 32];
+    const char *theirs[][3] = {{"lock", "its lock file %s/lock is not one a run left"},
+                               {"latest", "holds latest, which no save wrote"},
+                               {"notes.txt", "holds notes.txt, which no save wrote"}};
+    for (int i = 0; i < 3; i++) {
+        snprintf(dir, sizeof dir, "%s/users-%d", c->root, i);
+        snprintf(path, sizeof path, "%s/%s", dir, theirs[i][0]);
+        snprintf(cmd, sizeof cmd, "mkdir -p %s && echo mine > %s", dir, path);
+        run_ok(cmd, NULL);
+        char want[PATH_LEN + 128];
+        snprintf(want, sizeof want, theirs[i][1], dir);
+        snprintf(cmd, sizeof cmd, "./zero2 --model tiny --steps 1 --quiet --save %s", dir);
+        free(expect_refusal(cmd, want));
+        expect_file_text(path, "mine\n");
+        assert_false(exists(dir, "step-00000001") || (i != 1 && exists(dir, "latest")));
+    }
+    char ck[PATH_LEN], latest[PATH_LEN + 32];
+    snprintf(ck, sizeof ck, "%s/two-runs", c->root);
+    snprintf(latest, sizeof latest, "%s/latest", ck);
+    snprintf(cmd, sizeof cmd, "./zero2 --model tiny --steps 4 --save-every 2 --quiet --save %s", ck);
+    run_ok(cmd, NULL);
+    const char *others[][2] = {{"--seed 7 --lr 0.002", "(another seed: 1337 there, 7 here)"},
+                               {"", "(other settings of the update, there -> here: --steps 4 -> 1)"},
+                               {"--batch 2", "(another global batch: 4 rows of 32 tokens there, 2 of 32 here)"}};
+    for (int i = 0; i < 3; i++) {
+        snprintf(cmd, sizeof cmd, "./zero2 --model tiny --steps 1 --quiet %s --save %s", others[i][0], ck);
+        free(expect_refusal(cmd, others[i][1]));
+    }
+    expect_file_text(latest, "step-00000004\n");
+    assert_false(exists(ck, "step-00000001"));
+    // the same run goes on saving there, at another rank count too
+    snprintf(cmd, sizeof cmd, "./zero2 --model tiny --steps 6 --save-every 2 --quiet --resume %s --save %s", ck, ck);
+    run_ok(cmd, NULL);
+    snprintf(cmd, sizeof cmd, "mpirun -np 2 ./zero3 --model tiny --batch 2 --steps 8 --quiet --resume %s --save %s",
+             ck, ck);
+    run_ok(cmd, NULL);
+    expect_file_text(latest, "step-00000008\n");
+    expect_verified(ck, 2);
+}
+
 // A resume from a copy of `ck` with manifest line `key = value` must be
 // refused with `want`.
 static void expect_resume_refused(Ctx *c, const char *ck, const char *line, const char *want) {
@@ -147,6 +205,7 @@ int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_save_never_damages_a_checkpoint),
         cmocka_unit_test(test_outputs_outside_the_resumed_checkpoint),
+        cmocka_unit_test(test_save_folder_of_another_run_refused),
         cmocka_unit_test(test_damaged_optimizer_fields_refused),
     };
     return cmocka_run_group_tests(tests, setup, run_dir_teardown);

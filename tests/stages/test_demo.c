@@ -4,7 +4,9 @@
 // interleaved timing rounds into medians with their spread and each stage's
 // ratio to dp_baseline round by round, saying where a ratio's range holds 1;
 // scripts/demo.sh runs those rounds, every stage once a round in a rotated
-// order, and says how long it took. Run from the repository root after make.
+// order, and says how long it took; its note on 3d_parallel's accumulation
+// is measured, and its own build uses the cores. Run from the repository
+// root after make.
 #include <jansson.h>
 #include "runs.h"
 
@@ -84,10 +86,52 @@ static void test_demo_interleaves(void **state) {
     assert_int_equal(test_remove_dir(dir), 0);
 }
 
+// Issue 49, item 12: the note under the table said 3d_parallel and
+// dp_baseline with the same accumulation "agree within the test's tolerance
+// (1e-3)", where the demo's own runs were 0.13 apart at a loss spike. The
+// note is the runs' measured difference: two records written by hand, 1e-7
+// apart at step 1 and 0.132 at step 4.
+static void test_accum_note_measured(void **state) {
+    (void)state;
+    char root[64], path[128], cmd[CMD_LEN], *out = NULL;
+    assert_int_equal(test_make_dir(root, sizeof root, "demo-note"), 0);
+    snprintf(path, sizeof path, "%s/runs.json", root);
+    FILE *f = fopen(path, "w");
+    assert_non_null(f);
+    fprintf(f, "{\"stage\":\"3d_parallel\",\"grad_accum\":4,\"first_step\":0,\"losses\":[5.5,4.9,4.1,3.983,3.7]}\n"
+               "{\"stage\":\"dp_baseline\",\"grad_accum\":4,\"first_step\":0,"
+               "\"losses\":[5.5000001,4.9001,4.1003,3.851,3.69]}\n");
+    fclose(f);
+    snprintf(cmd, sizeof cmd, "python3 scripts/demo_accum_note.py %s", path);
+    run_ok(cmd, &out);
+    expect_in(out, "their losses differ by 1e-07 at step 1 and by at most 0.132, at step 4 (3.9830 against 3.8510)");
+    if (strstr(out, "tolerance")) fail_msg("the note claims a tolerance:\n%s", out);
+    free(out);
+    assert_int_equal(test_remove_dir(root), 0);
+}
+
+// Issue 49, item 13: make demo's own build, started from make's recipe,
+// warned "jobserver unavailable: using -j1" and built on one core. Through
+// make -j2, with the set-up (its build) and the smallest demo.
+static void test_demo_build_uses_the_cores(void **state) {
+    (void)state;
+    char dir[256], cmd[CMD_LEN], *out = NULL;
+    if (make_disk_dir(dir, sizeof dir, "test_demo_make")) fail_msg("no folder on a disk for infinity's swap files");
+    snprintf(cmd, sizeof cmd, "DEMO_MODEL=tiny DEMO_STEPS=2 DEMO_ROUNDS=1 DEMO_SPEED_STEPS=2 DEMO_OUT=%s "
+             "make -j2 --no-print-directory demo NP=2", dir);
+    run_ok(cmd, &out);
+    if (strstr(out, "jobserver unavailable")) fail_msg("make demo's build ran on one core:\n%s", out);
+    expect_in(out, "make demo: ");
+    free(out);
+    assert_int_equal(test_remove_dir(dir), 0);
+}
+
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_speed_table),
         cmocka_unit_test(test_demo_interleaves),
+        cmocka_unit_test(test_accum_note_measured),
+        cmocka_unit_test(test_demo_build_uses_the_cores),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

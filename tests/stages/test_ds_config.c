@@ -203,7 +203,7 @@ static void test_many_unknown_keys(void **state) {
     write_config(c, "many.json", text, path);
     snprintf(cmd, sizeof cmd, "./zero2 --model tiny --steps 1 --quiet --deepspeed-config %s", path);
     char *out = NULL;
-    json_t *rec = run(c, "many", cmd, &out);
+    json_t *rec = run(c, "many-run", cmd, &out);
     assert_true(setting(rec, "batch", "config", NULL) == 3);
     if (!strstr(out, "ignored: unknown_0, unknown_1,") || !strstr(out, " more\n"))
         fail_msg("no ignored line naming the first keys and counting the rest:\n%.600s", out);

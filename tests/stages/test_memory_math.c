@@ -3,7 +3,8 @@
 // forms against what states_alloc really allocates, states_init's values (of
 // the whole layout and of ranges of it), and the memory_math binary
 // (--measure under mpirun, --json, bad input, the planner's step times
-// against the ring formulas).
+// against the ring formulas, ZeRO++'s mean bytes over the ranks in closed
+// form at the flags' largest --ranks).
 #include <math.h>
 #include "testutil.h"
 #include "device.h"
@@ -11,6 +12,7 @@
 #include "act_math.h"
 #include "mem_math.h"
 #include "states.h"
+#include "zeropp_math.h"
 
 static void test_paper_example(void **state) {
     (void)state;
@@ -678,6 +680,64 @@ static void test_binary_zeropp(void **state) {
     }
 }
 
+// Issue 49 item 5: the mean over ranks was a loop over every rank of a loop
+// over every rank, with a stack array of --ranks counts: 37 s at 8192
+// ranks, and SIGSEGV at the flag's maximum. The closed form is the mean of
+// every rank's own bytes (zeropp_hop_bytes), and the maximum answers at once.
+static void test_zeropp_mean_of_every_rank(void **state) {
+    (void)state;
+    const char *models[] = {"tiny", "small"};
+    const int ranks[][2] = {{4, 2}, {6, 3}, {12, 4}, {12, 12}, {30, 5}};  // N, P
+    const ZeroPPConfig modes[] = {{.hpz = 1, .grad_bits = 8, .block = 256},
+                                  {.quantize_grads = 1, .hpz = 1, .grad_bits = 8, .block = 256},
+                                  {.quantize_weights = 1, .quantize_grads = 1, .hpz = 1, .grad_bits = 4, .block = 96},
+                                  {.quantize_weights = 1, .quantize_grads = 1, .hpz = 2, .grad_bits = 8, .block = 40}};
+    for (int m = 0; m < 2; m++)
+        for (int r = 0; r < 5; r++)
+            for (int c = 0; c < 4; c++) {
+                GPTConfig cfg;
+                GPTLayout l;
+                Partition p;
+                assert_true(gpt_preset(models[m], &cfg));
+                gpt_layout(&l, &cfg);
+                int N = ranks[r][0], hosts = N / ranks[r][1];
+                partition_init(&p, l.num_params, N, 0);
+                size_t cap = zero_bucket_elems(0.05, &p);  // several buckets, each across several shards
+                HopBytes mean, one, sum = {0};
+                zeropp_hop_bytes_mean(&l, &p, hosts, 1, cap, &modes[c], &mean);
+                for (int q = 0; q < N; q++) {
+                    zeropp_hop_bytes(&l, &p, hosts, 1, cap, &modes[c], q, &one);
+                    for (int h = 0; h < HOP_COUNT; h++) sum.intra[h] += one.intra[h], sum.cross[h] += one.cross[h];
+                }
+                for (int h = 0; h < HOP_COUNT; h++)
+                    if (!test_close(mean.intra[h], sum.intra[h] / N, 1e-6, 1e-12) ||
+                        !test_close(mean.cross[h], sum.cross[h] / N, 1e-6, 1e-12) ||
+                        mean.collectives[h] != one.collectives[h])
+                        fail_msg("%s N=%d H=%d mode %d hop %d: mean %.6f/%.6f (%g), every rank's %.6f/%.6f (%g)",
+                                 models[m], N, hosts, c, h, mean.intra[h], mean.cross[h], mean.collectives[h],
+                                 sum.intra[h] / N, sum.cross[h] / N, one.collectives[h]);
+            }
+}
+
+static void test_binary_zeropp_at_most_ranks(void **state) {
+    (void)state;
+    const char *runs[] = {"--ranks 1048576 --ranks-per-host 2",
+                          "--ranks 1048576 --ranks-per-host 2 --quantize-weights --hpz-size 2 --quantize-grads",
+                          "--ranks 65536 --ranks-per-host 8 --quantize-grads --link-gbps 100 --gflops 1000"};
+    for (int i = 0; i < 3; i++) {
+        char cmd[256], *out = NULL;
+        snprintf(cmd, sizeof cmd, "timeout 30 ./memory_math --model tiny %s --json", runs[i]);
+        int rc = test_run(cmd, &out);
+        if (rc != 0 || !strstr(out, "\"zeropp\":{\"modes\""))
+            fail_msg("%s: exit %d (124: over 30 s), expected the ZeRO++ modes:\n%.300s", cmd, rc, out);
+        // zero3's rings cross hosts on H of their N links: with P = 2 as many bytes across as inside
+        double across = mode_number(out, "zero3", "across_bytes"), in_host = mode_number(out, "zero3", "in_host_bytes");
+        if (i < 2 && !(across > 0 && across == in_host))
+            fail_msg("%s: zero3 moves %.2f B in the host and %.2f B across", cmd, in_host, across);
+        free(out);
+    }
+}
+
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_paper_example),
@@ -700,6 +760,8 @@ int main(void) {
         cmocka_unit_test(test_binary_zeropp),
         cmocka_unit_test(test_binary_bad_input),
         cmocka_unit_test(test_binary_planner),
+        cmocka_unit_test(test_zeropp_mean_of_every_rank),
+        cmocka_unit_test(test_binary_zeropp_at_most_ranks),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -322,6 +322,27 @@ static int group_teardown(void **state) {
     return rc;
 }
 
+// Issue 49, item 22: an fp16 overflow's step line printed its norm as
+// "-nan"; it prints "nan", unsigned, beside the OVERFLOW it is.
+static void test_overflow_norm_unsigned(void **state) {
+    (void)state;
+    char *out = NULL;
+    run_ok("./zero2 --model tiny --steps 3 --precision fp16 --inject-overflow 2", &out);
+    if (strstr(out, "-nan") || !strstr(out, "| norm     nan | scale 65536 OVERFLOW, step skipped"))
+        fail_msg("step 2's norm is not printed as nan:\n%s", out);
+    free(out);
+}
+
+// Issue 49, item 22: --lr 1e-320 was accepted and trained with a rate of 0
+// in fp32 (the step lines said lr 0.00e+00). A rate below FLT_MIN is
+// refused; 1e-12, which the demo uses, still trains.
+static void test_lr_below_fp32_refused(void **state) {
+    (void)state;
+    free(expect_refusal("./zero2 --model tiny --steps 2 --lr 1e-320", "is below 1.17549e-38, the smallest normal "
+                        "fp32 number"));
+    run_ok("./zero2 --model tiny --steps 1 --quiet --lr 1e-12", NULL);
+}
+
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_stages_equal_under_fp16),
@@ -331,6 +352,8 @@ int main(void) {
         cmocka_unit_test(test_resume_mid_window),
         cmocka_unit_test(test_tutorial_config),
         cmocka_unit_test(test_refusals),
+        cmocka_unit_test(test_overflow_norm_unsigned),
+        cmocka_unit_test(test_lr_below_fp32_refused),
         cmocka_unit_test(test_accumulator_bytes),
         cmocka_unit_test(test_accumulator_at_one_micro_batch_changes_nothing),
         cmocka_unit_test(test_fp32_accumulation_keeps_the_batch_gradient),

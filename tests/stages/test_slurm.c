@@ -166,6 +166,22 @@ static void test_folder_not_made_by_up_left_alone(void **state) {
     if (test_run(cmd, NULL) != 0) fail_msg("the folder %s/theirs was changed or removed", c->root);
 }
 
+// Issue 49, item 22: ZW_SLURM_DIR with a space went into slurm.conf's
+// paths, which end at a space: up failed with "slurmctld did not start: "
+// and an empty reason (exit 1). A space or '#' in it is refused in one
+// line before anything is made. (No Slurm is needed: the name is refused first.)
+static void test_folder_name_slurm_conf_cannot_hold(void **state) {
+    Ctx *c = *state;
+    char cmd[CMD_LEN];
+    const char *names[] = {"with space", "with#hash"};
+    for (int i = 0; i < 2; i++) {
+        snprintf(cmd, sizeof cmd, "ZW_SLURM_DIR='%s/%s' ZW_SLURM_PORT=7917 " SLURM " up", c->root, names[i]);
+        free(expect_refusal(cmd, "which slurm.conf cannot hold in a path"));
+        snprintf(cmd, sizeof cmd, "test ! -e '%s/%s'", c->root, names[i]);
+        if (test_run(cmd, NULL) != 0) fail_msg("up made %s/%s", c->root, names[i]);
+    }
+}
+
 // What is left of this Slurm's jobs and files (empty when nothing): a
 // slurmstepd or srun started with its SLURM_CONF that is not a zombie, a
 // task matching `pattern`, its folder, a PMIx folder in /tmp.
@@ -260,6 +276,7 @@ int main(void) {
         cmocka_unit_test(test_srun_passes_exit_status),
         cmocka_unit_test(test_second_up_refused),
         cmocka_unit_test(test_folder_not_made_by_up_left_alone),
+        cmocka_unit_test(test_folder_name_slurm_conf_cannot_hold),
         cmocka_unit_test(test_down_after_slurmd_lost),
         cmocka_unit_test(test_down_leaves_nothing),
     };

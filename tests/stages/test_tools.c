@@ -102,6 +102,38 @@ static void test_plot_runs_zeropp(void **state) {
     assert_int_equal(test_remove_dir(root), 0);
 }
 
+// Issue 49, item 22: a record whose zeropp.hpz was the string "2" ended
+// plot_runs.py in a traceback (TypeError), as did a line that is not JSON;
+// and a one-rank ZeRO++ run (no byte by hop) in a gnuplot error and a
+// traceback. Each bad line is refused in one line naming it, exit 2; the
+// one-rank run is drawn without its hosts picture.
+static void test_plot_runs_bad_records(void **state) {
+    (void)state;
+    char root[64], cmd[CMD_LEN], *out = NULL;
+    assert_int_equal(test_make_dir(root, sizeof root, "plot-bad"), 0);
+    snprintf(cmd, sizeof cmd, "./zero3 --model tiny --steps 2 --quiet --quantize-weights --json %s/one.json && "
+             "python3 scripts/plot_runs.py %s/one.json %s/one", root, root, root);
+    run_ok(cmd, &out);
+    if (!strstr(out, "pictures: ") || strstr(out, "_hosts.png")) fail_msg("the one-rank run is not drawn:\n%s", out);
+    free(out);
+    const char *edits[][2] = {
+        {"r['zeropp']['hpz'] = '2'", "line 1: zeropp.hpz is \"2\", where a trainer's record has a whole number"},
+        {"r['losses'][1] = 'x'", "line 1: losses[1] is \"x\", where a trainer's record has a number"},
+        {"del r['stage']", "line 1: it has no \"stage\""},
+        {"r = 'x'", "line 1: it is \"x\", not a JSON object"},
+    };
+    for (size_t i = 0; i < sizeof edits / sizeof edits[0]; i++) {
+        snprintf(cmd, sizeof cmd, "python3 -c \"import json; r = json.loads(open('%s/one.json').read()); %s; "
+                 "open('%s/bad.json', 'w').write(json.dumps(r) + '\\n')\" && python3 scripts/plot_runs.py "
+                 "%s/bad.json %s/bad", root, edits[i][0], root, root, root);
+        free(expect_refusal(cmd, edits[i][1]));
+    }
+    snprintf(cmd, sizeof cmd, "echo 'not json' > %s/bad.json && python3 scripts/plot_runs.py %s/bad.json %s/bad",
+             root, root, root);
+    free(expect_refusal(cmd, "line 1: it is not JSON (Expecting value"));
+    assert_int_equal(test_remove_dir(root), 0);
+}
+
 // Issue 39 item 4: labels went into gnuplot's title '...' as they were: a
 // record whose stage is  zero2' ; system('touch F') ; x='  made gnuplot run
 // touch, and a plain apostrophe ended the plot in a gnuplot error. Item 19:
@@ -283,6 +315,7 @@ int main(void) {
         cmocka_unit_test(test_plot_runs),
         cmocka_unit_test(test_plot_runs_strings),
         cmocka_unit_test(test_plot_runs_zeropp),
+        cmocka_unit_test(test_plot_runs_bad_records),
         cmocka_unit_test(test_readme_names_the_pictures),
         cmocka_unit_test(test_compare_needs_a_spread),
         cmocka_unit_test(test_bench_compare),

@@ -212,6 +212,32 @@ static void test_resume_same_bits(void **state) {
     free(whole), free(resumed);
 }
 
+// Issue 49, item 21: --quant-block 33 --quantize-weights was refused for
+// "two 4-bit values" sharing a byte, but qwZ's values are int8; and a qwZ
+// checkpoint resumed without qwZ changed the math with no note, as the
+// manifest did not record ZeRO++'s quantization. An odd block trains with
+// qwZ and 8-bit qgZ (4-bit qgZ alone needs it even); the manifest records
+// the switches, and a resume that changes them says so.
+static void test_odd_block_and_resumed_quantization(void **state) {
+    Ctx *c = *state;
+    char cmd[CMD_LEN], *out = NULL;
+    snprintf(cmd, sizeof cmd, "./zero3 --model tiny --steps 2 --quiet --quantize-weights --quant-block 33 --save "
+             "%s/qwz-ck && mpirun -np 2 ./zero3 --model tiny --steps 2 --quiet --quantize-weights --quantize-grads "
+             "--quant-block 33", c->root);
+    run_ok(cmd, NULL);
+    snprintf(cmd, sizeof cmd, "./zero3 --model tiny --steps 3 --quiet --resume %s/qwz-ck", c->root);
+    run_ok(cmd, &out);
+    if (!strstr(out, "note: this run changes settings that shape the update (--quantize-weights on -> off, "
+                     "--quant-block 33 -> none)"))
+        fail_msg("no note that the resume leaves qwZ off:\n%s", out);
+    free(out);
+    snprintf(cmd, sizeof cmd, "./zero3 --model tiny --steps 3 --quiet --quantize-weights --quant-block 33 --resume "
+             "%s/qwz-ck", c->root);
+    run_ok(cmd, &out);
+    if (strstr(out, "note: this run changes")) fail_msg("the same switches are noted as a change:\n%s", out);
+    free(out);
+}
+
 static void test_ds_config_keys(void **state) {
     Ctx *c = *state;
     char cfg[256], args[512], cmd[CMD_LEN];
@@ -267,7 +293,8 @@ static void test_bad_combinations_refused(void **state) {
         {"./zero3 --model tiny --steps 1 --quantize-grads --grad-quant-bits 6", "give 8 or 4"},
         {"./zero3 --model tiny --steps 1 --grad-quant-bits 4", "add --quantize-grads"},
         {"./zero3 --model tiny --steps 1 --quant-block 64", "both are off"},
-        {"./zero3 --model tiny --steps 1 --quantize-weights --quant-block 33", "even block size"},
+        {"./zero3 --model tiny --steps 1 --quantize-grads --grad-quant-bits 4 --quant-block 33",
+         "--quant-block 33 with --grad-quant-bits 4: qgZ packs two 4-bit values in a byte, both of one block"},
         {"./zero2 --model tiny --steps 1 --quantize-weights", "--quantize-weights"},
         {"./dp_baseline --model tiny --steps 1 --hpz-size 2", "--hpz-size"},
     };
@@ -282,6 +309,7 @@ int main(void) {
         cmocka_unit_test(test_losses_near_zero3),
         cmocka_unit_test(test_fp16_overflow_skips_the_step),
         cmocka_unit_test(test_resume_same_bits),
+        cmocka_unit_test(test_odd_block_and_resumed_quantization),
         cmocka_unit_test(test_ds_config_keys),
         cmocka_unit_test(test_handout_excerpt),
         cmocka_unit_test(test_bad_combinations_refused),

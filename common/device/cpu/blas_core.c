@@ -2,8 +2,10 @@
 //
 // The choice crosses the restart in the environment, which is the only place
 // OpenBLAS reads it from: OPENBLAS_CORETYPE names the core, and
-//   ZW_BLAS_CHOSEN=Detected>Target   marks a core this program switched to,
-//   ZW_BLAS_KEPT=Detected>Target:why marks a switch undone by the self-test.
+//   ZW_BLAS_CHOSEN=PID:Detected>Target   marks a core this program switched to,
+//   ZW_BLAS_KEPT=PID:Detected>Target:why marks a switch undone by the self-test.
+// execv keeps the process id, so a marker is the restart's only when its PID
+// is this process's; one inherited or set by hand is dropped unread.
 #include "blas_core.h"
 #include <cblas.h>
 #include <math.h>
@@ -12,6 +14,7 @@
 #include <string.h>
 #include <strings.h>
 #include <unistd.h>
+#include "check.h"
 
 // OpenBLAS's own (cblas.h declares them in newer releases only)
 char *openblas_get_corename(void);
@@ -20,6 +23,7 @@ char *openblas_get_config(void);
 #define ENV_CORE "OPENBLAS_CORETYPE"
 #define ENV_CHOSEN "ZW_BLAS_CHOSEN"
 #define ENV_KEPT "ZW_BLAS_KEPT"
+#define ENV_ISA "ZW_CPU_ISA"
 
 const char *isa_level_name(IsaLevel isa) {
     switch (isa) {
@@ -33,7 +37,7 @@ const char *isa_level_name(IsaLevel isa) {
 
 // __builtin_cpu_supports reads cpuid and the OS's xgetbv, so a feature the
 // kernel does not save across context switches does not count.
-IsaLevel cpu_isa_level(void) {
+static IsaLevel cpuid_isa_level(void) {
     __builtin_cpu_init();
     if (__builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
         __builtin_cpu_supports("avx512dq") && __builtin_cpu_supports("avx512vl"))
@@ -41,6 +45,21 @@ IsaLevel cpu_isa_level(void) {
     if (__builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma")) return ISA_AVX2;
     if (__builtin_cpu_supports("avx")) return ISA_AVX;
     return ISA_SSE3;
+}
+
+// ZW_CPU_ISA's level: it can only lower cpuid's.
+static IsaLevel isa_cap(void) {
+    const char *v = getenv(ENV_ISA);
+    if (!v || !v[0]) return ISA_AVX512;
+    for (IsaLevel l = ISA_SSE3; l <= ISA_AVX512; l++)
+        if (strcasecmp(v, isa_level_name(l)) == 0) return l;
+    fail_usage("%s=%s is no instruction set; give SSE3, AVX, AVX2 or AVX-512 (the most this CPU is taken to have), "
+               "or unset it", ENV_ISA, v);
+}
+
+IsaLevel cpu_isa_level(void) {
+    IsaLevel cpu = cpuid_isa_level(), cap = isa_cap();
+    return cap < cpu ? cap : cpu;
 }
 
 // OpenBLAS's x86-64 core names (driver/others/dynamic.c) by the instruction
@@ -158,6 +177,21 @@ static void split_choice(const char *v, char *detected, char *target, size_t n, 
     if (why) *why = colon ? colon + 1 : "";
 }
 
+// The marker `name` set before this process's restart, without its "PID:";
+// NULL when there is none, or it names another process (not the restart's).
+static const char *own_marker(const char *name) {
+    const char *v = getenv(name);
+    char *end;
+    long pid = v ? strtol(v, &end, 10) : 0;
+    return v && end != v && *end == ':' && pid == (long)getpid() ? end + 1 : NULL;
+}
+
+static void set_marker(const char *name, const char *value) {
+    char v[512];
+    snprintf(v, sizeof v, "%ld:%s", (long)getpid(), value);
+    setenv(name, v, 1);
+}
+
 // ZW_BLAS_CHOSEN names the core OPENBLAS_CORETYPE holds: this program's switch
 static int switched_by_us(const char *chosen, const char *env_core, char *detected, char *target, size_t n) {
     if (!chosen || !env_core) return 0;
@@ -165,9 +199,49 @@ static int switched_by_us(const char *chosen, const char *env_core, char *detect
     return strcasecmp(target, env_core) == 0;
 }
 
+// The vector the process was started with (/proc/self/cmdline): argv, unless
+// a program loader came first. '/lib64/ld-linux-x86-64.so.2 [its options]
+// ./zero2 --model tiny' makes ld.so /proc/self/exe, and main's argv the tail
+// after it, so that the restart must hand ld.so its whole vector again.
+// NULL where it cannot be read or does not end in argv.
+static char **started_with(char **argv) {
+    FILE *f = fopen("/proc/self/cmdline", "rb");
+    if (!f) return NULL;
+    size_t cap = 4096, len = 0, got;
+    char *text = malloc(cap);
+    while (text && (got = fread(text + len, 1, cap - len, f)) > 0)
+        if ((len += got) == cap) text = realloc(text, cap *= 2);
+    fclose(f);
+    if (!text || len == 0 || text[len - 1] != 0) {
+        free(text);
+        return NULL;
+    }
+    int n = 0, argc = 0;
+    for (size_t i = 0; i < len; i++) n += text[i] == 0;
+    while (argv[argc]) argc++;
+    char **full = calloc((size_t)n + 1, sizeof *full);
+    for (int k = 0, at = 0; full && k < n; k++, at += (int)strlen(text + at) + 1) full[k] = text + at;
+    int ends_in_argv = full && n >= argc;
+    for (int k = 0; ends_in_argv && k < argc; k++) ends_in_argv = strcmp(full[n - argc + k], argv[k]) == 0;
+    if (!ends_in_argv) {
+        free(full), free(text);
+        return NULL;
+    }
+    return full;
+}
+
+// Runs this program again as it was started; returns only where it cannot.
 static void restart(char **argv) {
+    char **full = started_with(argv);
+    if (!full) {
+        if (world_rank() == 0)
+            fprintf(stderr, "note: no restart to change OpenBLAS's kernels: /proc/self/cmdline does not say how this "
+                            "program was started\n");
+        return;
+    }
     fflush(NULL);
-    execv("/proc/self/exe", argv);
+    execv("/proc/self/exe", full);
+    free(full[0]), free(full);
 }
 
 // After the switch: keep the new core if it computes right, else go back.
@@ -179,7 +253,7 @@ static void check_switched_core(char **argv, const char *chosen) {
     else if (blas_core_self_test(why, sizeof why) == 0)
         return;
     snprintf(kept, sizeof kept, "%s>%s:%s", detected, target, why);
-    setenv(ENV_KEPT, kept, 1);
+    set_marker(ENV_KEPT, kept);
     unsetenv(ENV_CHOSEN);
     setenv(ENV_CORE, detected, 1);
     restart(argv);
@@ -188,9 +262,26 @@ static void check_switched_core(char **argv, const char *chosen) {
     exit(1);
 }
 
+// A core set in the environment whose kernels need more than this CPU has
+// dies with SIGILL at its first GEMM: refused before it runs one.
+static void refuse_core_beyond_cpu(const char *env_core) {
+    if (!env_core || !env_core[0]) return;
+    const char *running = openblas_get_corename();
+    IsaLevel need = blas_core_isa(running), cpu = cpu_isa_level();
+    if (need <= cpu) return;
+    const char *fits = blas_core_for_isa(cpu);
+    fail_usage("%s=%s runs OpenBLAS's %s kernels, written for %s, which this CPU lacks (it has %s); hint: unset %s, "
+               "or set it to %s", ENV_CORE, env_core, running, isa_level_name(need), isa_level_name(cpu), ENV_CORE,
+               fits ? fits : "Prescott");
+}
+
 void blas_core_choose(char **argv) {
-    const char *env_core = getenv(ENV_CORE), *chosen = getenv(ENV_CHOSEN);
-    if (getenv(ENV_KEPT)) return;  // the switch was tried and undone
+    // a marker that is not the restart's would make the header lie about the core
+    if (!own_marker(ENV_CHOSEN)) unsetenv(ENV_CHOSEN);
+    if (!own_marker(ENV_KEPT)) unsetenv(ENV_KEPT);
+    const char *env_core = getenv(ENV_CORE), *chosen = own_marker(ENV_CHOSEN);
+    refuse_core_beyond_cpu(env_core);
+    if (own_marker(ENV_KEPT)) return;  // the switch was tried and undone
     char detected_then[64], target[64];
     if (switched_by_us(chosen, env_core, detected_then, target, sizeof target)) {
         check_switched_core(argv, chosen);
@@ -203,7 +294,7 @@ void blas_core_choose(char **argv) {
     if (!better) return;
     char mark[160];
     snprintf(mark, sizeof mark, "%s>%s", detected, better);
-    setenv(ENV_CHOSEN, mark, 1);
+    set_marker(ENV_CHOSEN, mark);
     setenv(ENV_CORE, better, 1);
     restart(argv);
     unsetenv(ENV_CHOSEN);  // execv failed: go on with the detected kernels
@@ -212,7 +303,7 @@ void blas_core_choose(char **argv) {
 
 void blas_core_describe(char *buf, size_t bytes) {
     const char *running = openblas_get_corename(), *env_core = getenv(ENV_CORE);
-    const char *chosen = getenv(ENV_CHOSEN), *kept = getenv(ENV_KEPT);
+    const char *chosen = own_marker(ENV_CHOSEN), *kept = own_marker(ENV_KEPT);
     char detected[64], target[64];
     const char *why = "";
     if (kept) {
@@ -221,6 +312,9 @@ void blas_core_describe(char *buf, size_t bytes) {
     } else if (switched_by_us(chosen, env_core, detected, target, sizeof detected)) {
         snprintf(buf, bytes, "%s (chosen: detected %s below this CPU's %s)", running, detected,
                  isa_level_name(cpu_isa_level()));
+    } else if (env_core && env_core[0] && strcasecmp(running, env_core) != 0) {
+        // OpenBLAS ignores a name it has no kernels for and detects the core
+        snprintf(buf, bytes, "%s (%s=%s names no kernel set of this OpenBLAS)", running, ENV_CORE, env_core);
     } else if (env_core && env_core[0]) {
         snprintf(buf, bytes, "%s (set by %s=%s)", running, ENV_CORE, env_core);
     } else {

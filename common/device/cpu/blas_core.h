@@ -19,6 +19,8 @@ typedef enum { ISA_NONE = -1, ISA_SSE3 = 0, ISA_AVX, ISA_AVX2, ISA_AVX512 } IsaL
 const char *isa_level_name(IsaLevel isa);  // "AVX-512", ...
 // This CPU's level from cpuid (and the OS's xgetbv): AVX-512 needs F, BW, DQ
 // and VL (what OpenBLAS's SkylakeX kernels use); AVX2 needs FMA too.
+// ZW_CPU_ISA=AVX2 (SSE3, AVX, AVX-512) lowers it, never raises it: what an
+// older CPU would do, tried on this one (the kernels chosen, a core refused).
 IsaLevel cpu_isa_level(void);
 // The level an OpenBLAS core name is written for (case-insensitive);
 // ISA_NONE for a name this table does not know.
@@ -33,8 +35,10 @@ const char *blas_core_upgrade(const char *detected, const char *env_core, IsaLev
 
 // The first thing a program that runs the cpu device does, before MPI_Init
 // and before any thread: may replace the process (execv of /proc/self/exe with
-// argv) once to switch cores, and once more to go back when the switched core
-// fails its self-test. Returns when the core is settled.
+// the command line it was started with, a loader's included) once to switch
+// cores, and once more to go back when the switched core fails its
+// self-test. Returns when the core is settled. An OPENBLAS_CORETYPE
+// whose kernels need more than this CPU has is refused (one line, exit 2).
 void blas_core_choose(char **argv);
 
 // The running core and how it was chosen, e.g. "SkylakeX (chosen: detected

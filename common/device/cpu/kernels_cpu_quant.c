@@ -1,8 +1,9 @@
 // kernels_cpu_quant.c: block quantization on the cpu (kernels.h; the math
 // and the packed layout in quant_math.h). One OpenMP task per block: a
-// block's scale comes from its own values only, and an even block size
-// keeps two 4-bit values of one byte inside one block, so no two threads
-// write the same byte and the bits do not depend on the thread count.
+// block's scale comes from its own values only, and at 4 bits an even block
+// size keeps the two values of one byte inside one block (an int8 is a
+// byte of its own at any size), so no two threads write the same byte and
+// the bits do not depend on the thread count.
 #include "check.h"
 #include "kernels_cpu.h"
 #include "quant_math.h"
@@ -14,8 +15,8 @@ static unsigned char *piece_values(void *packed, size_t n, int block) {
 }
 
 static void check_args(int bits, int block) {
-    CHECK((bits == 8 || bits == 4) && block >= 2 && block % 2 == 0,
-          "quantization with %d bits in blocks of %d: 8 or 4 bits, blocks of an even size", bits, block);
+    CHECK((bits == 8 || bits == 4) && block >= 2 && (bits == 8 || block % 2 == 0),
+          "quantization with %d bits in blocks of %d: 8 or 4 bits, at 4 blocks of an even size", bits, block);
 }
 
 // x is 16-bit (xh, in the device's format) or fp32 (xf); the other is NULL.

@@ -63,8 +63,8 @@ typedef struct Piece {
 } Piece;
 
 static Piece piece_of(void *packed, size_t n, int bits, int block) {
-    CHECK((bits == 8 || bits == 4) && block >= 2 && block % 2 == 0,
-          "quantization with %d bits in blocks of %d: 8 or 4 bits, blocks of an even size", bits, block);
+    CHECK((bits == 8 || bits == 4) && block >= 2 && (bits == 8 || block % 2 == 0),
+          "quantization with %d bits in blocks of %d: 8 or 4 bits, at 4 blocks of an even size", bits, block);
     Piece p;
     p.nb = quant_blocks(n, block);
     p.values = quant_value_bytes(n, bits);

@@ -51,6 +51,10 @@ typedef struct CkptManifest {
     // --precision, and fp16's loss scaler as the step left it (loss_scale.h),
     // so that a resumed run scales, skips and raises as the saved one would have
     char precision[8];
+    // ZeRO++'s quantization, which changes the math of a step: "on" or "off"
+    // (qwZ); "8-bit", "4-bit" or "off" (qgZ); the block's elements, or
+    // "none" when both are off. Absent from a manifest saved before: off.
+    char quantize_weights[8], quantize_grads[8], quant_block[16];
     double loss_scale;
     int scale_last_overflow, scale_hysteresis_left;
     long skipped_steps;
@@ -120,9 +124,28 @@ void ckpt_root(const char *dir, char *out, size_t n);
 // One rank, before a run's first save: creates DIR (and its parents) and
 // locks it for as long as *lock_fd stays open (flock on DIR/lock, which
 // names the holder), so that two runs cannot mix their parts in one folder.
-// Returns 0, or nonzero with one line in err (the folder cannot be created,
-// or another run holds it).
+// Returns 0, or nonzero with one line in err (DIR holds what no save wrote:
+// ckpt_folder_only_saves; the folder cannot be created; another run holds
+// it; its lock file is not one a run left).
 int ckpt_lock(const char *dir, int *lock_fd, char *err, size_t err_len);
+// What a checkpoint's manifest says of itself beyond each field's range
+// (manifest_parse): a stage this build knows, a grid line exactly where the
+// stage keeps one, num_params and vocab_padded those of its model, and
+// data_rows (and rng_state) its steps' rows. ckpt_tool verify and a resume
+// both refuse a manifest that fails it: 0, or 1 with one line in msg
+// (512 bytes, MSG_BYTES).
+int ckpt_manifest_consistent(const char *dir, const CkptManifest *m, char *msg);
+// Rank 0, before DIR is created and locked for --save (ckpt_folder.c): 0
+// when DIR is absent or holds only what saves write there (step folders,
+// `latest` as a save writes it, `lock`, a killed save's step-N.partial
+// folder and latest.tmp); else 1 with one line in err naming the first
+// entry that is someone else's.
+int ckpt_folder_only_saves(const char *dir, char *err, size_t err_len);
+// Rank 0, once this run's manifest is known (after a resume): 0 when every
+// step folder in DIR is a checkpoint of the same run as `mine` (the same
+// model, seed, data, global batch and settings of the update; the stage,
+// ranks and grid may differ), else 1 with one line in err.
+int ckpt_folder_same_run(const char *dir, const CkptManifest *mine, char *err, size_t err_len);
 // The settings that shape the update and differ between a checkpoint's run
 // and this one, as "--grad-clip 1 -> 0.5, --lr-schedule cosine -> WarmupLR",
 // or "" when none does. Returns how many differ.

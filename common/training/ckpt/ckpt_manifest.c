@@ -86,15 +86,23 @@ typedef struct TextField {
     int group;
     const char *flag;
     const char *names;  // the values its flag takes, "a|b|c" (NULL: any)
+    const char *absent;  // what a manifest saved before the line existed meant (NULL: the line is required)
 } TextField;
 #define TEXT(key, member, group, flag, names) \
-    {key, offsetof(CkptManifest, member), sizeof(((CkptManifest *)0)->member), group, flag, names}
+    {key, offsetof(CkptManifest, member), sizeof(((CkptManifest *)0)->member), group, flag, names, NULL}
+#define TEXT_SINCE(key, member, group, flag, absent) \
+    {key, offsetof(CkptManifest, member), sizeof(((CkptManifest *)0)->member), group, flag, NULL, absent}
 static const TextField TEXTS[] = {
     TEXT("data", data, GROUP_RUN, NULL, NULL),
     TEXT("data_order", data_order, GROUP_MATH, "data-order", "permuted|sequential"),
     TEXT("lr_schedule", lr_schedule, GROUP_MATH, "lr-schedule", "cosine|WarmupLR|WarmupDecayLR|WarmupCosineLR"),
     TEXT("warmup_type", warmup_type, GROUP_MATH, "warmup-type", "log|linear"),
     TEXT("precision", precision, GROUP_MATH, "precision", "bf16|fp16"),
+    // ZeRO++'s quantization (zero3), which changes every step's math: qwZ's
+    // int8 weights in the forward and backward, qgZ's quantized gradients
+    TEXT_SINCE("quantize_weights", quantize_weights, GROUP_MATH, "quantize-weights", "off"),
+    TEXT_SINCE("quantize_grads", quantize_grads, GROUP_MATH, "quantize-grads", "off"),
+    TEXT_SINCE("quant_block", quant_block, GROUP_MATH, "quant-block", "none"),
 };
 #define NTEXTS ((int)(sizeof TEXTS / sizeof TEXTS[0]))
 static const char *text_of(const CkptManifest *m, int i) { return (const char *)m + TEXTS[i].off; }
@@ -325,8 +333,11 @@ int manifest_parse(char *text, const char *dir, int rank, CkptManifest *m,
         if (FIELDS[i].off != offsetof(CkptManifest, vocab_padded)) return missing(dir, FIELDS[i].key, msg);
         if (unpadded_vocab(m, dir, msg)) return 1;
     }
-    for (int i = 0; i < NTEXTS; i++)
-        if (!(seen_text & (1u << i))) return missing(dir, TEXTS[i].key, msg);
+    for (int i = 0; i < NTEXTS; i++) {
+        if (seen_text & (1u << i)) continue;
+        if (!TEXTS[i].absent) return missing(dir, TEXTS[i].key, msg);
+        snprintf((char *)m + TEXTS[i].off, TEXTS[i].size, "%s", TEXTS[i].absent);
+    }
     if (!have_part && rank >= 0) return missing(dir, my_key, msg);
     return check_values(dir, m, part_lines, msg);
 }
@@ -340,6 +351,37 @@ static const char *const STAGES[] = {"dp_baseline", "zero1", "zero2", "zero3", "
 int ckpt_known_stage(const char *stage) {
     for (size_t i = 0; i < sizeof STAGES / sizeof STAGES[0]; i++)
         if (strcmp(stage, STAGES[i]) == 0) return 1;
+    return 0;
+}
+
+int ckpt_manifest_consistent(const char *dir, const CkptManifest *m, char *msg) {
+    if (!ckpt_known_stage(m->stage))
+        return damaged(dir, msg, "stage %s is none of dp_baseline, zero1, zero2, zero3, cpu_offload, infinity, "
+                       "3d_parallel", m->stage);
+    int gridded = strcmp(m->stage, "3d_parallel") == 0;
+    if (gridded != (m->grid[0] != 0))
+        return ckpt_msgf(msg, "checkpoint %s: manifest.txt has %s grid line for stage %s, which %s: it is damaged; "
+                         "use an earlier step folder or start fresh", dir, m->grid[0] ? "a" : "no", m->stage,
+                         gridded ? "saves one" : "has no grid");
+    GPTLayout whole;
+    gpt_layout(&whole, &m->cfg);
+    if (!gridded && whole.num_params != m->num_params)  // a grid's num_params is its tp part's
+        return damaged(dir, msg, "num_params = %zu, but its model (L=%d C=%d H=%d V=%d T=%d) has %zu parameters",
+                       m->num_params, m->cfg.num_layers, m->cfg.channels, m->cfg.num_heads, m->cfg.vocab_size,
+                       m->cfg.max_seq_len, whole.num_params);
+    // every stage saves wte with the rows of gpt_vocab_padded(V, 1); a grid's tp parts are cut from those
+    if (m->vocab_padded != gpt_vocab_padded(m->cfg.vocab_size, 1))
+        return damaged(dir, msg, "vocab_padded = %d is not its vocab_size %d padded as a save stores it (%d)",
+                       m->vocab_padded, m->cfg.vocab_size, gpt_vocab_padded(m->cfg.vocab_size, 1));
+    // the data position is step x the global batch's rows (no step skips its batch), and the
+    // row counter is the whole RNG state: a resume would go on from another row than it says
+    uint64_t rows = (uint64_t)m->step * (uint64_t)ckpt_global_rows(m);
+    if (m->data_rows != rows)
+        return damaged(dir, msg, "data_rows = %llu is not its %ld steps of %ld rows (%llu)",
+                       (unsigned long long)m->data_rows, m->step, ckpt_global_rows(m), (unsigned long long)rows);
+    if (m->rng_state != m->data_rows)
+        return damaged(dir, msg, "rng_state = %llu is not its data_rows (%llu), the row counter it is",
+                       (unsigned long long)m->rng_state, (unsigned long long)m->data_rows);
     return 0;
 }
 
@@ -359,6 +401,8 @@ static int replicas(const CkptManifest *m, int ranks) {
 static long global_rows(const CkptManifest *m, int ranks) {
     return (long)m->batch * replicas(m, ranks) * m->grad_accum;
 }
+
+long ckpt_global_rows(const CkptManifest *m) { return global_rows(m, m->ranks); }
 
 // expect == NULL checks the rank count only.
 int manifest_check(const char *dir, const CkptManifest *got, const CkptManifest *expect,

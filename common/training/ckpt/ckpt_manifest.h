@@ -36,6 +36,9 @@ int manifest_parse(char *text, const char *dir, int rank, CkptManifest *m, PartI
 // another stage, rank count or grid fits when its global batch
 // (batch x data-parallel replicas x grad_accum rows of seq_len) is this run's.
 int manifest_check(const char *dir, const CkptManifest *got, const CkptManifest *expect, int ranks, char *msg);
+// The rows of seq_len tokens a step of m's run trains on: batch x
+// data-parallel replicas (its ranks, or its grid's D) x grad_accum.
+long ckpt_global_rows(const CkptManifest *m);
 // Whether `stage` is one of the stages 01-07, whose checkpoints any of them reads.
 int ckpt_known_stage(const char *stage);
 // A checkpoint of any stage (01-07) saved at another stage, rank count or

@@ -135,7 +135,9 @@ static int write_part(Comm *world, const char *partial, const char *step_dir, lo
 int ckpt_lock(const char *dir, int *lock_fd, char *err, size_t err_len) {
     char msg[MSG_BYTES] = "";
     *lock_fd = -1;
-    if (ckpt_dir_too_long(dir, msg) || mkdir_p(dir, msg)) return snprintf(err, err_len, "%s", msg), 1;
+    if (ckpt_dir_too_long(dir, msg)) return snprintf(err, err_len, "%s", msg), 1;
+    if (ckpt_folder_only_saves(dir, err, err_len)) return 1;
+    if (mkdir_p(dir, msg)) return snprintf(err, err_len, "%s", msg), 1;
     return out_folder_lock("--save", dir, lock_fd, err, err_len);
 }
 

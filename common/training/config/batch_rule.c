@@ -1,5 +1,6 @@
 // batch_rule.c: DeepSpeed's batch rule (see batch_rule.h).
 #include "batch_rule.h"
+#include <limits.h>
 #include <stdio.h>
 #include "check.h"
 
@@ -14,7 +15,8 @@ static const char *label(Settings *s, const char *flag, int value, char *buf, si
 
 void batch_rule_apply(Settings *s, int *batch, int *accum, int global, int ranks, const char *who) {
     if (global <= 0) return;
-    char g[512], b[512], k[512], from[300] = "";
+    // the config's path a path can hold (it was opened), never cut
+    char g[512], b[512], k[512], from[PATH_MAX + 32] = "";
     if (s->config_path[0]) snprintf(from, sizeof from, "--deepspeed-config %s: ", s->config_path);
     label(s, "global-batch", global, g, sizeof g);
     label(s, "batch", *batch, b, sizeof b);

@@ -240,7 +240,7 @@ static void note_unused(const DsConfig *ds, Settings *s, json_t *obj, const char
 
 void ds_config_apply(const DsConfig *ds, FlagSpec *specs, int n, Settings *s, const char *binary) {
     if (!ds->root) return;
-    snprintf(s->config_path, sizeof s->config_path, "%s", ds->path);
+    s->config_path = ds->path;
     DsApply a = {.ds = ds, .specs = specs, .n = n, .s = s, .binary = binary};
     if (ds->binary[0] && strcmp(binary, "3d_parallel") == 0)
         settings_key(s, "zero_optimization.stage", "checked: 3d_parallel runs ZeRO-1 over its data-parallel replicas "

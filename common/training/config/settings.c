@@ -14,6 +14,7 @@ void settings_begin(Settings *s, const FlagSpec *specs, int n) {
     CHECK(n <= SETTINGS_MAX, "settings: %d flags, at most %d", n, SETTINGS_MAX);
     memset(s, 0, sizeof *s);
     s->n = n;
+    s->config_path = "";
     for (int i = 0; i < n; i++) s->item[i] = (Setting){.flag = specs[i], .from = FROM_DEFAULT};
 }
 
@@ -119,8 +120,9 @@ void settings_json(const Settings *s, FILE *f) {
     fprintf(f, ",\"settings\":null,\"deepspeed_config\":null");
 }
 #else
-// Strings are the user's (paths, names): encoded as given, even where they
-// are not valid UTF-8, rather than dropped.
+// Strings are the user's (paths, names), encoded as given: JSON text is
+// UTF-8, and a trainer given --json refuses a string setting that is not
+// before step 1 (trainer_flags.c), so that the dump below cannot fail.
 static json_t *text_json(const char *v) { return v ? json_string_nocheck(v) : json_null(); }
 
 static json_t *value_json(const FlagSpec *f) {

@@ -39,7 +39,7 @@ typedef struct Settings {
     int keys_unlisted;      // ignored keys past the table's SETTINGS_MAX_KEYS: counted, not named
     Setting item[SETTINGS_MAX];
     ConfigKey key[SETTINGS_MAX_KEYS];
-    char config_path[256];  // --deepspeed-config FILE, "" when none
+    const char *config_path;  // --deepspeed-config FILE (the argument itself, whole), "" when none
     char text[4096];        // string values taken from the config: string flags point here
     size_t text_used;
 } Settings;

@@ -106,8 +106,12 @@ static void print_step(const Report *r, long step, const StepOutcome *o, double 
         snprintf(scaling, sizeof scaling, " | scale %g%s (skipped %ld)", o->loss_scale,
                  o->skipped ? " OVERFLOW, step skipped" : o->grad_norm == 0 ? " UNDERFLOW, every gradient 0" : "",
                  *r->taps.skipped_steps);
-    printf("step %4ld/%d | loss %.6f | lr %.2e | norm %7.4f%s | %8.1f ms | %9.0f tok/s | device mem %.1f MB (peak %.1f MB)\n",
-           step, run->steps, o->loss, o->lr, o->grad_norm, scaling, ms, run->tokens_per_step / (ms / 1000.0),
+    // an overflow's norm is not a number: "nan" or "inf", never a signed "-nan" that reads as a sign
+    char norm[32];
+    if (isnan(o->grad_norm)) snprintf(norm, sizeof norm, "%7s", "nan");
+    else snprintf(norm, sizeof norm, "%7.4f", o->grad_norm);
+    printf("step %4ld/%d | loss %.6f | lr %.2e | norm %s%s | %8.1f ms | %9.0f tok/s | device mem %.1f MB (peak %.1f MB)\n",
+           step, run->steps, o->loss, o->lr, norm, scaling, ms, run->tokens_per_step / (ms / 1000.0),
            m->tier_current[TIER_DEVICE] / 1e6, m->tier_peak[TIER_DEVICE] / 1e6);
     fflush(stdout);
 }
@@ -387,12 +391,13 @@ int report_finish(Report *r, ReportStageRows stage_rows, void *arg) {
         print_memory_table(&s);
         print_summary(&s);
     }
-    FILE *json = rank0 && r->run.json ? json_begin(&s) : NULL;
+    JsonRecord rec;
+    FILE *json = rank0 && r->run.json ? json_begin(&s, &rec) : NULL;
     stage_rows(arg, json);  // collective
     if (!rank0) return 0;
     print_summary_line(&s);
     fflush(stdout);
-    int rc = r->run.json && !json ? 1 : json ? json_end(&s, json) : 0;  // json_begin said why
+    int rc = json ? json_end(&s, &rec) : 0;
     summary_free_panels(&s);
     return rc;
 }

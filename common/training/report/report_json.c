@@ -3,9 +3,12 @@
 #include <errno.h>
 #include <math.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
+#include "check.h"
 #include "out_file.h"
 #include "report_summary.h"
+#include "trace.h"
 
 static void json_phase(FILE *f, MemPhase p) {
     fprintf(f, "{\"kind\":\"%s\",\"micro\":%d,\"unit\":%d}", mem_phase_kind_name(p.kind), p.micro, p.unit);
@@ -129,20 +132,24 @@ static void json_precision(FILE *f, const Summary *s) {
 
 static const char *const xfer_key[XFER_COUNT] = {"d2h", "h2d", "nvme_read", "nvme_write"};
 
-// The run's record up to the stage's own members: appended to --json, left
-// open (NULL when it cannot be opened: said in one line).
 // The run: what ran, on what, and each step's loss, time, norm and rate.
 static void json_run(FILE *f, const Summary *s) {
     const Report *r = s->r;
     const RunFacts *run = s->run;
     const Device *dev = r->taps.dev;
     const GPTConfig *m = &run->layout->cfg;
-    fprintf(f, "{\"stage\":\"%s\",\"ranks\":%d,\"device\":\"%s\",\"comm\":\"%s\",\"gpu_sharers\":%d,"
-               "\"model\":\"%s\",\"layers\":%d,\"d_model\":%d,"
-               "\"heads\":%d,\"vocab\":%d,\"vocab_padded\":%d,\"params\":%zu,\"batch\":%d,\"seq_len\":%d,"
-               "\"grad_accum\":%d,\"global_batch_tokens\":%.0f,\"first_step\":%ld,\"steps\":%ld,",
-            run->stage, run->ranks, dev->name, r->taps.world->backend == COMM_NCCL ? "nccl" : "mpi", dev->sharers,
-            run->model, m->num_layers, m->channels, m->num_heads, m->vocab_size, gpt_vocab_padded(m->vocab_size, 1),
+    // the device's name carries OPENBLAS_CORETYPE, and the model's is a flag: escaped, as every string
+    fprintf(f, "{\"stage\":");
+    json_write_string(f, run->stage);
+    fprintf(f, ",\"ranks\":%d,\"device\":", run->ranks);
+    json_write_string(f, dev->name);
+    fprintf(f, ",\"comm\":\"%s\",\"gpu_sharers\":%d,\"model\":",
+            r->taps.world->backend == COMM_NCCL ? "nccl" : "mpi", dev->sharers);
+    json_write_string(f, run->model);
+    fprintf(f, ",\"layers\":%d,\"d_model\":%d,\"heads\":%d,\"vocab\":%d,\"vocab_padded\":%d,\"params\":%zu,"
+               "\"batch\":%d,\"seq_len\":%d,\"grad_accum\":%d,\"global_batch_tokens\":%.0f,\"first_step\":%ld,"
+               "\"steps\":%ld,",
+            m->num_layers, m->channels, m->num_heads, m->vocab_size, gpt_vocab_padded(m->vocab_size, 1),
             run->model_params, run->batch, run->seq_len, run->grad_accum, run->tokens_per_step, r->first_step, r->n);
     json_array(f, "losses", r->loss, r->n);
     fprintf(f, ",");
@@ -208,33 +215,36 @@ static void json_times(FILE *f, const StepTimes *x) {
             fmax(x->compute, x->copy));
 }
 
-FILE *json_begin(const Summary *s) {
-    const RunFacts *run = s->run;
-    FILE *f = out_file_append(run->json);
-    if (!f) {
-        fprintf(stderr, "%s: error: --json %s: cannot append (%s); the run's record was not written\n",
-                run->stage, run->json,
-                errno == ELOOP ? "it became a symbolic link during the run, which outputs never follow"
-                : errno == EINVAL ? "it is no longer a regular file" : strerror(errno));
-        return NULL;
-    }
+FILE *json_begin(const Summary *s, JsonRecord *rec) {
+    memset(rec, 0, sizeof *rec);
+    rec->f = open_memstream(&rec->text, &rec->bytes);
+    CHECK(rec->f, "--json: open_memstream failed; hint: the host is out of memory");
+    FILE *f = rec->f;
     json_run(f, s);
     json_throughput(f, s);
     json_mem(f, s);
-    json_need(f, &run->device_need);
+    json_need(f, &s->run->device_need);
     json_traffic(f, s);
     json_times(f, &s->times);
-    settings_json(run->settings, f);
+    settings_json(s->run->settings, f);
     return f;
 }
 
-int json_end(const Summary *s, FILE *f) {
-    fprintf(f, "}\n");
-    int bad = ferror(f) != 0;
-    bad |= fclose(f) != 0;  // a full disk shows here, when the buffer is written
-    if (bad)
-        fprintf(stderr, "%s: error: --json %s: writing failed (%s); the run's record was not written whole\n",
-                s->run->stage, s->run->json, strerror(errno));
-    return bad;
+int json_end(const Summary *s, JsonRecord *rec) {
+    const RunFacts *run = s->run;
+    fprintf(rec->f, "}\n");
+    int bad = ferror(rec->f) != 0;
+    bad |= fclose(rec->f) != 0;
+    CHECK(!bad, "--json: the record could not be built in memory; hint: the host is out of memory");
+    bad = out_file_append_whole(run->json, rec->text, rec->bytes) != 0;
+    free(rec->text);
+    if (!bad) return 0;
+    if (errno == ELOOP || errno == EINVAL)
+        fprintf(stderr, "%s: error: --json %s: cannot append (%s); the run's record was not written\n", run->stage,
+                run->json, errno == ELOOP ? "it became a symbolic link during the run, which outputs never follow"
+                                          : "it is no longer a regular file");
+    else
+        fprintf(stderr, "%s: error: --json %s: writing failed (%s); the run's record was not written\n", run->stage,
+                run->json, strerror(errno));
+    return 1;
 }
-

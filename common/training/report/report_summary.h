@@ -59,8 +59,14 @@ void summary_free_panels(Summary *s);
 void print_memory_table(const Summary *s);
 void print_summary(const Summary *s);
 void print_summary_line(const Summary *s);
-// report_json.c (rank 0): the run's record up to the stage's own members,
-// appended to --json and left open (NULL when it cannot be opened: said in
-// one line); json_end closes it, returns nonzero (said) when writing failed.
-FILE *json_begin(const Summary *s);
-int json_end(const Summary *s, FILE *f);
+// report_json.c (rank 0): the run's record, built in memory: json_begin
+// writes it up to the stage's own members and returns the stream they go
+// on into; json_end closes it and appends it to --json whole or not at all
+// (out_file_append_whole), returning nonzero (said in one line) where not.
+typedef struct JsonRecord {
+    FILE *f;  // open_memstream's, over text
+    char *text;
+    size_t bytes;
+} JsonRecord;
+FILE *json_begin(const Summary *s, JsonRecord *rec);
+int json_end(const Summary *s, JsonRecord *rec);
