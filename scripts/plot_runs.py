@@ -407,7 +407,7 @@ set origin 0,0
 set size 1,1
 set multiplot layout {len(panels)},1
 set lmargin at screen 0.06
-set rmargin at screen 0.80
+set rmargin at screen 0.76
 set key outside right top vertical Left reverse
 set grid ytics
 set style fill solid 0.85 border -1
