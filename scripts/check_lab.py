@@ -26,7 +26,9 @@ past it, its ranks are ended and the check says "timed out after N s (the
 reference took M s)"; the checks after it are not run. A rank that crashes
 is reported once, above the checks: the signal, the lab's function on its
 stack where one is, and how to find the line; the checks that needed the run
-say so. Whether the grader ends, is stopped (SIGTERM, Ctrl-C) or a run times
+say so. Every check fails under its own name where its run failed, crashed
+or timed out, or the stage does not build: the list of checks is the lab's,
+fixed (lab_checks.check_names), so the score's denominator never moves. Whether the grader ends, is stopped (SIGTERM, Ctrl-C) or a run times
 out, it ends every process it started and removes its temporary folder.
 """
 import json
@@ -141,7 +143,7 @@ class Runner:
     def __init__(self, tmp, lab, reference_s=None):
         """reference_s: the reference's slowest run, which sets the limit of each run (None: the reference itself)."""
         self.tmp, self.n, self.lab, self.ranks = Path(tmp), 0, lab, RANKS.get(lab, 2)
-        self.reference_s, self.slowest_s, self.timed_out = reference_s, 0.0, None
+        self.reference_s, self.slowest_s, self.timed_out, self.not_built = reference_s, 0.0, None, False
         self.crashes = []  # what each failed or crashed run said, once: printed above the checks
         self.limit_s = UNTIMED_LIMIT_S if reference_s is None else max(MIN_LIMIT_S, TIME_FACTOR * reference_s)
 
@@ -154,6 +156,8 @@ class Runner:
         argv = ["mpirun", "-np", str(self.ranks), f"./{binary}"] + flags.split() + ["--quiet", "--json", str(path)]
         if self.timed_out:
             return {"error": f"not run: an earlier run {self.timed_out}"}
+        if self.not_built:
+            return {"error": "not run: the stage does not build (above)"}
         t0 = time.monotonic()
         # a session of its own: every rank it starts can be found and ended
         proc = subprocess.Popen(argv, env=dict(os.environ, **MPI_ENV), stdout=subprocess.PIPE,
@@ -207,12 +211,14 @@ class Runner:
 
 
 def build(lab):
+    """None when the stage and its reference build; else the compiler's error lines."""
     stage, ref = LABS[lab][:2]
     jobs = str(os.cpu_count() or 2)
     done = subprocess.run(["make", "--no-print-directory", "-j" + jobs, stage, ref], capture_output=True, text=True)
-    if done.returncode != 0:
-        errors = [l for l in (done.stdout + done.stderr).splitlines() if "error" in l]
-        sys.exit(f"check-lab-{lab}: the build fails:\n" + "\n".join(errors[:20] or [done.stderr[-2000:]]))
+    if done.returncode == 0:
+        return None
+    errors = [l for l in (done.stdout + done.stderr).splitlines() if "error" in l]
+    return "\n".join(errors[:20] or [done.stderr[-2000:]])
 
 
 def parse_args():
@@ -238,7 +244,9 @@ def main():
     lab, record, only = parse_args()
     if not shutil.which("mpirun"):
         sys.exit("check_lab: mpirun not found; run make deps")
-    build(lab)
+    build_errors = build(lab)
+    if build_errors and record:
+        sys.exit(f"check-lab-{lab}: the reference does not build:\n{build_errors}")
 
     # SIGTERM unwinds as Ctrl-C does: the run in progress is ended and the temporary folder removed
     def stopped(number, frame):
@@ -257,6 +265,8 @@ def main():
                 sys.exit(f"check-lab-{lab}: no .lab/expected.json here: run it in the copy make lab-{lab} made")
             expected = json.loads(path.read_text())
             r = Runner(tmp, lab, expected.get("reference_s"))
+            # a stage that does not build fails every check, each under its name: the score's denominator stays
+            r.not_built = build_errors is not None
         results = run_checks(lab, expected, r, only)
     passed = sum(ok for _, ok, _, _ in results)
     if record:
@@ -269,6 +279,8 @@ def main():
         print(json.dumps(expected))
         return
     print(f"lab {lab} ({LABS[lab][0]}): checks")
+    if build_errors:
+        print(f"  the stage does not build:\n" + "\n".join("    " + l for l in build_errors.splitlines()))
     for note in r.crashes:
         print(f"  {note}")
     for name, ok, got, want in results:

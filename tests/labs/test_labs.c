@@ -117,6 +117,57 @@ static void test_grade_lab(void **state) {
     assert_int_equal(test_remove_dir(root), 0);
 }
 
+// Counts "\n  FAIL " lines of one submission's part of grade_lab's output whose line also holds `says`.
+static int fails_saying(const char *part, const char *end, const char *says) {
+    int n = 0;
+    for (const char *p = part; (p = strstr(p, "\n  FAIL ")) && p < end; p++) {
+        const char *eol = strchr(p + 1, '\n');
+        size_t len = eol ? (size_t)(eol - p) : strlen(p);
+        char line[2048];
+        snprintf(line, sizeof line, "%.*s", (int)(len < sizeof line - 1 ? len : sizeof line - 1), p);
+        n += strstr(line, says) != NULL;
+    }
+    return n;
+}
+
+// Issue 49 item 14: when lab 04's --prefetch 0 run failed, its knob check
+// counted as 1 check instead of 5 (17 in all became 13), so a submission
+// that refused --prefetch 0 scored 12/13 where one small mistake scored
+// 12/17; a stage that did not build printed no score at all. Graded with
+// --only knob in one batch, the reference, a submission whose --prefetch 0
+// run exits 2, and one that does not compile each score out of the same
+// number, every check of the failed run failing under its own name.
+static void test_grade_denominator_fixed(void **state) {
+    (void)state;
+    char root[64], cmd[CMD_LEN], *out = NULL;
+    assert_int_equal(test_make_dir(root, sizeof root, "lab-denominator"), 0);
+    snprintf(cmd, sizeof cmd, "files=$(python3 -c \"import sys; sys.path.insert(0, 'scripts'); "
+             "from make_lab import lab_files; print(' '.join(lab_files('04')))\") && "
+             "for d in ref refuses broken; do mkdir -p %s/$d && cp --parents $files %s/$d/; done && "
+             "sed -i 's/^    int U = t->layout.num_units, e = entry_of(U, u, backward), reads\\[2\\];$/&\\n"
+             "    if (ps->prefetch == 0) exit(2);/' %s/refuses/04_zero3/param_shard.c && "
+             "grep -q 'prefetch == 0) exit(2)' %s/refuses/04_zero3/param_shard.c && "
+             "sed -i 's/^    comm_progress(t->dp);$/    comm_progress(t->dp)/' %s/broken/04_zero3/param_shard.c && "
+             "grep -q '^    comm_progress(t->dp)$' %s/broken/04_zero3/param_shard.c",
+             root, root, root, root, root, root);
+    assert_int_equal(test_run(cmd, NULL), 0);
+    snprintf(cmd, sizeof cmd, "python3 scripts/grade_lab.py 04 %s/ref %s/refuses %s/broken --only knob", root, root,
+             root);
+    int rc = test_run(cmd, &out);
+    const char *ref = strstr(out, "ref with the reference's checks");
+    const char *refuses = ref ? strstr(ref, "refuses with the reference's checks") : NULL;
+    const char *broken = refuses ? strstr(refuses, "broken with the reference's checks") : NULL;
+    if (rc != 1 || !broken || !strstr(ref, "score: 5/5") || strstr(ref, "score: 5/5") > refuses ||
+        !strstr(refuses, "score: 0/5") || strstr(refuses, "score: 0/5") > broken ||
+        fails_saying(refuses, broken, "(--prefetch 0): measured exit 2 (above)") != 4 ||
+        fails_saying(refuses, broken, "with --prefetch 0: losses equal the reference's to the bit: measured exit 2") != 1 ||
+        !strstr(broken, "the stage does not build") || !strstr(broken, "score: 0/5") ||
+        fails_saying(broken, broken + strlen(broken), "not run: the stage does not build") != 5)
+        fail_msg("%s: exit %d; each submission out of 5, every check of a failed run named:\n%s", cmd, rc, out);
+    free(out);
+    assert_int_equal(test_remove_dir(root), 0);
+}
+
 // A refusal: exit 2 and a line from `who` (the script's, e.g. "grade-lab-03:")
 // that says `says`, with no grading or copying begun; `make` adds its own
 // "make: *** ... Error 2" line (make[1] under make test), the only other line allowed.
@@ -263,11 +314,13 @@ static void test_check_lab_bounded(void **state) {
     snprintf(cmd, sizeof cmd, "cd %s && cp crash zero2 && timeout 60 python3 scripts/check_lab.py 03", root);
     rc = test_run(cmd, &out);
     // a crash prints no error line: the settings line it printed first is not quoted as one; issue 38: it is
-    // said once, above the checks, with a pointer to make sanitize (it was the signal's name on every check)
+    // said once, above the checks, with a pointer to make sanitize (it was the signal's name on every check); issue 49
+    // item 14: every one of lab 03's 13 checks fails (the main run's 7, accumulation, the knob's 5; it was 0/9)
     int said = 0;
     for (const char *p = out; (p = strstr(p, "segmentation fault")); p++) said++;
     if (rc != 1 || !strstr(out, "crashed: segmentation fault (SIGSEGV)") || strstr(out, "it said: zero2: cpu") ||
-        said != 1 || !strstr(out, "make sanitize") || !strstr(out, "crashed (SIGSEGV; above)"))
+        said != 1 || !strstr(out, "make sanitize") || !strstr(out, "crashed (SIGSEGV; above)") ||
+        !strstr(out, "score: 0/13"))
         fail_msg("%s: exit %d, the crash said %d times\n%s", cmd, rc, said, out);
     free(out);
 
@@ -288,6 +341,7 @@ int main(void) {
         cmocka_unit_test(test_lab_keeps_work),
         cmocka_unit_test(test_grade_lab),
         cmocka_unit_test(test_grade_lab_takes_only_own_files),
+        cmocka_unit_test(test_grade_denominator_fixed),
         cmocka_unit_test(test_make_lab_not_inside_build),
         cmocka_unit_test(test_check_lab_bounded),
         cmocka_unit_test(test_labs),
