@@ -2,8 +2,13 @@
 """check_lab.py NN [--only KEYS]: the checks of lab NN (make check-lab-NN),
 run in a student copy made by make lab-NN. It builds the stage, runs it, and
 prints each check as pass or fail with the measured and the expected figure
-and, where one fails, what that means; then a score. Exit status 0 only when
-every check passes.
+and, where one fails, what that means; then a score. Its exit status says
+which of four things happened (grade_lab.py's are the same):
+  0  graded: every check passes;
+  1  graded: a check fails (the score says how many);
+  2  not graded: a usage error, or not run in a lab's copy (one line);
+  3  not graded: the checker itself failed (the reference does not build or
+     pass, no mpirun, an error in the checker): not the submission's doing.
 
 The expected figures come from the reference, run on this machine when the
 lab was made (.lab/expected.json): the stage's losses must equal them to the
@@ -40,6 +45,7 @@ import subprocess
 import sys
 import tempfile
 import time
+import traceback
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
@@ -63,6 +69,13 @@ MARK = re.compile(r"^\s*//\s*LAB\s+(\d\d):\s*(\S+)")
 END = re.compile(r"^\s*//\s*LAB END\s*$")
 # a frame as backtrace_symbols_fd writes it: binary(function+0xOFF)[0xADDR] or binary(+0xOFF)[0xADDR]
 FRAME = re.compile(r"^(\S+)\((\w*)\+0x([0-9a-f]+)\)\s*\[0x[0-9a-f]+\]\s*$")
+# exit statuses (the docstring): a grade, a refusal, the grader's own failure
+EXIT_PASSED, EXIT_FAILED, EXIT_REFUSED, EXIT_INTERNAL = 0, 1, 2, 3
+
+
+def give_up(message, status):
+    print(message, file=sys.stderr)
+    sys.exit(status)
 
 
 def session_pids(sid):
@@ -229,24 +242,24 @@ def parse_args():
     if "--only" in args:
         i = args.index("--only")
         if i + 1 >= len(args):
-            sys.exit("usage: check_lab.py NN [--only KEYS]; --only needs a comma-separated list")
+            give_up("usage: check_lab.py NN [--only KEYS]; --only needs a comma-separated list", EXIT_REFUSED)
         only = set(args[i + 1].split(","))
         del args[i:i + 2]
         if only - set(KEYS):
-            sys.exit(f"check_lab: --only {','.join(sorted(only - set(KEYS)))}: no such check; the checks: "
-                     f"{', '.join(KEYS)}")
+            give_up(f"check_lab: --only {','.join(sorted(only - set(KEYS)))}: no such check; the checks: "
+                    f"{', '.join(KEYS)}", EXIT_REFUSED)
     if len(args) != 1 or args[0] not in LABS:
-        sys.exit(f"usage: check_lab.py NN [--record] [--only KEYS]; labs: {', '.join(LABS)}")
+        give_up(f"usage: check_lab.py NN [--record] [--only KEYS]; labs: {', '.join(LABS)}", EXIT_REFUSED)
     return args[0], record, only
 
 
 def main():
     lab, record, only = parse_args()
     if not shutil.which("mpirun"):
-        sys.exit("check_lab: mpirun not found; run make deps")
+        give_up("check_lab: mpirun not found; run make deps", EXIT_INTERNAL)
     build_errors = build(lab)
     if build_errors and record:
-        sys.exit(f"check-lab-{lab}: the reference does not build:\n{build_errors}")
+        give_up(f"check-lab-{lab}: the reference does not build:\n{build_errors}", EXIT_INTERNAL)
 
     # SIGTERM unwinds as Ctrl-C does: the run in progress is ended and the temporary folder removed
     def stopped(number, frame):
@@ -262,7 +275,8 @@ def main():
         else:
             path = HERE / ".lab/expected.json"
             if not path.exists():
-                sys.exit(f"check-lab-{lab}: no .lab/expected.json here: run it in the copy make lab-{lab} made")
+                give_up(f"check-lab-{lab}: no .lab/expected.json here: run it in the copy make lab-{lab} made",
+                        EXIT_REFUSED)
             expected = json.loads(path.read_text())
             r = Runner(tmp, lab, expected.get("reference_s"))
             # a stage that does not build fails every check, each under its name: the score's denominator stays
@@ -275,7 +289,7 @@ def main():
                 print(f"  {note}", file=sys.stderr)
             for name, ok, got, want in results:
                 print(f"{'pass' if ok else 'FAIL'}  {name}: measured {got}, expected {want}", file=sys.stderr)
-            sys.exit(1)
+            sys.exit(EXIT_INTERNAL)
         print(json.dumps(expected))
         return
     print(f"lab {lab} ({LABS[lab][0]}): checks")
@@ -286,8 +300,20 @@ def main():
     for name, ok, got, want in results:
         print(f"  {'pass' if ok else 'FAIL'}  {name}: measured {got}, expected {want}")
     print(f"score: {passed}/{len(results)}")
-    sys.exit(0 if passed == len(results) else 1)
+    sys.exit(EXIT_PASSED if passed == len(results) else EXIT_FAILED)
+
+
+def internal_error(who):
+    """An error in the grader itself: its traceback, then one line that says the submission is not graded, exit 3
+    (Python's own status, 1, would read as a failed grade)."""
+    traceback.print_exc()
+    print(f"{who}: internal error: the grader failed (the traceback above), so nothing is graded; this is not the "
+          f"submission's score (exit {EXIT_INTERNAL})", file=sys.stderr)
+    sys.exit(EXIT_INTERNAL)
 
 
 if __name__ == "__main__":
-    main()
+    try:
+        main()
+    except Exception:  # noqa: BLE001 (SystemExit and Ctrl-C pass)
+        internal_error(f"check-lab-{sys.argv[1] if len(sys.argv) > 1 else 'NN'}")

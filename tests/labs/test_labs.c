@@ -91,7 +91,12 @@ static void test_grade_lab(void **state) {
 
     snprintf(cmd, sizeof cmd, "make --no-print-directory grade-lab-03 SUBMISSION=%s/copy", root);
     rc = test_run(cmd, &out);
-    if (rc == 0 || !strstr(out, "is not written yet") || !strstr(out, "score: 0/") || strstr(out, "score: 5/5"))
+    // issue 49 item 17: a failed grade is the grader's exit 1, make's one line "Error 1" (a refusal's is 2)
+    int makes = 0;
+    for (const char *p = out; (p = strstr(p, "make")); p++) makes += !strncmp(p, "make: *** ", 10) ||
+                                                                     !strncmp(p, "make[1]: *** ", 13);
+    if (rc != 2 || makes != 1 || !strstr(out, "] Error 1\n") || !strstr(out, "is not written yet") ||
+        !strstr(out, "score: 0/") || strstr(out, "score: 5/5"))
         fail_msg("grade-lab-03 of a stub with a forged checker: exit %d\n%s", rc, out);
     free(out);
 
@@ -335,6 +340,44 @@ static void test_check_lab_bounded(void **state) {
     assert_int_equal(test_remove_dir(root), 0);
 }
 
+// Issue 49 item 17: a failed grade, a refused submission and the grader's
+// own failure were told apart by no exit status (a grader that died of a
+// Python error exited 1, as a failed grade does; through make, all three
+// exited 2). The grader exits 1 for a failed grade, 2 for a refusal and 3,
+// with one line saying nothing was graded, when it fails itself (here: a
+// stand-in zero2 whose --json record holds none of the figures); through
+// make, its status is make's one line "Error N".
+static void test_grade_statuses(void **state) {
+    (void)state;
+    char root[64], here[1024], cmd[CMD_LEN], *out = NULL;
+    assert_non_null(getcwd(here, sizeof here));
+    assert_int_equal(test_make_dir(root, sizeof root, "lab-status"), 0);
+    snprintf(cmd, sizeof cmd, "cd %s && mkdir -p scripts .lab && cp %s/scripts/check_lab.py %s/scripts/lab_checks.py "
+             "%s/scripts/lab_formulas.py scripts/ && printf 'zero2 dp_baseline:\\n\\t@true\\n' > Makefile && "
+             "printf '#!/bin/bash\\necho {} > \"${@: -1}\"\\n' > zero2 && chmod +x zero2 && "
+             "echo '{\"lab\":\"03\",\"losses\":[1],\"accum_losses\":[1],\"reference_s\":0.3}' > .lab/expected.json",
+             root, here, here, here);
+    assert_int_equal(test_run(cmd, NULL), 0);
+    snprintf(cmd, sizeof cmd, "cd %s && timeout 60 python3 scripts/check_lab.py 03 --only states", root);
+    int rc = test_run(cmd, &out);
+    if (rc != 3 || !strstr(out, "check-lab-03: internal error: the grader failed (the traceback above), so nothing "
+                               "is graded; this is not the submission's score (exit 3)") || strstr(out, "score:"))
+        fail_msg("%s: exit %d, expected 3 and the internal error's line:\n%s", cmd, rc, out);
+    free(out);
+    snprintf(cmd, sizeof cmd, "cd %s && python3 scripts/check_lab.py 03 --only nothing", root);
+    rc = test_run(cmd, &out);
+    if (rc != 2 || count_lines(out) != 1 || !strstr(out, "--only nothing: no such check"))
+        fail_msg("%s: exit %d, expected 2 and one line:\n%s", cmd, rc, out);
+    free(out);
+    // through make: the refusal's status in make's one line (a failed grade's: test_grade_lab)
+    snprintf(cmd, sizeof cmd, "make --no-print-directory grade-lab-03 SUBMISSION=%s/none", root);
+    rc = test_run(cmd, &out);
+    if (rc != 2 || count_lines(out) != 2 || !strstr(out, "is not a folder") || !strstr(out, "] Error 2\n"))
+        fail_msg("%s: exit %d, expected the refusal and make's one line \"Error 2\":\n%s", cmd, rc, out);
+    free(out);
+    assert_int_equal(test_remove_dir(root), 0);
+}
+
 int main(void) {
     if (need_paths("test_labs", (const char *const[]){"./zero2", NULL})) return 1;
     const struct CMUnitTest tests[] = {
@@ -342,6 +385,7 @@ int main(void) {
         cmocka_unit_test(test_grade_lab),
         cmocka_unit_test(test_grade_lab_takes_only_own_files),
         cmocka_unit_test(test_grade_denominator_fixed),
+        cmocka_unit_test(test_grade_statuses),
         cmocka_unit_test(test_make_lab_not_inside_build),
         cmocka_unit_test(test_check_lab_bounded),
         cmocka_unit_test(test_labs),
