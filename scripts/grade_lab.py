@@ -9,10 +9,11 @@ A student's copy is the student's to change, its scripts/check_lab.py and
 the reference is made (as make lab-NN makes one), only the files that hold
 lab NN's functions (those with a // LAB NN: marker in the reference) are
 taken from DIR, the reference records its expected figures on this machine,
-and the reference's check_lab.py grades the result. A file is taken only
-when it is a regular file inside DIR, reached without following a symbolic
-link (a link could name the reference's own file, or anyone's), and of at
-most MAX_FILE_BYTES; it is read through the one descriptor that checked it.
+and the reference's check_lab.py grades the result. DIR itself may not be a
+symbolic link, and a file is taken only when it is a regular file inside
+DIR, reached without following a symbolic link (a link could name the
+reference's own file or folder, or anyone's), and of at most MAX_FILE_BYTES;
+it is read through the one descriptor that checked it.
 --only KEYS runs just those of check_lab's checks. Several DIRs are graded
 one after the other in the one copy (each from the reference's files with
 its own put in), after a line "grading DIR ..." each; the exit status is 1
@@ -76,7 +77,10 @@ def read_inside(lab, submission, rel):
     way and the file looked at and opened without following a link, and read
     through the descriptor that was checked."""
     parts = rel.split("/")
-    fd = os.open(submission, os.O_RDONLY | os.O_DIRECTORY)
+    try:  # DIR itself not followed either: a link there could name the reference's own tree
+        fd = os.open(submission, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW)
+    except OSError as e:  # changed since it was looked at
+        refuse(lab, f"{shown(submission)}: {os.strerror(e.errno)}; grade it again")
     try:
         for i, part in enumerate(parts):
             path, is_file = submission.joinpath(*parts[:i + 1]), i == len(parts) - 1
@@ -116,6 +120,9 @@ def submitted_files(lab, submission):
         refuse(lab, f"no // LAB {lab}: markers in the reference's sources: no such lab")
     if not submission:
         refuse(lab, f"give the student's copy: make grade-lab-{lab} SUBMISSION=DIR")
+    if submission.is_symlink():
+        refuse(lab, f"SUBMISSION={shown(submission)} is a symbolic link; only the submission's own folder is graded "
+                    f"(give the folder it names, if that is the student's copy)")
     if not submission.is_dir():
         refuse(lab, f"SUBMISSION={shown(submission)} is not a folder; give the student's copy (make lab-{lab} made it)")
     return {rel: read_inside(lab, submission, rel) for rel in files}

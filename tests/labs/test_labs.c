@@ -198,7 +198,7 @@ static void expect_script_refusal(const char *cmd, const char *who, const char *
 // place was "missing", and a $ or a newline in SUBMISSION broke make's line.
 // Only the submission's own regular files of a sane size are taken: each
 // case is refused in one line before any grading, and make hands the path
-// over as typed.
+// over as typed. A SUBMISSION that is itself a link is refused too.
 static void test_grade_lab_takes_only_own_files(void **state) {
     (void)state;
     char root[64], here[512], cmd[CMD_LEN], says[CMD_LEN];
@@ -221,6 +221,12 @@ static void test_grade_lab_takes_only_own_files(void **state) {
         snprintf(says, sizeof says, "%s/%s", root, cases[i][1]);
         expect_script_refusal(cmd, "grade-lab-03: ", says);
     }
+    // issue 49 item 15: a SUBMISSION that is itself a link (here to this tree, the reference) scored 13/13
+    snprintf(cmd, sizeof cmd, "ln -s %s %s/toplink && make --no-print-directory grade-lab-03 SUBMISSION=%s/toplink/",
+             here, root, root);
+    snprintf(says, sizeof says, "SUBMISSION=%s/toplink is a symbolic link; only the submission's own folder is graded",
+             root);
+    expect_script_refusal(cmd, "grade-lab-03: ", says);
     // the path reaches the grader as typed, shown on one line
     snprintf(cmd, sizeof cmd, "make --no-print-directory grade-lab-03 SUBMISSION=\"$(printf '%s/we$ird\\nname')\"", root);
     snprintf(says, sizeof says, "%s/we$ird\\x0aname/03_zero2/grad_shard.c is a symbolic link", root);
