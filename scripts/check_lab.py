@@ -2,8 +2,13 @@
 """check_lab.py NN [--only KEYS]: the checks of lab NN (make check-lab-NN),
 run in a student copy made by make lab-NN. It builds the stage, runs it, and
 prints each check as pass or fail with the measured and the expected figure
-and, where one fails, what that means; then a score. Exit status 0 only when
-every check passes.
+and, where one fails, what that means; then a score. Its exit status says
+which of four things happened (grade_lab.py's are the same):
+  0  graded: every check passes;
+  1  graded: a check fails (the score says how many);
+  2  not graded: a usage error, or not run in a lab's copy (one line);
+  3  not graded: the checker itself failed (the reference does not build or
+     pass, no mpirun, an error in the checker): not the submission's doing.
 
 The expected figures come from the reference, run on this machine when the
 lab was made (.lab/expected.json): the stage's losses must equal them to the
@@ -26,7 +31,9 @@ past it, its ranks are ended and the check says "timed out after N s (the
 reference took M s)"; the checks after it are not run. A rank that crashes
 is reported once, above the checks: the signal, the lab's function on its
 stack where one is, and how to find the line; the checks that needed the run
-say so. Whether the grader ends, is stopped (SIGTERM, Ctrl-C) or a run times
+say so. Every check fails under its own name where its run failed, crashed
+or timed out, or the stage does not build: the list of checks is the lab's,
+fixed (lab_checks.check_names), so the score's denominator never moves. Whether the grader ends, is stopped (SIGTERM, Ctrl-C) or a run times
 out, it ends every process it started and removes its temporary folder.
 """
 import json
@@ -38,6 +45,7 @@ import subprocess
 import sys
 import tempfile
 import time
+import traceback
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
@@ -61,6 +69,13 @@ MARK = re.compile(r"^\s*//\s*LAB\s+(\d\d):\s*(\S+)")
 END = re.compile(r"^\s*//\s*LAB END\s*$")
 # a frame as backtrace_symbols_fd writes it: binary(function+0xOFF)[0xADDR] or binary(+0xOFF)[0xADDR]
 FRAME = re.compile(r"^(\S+)\((\w*)\+0x([0-9a-f]+)\)\s*\[0x[0-9a-f]+\]\s*$")
+# exit statuses (the docstring): a grade, a refusal, the grader's own failure
+EXIT_PASSED, EXIT_FAILED, EXIT_REFUSED, EXIT_INTERNAL = 0, 1, 2, 3
+
+
+def give_up(message, status):
+    print(message, file=sys.stderr)
+    sys.exit(status)
 
 
 def session_pids(sid):
@@ -141,7 +156,7 @@ class Runner:
     def __init__(self, tmp, lab, reference_s=None):
         """reference_s: the reference's slowest run, which sets the limit of each run (None: the reference itself)."""
         self.tmp, self.n, self.lab, self.ranks = Path(tmp), 0, lab, RANKS.get(lab, 2)
-        self.reference_s, self.slowest_s, self.timed_out = reference_s, 0.0, None
+        self.reference_s, self.slowest_s, self.timed_out, self.not_built = reference_s, 0.0, None, False
         self.crashes = []  # what each failed or crashed run said, once: printed above the checks
         self.limit_s = UNTIMED_LIMIT_S if reference_s is None else max(MIN_LIMIT_S, TIME_FACTOR * reference_s)
 
@@ -154,6 +169,8 @@ class Runner:
         argv = ["mpirun", "-np", str(self.ranks), f"./{binary}"] + flags.split() + ["--quiet", "--json", str(path)]
         if self.timed_out:
             return {"error": f"not run: an earlier run {self.timed_out}"}
+        if self.not_built:
+            return {"error": "not run: the stage does not build (above)"}
         t0 = time.monotonic()
         # a session of its own: every rank it starts can be found and ended
         proc = subprocess.Popen(argv, env=dict(os.environ, **MPI_ENV), stdout=subprocess.PIPE,
@@ -207,12 +224,14 @@ class Runner:
 
 
 def build(lab):
+    """None when the stage and its reference build; else the compiler's error lines."""
     stage, ref = LABS[lab][:2]
     jobs = str(os.cpu_count() or 2)
     done = subprocess.run(["make", "--no-print-directory", "-j" + jobs, stage, ref], capture_output=True, text=True)
-    if done.returncode != 0:
-        errors = [l for l in (done.stdout + done.stderr).splitlines() if "error" in l]
-        sys.exit(f"check-lab-{lab}: the build fails:\n" + "\n".join(errors[:20] or [done.stderr[-2000:]]))
+    if done.returncode == 0:
+        return None
+    errors = [l for l in (done.stdout + done.stderr).splitlines() if "error" in l]
+    return "\n".join(errors[:20] or [done.stderr[-2000:]])
 
 
 def parse_args():
@@ -223,22 +242,24 @@ def parse_args():
     if "--only" in args:
         i = args.index("--only")
         if i + 1 >= len(args):
-            sys.exit("usage: check_lab.py NN [--only KEYS]; --only needs a comma-separated list")
+            give_up("usage: check_lab.py NN [--only KEYS]; --only needs a comma-separated list", EXIT_REFUSED)
         only = set(args[i + 1].split(","))
         del args[i:i + 2]
         if only - set(KEYS):
-            sys.exit(f"check_lab: --only {','.join(sorted(only - set(KEYS)))}: no such check; the checks: "
-                     f"{', '.join(KEYS)}")
+            give_up(f"check_lab: --only {','.join(sorted(only - set(KEYS)))}: no such check; the checks: "
+                    f"{', '.join(KEYS)}", EXIT_REFUSED)
     if len(args) != 1 or args[0] not in LABS:
-        sys.exit(f"usage: check_lab.py NN [--record] [--only KEYS]; labs: {', '.join(LABS)}")
+        give_up(f"usage: check_lab.py NN [--record] [--only KEYS]; labs: {', '.join(LABS)}", EXIT_REFUSED)
     return args[0], record, only
 
 
 def main():
     lab, record, only = parse_args()
     if not shutil.which("mpirun"):
-        sys.exit("check_lab: mpirun not found; run make deps")
-    build(lab)
+        give_up("check_lab: mpirun not found; run make deps", EXIT_INTERNAL)
+    build_errors = build(lab)
+    if build_errors and record:
+        give_up(f"check-lab-{lab}: the reference does not build:\n{build_errors}", EXIT_INTERNAL)
 
     # SIGTERM unwinds as Ctrl-C does: the run in progress is ended and the temporary folder removed
     def stopped(number, frame):
@@ -254,9 +275,12 @@ def main():
         else:
             path = HERE / ".lab/expected.json"
             if not path.exists():
-                sys.exit(f"check-lab-{lab}: no .lab/expected.json here: run it in the copy make lab-{lab} made")
+                give_up(f"check-lab-{lab}: no .lab/expected.json here: run it in the copy make lab-{lab} made",
+                        EXIT_REFUSED)
             expected = json.loads(path.read_text())
             r = Runner(tmp, lab, expected.get("reference_s"))
+            # a stage that does not build fails every check, each under its name: the score's denominator stays
+            r.not_built = build_errors is not None
         results = run_checks(lab, expected, r, only)
     passed = sum(ok for _, ok, _, _ in results)
     if record:
@@ -265,17 +289,31 @@ def main():
                 print(f"  {note}", file=sys.stderr)
             for name, ok, got, want in results:
                 print(f"{'pass' if ok else 'FAIL'}  {name}: measured {got}, expected {want}", file=sys.stderr)
-            sys.exit(1)
+            sys.exit(EXIT_INTERNAL)
         print(json.dumps(expected))
         return
     print(f"lab {lab} ({LABS[lab][0]}): checks")
+    if build_errors:
+        print(f"  the stage does not build:\n" + "\n".join("    " + l for l in build_errors.splitlines()))
     for note in r.crashes:
         print(f"  {note}")
     for name, ok, got, want in results:
         print(f"  {'pass' if ok else 'FAIL'}  {name}: measured {got}, expected {want}")
     print(f"score: {passed}/{len(results)}")
-    sys.exit(0 if passed == len(results) else 1)
+    sys.exit(EXIT_PASSED if passed == len(results) else EXIT_FAILED)
+
+
+def internal_error(who):
+    """An error in the grader itself: its traceback, then one line that says the submission is not graded, exit 3
+    (Python's own status, 1, would read as a failed grade)."""
+    traceback.print_exc()
+    print(f"{who}: internal error: the grader failed (the traceback above), so nothing is graded; this is not the "
+          f"submission's score (exit {EXIT_INTERNAL})", file=sys.stderr)
+    sys.exit(EXIT_INTERNAL)
 
 
 if __name__ == "__main__":
-    main()
+    try:
+        main()
+    except Exception:  # noqa: BLE001 (SystemExit and Ctrl-C pass)
+        internal_error(f"check-lab-{sys.argv[1] if len(sys.argv) > 1 else 'NN'}")

@@ -9,17 +9,26 @@ A student's copy is the student's to change, its scripts/check_lab.py and
 the reference is made (as make lab-NN makes one), only the files that hold
 lab NN's functions (those with a // LAB NN: marker in the reference) are
 taken from DIR, the reference records its expected figures on this machine,
-and the reference's check_lab.py grades the result. A file is taken only
-when it is a regular file inside DIR, reached without following a symbolic
-link (a link could name the reference's own file, or anyone's), and of at
-most MAX_FILE_BYTES; it is read through the one descriptor that checked it.
+and the reference's check_lab.py grades the result. DIR itself may not be a
+symbolic link, and a file is taken only when it is a regular file inside
+DIR, reached without following a symbolic link (a link could name the
+reference's own file or folder, or anyone's), and of at most MAX_FILE_BYTES;
+it is read through the one descriptor that checked it.
 --only KEYS runs just those of check_lab's checks. Several DIRs are graded
 one after the other in the one copy (each from the reference's files with
 its own put in), after a line "grading DIR ..." each; the exit status is 1
 when one of them fails.
-The output is check_lab's: pass/FAIL per check and "score: N/M"; exit 0
-only when every check passes, 2 (one line) when DIR is not a folder or one
-of the files is missing or not taken.
+The output is check_lab's: pass/FAIL per check and "score: N/M". The exit
+status is check_lab's, one of four:
+  0  graded: every check passes;
+  1  graded: a check fails (with several DIRs: one of them does);
+  2  refused, nothing graded (one line): DIR is not a folder, or one of the
+     lab's files is missing or not taken; or a usage error;
+  3  not graded: the grader failed (the reference does not pass its own
+     checks, an error in the grader): not the submission's doing.
+make grade-lab-NN exits 2 for any of 1, 2 and 3 (make's own status for a
+failed recipe); its one line "make: *** [...] Error N" carries the
+grader's N.
 """
 import os
 import signal
@@ -31,6 +40,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from make_lab import HERE, copy_reference, lab_files, record_expected, shown  # noqa: E402
+from check_lab import EXIT_FAILED, EXIT_INTERNAL, EXIT_PASSED, EXIT_REFUSED, internal_error  # noqa: E402
 
 
 # A lab's source is a C file of some hundred lines (the reference's largest
@@ -41,7 +51,7 @@ MAX_FILE_BYTES = 1 << 20
 
 def refuse(lab, message):
     print(f"grade-lab-{lab}: {message}", file=sys.stderr)
-    sys.exit(2)
+    sys.exit(EXIT_REFUSED)
 
 
 def why_not_taken(lab, st, path, is_file):
@@ -67,7 +77,10 @@ def read_inside(lab, submission, rel):
     way and the file looked at and opened without following a link, and read
     through the descriptor that was checked."""
     parts = rel.split("/")
-    fd = os.open(submission, os.O_RDONLY | os.O_DIRECTORY)
+    try:  # DIR itself not followed either: a link there could name the reference's own tree
+        fd = os.open(submission, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW)
+    except OSError as e:  # changed since it was looked at
+        refuse(lab, f"{shown(submission)}: {os.strerror(e.errno)}; grade it again")
     try:
         for i, part in enumerate(parts):
             path, is_file = submission.joinpath(*parts[:i + 1]), i == len(parts) - 1
@@ -107,6 +120,9 @@ def submitted_files(lab, submission):
         refuse(lab, f"no // LAB {lab}: markers in the reference's sources: no such lab")
     if not submission:
         refuse(lab, f"give the student's copy: make grade-lab-{lab} SUBMISSION=DIR")
+    if submission.is_symlink():
+        refuse(lab, f"SUBMISSION={shown(submission)} is a symbolic link; only the submission's own folder is graded "
+                    f"(give the folder it names, if that is the student's copy)")
     if not submission.is_dir():
         refuse(lab, f"SUBMISSION={shown(submission)} is not a folder; give the student's copy (make lab-{lab} made it)")
     return {rel: read_inside(lab, submission, rel) for rel in files}
@@ -120,7 +136,7 @@ def main():
         del args[i:i + 2]
     if not args or len(args[0]) != 2 or not args[0].isdigit():
         print("usage: grade_lab.py NN [DIR...] [--only KEYS]   (make grade-lab-NN SUBMISSION=DIR)", file=sys.stderr)
-        sys.exit(2)
+        sys.exit(EXIT_REFUSED)
     lab = args[0]
     paths = args[1:] or [os.environ.get("ZW_SUBMISSION", "")]
     submissions = [Path(p) if p else None for p in paths]
@@ -128,7 +144,7 @@ def main():
     expected = record_expected(lab, f"grade-lab-{lab}")
     # SIGTERM unwinds as Ctrl-C does: the copy is removed
     signal.signal(signal.SIGTERM, lambda number, frame: sys.exit(128 + number))
-    failed = 0
+    statuses = []
     with tempfile.TemporaryDirectory(prefix=f"grade-lab-{lab}-") as tmp:
         copy = Path(tmp) / "copy"
         copy_reference(copy)
@@ -141,9 +157,14 @@ def main():
             print(f"grading {shown(submission)} with the reference's checks; taken from it: {', '.join(files)}",
                   flush=True)
             graded = subprocess.run([sys.executable, str(HERE / "scripts/check_lab.py"), lab] + only, cwd=copy)
-            failed += graded.returncode != 0
-    sys.exit(graded.returncode if len(submissions) == 1 else 1 if failed else 0)
+            # 0 and 1 are grades; a refusal there (2) is the grader's own doing: it made the copy
+            status = graded.returncode
+            statuses.append(status if status in (EXIT_PASSED, EXIT_FAILED) or status > 128 else EXIT_INTERNAL)
+    sys.exit(max(statuses))
 
 
 if __name__ == "__main__":
-    main()
+    try:
+        main()
+    except Exception:  # noqa: BLE001 (SystemExit and Ctrl-C pass)
+        internal_error(f"grade-lab-{sys.argv[1] if len(sys.argv) > 1 else 'NN'}")

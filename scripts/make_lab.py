@@ -151,9 +151,10 @@ def record_expected(lab, who):
             return kept["expected"]
     checks = subprocess.run([sys.executable, str(HERE / "scripts/check_lab.py"), lab, "--record"], cwd=HERE,
                             capture_output=True, text=True)
-    if checks.returncode != 0:
-        sys.exit(f"{who}: the reference does not pass lab {lab}'s checks, so there is nothing to aim "
-                 f"for:\n{checks.stdout}{checks.stderr}")
+    if checks.returncode != 0:  # the grader's own failure: exit 3, as check_lab.py's
+        print(f"{who}: the reference does not pass lab {lab}'s checks, so there is nothing to aim "
+              f"for:\n{checks.stdout}{checks.stderr}", file=sys.stderr)
+        sys.exit(3)
     cache.parent.mkdir(parents=True, exist_ok=True)
     cache.write_text(json.dumps({"key": key, "expected": checks.stdout}))
     return checks.stdout

@@ -91,7 +91,12 @@ static void test_grade_lab(void **state) {
 
     snprintf(cmd, sizeof cmd, "make --no-print-directory grade-lab-03 SUBMISSION=%s/copy", root);
     rc = test_run(cmd, &out);
-    if (rc == 0 || !strstr(out, "is not written yet") || !strstr(out, "score: 0/") || strstr(out, "score: 5/5"))
+    // issue 49 item 17: a failed grade is the grader's exit 1, make's one line "Error 1" (a refusal's is 2)
+    int makes = 0;
+    for (const char *p = out; (p = strstr(p, "make")); p++) makes += !strncmp(p, "make: *** ", 10) ||
+                                                                     !strncmp(p, "make[1]: *** ", 13);
+    if (rc != 2 || makes != 1 || !strstr(out, "] Error 1\n") || !strstr(out, "is not written yet") ||
+        !strstr(out, "score: 0/") || strstr(out, "score: 5/5"))
         fail_msg("grade-lab-03 of a stub with a forged checker: exit %d\n%s", rc, out);
     free(out);
 
@@ -114,6 +119,57 @@ static void test_grade_lab(void **state) {
             fail_msg("%s: exit %d, not one line with \"%s\":\n%s", cmd, rc, bad[i][1], out);
         free(out);
     }
+    assert_int_equal(test_remove_dir(root), 0);
+}
+
+// Counts "\n  FAIL " lines of one submission's part of grade_lab's output whose line also holds `says`.
+static int fails_saying(const char *part, const char *end, const char *says) {
+    int n = 0;
+    for (const char *p = part; (p = strstr(p, "\n  FAIL ")) && p < end; p++) {
+        const char *eol = strchr(p + 1, '\n');
+        size_t len = eol ? (size_t)(eol - p) : strlen(p);
+        char line[2048];
+        snprintf(line, sizeof line, "%.*s", (int)(len < sizeof line - 1 ? len : sizeof line - 1), p);
+        n += strstr(line, says) != NULL;
+    }
+    return n;
+}
+
+// Issue 49 item 14: when lab 04's --prefetch 0 run failed, its knob check
+// counted as 1 check instead of 5 (17 in all became 13), so a submission
+// that refused --prefetch 0 scored 12/13 where one small mistake scored
+// 12/17; a stage that did not build printed no score at all. Graded with
+// --only knob in one batch, the reference, a submission whose --prefetch 0
+// run exits 2, and one that does not compile each score out of the same
+// number, every check of the failed run failing under its own name.
+static void test_grade_denominator_fixed(void **state) {
+    (void)state;
+    char root[64], cmd[CMD_LEN], *out = NULL;
+    assert_int_equal(test_make_dir(root, sizeof root, "lab-denominator"), 0);
+    snprintf(cmd, sizeof cmd, "files=$(python3 -c \"import sys; sys.path.insert(0, 'scripts'); "
+             "from make_lab import lab_files; print(' '.join(lab_files('04')))\") && "
+             "for d in ref refuses broken; do mkdir -p %s/$d && cp --parents $files %s/$d/; done && "
+             "sed -i 's/^    int U = t->layout.num_units, e = entry_of(U, u, backward), reads\\[2\\];$/&\\n"
+             "    if (ps->prefetch == 0) exit(2);/' %s/refuses/04_zero3/param_shard.c && "
+             "grep -q 'prefetch == 0) exit(2)' %s/refuses/04_zero3/param_shard.c && "
+             "sed -i 's/^    comm_progress(t->dp);$/    comm_progress(t->dp)/' %s/broken/04_zero3/param_shard.c && "
+             "grep -q '^    comm_progress(t->dp)$' %s/broken/04_zero3/param_shard.c",
+             root, root, root, root, root, root);
+    assert_int_equal(test_run(cmd, NULL), 0);
+    snprintf(cmd, sizeof cmd, "python3 scripts/grade_lab.py 04 %s/ref %s/refuses %s/broken --only knob", root, root,
+             root);
+    int rc = test_run(cmd, &out);
+    const char *ref = strstr(out, "ref with the reference's checks");
+    const char *refuses = ref ? strstr(ref, "refuses with the reference's checks") : NULL;
+    const char *broken = refuses ? strstr(refuses, "broken with the reference's checks") : NULL;
+    if (rc != 1 || !broken || !strstr(ref, "score: 5/5") || strstr(ref, "score: 5/5") > refuses ||
+        !strstr(refuses, "score: 0/5") || strstr(refuses, "score: 0/5") > broken ||
+        fails_saying(refuses, broken, "(--prefetch 0): measured exit 2 (above)") != 4 ||
+        fails_saying(refuses, broken, "with --prefetch 0: losses equal the reference's to the bit: measured exit 2") != 1 ||
+        !strstr(broken, "the stage does not build") || !strstr(broken, "score: 0/5") ||
+        fails_saying(broken, broken + strlen(broken), "not run: the stage does not build") != 5)
+        fail_msg("%s: exit %d; each submission out of 5, every check of a failed run named:\n%s", cmd, rc, out);
+    free(out);
     assert_int_equal(test_remove_dir(root), 0);
 }
 
@@ -142,7 +198,7 @@ static void expect_script_refusal(const char *cmd, const char *who, const char *
 // place was "missing", and a $ or a newline in SUBMISSION broke make's line.
 // Only the submission's own regular files of a sane size are taken: each
 // case is refused in one line before any grading, and make hands the path
-// over as typed.
+// over as typed. A SUBMISSION that is itself a link is refused too.
 static void test_grade_lab_takes_only_own_files(void **state) {
     (void)state;
     char root[64], here[512], cmd[CMD_LEN], says[CMD_LEN];
@@ -165,6 +221,12 @@ static void test_grade_lab_takes_only_own_files(void **state) {
         snprintf(says, sizeof says, "%s/%s", root, cases[i][1]);
         expect_script_refusal(cmd, "grade-lab-03: ", says);
     }
+    // issue 49 item 15: a SUBMISSION that is itself a link (here to this tree, the reference) scored 13/13
+    snprintf(cmd, sizeof cmd, "ln -s %s %s/toplink && make --no-print-directory grade-lab-03 SUBMISSION=%s/toplink/",
+             here, root, root);
+    snprintf(says, sizeof says, "SUBMISSION=%s/toplink is a symbolic link; only the submission's own folder is graded",
+             root);
+    expect_script_refusal(cmd, "grade-lab-03: ", says);
     // the path reaches the grader as typed, shown on one line
     snprintf(cmd, sizeof cmd, "make --no-print-directory grade-lab-03 SUBMISSION=\"$(printf '%s/we$ird\\nname')\"", root);
     snprintf(says, sizeof says, "%s/we$ird\\x0aname/03_zero2/grad_shard.c is a symbolic link", root);
@@ -263,11 +325,13 @@ static void test_check_lab_bounded(void **state) {
     snprintf(cmd, sizeof cmd, "cd %s && cp crash zero2 && timeout 60 python3 scripts/check_lab.py 03", root);
     rc = test_run(cmd, &out);
     // a crash prints no error line: the settings line it printed first is not quoted as one; issue 38: it is
-    // said once, above the checks, with a pointer to make sanitize (it was the signal's name on every check)
+    // said once, above the checks, with a pointer to make sanitize (it was the signal's name on every check); issue 49
+    // item 14: every one of lab 03's 13 checks fails (the main run's 7, accumulation, the knob's 5; it was 0/9)
     int said = 0;
     for (const char *p = out; (p = strstr(p, "segmentation fault")); p++) said++;
     if (rc != 1 || !strstr(out, "crashed: segmentation fault (SIGSEGV)") || strstr(out, "it said: zero2: cpu") ||
-        said != 1 || !strstr(out, "make sanitize") || !strstr(out, "crashed (SIGSEGV; above)"))
+        said != 1 || !strstr(out, "make sanitize") || !strstr(out, "crashed (SIGSEGV; above)") ||
+        !strstr(out, "score: 0/13"))
         fail_msg("%s: exit %d, the crash said %d times\n%s", cmd, rc, said, out);
     free(out);
 
@@ -282,12 +346,52 @@ static void test_check_lab_bounded(void **state) {
     assert_int_equal(test_remove_dir(root), 0);
 }
 
+// Issue 49 item 17: a failed grade, a refused submission and the grader's
+// own failure were told apart by no exit status (a grader that died of a
+// Python error exited 1, as a failed grade does; through make, all three
+// exited 2). The grader exits 1 for a failed grade, 2 for a refusal and 3,
+// with one line saying nothing was graded, when it fails itself (here: a
+// stand-in zero2 whose --json record holds none of the figures); through
+// make, its status is make's one line "Error N".
+static void test_grade_statuses(void **state) {
+    (void)state;
+    char root[64], here[1024], cmd[CMD_LEN], *out = NULL;
+    assert_non_null(getcwd(here, sizeof here));
+    assert_int_equal(test_make_dir(root, sizeof root, "lab-status"), 0);
+    snprintf(cmd, sizeof cmd, "cd %s && mkdir -p scripts .lab && cp %s/scripts/check_lab.py %s/scripts/lab_checks.py "
+             "%s/scripts/lab_formulas.py scripts/ && printf 'zero2 dp_baseline:\\n\\t@true\\n' > Makefile && "
+             "printf '#!/bin/bash\\necho {} > \"${@: -1}\"\\n' > zero2 && chmod +x zero2 && "
+             "echo '{\"lab\":\"03\",\"losses\":[1],\"accum_losses\":[1],\"reference_s\":0.3}' > .lab/expected.json",
+             root, here, here, here);
+    assert_int_equal(test_run(cmd, NULL), 0);
+    snprintf(cmd, sizeof cmd, "cd %s && timeout 60 python3 scripts/check_lab.py 03 --only states", root);
+    int rc = test_run(cmd, &out);
+    if (rc != 3 || !strstr(out, "check-lab-03: internal error: the grader failed (the traceback above), so nothing "
+                               "is graded; this is not the submission's score (exit 3)") || strstr(out, "score:"))
+        fail_msg("%s: exit %d, expected 3 and the internal error's line:\n%s", cmd, rc, out);
+    free(out);
+    snprintf(cmd, sizeof cmd, "cd %s && python3 scripts/check_lab.py 03 --only nothing", root);
+    rc = test_run(cmd, &out);
+    if (rc != 2 || count_lines(out) != 1 || !strstr(out, "--only nothing: no such check"))
+        fail_msg("%s: exit %d, expected 2 and one line:\n%s", cmd, rc, out);
+    free(out);
+    // through make: the refusal's status in make's one line (a failed grade's: test_grade_lab)
+    snprintf(cmd, sizeof cmd, "make --no-print-directory grade-lab-03 SUBMISSION=%s/none", root);
+    rc = test_run(cmd, &out);
+    if (rc != 2 || count_lines(out) != 2 || !strstr(out, "is not a folder") || !strstr(out, "] Error 2\n"))
+        fail_msg("%s: exit %d, expected the refusal and make's one line \"Error 2\":\n%s", cmd, rc, out);
+    free(out);
+    assert_int_equal(test_remove_dir(root), 0);
+}
+
 int main(void) {
     if (need_paths("test_labs", (const char *const[]){"./zero2", NULL})) return 1;
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_lab_keeps_work),
         cmocka_unit_test(test_grade_lab),
         cmocka_unit_test(test_grade_lab_takes_only_own_files),
+        cmocka_unit_test(test_grade_denominator_fixed),
+        cmocka_unit_test(test_grade_statuses),
         cmocka_unit_test(test_make_lab_not_inside_build),
         cmocka_unit_test(test_check_lab_bounded),
         cmocka_unit_test(test_labs),
