@@ -61,17 +61,21 @@ static char *whole_file(const char *path) {
 
 // ---- 1. zero3's math, to the bit ----
 
+// Each call's runs save into folders of their own (a run saves only into a
+// folder of the same run's checkpoints): the call's number names them.
 static void compare_with_zero3(Ctx *c, int ranks, const char *model, const char *const infinity_flags[3]) {
+    static int call;
+    call++;
     char fmt[CMD_LEN], flags[CMD_LEN], tag[64], ck[3 + 1][PATH_LEN], dir[2][PATH_LEN + 32];
     snprintf(fmt, sizeof fmt, "mpirun -np %d ./zero3 %s %%s --quiet --json %%s", ranks, model);
-    snprintf(ck[3], PATH_LEN, "%s/z3-%d", c->root, ranks);
+    snprintf(ck[3], PATH_LEN, "%s/z3-%d-%d", c->root, ranks, call);
     snprintf(flags, sizeof flags, "--save %s", ck[3]);
     snprintf(tag, sizeof tag, "z3-%d", ranks);
     char *ref = run(c, tag, fmt, flags);
     snprintf(fmt, sizeof fmt, "mpirun -np %d ./infinity %s %%s --quiet --json %%s", ranks, model);
     for (int m = 0; m < 3; m++) {
         if (!infinity_flags[m]) continue;
-        snprintf(ck[m], PATH_LEN, "%s/inf-%d-%d", c->root, ranks, m);
+        snprintf(ck[m], PATH_LEN, "%s/inf-%d-%d-%d", c->root, ranks, m, call);
         snprintf(flags, sizeof flags, "--offload-params %s %s --nvme-path %s --save %s", MODES[m],
                  infinity_flags[m], c->nvme, ck[m]);
         snprintf(tag, sizeof tag, "inf-%d-%d", ranks, m);
