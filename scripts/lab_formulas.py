@@ -39,9 +39,16 @@ def params_why(got, want, rec, comm_over):
     g = rec["gathers"]
     p = g["prefetch"]
     if got > want:
-        return (f"more units stay gathered than --prefetch {p} keeps: a unit is dropped after the last of the next "
-                f"{max(p, 1)} entries that read it; a release is missing, or releases only the entry's own unit "
-                "(the head reads the embeddings too)")
+        dropped = ("a unit is dropped after the entry that reads it" if p == 0 else
+                   f"a unit is dropped after the last of the next {p} entries that read it")
+        unit = gathered_peak(rec) / (p + 1)  # about one entry's units
+        if got - want <= 1.5 * unit:  # one unit too many: a window one too long, or one release short
+            return (f"more units stay gathered than --prefetch {p} keeps, about one unit more: the prefetch reaches "
+                    f"one entry too far (a window longer than --prefetch, or counted in units where the schedule's "
+                    f"entries are meant), or one release is missing or releases only the entry's own unit (the "
+                    f"head reads the embeddings too); {dropped}")
+        return (f"more units stay gathered than --prefetch {p} keeps, more than one unit's worth: {dropped}; a "
+                "release is missing, or releases only the entry's own unit (the head reads the embeddings too)")
     if comm_over == want - got:
         return ("the gathered units are counted as comm_buffers; they are parameters (CAT_PARAMS), which "
                 "the units' peak counts")
@@ -128,8 +135,8 @@ def gather_comm_findings(rec):
     ag_got = rec["comm_bytes_by_op_per_step"]["all_gather"]
     found = []
     if abs(ag_got - ag_want) > 1:
-        why = ("a unit gathered again while it was still gathered, or released while one of the next entries "
-               "reads it" if ag_got > ag_want else
+        why = ("a unit released while one of the next entries reads it, and so gathered again for that entry"
+               if ag_got > ag_want else
                "fewer bytes gathered than the schedule reads: a unit kept gathered past the entries that read it, or "
                "a slice left out of the gather")
         found.append(("all-gather bytes per step", ag_got, ag_want, why))
@@ -146,8 +153,9 @@ def eval_findings(rec):
     got = rec["eval_comm_bytes"]
     if abs(got - want) <= 1:
         return []
-    why = ("the evaluation gathered units for a backward that never comes: an evaluation's pass (param_shard_begin) "
-           "ends the schedule after forward (num_entries)" if got > want else
+    why = ("the evaluation gathered more than its forward reads: units for a backward that never comes (an "
+           "evaluation's pass, param_shard_begin, ends the schedule after forward: num_entries), or units released "
+           "before a next entry read them and gathered again" if got > want else
            "the evaluation gathered less than its forward reads")
     return [("evaluation bytes", got, want, why)]
 
@@ -161,8 +169,10 @@ def gathers_findings(rec):
     found = []
     if g["issued"] != m * g["per_micro_batch_formula"]:
         found.append(("gathers issued per micro-batch", g["issued"] / m, g["per_micro_batch_formula"],
-                      "a unit gathered again although it was still gathered" if g["issued"] > m *
-                      g["per_micro_batch_formula"] else "fewer gathers than the schedule's reads need"))
+                      "a unit gathered again after it was released while the schedule still read it: released too "
+                      "early, or its prefetch counted in units where the schedule's entries are meant"
+                      if g["issued"] > m * g["per_micro_batch_formula"] else
+                      "fewer gathers than the schedule's reads need"))
     if g["ahead"] != m * g["ahead_per_micro_batch_formula"]:
         why = (f"gathers started only when their entry needs them: with --prefetch {p} an entry's acquire starts "
                f"the next {p} entries' gathers before it waits for its own" if g["ahead"] < m *
