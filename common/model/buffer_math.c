@@ -135,21 +135,27 @@ int zero_gathers_ahead(const GPTLayout *l, int prefetch, int forward_only) {
     return prefetch > 0 ? count - reads_of(l, 0, reads) : 0;
 }
 
-double stage_buffer_bytes(StageId s, const GPTLayout *l, const Partition *p) {
+int stage_gathers_params(StageId s) {
     switch (s) {
-    case STAGE_DP: return 0;
-    case STAGE_ZERO1: return (double)p->shard * sizeof(bf16);  // the reduced gradient shard
-    case STAGE_ZERO2:
-    case STAGE_OFFLOAD:
-    case STAGE_OFFLOAD_DPU: return zero_bucket_bytes(0, p);
     case STAGE_ZERO3:
     case STAGE_INFINITY:
     case STAGE_INFINITY_CPU:
     case STAGE_INFINITY_NVME:
     case STAGE_INFINITY_OPT_CPU:
     case STAGE_INFINITY_CPU_OPT_CPU:
-    case STAGE_INFINITY_NVME_OPT_CPU:
-        return zero_bucket_bytes(0, p) + zero_gathered_peak_bytes(l, ZERO_PREFETCH_DEFAULT);
+    case STAGE_INFINITY_NVME_OPT_CPU: return 1;
+    default: return 0;
+    }
+}
+
+double stage_buffer_bytes(StageId s, const GPTLayout *l, const Partition *p) {
+    if (stage_gathers_params(s)) return zero_bucket_bytes(0, p) + zero_gathered_peak_bytes(l, ZERO_PREFETCH_DEFAULT);
+    switch (s) {
+    case STAGE_DP: return 0;
+    case STAGE_ZERO1: return (double)p->shard * sizeof(bf16);  // the reduced gradient shard
+    case STAGE_ZERO2:
+    case STAGE_OFFLOAD:
+    case STAGE_OFFLOAD_DPU: return zero_bucket_bytes(0, p);
     default: return 0;
     }
 }

@@ -163,3 +163,5 @@ int zero_gather_schedule(const GPTLayout *l, int prefetch, ZeroGather *out);
 // gradient shard, ZeRO-2's and Offload's buckets, ZeRO-3's and Infinity's
 // buckets and gathered units.
 double stage_buffer_bytes(StageId s, const GPTLayout *l, const Partition *p);
+// zero3 and infinity's modes: the stages that gather each unit's parameters before use
+int stage_gathers_params(StageId s);

@@ -231,24 +231,17 @@ void step_memory_base(StepMemorySpec *s, StageId formula, const GPTLayout *l, co
                                (p->contiguous ? contiguous_grad_bytes(l, p) : 0);
 }
 
+void step_memory_gathered(StepMemorySpec *s, int prefetch, double bucket_bytes) {
+    s->shape = STEP_GATHERED;
+    s->prefetch = prefetch;
+    for (int u = 0; u < s->layout->num_units; u++)
+        s->gathered[0][u] = s->gathered[1][u] = (double)s->layout->unit[u].count * sizeof(bf16);
+    s->fixed[CAT_COMM] += bucket_bytes;
+}
+
 void step_memory_stage_defaults(StepMemorySpec *s, StageId formula, const Partition *part) {
-    const GPTLayout *l = s->layout;
-    switch (formula) {
-    case STAGE_ZERO3:
-    case STAGE_INFINITY:
-    case STAGE_INFINITY_CPU:
-    case STAGE_INFINITY_NVME:
-    case STAGE_INFINITY_OPT_CPU:
-    case STAGE_INFINITY_CPU_OPT_CPU:
-    case STAGE_INFINITY_NVME_OPT_CPU:
-        s->shape = STEP_GATHERED;
-        s->prefetch = ZERO_PREFETCH_DEFAULT;
-        for (int u = 0; u < l->num_units; u++) s->gathered[0][u] = s->gathered[1][u] = 2.0 * (double)l->unit[u].count;
-        s->fixed[CAT_COMM] += zero_bucket_bytes(0, part);
-        break;
-    default:
-        s->fixed[CAT_COMM] += stage_buffer_bytes(formula, l, part);  // they live through the step
-    }
+    if (stage_gathers_params(formula)) step_memory_gathered(s, ZERO_PREFETCH_DEFAULT, zero_bucket_bytes(0, part));
+    else s->fixed[CAT_COMM] += stage_buffer_bytes(formula, s->layout, part);  // they live through the step
 }
 
 void step_memory_free(StepMemory *m) {

@@ -60,6 +60,9 @@ void step_memory_base(StepMemorySpec *s, StageId formula, const GPTLayout *l, co
 // which runs no stage): zero1's and 3d_parallel's reduced shard, zero2's
 // buckets, zero3's gathers at --prefetch's default, a pipeline of one stage.
 void step_memory_stage_defaults(StepMemorySpec *s, StageId formula, const Partition *part);
+// zero3's step: each unit's bf16 parameters gathered by --prefetch's
+// windows (forward and backward alike), its buckets living through the step
+void step_memory_gathered(StepMemorySpec *s, int prefetch, double bucket_bytes);
 void step_memory(const StepMemorySpec *s, StepMemory *out);
 void step_memory_free(StepMemory *m);
 // The first boundary where `measured` (n of them) and the formula's differ
