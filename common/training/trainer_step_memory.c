@@ -11,22 +11,30 @@
 #include "kernels.h"
 #include "trainer.h"
 
-// The kernels' scratch as the device counts it for the plan's shapes.
-double trainer_kernel_scratch(const Trainer *t) {
+// The kernels' scratch as the device counts it for B x T and the attention.
+static double kernel_scratch(const Trainer *t, int B, int T, int flash) {
     const GPTConfig *m = &t->layout.cfg;  // the head's GEMM has this rank's wte rows, padding included
-    return (double)t->dev.k->scratch_bytes(t->dev.threads, t->cfg.batch, t->cfg.seq_len, m->channels, m->num_heads,
-                                           t->layout.vocab_part, t->layout.tp_size,
-                                           t->plan.attention == GPT_ATTENTION_FLASH);
+    return (double)t->dev.k->scratch_bytes(t->dev.threads, B, T, m->channels, m->num_heads, t->layout.vocab_part,
+                                           t->layout.tp_size, flash);
 }
 
-void trainer_step_memory_spec(const Trainer *t, StepMemorySpec *s, double held) {
-    step_memory_base(s, t->formula, &t->layout, &t->plan, t->dev.act_bytes, t->state_params, t->dp->size,
-                     t->cfg.grad_accum_fp32, t->cfg.grad_accum, trainer_kernel_scratch(t), held);
+double trainer_kernel_scratch(const Trainer *t) {
+    return kernel_scratch(t, t->cfg.batch, t->cfg.seq_len, t->plan.attention == GPT_ATTENTION_FLASH);
+}
+
+// The run's spec with the plan p (this run's, or one changed by trainer_what_fits).
+static void spec_of_plan(const Trainer *t, const GPTPlan *p, double scratch, double held, StepMemorySpec *s) {
+    step_memory_base(s, t->formula, &t->layout, p, t->dev.act_bytes, t->state_params, t->dp->size,
+                     t->cfg.grad_accum_fp32, t->cfg.grad_accum, scratch, held);
     // the stage's buffers: its own shape where its step differs (zero3's
     // gathers, a pipeline), else they live through the step as comm buffers
     if (t->strategy->step_shape) t->strategy->step_shape(t->sctx, t, s);
     else if (t->strategy->device_buffer_bytes)
         s->fixed[CAT_COMM] += t->strategy->device_buffer_bytes(t->sctx, &t->layout, &t->part);
+}
+
+void trainer_step_memory_spec(const Trainer *t, StepMemorySpec *s, double held) {
+    spec_of_plan(t, &t->plan, trainer_kernel_scratch(t), held, s);
 }
 
 void trainer_step_memory_init(Trainer *t, double held) {
@@ -100,17 +108,10 @@ static double total_at(const StepMemory *m, MemPhase at) {
 // at its flags' defaults over dp ranks (formula != t->formula or dp !=
 // the run's: zero1 over 2N, the next stage).
 static double changed_peak(const Trainer *t, GPTPlan plan, StageId formula, int dp, MemPhase at, double *there) {
-    const GPTConfig *m = &t->layout.cfg;
-    double scratch = (double)t->dev.k->scratch_bytes(t->dev.threads, plan.B, plan.T, m->channels, m->num_heads,
-                                                      t->layout.vocab_part, t->layout.tp_size,
-                                                      plan.attention == GPT_ATTENTION_FLASH);
+    double scratch = kernel_scratch(t, plan.B, plan.T, plan.attention == GPT_ATTENTION_FLASH);
     StepMemorySpec s;
     if (formula == t->formula && dp == t->dp->size) {
-        step_memory_base(&s, formula, &t->layout, &plan, t->dev.act_bytes, t->state_params, dp,
-                         t->cfg.grad_accum_fp32, t->cfg.grad_accum, scratch, t->device_need.held);
-        if (t->strategy->step_shape) t->strategy->step_shape(t->sctx, t, &s);
-        else if (t->strategy->device_buffer_bytes)
-            s.fixed[CAT_COMM] += t->strategy->device_buffer_bytes(t->sctx, &t->layout, &t->part);
+        spec_of_plan(t, &plan, scratch, t->device_need.held, &s);
     } else {
         Partition part;
         partition_init(&part, t->layout.num_params, dp, 0);  // shards padded to equal sizes

@@ -29,6 +29,13 @@ static int group_setup(void **state) {
     return run_dir_setup(state, "step-memory", needs);
 }
 
+// The record's measured device peak and what the run counted before step 1.
+static void peak_and_count(const char *rec, double *peak, double *need) {
+    *peak = *need = NAN;
+    json_numbers(strstr(rec, "\"mem\":{\"device\":{"), "peak_total", peak, 1);
+    json_numbers(strstr(rec, "\"device_need\""), "total", need, 1);
+}
+
 // The record's memory_timeline: modelled, and equal on every rank in every step.
 static void expect_equal(Ctx *c, const char *run) {
     char cmd[CMD_LEN], json_path[256], *out = NULL;
@@ -41,9 +48,8 @@ static void expect_equal(Ctx *c, const char *run) {
         fail_msg("%s: the timeline is not the formula's:\n%s", run, strstr(out, "memory timeline") ?
                  strstr(out, "memory timeline") : out);
     // the budget check counted the formula's peak, and the run reached it
-    double peak = NAN, need = NAN, formula = NAN;
-    json_numbers(strstr(rec, "\"mem\":{\"device\":{"), "peak_total", &peak, 1);
-    json_numbers(strstr(rec, "\"device_need\""), "total", &need, 1);
+    double peak, need, formula = NAN;
+    peak_and_count(rec, &peak, &need);
     json_numbers(tl, "formula_peak", &formula, 1);
     if (!(peak == need && need == formula))
         fail_msg("%s: measured peak %.0f B, counted %.0f B, the timeline's %.0f B", run, peak, need, formula);
@@ -90,9 +96,8 @@ static void test_memory_math_prints_the_peak(void **state) {
     double formula = NAN;
     json_numbers(strstr(rec, "\"memory_timeline\""), "formula_peak", &formula, 1);
     free(rec);
-    assert_int_equal(test_run("./memory_math --model small --batch 4 --seq-len 64 --ranks 2 --recompute selective --timeline zero3 "
-                              "--json",
-                              &mm), 0);
+    assert_int_equal(test_run("./memory_math --model small --batch 4 --seq-len 64 --ranks 2 --recompute selective "
+                              "--timeline zero3 --json", &mm), 0);
     double mb = NAN;
     json_numbers(strstr(mm, "\"timeline\""), "peak_mb", &mb, 1);
     if (fabs(mb * 1e6 - formula) > 0.5e3)  // printed in MB to 3 decimals
@@ -183,9 +188,8 @@ static void test_contiguous_where_it_changes_nothing(void **state) {
     if (!strstr(out, "note: --contiguous-buffers changes nothing here: a step with ZeRO++'s quantized and "
                      "secondary buffers keeps its buffers contiguous anyway"))
         fail_msg("%s: no note:\n%s", cmd, out);
-    double peak = NAN, need = NAN;
-    json_numbers(strstr(rec, "\"mem\":{\"device\":{"), "peak_total", &peak, 1);
-    json_numbers(strstr(rec, "\"device_need\""), "total", &need, 1);
+    double peak, need;
+    peak_and_count(rec, &peak, &need);
     if (peak != need) fail_msg("%s: measured peak %.0f B, counted %.0f B", cmd, peak, need);
     free(rec), free(out);
 }
