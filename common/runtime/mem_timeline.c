@@ -127,21 +127,8 @@ static char *events_text(const MemTimeline *tl, int rank, size_t *len) {
 static int write_file(const char *path, const char *events) {
     char tmp[4096];
     FILE *f = out_file_begin(path, tmp, sizeof tmp);
-    int bad = f == NULL;
-    if (f) {
-        fprintf(f, "{\"traceEvents\":[\n%s\n],\"displayTimeUnit\":\"ms\"}\n", events);
-        bad = ferror(f) != 0;
-        bad |= fclose(f) != 0;
-        if (bad) out_file_abandon(tmp);
-        else bad = out_file_commit(tmp, path) != 0;
-    }
-    if (!bad) return 0;
-    int why = errno;
-    fprintf(stderr, "%s: error: --memory-timeline %s: writing failed (%s); the timeline was not written\n",
-            program_invocation_short_name, path,
-            why == ELOOP ? "it became a symbolic link during the run; nothing replaces a link"
-            : why == EINVAL ? "it is no longer a regular file" : strerror(why));
-    return 1;
+    if (f) fprintf(f, "{\"traceEvents\":[\n%s\n],\"displayTimeUnit\":\"ms\"}\n", events);
+    return out_file_finish(f, tmp, path, "--memory-timeline", "timeline");
 }
 
 int mem_timeline_write(const MemTimeline *tl, const char *path, char **all_events) {

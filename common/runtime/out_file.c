@@ -5,6 +5,7 @@
 #define _GNU_SOURCE  // mkostemps
 #include "out_file.h"
 #include <errno.h>
+#include <stdio.h>
 #include <fcntl.h>
 #include <libgen.h>
 #include <limits.h>
@@ -258,4 +259,21 @@ void out_folder_unlock(const char *dir, int lock_fd) {
     snprintf(path, sizeof path, "%s/lock", dir);
     unlink(path);  // while still held, so no run takes the removed file
     close(lock_fd);
+}
+
+int out_file_finish(FILE *f, const char *tmp, const char *path, const char *flag, const char *what) {
+    int bad = f == NULL;
+    if (f) {
+        bad = ferror(f) != 0;
+        bad |= fclose(f) != 0;
+        if (bad) out_file_abandon(tmp);
+        else bad = out_file_commit(tmp, path) != 0;  // it removes tmp when it cannot rename
+    }
+    if (!bad) return 0;
+    int why = errno;
+    fprintf(stderr, "%s: error: %s %s: writing failed (%s); the %s was not written\n", program_invocation_short_name,
+            flag, path,
+            why == ELOOP ? "it became a symbolic link during the run; nothing replaces a link"
+            : why == EINVAL ? "it is no longer a regular file" : strerror(why), what);
+    return 1;
 }

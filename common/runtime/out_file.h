@@ -48,6 +48,12 @@ void out_file_abandon(const char *tmp);
 // or absent (0), else removes tmp and returns nonzero with errno set.
 int out_file_commit(const char *tmp, const char *path);
 
+// Ends a file of out_file_begin (f NULL: it could not be begun): closes it
+// and renames tmp over `path`, or removes tmp; 0, or 1 after one line on
+// stderr, "PROGRAM: error: FLAG PATH: writing failed (why); the WHAT was
+// not written" (a link or a non-regular file at `path` said as such).
+int out_file_finish(FILE *f, const char *tmp, const char *path, const char *flag, const char *what);
+
 // The path with its folder resolved (realpath of the folder, then the last
 // name), so that two flags naming one file by different paths compare equal;
 // the path as given when its folder cannot be resolved.

@@ -152,25 +152,14 @@ static int write_trace_file(const char *path, const PackedSpan *all, const RankH
                             int nranks, double origin_us, const char *extra) {
     char tmp[4096];
     FILE *f = out_file_begin(path, tmp, sizeof tmp);
-    int opened = f != NULL, bad = !opened;
-    if (opened) {
+    if (f) {
         fprintf(f, "{\"traceEvents\":[\n");
         write_metadata(f, nranks, hdr);
         write_events(f, all, hdr, nranks, origin_us);
         if (extra && extra[0]) fprintf(f, ",\n%s", extra);
         fprintf(f, "\n]}\n");
-        bad = ferror(f) != 0;
-        bad |= fclose(f) != 0;
-        if (bad) out_file_abandon(tmp);
-        else bad = out_file_commit(tmp, path) != 0;  // it removes tmp when it cannot rename
     }
-    if (!bad) return 0;
-    int why = errno;
-    fprintf(stderr, "%s: error: --trace %s: writing failed (%s); the trace was not written\n",
-            program_invocation_short_name, path,
-            why == ELOOP ? "it became a symbolic link during the run; nothing replaces a link"
-            : why == EINVAL ? "it is no longer a regular file" : strerror(why));
-    return 1;
+    return out_file_finish(f, tmp, path, "--trace", "trace");
 }
 
 int trace_write(Trace *t, const char *path) {
