@@ -199,9 +199,11 @@ class Runner:
         err = [l for l in own if (": error:" in l or l.startswith(binary + ": rank ")) and ": crashed: " not in l]
         crash = crash_name(status)
         shown = f"mpirun -np {self.ranks} ./{binary} {flags.replace(str(self.tmp / 'nvme'), 'runs/nvme')}"
+        said_by = ranks_first_lines(binary, err)
         if not crash and not crashed:
             said = err or own or lines
-            note = f"a run failed: exit {status}: " + re.sub(r": rank \d+: ", ": ", said[0] if said else "no output")
+            note = f"a run failed: exit {status}: " + (said_by if err else
+                                                        re.sub(r": rank \d+: ", ": ", said[0] if said else "no output"))
             if all(not c.startswith(note + "\n") for c in self.crashes):  # said once, whichever runs it ends
                 self.crashes.append(note + f"\n    the run: {shown}")
             return f"exit {status} (above)"
@@ -213,14 +215,29 @@ class Runner:
             note += f", in {mine[0]}, one of lab {self.lab}'s functions"
         if stack:
             note += f" (its stack: {' <- '.join(stack[:6])})"
-        elif err:
-            note += f"; it said: {re.sub(r': rank [0-9]+: ', ': ', err[0])}"
+        if err:  # the other ranks' lines often name the cause (a rank that stopped answering, a check that failed)
+            note += f"; it said: {said_by}"
         if all(not c.startswith(note + "\n") for c in self.crashes):  # the same crash in another run: said once
             self.crashes.append(note + f"\n    the run: {shown}\n    to see the line: make sanitize builds the stages "
                                 "with AddressSanitizer into build-sanitize/root (and runs the tests there); run the "
                                 "command in that folder")
         short = re.search(r"\((SIG\w+)\)", what)
         return f"crashed ({short.group(1) if short else what.split(' (')[0]}; above)"
+
+
+def ranks_first_lines(binary, err):
+    """Each rank's first error line, in rank order, the same words said once: 'zero2: error: X (rank 1)'."""
+    first = {}
+    for line in err:
+        m = re.match(re.escape(binary) + r": rank (\d+): ", line)
+        first.setdefault(int(m.group(1)) if m else -1, line)
+    words = {}
+    for rank in sorted(first):
+        words.setdefault(re.sub(r": rank \d+: ", ": ", first[rank]), []).append(rank)
+    if len(words) == 1:
+        return next(iter(words))
+    return "; ".join(f"{w} (rank{'s' if len(r) > 1 else ''} {', '.join(str(x) for x in r if x >= 0) or '?'})"
+                     for w, r in words.items())
 
 
 # The graded build keeps every call a frame of its own: at -O3 a call in tail

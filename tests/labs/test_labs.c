@@ -308,7 +308,11 @@ static void test_check_lab_bounded(void **state) {
              "%s/scripts/lab_formulas.py scripts/ && "
              "printf 'zero2 dp_baseline:\\n\\t@true\\n' > Makefile && "
              "printf '#!/bin/bash\\n%s\\n' > hang && printf '#!/bin/bash\\necho \"zero2: cpu (the settings line)\"\\nkill -SEGV $$\\n' > crash && "
-             "chmod +x hang crash && cp hang dp_baseline && "
+             "printf '#!/bin/bash\\nif [ \"$OMPI_COMM_WORLD_RANK\" = 1 ]; then echo \"zero2: rank 1: error: rank 0 stopped "
+             "answering in the all-reduce of step 1\" >&2; exit 1; fi\\necho \"zero2: rank 0: crashed: SIGSEGV "
+             "(segmentation fault); its stack, innermost first:\" >&2\\necho \"./zero2(on_crash_signal+0x1c) [0x401c]\" >&2\\n"
+             "echo \"./zero2(zero2_step+0x2a) [0x402a]\" >&2\\nkill -SEGV $$\\n' > crash2 && "
+             "chmod +x hang crash crash2 && cp hang dp_baseline && "
              "echo '{\"lab\":\"03\",\"losses\":[1],\"accum_losses\":[1],\"reference_s\":0.3}' > .lab/expected.json",
              root, here, here, here, sleeper);
     assert_int_equal(test_run(cmd, NULL), 0);
@@ -333,6 +337,15 @@ static void test_check_lab_bounded(void **state) {
         said != 1 || !strstr(out, "make sanitize") || !strstr(out, "crashed (SIGSEGV; above)") ||
         !strstr(out, "score: 0/13"))
         fail_msg("%s: exit %d, the crash said %d times\n%s", cmd, rc, said, out);
+    free(out);
+
+    // issue 49 item 16: where one rank crashes, the other's error line, which often names the cause, is shown
+    // beside the crash (it was dropped)
+    snprintf(cmd, sizeof cmd, "cd %s && cp crash2 zero2 && timeout 60 python3 scripts/check_lab.py 03", root);
+    rc = test_run(cmd, &out);
+    if (rc != 1 || !strstr(out, "a run crashed: SIGSEGV (segmentation fault) (its stack: zero2_step); it said: zero2: "
+                            "error: rank 0 stopped answering in the all-reduce of step 1"))
+        fail_msg("%s: exit %d: no line of rank 1's\n%s", cmd, rc, out);
     free(out);
 
     snprintf(cmd, sizeof cmd, "cd %s && cp hang zero2 && (timeout 60 python3 scripts/check_lab.py 03 & g=$!; "

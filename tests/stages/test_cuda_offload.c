@@ -161,9 +161,12 @@ static int param_copies(const RunDir *c, const char *tag, int prefetch, Op *ops,
 }
 
 // The copies of consecutive units are ordered by events, never by the
-// host: the host waits as often per step with 6 blocks as with 2 (a wait per
-// unit would add 8 per step), in the synchronous and the prefetched swap;
-// and the param slices go up on a stream of their own.
+// host: the host waits about as often per step with 6 blocks as with 2, in
+// the synchronous and the prefetched swap, where a wait per unit would add 8
+// per step (4 more units, forward and backward). "About": a wait counts only
+// where the work was unfinished, and how much of it the MPI calls' progress
+// had already run varies from run to run (a CI run counted 3.5 and 3 for the
+// same code), so the bound is half of what a wait per unit adds.
 static void test_unit_copies_ordered_by_events(void **state) {
     if (skip_without_cuda()) skip();
     const RunDir *c = *state;
@@ -180,8 +183,9 @@ static void test_unit_copies_ordered_by_events(void **state) {
             }
         }
         print_message("--prefetch %d: host waits per step %g with 2 blocks, %g with 6\n", p, waits[0], waits[1]);
-        if (waits[1] != waits[0]) fail_msg("--prefetch %d: %g host waits per step with 6 blocks, %g with 2", p,
-                                           waits[1], waits[0]);
+        if (waits[1] >= waits[0] + 4)
+            fail_msg("--prefetch %d: %g host waits per step with 6 blocks, %g with 2: a wait per unit", p, waits[1],
+                     waits[0]);
     }
 }
 

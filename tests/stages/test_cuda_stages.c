@@ -185,8 +185,13 @@ static void test_no_sync_or_allocation_in_a_step(void **state) {
             waits[accum - 1] = calls_of(calls, n, "host_wait");
         }
         print_message("%s: host waits per step %g at 1 micro-batch, %g at 2\n", stages[s], waits[0], waits[1]);
-        // the offload stages add each micro-batch's reduced gradient on the host: a wait per micro-batch is theirs
-        if (!strcmp(stages[s], "zero2") || !strcmp(stages[s], "zero3")) assert_true(waits[1] == waits[0]);
+        // the offload stages add each micro-batch's reduced gradient on the host: a wait per micro-batch is
+        // theirs. zero2 and zero3 wait no more at 2 micro-batches than at 1; a wait per micro-batch would add
+        // 1 per step, where one wait that found the work unfinished in one run and finished in the other (the
+        // MPI calls' progress runs queued work, as much as their timing allows) moves the count by 0.5.
+        if ((!strcmp(stages[s], "zero2") || !strcmp(stages[s], "zero3")) && waits[1] >= waits[0] + 1)
+            fail_msg("%s: %g host waits per step at 2 micro-batches, %g at 1: a wait per micro-batch", stages[s],
+                     waits[1], waits[0]);
     }
 }
 
