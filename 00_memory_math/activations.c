@@ -22,7 +22,9 @@ static const Col act_cols[] = {
 static void trainer_row(Printer *p, const Inputs *in, GPTRecompute r, int offload, const char *what, int act_bytes) {
     GPTPlan plan = act_plan(in, r, offload);
     ActFormula a = act_formula(act_layout(in), &plan, act_bytes);
-    double extra = recompute_flops_per_token(&in->layout, in->seq_len, r, in->attention) /
+    double extra = (recompute_flops_per_token(&in->layout, in->seq_len, r, in->attention, in->tiled_mlp) +
+                    tiled_mlp_flops_per_token(&in->layout, in->tiled_mlp) +
+                    tiled_loss_flops_per_token(&in->layout, in->tiled_loss)) /
                    gpt_flops_per_token(&in->layout, in->seq_len);
     Cell row[8] = {cell_str(offload ? "full+host" : gpt_recompute_name(r)), cell_str(what), cell_num(act_bytes),
                    cell_num(a.per_layer), cell_num(a.saved / GB), cell_num(a.working / GB),
@@ -49,6 +51,15 @@ void section_activations(Printer *p, const Inputs *in) {
     if (in->tp > 1)
         printer_str(p, "tp_split", "between the tensor-parallel regions",
                     sp ? "split over the t ranks (--sequence-parallel)" : "whole on every rank");
+
+    // the head's logits (every row below holds them, by the run's --tiled-loss), counted on cuda (bf16)
+    double Vp = gpt_logits_stride(act_layout(in)), chunk = s * b;
+    if (in->tiled_loss) chunk = fmin(s * b, 16 * ceil(ceil(s * b / in->tiled_loss) / 16));
+    printer_num(p, "tiled_loss", "--tiled-loss (chunks of a micro-batch's tokens; 0: the logits whole)", in->tiled_loss,
+                "%.0f", NULL);
+    printer_num(p, "logits_bytes_cuda", in->tiled_loss ? "logits live at once on cuda: one chunk of ceil(sb/K) tokens, rounded up to 16, ·Vp·e, e = 2"
+                                                       : "logits of a micro-batch on cuda: sb·Vp·e, e = 2",
+                chunk * Vp * 2, "%.0f", "bytes");
 
     printer_table(p, "rows", act_cols, 8);
     for (int r = GPT_RECOMPUTE_NONE; r <= GPT_RECOMPUTE_FULL; r++) {

@@ -69,6 +69,8 @@ static double tiers(Printer *p, const Inputs *in) {
         plan.recompute = in->recompute;
         plan.attention = in->attention;
         plan.offload_activations = in->offload_activations;
+        plan.loss_tiles = in->tiled_loss;
+        plan.mlp_tiles = in->tiled_mlp;
         GPTActBytes a = gpt_activation_bytes(&in->layout, &plan, CUDA_ACT_BYTES);
         acts = (double)(a.total_saved + a.working + a.backward_scratch + a.grad_workspace);
     }

@@ -43,8 +43,8 @@ static const char *usage =
 typedef struct Flags {
     double params, hbm_gb;
     const char *model, *deepspeed_config, *recompute, *attention;
-    int ranks, batch, seq_len, grad_accum, global_batch, measure, json, offload_activations;
-    int tp, sequence_parallel, partition_activations, contiguous_buffers;
+    int ranks, batch, seq_len, context, grad_accum, global_batch, measure, json, offload_activations;
+    int tp, sequence_parallel, partition_activations, contiguous_buffers, tiled_loss, tiled_mlp;
     const char *timeline;
     double link_gbps, latency_us, gflops, intra_gbps;
     ZeroPPConfig zeropp;
@@ -55,7 +55,9 @@ enum {
     F_PARAMS, F_MODEL, F_RANKS, F_BATCH, F_SEQ_LEN, F_GRAD_ACCUM, F_GLOBAL_BATCH, F_HBM_GB, F_MEASURE, F_JSON,
     F_DEEPSPEED_CONFIG, F_RECOMPUTE, F_OFFLOAD_ACTIVATIONS, F_TP, F_SEQUENCE_PARALLEL, F_PARTITION_ACTIVATIONS,
     F_LINK_GBPS, F_LATENCY_US, F_GFLOPS, F_ATTENTION, F_QUANTIZE_WEIGHTS, F_HPZ_SIZE, F_QUANTIZE_GRADS,
-    F_GRAD_QUANT_BITS, F_QUANT_BLOCK, F_RANKS_PER_HOST, F_INTRA_GBPS, F_TIMELINE, F_CONTIGUOUS_BUFFERS, F_COUNT
+    F_GRAD_QUANT_BITS, F_QUANT_BLOCK, F_RANKS_PER_HOST, F_INTRA_GBPS, F_TIMELINE, F_CONTIGUOUS_BUFFERS, F_CONTEXT,
+    F_TILED_LOSS, F_TILED_MLP,
+    F_COUNT
 };
 
 // infinity's bf16 params follow offload_param.device and its master, m and
@@ -106,6 +108,16 @@ static void parse_flags(int argc, char **argv, Flags *f, FlagSpec *specs, Inputs
                      .help = "micro-batch per rank, for activations", .min = 1, .max = GPT_MAX_BATCH},
         [F_SEQ_LEN] = {.name = "seq-len", .type = FLAG_INT, .dst = &f->seq_len, .meta = "T",
                        .help = "sequence length; 0 = the model's context", .min = 0, .max = GPT_MAX_CONTEXT},
+        [F_TILED_LOSS] = {.name = "tiled-loss", .type = FLAG_INT, .dst = &f->tiled_loss, .meta = "K",
+                          .help = "the loss over K chunks of tokens: one chunk's logits, ceil(sb/K)·V·e, live at a "
+                                  "time instead of sb·V·e per micro-batch (0: whole)", .min = 0, .max = GPT_MAX_TOKENS},
+        [F_TILED_MLP] = {.name = "tiled-mlp", .type = FLAG_INT, .dst = &f->tiled_mlp, .meta = "K",
+                         .help = "each MLP over K chunks of tokens: no block keeps fc's and the GELU's outputs "
+                                 "(8sbhe/t), one chunk of them is shared (0: whole)", .min = 0, .max = GPT_MAX_TOKENS},
+        [F_CONTEXT] = {.name = "context", .type = FLAG_INT, .dst = &f->context, .meta = "N",
+                       .help = "the model's context: positions in wpe (N x d-model params), the longest --seq-len",
+                       .shown_default = "the preset's, or --seq-len where that is longer", .min = 1,
+                       .max = GPT_MAX_CONTEXT},
         [F_GRAD_ACCUM] = {.name = "grad-accum", .type = FLAG_INT, .dst = &f->grad_accum, .meta = "K",
                           .help = "micro-batches per optimizer step", .min = 1, .max = 1 << 20},
         [F_GLOBAL_BATCH] = {.name = "global-batch", .type = FLAG_INT, .dst = &f->global_batch, .meta = "G",
@@ -188,6 +200,8 @@ static void choose_params(const Flags *f, const FlagSpec *specs, Inputs *in) {
         GPTConfig cfg;
         if (!gpt_preset(f->model, &cfg))
             fail_usage("unknown --model '%s'; choose one of: %s", f->model, gpt_preset_names());
+        if (f->context) cfg.max_seq_len = f->context;
+        else if (f->seq_len > cfg.max_seq_len) cfg.max_seq_len = f->seq_len;  // as the trainers derive it
         gpt_layout(&in->layout, &cfg);
         in->have_model = 1;
         in->model = f->model;
@@ -255,6 +269,8 @@ GPTPlan act_plan(const Inputs *in, GPTRecompute r, int offload) {
     GPTPlan plan = gpt_plan_whole(act_layout(in), in->batch, in->seq_len);
     plan.recompute = r;
     plan.attention = in->attention;
+    plan.loss_tiles = in->tiled_loss;
+    plan.mlp_tiles = in->tiled_mlp;
     plan.offload_activations = offload;
     plan.sequence_parallel = in->tp > 1 && in->sequence_parallel;
     plan.partition_activations = in->tp > 1 && in->partition_activations && r == GPT_RECOMPUTE_FULL;
@@ -277,16 +293,33 @@ static void check_shapes(Flags *f, Inputs *in) {
         fail_usage("--offload-activations moves the blocks' saved inputs to the host, and only --recompute full "
                    "keeps each block's input alone (here --recompute %s): add --recompute full", f->recompute);
     in->offload_activations = f->offload_activations;
+    in->tiled_loss = f->tiled_loss;
+    in->tiled_mlp = f->tiled_mlp;
+    if (f->tiled_loss && !in->have_model)
+        fail_usage("--tiled-loss %d splits a model's logits: add --model NAME (e.g. --model gpt2-124m)", f->tiled_loss);
+    if (f->tiled_mlp && !in->have_model)
+        fail_usage("--tiled-mlp %d splits a model's MLPs: add --model NAME (e.g. --model gpt2-124m)", f->tiled_mlp);
     int a = gpt_attention_of(f->attention);
     if (a < 0)
         fail_usage("--attention %s: choose flash (tiles, online softmax: no (T,T) matrix is kept) or materialized "
                    "(the (T,T) probabilities kept for backward)", f->attention);
     in->attention = (GPTAttention)a;
+    if (f->context && !in->have_model)
+        fail_usage("--context %d sizes a model's position table: add --model NAME (e.g. --model gpt2-124m)",
+                   f->context);
     if (in->have_model) {
         int context = in->layout.cfg.max_seq_len;
         if (f->seq_len > context)
-            fail_usage("--seq-len %d is longer than %s's context of %d tokens", f->seq_len, in->model, context);
+            fail_usage("--seq-len %d is longer than --context %d; give a --context of at least %d", f->seq_len,
+                       context, f->seq_len);
         if (f->seq_len == 0) in->seq_len = context;
+        gpt_check_tokens(&in->layout.cfg, in->batch, in->seq_len, in->attention);
+        if ((double)f->tiled_loss > (double)in->batch * in->seq_len)
+            fail_usage("--tiled-loss %d: a micro-batch has %d tokens to split into chunks; give 1 to %d",
+                       f->tiled_loss, in->batch * in->seq_len, in->batch * in->seq_len);
+        if ((double)f->tiled_mlp > (double)in->batch * in->seq_len)
+            fail_usage("--tiled-mlp %d: a micro-batch has %d tokens to split into chunks; give 1 to %d",
+                       f->tiled_mlp, in->batch * in->seq_len, in->batch * in->seq_len);
     }
     check_tp(f, in);
     in->link_gbps = f->link_gbps;

@@ -20,6 +20,8 @@ typedef struct Inputs {
     GPTRecompute recompute;   // --recompute: what the activation and fit sections count
     GPTAttention attention;   // --attention: flash (each row's lse kept) or materialized (the probabilities)
     int offload_activations;  // --offload-activations (with full): the blocks' inputs in pinned host memory
+    int tiled_loss;           // --tiled-loss K: the logits in K chunks (GPTPlan.loss_tiles)
+    int tiled_mlp;            // --tiled-mlp K: each MLP in K chunks (GPTPlan.mlp_tiles)
     // 3d_parallel's tensor parallelism (pp 1, dp N/T): --tp, and with it
     // --sequence-parallel and --partition-activations; tp_layout is rank 0's part
     int tp, sequence_parallel, partition_activations;

@@ -46,7 +46,8 @@ static const Col plan_cols[] = {
 static Plan plan_stage(StageId s, const Inputs *in) {
     const GPTLayout *l = &in->layout;
     int N = in->ranks, k = in->grad_accum;
-    double flops = gpt_flops_per_token(l, in->seq_len) + recompute_flops_per_token(l, in->seq_len, in->recompute, in->attention);
+    double flops = gpt_flops_per_token(l, in->seq_len) + recompute_flops_per_token(l, in->seq_len, in->recompute, in->attention, in->tiled_mlp) +
+                   tiled_mlp_flops_per_token(l, in->tiled_mlp) + tiled_loss_flops_per_token(l, in->tiled_loss);
     Plan p = {0};
     p.compute_ms = flops * in->batch * in->seq_len * k / (in->gflops * 1e9) * 1e3;
     p.comm_bytes = 2 * stage_comm_elems(s, in->psi, N, k);  // bf16

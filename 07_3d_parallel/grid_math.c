@@ -33,13 +33,17 @@ GridActs grid_act_bytes(const GridShape *g, int s, int slots) {
     double C = g->cfg.channels, T = g->tp, a = g->act_bytes, B = g->batch, S = g->seq_len, BS = B * S;
     double heads = g->cfg.num_heads / g->tp, blocks = stage_blocks(g, s), sp = g->sp ? T : 1;
     double core = g->flash ? 4 * B * heads * S : 4 * B * heads * S * S, x3 = BS * C * a / sp;
-    double block = BS * (4 * C / sp + 12 * C / T) * a + 16 * BS / sp + core, kept = block;
+    // a tile of BS tokens over K: ceil(BS/K) rounded up to 16 (the rows the cpu GEMM keeps together), at most BS
+    double mlp_chunk = g->mlp_tiles ? fmin(BS, 16 * ceil(ceil(BS / g->mlp_tiles) / 16)) : 0;
+    // the tiled MLP keeps neither fc's nor the GELU's output (8·BS·C/T): one chunk of each, shared
+    double block = BS * (4 * C / sp + (g->mlp_tiles ? 4 : 12) * C / T) * a + 16 * BS / sp + core, kept = block;
     GridActs r = {0};
     if (g->recompute == GPT_RECOMPUTE_SELECTIVE && !g->flash) kept = block - core, r.working = core;
     if (g->recompute == GPT_RECOMPUTE_FULL) kept = x3, r.working = block - x3;
     if (blocks == 0) r.working = 0;
     double micro = blocks * kept + x3;  // and the stage's input, x_in
     double shared = BS * C * a;         // a projection before its residual add
+    if (blocks > 0) shared += 2 * mlp_chunk * 4 * C / T * a;
     if (g->sp) shared += BS * C * a + x3;  // an all-gathered (BS,C) and a reduce-scattered (BS/T,C)
     if ((g->offload || g->partition) && blocks > 1) {  // every block's x3 but the last: stored
         double stored = (blocks - 1) * x3 / (g->partition ? T : 1);
@@ -52,7 +56,11 @@ GridActs grid_act_bytes(const GridShape *g, int s, int slots) {
     if (s == g->pp - 1) {
         double logits_row = grid_vocab_padded(g) / T;  // this rank's wte rows, padding included
         // lnf and this rank's logits; lnf's mean and rstd, the losses (fp32) and the targets (int32)
-        micro += x3 + BS * logits_row * a + 8 * BS / sp + 8 * BS;
+        micro += x3 + 8 * BS / sp + 8 * BS;
+        // the logits: a micro-batch's in its slot, or under --tiled-loss K one chunk's, shared: ceil(BS/K)
+        // tokens rounded up to a multiple of 16 (the rows the cpu GEMM keeps together), at most BS
+        if (g->loss_tiles) shared += fmin(BS, 16 * ceil(ceil(BS / g->loss_tiles) / 16)) * logits_row * a;
+        else micro += BS * logits_row * a;
         if (g->tp > 1) shared += 12 * BS;  // the vocabulary-parallel cross-entropy's max, sum, target logit
     }
     r.device = slots * micro + shared;
@@ -65,15 +73,19 @@ void grid_comm_bytes(const GridShape *g, int s, double out[GROUP_COUNT][OP_COUNT
     double BS = (double)g->batch * g->seq_len, residual = BS * C * a;
     int first = s == 0, last = s == g->pp - 1;
     double blocks = stage_blocks(g, s), full = g->recompute == GPT_RECOMPUTE_FULL;
+    // the head's fp32 max and sums, 3·B·S·4, and again in backward under --tiled-loss (each chunk's loss computed anew)
+    double ce_stats = 3 * BS * 4 * (g->loss_tiles ? 2 : 1);
     if (g->sp) {
-        double gathers = blocks * (6 + 2 * full) + (first ? 1 : 0) + (last ? 2 : 0);
+        // per block: ln1 and ln2 forward, the output gradient twice and ln1, ln2 again backward; full recompute
+        // gathers ln1 and ln2 again, or ln1 alone under the tiled MLP (its fc runs in the MLP's backward)
+        double gathers = blocks * (6 + (g->mlp_tiles ? 1 : 2) * full) + (first ? 1 : 0) + (last ? 2 : 0);
         double scatters = blocks * (4 + full) + (first ? 1 : 0) + (last ? 1 : 0);
         out[GROUP_TP][OP_ALL_GATHER] = (T - 1) / T * m * gathers * residual;
         out[GROUP_TP][OP_REDUCE_SCATTER] = (T - 1) / T * m * scatters * residual;
         double ln_grads = (blocks * 4 * C + (last ? 2 * C : 0)) * 4;  // fp32, each rank's from its rows
-        out[GROUP_TP][OP_ALL_REDUCE] = 2 * (T - 1) / T * m * ((last ? 3 * BS * 4 : 0) + ln_grads);
+        out[GROUP_TP][OP_ALL_REDUCE] = 2 * (T - 1) / T * m * ((last ? ce_stats : 0) + ln_grads);
     } else {
-        double per_micro = blocks * (4 + full) * residual + (first ? residual : 0) + (last ? residual + 3 * BS * 4 : 0);
+        double per_micro = blocks * (4 + full) * residual + (first ? residual : 0) + (last ? residual + ce_stats : 0);
         out[GROUP_TP][OP_ALL_REDUCE] = 2 * (T - 1) / T * m * per_micro;
     }
     if (g->partition && blocks > 1) out[GROUP_TP][OP_ALL_GATHER] = (T - 1) / T * m * (blocks - 1) * residual;

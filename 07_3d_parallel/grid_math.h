@@ -22,6 +22,8 @@ typedef struct GridShape {
     int offload, partition; // --offload-activations, --partition-activations (with full)
     int sp;                 // --sequence-parallel
     int flash;              // --attention flash (else materialized)
+    int loss_tiles;         // --tiled-loss K (0: the logits whole)
+    int mlp_tiles;          // --tiled-mlp K (0: each MLP whole)
 } GridShape;
 
 // Vocabulary rows of wte over the tp group: V rounded up to a multiple of

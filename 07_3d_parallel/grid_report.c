@@ -28,7 +28,7 @@ GridShape grid_shape(const Trainer *t, const Stage *z) {
     return (GridShape){t->layout.cfg, z->grid.tp, z->grid.pp, z->grid.dp, t->cfg.batch, t->cfg.seq_len,
                        t->cfg.grad_accum, t->dev.act_bytes, t->plan.recompute, t->plan.offload_activations,
                        t->plan.partition_activations, t->plan.sequence_parallel,
-                       t->plan.attention == GPT_ATTENTION_FLASH};
+                       t->plan.attention == GPT_ATTENTION_FLASH, t->plan.loss_tiles, t->plan.mlp_tiles};
 }
 
 void grid_comm_formula(Trainer *t) {
@@ -148,7 +148,8 @@ static void print_comm(const Stage *z, int act_bytes) {
                        got / 1e6, want / 1e6);
             }
     printf("  tp: 2(T-1)/T x m x (4 per block, 5 with full recompute, + 1 embedding + 1 head) x B·S·C·a, + the "
-           "head's fp32 max and sums 3·B·S·4, + partitioned checkpoints' all-gathers (T-1)/T x m x (blocks - 1) x "
+           "head's fp32 max and sums 3·B·S·4 (twice with --tiled-loss), + partitioned checkpoints' all-gathers "
+           "(T-1)/T x m x (blocks - 1) x "
            "B·S·C·a; pp: m x B·S·C·a to and from each neighbour;\n"
            "  emb: V_pad·C/T x 2 B, the tied wte between the first and last stage; dp: ZeRO-1, 2Ψ_pad(D-1)/D each "
            "of reduce-scatter and all-gather (a = %d B per activation)\n", act_bytes);

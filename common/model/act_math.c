@@ -1,6 +1,7 @@
 // act_math.c: activation bytes and recomputation FLOPs in closed form (see
 // act_math.h).
 #include "act_math.h"
+#include <math.h>
 
 // This trainer, per block, e bytes an activation, fp32 statistics:
 //   ln1, x2, ln2, x3: 4 sbh e; qkv 3sbh/t, attention output sbh/t, fc and
@@ -14,13 +15,22 @@
 // the t ranks too: ln1, x2, ln2, x3 4sbhe/t, the statistics 16sb/t, and the
 // slot's input, lnf and its statistics; it adds an all-gathered (BT,C) and a
 // reduce-scattered (BT/t,C) temporary.
+// A tiled chunk of sb tokens over K (the loss's or the MLP's):
+// 16·ceil(ceil(sb/K)/16), at most sb (0: no chunk, whole).
+static double tile_of(double sb, int K) {
+    if (K <= 0) return 0;
+    double n = 16 * ceil(ceil(sb / K) / 16);
+    return n < sb ? n : sb;
+}
+
 ActFormula act_formula(const GPTLayout *l, const GPTPlan *p, int act_bytes) {
     const GPTConfig *c = &l->cfg;
     double s = p->T, b = p->B, h = c->channels, a = c->num_heads, t = l->tp_size, e = act_bytes;
     double sp = p->sequence_parallel ? t : 1;  // what the whole tensors are divided by
     double V = gpt_logits_stride(l);  // this rank's vocabulary, rows padded to a multiple of 64
     int flash = p->attention == GPT_ATTENTION_FLASH;
-    double stats = 16 * s * b / sp, act = s * b * h * e * (4 / sp + 12 / t);
+    // the tiled MLP: no fc or GELU output kept (8sbhe/t), one chunk of each shared
+    double stats = 16 * s * b / sp, act = s * b * h * e * (4 / sp + (p->mlp_tiles ? 4 : 12) / t);
     double core = flash ? 4 * a * s * b / t : 4 * a * s * s * b / t;  // the lse, or the probabilities
     double all = act + stats + core, input = s * b * h * e / sp;
     ActFormula f = {0};
@@ -42,11 +52,14 @@ ActFormula act_formula(const GPTLayout *l, const GPTPlan *p, int act_bytes) {
     // mean, rstd and losses (12sb) and target ids (4sb)
     double slot = blocks * f.per_layer + input;
     if (p->first_unit == GPT_UNIT_EMBED) slot += 12 * s * b;
-    if (p->last_unit == hu) slot += input + s * b * V * e + 8 * s * b / sp + 8 * s * b;
+    // (the tiled loss: no logits in the slot, one chunk of ceil(sb/K) tokens' shared)
+    double tile = tile_of(s * b, p->loss_tiles) * V * e, logits = p->loss_tiles ? 0 : s * b * V * e;
+    if (p->last_unit == hu) slot += input + logits + 8 * s * b / sp + 8 * s * b;
     // shared: one projection output before its residual add (sbh e); under
     // tensor parallelism the head's cross-entropy max, sum and target logit
     // (12sb); under sequence parallelism a gathered sbhe and a scattered sbhe/t
-    double shared = s * b * h * e + (p->last_unit == hu && t > 1 ? 12 * s * b : 0);
+    double shared = s * b * h * e + (p->last_unit == hu && t > 1 ? 12 * s * b : 0) + (p->last_unit == hu ? tile : 0);
+    if (blocks > 0) shared += 2 * tile_of(s * b, p->mlp_tiles) * 4 * h / t * e;
     if (p->sequence_parallel) shared += s * b * h * e + input;
     // stored (full recompute): every block's input but the first's, L - 1 of
     // sbhe per slot, goes to the host (offloaded) and/or keeps 1/t of it
@@ -75,8 +88,10 @@ ActUnits act_units(const GPTLayout *l, const GPTPlan *p, int act_bytes) {
     int stored = (p->offload_activations || p->partition_activations) && u.blocks > 1 ? u.blocks - 1 : 0;
     for (int i = 0; i < u.blocks; i++) u.block[i] = f.per_layer - (i < stored ? input : 0);
     u.input = input + (p->first_unit == GPT_UNIT_EMBED ? 12 * s * b : 0) + (p->last_unit == hu ? 4 * s * b : 0);
-    u.head = p->last_unit == hu ? input + s * b * V * e + 8 * s * b / sp + 4 * s * b : 0;
-    u.shared = s * b * h * e + (p->last_unit == hu && t > 1 ? 12 * s * b : 0);
+    double tile = tile_of(s * b, p->loss_tiles) * V * e, logits = p->loss_tiles ? 0 : s * b * V * e;
+    u.head = p->last_unit == hu ? input + logits + 8 * s * b / sp + 4 * s * b : 0;
+    u.shared = s * b * h * e + (p->last_unit == hu && t > 1 ? 12 * s * b : 0) + (p->last_unit == hu ? tile : 0);
+    if (u.blocks > 0) u.shared += 2 * tile_of(s * b, p->mlp_tiles) * 4 * h / t * e;
     if (p->sequence_parallel) u.shared += s * b * h * e + input;
     if (stored) u.shared += 2 * input;
     if (stored && !p->offload_activations) u.store = p->slots * stored * input / t;  // 1/t of each, partitioned
@@ -87,7 +102,9 @@ ActUnits act_units(const GPTLayout *l, const GPTPlan *p, int act_bytes) {
 double act_backward_scratch(const GPTLayout *l, const GPTPlan *p, int act_bytes) {
     double s = p->T, b = p->B, h = l->cfg.channels, t = l->tp_size, e = act_bytes;
     double sp = p->sequence_parallel ? t : 1;
-    return p->slots * s * b * h * e / sp + s * b * h * e + 2 * 4 * s * b * h * e / t;
+    // the gradients of fc's output (one chunk's under the tiled MLP) and of qkv (4h/t wide)
+    double d4b = (p->mlp_tiles ? tile_of(s * b, p->mlp_tiles) : s * b) * 4 * h * e / t;
+    return p->slots * s * b * h * e / sp + s * b * h * e + 4 * s * b * h * e / t + d4b;
 }
 
 // [flash][sp][recompute]
@@ -131,26 +148,36 @@ const char *korthikanti_text(GPTRecompute r, int tp, int sp) {
     return "?";
 }
 
-double recompute_flops_per_token(const GPTLayout *l, int T, GPTRecompute r, GPTAttention a) {
+double recompute_flops_per_token(const GPTLayout *l, int T, GPTRecompute r, GPTAttention a, int mlp_tiles) {
     double C = l->cfg.channels, L = l->cfg.num_layers, attention = 4.0 * C * T;
+    double weights = mlp_tiles ? 4.0 * C * C : 8.0 * C * C;  // qkv, proj and fc; the tiled MLP's fc is its own
     switch (r) {
     case GPT_RECOMPUTE_NONE: return 0;
     case GPT_RECOMPUTE_SELECTIVE: return a == GPT_ATTENTION_FLASH ? 0 : L * attention;
-    case GPT_RECOMPUTE_FULL: return L * (2.0 * 8.0 * C * C + attention);
+    case GPT_RECOMPUTE_FULL: return L * (2.0 * weights + attention);
     }
     return 0;
+}
+
+double tiled_mlp_flops_per_token(const GPTLayout *l, int mlp_tiles) {
+    double C = l->cfg.channels;
+    return mlp_tiles > 0 ? l->cfg.num_layers * 2.0 * 4.0 * C * C : 0;
+}
+
+double tiled_loss_flops_per_token(const GPTLayout *l, int loss_tiles) {
+    return loss_tiles > 0 ? 2.0 * l->cfg.vocab_size * l->cfg.channels : 0;
 }
 
 int recompute_kernels_per_block(const GPTLayout *l, const GPTPlan *p) {
     switch (p->recompute) {
     case GPT_RECOMPUTE_NONE: return 0;
     case GPT_RECOMPUTE_SELECTIVE: return p->attention == GPT_ATTENTION_FLASH ? 0 : 1;
-    case GPT_RECOMPUTE_FULL: return 6 + (l->tp_size > 1);
+    case GPT_RECOMPUTE_FULL: return (p->mlp_tiles ? 5 : 6) + (l->tp_size > 1);
     }
     return 0;
 }
 
 double recompute_flops_per_block(const GPTLayout *l, const GPTPlan *p) {
-    double per_layer = recompute_flops_per_token(l, p->T, p->recompute, p->attention) / l->cfg.num_layers;
+    double per_layer = recompute_flops_per_token(l, p->T, p->recompute, p->attention, p->mlp_tiles) / l->cfg.num_layers;
     return per_layer * p->B * p->T / l->tp_size;
 }

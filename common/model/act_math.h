@@ -61,7 +61,16 @@ const char *korthikanti_text(GPTRecompute r, int tp, int sp);
 // The attention terms count whole (T,T) products, as the model FLOPs do
 // (PaLM's convention); the flash kernels skip the tiles above the diagonal
 // and form q k^T again in backward, which these figures leave out.
-double recompute_flops_per_token(const GPTLayout *l, int T, GPTRecompute r, GPTAttention a);
+// mlp_tiles > 0: the tiled MLP's fc is computed again apart (below), not in
+// the full recompute.
+double recompute_flops_per_token(const GPTLayout *l, int T, GPTRecompute r, GPTAttention a, int mlp_tiles);
+// What the tiled MLP (GPTPlan.mlp_tiles > 0) computes again per token: each
+// block's fc forward in its backward, L·2·4C²; 0 untiled.
+double tiled_mlp_flops_per_token(const GPTLayout *l, int mlp_tiles);
+// What the tiled loss (--tiled-loss, GPTPlan.loss_tiles > 0) computes again
+// per token: the LM head's forward in backward, 2·V·C (V·C weights, as
+// gpt_flops_per_token counts the head); 0 untiled.
+double tiled_loss_flops_per_token(const GPTLayout *l, int loss_tiles);
 // What one block's recompute runs for one micro-batch of plan p on one of the
 // layout's tp ranks: its kernels (none: 0; selective: the materialized
 // attention's forward, 1, and nothing under flash; full: block_forward_inner,

@@ -28,12 +28,30 @@ void *carve_words(Carver *c, size_t bytes) {
     return p;
 }
 
+void gpt_check_tokens(const GPTConfig *c, int B, int T, GPTAttention a) {
+    if ((double)B * T > GPT_MAX_TOKENS)
+        fail_usage("--batch %d x --seq-len %d = %.0f tokens a micro-batch, more than this build's %d; lower --batch", B,
+                   T, (double)B * T, GPT_MAX_TOKENS);
+    double att = c ? (double)B * c->num_heads * T * (double)T * sizeof(float) : 0;
+    if (a == GPT_ATTENTION_MATERIALIZED && att > GPT_MAX_ATTENTION_BYTES)
+        fail_usage("--attention materialized at --seq-len %d keeps %.3g bytes of (T,T) probabilities a layer, more "
+                   "than this build's limit of %.3g; use --attention flash, which keeps none", T, att,
+                   GPT_MAX_ATTENTION_BYTES);
+}
+
 static void check_plan(const GPTLayout *l, const GPTPlan *p, const Comm *tp) {
     CHECK(p->B > 0 && p->T > 0 && p->slots > 0, "gpt_alloc: B %d, T %d and slots %d must be positive", p->B, p->T, p->slots);
     CHECK(p->first_unit >= 0 && p->first_unit <= p->last_unit && p->last_unit < l->num_units,
           "gpt_alloc: units %d..%d are not a range of the model's %d units", p->first_unit, p->last_unit, l->num_units);
     if (p->T > l->cfg.max_seq_len)
         fail_usage("--seq-len %d is longer than the model's context (%d)", p->T, l->cfg.max_seq_len);
+    gpt_check_tokens(&l->cfg, p->B, p->T, p->attention);
+    if (p->loss_tiles < 0 || (double)p->loss_tiles > (double)p->B * p->T)
+        fail_usage("--tiled-loss %d: a micro-batch has %d tokens to split into chunks; give 1 to %d", p->loss_tiles,
+                   p->B * p->T, p->B * p->T);
+    if (p->mlp_tiles < 0 || (double)p->mlp_tiles > (double)p->B * p->T)
+        fail_usage("--tiled-mlp %d: a micro-batch has %d tokens to split into chunks; give 1 to %d", p->mlp_tiles,
+                   p->B * p->T, p->B * p->T);
     CHECK(!(p->offload_activations || p->partition_activations) || p->recompute == GPT_RECOMPUTE_FULL,
           "gpt_alloc: offload_activations and partition_activations move the blocks' saved inputs, which only full "
           "recompute keeps alone; hint: --recompute full");
@@ -68,6 +86,7 @@ void carve_block_acts(GPT *g, Carver *c, LayerActs *la) {
     la->atty = carve(c, BT * Cp * ab);
     la->x2 = carve(c, R * C * ab);
     la->ln2 = carve(c, R * C * ab);
+    if (g->plan.mlp_tiles) return;  // the MLP's chunk is the shared one (GPTWork.mlp_pre, mlp_gelu)
     la->fch = carve(c, BT * F * ab);
     la->fch_gelu = carve(c, BT * F * ab);
 }
@@ -142,10 +161,16 @@ static void carve_activations(GPT *g, Carver *ca, Carver *cw) {
         sl->x_in = carve(ca, R * C * ab);
         if (head) {
             sl->lnf = carve(ca, R * C * ab);
-            sl->logits = carve(ca, BT * Vp * ab);
+            if (!p->loss_tiles) sl->logits = carve(ca, BT * Vp * ab);
         }
     }
     g->work->tmp = carve(ca, BT * C * ab);
+    if (head && p->loss_tiles) g->work->logits_tile = carve(ca, (size_t)gpt_loss_tile_rows(p) * Vp * ab);
+    if (nl > 0 && p->mlp_tiles) {
+        size_t F = 4 * C / tp, n = (size_t)gpt_mlp_tile_rows(p);
+        g->work->mlp_pre = carve(ca, n * F * ab);
+        g->work->mlp_gelu = carve(ca, n * F * ab);
+    }
     if (p->sequence_parallel) {
         g->work->gathered = carve(ca, BT * C * ab);
         g->work->part = carve(ca, R * C * ab);
@@ -189,7 +214,7 @@ void gpt_alloc(GPT *g, const GPTLayout *l, Device *dev, const GPTPlan *p, Comm *
     for (int s = 0; s < p->slots; s++) g->slot[s].dres = carve(&cs, R * C * ab);
     g->work->dc = carve(&cs, BT * C * ab);
     g->work->d4a = carve(&cs, BT * F * ab);
-    g->work->d4b = carve(&cs, BT * F * ab);
+    g->work->d4b = carve(&cs, (size_t)gpt_mlp_tile_rows(p) * F * ab);  // one chunk's under the tiled MLP
 
     size_t unit_max = 0;  // unit_grads: the largest unit of the range but the embeddings (embed_grads)
     for (int u = p->first_unit > 1 ? p->first_unit : 1; u <= p->last_unit; u++)
@@ -350,18 +375,55 @@ static const act *lnf_whole(GPT *g, const GPTSlot *sl) {
 // columns, so the padding rows' gradient is zero. Under tensor parallelism
 // the rank's logits are those of its wte rows (a column-parallel linear: f
 // before it, an identity forward).
+// Row r of a (BT,C) activation: act is untyped (fp32 or bf16 by the device).
+static act *rows_at(const GPT *g, const act *x, int r) {
+    return (char *)x + (size_t)r * g->L.cfg.channels * g->dev->act_bytes;
+}
+
+// Rows [r0, r0 + rows) of the slot's tokens: their logits into `logits`
+// from the head's input `lnf` (whole), then their losses, and their dlogits
+// in place with a loss scale.
+static void head_logits_loss(GPT *g, int s, const act *lnf, const bf16 *wte, act *logits, int r0, int rows) {
+    Device *d = g->dev;
+    const GPTLayout *l = &g->L;
+    GPTSlot *sl = &g->slot[s];
+    int C = l->cfg.channels, ld = gpt_logits_stride(l);
+    d->k->matmul_forward(d, logits, rows_at(g, lnf, r0), wte, NULL, rows, C, l->vocab_part, ld);
+    if (l->tp_size > 1) tp_head_loss(g, s, logits, r0, rows);
+    else d->k->softmax_crossentropy(d, sl->losses + r0, logits, sl->targets + r0, rows, l->cfg.vocab_size, ld,
+                                    sl->dloss_scale);
+}
+
+// Tokens per chunk of the tiled loss: ceil(B·T / K) rounded up to a
+// multiple of GPT_LOSS_TILE_ALIGN, at most B·T; the chunks are as many as
+// cover B·T (K, or fewer).
+static int tile_rows(const GPTPlan *p, int tiles) {
+    long BT = (long)p->B * p->T;
+    if (tiles <= 0) return (int)BT;
+    long n = (BT + tiles - 1) / tiles;
+    n = (n + GPT_LOSS_TILE_ALIGN - 1) / GPT_LOSS_TILE_ALIGN * GPT_LOSS_TILE_ALIGN;
+    return (int)(n < BT ? n : BT);
+}
+
+int gpt_loss_tile_rows(const GPTPlan *p) { return tile_rows(p, p->loss_tiles); }
+int gpt_mlp_tile_rows(const GPTPlan *p) { return tile_rows(p, p->mlp_tiles); }
+
 static void head_forward(GPT *g, const bf16 *ph, const bf16 *pe, int s) {
     Device *d = g->dev;
     const KernelOps *k = d->k;
     const GPTLayout *l = &g->L;
     GPTSlot *sl = &g->slot[s];
-    int BT = g->plan.B * g->plan.T, C = l->cfg.channels, Vp = l->vocab_part, ld = gpt_logits_stride(l);
+    int BT = g->plan.B * g->plan.T, C = l->cfg.channels;
     const bf16 *wte = pe + l->emb_off[EMB_WTE];
     k->layernorm_forward(d, sl->lnf, sl->lnf_mean, sl->lnf_rstd, block_input(g, l->cfg.num_layers, s),
                          ph + l->head_off[HEAD_LNFW], ph + l->head_off[HEAD_LNFB], res_rows(g), C);
-    k->matmul_forward(d, sl->logits, lnf_whole(g, sl), wte, NULL, BT, C, Vp, ld);
-    if (l->tp_size > 1) tp_head_loss(g, s);
-    else k->softmax_crossentropy(d, sl->losses, sl->logits, sl->targets, BT, l->cfg.vocab_size, ld, sl->dloss_scale);
+    const act *lnf = lnf_whole(g, sl);
+    if (!g->plan.loss_tiles) {
+        head_logits_loss(g, s, lnf, wte, sl->logits, 0, BT);
+        return;
+    }
+    int n = gpt_loss_tile_rows(&g->plan);
+    for (int r0 = 0; r0 < BT; r0 += n) head_logits_loss(g, s, lnf, wte, g->work->logits_tile, r0, BT - r0 < n ? BT - r0 : n);
 }
 
 // wte's gradient collects here and in the embeddings' backward, so the
@@ -381,8 +443,20 @@ static void head_backward(GPT *g, const bf16 *ph, const bf16 *pe, int s) {
     g->work->embed_grads_slot = s;
     dev_memset0(d, ug, l->unit[hu].count * sizeof(float), STREAM_COMPUTE);
     int R = res_rows(g);
-    k->matmul_backward(d, g->work->dc, eg + l->emb_off[EMB_WTE], NULL, sl->logits, lnf_whole(g, sl), wte, BT, C, Vp,
-                       gpt_logits_stride(l));
+    const act *lnf = lnf_whole(g, sl);
+    if (!g->plan.loss_tiles) {
+        k->matmul_backward(d, g->work->dc, eg + l->emb_off[EMB_WTE], NULL, sl->logits, lnf, wte, BT, C, Vp,
+                           gpt_logits_stride(l));
+    } else {  // each chunk's logits again, its dlogits into dX's rows and wte's gradient before the next chunk
+        int n = gpt_loss_tile_rows(&g->plan);
+        act *tile = g->work->logits_tile;
+        for (int r0 = 0; r0 < BT; r0 += n) {
+            int rows = BT - r0 < n ? BT - r0 : n;
+            head_logits_loss(g, s, lnf, wte, tile, r0, rows);
+            k->matmul_backward(d, rows_at(g, g->work->dc, r0), eg + l->emb_off[EMB_WTE], NULL, tile,
+                               rows_at(g, lnf, r0), wte, rows, C, Vp, gpt_logits_stride(l));
+        }
+    }
     // f's backward: the partial input gradients summed (all-reduce), or this rank's rows of the sum
     const act *dlnf = g->work->dc;
     if (g->plan.sequence_parallel) tp_scatter_sum_rows(g, g->work->part, g->work->dc), dlnf = g->work->part;

@@ -44,15 +44,19 @@ enum { HEAD_LNFW, HEAD_LNFB, HEAD_NTENSORS };
 
 #define GPT_MAX_UNITS 256
 // Limits of a shape, so that every byte count of the layout and of
-// gpt_activation_bytes stays below 2^62 in size_t arithmetic: with B <= 2^20,
-// T <= 2^10 (the presets' longest context), C <= 2^15, NH <= 2^10,
-// V <= 2^20 and L <= 254, a layer saves at most 2^30 tokens x (16 C x 4 + 16)
-// bytes + B NH T^2 x 4 bytes < 2^53, and L layers < 2^61.
+// gpt_activation_bytes stays below 2^62 in size_t arithmetic, and a
+// micro-batch's token count in an int: with B <= 2^20, T <= 2^20 (--context),
+// B T <= 2^30 tokens, C <= 2^15, NH <= 2^10, V <= 2^20 and L <= 254, a layer
+// saves at most 2^30 tokens x (16 C x 4 + 16) bytes < 2^52, the logits
+// 2^30 x 2^20 x 4 = 2^52, and L layers < 2^60; the materialized attention's
+// B NH T^2 x 4 bytes a layer is held under 2^52 apart (gpt_check_tokens).
 #define GPT_MAX_CHANNELS (1 << 15)
 #define GPT_MAX_HEADS (1 << 10)
 #define GPT_MAX_VOCAB (1 << 20)
-#define GPT_MAX_CONTEXT (1 << 10)
+#define GPT_MAX_CONTEXT (1 << 20)
 #define GPT_MAX_BATCH (1 << 20)
+#define GPT_MAX_TOKENS (1 << 30)
+#define GPT_MAX_ATTENTION_BYTES ((double)(1ull << 52))
 #define GPT_UNIT_EMBED 0
 
 typedef struct GPTLayout {
@@ -184,6 +188,11 @@ typedef enum { GPT_ATTENTION_FLASH = 0, GPT_ATTENTION_MATERIALIZED } GPTAttentio
 const char *gpt_attention_name(GPTAttention a);  // "flash", "materialized"
 // -1 for a name that is neither
 int gpt_attention_of(const char *name);
+// Refuses (exit 2, one line) a micro-batch of more than GPT_MAX_TOKENS
+// tokens, and materialized attention whose (T,T) probabilities exceed
+// GPT_MAX_ATTENTION_BYTES a layer: the limits above gpt_plan's byte counts
+// rely on. c NULL: the token count alone.
+void gpt_check_tokens(const GPTConfig *c, int B, int T, GPTAttention a);
 
 typedef struct GPTPlan {
     int B, T;
@@ -213,7 +222,32 @@ typedef struct GPTPlan {
     // allocator sees them, between the short-lived buffers (gathered
     // units, buckets, scratch) that fragment the device's arena.
     int contiguous;
+    // The loss in tiles (ALST's tiled logits, Rajbhandari et al. 2021's
+    // memory-centric tiling; 0: whole): the LM head, the softmax and the
+    // cross-entropy run over loss_tiles chunks of ceil(B·T / loss_tiles)
+    // tokens, one chunk's logits live at a time in a buffer the slots share;
+    // the head's backward computes each chunk's logits again and sends its
+    // gradient into dX and the tied wte's gradient before the next chunk. No
+    // slot keeps logits from forward to backward.
+    int loss_tiles;
+    // The MLP in tiles (ALST's tiled MLP; 0: whole): each block's fc, GELU
+    // and projection run over mlp_tiles chunks of the B·T tokens (as
+    // gpt_mlp_tile_rows), one chunk's 4h intermediates live at a time in a
+    // buffer the blocks and slots share; no block keeps fc's or the GELU's
+    // output: its backward computes each chunk's again from ln2's output.
+    int mlp_tiles;
 } GPTPlan;
+
+// Tokens in a chunk of the tiled loss: ceil(B·T / loss_tiles) rounded up to
+// a multiple of 16, at most B·T; B·T untiled. 16: the cpu device's GEMMs
+// split rows in blocks of 16 (kernels_cpu_matmul.c), so a chunk's rows fall
+// in the blocks the whole GEMM's do and mostly get the same bits (OpenBLAS
+// may round a call's edge rows differently: the tiled losses are held to
+// the untiled ones within a tolerance, test_tiling.c).
+#define GPT_LOSS_TILE_ALIGN 16
+int gpt_loss_tile_rows(const GPTPlan *p);
+// Tokens in a chunk of the tiled MLP, the same rule over mlp_tiles.
+int gpt_mlp_tile_rows(const GPTPlan *p);
 
 // Stages 01-06: every unit, one micro-batch at a time.
 static inline GPTPlan gpt_plan_whole(const GPTLayout *l, int B, int T) {

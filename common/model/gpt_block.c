@@ -95,8 +95,68 @@ void block_forward_inner(GPT *g, const bf16 *p, LayerActs *la, const act *x) {
     const act *y = row_parallel_forward(g, la->atty, p + o[BLK_ATTPROJW], p + o[BLK_ATTPROJB], Cp);
     k->residual_layernorm_forward(d, la->x2, la->ln2, la->ln2_mean, la->ln2_rstd, x, y, p + o[BLK_LN2W],
                                   p + o[BLK_LN2B], R, C);
+    if (g->plan.mlp_tiles) return;  // the MLP runs chunk by chunk (mlp_tiled_forward), nothing of it kept
     k->matmul_gelu_forward(d, la->fch_gelu, la->fch, column_input(g, la->ln2), p + o[BLK_FCW], p + o[BLK_FCB], BT,
                            C, F);
+}
+
+// ---- the MLP in tiles (GPTPlan.mlp_tiles: ALST's tiled MLP) ----
+
+// Row r of a (rows, width) activation (act is untyped: fp32 or bf16 by the device).
+static act *row_of(const GPT *g, const act *x, int r, int width) {
+    return (char *)x + (size_t)r * (size_t)width * g->dev->act_bytes;
+}
+
+// The MLP over the chunks of gpt_mlp_tile_rows tokens: each chunk's fc and
+// GELU into the working chunk (g->work->mlp_pre, mlp_gelu), its projection
+// into its rows of g->work->tmp; then, under tensor parallelism, g after the
+// projection as row_parallel_forward has it (the partial sums summed, or this
+// rank's rows of them, and the bias once). Returns the (R,C) MLP output.
+static const act *mlp_tiled_forward(GPT *g, const bf16 *p, const LayerActs *la) {
+    Device *d = g->dev;
+    const size_t *o = g->L.blk_off;
+    GPTWork *w = g->work;
+    int tp = g->L.tp_size, BT = g->plan.B * g->plan.T, C = g->L.cfg.channels, F = 4 * C / tp;
+    int n = gpt_mlp_tile_rows(&g->plan);
+    const act *in = column_input(g, la->ln2);
+    for (int r0 = 0; r0 < BT; r0 += n) {
+        int rows = BT - r0 < n ? BT - r0 : n;
+        d->k->matmul_gelu_forward(d, w->mlp_gelu, w->mlp_pre, row_of(g, in, r0, C), p + o[BLK_FCW], p + o[BLK_FCB],
+                                  rows, C, F);
+        d->k->matmul_forward(d, row_of(g, w->tmp, r0, C), w->mlp_gelu, p + o[BLK_FCPROJW],
+                             tp == 1 ? p + o[BLK_FCPROJB] : NULL, rows, F, C, C);
+    }
+    if (tp == 1) return w->tmp;
+    act *out = w->tmp;
+    if (g->plan.sequence_parallel) tp_scatter_sum_rows(g, w->part, out), out = w->part;
+    else tp_sum(g, out);
+    d->k->bias_add(d, out, p + o[BLK_FCPROJB], res_rows(g), C);
+    return out;
+}
+
+// Its backward, chunk by chunk: the chunk's fc and GELU computed again from
+// ln2, then the projection's and fc's gradients, the chunk's rows of dc (the
+// gradient of ln2's output, before f's backward sums it). The output's
+// gradient is whole on every rank (under sequence parallelism gathered into
+// d4a, which attention's backward takes after it).
+static void mlp_tiled_backward(GPT *g, const bf16 *p, float *dp, const LayerActs *la, const act *dres) {
+    Device *d = g->dev;
+    const size_t *o = g->L.blk_off;
+    GPTWork *w = g->work;
+    int BT = g->plan.B * g->plan.T, C = g->L.cfg.channels, F = 4 * C / g->L.tp_size;
+    int n = gpt_mlp_tile_rows(&g->plan);
+    const act *dout = dres;
+    if (g->plan.sequence_parallel) tp_gather_rows(g, w->d4a, dres), dout = w->d4a;
+    const act *in = column_input(g, la->ln2);
+    for (int r0 = 0; r0 < BT; r0 += n) {
+        int rows = BT - r0 < n ? BT - r0 : n;
+        d->k->matmul_gelu_forward(d, w->mlp_gelu, w->mlp_pre, row_of(g, in, r0, C), p + o[BLK_FCW], p + o[BLK_FCB],
+                                  rows, C, F);
+        d->k->gelu_matmul_backward(d, w->d4b, dp + o[BLK_FCPROJW], dp + o[BLK_FCPROJB], row_of(g, dout, r0, C),
+                                   w->mlp_gelu, w->mlp_pre, p + o[BLK_FCPROJW], rows, F, C);
+        d->k->matmul_backward(d, row_of(g, w->dc, r0, C), dp + o[BLK_FCW], dp + o[BLK_FCB], w->d4b,
+                              row_of(g, in, r0, C), p + o[BLK_FCW], rows, C, F, F);
+    }
 }
 
 // x3 = x + attn(ln1(x)) + mlp(ln2(...)): one GPT-2 block, pre-layernorm.
@@ -105,7 +165,8 @@ void block_forward(GPT *g, const bf16 *p, int layer, int s) {
     const size_t *o = g->L.blk_off;
     int C = g->L.cfg.channels, F = 4 * C / g->L.tp_size;
     block_forward_inner(g, p, la, block_input(g, layer, s));
-    const act *y = row_parallel_forward(g, la->fch_gelu, p + o[BLK_FCPROJW], p + o[BLK_FCPROJB], F);
+    const act *y = g->plan.mlp_tiles ? mlp_tiled_forward(g, p, la)
+                                     : row_parallel_forward(g, la->fch_gelu, p + o[BLK_FCPROJW], p + o[BLK_FCPROJB], F);
     g->dev->k->residual_forward(g->dev, la->x3, la->x2, y, (size_t)res_rows(g) * C);
 }
 
@@ -125,10 +186,14 @@ void block_backward(GPT *g, const bf16 *p, float *dp, int layer, int s) {
     int tp = g->L.tp_size, B = g->plan.B, T = g->plan.T, BT = B * T, R = res_rows(g);
     int C = g->L.cfg.channels, Cp = C / tp, F = 4 * C / tp, NHp = g->L.cfg.num_heads / tp;
     // x3 = x2 + fcproj(gelu(fc(ln2(x2)))); d4b is the gradient of fc's output, before the GELU
-    k->gelu_matmul_backward(d, w->d4b, dp + o[BLK_FCPROJW], dp + o[BLK_FCPROJB], row_output_grad(g, dres),
-                            la->fch_gelu, la->fch, p + o[BLK_FCPROJW], BT, F, C);
-    k->matmul_backward(d, w->dc, dp + o[BLK_FCW], dp + o[BLK_FCB], w->d4b, column_input(g, la->ln2),
-                       p + o[BLK_FCW], BT, C, F, F);
+    if (g->plan.mlp_tiles) {
+        mlp_tiled_backward(g, p, dp, la, dres);
+    } else {
+        k->gelu_matmul_backward(d, w->d4b, dp + o[BLK_FCPROJW], dp + o[BLK_FCPROJB], row_output_grad(g, dres),
+                                la->fch_gelu, la->fch, p + o[BLK_FCPROJW], BT, F, C);
+        k->matmul_backward(d, w->dc, dp + o[BLK_FCW], dp + o[BLK_FCB], w->d4b, column_input(g, la->ln2),
+                           p + o[BLK_FCW], BT, C, F, F);
+    }
     k->layernorm_backward(d, dres, dp + o[BLK_LN2W], dp + o[BLK_LN2B], column_input_grad(g, w->dc), la->x2,
                           p + o[BLK_LN2W], la->ln2_mean, la->ln2_rstd, R, C);
     // x2 = x + attproj(attention(qkv(ln1(x))))

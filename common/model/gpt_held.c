@@ -24,6 +24,7 @@ static int range_blocks(const GPT *g) {
 }
 static int has_embed(const GPT *g) { return plan_has_unit(&g->plan, GPT_UNIT_EMBED); }
 static int has_head(const GPT *g) { return plan_has_unit(&g->plan, gpt_unit_head(&g->L)); }
+static int tiled_loss(const GPT *g) { return g->plan.loss_tiles > 0; }
 // blocks whose x3 lives in the checkpoint store's ring (gpt_checkpoints.c): all but the last
 static int stored_blocks(const GPT *g) {
     int nl = range_blocks(g);
@@ -50,25 +51,40 @@ static size_t input_bytes(const GPT *g) {
 }
 
 // ln1, x2, ln2 on the R rows this rank holds; qkv, atty, fch, fch_gelu on B·T
-static size_t block_act_bytes(Shapes z) { return 3 * z.R * z.C * z.ab + z.BT * (3 * z.Cp + z.Cp + 2 * z.F) * z.ab; }
+// (under the tiled MLP no fch or fch_gelu: one chunk of them, shared)
+static size_t block_act_bytes(const GPT *g, Shapes z) {
+    return 3 * z.R * z.C * z.ab + z.BT * (3 * z.Cp + z.Cp + (g->plan.mlp_tiles ? 0 : 2 * z.F)) * z.ab;
+}
+
+// the tiled MLP's chunk of fc's and the GELU's outputs
+static size_t mlp_tile_bytes(const GPT *g) {
+    Shapes z = shapes_of(g);
+    return range_blocks(g) > 0 && g->plan.mlp_tiles ? 2 * (size_t)gpt_mlp_tile_rows(&g->plan) * z.F * z.ab : 0;
+}
 
 static size_t block_bytes(const GPT *g, int i) {
     Shapes z = shapes_of(g);
     size_t b = 0;
     if (g->plan.recompute != GPT_RECOMPUTE_FULL)
-        b += 4 * z.R * sizeof(float) + (drops_probabilities(&g->plan) ? 0 : z.att) + block_act_bytes(z);
+        b += 4 * z.R * sizeof(float) + (drops_probabilities(&g->plan) ? 0 : z.att) + block_act_bytes(g, z);
     if (i >= stored_blocks(g)) b += z.R * z.C * z.ab;  // x3
     return b;
 }
 
 static size_t head_bytes(const GPT *g) {
     Shapes z = shapes_of(g);
-    return 2 * z.R * sizeof(float) + z.BT * sizeof(float) + z.R * z.C * z.ab + z.BT * z.Vp * z.ab;
+    return 2 * z.R * sizeof(float) + z.BT * sizeof(float) + z.R * z.C * z.ab + (tiled_loss(g) ? 0 : z.BT * z.Vp * z.ab);
+}
+
+// one chunk's logits under the tiled loss (gpt.h's loss_tiles)
+static size_t tile_bytes(const GPT *g) {
+    Shapes z = shapes_of(g);
+    return has_head(g) && tiled_loss(g) ? (size_t)gpt_loss_tile_rows(&g->plan) * z.Vp * z.ab : 0;
 }
 
 static size_t working_bytes(const GPT *g) {
     Shapes z = shapes_of(g);
-    if (g->plan.recompute == GPT_RECOMPUTE_FULL) return 4 * z.R * sizeof(float) + z.att + block_act_bytes(z);
+    if (g->plan.recompute == GPT_RECOMPUTE_FULL) return 4 * z.R * sizeof(float) + z.att + block_act_bytes(g, z);
     return drops_probabilities(&g->plan) ? z.att : 0;
 }
 
@@ -80,7 +96,7 @@ static size_t shared_bytes(const GPT *g) {
     if (has_head(g) && g->L.tp_size > 1) b += 3 * z.BT * sizeof(float);
     if (g->plan.sequence_parallel) b += z.BT * z.C * z.ab + z.R * z.C * z.ab;
     if (stored_blocks(g)) b += 2 * z.R * z.C * z.ab;
-    return b;
+    return b + tile_bytes(g) + mlp_tile_bytes(g);
 }
 
 static void carved_whole(const Carver *c, const char *what) {
@@ -103,6 +119,11 @@ void held_alloc(GPT *g) {
         g->work->ce_sums = carve_words(&c, 2 * z.BT * sizeof(float));
     }
     g->work->tmp = carve(&c, z.BT * z.C * z.ab);
+    if (tile_bytes(g)) g->work->logits_tile = carve(&c, tile_bytes(g));
+    if (mlp_tile_bytes(g)) {
+        g->work->mlp_pre = carve(&c, mlp_tile_bytes(g) / 2);
+        g->work->mlp_gelu = carve(&c, mlp_tile_bytes(g) / 2);
+    }
     if (g->plan.sequence_parallel) {
         g->work->gathered = carve(&c, z.BT * z.C * z.ab);
         g->work->part = carve(&c, z.R * z.C * z.ab);
@@ -223,7 +244,7 @@ static void take_head(GPT *g, int s) {
     sl->lnf_rstd = carve_words(&c, z.R * sizeof(float));
     sl->losses = carve_words(&c, z.BT * sizeof(float));
     sl->lnf = carve(&c, z.R * z.C * z.ab);
-    sl->logits = carve(&c, z.BT * z.Vp * z.ab);
+    sl->logits = tiled_loss(g) ? NULL : carve(&c, z.BT * z.Vp * z.ab);
     carved_whole(&c, "the head's activations");
 }
 

@@ -169,7 +169,9 @@ GPTActBytes gpt_activation_bytes(const GPTLayout *l, const GPTPlan *p, int act_b
     // and x_in, lnf below) over the tp ranks: R = BT/tp rows each.
     size_t R = p->sequence_parallel ? BT / tp : BT;
     size_t att = gpt_attention_saved_bytes(l, p), x3 = R * C * ab;
-    size_t layer = R * (4 * C * ab + 4 * fb) + BT * (3 * Cp + Cp + 2 * F) * ab + att;
+    // (the tiled MLP keeps no fc or GELU output: one chunk of each, shared below)
+    size_t mlp_rows = p->mlp_tiles ? (size_t)gpt_mlp_tile_rows(p) : 0;
+    size_t layer = R * (4 * C * ab + 4 * fb) + BT * (3 * Cp + Cp + (p->mlp_tiles ? 0 : 2 * F)) * ab + att;
     // what a block saves by the plan's recompute, and the working set that
     // holds what it does not (one block's worth, shared by all)
     int drop_probs = p->recompute == GPT_RECOMPUTE_SELECTIVE && p->attention == GPT_ATTENTION_MATERIALIZED;
@@ -195,16 +197,21 @@ GPTActBytes gpt_activation_bytes(const GPTLayout *l, const GPTPlan *p, int act_b
         ring = 2 * x3;
     }
     if (has_embed) r.per_slot += 3 * BT * ib;
-    if (has_head) r.per_slot += R * (C * ab + 2 * fb) + BT * (Vp * ab + fb + ib);
+    // (the logits whole per slot, or under the tiled loss one chunk's shared by all)
+    size_t tile_rows = p->loss_tiles ? (BT + (size_t)p->loss_tiles - 1) / (size_t)p->loss_tiles : 0;
+    if (has_head) r.per_slot += R * (C * ab + 2 * fb) + BT * ((p->loss_tiles ? 0 : Vp * ab) + fb + ib);
     // one (BT,C) projection output before its residual add; under tensor
     // parallelism the head's cross-entropy statistics (max, sum, target
     // logit); under sequence parallelism an all-gathered (BT,C) and a
     // reduce-scattered (R,C)
     r.shared = BT * C * ab + (has_head && tp > 1 ? BT * 3 * fb : 0) + ring;
+    if (has_head) r.shared += tile_rows * Vp * ab;
+    if (blocks) r.shared += 2 * mlp_rows * F * ab;
     if (p->sequence_parallel) r.shared += BT * C * ab + R * C * ab;
     r.total_saved = r.per_slot * (size_t)p->slots + r.shared;
     // backward: the residual gradient per slot (R,C); one C-wide and two 4C-wide (F) temporaries
-    r.backward_scratch = R * C * ab * (size_t)p->slots + BT * (C + 2 * F) * ab;
+    // (d4b one chunk's rows under the tiled MLP)
+    r.backward_scratch = R * C * ab * (size_t)p->slots + BT * (C + F) * ab + (size_t)gpt_mlp_tile_rows(p) * F * ab;
     size_t unit_max = 0;  // the largest unit of the range but the embeddings
     for (int u = first_block; u <= p->last_unit; u++)
         if (l->unit[u].count > unit_max) unit_max = l->unit[u].count;

@@ -75,17 +75,18 @@ void tp_embed_forward(GPT *g, const bf16 *pe, int s) {
 
 // loss = log(sum over the group of exp(z - max)) + max - z[target], with
 // max and z[target] taken over the group; padding columns left out.
-void tp_head_loss(GPT *g, int s) {
+void tp_head_loss(GPT *g, int s, act *logits, int r0, int rows) {
     Device *d = g->dev;
     const KernelOps *k = d->k;
     const GPTLayout *l = &g->L;
     GPTSlot *sl = &g->slot[s];
     GPTWork *w = g->work;
-    int BT = g->plan.B * g->plan.T, V = gpt_real_vocab_rows(l), ld = gpt_logits_stride(l);
-    k->crossentropy_part_max(d, w->ce_max, sl->logits, BT, V, ld);
-    comm_all_reduce_max(g->tp, w->ce_max, (size_t)BT, DT_F32, NULL);
-    k->crossentropy_part_sums(d, w->ce_sums, sl->logits, w->ce_max, sl->targets, l->vocab_begin, BT, V, ld);
-    comm_all_reduce_sum(g->tp, w->ce_sums, 2 * (size_t)BT, DT_F32, NULL);
-    k->crossentropy_part_finish(d, sl->losses, sl->logits, w->ce_max, w->ce_sums, sl->targets, l->vocab_begin, BT,
+    int V = gpt_real_vocab_rows(l), ld = gpt_logits_stride(l);
+    const int32_t *targets = sl->targets + r0;
+    k->crossentropy_part_max(d, w->ce_max, logits, rows, V, ld);
+    comm_all_reduce_max(g->tp, w->ce_max, (size_t)rows, DT_F32, NULL);
+    k->crossentropy_part_sums(d, w->ce_sums, logits, w->ce_max, targets, l->vocab_begin, rows, V, ld);
+    comm_all_reduce_sum(g->tp, w->ce_sums, 2 * (size_t)rows, DT_F32, NULL);
+    k->crossentropy_part_finish(d, sl->losses + r0, logits, w->ce_max, w->ce_sums, targets, l->vocab_begin, rows,
                                 V, ld, sl->dloss_scale);
 }

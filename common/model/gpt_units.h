@@ -37,11 +37,14 @@ typedef struct GPTSlot {
 // Temporaries the slots share: live within one unit's forward or backward.
 typedef struct GPTWork {
     act *tmp;                     // (BT,C) projection outputs before the residual add (partial sums under tp)
+    act *logits_tile;             // (ceil(BT/loss_tiles),vocab_part): one chunk's logits (plan.loss_tiles > 0)
+    act *mlp_pre, *mlp_gelu;      // (gpt_mlp_tile_rows,F): one chunk's fc and GELU outputs (plan.mlp_tiles > 0)
     act *gathered;                // (BT,C) sequence parallel: a column-parallel linear's all-gathered input, or a gradient
     act *part;                    // (R,C) sequence parallel: this rank's rows of a reduce-scattered sum
     float *ce_max, *ce_sums;      // (BT), (2,BT): the vocabulary-parallel cross-entropy's statistics (tp > 1)
     act *dc;                      // (BT,C)
-    act *d4a, *d4b;               // (BT,F); d4b the gradient of fc's output; d4a serves as dqkv (BT,3Cp)
+    act *d4a, *d4b;               // (BT,F); d4b the gradient of fc's output (a chunk's rows under the tiled
+                                  // MLP); d4a serves as dqkv (BT,3Cp), and holds the gathered output gradient there
     int embed_grads_slot;         // slot whose head backward started embed_grads; -1 none
     LayerActs live;               // the recomputation's working set (x3 unused): see gpt_recompute.c
 } GPTWork;
@@ -187,6 +190,7 @@ void tp_scatter_sum_rows(GPT *g, act *part, const act *full);
 void tp_sum_grads(GPT *g, float *grads, size_t n);
 // x_in of slot s = the vocabulary-parallel embedding of its input tokens.
 void tp_embed_forward(GPT *g, const bf16 *embed_params, int s);
-// The slot's losses (and dlogits) from this rank's logits, with the
+// The slot's losses (and dlogits) of `rows` tokens from row r0, from this
+// rank's logits of them (`logits`, the slot's or a chunk's), with the
 // vocabulary-parallel cross-entropy's statistics all-reduced.
-void tp_head_loss(GPT *g, int s);
+void tp_head_loss(GPT *g, int s, act *logits, int r0, int rows);

@@ -40,6 +40,7 @@ void train_config_resolve_batch(TrainConfig *c, const Comm *dp, const char *repl
         fail_usage("--global-batch %d means %d micro-batches of %d sequences per step; at most %d of at most %d: "
                    "give --batch or --grad-accum", c->global_batch, c->grad_accum, c->batch, TRAIN_MAX_GRAD_ACCUM,
                    GPT_MAX_BATCH);
+    gpt_check_tokens(NULL, c->batch, c->seq_len, GPT_ATTENTION_FLASH);
     if ((double)c->eval_batches * c->grad_accum > TRAIN_MAX_EVAL_MICRO)
         fail_usage("--eval-batches %d x %d micro-batches = %.0f held-out micro-batches per validation; at most %d: "
                    "give fewer --eval-batches", c->eval_batches, c->grad_accum, (double)c->eval_batches * c->grad_accum,
@@ -80,6 +81,8 @@ static void place(Trainer *t, const GPTConfig *mc) {
     p.plan.attention = (GPTAttention)gpt_attention_of(t->cfg.attention);
     p.plan.offload_activations = t->cfg.offload_activations;
     p.plan.contiguous = t->cfg.contiguous_buffers;
+    p.plan.loss_tiles = t->cfg.tiled_loss;
+    p.plan.mlp_tiles = t->cfg.tiled_mlp;
     CHECK(p.nstate_ranges >= 1 && p.nstate_ranges <= TRAINER_MAX_STATE_RANGES && p.ngroups >= 0 &&
           p.ngroups <= TRAINER_MAX_GROUPS, "%s: %d state ranges, %d groups", s->name, p.nstate_ranges, p.ngroups);
     t->formula = p.formula;

@@ -28,6 +28,7 @@
 typedef struct TrainConfig {
     const char *model;
     int layers, d_model, heads, vocab;   // override the preset when > 0
+    int context;                         // wpe rows, the longest sequence; 0: the preset's or --seq-len's
     int seq_len, batch, grad_accum, global_batch;
     int steps, warmup, eval_every, eval_batches, seed;
     double lr, min_lr_frac, weight_decay, grad_clip;
@@ -56,6 +57,8 @@ typedef struct TrainConfig {
     double hbm_gb;
     const char *json, *trace, *save, *resume;
     int contiguous_buffers;       // --contiguous-buffers: ZeRO-R's (gpt.h's GPTPlan.contiguous)
+    int tiled_loss;               // --tiled-loss K: the loss in K chunks of tokens (GPTPlan.loss_tiles); 0 whole
+    int tiled_mlp;                // --tiled-mlp K: each MLP in K chunks of tokens (GPTPlan.mlp_tiles); 0 whole
     const char *memory_timeline;  // --memory-timeline FILE
     int memory_timeline_step;     // the step it records, 1-based; 0: the last
     const char *init_from, *export_llmc;  // llm.c GPT-2 checkpoints (llmc.h)
@@ -330,7 +333,7 @@ void trainer_step_memory_init(Trainer *t, double held);
 void trainer_step_memory_begin(Trainer *t);
 void trainer_step_memory_end(Trainer *t, long step);
 // What would fit in `limit` bytes, each change alone (--recompute full,
-// --attention flash, --contiguous-buffers, half the --batch, the next
+// --attention flash, --contiguous-buffers, --tiled-loss 8, half the --batch, the next
 // stage, twice the ranks, those that apply): the formula's peak with it,
 // what it frees at phase `at`, and whether the peak is within the limit.
 void trainer_what_fits(const Trainer *t, MemPhase at, double limit, char *out, size_t n);

@@ -208,6 +208,10 @@ void train_config_parse(TrainConfig *c, void *stage_ctx, int argc, char **argv, 
         {.name = "seq-len", .type = FLAG_INT, .dst = &c->seq_len, .meta = "T", .help = "tokens per sequence",
          .shown_default = "the model's context, at most 256",
          .min = 1, .max = GPT_MAX_CONTEXT},
+        {.name = "context", .type = FLAG_INT, .dst = &c->context, .meta = "N",
+         .help = "the model's context: positions in its table (wpe, N x d-model params), the longest --seq-len",
+         .shown_default = "the preset's, or --seq-len where that is longer",
+         .min = 1, .max = GPT_MAX_CONTEXT},
         {.name = "batch", .type = FLAG_INT, .dst = &c->batch, .meta = "B",
          .help = "micro-batch: sequences per rank per forward/backward",
          .min = 1, .max = GPT_MAX_BATCH},
@@ -315,6 +319,15 @@ void train_config_parse(TrainConfig *c, void *stage_ctx, int argc, char **argv, 
          .help = "ZeRO-R's defragmentation: the saved activations, the recompute's working set and the unit "
                  "gradients in regions allocated once at the start, written in place (without it each is "
                  "allocated as it is produced, between short-lived buffers, and the device's arena fragments)"},
+        {.name = "tiled-loss", .type = FLAG_INT, .dst = &c->tiled_loss, .meta = "K",
+         .help = "the LM head, softmax and cross-entropy over K chunks of a micro-batch's tokens: one chunk's "
+                 "logits live at a time (B·T·Vp/K of them, not B·T·Vp per micro-batch in flight), computed again "
+                 "in backward; 0: the logits whole, kept from forward to backward",
+         .min = 0, .max = GPT_MAX_TOKENS},
+        {.name = "tiled-mlp", .type = FLAG_INT, .dst = &c->tiled_mlp, .meta = "K",
+         .help = "each block's MLP over K chunks of a micro-batch's tokens: one chunk's fc and GELU outputs live "
+                 "at a time, none kept for backward, which computes each chunk's again (0: the MLP whole)",
+         .min = 0, .max = GPT_MAX_TOKENS},
         {.name = "memory-timeline", .type = FLAG_STRING, .dst = &c->memory_timeline, .meta = "FILE",
          .help = "write one step's device and pinned allocations, by category and phase, as Chrome-trace JSON "
                  "(Perfetto stacks the categories; a regular file or a new name, never a link); a rank that runs "
@@ -394,6 +407,12 @@ static void model_from_llmc(TrainConfig *c, GPTConfig *out) {
     if (llmc_read_header(c->init_from, &h, err, sizeof err)) fail_usage("%s", err);
     *out = h.cfg;
     c->model = "llm.c checkpoint";
+    if (c->context && c->context != h.cfg.max_seq_len)
+        fail_usage("--context %d: %s was trained with a context of %d positions (its wpe rows); leave out --context",
+                   c->context, c->init_from, h.cfg.max_seq_len);
+    if (c->seq_len > h.cfg.max_seq_len)
+        fail_usage("--seq-len %d is longer than %s's context of %d positions; give --seq-len %d or less", c->seq_len,
+                   c->init_from, h.cfg.max_seq_len, h.cfg.max_seq_len);
 }
 
 void train_config_model(TrainConfig *c, GPTConfig *out) {
@@ -405,11 +424,19 @@ void train_config_model(TrainConfig *c, GPTConfig *out) {
         if (c->d_model) out->channels = c->d_model;
         if (c->heads) out->num_heads = c->heads;
         if (c->vocab) out->vocab_size = c->vocab;
+        if (c->context) {
+            out->max_seq_len = c->context;
+        } else if (c->seq_len > out->max_seq_len) {
+            settings_mark(&c->settings, "context", FROM_DERIVED, "--seq-len %d, longer than %s's %d", c->seq_len,
+                          c->model, out->max_seq_len);
+            out->max_seq_len = c->seq_len;
+        }
     }
     if (c->seq_len == 0) {
         c->seq_len = out->max_seq_len < 256 ? out->max_seq_len : 256;
         settings_mark(&c->settings, "seq-len", FROM_DERIVED, "the model's context %d, at most 256", out->max_seq_len);
     }
     if (c->seq_len > out->max_seq_len)
-        fail_usage("--seq-len %d is longer than %s's context of %d tokens", c->seq_len, c->model, out->max_seq_len);
+        fail_usage("--seq-len %d is longer than --context %d; give a --context of at least %d", c->seq_len,
+                   out->max_seq_len, c->seq_len);
 }

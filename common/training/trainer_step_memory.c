@@ -152,7 +152,7 @@ void trainer_what_fits(const Trainer *t, MemPhase at, double limit, char *out, s
     trainer_step_memory_spec(t, &own, t->device_need.held);
     int grid = own.shape == STEP_PIPELINE;  // 3d_parallel: its grid's stages and ranks are its own flags
     const GPTPlan *p = &t->plan;
-    Change ch[6];
+    Change ch[7];
     int k = 0;
     char flag[64];
     if (p->recompute != GPT_RECOMPUTE_FULL)
@@ -160,6 +160,8 @@ void trainer_what_fits(const Trainer *t, MemPhase at, double limit, char *out, s
     if (p->attention != GPT_ATTENTION_FLASH)
         ch[add_change(ch, k++, t, "--attention flash")].plan.attention = GPT_ATTENTION_FLASH;
     if (!p->contiguous) ch[add_change(ch, k++, t, "--contiguous-buffers")].plan.contiguous = 1;
+    if (!p->loss_tiles && p->last_unit == gpt_unit_head(&t->layout) && (long)p->B * p->T >= 8)
+        ch[add_change(ch, k++, t, "--tiled-loss 8")].plan.loss_tiles = 8;
     if (p->B > 1) {
         snprintf(flag, sizeof flag, "--batch %d", p->B / 2);
         ch[add_change(ch, k++, t, flag)].plan.B = p->B / 2;

@@ -171,3 +171,27 @@ static __attribute__((unused)) int run_dir_teardown(void **state) {
     free(c);
     return rc;
 }
+
+// A test's folders: its own (root) and one on a disk (nvme: infinity's swap
+// files need O_DIRECT, which tmpfs refuses). For cmocka's group set-up and
+// tear-down: *state is the RunFolders, after the binaries in `paths` are
+// found.
+typedef struct RunFolders {
+    char root[64];
+    char nvme[512];
+} RunFolders;
+
+static __attribute__((unused)) int run_folders_setup(void **state, const char *test, const char *const *paths) {
+    if (need_paths(test, paths)) return 1;
+    RunFolders *c = calloc(1, sizeof *c);
+    if (!c || test_make_dir(c->root, sizeof c->root, test) || make_disk_dir(c->nvme, sizeof c->nvme, test)) return 1;
+    *state = c;
+    return 0;
+}
+
+static __attribute__((unused)) int run_folders_teardown(void **state) {
+    RunFolders *c = *state;
+    int rc = test_remove_dir(c->root) | test_remove_dir(c->nvme);
+    free(c);
+    return rc;
+}

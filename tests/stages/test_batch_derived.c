@@ -13,10 +13,7 @@
 #define PATH_LEN 512
 #define CMD_LEN 2048
 
-typedef struct Ctx {
-    char root[64];
-    char nvme[PATH_LEN];  // infinity's swap files: a folder on a disk
-} Ctx;
+typedef RunFolders Ctx;
 
 static const char *const STAGES[] = {"dp_baseline", "zero1", "zero2", "zero3", "cpu_offload", "infinity",
                                      "3d_parallel"};
@@ -110,22 +107,8 @@ static void test_derived_by_config(void **state) {
     same_record(c, 2, args, "--batch 8 --grad-accum 2", "config");
 }
 
-static int group_setup(void **state) {
-    if (need_paths("test_batch_derived", STAGE_PATHS)) return 1;
-    Ctx *c = calloc(1, sizeof *c);
-    if (!c || test_make_dir(c->root, sizeof c->root, "test_batch_derived") ||
-        make_disk_dir(c->nvme, sizeof c->nvme, "test_batch_derived"))
-        return 1;
-    *state = c;
-    return 0;
-}
-
-static int group_teardown(void **state) {
-    Ctx *c = *state;
-    int rc = test_remove_dir(c->root) | test_remove_dir(c->nvme);
-    free(c);
-    return rc;
-}
+static int group_setup(void **state) { return run_folders_setup(state, "test_batch_derived", STAGE_PATHS); }
+static int group_teardown(void **state) { return run_folders_teardown(state); }
 
 int main(void) {
     const struct CMUnitTest tests[] = {

@@ -46,7 +46,7 @@ static const Field FIELDS[] = {
     FIELD("data_rows", data_rows, GROUP_RUN, NULL, (ANY)),
     FIELD("seed", seed, GROUP_RUN, "seed", (0, INT_MAX)),
     FIELD("rng_state", rng_state, GROUP_RUN, NULL, (ANY)),
-    FIELD("max_seq_len", cfg.max_seq_len, GROUP_MODEL, NULL, (1, GPT_MAX_CONTEXT)),
+    FIELD("max_seq_len", cfg.max_seq_len, GROUP_MODEL, "context", (1, GPT_MAX_CONTEXT)),
     FIELD("vocab_size", cfg.vocab_size, GROUP_MODEL, "vocab", (2, GPT_MAX_VOCAB)),
     FIELD("vocab_padded", vocab_padded, GROUP_MODEL, NULL, (2, INT_MAX)),
     FIELD("num_layers", cfg.num_layers, GROUP_MODEL, "layers", (1, GPT_MAX_UNITS - 2)),
@@ -441,6 +441,9 @@ int manifest_check(const char *dir, const CkptManifest *got, const CkptManifest 
                         "); this run's %s has %" PRIu64 " tokens, checksum %016" PRIx64 ": resume on the same "
                         "data", dir, got->data, got->data_tokens, got->data_checksum, expect->data,
                         expect->data_tokens, expect->data_checksum);
+        if (FIELDS[i].group == GROUP_MODEL && FIELDS[i].flag)
+            return ckpt_msgf(msg, "checkpoint %s model differs: %s is %s there and %s in this run; "
+                        "resume with the same model (--%s %s)", dir, FIELDS[i].key, a, b, FIELDS[i].flag, a);
         if (FIELDS[i].group == GROUP_MODEL)
             return ckpt_msgf(msg, "checkpoint %s model differs: %s is %s there and %s in this run; "
                         "resume with the same model", dir, FIELDS[i].key, a, b);

@@ -26,10 +26,10 @@ static void print_header(const Report *r) {
     if (vp > m->vocab_size)
         snprintf(padding, sizeof padding, ", %.0f of them in wte's %d padding rows",
                  (double)(vp - m->vocab_size) * m->channels, vp - m->vocab_size);
-    printf("%s: %s | model %s (L=%d C=%d H=%d V=%d, %.2fM params%s) | %s x batch %d x seq %d x accum %d = %.0f "
-           "tokens/step\n", run->stage, r->taps.dev->name, run->model, m->num_layers, m->channels, m->num_heads,
-           m->vocab_size, run->model_params / 1e6, padding, replicas, run->batch, run->seq_len, run->grad_accum,
-           run->tokens_per_step);
+    printf("%s: %s | model %s (L=%d C=%d H=%d V=%d context %d, %.2fM params%s) | %s x batch %d x seq %d x accum %d = "
+           "%.0f tokens/step\n", run->stage, r->taps.dev->name, run->model, m->num_layers, m->channels, m->num_heads,
+           m->vocab_size, m->max_seq_len, run->model_params / 1e6, padding, replicas, run->batch, run->seq_len,
+           run->grad_accum, run->tokens_per_step);
     printf("data: %s\n", run->data_desc);
 }
 
@@ -323,8 +323,11 @@ static void summarize_rates(const Report *r, Summary *s) {
     s->tokens_per_s = run->tokens_per_step / (s->step_ms_median / 1000.0);
     s->flops_per_token = gpt_flops_per_token(run->layout, run->seq_len);  // the whole model's (its cfg)
     s->gflops_per_rank = s->flops_per_token * s->tokens_per_s / run->ranks / 1e9;
-    s->hw_flops_per_token = s->flops_per_token + recompute_flops_per_token(run->layout, run->seq_len,
-                                                                              run->plan.recompute, run->plan.attention);
+    s->hw_flops_per_token = s->flops_per_token +
+                            recompute_flops_per_token(run->layout, run->seq_len, run->plan.recompute,
+                                                      run->plan.attention, run->plan.mlp_tiles) +
+                            tiled_loss_flops_per_token(run->layout, run->plan.loss_tiles) +
+                            tiled_mlp_flops_per_token(run->layout, run->plan.mlp_tiles);
     s->hw_gflops_per_rank = s->hw_flops_per_token * s->tokens_per_s / run->ranks / 1e9;
 }
 

@@ -146,10 +146,10 @@ static void json_run(FILE *f, const Summary *s) {
     fprintf(f, ",\"comm\":\"%s\",\"gpu_sharers\":%d,\"model\":",
             r->taps.world->backend == COMM_NCCL ? "nccl" : "mpi", dev->sharers);
     json_write_string(f, run->model);
-    fprintf(f, ",\"layers\":%d,\"d_model\":%d,\"heads\":%d,\"vocab\":%d,\"vocab_padded\":%d,\"params\":%zu,"
+    fprintf(f, ",\"layers\":%d,\"d_model\":%d,\"heads\":%d,\"vocab\":%d,\"vocab_padded\":%d,\"context\":%d,\"params\":%zu,"
                "\"batch\":%d,\"seq_len\":%d,\"grad_accum\":%d,\"global_batch_tokens\":%.0f,\"first_step\":%ld,"
                "\"steps\":%ld,",
-            m->num_layers, m->channels, m->num_heads, m->vocab_size, gpt_vocab_padded(m->vocab_size, 1),
+            m->num_layers, m->channels, m->num_heads, m->vocab_size, gpt_vocab_padded(m->vocab_size, 1), m->max_seq_len,
             run->model_params, run->batch, run->seq_len, run->grad_accum, run->tokens_per_step, r->first_step, r->n);
     json_array(f, "losses", r->loss, r->n);
     fprintf(f, ",");

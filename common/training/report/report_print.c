@@ -74,6 +74,12 @@ static void print_act_formulas(const GPTPlan *p, int act_bytes) {
     if (p->sequence_parallel) printf("; sequence parallel: the whole tensors / t, + sbhe + sbhe/t shared");
     if (p->offload_activations)
         printf("; --offload-activations: (L_range - 1) sbhe per slot pinned, 2 sbhe on the device");
+    if (p->mlp_tiles)
+        printf("; --tiled-mlp %d: per layer 8sbhe/t less (fc's and the GELU's outputs), and one chunk of each "
+               "shared: 2 x ceil(sb/%d) tokens rounded up to 16 x 4h/t x e", p->mlp_tiles, p->mlp_tiles);
+    if (p->loss_tiles)
+        printf("; --tiled-loss %d: the head's logits sbVe per slot become one chunk's, shared: ceil(sb/%d) tokens "
+               "rounded up to 16, at most sb, x Ve", p->loss_tiles, p->loss_tiles);
     printf(" (s = T, b = B, h = C, a = heads, t = tp, e = %d B; act_math.c)\n", act_bytes);
 }
 
@@ -148,11 +154,18 @@ static void print_throughput(const Summary *s) {
     int flash = run->plan.attention == GPT_ATTENTION_FLASH;
     // what runs again: the materialized attention under selective (flash
     // keeps no probabilities to recompute), the block's forward under full
-    const char *again = rc == GPT_RECOMPUTE_FULL ? "L*(16*C^2 + 4*C*T): full recompute"
+    // (the tiled MLP's fc runs again in its own backward, the tiled loss's head too)
+    int mlp = run->plan.mlp_tiles > 0;
+    const char *again = rc == GPT_RECOMPUTE_FULL ? (mlp ? "L*(8*C^2 + 4*C*T): full recompute"
+                                                         : "L*(16*C^2 + 4*C*T): full recompute")
                         : rc == GPT_RECOMPUTE_SELECTIVE && !flash ? "L*4*C*T: selective recompute" : NULL;
-    if (again)
-        printf("  hardware GFLOP/s     %10.2f per rank (%.3g per token: the model's + %s)\n", s->hw_gflops_per_rank,
-               s->hw_flops_per_token, again);
+    char tiles[160];
+    snprintf(tiles, sizeof tiles, "%s%s%s%s", again && (mlp || run->plan.loss_tiles) ? " + " : "",
+             mlp ? "L*8*C^2: the tiled MLP's fc" : "", mlp && run->plan.loss_tiles ? " + " : "",
+             run->plan.loss_tiles ? "2*V*C: the tiled loss's head" : "");
+    if (again || tiles[0])
+        printf("  hardware GFLOP/s     %10.2f per rank (%.3g per token: the model's + %s%s)\n", s->hw_gflops_per_rank,
+               s->hw_flops_per_token, again ? again : "", tiles);
     const RecomputeWork *w = s->r->taps.recompute;
     if (w->blocks) {  // counted from the kernels the recompute asked for (kernel_meter.c)
         printf("  recompute per block  %10.2f kernels, %.4g FLOP (formula %d, %.4g)", (double)w->kernels / w->blocks,
