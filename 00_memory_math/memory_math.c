@@ -23,6 +23,7 @@ static const char *usage =
     "                   [--link-gbps G --gflops F [--latency-us US] [--intra-gbps G]]\n"
     "                   [--ranks-per-host P] [--quantize-weights] [--hpz-size K] [--quantize-grads]\n"
     "                   [--timeline STAGE [--contiguous-buffers]]\n"
+    "                   [--context N] [--tiled-loss K] [--tiled-mlp K] [--longest-seq]\n"
     "                   [--measure] [--json] [--deepspeed-config FILE]\n"
     "\n"
     "Per-rank memory of the ZeRO stages, computed from the formulas: model states\n"
@@ -38,13 +39,16 @@ static const char *usage =
     "or zero3's ZeRO++ switches (with --model): its bytes in the host and across hosts, its\n"
     "device bytes, and its step beside zero3's in the planner. --timeline STAGE (with\n"
     "--model) prints the formula's timeline of one training step of STAGE, the device's\n"
-    "bytes by category at each phase boundary, which the trainer holds its memory to.";
+    "bytes by category at each phase boundary, which the trainer holds its memory to.\n"
+    "--context N sizes the position table past the preset's; --tiled-loss K and --tiled-mlp K\n"
+    "count the loss and the MLPs in K chunks of tokens; --longest-seq (with --model and\n"
+    "--hbm-gb) gives the longest --seq-len each stage trains in the budget.";
 
 typedef struct Flags {
     double params, hbm_gb;
     const char *model, *deepspeed_config, *recompute, *attention;
     int ranks, batch, seq_len, context, grad_accum, global_batch, measure, json, offload_activations;
-    int tp, sequence_parallel, partition_activations, contiguous_buffers, tiled_loss, tiled_mlp;
+    int tp, sequence_parallel, partition_activations, contiguous_buffers, tiled_loss, tiled_mlp, longest_seq;
     const char *timeline;
     double link_gbps, latency_us, gflops, intra_gbps;
     ZeroPPConfig zeropp;
@@ -56,7 +60,7 @@ enum {
     F_DEEPSPEED_CONFIG, F_RECOMPUTE, F_OFFLOAD_ACTIVATIONS, F_TP, F_SEQUENCE_PARALLEL, F_PARTITION_ACTIVATIONS,
     F_LINK_GBPS, F_LATENCY_US, F_GFLOPS, F_ATTENTION, F_QUANTIZE_WEIGHTS, F_HPZ_SIZE, F_QUANTIZE_GRADS,
     F_GRAD_QUANT_BITS, F_QUANT_BLOCK, F_RANKS_PER_HOST, F_INTRA_GBPS, F_TIMELINE, F_CONTIGUOUS_BUFFERS, F_CONTEXT,
-    F_TILED_LOSS, F_TILED_MLP,
+    F_TILED_LOSS, F_TILED_MLP, F_LONGEST_SEQ,
     F_COUNT
 };
 
@@ -114,6 +118,10 @@ static void parse_flags(int argc, char **argv, Flags *f, FlagSpec *specs, Inputs
         [F_TILED_MLP] = {.name = "tiled-mlp", .type = FLAG_INT, .dst = &f->tiled_mlp, .meta = "K",
                          .help = "each MLP over K chunks of tokens: no block keeps fc's and the GELU's outputs "
                                  "(8sbhe/t), one chunk of them is shared (0: whole)", .min = 0, .max = GPT_MAX_TOKENS},
+        [F_LONGEST_SEQ] = {.name = "longest-seq", .type = FLAG_BOOL, .dst = &f->longest_seq,
+                           .help = "with --model and --hbm-gb: the longest --seq-len each stage trains in the budget "
+                                   "at --batch and --ranks (the context grown to it), with the run's flags, with "
+                                   "--recompute full, and with the loss and MLPs in tiles"},
         [F_CONTEXT] = {.name = "context", .type = FLAG_INT, .dst = &f->context, .meta = "N",
                        .help = "the model's context: positions in wpe (N x d-model params), the longest --seq-len",
                        .shown_default = "the preset's, or --seq-len where that is longer", .min = 1,
@@ -304,6 +312,11 @@ static void check_shapes(Flags *f, Inputs *in) {
         fail_usage("--attention %s: choose flash (tiles, online softmax: no (T,T) matrix is kept) or materialized "
                    "(the (T,T) probabilities kept for backward)", f->attention);
     in->attention = (GPTAttention)a;
+    in->context_given = f->context > 0;
+    in->longest_seq = f->longest_seq;
+    if (f->longest_seq && (!in->have_model || f->hbm_gb <= 0))
+        fail_usage("--longest-seq searches a model's sequence length in a budget: add --model NAME and --hbm-gb GB "
+                   "(e.g. --model gpt2-124m --hbm-gb 16)");
     if (f->context && !in->have_model)
         fail_usage("--context %d sizes a model's position table: add --model NAME (e.g. --model gpt2-124m)",
                    f->context);
@@ -427,6 +440,7 @@ int main(int argc, char **argv) {
         if (in.link_gbps > 0) section_step_time(&p, &in);
         if (in.settings.config_path[0]) section_config(&p, &in);
         if (in.timeline) section_timeline(&p, &in);
+        if (in.longest_seq) section_longest(&p, &in);
     }
     printer_end(&p);
     comm_world_finalize(&world);

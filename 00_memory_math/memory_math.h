@@ -46,6 +46,8 @@ typedef struct Inputs {
     // --timeline STAGE: the formula's timeline of its step (timeline_stage: a
     // StageId; timeline_tp3d: 3d_parallel's --tp grid), and --contiguous-buffers
     int timeline, timeline_stage, timeline_tp3d, contiguous_buffers;
+    int context_given;        // --context given: the longest sequence is at most it
+    int longest_seq;          // --longest-seq: the longest sequence per stage in --hbm-gb (longest.c)
 } Inputs;
 
 // sections.c
@@ -75,6 +77,10 @@ const GPTLayout *act_layout(const Inputs *in);
 void section_fit_run(Printer *p, const Inputs *in);
 // The device bytes a stage's run needs with these inputs (the same count).
 double run_total_bytes(StageId s, const Inputs *in);
+// longest.c: with --model and --hbm-gb, the longest --seq-len each stage
+// trains in the budget, three ways (the run's flags, full recompute, and
+// with tiles).
+void section_longest(Printer *p, const Inputs *in);
 // zero3 with ZeRO++'s switches c: its parts' peaks added up, and the
 // switches' buffers (their times in the step are not modelled)
 double zeropp_run_total_bytes(const Inputs *in, const ZeroPPConfig *c);

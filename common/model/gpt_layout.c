@@ -198,7 +198,7 @@ GPTActBytes gpt_activation_bytes(const GPTLayout *l, const GPTPlan *p, int act_b
     }
     if (has_embed) r.per_slot += 3 * BT * ib;
     // (the logits whole per slot, or under the tiled loss one chunk's shared by all)
-    size_t tile_rows = p->loss_tiles ? (BT + (size_t)p->loss_tiles - 1) / (size_t)p->loss_tiles : 0;
+    size_t tile_rows = p->loss_tiles ? (size_t)gpt_loss_tile_rows(p) : 0;
     if (has_head) r.per_slot += R * (C * ab + 2 * fb) + BT * ((p->loss_tiles ? 0 : Vp * ab) + fb + ib);
     // one (BT,C) projection output before its residual add; under tensor
     // parallelism the head's cross-entropy statistics (max, sum, target

@@ -132,6 +132,61 @@ static void test_llmc_keeps_context(void **state) {
     free(expect_refusal(cmd, "longer than"));
 }
 
+// memory_math --longest-seq at a budget: the T it gives a stage, each way,
+// is where that stage's trainer, given --seq-len T and the budget, passes
+// its budget check, and at T + 1 it is refused with the bytes it needs.
+// zero2 and zero3 at 2 ranks, tiny, B = 2, 40 MB. (At T itself the run may
+// stop at an allocation: the arena rounds each block up to 4 kB, which the
+// count of bytes leaves out, and the free bytes may lie in holes; 90% of T
+// trains.)
+static void test_longest_sequence(void **state) {
+    Ctx *c = *state;
+    char *out = NULL;
+    run_ok("./memory_math --model tiny --ranks 2 --batch 2 --hbm-gb 0.04 --longest-seq --json", &out);
+    json_error_t e;
+    json_t *j = json_loads(out, 0, &e);
+    if (!j) fail_msg("memory_math --longest-seq: not JSON (%s)", e.text);
+    json_t *rows = json_object_get(json_object_get(j, "longest_seq"), "stages");
+    if (!json_is_array(rows)) fail_msg("memory_math --longest-seq: no longest_seq.stages:\n%.500s", out);
+    const char *ways[][2] = {{"own", ""}, {"full_tiled", "--recompute full --tiled-loss 8 --tiled-mlp 8"}};
+    const char *stages[] = {"zero2", "zero3"};
+    int checked = 0;
+    for (size_t r = 0; r < json_array_size(rows); r++) {
+        json_t *row = json_array_get(rows, r);
+        const char *stage = json_string_value(json_object_get(row, "stage"));
+        for (int s = 0; s < 2; s++) {
+            if (!stage || strcmp(stage, stages[s])) continue;
+            for (int w = 0; w < 2; w++) {
+                int T = (int)json_number_value(json_object_get(row, ways[w][0]));
+                if (T < 64) fail_msg("%s %s: the longest sequence is %d tokens; the budget should allow more", stage,
+                                     ways[w][0], T);
+                char cmd[CMD_LEN], json[PATH_LEN], *said = NULL;
+                snprintf(json, sizeof json, "%s/longest.json", c->root);
+                snprintf(cmd, sizeof cmd, "mpirun -np 2 ./%s --model tiny --batch 2 --seq-len %d --hbm-gb 0.04 "
+                         "--steps 1 --eval-every 0 --quiet --json %s %s", stage, T, json, ways[w][1]);
+                int rc = test_run(cmd, &said);
+                if (rc != 0 && (strstr(said, "of device memory per rank") || !strstr(said, "no free block holds")))
+                    fail_msg("%s: exit %d: refused by its budget check, or another failure:\n%s", cmd, rc, said);
+                free(said);
+                snprintf(cmd, sizeof cmd, "mpirun -np 2 ./%s --model tiny --batch 2 --seq-len %d --hbm-gb 0.04 "
+                         "--steps 1 --eval-every 0 --quiet --json %s %s", stage, T * 9 / 10, json, ways[w][1]);
+                free(train(cmd, json));
+                snprintf(cmd, sizeof cmd, "mpirun -np 2 ./%s --model tiny --batch 2 --seq-len %d --hbm-gb 0.04 "
+                         "--steps 1 %s", stage, T + 1, ways[w][1]);
+                free(expect_refusal(cmd, "of device memory per rank"));
+                print_message("%s %s: %d tokens pass the budget check in 40 MB (%s), %d train, %d are refused\n", stage,
+                              ways[w][1][0] ? ways[w][1] : "(own flags)", T, rc ? "stopped at an allocation" : "trained",
+                              T * 9 / 10, T + 1);
+                checked++;
+            }
+        }
+    }
+    if (checked != 4) fail_msg("memory_math --longest-seq: %d of zero2's and zero3's 4 figures found", checked);
+    json_decref(j);
+    free(out);
+    free(expect_refusal("./memory_math --model tiny --longest-seq", "--hbm-gb"));
+}
+
 static void test_context_refusals(void **state) {
     Ctx *c = *state;
     char cmd[CMD_LEN];
@@ -161,6 +216,7 @@ int main(void) {
         cmocka_unit_test(test_memory_math_context),
         cmocka_unit_test(test_llmc_keeps_context),
         cmocka_unit_test(test_context_follows_seq_len),
+        cmocka_unit_test(test_longest_sequence),
     };
     return cmocka_run_group_tests(tests, group_setup, group_teardown);
 }

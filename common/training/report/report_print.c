@@ -75,8 +75,9 @@ static void print_act_formulas(const GPTPlan *p, int act_bytes) {
     if (p->offload_activations)
         printf("; --offload-activations: (L_range - 1) sbhe per slot pinned, 2 sbhe on the device");
     if (p->mlp_tiles)
-        printf("; --tiled-mlp %d: per layer 8sbhe/t less (fc's and the GELU's outputs), and one chunk of each "
-               "shared: 2 x ceil(sb/%d) tokens rounded up to 16 x 4h/t x e", p->mlp_tiles, p->mlp_tiles);
+        printf("; --tiled-mlp %d: 8sbhe/t less a layer (fc's and the GELU's outputs; of the working set under full "
+               "recompute), and one chunk of each shared: 2 x ceil(sb/%d) tokens rounded up to 16 x 4h/t x e",
+               p->mlp_tiles, p->mlp_tiles);
     if (p->loss_tiles)
         printf("; --tiled-loss %d: the head's logits sbVe per slot become one chunk's, shared: ceil(sb/%d) tokens "
                "rounded up to 16, at most sb, x Ve", p->loss_tiles, p->loss_tiles);

@@ -1,0 +1,105 @@
+// longest.c: memory_math --longest-seq: the longest sequence each stage's
+// budget check admits. For --model, --batch, --ranks and --hbm-gb, each
+// stage's run at T tokens is counted as its budget check counts it before
+// step 1 (the formula's timeline of a step, timeline.c: model states,
+// activations, workspace, scratch and buffers at once), with the context
+// grown to T where T passes the preset's (wpe: T·C params); the longest T
+// whose peak is within the budget is found by bisection (the peak grows with
+// T). Three ways of running each stage: the run's own flags, --recompute
+// full, and --recompute full with the loss and the MLPs in tiles (ALST).
+// The count is of bytes: the device's arena rounds each block up to 4 kB
+// (arena.h), which a run at the very limit may not have room for.
+#include <stdio.h>
+#include <string.h>
+#include "memory_math.h"
+
+#define TILES 8  // the tiled way's --tiled-loss and --tiled-mlp
+
+typedef struct Way {
+    const char *key;   // its JSON name
+    const char *name;  // the flags it adds
+    int own;           // the run's own --recompute and tiles
+    GPTRecompute recompute;
+    int tiles;
+} Way;
+
+static const Way ways[] = {
+    {"own", "the run's flags", 1, GPT_RECOMPUTE_NONE, 0},
+    {"full", "--recompute full", 0, GPT_RECOMPUTE_FULL, 0},
+    {"full_tiled", "full, --tiled-loss 8 --tiled-mlp 8", 0, GPT_RECOMPUTE_FULL, TILES},
+};
+#define NWAYS (int)(sizeof ways / sizeof ways[0])
+
+// The inputs of a run of T tokens the way w: the context T where T passes
+// the model's (unless --context was given: then T is at most it).
+static Inputs at_length(const Inputs *in, const Way *w, int T) {
+    Inputs probe = *in;
+    GPTConfig cfg = in->layout.cfg;
+    if (T > cfg.max_seq_len) cfg.max_seq_len = T;
+    gpt_layout(&probe.layout, &cfg);
+    probe.psi = (double)probe.layout.num_params;
+    probe.seq_len = T;
+    probe.tp = 1;
+    if (!w->own) {
+        probe.recompute = w->recompute;
+        probe.offload_activations = 0;
+        // (a micro-batch shorter than the tiles has one token a chunk)
+        probe.tiled_loss = probe.tiled_mlp = (long)in->batch * T < w->tiles ? in->batch * T : w->tiles;
+    }
+    return probe;
+}
+
+static int fits(StageId s, const Inputs *in, const Way *w, int T, double budget) {
+    Inputs probe = at_length(in, w, T);
+    return run_total_bytes(s, &probe) <= budget;
+}
+
+// The longest T in [1, most] that fits (0: not even one token).
+static int longest(StageId s, const Inputs *in, const Way *w, int most, double budget) {
+    if (!fits(s, in, w, 1, budget)) return 0;
+    int lo = 1, hi = 2;  // lo fits; find an hi that does not, or the most
+    while (hi <= most && fits(s, in, w, hi, budget)) lo = hi, hi *= 2;
+    if (hi > most) {
+        if (fits(s, in, w, most, budget)) return most;
+        hi = most;
+    }
+    while (hi - lo > 1) {
+        int mid = lo + (hi - lo) / 2;
+        if (fits(s, in, w, mid, budget)) lo = mid;
+        else hi = mid;
+    }
+    return lo;
+}
+
+void section_longest(Printer *p, const Inputs *in) {
+    double budget = in->hbm_gb * 1e9;
+    // the longest a flag allows: the context given, else the build's; a micro-batch of at most GPT_MAX_TOKENS
+    int most = in->context_given ? in->layout.cfg.max_seq_len : GPT_MAX_CONTEXT;
+    if ((double)most * in->batch > GPT_MAX_TOKENS) most = GPT_MAX_TOKENS / in->batch;
+    char title[320];
+    snprintf(title, sizeof title, "The longest sequence each stage's budget check admits in %g GB per rank at N = %d: %s, B = %d, "
+             "the context grown to T where T passes %s's %d%s; counted as the trainers' budget check counts them "
+             "(the formula's timeline of a step, on the cpu device), by bisection over T", in->hbm_gb, in->ranks,
+             in->model, in->batch, in->model, in->layout.cfg.max_seq_len, in->context_given ? " (--context: at most it)" : "");
+    printer_section(p, "longest_seq", title);
+    Col cols[NWAYS + 1] = {{"stage", "stage", 30, NULL}};
+    for (int k = 0; k < NWAYS; k++)
+        cols[1 + k] = (Col){ways[k].key, ways[k].name, (int)strlen(ways[k].name), "%.0f"};
+    printer_table(p, "stages", cols, NWAYS + 1);
+    for (int i = 0; i < measured_stage_count(); i++) {
+        StageId s = measured_stage(i);
+        Cell row[NWAYS + 1];
+        row[0] = cell_str(stage_name(s));
+        for (int k = 0; k < NWAYS; k++) row[1 + k] = cell_num(longest(s, in, &ways[k], most, budget));
+        printer_row(p, row);
+    }
+    printer_table_end(p);
+    printer_note(p, "the run's flags: --recompute %s%s, --tiled-loss %d, --tiled-mlp %d; 0: not one token fits. A "
+                 "trainer given --seq-len T and this budget passes its budget check at the T above and is refused "
+                 "at T + 1 (test_context); it counts bytes, and the device's arena rounds each block up to 4 kB and "
+                 "may leave the free bytes in holes, so at the very limit a run may stop at an allocation instead "
+                 "(the error names the block): give it a margin.",
+                 gpt_recompute_name(in->recompute),
+                 in->offload_activations ? " --offload-activations" : "", in->tiled_loss, in->tiled_mlp);
+    printer_section_end(p);
+}
