@@ -24,6 +24,7 @@ static const char *usage =
     "                   [--ranks-per-host P] [--quantize-weights] [--hpz-size K] [--quantize-grads]\n"
     "                   [--timeline STAGE [--contiguous-buffers]]\n"
     "                   [--context N] [--tiled-loss K] [--tiled-mlp K] [--longest-seq]\n"
+    "                   [--pp P [--schedule 1f1b|afab]]\n"
     "                   [--measure] [--json] [--deepspeed-config FILE]\n"
     "\n"
     "Per-rank memory of the ZeRO stages, computed from the formulas: model states\n"
@@ -42,13 +43,16 @@ static const char *usage =
     "bytes by category at each phase boundary, which the trainer holds its memory to.\n"
     "--context N sizes the position table past the preset's; --tiled-loss K and --tiled-mlp K\n"
     "count the loss and the MLPs in K chunks of tokens; --longest-seq (with --model and\n"
-    "--hbm-gb) gives the longest --seq-len each stage trains in the budget.";
+    "--hbm-gb) gives the longest --seq-len each stage trains in the budget. --pp P (with\n"
+    "--model) gives each pipeline stage's units, micro-batches in flight, activations and\n"
+    "device peak under --schedule: the staircase down the pipeline.";
 
 typedef struct Flags {
     double params, hbm_gb;
     const char *model, *deepspeed_config, *recompute, *attention;
     int ranks, batch, seq_len, context, grad_accum, global_batch, measure, json, offload_activations;
-    int tp, sequence_parallel, partition_activations, contiguous_buffers, tiled_loss, tiled_mlp, longest_seq;
+    int tp, sequence_parallel, partition_activations, contiguous_buffers, tiled_loss, tiled_mlp, longest_seq, pp;
+    const char *schedule;
     const char *timeline;
     double link_gbps, latency_us, gflops, intra_gbps;
     ZeroPPConfig zeropp;
@@ -60,7 +64,7 @@ enum {
     F_DEEPSPEED_CONFIG, F_RECOMPUTE, F_OFFLOAD_ACTIVATIONS, F_TP, F_SEQUENCE_PARALLEL, F_PARTITION_ACTIVATIONS,
     F_LINK_GBPS, F_LATENCY_US, F_GFLOPS, F_ATTENTION, F_QUANTIZE_WEIGHTS, F_HPZ_SIZE, F_QUANTIZE_GRADS,
     F_GRAD_QUANT_BITS, F_QUANT_BLOCK, F_RANKS_PER_HOST, F_INTRA_GBPS, F_TIMELINE, F_CONTIGUOUS_BUFFERS, F_CONTEXT,
-    F_TILED_LOSS, F_TILED_MLP, F_LONGEST_SEQ,
+    F_TILED_LOSS, F_TILED_MLP, F_LONGEST_SEQ, F_PP, F_SCHEDULE,
     F_COUNT
 };
 
@@ -118,6 +122,13 @@ static void parse_flags(int argc, char **argv, Flags *f, FlagSpec *specs, Inputs
         [F_TILED_MLP] = {.name = "tiled-mlp", .type = FLAG_INT, .dst = &f->tiled_mlp, .meta = "K",
                          .help = "each MLP over K chunks of tokens: no block keeps fc's and the GELU's outputs "
                                  "(8sbhe/t), one chunk of them is shared (0: whole)", .min = 0, .max = GPT_MAX_TOKENS},
+        [F_PP] = {.name = "pp", .type = FLAG_INT, .dst = &f->pp, .meta = "P",
+                   .help = "3d_parallel's pipeline stages (with --model): each stage's units, micro-batches in flight "
+                           "(m = --grad-accum), activations and device peak, the schedule's staircase",
+                   .min = 1, .max = GPT_MAX_UNITS - 2},
+        [F_SCHEDULE] = {.name = "schedule", .type = FLAG_STRING, .dst = &f->schedule, .meta = "1f1b|afab",
+                        .help = "with --pp: the pipeline schedule, one forward one backward or all forwards then all "
+                                "backwards"},
         [F_LONGEST_SEQ] = {.name = "longest-seq", .type = FLAG_BOOL, .dst = &f->longest_seq,
                            .help = "with --model and --hbm-gb: the longest --seq-len each stage trains in the budget "
                                    "at --batch and --ranks (the context grown to it), with the run's flags, with "
@@ -393,9 +404,28 @@ static void check_timeline(const Flags *f, Inputs *in) {
 // What --global-batch divides by: the ranks, or with --tp the data-parallel
 // replicas of 3d_parallel's grid (N/T), as that trainer's batch rule counts them.
 static int batch_replicas(const Flags *f, const Inputs *in) {
-    if (f->tp == 1) return in->ranks;
-    if (in->ranks % f->tp) fail_usage("--tp %d does not divide --ranks %d: the grid is T x dp", f->tp, in->ranks);
-    return in->ranks / f->tp;
+    int parts = f->tp * f->pp;
+    if (parts == 1) return in->ranks;
+    if (in->ranks % parts)
+        fail_usage("--tp %d x --pp %d = %d does not divide --ranks %d: the grid is T x P x dp", f->tp, f->pp, parts,
+                   in->ranks);
+    return in->ranks / parts;
+}
+
+// --pp P and --schedule: a model's pipeline (3d_parallel's grid).
+static void check_pp(const Flags *f, const FlagSpec *specs, Inputs *in) {
+    in->pp = f->pp;
+    if (strcmp(f->schedule, "1f1b") && strcmp(f->schedule, "afab"))
+        fail_usage("--schedule %s: choose 1f1b (one forward one backward) or afab (all forwards, then all backwards)",
+                   f->schedule);
+    in->schedule_afab = strcmp(f->schedule, "afab") == 0;
+    if (specs[F_SCHEDULE].seen && f->pp == 1)
+        fail_usage("--schedule %s orders a pipeline's micro-batches: add --pp 2 or more", f->schedule);
+    if (f->pp == 1) return;
+    if (!in->have_model) fail_usage("--pp %d cuts a model into stages: add --model NAME (e.g. --model small)", f->pp);
+    if (in->layout.cfg.num_layers < f->pp)
+        fail_usage("--pp %d stages for %s's %d layers: every stage needs a block; give --pp %d or fewer", f->pp,
+                   in->model, in->layout.cfg.num_layers, in->layout.cfg.num_layers);
 }
 
 int main(int argc, char **argv) {
@@ -406,7 +436,7 @@ int main(int argc, char **argv) {
     in.world = world.size;
     in.rank = world.rank;
 
-    Flags f = {.params = 0, .hbm_gb = 0, .model = NULL, .ranks = 8, .batch = 8, .seq_len = 0,
+    Flags f = {.params = 0, .hbm_gb = 0, .model = NULL, .ranks = 8, .pp = 1, .schedule = "1f1b", .batch = 8, .seq_len = 0,
                .grad_accum = 1, .global_batch = 0, .measure = 0, .json = 0, .recompute = "none", .attention = "flash", .tp = 1,
                .zeropp = {.hpz = 1, .grad_bits = 8, .block = QUANT_BLOCK_DEFAULT}, .ranks_per_host = 1};
     FlagSpec specs[F_COUNT];
@@ -418,6 +448,7 @@ int main(int argc, char **argv) {
     check_shapes(&f, &in);
     check_zeropp(&f, specs, &in);
     check_timeline(&f, &in);
+    check_pp(&f, specs, &in);
     in.measure = f.measure;
     in.json = f.json;
 
@@ -441,6 +472,7 @@ int main(int argc, char **argv) {
         if (in.settings.config_path[0]) section_config(&p, &in);
         if (in.timeline) section_timeline(&p, &in);
         if (in.longest_seq) section_longest(&p, &in);
+        if (in.pp > 1) section_pipeline(&p, &in);
     }
     printer_end(&p);
     comm_world_finalize(&world);

@@ -48,6 +48,7 @@ typedef struct Inputs {
     int timeline, timeline_stage, timeline_tp3d, contiguous_buffers;
     int context_given;        // --context given: the longest sequence is at most it
     int longest_seq;          // --longest-seq: the longest sequence per stage in --hbm-gb (longest.c)
+    int pp, schedule_afab;    // --pp P (1: none) and --schedule afab (else 1f1b): pipeline.c
 } Inputs;
 
 // sections.c
@@ -81,6 +82,8 @@ double run_total_bytes(StageId s, const Inputs *in);
 // trains in the budget, three ways (the run's flags, full recompute, and
 // with tiles).
 void section_longest(Printer *p, const Inputs *in);
+// pipeline.c: with --pp P, each pipeline stage's memory under --schedule.
+void section_pipeline(Printer *p, const Inputs *in);
 // zero3 with ZeRO++'s switches c: its parts' peaks added up, and the
 // switches' buffers (their times in the step are not modelled)
 double zeropp_run_total_bytes(const Inputs *in, const ZeroPPConfig *c);

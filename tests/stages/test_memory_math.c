@@ -5,6 +5,7 @@
 // (--measure under mpirun, --json, bad input, the planner's step times
 // against the ring formulas, ZeRO++'s mean bytes over the ranks in closed
 // form at the flags' largest --ranks).
+#include <jansson.h>
 #include <math.h>
 #include "testutil.h"
 #include "device.h"
@@ -467,6 +468,68 @@ static double stage_total(const char *json, const char *stage) {
     return gb * 1e9;
 }
 
+// memory_math --pp 4 with m = 8 (issue 48's staircase): each pipeline
+// stage's micro-batches in flight are 4, 3, 2, 1 under 1F1B and 8 under
+// AFAB, and its activations and device peak are what 3d_parallel measures
+// for that stage's rank (its activations, and the peak of the formula's
+// timeline that every measured boundary equals), to the byte.
+static void test_binary_pipeline_staircase(void **state) {
+    (void)state;
+    char root[64];
+    assert_int_equal(test_make_dir(root, sizeof root, "mm-pipe"), 0);
+    const char *schedules[] = {"1f1b", "afab"};
+    for (int k = 0; k < 2; k++) {
+        char cmd[1024], json[256], *mm = NULL, *run = NULL;
+        snprintf(cmd, sizeof cmd, "./memory_math --model small --ranks 4 --pp 4 --grad-accum 8 --batch 2 --seq-len 64 "
+                 "--schedule %s --json", schedules[k]);
+        assert_int_equal(test_run(cmd, &mm), 0);
+        snprintf(json, sizeof json, "%s/%s.json", root, schedules[k]);
+        snprintf(cmd, sizeof cmd, "mpirun -np 4 ./3d_parallel --model small --pp 4 --grad-accum 8 --batch 2 --seq-len 64 "
+                 "--schedule %s --steps 2 --eval-every 0 --quiet --json %s > /dev/null && tail -1 %s", schedules[k],
+                 json, json);
+        assert_int_equal(test_run(cmd, &run), 0);
+        json_error_t e;
+        json_t *m = json_loads(mm, 0, &e), *r = json_loads(run, 0, &e);
+        if (!m || !r) fail_msg("--schedule %s: not JSON (%s)", schedules[k], e.text);
+        json_t *rows = json_object_get(json_object_get(m, "pipeline"), "stages");
+        json_t *ranks = json_object_get(json_object_get(r, "grid"), "ranks");
+        json_t *panels = json_object_get(json_object_get(r, "memory_timeline"), "panels");
+        if (json_array_size(rows) != 4 || json_array_size(ranks) != 4 || json_array_size(panels) != 4)
+            fail_msg("--schedule %s: %zu stages in memory_math, %zu ranks and %zu panels in the run", schedules[k],
+                     json_array_size(rows), json_array_size(ranks), json_array_size(panels));
+        if (!json_is_true(json_object_get(json_object_get(r, "memory_timeline"), "equal_on_every_rank")))
+            fail_msg("--schedule %s: a rank's measured timeline differs from its formula's", schedules[k]);
+        for (int s = 0; s < 4; s++) {
+            json_t *row = json_array_get(rows, (size_t)s), *rank = NULL, *panel = NULL;
+            for (size_t q = 0; q < 4; q++) {
+                json_t *a = json_array_get(ranks, q), *b = json_array_get(panels, q);
+                if (json_integer_value(json_object_get(a, "stage")) == s) rank = a;
+                if (json_integer_value(json_object_get(b, "of_rank")) == s) panel = b;  // tp 1, dp 1: rank = stage
+            }
+            if (!rank || !panel) fail_msg("--schedule %s: no rank or panel of stage %d in the run", schedules[k], s);
+            int flight = (int)json_number_value(json_object_get(row, "in_flight"));
+            int want = k == 0 ? 4 - s : 8;
+            double acts = json_number_value(json_object_get(row, "activations_mb")) * 1e6;
+            double peak = json_number_value(json_object_get(row, "peak_mb")) * 1e6;
+            double measured = json_number_value(json_object_get(rank, "activations"));
+            double formula_peak = json_number_value(json_object_get(panel, "formula_peak"));
+            if (flight != want || json_integer_value(json_object_get(rank, "peak_in_flight")) != want)
+                fail_msg("--schedule %s stage %d: %d in flight by memory_math, %lld in the run; %d by the schedule",
+                         schedules[k], s, flight, json_integer_value(json_object_get(rank, "peak_in_flight")), want);
+            if (fabs(acts - measured) > 0.5 || fabs(peak - formula_peak) > 0.5)
+                fail_msg("--schedule %s stage %d: activations %.0f and peak %.0f by memory_math; the run %.0f and %.0f",
+                         schedules[k], s, acts, peak, measured, formula_peak);
+            print_message("--schedule %s stage %d: %d in flight, activations %.0f B, peak %.0f B, as the run\n",
+                          schedules[k], s, flight, measured, formula_peak);
+        }
+        json_decref(m);
+        json_decref(r);
+        free(mm);
+        free(run);
+    }
+    assert_int_equal(test_remove_dir(root), 0);
+}
+
 static void test_binary_fit_counts_the_run(void **state) {
     (void)state;
     char *mm = NULL, *out = NULL;
@@ -558,8 +621,11 @@ static void test_binary_refusal_agrees(void **state) {
 static void test_binary_bad_input(void **state) {
     (void)state;
     const char *cmds[] = {"./memory_math --bogus", "./memory_math --ranks 0", "./memory_math --params -5",
-                          "./memory_math --model nope"};
-    for (int i = 0; i < 4; i++) {
+                          "./memory_math --model nope", "./memory_math --pp 2",
+                          "./memory_math --model small --pp 5", "./memory_math --model small --ranks 6 --pp 4",
+                          "./memory_math --model small --pp 2 --schedule zb",
+                          "./memory_math --model small --schedule afab"};
+    for (int i = 0; i < 9; i++) {
         char *out = NULL;
         int rc = test_run(cmds[i], &out);
         int lines = 0;
@@ -741,6 +807,7 @@ static void test_binary_zeropp_at_most_ranks(void **state) {
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_paper_example),
+        cmocka_unit_test(test_binary_pipeline_staircase),
         cmocka_unit_test(test_binary_fit_counts_the_run),
         cmocka_unit_test(test_binary_refusal_agrees),
         cmocka_unit_test(test_partition_padding),
