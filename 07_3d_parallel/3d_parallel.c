@@ -16,15 +16,31 @@
 #include "check.h"
 #include "kernels.h"
 #include "parallel3d.h"
+#include "pipe_schedule.h"
 
 // ---- where this rank sits, and what its states hold ----
 
 // The grid, this rank's tp part of the layout, its stage's units with
 // min(P - s, m) micro-batches in flight (1F1B) or m (AFAB), and its states:
 // [wte copy (last stage of a pipeline) | the stage's units].
+// --print-schedule: the table of --pp stages and --grad-accum micro-batches
+// (rank 0 draws it), then the run ends: no grid, model or state is made.
+static void print_schedule_and_exit(const Trainer *t, const Stage *z, const TrainConfig *cfg) {
+    if (t->world.rank == 0) {
+        ScheduleTable table;
+        schedule_build(&table, z->schedule == SCHEDULE_AFAB ? PIPE_AFAB : PIPE_1F1B, z->pp, cfg->grad_accum);
+        schedule_print(&table, stdout);
+        schedule_free(&table);
+        fflush(stdout);
+    }
+    comm_world_finalize((Comm *)&t->world);
+    exit(0);
+}
+
 static Placement configure(const Trainer *t, TrainConfig *cfg, const GPTConfig *mc, Placement p) {
     Stage *z = t->sctx;
     z->schedule = grid_schedule_of(z->schedule_name);
+    if (z->print_schedule) print_schedule_and_exit(t, z, cfg);
     Grid *g = &z->grid;
     grid_init(g, p.dp, z->tp, z->pp, mc);  // the grid splits the world, the default's data-parallel group
     gpt_layout_tp(&p.layout, mc, g->tp, g->tp_rank);

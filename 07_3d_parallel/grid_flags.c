@@ -24,7 +24,11 @@ int grid_flags(void *ctx, FlagSpec *out) {
     out[4] = (FlagSpec){.name = "sequence-parallel", .type = FLAG_BOOL, .dst = &z->sequence_parallel,
                         .help = "with --tp > 1: the residual stream and the layernorms split over the tp ranks by "
                                 "the tokens; f and g become all-gather and reduce-scatter (Korthikanti et al.)"};
-    return 5;
+    out[5] = (FlagSpec){.name = "print-schedule", .type = FLAG_BOOL, .dst = &z->print_schedule,
+                        .help = "draw the pipeline schedule of --pp stages and --grad-accum micro-batches as a table, "
+                                "one row per stage (F i, B i on a clock where a backward takes two slots), with each "
+                                "stage's micro-batches in flight and the bubble, then exit without training"};
+    return 6;
 }
 
 // Sequence parallelism and partitioned checkpoints split tensors over the

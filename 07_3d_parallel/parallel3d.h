@@ -12,6 +12,7 @@ typedef struct Stage {
     const char *schedule_name;   // --schedule
     int partition_activations;   // --partition-activations
     int sequence_parallel;       // --sequence-parallel
+    int print_schedule;          // --print-schedule: draw the schedule's table and exit (schedule.c)
     Schedule schedule;
     Grid grid;
     Pipeline pipe;
