@@ -43,7 +43,7 @@ static const char *usage =
     "bytes by category at each phase boundary, which the trainer holds its memory to.\n"
     "--context N sizes the position table past the preset's; --tiled-loss K and --tiled-mlp K\n"
     "count the loss and the MLPs in K chunks of tokens; --longest-seq (with --model and\n"
-    "--hbm-gb) gives the longest --seq-len each stage trains in the budget. --pp P (with\n"
+    "--hbm-gb) gives the longest --seq-len each stage's budget check admits. --pp P (with\n"
     "--model) gives each pipeline stage's units, micro-batches in flight, activations and\n"
     "device peak under --schedule: the staircase down the pipeline.";
 
@@ -130,7 +130,7 @@ static void parse_flags(int argc, char **argv, Flags *f, FlagSpec *specs, Inputs
                         .help = "with --pp: the pipeline schedule, one forward one backward or all forwards then all "
                                 "backwards"},
         [F_LONGEST_SEQ] = {.name = "longest-seq", .type = FLAG_BOOL, .dst = &f->longest_seq,
-                           .help = "with --model and --hbm-gb: the longest --seq-len each stage trains in the budget "
+                           .help = "with --model and --hbm-gb: the longest --seq-len each stage's budget check admits "
                                    "at --batch and --ranks (the context grown to it), with the run's flags, with "
                                    "--recompute full, and with the loss and MLPs in tiles"},
         [F_CONTEXT] = {.name = "context", .type = FLAG_INT, .dst = &f->context, .meta = "N",

@@ -78,8 +78,8 @@ const GPTLayout *act_layout(const Inputs *in);
 void section_fit_run(Printer *p, const Inputs *in);
 // The device bytes a stage's run needs with these inputs (the same count).
 double run_total_bytes(StageId s, const Inputs *in);
-// longest.c: with --model and --hbm-gb, the longest --seq-len each stage
-// trains in the budget, three ways (the run's flags, full recompute, and
+// longest.c: with --model and --hbm-gb, the longest --seq-len each stage's
+// budget check admits, three ways (the run's flags, full recompute, and
 // with tiles).
 void section_longest(Printer *p, const Inputs *in);
 // pipeline.c: with --pp P, each pipeline stage's memory under --schedule.
