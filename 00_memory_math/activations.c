@@ -53,8 +53,7 @@ void section_activations(Printer *p, const Inputs *in) {
                     sp ? "split over the t ranks (--sequence-parallel)" : "whole on every rank");
 
     // the head's logits (every row below holds them, by the run's --tiled-loss), counted on cuda (bf16)
-    double Vp = gpt_logits_stride(act_layout(in)), chunk = s * b;
-    if (in->tiled_loss) chunk = fmin(s * b, 16 * ceil(ceil(s * b / in->tiled_loss) / 16));
+    double Vp = gpt_logits_stride(act_layout(in)), chunk = in->tiled_loss ? act_tile_tokens(s * b, in->tiled_loss) : s * b;
     printer_num(p, "tiled_loss", "--tiled-loss (chunks of a micro-batch's tokens; 0: the logits whole)", in->tiled_loss,
                 "%.0f", NULL);
     printer_num(p, "logits_bytes_cuda", in->tiled_loss ? "logits live at once on cuda: one chunk of ceil(sb/K) tokens, rounded up to 16, ·Vp·e, e = 2"

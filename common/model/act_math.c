@@ -15,9 +15,7 @@
 // the t ranks too: ln1, x2, ln2, x3 4sbhe/t, the statistics 16sb/t, and the
 // slot's input, lnf and its statistics; it adds an all-gathered (BT,C) and a
 // reduce-scattered (BT/t,C) temporary.
-// A tiled chunk of sb tokens over K (the loss's or the MLP's):
-// 16·ceil(ceil(sb/K)/16), at most sb (0: no chunk, whole).
-static double tile_of(double sb, int K) {
+double act_tile_tokens(double sb, int K) {
     if (K <= 0) return 0;
     double n = 16 * ceil(ceil(sb / K) / 16);
     return n < sb ? n : sb;
@@ -53,13 +51,13 @@ ActFormula act_formula(const GPTLayout *l, const GPTPlan *p, int act_bytes) {
     double slot = blocks * f.per_layer + input;
     if (p->first_unit == GPT_UNIT_EMBED) slot += 12 * s * b;
     // (the tiled loss: no logits in the slot, one chunk of ceil(sb/K) tokens' shared)
-    double tile = tile_of(s * b, p->loss_tiles) * V * e, logits = p->loss_tiles ? 0 : s * b * V * e;
+    double tile = act_tile_tokens(s * b, p->loss_tiles) * V * e, logits = p->loss_tiles ? 0 : s * b * V * e;
     if (p->last_unit == hu) slot += input + logits + 8 * s * b / sp + 8 * s * b;
     // shared: one projection output before its residual add (sbh e); under
     // tensor parallelism the head's cross-entropy max, sum and target logit
     // (12sb); under sequence parallelism a gathered sbhe and a scattered sbhe/t
     double shared = s * b * h * e + (p->last_unit == hu && t > 1 ? 12 * s * b : 0) + (p->last_unit == hu ? tile : 0);
-    if (blocks > 0) shared += 2 * tile_of(s * b, p->mlp_tiles) * 4 * h / t * e;
+    if (blocks > 0) shared += 2 * act_tile_tokens(s * b, p->mlp_tiles) * 4 * h / t * e;
     if (p->sequence_parallel) shared += s * b * h * e + input;
     // stored (full recompute): every block's input but the first's, L - 1 of
     // sbhe per slot, goes to the host (offloaded) and/or keeps 1/t of it
@@ -88,10 +86,10 @@ ActUnits act_units(const GPTLayout *l, const GPTPlan *p, int act_bytes) {
     int stored = (p->offload_activations || p->partition_activations) && u.blocks > 1 ? u.blocks - 1 : 0;
     for (int i = 0; i < u.blocks; i++) u.block[i] = f.per_layer - (i < stored ? input : 0);
     u.input = input + (p->first_unit == GPT_UNIT_EMBED ? 12 * s * b : 0) + (p->last_unit == hu ? 4 * s * b : 0);
-    double tile = tile_of(s * b, p->loss_tiles) * V * e, logits = p->loss_tiles ? 0 : s * b * V * e;
+    double tile = act_tile_tokens(s * b, p->loss_tiles) * V * e, logits = p->loss_tiles ? 0 : s * b * V * e;
     u.head = p->last_unit == hu ? input + logits + 8 * s * b / sp + 4 * s * b : 0;
     u.shared = s * b * h * e + (p->last_unit == hu && t > 1 ? 12 * s * b : 0) + (p->last_unit == hu ? tile : 0);
-    if (u.blocks > 0) u.shared += 2 * tile_of(s * b, p->mlp_tiles) * 4 * h / t * e;
+    if (u.blocks > 0) u.shared += 2 * act_tile_tokens(s * b, p->mlp_tiles) * 4 * h / t * e;
     if (p->sequence_parallel) u.shared += s * b * h * e + input;
     if (stored) u.shared += 2 * input;
     if (stored && !p->offload_activations) u.store = p->slots * stored * input / t;  // 1/t of each, partitioned
@@ -103,7 +101,7 @@ double act_backward_scratch(const GPTLayout *l, const GPTPlan *p, int act_bytes)
     double s = p->T, b = p->B, h = l->cfg.channels, t = l->tp_size, e = act_bytes;
     double sp = p->sequence_parallel ? t : 1;
     // the gradients of fc's output (one chunk's under the tiled MLP) and of qkv (4h/t wide)
-    double d4b = (p->mlp_tiles ? tile_of(s * b, p->mlp_tiles) : s * b) * 4 * h * e / t;
+    double d4b = (p->mlp_tiles ? act_tile_tokens(s * b, p->mlp_tiles) : s * b) * 4 * h * e / t;
     return p->slots * s * b * h * e / sp + s * b * h * e + 4 * s * b * h * e / t + d4b;
 }
 

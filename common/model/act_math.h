@@ -38,6 +38,9 @@ typedef struct ActUnits {
 ActUnits act_units(const GPTLayout *l, const GPTPlan *p, int act_bytes);
 // The backward's temporaries, in closed form: the residual stream's
 // gradient per slot (sbhe/sp) and three (BT, C or 4C/t) tensors: sbhe + 2 x 4sbhe/t.
+// A tiled chunk of sb tokens over K (--tiled-loss, --tiled-mlp):
+// 16·ceil(ceil(sb/K)/16), at most sb; 0 for K = 0 (no chunk: whole).
+double act_tile_tokens(double sb, int K);
 double act_backward_scratch(const GPTLayout *l, const GPTPlan *p, int act_bytes);
 // This trainer's per-layer closed forms, saved and working set, as text
 // (with sequence parallelism, sp, or without; with flash attention or the

@@ -2,9 +2,8 @@
 // of every stage, past GPT-2's 1024 positions; a --seq-len longer than the
 // preset's context derives it; the parameter count and the memory formulas
 // follow it (issue 47, its first part). Run from the repository root.
-#include <jansson.h>
 #include <math.h>
-#include "runs.h"
+#include "stage_record.h"
 
 #define PATH_LEN 512
 #define CMD_LEN 4096
@@ -25,18 +24,11 @@ static double tiny_params(int context) {
     return V * C + context * C + L * (12 * C * C + 13 * C) + 2 * C;
 }
 
+// A stage's record of 2 steps on tiny at 2 ranks, B = 2.
 static json_t *record_of(Ctx *c, const char *stage, const char *args, const char *tag) {
-    char cmd[CMD_LEN], path[PATH_LEN], extra[PATH_LEN + 16] = "";
-    snprintf(path, sizeof path, "%s/%s-%s.json", c->root, stage, tag);
-    if (!strcmp(stage, "infinity")) snprintf(extra, sizeof extra, " --nvme-path %s", c->nvme);
-    snprintf(cmd, sizeof cmd, "mpirun -np 2 ./%s --model tiny --steps 2 --eval-every 0 --batch 2 --quiet --json %s%s %s",
-             stage, path, extra, args);
-    char *line = train(cmd, path);
-    json_error_t e;
-    json_t *j = json_loads(line, 0, &e);
-    if (!j) fail_msg("%s: not JSON (%s)", cmd, e.text);
-    free(line);
-    return j;
+    char all[512];
+    snprintf(all, sizeof all, "--model tiny --steps 2 --eval-every 0 --batch 2 %s", args);
+    return stage_record(c, stage, 2, all, tag);
 }
 
 static double num(json_t *j, const char *key) {

@@ -12,12 +12,9 @@
 // a count written here apart from the formulas; the measured bytes equal
 // the formula's at every phase; the hardware FLOPs count what runs again.
 // Run from the repository root.
-#include <jansson.h>
 #include <math.h>
-#include "runs.h"
+#include "stage_record.h"
 
-#define PATH_LEN 512
-#define CMD_LEN 4096
 #define STEPS 4
 // |tiled - untiled| / untiled for each loss (the largest seen: 8.5e-7, the
 // tiled loss on small at K = 3 with chunks not aligned to 16 rows; aligned,
@@ -32,18 +29,11 @@ static const char *const STAGES[] = {"dp_baseline", "zero1", "zero2", "zero3", "
 static const char *const PATHS[] = {"./dp_baseline", "./zero1", "./zero2", "./zero3", "./cpu_offload",
                                     "./infinity", "./3d_parallel", "./memory_math", NULL};
 
+// A stage's record of STEPS steps on tiny.
 static json_t *record_of(Ctx *c, const char *stage, const char *args, const char *tag, int ranks) {
-    char cmd[CMD_LEN], path[PATH_LEN], extra[PATH_LEN + 16] = "";
-    snprintf(path, sizeof path, "%s/%s-%s.json", c->root, stage, tag);
-    if (!strcmp(stage, "infinity")) snprintf(extra, sizeof extra, " --nvme-path %s", c->nvme);
-    snprintf(cmd, sizeof cmd, "mpirun -np %d ./%s --model tiny --steps %d --eval-every 0 --quiet --json %s%s %s", ranks,
-             stage, STEPS, path, extra, args);
-    char *line = train(cmd, path);
-    json_error_t e;
-    json_t *j = json_loads(line, 0, &e);
-    if (!j) fail_msg("%s: not JSON (%s)", cmd, e.text);
-    free(line);
-    return j;
+    char all[512];
+    snprintf(all, sizeof all, "--model tiny --steps %d --eval-every 0 %s", STEPS, args);
+    return stage_record(c, stage, ranks, all, tag);
 }
 
 static double at(json_t *j, const char *a, const char *b, const char *c, const char *d) {
