@@ -42,15 +42,19 @@ static Placement configure(const Trainer *t, TrainConfig *cfg, const GPTConfig *
     z->schedule = grid_schedule_of(z->schedule_name);
     if (z->print_schedule) print_schedule_and_exit(t, z, cfg);
     Grid *g = &z->grid;
-    grid_init(g, p.dp, z->tp, z->pp, mc);  // the grid splits the world, the default's data-parallel group
+    grid_check_cp_flags(t, z, cfg);
+    // the grid splits the world, the default's data-parallel group
+    grid_init(g, p.dp, z->tp, z->cp, z->pp, cfg->seq_len, mc);
     gpt_layout_tp(&p.layout, mc, g->tp, g->tp_rank);
-    p.dp = &g->dp_comm;
+    p.dp = &g->dp_comm;  // every replica of the part, the cp ranks included (ZeRO-1, the gradients' sum)
     p.tp = g->tp > 1 ? &g->tp_comm : NULL;
-    train_config_resolve_batch(cfg, p.dp, "data-parallel replicas");  // the micro-batches, m, set the slots
+    p.cp = g->cp > 1 ? &g->cp_comm : NULL;
+    // the micro-batches, m, set the slots
+    train_config_resolve_batch(cfg, g->dp / g->cp, "data-parallel replicas");
     int slots = pipeline_slots(z->schedule, g->pp, g->stage, cfg->grad_accum);
-    p.plan = (GPTPlan){.B = cfg->batch, .T = cfg->seq_len, .slots = slots, .first_unit = g->first_unit,
+    p.plan = (GPTPlan){.B = cfg->batch, .T = cfg->seq_len / g->cp, .slots = slots, .first_unit = g->first_unit,
                        .last_unit = g->last_unit, .partition_activations = z->partition_activations,
-                       .sequence_parallel = z->sequence_parallel};
+                       .sequence_parallel = z->sequence_parallel, .cp = g->cp, .cp_rank = g->cp_rank};
     grid_check_activation_flags(t, z);
     const GPTLayout *l = &p.layout;
     CHECK(l->emb_off[EMB_WTE] == 0, "3d_parallel: wte must open the embeddings' unit (states keep it first)");
@@ -60,7 +64,7 @@ static Placement configure(const Trainer *t, TrainConfig *cfg, const GPTConfig *
     if (p.nstate_ranges == 2) z->wte_copy = p.state_ranges[0].count;
     CHECK(p.state_ranges[p.nstate_ranges - 1].offset + p.state_ranges[p.nstate_ranges - 1].count == units_end,
           "3d_parallel: the states end where the stage's units do");
-    Comm *groups[GROUP_COUNT] = {&g->tp_comm, &g->pp_comm, &g->emb_comm, &g->dp_comm};
+    Comm *groups[GROUP_COUNT] = {&g->tp_comm, &g->pp_comm, &g->emb_comm, &g->dp_comm, &g->cp_comm};
     for (int k = 0; k < GROUP_COUNT; k++) p.groups[k] = groups[k];
     p.ngroups = GROUP_COUNT;
     grid_name(g, p.grid, sizeof p.grid);

@@ -8,6 +8,8 @@ int grid_flags(void *ctx, FlagSpec *out) {
     z->tp = 1;
     z->pp = 1;
     z->schedule_name = "1f1b";
+    z->cp = 1;
+    z->cp_mode = "ulysses";
     out[0] = (FlagSpec){.name = "tp", .type = FLAG_INT, .dst = &z->tp, .meta = "T",
                         .help = "tensor-parallel ranks (adjacent): each block's heads and MLP split over T",
                         .min = 1, .max = GPT_MAX_HEADS};  // T divides the heads
@@ -28,7 +30,23 @@ int grid_flags(void *ctx, FlagSpec *out) {
                         .help = "draw the pipeline schedule of --pp stages and --grad-accum micro-batches as a table, "
                                 "one row per stage (F i, B i on a clock where a backward takes two slots), with each "
                                 "stage's micro-batches in flight and the bubble, then exit without training"};
-    return 6;
+    out[6] = (FlagSpec){.name = "cp", .type = FLAG_INT, .dst = &z->cp, .meta = "C",
+                        .help = "context parallel: each sequence split over C ranks by its positions (adjacent "
+                                "replicas); an all-to-all gives each every position of 1/C of its heads for the "
+                                "attention; ZeRO-1 shards over dp x cp; dp = ranks / (T x C x P)",
+                        .min = 1, .max = GPT_MAX_HEADS};  // T·C divides the heads
+    out[7] = (FlagSpec){.name = "cp-mode", .type = FLAG_STRING, .dst = &z->cp_mode, .meta = "ulysses",
+                        .help = "how --cp splits the attention: ulysses (DeepSpeed-Ulysses, Jacobs et al. 2023: "
+                                "all-to-alls of q, k, v and the output around each block's attention)"};
+    return 8;
+}
+
+void grid_check_cp_flags(const Trainer *t, const Stage *z, const TrainConfig *cfg) {
+    if (strcmp(z->cp_mode, "ulysses") != 0)
+        fail_usage("--cp-mode %s: choose ulysses (ring attention is not built yet)", z->cp_mode);
+    if (z->cp > 1 && strcmp(cfg->attention, "flash") != 0)
+        fail_usage("--cp %d runs each block's attention core as flash attention over the whole sequence; "
+                   "--attention %s is not supported with it: give --attention flash", z->cp, cfg->attention);
 }
 
 // Sequence parallelism and partitioned checkpoints split tensors over the

@@ -4,7 +4,7 @@
 #include <string.h>
 
 const char *grid_group_name(GridGroup g) {
-    static const char *const names[GROUP_COUNT] = {"tp", "pp", "emb", "dp"};
+    static const char *const names[GROUP_COUNT] = {"tp", "pp", "emb", "dp", "cp"};
     return g >= 0 && g < GROUP_COUNT ? names[g] : "?";
 }
 
@@ -30,13 +30,16 @@ void grid_state_bytes(const GridShape *g, int s, StateBytes *out) {
 }
 
 GridActs grid_act_bytes(const GridShape *g, int s, int slots) {
-    double C = g->cfg.channels, T = g->tp, a = g->act_bytes, B = g->batch, S = g->seq_len, BS = B * S;
+    // S: the rank's positions of a sequence (Ulysses: S/C of them)
+    double C = g->cfg.channels, T = g->tp, a = g->act_bytes, B = g->batch, S = g->seq_len / g->cp, BS = B * S;
     double heads = g->cfg.num_heads / g->tp, blocks = stage_blocks(g, s), sp = g->sp ? T : 1;
+    double ulysses = g->cp > 1 ? 1 : 0;  // the core's output kept on the heads' positions too
     double core = g->flash ? 4 * B * heads * S : 4 * B * heads * S * S, x3 = BS * C * a / sp;
     // a tile of BS tokens over K: ceil(BS/K) rounded up to 16 (the rows the cpu GEMM keeps together), at most BS
     double mlp_chunk = g->mlp_tiles ? fmin(BS, 16 * ceil(ceil(BS / g->mlp_tiles) / 16)) : 0;
     // the tiled MLP keeps neither fc's nor the GELU's output (8·BS·C/T): one chunk of each, shared
-    double block = BS * (4 * C / sp + (g->mlp_tiles ? 4 : 12) * C / T) * a + 16 * BS / sp + core, kept = block;
+    double block = BS * (4 * C / sp + ((g->mlp_tiles ? 4 : 12) + ulysses) * C / T) * a + 16 * BS / sp + core,
+           kept = block;
     GridActs r = {0};
     if (g->recompute == GPT_RECOMPUTE_SELECTIVE && !g->flash) kept = block - core, r.working = core;
     if (g->recompute == GPT_RECOMPUTE_FULL) kept = x3, r.working = block - x3;
@@ -70,7 +73,7 @@ GridActs grid_act_bytes(const GridShape *g, int s, int slots) {
 void grid_comm_bytes(const GridShape *g, int s, double out[GROUP_COUNT][OP_COUNT]) {
     memset(out, 0, sizeof(double) * GROUP_COUNT * OP_COUNT);
     double C = g->cfg.channels, T = g->tp, D = g->dp, a = g->act_bytes, m = g->micro_batches;
-    double BS = (double)g->batch * g->seq_len, residual = BS * C * a;
+    double BS = (double)g->batch * g->seq_len / g->cp, residual = BS * C * a;
     int first = s == 0, last = s == g->pp - 1;
     double blocks = stage_blocks(g, s), full = g->recompute == GPT_RECOMPUTE_FULL;
     // the head's fp32 max and sums, 3·B·S·4, and again in backward under --tiled-loss (each chunk's loss computed anew)
@@ -92,6 +95,8 @@ void grid_comm_bytes(const GridShape *g, int s, double out[GROUP_COUNT][OP_COUNT
     if (g->sp) residual /= T;  // what crosses between stages: each tp rank's rows
     out[GROUP_PP][OP_SEND] = out[GROUP_PP][OP_RECV] = m * residual * ((first ? 0 : 1) + (last ? 0 : 1));
     if (g->pp > 1 && (first || last)) out[GROUP_EMB][OP_ALL_REDUCE] = grid_vocab_padded(g) * C / T * 2;
+    if (g->cp > 1)  // per block q, k, v and the output forward, their gradients backward, again under full
+        out[GROUP_CP][OP_ALL_TO_ALL] = m * blocks * (8 + 4 * full) * (g->cp - 1.0) / g->cp * BS * C / T * a;
     double padded = padded_params(grid_stage_params(g, s), g->dp);
     out[GROUP_DP][OP_REDUCE_SCATTER] = out[GROUP_DP][OP_ALL_GATHER] = padded * 2 * (D - 1) / D;
 }

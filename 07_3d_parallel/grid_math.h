@@ -9,13 +9,14 @@
 #include "mem_math.h"
 
 // The groups a rank communicates in (grid.h), in the order the report lists them.
-typedef enum { GROUP_TP, GROUP_PP, GROUP_EMB, GROUP_DP, GROUP_COUNT } GridGroup;
-const char *grid_group_name(GridGroup g);  // "tp", "pp", "emb", "dp"
+typedef enum { GROUP_TP, GROUP_PP, GROUP_EMB, GROUP_DP, GROUP_CP, GROUP_COUNT } GridGroup;
+const char *grid_group_name(GridGroup g);  // "tp", "pp", "emb", "dp", "cp"
 
 typedef struct GridShape {
     GPTConfig cfg;
-    int tp, pp, dp;         // T, P, D
-    int batch, seq_len;     // B, S of a micro-batch
+    int tp, pp, dp;         // T, P, D (D: the part's replicas, cp x the data replicas)
+    int cp;                 // C: Ulysses' ranks per sequence (1: none)
+    int batch, seq_len;     // B, S of a micro-batch (S the whole sequence: a rank holds S/C of it)
     int micro_batches;      // m
     int act_bytes;          // a: 4 (cpu: fp32 activations) or 2 (cuda: bf16)
     GPTRecompute recompute; // --recompute
@@ -47,7 +48,9 @@ void grid_state_bytes(const GridShape *g, int stage, StateBytes *out);
 // 4·B·(NH/T)·S; materialized the probabilities, 4·B·(NH/T)·S². Selective
 // recompute keeps all but the materialized probabilities (with flash all),
 // full only x3 (BS·C·a); what they do not keep is
-// one block's working set. Under full, the x3 of every block but the
+// one block's working set. Under Ulysses over C ranks every S above is
+// the rank's S/C positions, and a block keeps the attention core's output
+// a second time, on the heads' positions: BS·C·a/T more. Under full, the x3 of every block but the
 // stage's last go to the host (offload) and/or keep 1/T (partition), with a
 // ring of two whole ones on the device. Sequence parallelism divides the
 // whole tensors by T (4C/T per block, the statistics, the stage's input,
@@ -74,5 +77,9 @@ GridActs grid_act_bytes(const GridShape *g, int stage, int slots);
 //        sequence parallel: each tp rank its (BS/T,C));
 //   emb: the tied wte gradient between the first and last stage, V_pad·C/T
 //        bf16 all-reduced over 2 ranks (2(2-1)/2 = 1 of it);
-//   dp:  ZeRO-1's reduce-scatter and all-gather of Ψ_s padded, bf16, (D-1)/D each.
+//   dp:  ZeRO-1's reduce-scatter and all-gather of Ψ_s padded, bf16, (D-1)/D each;
+//   cp:  Ulysses' all-to-alls, each rank sending (C-1)/C of B·(S/C)·C/T
+//        activations four times per block forward (q, k, v, the output)
+//        and four backward, four more with full recompute, x m.
+// Every B·S above (tp, pp) is the rank's B·S/C under Ulysses.
 void grid_comm_bytes(const GridShape *g, int stage, double out[GROUP_COUNT][OP_COUNT]);

@@ -25,7 +25,7 @@ typedef struct RankFigures {
 #define FIGURE_DOUBLES (int)(sizeof(RankFigures) / sizeof(double))
 
 GridShape grid_shape(const Trainer *t, const Stage *z) {
-    return (GridShape){t->layout.cfg, z->grid.tp, z->grid.pp, z->grid.dp, t->cfg.batch, t->cfg.seq_len,
+    return (GridShape){t->layout.cfg, z->grid.tp, z->grid.pp, z->grid.dp, z->grid.cp, t->cfg.batch, t->cfg.seq_len,
                        t->cfg.grad_accum, t->dev.act_bytes, t->plan.recompute, t->plan.offload_activations,
                        t->plan.partition_activations, t->plan.sequence_parallel,
                        t->plan.attention == GPT_ATTENTION_FLASH, t->plan.loss_tiles, t->plan.mlp_tiles};
@@ -39,7 +39,7 @@ void grid_comm_formula(Trainer *t) {
     for (int k = 0; k < GROUP_COUNT; k++)
         for (int op = 0; op < OP_COUNT; op++) sum += by[k][op];
     t->comm_formula_bytes = sum;
-    t->comm_formula_text = "tp + pp + emb + dp of the grid's formulas (by group below)";
+    t->comm_formula_text = "tp + pp + emb + dp + cp of the grid's formulas (by group below)";
 }
 
 static RankFigures my_figures(Trainer *t, Stage *z) {

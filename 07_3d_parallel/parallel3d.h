@@ -9,6 +9,8 @@
 
 typedef struct Stage {
     int tp, pp;                  // --tp, --pp
+    int cp;                      // --cp: each sequence split over cp ranks (DeepSpeed-Ulysses)
+    const char *cp_mode;         // --cp-mode
     const char *schedule_name;   // --schedule
     int partition_activations;   // --partition-activations
     int sequence_parallel;       // --sequence-parallel
@@ -40,6 +42,8 @@ void part_add_grads(Trainer *t, int u, const float *g, GradTurn turn);
 int grid_flags(void *ctx, FlagSpec *out);
 Schedule grid_schedule_of(const char *name);
 void grid_check_activation_flags(const Trainer *t, const Stage *z);
+// --cp and --cp-mode's refusals that need no grid (exit 2, one line).
+void grid_check_cp_flags(const Trainer *t, const Stage *z, const TrainConfig *cfg);
 
 // grid_report.c
 GridShape grid_shape(const Trainer *t, const Stage *z);

@@ -66,6 +66,11 @@ typedef struct DeviceOps {
     void (*block_back)(struct Device *d, void *ptr, size_t bytes);
     // copies between any two tiers (host, pinned, device), ordered on `stream`
     void (*copy)(struct Device *d, void *dst, const void *src, size_t bytes, StreamId stream);
+    // `rows` pieces of `width` bytes, src_pitch apart in src to dst_pitch
+    // apart in dst, within one tier, ordered on `stream` (a tensor's columns
+    // or its blocks of rows regrouped: Ulysses' all-to-all packing)
+    void (*copy_2d)(struct Device *d, void *dst, size_t dst_pitch, const void *src, size_t src_pitch, size_t width,
+                    size_t rows, StreamId stream);
     void (*memset0)(struct Device *d, void *dst, size_t bytes, StreamId stream);
     void (*event_record)(struct Device *d, Event *e, StreamId stream);
     void (*stream_wait_event)(struct Device *d, StreamId stream, Event *e);
@@ -146,6 +151,10 @@ void *buf_part(const Buf *b, size_t first, size_t count, size_t elem_bytes, cons
 void *device_scratch(Device *d, size_t bytes);
 
 static inline void dev_copy(Device *d, void *dst, const void *src, size_t n, StreamId s) { d->ops->copy(d, dst, src, n, s); }
+static inline void dev_copy_2d(Device *d, void *dst, size_t dst_pitch, const void *src, size_t src_pitch,
+                               size_t width, size_t rows, StreamId s) {
+    d->ops->copy_2d(d, dst, dst_pitch, src, src_pitch, width, rows, s);
+}
 static inline void dev_memset0(Device *d, void *dst, size_t n, StreamId s) { d->ops->memset0(d, dst, n, s); }
 static inline void dev_sync(Device *d, StreamId s) { d->ops->stream_sync(d, s); }
 static inline void dev_host_fn(Device *d, StreamId s, void (*fn)(void *arg), void *arg) {

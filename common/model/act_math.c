@@ -15,6 +15,12 @@
 // the t ranks too: ln1, x2, ln2, x3 4sbhe/t, the statistics 16sb/t, and the
 // slot's input, lnf and its statistics; it adds an all-gathered (BT,C) and a
 // reduce-scattered (BT/t,C) temporary.
+// DeepSpeed-Ulysses over c ranks: s is the rank's part of the sequence (the
+// sequence is cs long); every term above holds on it, the attention core's
+// log-sum-exp too (a/(tc) heads over cs positions: 4asb/t), and a block
+// keeps the core's output twice, on the heads' positions and on its own:
+// sbhe/t more. The backward scratch adds the all-to-alls' send and receive
+// buffers, 3sbhe/t each.
 double act_tile_tokens(double sb, int K) {
     if (K <= 0) return 0;
     double n = 16 * ceil(ceil(sb / K) / 16);
@@ -28,7 +34,8 @@ ActFormula act_formula(const GPTLayout *l, const GPTPlan *p, int act_bytes) {
     double V = gpt_logits_stride(l);  // this rank's vocabulary, rows padded to a multiple of 64
     int flash = p->attention == GPT_ATTENTION_FLASH;
     // the tiled MLP: no fc or GELU output kept (8sbhe/t), one chunk of each shared
-    double stats = 16 * s * b / sp, act = s * b * h * e * (4 / sp + (p->mlp_tiles ? 4 : 12) / t);
+    double ulysses = p->cp > 1 ? 1 : 0;
+    double stats = 16 * s * b / sp, act = s * b * h * e * (4 / sp + ((p->mlp_tiles ? 4 : 12) + ulysses) / t);
     double core = flash ? 4 * a * s * b / t : 4 * a * s * s * b / t;  // the lse, or the probabilities
     double all = act + stats + core, input = s * b * h * e / sp;
     ActFormula f = {0};
@@ -102,7 +109,8 @@ double act_backward_scratch(const GPTLayout *l, const GPTPlan *p, int act_bytes)
     double sp = p->sequence_parallel ? t : 1;
     // the gradients of fc's output (one chunk's under the tiled MLP) and of qkv (4h/t wide)
     double d4b = (p->mlp_tiles ? act_tile_tokens(s * b, p->mlp_tiles) : s * b) * 4 * h * e / t;
-    return p->slots * s * b * h * e / sp + s * b * h * e + 4 * s * b * h * e / t + d4b;
+    double all_to_all = p->cp > 1 ? 2 * 3 * s * b * h * e / t : 0;
+    return p->slots * s * b * h * e / sp + s * b * h * e + 4 * s * b * h * e / t + d4b + all_to_all;
 }
 
 // [flash][sp][recompute]

@@ -61,6 +61,12 @@ static void check_plan(const GPTLayout *l, const GPTPlan *p, const Comm *tp) {
           "a tp group, and B*T a multiple of it", p->B * p->T, l->tp_size);
     CHECK(!(p->partition_activations && p->sequence_parallel), "gpt_alloc: sequence_parallel already splits the "
           "blocks' inputs over the tp group; hint: leave out partition_activations");
+    int heads = l->cfg.num_heads / l->tp_size, cp = gpt_plan_cp(p);
+    CHECK(cp == 1 || (p->attention == GPT_ATTENTION_FLASH && heads % cp == 0 && p->cp_rank >= 0 && p->cp_rank < cp &&
+                      (double)p->T * cp <= l->cfg.max_seq_len),
+          "gpt_alloc: Ulysses over %d ranks needs flash attention, the rank's %d heads a multiple of it, a rank "
+          "below it (%d) and %d x %d positions in the context (%d)", cp, heads, p->cp_rank, cp, p->T,
+          l->cfg.max_seq_len);
     CHECK(l->tp_size == 1 || (tp && tp->size == l->tp_size && tp->rank == l->tp_rank),
           "gpt_alloc: a layout of tp rank %d of %d needs its tensor-parallel group (here %s); hint: comm_split "
           "the ranks of one tp group, ordered by tp rank", l->tp_rank, l->tp_size, tp ? "another size or rank" : "none");
@@ -84,6 +90,7 @@ void carve_block_acts(GPT *g, Carver *c, LayerActs *la) {
     la->ln1 = carve(c, R * C * ab);
     la->qkv = carve(c, BT * 3 * Cp * ab);
     la->atty = carve(c, BT * Cp * ab);
+    if (gpt_plan_cp(&g->plan) > 1) la->atth = carve(c, BT * Cp * ab);
     la->x2 = carve(c, R * C * ab);
     la->ln2 = carve(c, R * C * ab);
     if (g->plan.mlp_tiles) return;  // the MLP's chunk is the shared one (GPTWork.mlp_pre, mlp_gelu)
@@ -215,6 +222,11 @@ void gpt_alloc(GPT *g, const GPTLayout *l, Device *dev, const GPTPlan *p, Comm *
     g->work->dc = carve(&cs, BT * C * ab);
     g->work->d4a = carve(&cs, BT * F * ab);
     g->work->d4b = carve(&cs, (size_t)gpt_mlp_tile_rows(p) * F * ab);  // one chunk's under the tiled MLP
+    if (gpt_plan_cp(p) > 1) {
+        size_t Cp = C / l->tp_size;
+        g->work->a2a_send = carve(&cs, BT * 3 * Cp * ab);
+        g->work->a2a_recv = carve(&cs, BT * 3 * Cp * ab);
+    }
 
     size_t unit_max = 0;  // unit_grads: the largest unit of the range but the embeddings (embed_grads)
     for (int u = p->first_unit > 1 ? p->first_unit : 1; u <= p->last_unit; u++)
@@ -227,6 +239,13 @@ void gpt_alloc(GPT *g, const GPTLayout *l, Device *dev, const GPTPlan *p, Comm *
     g->losses_queued = 0;
     g->tokens = buf_alloc(dev, TIER_PINNED, CAT_WORKSPACE, 8 * BT * sizeof(int32_t), "token ids on their way up");
     for (int k = 0; k < 2; k++) dev->ops->event_create(dev, &g->tokens_copied[k]);
+}
+
+void gpt_set_seq_group(GPT *g, Comm *cp) {
+    int n = gpt_plan_cp(&g->plan);
+    CHECK(n == 1 || (cp && cp->size == n && cp->rank == g->plan.cp_rank), "gpt_set_seq_group: a plan of %d sequence "
+          "parts (this rank's %d) needs its group of as many ranks, ordered by their parts", n, g->plan.cp_rank);
+    g->cp = n > 1 ? cp : NULL;
 }
 
 void gpt_free(GPT *g) {
@@ -348,6 +367,12 @@ void *gpt_slot_grad(GPT *g, int s) { return slot_of(g, s)->dres; }
 
 // ---- the embeddings and the head ----
 
+// wpe's row of this rank's first position: 0, or under Ulysses its part's
+// first (element offset of the row in wpe, and in wpe's gradient).
+size_t embed_position_offset(const GPT *g) {
+    return (size_t)(gpt_plan_cp(&g->plan) > 1 ? g->plan.cp_rank : 0) * g->plan.T * g->L.cfg.channels;
+}
+
 static void embed_forward(GPT *g, const bf16 *pe, int s) {
     Device *d = g->dev;
     const GPTLayout *l = &g->L;
@@ -356,8 +381,8 @@ static void embed_forward(GPT *g, const bf16 *pe, int s) {
         tp_embed_forward(g, pe, s);
         return;
     }
-    d->k->encoder_forward(d, sl->x_in, sl->inputs, pe + l->emb_off[EMB_WTE], pe + l->emb_off[EMB_WPE], g->plan.B,
-                          g->plan.T, l->cfg.channels);
+    d->k->encoder_forward(d, sl->x_in, sl->inputs, pe + l->emb_off[EMB_WTE],
+                          pe + l->emb_off[EMB_WPE] + embed_position_offset(g), g->plan.B, g->plan.T, l->cfg.channels);
 }
 
 // The final layernorm's output, whole on every rank: under sequence
@@ -491,12 +516,13 @@ static void embed_backward(GPT *g, int s) {
     const act *dx = sl->dres;  // sequence parallel: every rank's rows of dL/dx0 gathered
     if (g->plan.sequence_parallel) tp_gather_rows(g, g->work->gathered, sl->dres), dx = g->work->gathered;
     TokenBuckets tb = {sl->bucket_order, sl->bucket_start, sl->buckets};
+    float *dwpe = eg + l->emb_off[EMB_WPE] + embed_position_offset(g);
     if (l->tp_size > 1)  // every rank has the whole dL/dx0: its rows' part of dwte, and dwpe
-        d->k->embedding_part_backward(d, eg + l->emb_off[EMB_WTE], eg + l->emb_off[EMB_WPE], dx, sl->inputs, &tb,
-                                      l->vocab_begin, l->vocab_part, g->plan.B, g->plan.T, l->cfg.channels);
+        d->k->embedding_part_backward(d, eg + l->emb_off[EMB_WTE], dwpe, dx, sl->inputs, &tb, l->vocab_begin,
+                                      l->vocab_part, g->plan.B, g->plan.T, l->cfg.channels);
     else
-        d->k->encoder_backward(d, eg + l->emb_off[EMB_WTE], eg + l->emb_off[EMB_WPE], sl->dres, sl->inputs, &tb,
-                               g->plan.B, g->plan.T, l->cfg.channels);
+        d->k->encoder_backward(d, eg + l->emb_off[EMB_WTE], dwpe, sl->dres, sl->inputs, &tb, g->plan.B, g->plan.T,
+                               l->cfg.channels);
 }
 
 // ---- one unit, one slot ----

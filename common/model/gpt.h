@@ -213,6 +213,15 @@ typedef struct GPTPlan {
     // and g become an all-gather before each column-parallel linear and a
     // reduce-scatter after each row-parallel one (gpt_tp.c).
     int sequence_parallel;
+    // DeepSpeed-Ulysses (Jacobs et al. 2023; cp > 1, 0 or 1: none): every
+    // sequence of the micro-batch is split over cp ranks by its positions,
+    // this rank holding positions [cp_rank·T, (cp_rank + 1)·T) of each (T
+    // above is its part), and every operator that works token by token runs
+    // on that part alone. Around the attention core an all-to-all over the
+    // cp group (gpt_set_seq_group) gives each rank every position of 1/cp of
+    // its heads, and another returns the output to position parts
+    // (gpt_ulysses.c); backward the same in reverse. Flash attention only.
+    int cp, cp_rank;
     // ZeRO-R's contiguous buffers (Rajbhandari et al. 2020, section 6;
     // DeepSpeed's contiguous_gradients and contiguous_memory_optimization):
     // the saved activations of every slot, the recompute's working set and
@@ -292,6 +301,7 @@ typedef struct GPT {
     GPTPlan plan;
     Device *dev;
     struct Comm *tp;   // tensor-parallel group (L.tp_size ranks); NULL when tp_size = 1
+    struct Comm *cp;   // Ulysses' sequence group (plan.cp ranks, gpt_set_seq_group); NULL when plan.cp <= 1
     Buf acts;          // saved activations of every slot, and shared temporaries (activations)
     Buf working;       // one block's recomputed tensors (act_working); empty without recompute
     struct CkptStore *ckpt;  // the blocks' saved inputs on the host or in parts (gpt_checkpoints.c), else NULL
@@ -320,6 +330,11 @@ typedef struct GPT {
 // in it match the layout's), NULL otherwise.
 void gpt_alloc(GPT *g, const GPTLayout *l, Device *dev, const GPTPlan *p, struct Comm *tp);
 void gpt_free(GPT *g);
+// The plan's Ulysses group (plan.cp > 1): cp ranks ordered by plan.cp_rank,
+// before the first unit runs.
+void gpt_set_seq_group(GPT *g, struct Comm *cp);
+// Ranks a plan splits each sequence over: plan.cp, or 1.
+static inline int gpt_plan_cp(const GPTPlan *p) { return p->cp > 1 ? p->cp : 1; }
 
 // ---- one unit, one micro-batch ----
 // Copies the micro-batch's token ids (host, B*T each; through pinned

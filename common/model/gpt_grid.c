@@ -88,8 +88,17 @@ size_t grid_part_whole_once(const GridPart *g, size_t i) {
     return grid_part_whole(g, i);
 }
 
+// Under Ulysses ("tp T x cp C x pp P x dp D") the model part's replicas are
+// C·D: the C ranks of a sequence group hold the same states.
 int grid_parse(const char *name, int *tp, int *pp, int *dp) {
     const int most = 1 << 20;  // any real grid; keeps T·P·D well inside a long long
-    return sscanf(name, "tp %d x pp %d x dp %d", tp, pp, dp) != 3 || *tp < 1 || *pp < 1 || *dp < 1 || *tp > most ||
-           *pp > most || *dp > most;
+    int cp = 1;
+    if (sscanf(name, "tp %d x cp %d x pp %d x dp %d", tp, &cp, pp, dp) != 4 &&
+        sscanf(name, "tp %d x pp %d x dp %d", tp, pp, dp) != 3)
+        return 1;
+    if (*tp < 1 || *pp < 1 || *dp < 1 || cp < 1 || *tp > most || *pp > most || *dp > most || cp > most ||
+        (double)*dp * cp > most)
+        return 1;
+    *dp *= cp;
+    return 0;
 }

@@ -46,6 +46,7 @@ size_t grid_part_whole(const GridPart *g, size_t i);
 // its gradient is summed between the two), so a reader of the whole model
 // reads each element once.
 size_t grid_part_whole_once(const GridPart *g, size_t i);
-// "tp 2 x pp 2 x dp 2" -> 2, 2, 2; 1 when the text is not a grid (or a
-// size is past 2^20).
+// "tp 2 x pp 2 x dp 2" -> 2, 2, 2; "tp 2 x cp 2 x pp 1 x dp 2" -> 2, 1, 4
+// (Ulysses' cp ranks hold the same states: replicas of the part); 1 when
+// the text is not a grid (or a size is past 2^20).
 int grid_parse(const char *name, int *tp, int *pp, int *dp);

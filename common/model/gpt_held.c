@@ -51,9 +51,11 @@ static size_t input_bytes(const GPT *g) {
 }
 
 // ln1, x2, ln2 on the R rows this rank holds; qkv, atty, fch, fch_gelu on B·T
-// (under the tiled MLP no fch or fch_gelu: one chunk of them, shared)
+// (under the tiled MLP no fch or fch_gelu: one chunk of them, shared; under
+// Ulysses atth too)
 static size_t block_act_bytes(const GPT *g, Shapes z) {
-    return 3 * z.R * z.C * z.ab + z.BT * (3 * z.Cp + z.Cp + (g->plan.mlp_tiles ? 0 : 2 * z.F)) * z.ab;
+    size_t ulysses = gpt_plan_cp(&g->plan) > 1 ? z.Cp : 0;  // atth: the core's output on the heads' positions
+    return 3 * z.R * z.C * z.ab + z.BT * (3 * z.Cp + z.Cp + ulysses + (g->plan.mlp_tiles ? 0 : 2 * z.F)) * z.ab;
 }
 
 // the tiled MLP's chunk of fc's and the GELU's outputs

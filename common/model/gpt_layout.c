@@ -171,7 +171,10 @@ GPTActBytes gpt_activation_bytes(const GPTLayout *l, const GPTPlan *p, int act_b
     size_t att = gpt_attention_saved_bytes(l, p), x3 = R * C * ab;
     // (the tiled MLP keeps no fc or GELU output: one chunk of each, shared below)
     size_t mlp_rows = p->mlp_tiles ? (size_t)gpt_mlp_tile_rows(p) : 0;
-    size_t layer = R * (4 * C * ab + 4 * fb) + BT * (3 * Cp + Cp + (p->mlp_tiles ? 0 : 2 * F)) * ab + att;
+    // (Ulysses keeps the attention core's output twice: on the heads'
+    // positions for its backward, atth, and on the rank's, the projection's input)
+    size_t ulysses = gpt_plan_cp(p) > 1 ? Cp : 0;
+    size_t layer = R * (4 * C * ab + 4 * fb) + BT * (3 * Cp + Cp + ulysses + (p->mlp_tiles ? 0 : 2 * F)) * ab + att;
     // what a block saves by the plan's recompute, and the working set that
     // holds what it does not (one block's worth, shared by all)
     int drop_probs = p->recompute == GPT_RECOMPUTE_SELECTIVE && p->attention == GPT_ATTENTION_MATERIALIZED;
@@ -211,7 +214,9 @@ GPTActBytes gpt_activation_bytes(const GPTLayout *l, const GPTPlan *p, int act_b
     r.total_saved = r.per_slot * (size_t)p->slots + r.shared;
     // backward: the residual gradient per slot (R,C); one C-wide and two 4C-wide (F) temporaries
     // (d4b one chunk's rows under the tiled MLP)
+    // (d4b one chunk's rows under the tiled MLP); Ulysses' send and receive buffers, (BT,3Cp) each
     r.backward_scratch = R * C * ab * (size_t)p->slots + BT * (C + F) * ab + (size_t)gpt_mlp_tile_rows(p) * F * ab;
+    if (gpt_plan_cp(p) > 1) r.backward_scratch += 2 * BT * 3 * Cp * ab;
     size_t unit_max = 0;  // the largest unit of the range but the embeddings
     for (int u = first_block; u <= p->last_unit; u++)
         if (l->unit[u].count > unit_max) unit_max = l->unit[u].count;

@@ -14,6 +14,11 @@
 // set (GPTWork.live), which its backward fills again first.
 typedef struct LayerActs {
     act *ln1, *qkv, *atty, *x2, *ln2, *fch, *fch_gelu, *x3;  // (BT,C) except qkv (BT,3Cp), atty (BT,Cp), fch* (BT,F)
+    // Ulysses (plan.cp > 1): qkv holds every position of 1/cp of the heads,
+    // (B, cp·T, 3Cp/cp), and atth the attention core's output over them
+    // (B, cp·T, Cp/cp), which its backward reads; atty is that output back
+    // on this rank's positions, the projection's input. NULL without.
+    act *atth;
     float *ln1_mean, *ln1_rstd, *ln2_mean, *ln2_rstd;        // (BT)
     float *att;  // what the attention core saves: the probabilities (B,NH/tp,T,T), or with flash each row's lse (B,NH/tp,T)
 } LayerActs;
@@ -45,6 +50,7 @@ typedef struct GPTWork {
     act *dc;                      // (BT,C)
     act *d4a, *d4b;               // (BT,F); d4b the gradient of fc's output (a chunk's rows under the tiled
                                   // MLP); d4a serves as dqkv (BT,3Cp), and holds the gathered output gradient there
+    act *a2a_send, *a2a_recv;     // (BT,3Cp) each, Ulysses (plan.cp > 1): the all-to-alls' packed parts
     int embed_grads_slot;         // slot whose head backward started embed_grads; -1 none
     LayerActs live;               // the recomputation's working set (x3 unused): see gpt_recompute.c
 } GPTWork;
@@ -172,6 +178,21 @@ void block_recompute(GPT *g, const bf16 *p, int layer, int s);
 // block_recompute, its work counted into g->recompute_work: kernels, FLOPs,
 // and the first tensor written that the block had kept (gpt_recompute.c).
 void block_recompute_metered(GPT *g, const bf16 *p, int layer, int s);
+
+// ---- DeepSpeed-Ulysses (gpt_ulysses.c; plan.cp > 1) ----
+// The attention core of a block over the cp group: la->qkv (this rank's
+// positions, written by the QKV linear) to every position of 1/cp of the
+// heads, in place; flash attention over them into la->atth and la->att;
+// the output back to this rank's positions in la->atty.
+void ulysses_attention_forward(GPT *g, LayerActs *la);
+// Its backward: dout (BT,Cp), the gradient of atty, is overwritten; the
+// gradient of the QKV linear's output on this rank's positions into dqkv
+// (BT,3Cp).
+void ulysses_attention_backward(GPT *g, const LayerActs *la, act *dout, act *dqkv);
+
+// gpt.c: wpe's element offset of this rank's first position (Ulysses: its
+// part's), in wpe and in its gradient.
+size_t embed_position_offset(const GPT *g);
 
 // ---- tensor parallelism (gpt_tp.c) ----
 // x (BT,C) summed in place over the tp group (nothing to do with tp_size 1),

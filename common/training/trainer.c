@@ -33,8 +33,8 @@ void replicated_add_grads(Trainer *t, int u, const float *g, GradTurn turn) {
 
 // DeepSpeed's rule: global batch = micro-batch x accumulation x data-parallel
 // replicas (the ranks, for stages 01-06).
-void train_config_resolve_batch(TrainConfig *c, const Comm *dp, const char *replicas) {
-    batch_rule_apply(&c->settings, &c->batch, &c->grad_accum, c->global_batch, dp->size, replicas);
+void train_config_resolve_batch(TrainConfig *c, int replicas, const char *what) {
+    batch_rule_apply(&c->settings, &c->batch, &c->grad_accum, c->global_batch, replicas, what);
     // a batch or an accumulation derived from --global-batch stays within the flags' own limits
     if (c->grad_accum > TRAIN_MAX_GRAD_ACCUM || c->batch > GPT_MAX_BATCH)
         fail_usage("--global-batch %d means %d micro-batches of %d sequences per step; at most %d of at most %d: "
@@ -45,10 +45,10 @@ void train_config_resolve_batch(TrainConfig *c, const Comm *dp, const char *repl
         fail_usage("--eval-batches %d x %d micro-batches = %.0f held-out micro-batches per validation; at most %d: "
                    "give fewer --eval-batches", c->eval_batches, c->grad_accum, (double)c->eval_batches * c->grad_accum,
                    TRAIN_MAX_EVAL_MICRO);
-    double rows = (double)c->steps * c->grad_accum * c->batch * dp->size;
+    double rows = (double)c->steps * c->grad_accum * c->batch * replicas;
     if (rows > MAX_ROWS)
         fail_usage("--steps %d x %d micro-batches x --batch %d x %d replicas = %.3g rows; at most 2^62: ask for fewer",
-                   c->steps, c->grad_accum, c->batch, dp->size, rows);
+                   c->steps, c->grad_accum, c->batch, replicas, rows);
 }
 
 // Rank 0: the config's ignored keys (always) and every setting's source (--verbose-config).
@@ -73,7 +73,12 @@ static void place(Trainer *t, const GPTConfig *mc) {
     Placement p = {.formula = s->formula, .states = s->states, .layout = t->layout, .dp = &t->world,
                    .state_ranges = {{0, t->layout.num_params}}, .nstate_ranges = 1};
     if (s->configure) p = s->configure(t, &t->cfg, mc, p);
-    train_config_resolve_batch(&t->cfg, p.dp, p.dp == &t->world ? "ranks" : "data-parallel replicas");
+    CHECK(!p.cp || (p.cp->size == gpt_plan_cp(&p.plan) && p.dp->size % p.cp->size == 0 &&
+                     p.cp->rank == p.dp->rank % p.cp->size),
+          "%s: a sequence group of %d ranks is consecutive ranks of the data-parallel group (of %d), one per part of "
+          "the plan's %d", s->name, p.cp ? p.cp->size : 0, p.dp->size, gpt_plan_cp(&p.plan));
+    int replicas = p.dp->size / (p.cp ? p.cp->size : 1);
+    train_config_resolve_batch(&t->cfg, replicas, p.dp == &t->world ? "ranks" : "data-parallel replicas");
     if (p.plan.slots == 0) p.plan = gpt_plan_whole(&p.layout, t->cfg.batch, t->cfg.seq_len);
     CHECK(p.plan.B == t->cfg.batch, "%s: its plan's micro-batch is %d sequences, the run's %d", s->name, p.plan.B,
           t->cfg.batch);
@@ -90,6 +95,7 @@ static void place(Trainer *t, const GPTConfig *mc) {
     t->layout = p.layout;
     t->dp = p.dp;
     t->tp = p.tp;
+    t->cp = p.cp;
     t->plan = p.plan;
     memcpy(t->state_ranges, p.state_ranges, sizeof t->state_ranges);
     t->nstate_ranges = p.nstate_ranges;
@@ -105,7 +111,7 @@ static void place(Trainer *t, const GPTConfig *mc) {
 // nothing more about the model.
 static void note_eval_repeats(const Trainer *t) {
     const TrainConfig *c = &t->cfg;
-    uint64_t per_batch = (uint64_t)c->grad_accum * c->batch * t->dp->size;
+    uint64_t per_batch = (uint64_t)c->grad_accum * c->batch * trainer_data_replicas(t);
     uint64_t have = data_rows_per_pass(&t->data, SPLIT_VAL, c->seq_len);
     if (t->world.rank != 0 || (uint64_t)c->eval_batches * per_batch <= have) return;
     uint64_t most = have / per_batch > 0 ? have / per_batch : 1;
@@ -179,7 +185,7 @@ static void setup(Trainer *t, int argc, char **argv, const Strategy *s) {
     char err[512];
     if (data_open(&t->data, t->cfg.data, mc.vocab_size, t->cfg.seq_len, err, sizeof err)) fail_usage("%s", err);
     if (strcmp(t->cfg.data_order, "sequential") == 0 &&
-        data_set_sequential(&t->data, t->cfg.seq_len, t->cfg.batch * t->dp->size, err, sizeof err))
+        data_set_sequential(&t->data, t->cfg.seq_len, t->cfg.batch * trainer_data_replicas(t), err, sizeof err))
         fail_usage("%s", err);
     note_eval_repeats(t);
     trainer_check_outputs(t);
@@ -189,6 +195,7 @@ static void setup(Trainer *t, int argc, char **argv, const Strategy *s) {
     states_init_ranges(&t->st, &t->dev, &t->layout, t->state_ranges, t->nstate_ranges, (uint64_t)t->cfg.seed);
     if (s->setup) s->setup(t);
     gpt_alloc(&t->model, &t->layout, &t->dev, &t->plan, t->tp);
+    gpt_set_seq_group(&t->model, t->cp);
     // the kernels' scratch at the size counted for it, once: a buffer that
     // grew at its first use would leave a hole where it was (ZeRO-R's
     // constant-size buffers)
@@ -207,10 +214,19 @@ static void setup(Trainer *t, int argc, char **argv, const Strategy *s) {
 
 // ---- the loop ----
 
+// Under Ulysses the rank keeps its part of each row, positions
+// [c·T/cp, (c + 1)·T/cp) for cp rank c, moved to the front (B rows of T/cp).
+static void keep_sequence_part(const Trainer *t, int32_t *ids) {
+    int cp = gpt_plan_cp(&t->plan), T = t->cfg.seq_len, n = T / cp;
+    for (int b = 0; b < t->cfg.batch; b++)
+        memmove(ids + (size_t)b * n, ids + (size_t)b * T + (size_t)t->plan.cp_rank * n, (size_t)n * sizeof *ids);
+}
+
 void trainer_load_micro_batch(Trainer *t, int split, uint64_t index, int32_t *in, int32_t *tgt) {
-    uint64_t G = (uint64_t)t->cfg.batch * t->dp->size;
-    data_rows(&t->data, split, index * G + (uint64_t)t->dp->rank * t->cfg.batch, t->cfg.batch, t->cfg.seq_len, in,
-              tgt);
+    uint64_t G = (uint64_t)t->cfg.batch * trainer_data_replicas(t);
+    data_rows(&t->data, split, index * G + (uint64_t)trainer_data_rank(t) * t->cfg.batch, t->cfg.batch,
+              t->cfg.seq_len, in, tgt);
+    if (gpt_plan_cp(&t->plan) > 1) keep_sequence_part(t, in), keep_sequence_part(t, tgt);
 }
 
 double trainer_ring_bytes(const Trainer *t, double out[OP_COUNT]) {
@@ -294,7 +310,7 @@ static void skip_update(Trainer *t) {
 // of two), or with an infinity where --inject-overflow asks for one.
 static MicroBatches step_micro_batches(const Trainer *t, int32_t *in, int32_t *tgt) {
     const TrainConfig *c = &t->cfg;
-    float dloss_scale = (float)t->scaler.scale / ((float)c->batch * c->seq_len * c->grad_accum * t->dp->size);
+    float dloss_scale = (float)t->scaler.scale / ((float)c->batch * c->seq_len * c->grad_accum * trainer_data_replicas(t));
     if (injects_overflow(c->inject_overflow, t->step + 1) && t->world.rank == t->world.size - 1)
         dloss_scale = INFINITY;
     return (MicroBatches){SPLIT_TRAIN, (uint64_t)t->step * c->grad_accum, c->grad_accum, 1, dloss_scale, in, tgt};
@@ -342,7 +358,7 @@ static void train_step(Trainer *t, int32_t *in, int32_t *tgt) {
 }
 
 static uint64_t rows_consumed(const Trainer *t) {
-    return (uint64_t)t->step * t->cfg.grad_accum * t->cfg.batch * t->dp->size;
+    return (uint64_t)t->step * t->cfg.grad_accum * t->cfg.batch * trainer_data_replicas(t);
 }
 
 int trainer_main(int argc, char **argv, const Strategy *s) {

@@ -125,6 +125,10 @@ typedef struct Placement {
     GPTLayout layout;      // the part of the model this rank holds (the whole model unless tensor parallel)
     Comm *dp;              // data-parallel group: data rows, the states' partition, the loss mean, tokens/s
     Comm *tp;              // tensor-parallel group of the layout; NULL when the layout is whole
+    // Ulysses' sequence group (plan.cp > 1; else NULL): cp consecutive ranks
+    // of dp (dp rank = replica·cp + cp rank) that read the same rows, each
+    // keeping its part of every sequence; dp's other ranks read rows of their own
+    Comm *cp;
     GPTPlan plan;          // the units this rank computes, micro-batches in flight (left zero: the
                            // trainer makes the whole model's from the resolved micro-batch)
     Range state_ranges[TRAINER_MAX_STATE_RANGES];  // layout ranges the states hold, back to back
@@ -231,7 +235,7 @@ typedef struct Trainer {
     StageId formula;
     StatesLayout states;
     GPTLayout layout;
-    Comm *dp, *tp;
+    Comm *dp, *tp, *cp;
     GPTPlan plan;
     Range state_ranges[TRAINER_MAX_STATE_RANGES];
     int nstate_ranges;
@@ -267,13 +271,13 @@ typedef struct Trainer {
 static inline void count_transfer(Trainer *t, Transfer x, double bytes) { t->xfer_bytes[x] += bytes; }
 
 int trainer_main(int argc, char **argv, const Strategy *s);
-// --global-batch G: c's grad_accum = G / (batch x the data-parallel group
-// dp's replicas), or a usage error when it does not divide (`replicas` names
-// them: "ranks" over the world). The trainer resolves it after the stage's
-// configure, over the group that returns; a configure that needs the
-// micro-batches sooner resolves it on cfg over the same group (calling
-// again gives the same values).
-void train_config_resolve_batch(TrainConfig *c, const Comm *dp, const char *replicas);
+// --global-batch G: c's grad_accum = G / (batch x `replicas`, the
+// replicas that read rows of their own), or a usage error when it does not
+// divide (`what` names them: "ranks" over the world). The trainer resolves
+// it after the stage's configure, over the placement that returns; a
+// configure that needs the micro-batches sooner resolves it on cfg with the
+// same count (calling again gives the same values).
+void train_config_resolve_batch(TrainConfig *c, int replicas, const char *what);
 // This rank's rows of global micro-batch `index` of a split: its data-parallel
 // rank's B rows of the D·B that every replica reads together (see data.h).
 void trainer_load_micro_batch(struct Trainer *t, int split, uint64_t index, int32_t *inputs, int32_t *targets);
@@ -398,3 +402,8 @@ size_t trainer_whole_index(const Trainer *t, size_t s);
 void trainer_export_llmc(Trainer *t);
 // Before step 1: whether --export-llmc's file can be written (exit 2 if not). Collective.
 void trainer_check_export(Trainer *t);
+
+// The replicas that read rows of their own (dp's ranks, or under Ulysses
+// dp's ranks / cp), and this rank's among them.
+static inline int trainer_data_replicas(const Trainer *t) { return t->dp->size / (t->cp ? t->cp->size : 1); }
+static inline int trainer_data_rank(const Trainer *t) { return t->dp->rank / (t->cp ? t->cp->size : 1); }

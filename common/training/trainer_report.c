@@ -15,7 +15,7 @@ static RunFacts run_facts(const Trainer *t) {
         .settings = &c->settings, .grid = t->grid,
         .ranks = t->world.size, .dp_ranks = t->dp->size,
         .batch = c->batch, .seq_len = c->seq_len, .grad_accum = c->grad_accum,
-        .tokens_per_step = (double)t->dp->size * c->batch * c->seq_len * c->grad_accum,
+        .tokens_per_step = (double)trainer_data_replicas(t) * c->batch * c->seq_len * c->grad_accum,
         .steps = c->steps, .print_every = c->print_every, .quiet = c->quiet, .progress_us = c->progress_us,
         .half = c->half, .loss_scaling = t->scaler.enabled, .loss_scale_dynamic = t->scaler.dynamic,
         .grad_accum_fp32 = c->grad_accum_fp32,

@@ -42,6 +42,26 @@ static __attribute__((unused)) double number_of(const char *json, const char *ke
     return v;
 }
 
+// The object of rank r in a 3d_parallel record's grid.ranks.
+static __attribute__((unused)) const char *grid_rank_of(const char *json, int r) {
+    char key[64];
+    snprintf(key, sizeof key, "{\"rank\":%d,", r);
+    const char *p = strstr(json, key);
+    if (!p) fail_msg("no rank %d in the record's grid:\n%.300s", r, json);
+    return p;
+}
+
+// The largest |a - b| (relative: / |a|) of two records' arrays `key` over
+// `steps` steps; fails unless both hold that many.
+static __attribute__((unused)) double steps_max_diff(const char *json_a, const char *json_b, const char *key,
+                                                     int steps, int relative) {
+    double a[RUN_MAX_STEPS] = {0}, b[RUN_MAX_STEPS] = {0}, worst = 0;
+    if (json_numbers(json_a, key, a, RUN_MAX_STEPS) != steps || json_numbers(json_b, key, b, RUN_MAX_STEPS) != steps)
+        fail_msg("expected %d %s in both records", steps, key);
+    for (int i = 0; i < steps; i++) worst = fmax(worst, fabs(a[i] - b[i]) / (relative ? fabs(a[i]) : 1));
+    return worst;
+}
+
 // A command that must be refused: exit status 2 and exactly one line of
 // output containing "error" (and `also`, when given). Returns the output (malloc'd).
 static __attribute__((unused, noinline)) char *expect_refusal(const char *cmd, const char *also) {

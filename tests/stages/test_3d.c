@@ -68,25 +68,7 @@ static const char *main_run(Ctx *c, int m, int g) {
     return c->grid[m][g];
 }
 
-// The object of rank r in the record's grid.ranks.
-static const char *rank_of(const char *json, int r) {
-    char key[64];
-    snprintf(key, sizeof key, "{\"rank\":%d,", r);
-    const char *p = strstr(json, key);
-    if (!p) fail_msg("no rank %d in the record's grid:\n%.300s", r, json);
-    return p;
-}
-
 // ---- 1. losses ----
-
-// The largest |a - b| (relative: / |a|) of a record's array over the steps.
-static double max_diff(const char *json_a, const char *json_b, const char *key, int relative) {
-    double a[RUN_MAX_STEPS] = {0}, b[RUN_MAX_STEPS] = {0}, worst = 0;
-    if (json_numbers(json_a, key, a, RUN_MAX_STEPS) != STEPS || json_numbers(json_b, key, b, RUN_MAX_STEPS) != STEPS)
-        fail_msg("expected %d %s in both records", STEPS, key);
-    for (int i = 0; i < STEPS; i++) worst = fmax(worst, fabs(a[i] - b[i]) / (relative ? fabs(a[i]) : 1));
-    return worst;
-}
 
 static void test_losses_match_baseline(void **state) {
     Ctx *c = *state;
@@ -97,7 +79,8 @@ static void test_losses_match_baseline(void **state) {
             losses_of(base, a, STEPS);
             losses_of(json, b, STEPS);
             double first = fabs(a[0] - b[0]);
-            double loss = max_diff(base, json, "losses", 0), norm = max_diff(base, json, "grad_norms", 1);
+            double loss = steps_max_diff(base, json, "losses", STEPS, 0);
+            double norm = steps_max_diff(base, json, "grad_norms", STEPS, 1);
             // The validation covers the same held-out rows whatever the split
             // of the global batch (--eval-batches counts global batches), so
             // it differs from dp_baseline's no more than the last loss does.
@@ -209,7 +192,7 @@ static void test_state_bytes(void **state) {
             const char *json = main_run(c, m, g);
             int T = GRID[g][0], P = GRID[g][1], D = GRID[g][2];
             for (int r = 0; r < T * P * D; r++) {
-                const char *x = rank_of(json, r);
+                const char *x = grid_rank_of(json, r);
                 int s = (int)number_of(x, "stage");
                 double psi = stage_params(m, T, P, s), pad = ceil(psi / (64.0 * D)) * 64 * D;
                 double want = 4 * pad + 12 * pad / D;  // ZeRO-1 over the replicas: bf16 params and grads, fp32 shards
@@ -228,7 +211,7 @@ static void test_state_bytes(void **state) {
 // micro-batches in flight reaches exactly that.
 static void check_in_flight(const char *json, const char *what, int T, int P, int D, int m, int afab) {
     for (int r = 0; r < T * P * D; r++) {
-        const char *x = rank_of(json, r);
+        const char *x = grid_rank_of(json, r);
         int s = (int)number_of(x, "stage"), want = afab ? m : (P - s < m ? P - s : m);
         if (number_of(x, "slots") != want || number_of(x, "peak_in_flight") != want ||
             number_of(x, "activations") != number_of(x, "activations_formula"))
@@ -252,7 +235,8 @@ static void test_activations_in_flight(void **state) {
     check_in_flight(all, "tiny (1,4,1) m=8 afab", 1, 4, 1, 8, 1);
     double per_micro[4];
     for (int s = 0; s < 4; s++)  // rank s is stage s on a 1 x 4 x 1 grid
-        per_micro[s] = (number_of(rank_of(all, s), "activations") - number_of(rank_of(one, s), "activations")) /
+        per_micro[s] = (number_of(grid_rank_of(all, s), "activations") -
+                        number_of(grid_rank_of(one, s), "activations")) /
                        (8 - (4 - s));
     if (!(per_micro[1] > 0 && per_micro[1] == per_micro[2]))
         fail_msg("bytes per micro-batch of stages 1 and 2: %.0f, %.0f", per_micro[1], per_micro[2]);
@@ -271,7 +255,7 @@ static void test_comm_by_group(void **state) {
             for (int r = 0; r < T * P * D; r++)
                 for (int k = 0; k < NGROUPS; k++) {
                     double v[2] = {0, 0};
-                    if (json_numbers(rank_of(json, r), GROUP[k], v, 2) != 2)
+                    if (json_numbers(grid_rank_of(json, r), GROUP[k], v, 2) != 2)
                         fail_msg("no comm.%s of rank %d", GROUP[k], r);
                     // counted and formula printed with 3 decimals of a byte
                     if (fabs(v[0] - v[1]) > 1e-3)

@@ -77,6 +77,15 @@ static void cpu_copy(Device *d, void *dst, const void *src, size_t bytes, Stream
     dev_span_end(d, &sp, TRACE_TID_COPY, "copy", (double)bytes);
 }
 
+static void cpu_copy_2d(Device *d, void *dst, size_t dst_pitch, const void *src, size_t src_pitch, size_t width,
+                        size_t rows, StreamId s) {
+    if (!width || !rows) return;
+    DevSpan sp = dev_span_begin(d, s);
+#pragma omp parallel for schedule(static) if (rows * width >= (1u << 20))
+    for (size_t r = 0; r < rows; r++) memcpy((char *)dst + r * dst_pitch, (const char *)src + r * src_pitch, width);
+    dev_span_end(d, &sp, TRACE_TID_COPY, "copy", (double)(width * rows));
+}
+
 static void cpu_memset0(Device *d, void *dst, size_t bytes, StreamId s) {
     (void)d, (void)s;
     if (bytes) memset(dst, 0, bytes);
@@ -129,6 +138,7 @@ static const DeviceOps cpu_ops = {
     .block_out = cpu_block,
     .block_back = cpu_block,
     .copy = cpu_copy,
+    .copy_2d = cpu_copy_2d,
     .memset0 = cpu_memset0,
     .event_record = cpu_event_record,
     .stream_wait_event = cpu_stream_wait_event,

@@ -133,6 +133,14 @@ static void cuda_copy(Device *d, void *dst, const void *src, size_t bytes, Strea
     dev_span_end(d, &sp, TRACE_TID_COPY, "copy", (double)bytes);
 }
 
+static void cuda_copy_2d(Device *d, void *dst, size_t dst_pitch, const void *src, size_t src_pitch, size_t width,
+                         size_t rows, StreamId s) {
+    if (!width || !rows) return;
+    DevSpan sp = dev_span_begin(d, s);
+    cudaCheck(cudaMemcpy2DAsync(dst, dst_pitch, src, src_pitch, width, rows, cudaMemcpyDefault, cuda_stream(d, s)));
+    dev_span_end(d, &sp, TRACE_TID_COPY, "copy", (double)(width * rows));
+}
+
 static int is_host_memory(const void *p) {
     cudaPointerAttributes attr;
     cudaError_t st = cudaPointerGetAttributes(&attr, p);
@@ -232,7 +240,7 @@ static void cuda_destroy(Device *d) {
 static const DeviceOps cuda_ops = {
     cuda_alloc,         cuda_free,          cuda_region_bytes, cuda_reserve,
     cuda_unreserve,     cuda_reserved,      cuda_block_out,    cuda_block_back,
-    cuda_copy,          cuda_memset0,
+    cuda_copy,          cuda_copy_2d,       cuda_memset0,
     cuda_event_record,  cuda_stream_wait_event, cuda_event_sync, cuda_stream_sync,
     cuda_event_create,  cuda_event_destroy, cuda_mem_get_info, cuda_span_begin,
     cuda_span_end,      cuda_spans_settle,  cuda_destroy,       cuda_host_fn,

@@ -81,7 +81,12 @@ static void print_act_formulas(const GPTPlan *p, int act_bytes) {
     if (p->loss_tiles)
         printf("; --tiled-loss %d: the head's logits sbVe per slot become one chunk's, shared: ceil(sb/%d) tokens "
                "rounded up to 16, at most sb, x Ve", p->loss_tiles, p->loss_tiles);
-    printf(" (s = T, b = B, h = C, a = heads, t = tp, e = %d B; act_math.c)\n", act_bytes);
+    if (gpt_plan_cp(p) > 1)
+        printf("; --cp %d (Ulysses): s is the rank's part of the sequence, T/%d, and a layer keeps the attention "
+               "core's output on the heads' positions too, sbhe/t more (of the working set under full recompute); "
+               "the all-to-alls' send and receive buffers, 3sbhe/t each, are workspace", p->cp, p->cp);
+    printf(" (s = %s, b = B, h = C, a = heads, t = tp, e = %d B; act_math.c)\n", gpt_plan_cp(p) > 1 ? "T/cp" : "T",
+           act_bytes);
 }
 
 void print_memory_table(const Summary *s) {

@@ -13,7 +13,7 @@
 #include "mem_math.h"
 #include "trace.h"
 
-#define STEP_METER_MAX_COMMS 5  // the world and the stage's sub-groups (TRAINER_MAX_GROUPS)
+#define STEP_METER_MAX_COMMS 6  // the world and the stage's sub-groups (TRAINER_MAX_GROUPS)
 
 // Where a step's figures come from: set once, before the first step.
 typedef struct StepTaps {
