@@ -88,6 +88,11 @@ size_t grid_part_whole_once(const GridPart *g, size_t i) {
     return grid_part_whole(g, i);
 }
 
+int grid_seq_parts(const char *name) {
+    int tp, cp, pp, dp;
+    return sscanf(name, "tp %d x cp %d x pp %d x dp %d", &tp, &cp, &pp, &dp) == 4 && cp > 0 ? cp : 1;
+}
+
 // Under Ulysses ("tp T x cp C x pp P x dp D") the model part's replicas are
 // C·D: the C ranks of a sequence group hold the same states.
 int grid_parse(const char *name, int *tp, int *pp, int *dp) {

@@ -50,3 +50,5 @@ size_t grid_part_whole_once(const GridPart *g, size_t i);
 // (Ulysses' cp ranks hold the same states: replicas of the part); 1 when
 // the text is not a grid (or a size is past 2^20).
 int grid_parse(const char *name, int *tp, int *pp, int *dp);
+// The ranks a grid splits each sequence over: C of "tp T x cp C x ...", else 1.
+int grid_seq_parts(const char *name);

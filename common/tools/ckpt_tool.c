@@ -52,7 +52,8 @@ typedef struct Ckpt {
     char step_dir[PATH_BYTES];
     char *text;  // the manifest
     CkptManifest m;  // num_params: the whole model's, also for a grid's (whose manifest has its tp part's)
-    int replicas;    // data-parallel replicas: the ranks, or a grid's D
+    int replicas;    // data-parallel replicas: the ranks, or a grid's D (its cp ranks included: the parts' shards)
+    int data_replicas;  // of them, those that read rows of their own (a grid's D / cp)
     CkptSource *src;  // the parts, mapped once
 } Ckpt;
 
@@ -79,10 +80,11 @@ static void open_ckpt(const char *dir, Ckpt *c) {
     free(copy);
     // what a resume refuses, verify refuses: ckpt_manifest_consistent is both's
     if (bad || ckpt_manifest_consistent(dir, &c->m, msg)) fail_tool("%s", msg);
-    c->replicas = c->m.ranks;
+    c->replicas = c->data_replicas = c->m.ranks;
     int T, P;
     if (c->m.grid[0]) {  // manifest_parse checked it against the ranks
         grid_parse(c->m.grid, &T, &P, &c->replicas);
+        c->data_replicas = c->replicas / grid_seq_parts(c->m.grid);
         GPTLayout whole;
         gpt_layout(&whole, &c->m.cfg);
         c->m.num_params = whole.num_params;
@@ -145,9 +147,9 @@ static void info(const Ckpt *c) {
            m->data_rows);
     printf("model: %zu parameters (L=%d C=%d H=%d V=%d, wte of %d rows, T=%d); global batch %d x %d %s x %d = %d "
            "rows of %d tokens\n", m->num_params, m->cfg.num_layers, m->cfg.channels, m->cfg.num_heads,
-           m->cfg.vocab_size, m->vocab_padded, m->cfg.max_seq_len, m->batch, c->replicas,
+           m->cfg.vocab_size, m->vocab_padded, m->cfg.max_seq_len, m->batch, c->data_replicas,
            m->grid[0] ? "replicas" : "ranks", m->grad_accum,
-           m->batch * c->replicas * m->grad_accum, m->seq_len);
+           m->batch * c->data_replicas * m->grad_accum, m->seq_len);
     if (m->grid[0]) {
         grid_info(c);
         return;
@@ -258,9 +260,9 @@ static void consolidate(const Ckpt *c, const char *out) {
     struct stat st;
     if (lstat(out, &st) == 0) fail_tool("%s exists; give a new folder", out);
     if (strlen(out) > PATH_BYTES - 64) fail_tool("%s: the folder's name is too long", out);
-    if ((long long)c->m.batch * c->replicas > GPT_MAX_BATCH)
+    if ((long long)c->m.batch * c->data_replicas > GPT_MAX_BATCH)
         fail_tool("%s: its global batch of %d x %d replicas rows per micro-batch is more than one part's batch takes "
-                  "(%d): resume the checkpoint itself instead", out, c->m.batch, c->replicas, GPT_MAX_BATCH);
+                  "(%d): resume the checkpoint itself instead", out, c->m.batch, c->data_replicas, GPT_MAX_BATCH);
     char step_dir[PATH_BYTES], part[PATH_BYTES + 32], manifest[PATH_BYTES + 32], latest_path[PATH_BYTES + 32];
     snprintf(step_dir, sizeof step_dir, "%s/step-%08ld", out, c->m.step);
     create_folder(out);
@@ -280,7 +282,7 @@ static void consolidate(const Ckpt *c, const char *out) {
     // dp_baseline at 1 rank, with the saved run's global batch in that one rank's batch
     CkptManifest m = c->m;
     snprintf(m.stage, sizeof m.stage, "dp_baseline");
-    m.batch = c->m.batch * c->replicas;
+    m.batch = c->m.batch * c->data_replicas;
     m.ranks = 1;
     m.grid[0] = 0;
     PartInfo info = {fnv1a64(&head, sizeof head, 14695981039346656037ull), (uint64_t)off};

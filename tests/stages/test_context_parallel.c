@@ -157,6 +157,36 @@ static void test_activations_halve(void **state) {
     free(half);
 }
 
+// A checkpoint of a cp 2 grid: resumed on the same grid it continues to
+// the bit; it names its grid "tp 1 x cp 2 x pp 1 x dp 1", whose two parts
+// are replicas of the states but one reader of the rows, so one rank (the
+// same global batch) resumes it too, within the summation's difference.
+static void test_resume(void **state) {
+    Ctx *c = *state;
+    char flags[512];
+    snprintf(flags, sizeof flags, "--cp 2 --batch %d --grad-accum %d --save %s/ck --save-every 3", BATCH,
+             GLOBAL / BATCH, c->root);
+    char *whole = run(c, "ck", 2, "3d_parallel", flags);
+    snprintf(flags, sizeof flags, "--cp 2 --batch %d --grad-accum %d --resume %s/ck/step-00000003", BATCH,
+             GLOBAL / BATCH, c->root);
+    char *same = run(c, "ck-same", 2, "3d_parallel", flags);
+    snprintf(flags, sizeof flags, "--batch %d --grad-accum %d --resume %s/ck/step-00000003", BATCH, GLOBAL / BATCH,
+             c->root);
+    char *one = run(c, "ck-one", 1, "3d_parallel", flags);
+    double a[RUN_MAX_STEPS] = {0}, b[RUN_MAX_STEPS] = {0}, o[RUN_MAX_STEPS] = {0};
+    losses_of(whole, a, STEPS);
+    losses_of(same, b, STEPS - 3);
+    losses_of(one, o, STEPS - 3);
+    for (int i = 0; i < STEPS - 3; i++) {
+        if (a[3 + i] != b[i]) fail_msg("step %d: resumed at cp 2 %.9g, uninterrupted %.9g", 4 + i, b[i], a[3 + i]);
+        if (fabs(a[3 + i] - o[i]) > 1e-3)
+            fail_msg("step %d: resumed on one rank %.9g, uninterrupted at cp 2 %.9g", 4 + i, o[i], a[3 + i]);
+    }
+    free(whole);
+    free(same);
+    free(one);
+}
+
 static void test_refusals(void **state) {
     (void)state;
     const char *cases[][2] = {
@@ -195,6 +225,7 @@ int main(void) {
         cmocka_unit_test(test_losses_match_baseline),
         cmocka_unit_test(test_memory_and_comm_by_formula),
         cmocka_unit_test(test_activations_halve),
+        cmocka_unit_test(test_resume),
         cmocka_unit_test(test_refusals),
     };
     return cmocka_run_group_tests(tests, setup, teardown);

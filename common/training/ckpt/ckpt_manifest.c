@@ -390,10 +390,11 @@ int ckpt_reshardable(const CkptManifest *got, const CkptManifest *expect, int ra
            (strcmp(got->stage, expect->stage) != 0 || got->ranks != ranks || strcmp(got->grid, expect->grid) != 0);
 }
 
-// The data-parallel replicas of a run: its ranks, or a grid's D.
+// The data-parallel replicas of a run: its ranks, or a grid's D (the
+// replicas that read rows of their own: not Ulysses' cp ranks of one).
 static int replicas(const CkptManifest *m, int ranks) {
     int T, P, D;
-    return m->grid[0] && !grid_parse(m->grid, &T, &P, &D) ? D : ranks;
+    return m->grid[0] && !grid_parse(m->grid, &T, &P, &D) ? D / grid_seq_parts(m->grid) : ranks;
 }
 
 // Rows of the data a step trains on: the data position and the math stay
