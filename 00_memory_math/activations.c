@@ -34,7 +34,9 @@ static void trainer_row(Printer *p, const Inputs *in, GPTRecompute r, int offloa
 
 void section_activations(Printer *p, const Inputs *in) {
     const GPTConfig *c = &in->layout.cfg;
-    double s = in->seq_len, b = in->batch, h = c->channels, a = c->num_heads, L = c->num_layers, t = in->tp;
+    // s: a rank's positions of a sequence (under --cp, S/C of them)
+    double s = in->seq_len / (in->cp > 1 ? in->cp : 1), b = in->batch, h = c->channels, a = c->num_heads;
+    double L = c->num_layers, t = in->tp;
     int sp = in->tp > 1 && in->sequence_parallel;
     printer_section(p, "activations",
                     "Activations of one micro-batch per rank by --recompute mode, computed from the formulas");
@@ -48,6 +50,9 @@ void section_activations(Printer *p, const Inputs *in) {
     printer_str(p, "recompute", "recompute (the run's, in the fit tables)", gpt_recompute_name(in->recompute));
     printer_str(p, "attention", "attention (the run's, in every row)", gpt_attention_name(in->attention));
     printer_num(p, "tp", "t (tensor-parallel ranks; per rank below)", t, "%.0f", NULL);
+    if (in->cp > 1)
+        printer_num(p, "cp", "c (context-parallel ranks, Ulysses: s = T/c positions per rank below)", in->cp, "%.0f",
+                    NULL);
     if (in->tp > 1)
         printer_str(p, "tp_split", "between the tensor-parallel regions",
                     sp ? "split over the t ranks (--sequence-parallel)" : "whole on every rank");

@@ -37,16 +37,18 @@ static RunDeviceBytes stage_run(StageId formula, const Inputs *in, int threads, 
     double scratch = (double)kernels_cpu.scratch_bytes(threads, in->batch, in->seq_len, c->channels, c->num_heads,
                                                        l->vocab_part, l->tp_size, in->attention == GPT_ATTENTION_FLASH);
     GPTPlan plan = act_plan(in, in->recompute, in->offload_activations);
-    plan.sequence_parallel = plan.partition_activations = 0;  // data parallel: the whole model
+    plan.sequence_parallel = plan.partition_activations = plan.cp = 0;  // data parallel: the whole model
+    plan.T = in->seq_len;  // every position
     *name = stage_name(formula);
     RunDeviceBytes r = run_device_bytes(formula, l, &plan, l->num_params, in->ranks, CPU_ACT_BYTES, scratch, buffers, 0);
     if (!summed) r.total = step_peak_bytes(formula, 0, in);  // the parts at once, as the step runs (timeline.c)
     return r;
 }
 
-// 3d_parallel --tp T (pp 1): ZeRO-1 over the N/T replicas of each rank's tp
-// part, its activations by the plan (sequence parallel, partitioned), its
-// buffer the reduced gradient shard; as its budget check counts them.
+// 3d_parallel --tp T --cp C (pp 1): ZeRO-1 over the N/T replicas of each
+// rank's tp part (the cp ranks among them), its activations by the plan
+// (sequence parallel, partitioned, S/C positions), its buffer the reduced
+// gradient shard; as its budget check counts them.
 static RunDeviceBytes tp_run(const Inputs *in, int threads) {
     const GPTLayout *l = &in->tp_layout;
     const GPTConfig *c = &l->cfg;
@@ -60,6 +62,8 @@ static RunDeviceBytes tp_run(const Inputs *in, int threads) {
     r.total = step_peak_bytes(STAGE_ZERO1, 1, in);
     return r;
 }
+
+double run_grid_total_bytes(const Inputs *in) { return tp_run(in, device_cpu_threads(in->ranks)).total; }
 
 double run_total_bytes(StageId s, const Inputs *in) {
     const char *name;
@@ -115,10 +119,11 @@ void section_fit_run(Printer *p, const Inputs *in) {
         zeropp_modes(in, modes);  // with switches given, theirs alone
         add_row(p, modes[0].name, &r, budget, fits, refused);
     }
-    if (in->tp > 1) {
+    if (in->tp > 1 || in->cp > 1) {
         RunDeviceBytes r = tp_run(in, threads);
-        char name[96];
-        snprintf(name, sizeof name, "3d_parallel --tp %d%s%s", in->tp, in->sequence_parallel ? " --sp" : "",
+        char name[96], cp[24] = "";
+        if (in->cp > 1) snprintf(cp, sizeof cp, " --cp %d", in->cp);
+        snprintf(name, sizeof name, "3d_parallel --tp %d%s%s%s", in->tp, cp, in->sequence_parallel ? " --sp" : "",
                  in->partition_activations ? " --pa" : "");
         add_row(p, name, &r, budget, fits, refused);
     }

@@ -7,8 +7,10 @@
 // whose peak is within the budget is found by bisection (the peak grows with
 // T). Three ways of running each stage: the run's own flags, --recompute
 // full, and --recompute full with the loss and the MLPs in tiles (ALST).
-// The count is of bytes: the device's arena rounds each block up to 4 kB
-// (arena.h), which a run at the very limit may not have room for.
+// With --tp or --cp, 3d_parallel's grid (pp 1) has a row too, its T a
+// multiple of C. The count is of bytes: the device's arena rounds each
+// block up to 4 kB (arena.h), which a run at the very limit may not have
+// room for.
 #include <stdio.h>
 #include <string.h>
 #include "memory_math.h"
@@ -49,26 +51,34 @@ static Inputs at_length(const Inputs *in, const Way *w, int T) {
     return probe;
 }
 
+#define GRID_ROW ((StageId)-1)  // 3d_parallel's --tp/--cp grid
+
 static int fits(StageId s, const Inputs *in, const Way *w, int T, double budget) {
     Inputs probe = at_length(in, w, T);
-    return run_total_bytes(s, &probe) <= budget;
+    if (s != GRID_ROW) return run_total_bytes(s, &probe) <= budget;
+    probe.tp = in->tp;
+    gpt_layout_tp(&probe.tp_layout, &probe.layout.cfg, in->tp, 0);
+    return run_grid_total_bytes(&probe) <= budget;
 }
 
-// The longest T in [1, most] that fits (0: not even one token).
+// The longest T in [1, most] that fits (0: not even one token); the grid's
+// a multiple of its C (n·C, n searched).
 static int longest(StageId s, const Inputs *in, const Way *w, int most, double budget) {
-    if (!fits(s, in, w, 1, budget)) return 0;
+    int q = s == GRID_ROW && in->cp > 1 ? in->cp : 1;
+    most /= q;
+    if (most < 1 || !fits(s, in, w, q, budget)) return 0;
     int lo = 1, hi = 2;  // lo fits; find an hi that does not, or the most
-    while (hi <= most && fits(s, in, w, hi, budget)) lo = hi, hi *= 2;
+    while (hi <= most && fits(s, in, w, hi * q, budget)) lo = hi, hi *= 2;
     if (hi > most) {
-        if (fits(s, in, w, most, budget)) return most;
+        if (fits(s, in, w, most * q, budget)) return most * q;
         hi = most;
     }
     while (hi - lo > 1) {
         int mid = lo + (hi - lo) / 2;
-        if (fits(s, in, w, mid, budget)) lo = mid;
+        if (fits(s, in, w, mid * q, budget)) lo = mid;
         else hi = mid;
     }
-    return lo;
+    return lo * q;
 }
 
 void section_longest(Printer *p, const Inputs *in) {
@@ -91,6 +101,14 @@ void section_longest(Printer *p, const Inputs *in) {
         Cell row[NWAYS + 1];
         row[0] = cell_str(stage_name(s));
         for (int k = 0; k < NWAYS; k++) row[1 + k] = cell_num(longest(s, in, &ways[k], most, budget));
+        printer_row(p, row);
+    }
+    if (in->tp > 1 || in->cp > 1) {
+        char name[64];
+        snprintf(name, sizeof name, "3d_parallel --tp %d --cp %d", in->tp, in->cp);
+        Cell row[NWAYS + 1];
+        row[0] = cell_str(name);
+        for (int k = 0; k < NWAYS; k++) row[1 + k] = cell_num(longest(GRID_ROW, in, &ways[k], most, budget));
         printer_row(p, row);
     }
     printer_table_end(p);

@@ -52,7 +52,8 @@ typedef struct Flags {
     const char *model, *deepspeed_config, *recompute, *attention;
     int ranks, batch, seq_len, context, grad_accum, global_batch, measure, json, offload_activations;
     int tp, sequence_parallel, partition_activations, contiguous_buffers, tiled_loss, tiled_mlp, longest_seq, pp;
-    const char *schedule;
+    int cp;
+    const char *schedule, *cp_mode;
     const char *timeline;
     double link_gbps, latency_us, gflops, intra_gbps;
     ZeroPPConfig zeropp;
@@ -64,7 +65,7 @@ enum {
     F_DEEPSPEED_CONFIG, F_RECOMPUTE, F_OFFLOAD_ACTIVATIONS, F_TP, F_SEQUENCE_PARALLEL, F_PARTITION_ACTIVATIONS,
     F_LINK_GBPS, F_LATENCY_US, F_GFLOPS, F_ATTENTION, F_QUANTIZE_WEIGHTS, F_HPZ_SIZE, F_QUANTIZE_GRADS,
     F_GRAD_QUANT_BITS, F_QUANT_BLOCK, F_RANKS_PER_HOST, F_INTRA_GBPS, F_TIMELINE, F_CONTIGUOUS_BUFFERS, F_CONTEXT,
-    F_TILED_LOSS, F_TILED_MLP, F_LONGEST_SEQ, F_PP, F_SCHEDULE,
+    F_TILED_LOSS, F_TILED_MLP, F_LONGEST_SEQ, F_PP, F_SCHEDULE, F_CP, F_CP_MODE,
     F_COUNT
 };
 
@@ -161,6 +162,13 @@ static void parse_flags(int argc, char **argv, Flags *f, FlagSpec *specs, Inputs
         [F_TP] = {.name = "tp", .type = FLAG_INT, .dst = &f->tp, .meta = "T",
                   .help = "3d_parallel's tensor-parallel ranks (pp 1, dp N/T): its activations and fit row",
                   .min = 1, .max = GPT_MAX_HEADS},
+        [F_CP] = {.name = "cp", .type = FLAG_INT, .dst = &f->cp, .meta = "C",
+                  .help = "3d_parallel's context-parallel ranks (with --model): each sequence split over C ranks, "
+                          "S/C positions each (DeepSpeed-Ulysses); its activations, all-to-all buffers and fit row",
+                  .min = 1, .max = GPT_MAX_HEADS},
+        [F_CP_MODE] = {.name = "cp-mode", .type = FLAG_STRING, .dst = &f->cp_mode, .meta = "ulysses",
+                       .help = "with --cp: how the attention is split (ulysses: all-to-alls of q, k, v and the "
+                               "output around each block's attention)"},
         [F_SEQUENCE_PARALLEL] = {.name = "sequence-parallel", .type = FLAG_BOOL, .dst = &f->sequence_parallel,
                                  .help = "with --tp > 1: the residual stream and layernorms split over the tp ranks"},
         [F_PARTITION_ACTIVATIONS] = {.name = "partition-activations", .type = FLAG_BOOL,
@@ -284,8 +292,32 @@ static void check_tp(Flags *f, Inputs *in) {
     gpt_layout_tp(&in->tp_layout, &in->layout.cfg, f->tp, 0);  // refuses a T that does not divide the heads
 }
 
+// --cp and --cp-mode, refused as 3d_parallel refuses them (after check_tp).
+static void check_cp(const Flags *f, Inputs *in) {
+    in->cp = f->cp;
+    if (strcmp(f->cp_mode, "ulysses") != 0)
+        fail_usage("--cp-mode %s: choose ulysses (ring attention is not built yet)", f->cp_mode);
+    if (f->cp == 1) return;
+    if (!in->have_model) fail_usage("--cp %d splits a model's sequences and heads: add --model NAME", f->cp);
+    if (in->attention != GPT_ATTENTION_FLASH)
+        fail_usage("--cp %d runs each block's attention core as flash attention over the whole sequence: give "
+                   "--attention flash", f->cp);
+    const GPTConfig *c = &in->layout.cfg;
+    if (c->num_heads % (f->tp * f->cp))
+        fail_usage("--tp %d x --cp %d does not divide %s's %d heads: Ulysses gives each of the tp x cp ranks whole "
+                   "heads over the whole sequence", f->tp, f->cp, in->model, c->num_heads);
+    if (in->seq_len % f->cp)
+        fail_usage("--seq-len %d does not split over --cp %d: give a multiple of %d", in->seq_len, f->cp, f->cp);
+    if (in->ranks % (f->tp * f->cp))
+        fail_usage("--tp %d x --cp %d does not divide --ranks %d: the grid is T x C x dp", f->tp, f->cp, in->ranks);
+    if (f->tp == 1) gpt_layout_tp(&in->tp_layout, c, 1, 0);  // 3d_parallel's layout: the whole model
+}
+
+// (under --cp, a rank's part of the sequence: S/C positions; 3d_parallel's)
 GPTPlan act_plan(const Inputs *in, GPTRecompute r, int offload) {
-    GPTPlan plan = gpt_plan_whole(act_layout(in), in->batch, in->seq_len);
+    int cp = in->cp > 1 ? in->cp : 1;
+    GPTPlan plan = gpt_plan_whole(act_layout(in), in->batch, in->seq_len / cp);
+    plan.cp = cp > 1 ? cp : 0;
     plan.recompute = r;
     plan.attention = in->attention;
     plan.loss_tiles = in->tiled_loss;
@@ -346,6 +378,7 @@ static void check_shapes(Flags *f, Inputs *in) {
                        f->tiled_mlp, in->batch * in->seq_len, in->batch * in->seq_len);
     }
     check_tp(f, in);
+    check_cp(f, in);
     in->link_gbps = f->link_gbps;
     in->latency_us = f->latency_us;
     in->gflops = f->gflops;
@@ -396,6 +429,9 @@ static void check_timeline(const Flags *f, Inputs *in) {
     if (in->timeline_stage < 0)
         fail_usage("--timeline %s: give a trainer's name: dp_baseline, zero1, zero2, zero3, cpu_offload, infinity "
                    "or 3d_parallel", f->timeline);
+    if (!in->timeline_tp3d && in->cp > 1)
+        fail_usage("--timeline %s with --cp %d: context parallelism is 3d_parallel's; give --timeline 3d_parallel",
+                   f->timeline, in->cp);
     if (!in->timeline_tp3d && in->tp > 1)
         fail_usage("--timeline %s with --tp %d: tensor parallelism is 3d_parallel's; give --timeline 3d_parallel",
                    f->timeline, in->tp);
@@ -404,11 +440,11 @@ static void check_timeline(const Flags *f, Inputs *in) {
 // What --global-batch divides by: the ranks, or with --tp the data-parallel
 // replicas of 3d_parallel's grid (N/T), as that trainer's batch rule counts them.
 static int batch_replicas(const Flags *f, const Inputs *in) {
-    int parts = f->tp * f->pp;
+    int parts = f->tp * f->pp * f->cp;
     if (parts == 1) return in->ranks;
     if (in->ranks % parts)
-        fail_usage("--tp %d x --pp %d = %d does not divide --ranks %d: the grid is T x P x dp", f->tp, f->pp, parts,
-                   in->ranks);
+        fail_usage("--tp %d x --cp %d x --pp %d = %d does not divide --ranks %d: the grid is T x C x P x dp", f->tp,
+                   f->cp, f->pp, parts, in->ranks);
     return in->ranks / parts;
 }
 
@@ -437,14 +473,14 @@ int main(int argc, char **argv) {
     in.rank = world.rank;
 
     Flags f = {.params = 0, .hbm_gb = 0, .model = NULL, .ranks = 8, .pp = 1, .schedule = "1f1b", .batch = 8, .seq_len = 0,
-               .grad_accum = 1, .global_batch = 0, .measure = 0, .json = 0, .recompute = "none", .attention = "flash", .tp = 1,
+               .grad_accum = 1, .global_batch = 0, .measure = 0, .json = 0, .recompute = "none", .attention = "flash", .tp = 1, .cp = 1, .cp_mode = "ulysses",
                .zeropp = {.hpz = 1, .grad_bits = 8, .block = QUANT_BLOCK_DEFAULT}, .ranks_per_host = 1};
     FlagSpec specs[F_COUNT];
     parse_flags(argc, argv, &f, specs, &in);
     choose_params(&f, specs, &in);
     choose_ranks(&f, specs, &in);
     batch_rule_apply(&in.settings, &f.batch, &f.grad_accum, f.global_batch, batch_replicas(&f, &in),
-                     f.tp > 1 ? "data-parallel replicas (--ranks / --tp)" : "ranks");
+                     f.tp * f.cp * f.pp > 1 ? "data-parallel replicas (--ranks / (--tp x --cp x --pp))" : "ranks");
     check_shapes(&f, &in);
     check_zeropp(&f, specs, &in);
     check_timeline(&f, &in);

@@ -49,6 +49,7 @@ typedef struct Inputs {
     int context_given;        // --context given: the longest sequence is at most it
     int longest_seq;          // --longest-seq: the longest sequence per stage in --hbm-gb (longest.c)
     int pp, schedule_afab;    // --pp P (1: none) and --schedule afab (else 1f1b): pipeline.c
+    int cp;                   // --cp C (1: none): 3d_parallel's Ulysses ranks per sequence
 } Inputs;
 
 // sections.c
@@ -78,6 +79,8 @@ const GPTLayout *act_layout(const Inputs *in);
 void section_fit_run(Printer *p, const Inputs *in);
 // The device bytes a stage's run needs with these inputs (the same count).
 double run_total_bytes(StageId s, const Inputs *in);
+// 3d_parallel's (--tp, --cp; pp 1) as its budget check counts it: fit_run.c's row.
+double run_grid_total_bytes(const Inputs *in);
 // longest.c: with --model and --hbm-gb, the longest --seq-len each stage's
 // budget check admits, three ways (the run's flags, full recompute, and
 // with tiles).

@@ -22,7 +22,10 @@ static void stage_spec(StepMemorySpec *s, StageId formula, int tp3d, const Input
     const GPTConfig *c = &l->cfg;
     int dp = tp3d ? in->ranks / in->tp : in->ranks, threads = device_cpu_threads(in->ranks);
     GPTPlan plan = act_plan(in, in->recompute, in->offload_activations);
-    if (!tp3d) plan.sequence_parallel = plan.partition_activations = 0;  // data parallel: the whole model
+    if (!tp3d) {  // data parallel: the whole model, every position
+        plan.sequence_parallel = plan.partition_activations = plan.cp = 0;
+        plan.T = in->seq_len;
+    }
     plan.contiguous = in->contiguous_buffers;
     partition_init(part, l->num_params, dp, 0);  // shards are padded to equal sizes
     double scratch = (double)kernels_cpu.scratch_bytes(threads, in->batch, in->seq_len, c->channels, c->num_heads,

@@ -558,11 +558,14 @@ static void test_binary_fit_counts_the_run(void **state) {
         }
         free(mm);
     }
-    // 3d_parallel's row: --tp 2 (pp 1, dp 1), with sequence parallelism or partitioned checkpoints
+    // 3d_parallel's row: --tp 2 (pp 1, dp 1), with sequence parallelism or partitioned checkpoints;
+    // Ulysses' --cp 2 (its all-to-all buffers, the core's output kept twice), under full recompute and tiles too
     const char *tp_flags[] = {"--tp 2", "--tp 2 --sequence-parallel --recompute selective",
-                              "--tp 2 --recompute full --partition-activations --offload-activations"};
-    const char *tp_rows[] = {"3d_parallel --tp 2", "3d_parallel --tp 2 --sp", "3d_parallel --tp 2 --pa"};
-    for (int i = 0; i < 3; i++) {
+                              "--tp 2 --recompute full --partition-activations --offload-activations", "--cp 2",
+                              "--cp 2 --recompute full --tiled-mlp 2 --tiled-loss 2"};
+    const char *tp_rows[] = {"3d_parallel --tp 2", "3d_parallel --tp 2 --sp", "3d_parallel --tp 2 --pa",
+                             "3d_parallel --tp 1 --cp 2", "3d_parallel --tp 1 --cp 2"};
+    for (int i = 0; i < 5; i++) {
         char cmd[640];
         snprintf(cmd, sizeof cmd, "./memory_math --hbm-gb 1 --ranks 2 --model small --batch 4 --seq-len 64 %s --json",
                  tp_flags[i]);
@@ -624,8 +627,11 @@ static void test_binary_bad_input(void **state) {
                           "./memory_math --model nope", "./memory_math --pp 2",
                           "./memory_math --model small --pp 5", "./memory_math --model small --ranks 6 --pp 4",
                           "./memory_math --model small --pp 2 --schedule zb",
-                          "./memory_math --model small --schedule afab"};
-    for (int i = 0; i < 9; i++) {
+                          "./memory_math --model small --schedule afab", "./memory_math --model tiny --cp 4",
+                          "./memory_math --model small --cp 2 --cp-mode ring",
+                          "./memory_math --model small --cp 2 --attention materialized",
+                          "./memory_math --model small --cp 2 --seq-len 33", "./memory_math --cp 2"};
+    for (int i = 0; i < 14; i++) {
         char *out = NULL;
         int rc = test_run(cmds[i], &out);
         int lines = 0;
