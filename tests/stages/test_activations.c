@@ -67,13 +67,15 @@ static double act_formula_of(const char *json, const char *key) {
 
 // The run, with its memory checked against the formulas. Its final weights:
 // the exported llm.c file, or where the master weights live in files
-// (infinity, which does not export) the checkpoint's master shards.
+// (infinity, which does not export) the checkpoint's master shards. One
+// held-out batch: its loss is compared, and a forward-only pass keeps less
+// than a training step, so more would only take time.
 static Run run(const char *root, const char *binary, int ranks, const char *flags, const char *name) {
     char cmd[CMD_LEN], json[PATH_LEN], weights[PATH_LEN];
     int in_files = strcmp(binary, "infinity") == 0;
     snprintf(json, sizeof json, "%s/%s.json", root, name);
     snprintf(weights, sizeof weights, "%s/%s.%s", root, name, in_files ? "ckpt" : "bin");
-    snprintf(cmd, sizeof cmd, "mpirun -np %d ./%s --model small --steps %d --quiet %s --json %s %s %s", ranks,
+    snprintf(cmd, sizeof cmd, "mpirun -np %d ./%s --model small --steps %d --eval-batches 1 --quiet %s --json %s %s %s", ranks,
              binary, STEPS, flags, json, in_files ? "--save" : "--export-llmc", weights);
     Run r = {.json = train(cmd, json)};
     if (in_files) {

@@ -88,7 +88,7 @@ static double stat_per_step(const RunDir *c, const char *args, const char *name)
         snprintf(path, sizeof path, "%s/stats-%d-0", c->root, k);
         remove(path);
         snprintf(cmd, sizeof cmd, "EMU_STATS=%s/stats-%d-%%r mpirun -np 2 %s --device cuda --model tiny --steps %d "
-                 "--quiet", c->root, k, args, k ? 4 : 2);
+                 "--eval-batches 1 --quiet", c->root, k, args, k ? 4 : 2);
         char *out = NULL;
         int rc = test_run(cmd, &out);
         if (rc != 0) fail_msg("%s: exit %d:\n%s", cmd, rc, out);
@@ -137,7 +137,7 @@ static int param_copies(const RunDir *c, const char *tag, int prefetch, Op *ops,
                         long *bytes, double *losses) {
     char cmd[CMD_LEN], json[256];
     snprintf(json, sizeof json, "%s/%s.json", c->root, tag);
-    snprintf(cmd, sizeof cmd, "mpirun -np 2 ./infinity --device cuda --model tiny --steps 3 --offload-params cpu "
+    snprintf(cmd, sizeof cmd, "mpirun -np 2 ./infinity --device cuda --model tiny --steps 3 --eval-batches 1 --offload-params cpu "
              "--offload-optimizer cpu --prefetch %d --quiet --json %s", prefetch, json);
     int n = run_logged(c, tag, cmd, 0, ops);
     if (n < 0) return -1;
@@ -240,7 +240,7 @@ static void test_adam_starts_during_backward(void **state) {
     const RunDir *c = *state;
     static Op ops[MAX_OPS];
     char cmd[CMD_LEN];
-    snprintf(cmd, sizeof cmd, "mpirun -np 2 ./cpu_offload --device cuda --model tiny --steps 2 --grad-clip 0 --quiet");
+    snprintf(cmd, sizeof cmd, "mpirun -np 2 ./cpu_offload --device cuda --model tiny --steps 2 --eval-batches 1 --grad-clip 0 --quiet");
     int n = run_logged(c, "eager", cmd, 1, ops);
     if (n < 0) {
         print_message("no op log: not the emulator: skipped\n");
@@ -261,7 +261,7 @@ static void test_adam_starts_during_backward(void **state) {
         fail_msg("on the device clock the first hand-over (%.0f us) is not before the last reduction's end (%.0f us)",
                  h->start, r->end);
     // and without --grad-clip 0 the norm of every gradient comes first: nothing is handed over during backward
-    snprintf(cmd, sizeof cmd, "mpirun -np 2 ./cpu_offload --device cuda --model tiny --steps 2 --quiet");
+    snprintf(cmd, sizeof cmd, "mpirun -np 2 ./cpu_offload --device cuda --model tiny --steps 2 --eval-batches 1 --quiet");
     n = run_logged(c, "clipped", cmd, 1, ops);
     for (int i = 0; i < n; i++)
         if (ops[i].stream >= 0 && !strcmp(ops[i].what, "host function"))
