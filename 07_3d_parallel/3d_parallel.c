@@ -23,24 +23,50 @@
 // The grid, this rank's tp part of the layout, its stage's units with
 // min(P - s, m) micro-batches in flight (1F1B) or m (AFAB), and its states:
 // [wte copy (last stage of a pipeline) | the stage's units].
-// --print-schedule: the table of --pp stages and --grad-accum micro-batches
-// (rank 0 draws it), then the run ends: no grid, model or state is made.
-static void print_schedule_and_exit(const Trainer *t, const Stage *z, const TrainConfig *cfg) {
+// --schedule's table (pipe_schedule.h), with its refusals: an unknown
+// name, and under the interleaved schedule layers that do not split into
+// P·v chunks (the rest: schedule_build's).
+static PipeSchedule schedule_table_of(const Stage *z, const GPTConfig *mc) {
+    int s = schedule_of(z->schedule_name);
+    if (s < 0)
+        fail_usage("--schedule %s: choose 1f1b, afab, interleaved (with --virtual-stages V) or zb-h1",
+                   z->schedule_name);
+    if (s == PIPE_INTERLEAVED && z->virtual_stages > 1 && mc->num_layers % (z->pp * z->virtual_stages))
+        fail_usage("--virtual-stages %d with --pp %d cuts the %d layers into %d chunks of equal size: %d does not "
+                   "divide them; give a --virtual-stages whose product with --pp divides %d", z->virtual_stages, z->pp,
+                   mc->num_layers, z->pp * z->virtual_stages, z->pp * z->virtual_stages, mc->num_layers);
+    return (PipeSchedule)s;
+}
+
+// --print-schedule: the table of --pp stages, --grad-accum micro-batches
+// and --virtual-stages chunks (rank 0 draws it), then the run ends: no
+// grid, model or state is made.
+static void print_schedule_and_exit(const Trainer *t, const Stage *z, const TrainConfig *cfg, PipeSchedule s) {
+    ScheduleTable table;
+    schedule_build(&table, s, z->pp, cfg->grad_accum, z->virtual_stages);  // every rank refuses alike
     if (t->world.rank == 0) {
-        ScheduleTable table;
-        schedule_build(&table, z->schedule == SCHEDULE_AFAB ? PIPE_AFAB : PIPE_1F1B, z->pp, cfg->grad_accum);
         schedule_print(&table, stdout);
-        schedule_free(&table);
         fflush(stdout);
     }
+    schedule_free(&table);
     comm_world_finalize((Comm *)&t->world);
     exit(0);
 }
 
 static Placement configure(const Trainer *t, TrainConfig *cfg, const GPTConfig *mc, Placement p) {
     Stage *z = t->sctx;
+    PipeSchedule table = schedule_table_of(z, mc);
+    if (z->print_schedule) print_schedule_and_exit(t, z, cfg, table);
+    if (table == PIPE_INTERLEAVED || table == PIPE_ZB_H1) {
+        ScheduleTable check;  // its own refusals first
+        schedule_build(&check, table, z->pp, cfg->grad_accum, z->virtual_stages);
+        schedule_free(&check);
+        fail_usage("--schedule %s: this build draws its table (--print-schedule) but runs 1f1b and afab only; "
+                   "give --schedule 1f1b", z->schedule_name);
+    }
+    if (z->virtual_stages != 1)
+        fail_usage("--virtual-stages %d: only --schedule interleaved cuts a stage into chunks", z->virtual_stages);
     z->schedule = grid_schedule_of(z->schedule_name);
-    if (z->print_schedule) print_schedule_and_exit(t, z, cfg);
     Grid *g = &z->grid;
     grid_check_cp_flags(t, z, cfg);
     // the grid splits the world, the default's data-parallel group

@@ -10,6 +10,7 @@ int grid_flags(void *ctx, FlagSpec *out) {
     z->schedule_name = "1f1b";
     z->cp = 1;
     z->cp_mode = "ulysses";
+    z->virtual_stages = 1;
     out[0] = (FlagSpec){.name = "tp", .type = FLAG_INT, .dst = &z->tp, .meta = "T",
                         .help = "tensor-parallel ranks (adjacent): each block's heads and MLP split over T",
                         .min = 1, .max = GPT_MAX_HEADS};  // T divides the heads
@@ -17,9 +18,12 @@ int grid_flags(void *ctx, FlagSpec *out) {
                         .help = "pipeline stages of contiguous blocks (embeddings first, head last); "
                                 "dp = ranks / (T x P)",
                         .min = 1, .max = GPT_MAX_UNITS - 2};  // at most a block per stage
-    out[2] = (FlagSpec){.name = "schedule", .type = FLAG_STRING, .dst = &z->schedule_name, .meta = "1f1b|afab",
+    out[2] = (FlagSpec){.name = "schedule", .type = FLAG_STRING, .dst = &z->schedule_name,
+                        .meta = "1f1b|afab|interleaved|zb-h1",
                         .help = "pipeline schedule: one forward one backward, or all forwards then all backwards; "
-                                "micro-batches = --grad-accum"};
+                                "micro-batches = --grad-accum. interleaved (--virtual-stages chunks per stage) and "
+                                "zb-h1 (zero bubble: the backward split into B and W) are drawn by --print-schedule, "
+                                "not run yet"};
     out[3] = (FlagSpec){.name = "partition-activations", .type = FLAG_BOOL, .dst = &z->partition_activations,
                         .help = "with --recompute full and --tp > 1: each tp rank keeps 1/T of every block's saved "
                                 "input, all-gathered before the block recomputes (DeepSpeed's partition_activations)"};
@@ -38,7 +42,11 @@ int grid_flags(void *ctx, FlagSpec *out) {
     out[7] = (FlagSpec){.name = "cp-mode", .type = FLAG_STRING, .dst = &z->cp_mode, .meta = "ulysses",
                         .help = "how --cp splits the attention: ulysses (DeepSpeed-Ulysses, Jacobs et al. 2023: "
                                 "all-to-alls of q, k, v and the output around each block's attention)"};
-    return 8;
+    out[8] = (FlagSpec){.name = "virtual-stages", .type = FLAG_INT, .dst = &z->virtual_stages, .meta = "V",
+                        .help = "with --schedule interleaved: chunks of layers per stage, stage s holding chunks s, "
+                                "s + P, ... (Megatron-LM's virtual pipeline)",
+                        .min = 1, .max = GPT_MAX_UNITS - 2};
+    return 9;
 }
 
 void grid_check_cp_flags(const Trainer *t, const Stage *z, const TrainConfig *cfg) {

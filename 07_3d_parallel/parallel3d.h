@@ -12,6 +12,7 @@ typedef struct Stage {
     int cp;                      // --cp: each sequence split over cp ranks (DeepSpeed-Ulysses)
     const char *cp_mode;         // --cp-mode
     const char *schedule_name;   // --schedule
+    int virtual_stages;          // --virtual-stages: chunks per stage of --schedule interleaved
     int partition_activations;   // --partition-activations
     int sequence_parallel;       // --sequence-parallel
     int print_schedule;          // --print-schedule: draw the schedule's table and exit (schedule.c)

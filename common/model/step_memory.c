@@ -168,6 +168,8 @@ static void pipe_backward(Walk *w, int j) {
 static void pipeline_step(Walk *w) {
     const StepMemorySpec *s = w->s;
     int m = s->micro_batches;
+    CHECK(s->schedule == PIPE_AFAB || s->schedule == PIPE_1F1B, "step_memory: schedule %d is not one a trainer runs",
+          (int)s->schedule);
     if (s->schedule == PIPE_AFAB) {
         for (int i = 0; i < m; i++) pipe_receive(w), pipe_forward(w, i);
         for (int j = 0; j < m; j++) pipe_backward(w, j);

@@ -21,7 +21,9 @@ typedef enum {
     STEP_PIPELINE,  // 07: the rank's units of a pipeline stage, micro-batches in flight by the schedule
 } StepShape;
 
-typedef enum { PIPE_AFAB, PIPE_1F1B } PipeSchedule;
+// (the trainer runs AFAB and 1F1B; interleaved and zero bubble are tables
+// so far: common/training/pipe_schedule.h)
+typedef enum { PIPE_AFAB, PIPE_1F1B, PIPE_INTERLEAVED, PIPE_ZB_H1 } PipeSchedule;
 
 typedef struct StepMemorySpec {
     const GPTLayout *layout;  // the rank's part of the model (tp)

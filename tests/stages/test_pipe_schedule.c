@@ -27,7 +27,7 @@ static void test_tables_keep_their_promises(void **state) {
         for (int P = 1; P <= 6; P++)
             for (int m = 1; m <= 10; m++) {
                 ScheduleTable t;
-                schedule_build(&t, sched, P, m);
+                schedule_build(&t, sched, P, m, 1);
                 for (int s = 0; s < P; s++) {
                     int want = sched == PIPE_AFAB ? m : (P - s < m ? P - s : m);
                     if (schedule_in_flight(&t, s) != want)
@@ -43,18 +43,23 @@ static void test_tables_keep_their_promises(void **state) {
     }
 }
 
-// A table of P = 2 stages and m = 2 micro-batches with the rows given
-// ("F0 F1 B0 B1"), checked: returns the fault (static), or "" for none.
-static const char *fault_of(const char *row0, const char *row1) {
+// A table of `schedule` with P = 2 stages, m = 2 micro-batches and v
+// chunks, with the rows given ("F0 F1 B0 B1", "F0.1 W1"), checked: returns
+// the fault (static), or "" for none.
+static const char *fault_of(PipeSchedule schedule, int v, const char *row0, const char *row1) {
     static char err[256];
     ScheduleTable t;
-    schedule_alloc(&t, PIPE_1F1B, 2, 2);
+    schedule_alloc(&t, schedule, 2, 2, v);
     const char *rows[2] = {row0, row1};
     for (int s = 0; s < 2; s++) {
         char kind;
-        int micro, used;
-        for (const char *p = rows[s]; sscanf(p, " %c%d%n", &kind, &micro, &used) == 2; p += used)
-            t.ops[(size_t)s * 4 + (size_t)t.count[s]++] = (SchedOp){kind == 'F' ? SCHED_F : SCHED_B, micro};
+        int micro, used, chunk;
+        for (const char *p = rows[s]; sscanf(p, " %c%d%n", &kind, &micro, &used) == 2; p += used) {
+            chunk = 0;
+            if (p[used] == '.') sscanf(p + used, ".%d%n", &chunk, &(int){0}), used += 2;
+            SchedKind k = kind == 'F' ? SCHED_F : kind == 'B' ? SCHED_B : SCHED_W;
+            t.ops[(size_t)s * (size_t)t.per_stage + (size_t)t.count[s]++] = (SchedOp){k, micro, chunk};
+        }
     }
     err[0] = 0;
     schedule_check(&t, err, sizeof err);
@@ -62,21 +67,106 @@ static const char *fault_of(const char *row0, const char *row1) {
     return err;
 }
 
+// Interleaved (v = 2) and ZB-H1 at P = 2 and 4, m = 4 and 8 (the issue's
+// shapes): interleaved's stage s holds 2(P - s - 1) + (v - 1)P + 1 chunk
+// micro-batches (Megatron's warm-up and one), stage 0 1 + (P-1)/(Pv) times
+// 1F1B's activations where m·v allows that warm-up (a chunk is 1/v of a
+// stage); ZB-H1 holds 1F1B's
+// min(P - s, m) through B. Each chart's bubble is its formula's, and
+// ZB-H1's is below interleaved's, below 1F1B's.
+static void test_interleaved_and_zero_bubble(void **state) {
+    (void)state;
+    const int v = 2;
+    for (int P = 2; P <= 4; P += 2)
+        for (int m = 4; m <= 8; m += 4) {
+            ScheduleTable one, inter, zb;
+            schedule_build(&one, PIPE_1F1B, P, m, 1);
+            schedule_build(&inter, PIPE_INTERLEAVED, P, m, v);
+            schedule_build(&zb, PIPE_ZB_H1, P, m, 1);
+            for (int s = 0; s < P; s++) {
+                int want = 2 * (P - s - 1) + (v - 1) * P + 1, base = P - s < m ? P - s : m;
+                if (want > m * v) want = m * v;
+                if (schedule_in_flight(&inter, s) != want || schedule_in_flight(&zb, s) != base)
+                    fail_msg("P %d m %d stage %d: interleaved holds %d chunk micro-batches (want %d), zb-h1 %d (want "
+                             "%d)", P, m, s, schedule_in_flight(&inter, s), want, schedule_in_flight(&zb, s), base);
+            }
+            // (where the warm-up is not cut short by the m·v chunk micro-batches there are)
+            double ratio = (double)schedule_in_flight(&inter, 0) / v / schedule_in_flight(&one, 0);
+            if (2 * (P - 1) + (v - 1) * P + 1 <= m * v && fabs(ratio - (1 + (P - 1.0) / (P * v))) > 1e-12)
+                fail_msg("P %d m %d: interleaved's stage 0 holds %.4f of 1F1B's, not 1 + (P-1)/(Pv)", P, m, ratio);
+            double b1 = schedule_bubble(&one), bi = schedule_bubble(&inter), bz = schedule_bubble(&zb);
+            if (fabs(bi - schedule_bubble_formula(&inter)) > 1e-12 || fabs(bz - schedule_bubble_formula(&zb)) > 1e-12)
+                fail_msg("P %d m %d: bubbles interleaved %.4f (formula %.4f), zb-h1 %.4f (formula %.4f)", P, m, bi,
+                         schedule_bubble_formula(&inter), bz, schedule_bubble_formula(&zb));
+            if (!(bz < bi && bi < b1)) fail_msg("P %d m %d: bubbles 1f1b %.4f, interleaved %.4f, zb-h1 %.4f", P, m, b1, bi, bz);
+            int pending = 0;
+            for (int s = 0; s < P; s++) pending = schedule_pending_w(&zb, s) > pending ? schedule_pending_w(&zb, s) : pending;
+            print_message("P %d m %d: bubble 1f1b %.3f, interleaved v 2 %.3f, zb-h1 %.3f (W pending at most %d)\n", P,
+                          m, b1, bi, bz, pending);
+            schedule_free(&one);
+            schedule_free(&inter);
+            schedule_free(&zb);
+        }
+    // --print-schedule draws them; a run of them is refused, as are the shapes they cannot take
+    char *out = NULL;
+    run_ok("./3d_parallel --model small --layers 8 --pp 4 --grad-accum 8 --schedule interleaved --virtual-stages 2 "
+           "--print-schedule", &out);
+    if (!strstr(out, "stage 0 | F0.0 F1.0 F2.0 F3.0 F0.1") || !strstr(out, "formula (P-1)/(v·m+P-1) = 0.158"))
+        fail_msg("--print-schedule interleaved:\n%s", out);
+    free(out);
+    run_ok("./3d_parallel --pp 4 --grad-accum 8 --schedule zb-h1 --print-schedule", &out);
+    if (!strstr(out, "stage 3 | .  .  .  F0 B0 F1 B1") || !strstr(out, "formula (P-1)/(3m+P-1) = 0.111"))
+        fail_msg("--print-schedule zb-h1:\n%s", out);
+    free(out);
+    const char *cases[][2] = {
+        {"./3d_parallel --model tiny --layers 4 --pp 2 --schedule interleaved --virtual-stages 3 --grad-accum 4 "
+         "--print-schedule", "--virtual-stages 3 with --pp 2 cuts the 4 layers into 6 chunks"},
+        {"./3d_parallel --pp 1 --schedule zb-h1 --print-schedule", "it needs --pp 2 or more"},
+        {"./3d_parallel --pp 2 --schedule gpipe --print-schedule", "--schedule gpipe: choose 1f1b, afab, interleaved"},
+        {"./3d_parallel --pp 2 --grad-accum 3 --schedule interleaved --virtual-stages 2 --print-schedule",
+         "3 micro-batches are not a multiple of it"},
+        {"./3d_parallel --pp 2 --schedule interleaved --print-schedule", "give --virtual-stages 2 or more"},
+        {"./3d_parallel --pp 2 --virtual-stages 2 --print-schedule", "only the interleaved schedule cuts a stage"},
+        {"mpirun -np 2 ./3d_parallel --model tiny --pp 2 --grad-accum 2 --schedule zb-h1 --steps 1",
+         "runs 1f1b and afab only"},
+    };
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) free(expect_refusal(cases[i][0], cases[i][1]));
+}
+
 static void test_bad_tables_are_refused(void **state) {
     (void)state;
-    const char *cases[][3] = {
-        {"F0 F1 B0 B1", "F0 B0 F1 B1", ""},
-        {"F0 F1 B0 B1", "B0 F0 F1 B1", "stage 1 runs B 0 before its F 0"},
-        {"F0 F1 B0", "F0 B0 F1 B1", "stage 0 runs 2 forwards and 1 backwards of 2 micro-batches: one is left unfinished"},
-        {"F0 F1 B0 B0", "F0 B0 F1 B1", "stage 0 runs B 0 twice"},
-        {"F0 B0 F1 B1", "F1 F0 B0 B1", "a deadlock"},
+    // 1F1B's (v = 1), then zero bubble's with W (the lab's planted mistakes:
+    // a W before its B, a W never run), then interleaved chunks (v = 2)
+    const struct {
+        PipeSchedule schedule;
+        int v;
+        const char *rows[2], *fault;
+    } cases[] = {
+        {PIPE_1F1B, 1, {"F0 F1 B0 B1", "F0 B0 F1 B1"}, ""},
+        {PIPE_1F1B, 1, {"F0 F1 B0 B1", "B0 F0 F1 B1"}, "stage 1 runs B0 before its F0"},
+        {PIPE_1F1B, 1, {"F0 F1 B0", "F0 B0 F1 B1"},
+         "stage 0 runs 2 forwards, 1 backwards and 0 weight gradients of 2 micro-batches x 1 chunks: one is left "
+         "unfinished"},
+        {PIPE_1F1B, 1, {"F0 F1 B0 B0", "F0 B0 F1 B1"}, "stage 0 runs B0 twice"},
+        {PIPE_1F1B, 1, {"F0 B0 F1 B1", "F1 F0 B0 B1"}, "a deadlock"},
+        {PIPE_1F1B, 1, {"F0 F1 B0 W0 B1", "F0 B0 F1 B1"}, "stage 0 runs W0, but 1f1b does not split the backward"},
+        {PIPE_ZB_H1, 1, {"F0 F1 B0 W0 B1 W1", "F0 B0 W0 F1 B1 W1"}, ""},
+        {PIPE_ZB_H1, 1, {"F0 F1 W0 B0 B1 W1", "F0 B0 W0 F1 B1 W1"}, "stage 0 runs W0 before its B0"},
+        {PIPE_ZB_H1, 1, {"F0 F1 B0 W0 B1", "F0 B0 W0 F1 B1 W1"}, "one is left unfinished"},
+        {PIPE_INTERLEAVED, 2, {"F0.0 F1.0 F0.1 F1.1 B0.1 B1.1 B0.0 B1.0", "F0.0 F1.0 F0.1 B0.1 F1.1 B1.1 B0.0 B1.0"},
+         ""},
+        {PIPE_INTERLEAVED, 2, {"F0.0 F1.0 F0.1 F1.1 B0.1 B1.1 B0.0 B1.0", "F0.1 F1.0 F0.0 B0.1 F1.1 B1.1 B0.0 B1.0"},
+         "a deadlock"},
+        {PIPE_INTERLEAVED, 2, {"F0.0 F1.0 F0.2 F1.1 B0.1 B1.1 B0.0 B1.0", "F0.0 F1.0 F0.1 B0.1 F1.1 B1.1 B0.0 B1.0"},
+         "stage 0 runs F0.2: micro-batches 0 to 1, chunks 0 to 1"},
     };
     for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
-        const char *got = fault_of(cases[i][0], cases[i][1]);
-        if (cases[i][2][0] ? !strstr(got, cases[i][2]) : got[0] != 0)
-            fail_msg("stage 0 \"%s\", stage 1 \"%s\": \"%s\", expected \"%s\"", cases[i][0], cases[i][1], got,
-                     cases[i][2]);
-        print_message("stage 0 \"%s\", stage 1 \"%s\": %s\n", cases[i][0], cases[i][1], got[0] ? got : "runs");
+        const char *got = fault_of(cases[i].schedule, cases[i].v, cases[i].rows[0], cases[i].rows[1]);
+        if (cases[i].fault[0] ? !strstr(got, cases[i].fault) : got[0] != 0)
+            fail_msg("%s: stage 0 \"%s\", stage 1 \"%s\": \"%s\", expected \"%s\"", schedule_name(cases[i].schedule),
+                     cases[i].rows[0], cases[i].rows[1], got, cases[i].fault);
+        print_message("%s: stage 0 \"%s\", stage 1 \"%s\": %s\n", schedule_name(cases[i].schedule), cases[i].rows[0],
+                      cases[i].rows[1], got[0] ? got : "runs");
     }
 }
 
@@ -121,7 +211,7 @@ static void test_runs_follow_their_tables(void **state) {
             json_t *events = json_is_array(tr) ? tr : json_object_get(tr, "traceEvents");
             json_t *ranks = json_object_get(json_object_get(r, "grid"), "ranks");
             ScheduleTable t;
-            schedule_build(&t, k ? PIPE_AFAB : PIPE_1F1B, P, m);
+            schedule_build(&t, k ? PIPE_AFAB : PIPE_1F1B, P, m, 1);
             for (int s = 0; s < P; s++) {  // tp 1, dp 1: rank s is stage s
                 char ops[64][8], want[8];
                 int n = step_ops(events, s, m, ops);
@@ -133,7 +223,7 @@ static void test_runs_follow_their_tables(void **state) {
                 if (!line) fail_msg("--print-schedule printed no row for stage %d:\n%s", s, printed);
                 line += strlen(label);
                 for (int i = 0; i < n; i++) {
-                    SchedOp o = t.ops[(size_t)s * 2 * m + (size_t)i];
+                    SchedOp o = schedule_op(&t, s, i);
                     snprintf(want, sizeof want, "%c%d", o.kind == SCHED_F ? 'F' : 'B', o.micro);
                     if (strcmp(ops[i], want))
                         fail_msg("%s: rank %d's operation %d is %s, its table's %s", cmd, s, i + 1, ops[i], want);
@@ -164,6 +254,7 @@ int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_tables_keep_their_promises),
         cmocka_unit_test(test_bad_tables_are_refused),
+        cmocka_unit_test(test_interleaved_and_zero_bubble),
         cmocka_unit_test(test_runs_follow_their_tables),
     };
     return cmocka_run_group_tests(tests, setup, teardown);
