@@ -448,6 +448,22 @@ static int batch_replicas(const Flags *f, const Inputs *in) {
     return in->ranks / parts;
 }
 
+// What batch_replicas counts, for the batch rule's messages: "ranks", or
+// "data-parallel replicas (--ranks / --tp)", "(--ranks / (--tp x --pp))", ...
+static void replicas_text(const Flags *f, char *out, size_t n) {
+    const char *names[3] = {"--tp", "--cp", "--pp"};
+    int sizes[3] = {f->tp, f->cp, f->pp}, k = 0;
+    char parts[48] = "";
+    for (int i = 0; i < 3; i++)
+        if (sizes[i] > 1) {
+            size_t at = strlen(parts);
+            snprintf(parts + at, sizeof parts - at, "%s%s", k++ ? " x " : "", names[i]);
+        }
+    if (k == 0) snprintf(out, n, "ranks");
+    else if (k == 1) snprintf(out, n, "data-parallel replicas (--ranks / %s)", parts);
+    else snprintf(out, n, "data-parallel replicas (--ranks / (%s))", parts);
+}
+
 // --pp P and --schedule: a model's pipeline (3d_parallel's grid).
 static void check_pp(const Flags *f, const FlagSpec *specs, Inputs *in) {
     in->pp = f->pp;
@@ -479,8 +495,9 @@ int main(int argc, char **argv) {
     parse_flags(argc, argv, &f, specs, &in);
     choose_params(&f, specs, &in);
     choose_ranks(&f, specs, &in);
-    batch_rule_apply(&in.settings, &f.batch, &f.grad_accum, f.global_batch, batch_replicas(&f, &in),
-                     f.tp * f.cp * f.pp > 1 ? "data-parallel replicas (--ranks / (--tp x --cp x --pp))" : "ranks");
+    char replicas[96];
+    replicas_text(&f, replicas, sizeof replicas);
+    batch_rule_apply(&in.settings, &f.batch, &f.grad_accum, f.global_batch, batch_replicas(&f, &in), replicas);
     check_shapes(&f, &in);
     check_zeropp(&f, specs, &in);
     check_timeline(&f, &in);

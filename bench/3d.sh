@@ -7,7 +7,12 @@
 #     2): tokens/s relative to dp_baseline, device peak per rank, each
 #     pipeline stage's model states and activations, the bubble;
 #   - the bubble of tp 1 x pp 4 for m = 1, 2, 4, 8 micro-batches, 1F1B and
-#     AFAB, measured from the timeline beside (P-1)/(m+P-1).
+#     AFAB, measured from the timeline beside (P-1)/(m+P-1);
+#   - context parallelism (Ulysses, --cp 1, 2, 4) at sequences of
+#     BENCH_3D_CP_SEQ tokens (default 1024), micro-batch 1, the same global
+#     batch (BENCH_3D_CP_GLOBAL sequences, default 16): tokens/s relative to
+#     cp 1, activations per rank and the cp group's all-to-all bytes per
+#     step, each beside its formula.
 # On the cpu device the 8 ranks share this machine's cores (oversubscribed):
 # a rank waiting for its neighbour yields its core to one that computes, so
 # the figures say how the schedules behave there, not on 8 devices. With
@@ -28,6 +33,9 @@ batch=2
 tag="3d_$device"
 rm -f "$out/${tag}"_*.json
 common="--model small --batch $batch --steps $steps --warmup 1 --eval-batches 1 --device $device --quiet"
+cp_seq=${BENCH_3D_CP_SEQ:-1024}
+cp_global=${BENCH_3D_CP_GLOBAL:-16}
+cp_common="--model small --seq-len $cp_seq --batch 1 --steps $steps --warmup 1 --eval-batches 1 --device $device --quiet"
 for r in $(seq "$rounds"); do
     mpirun -np "$np" ./dp_baseline $common --global-batch "$global" --json "$out/${tag}_dp_baseline.json" >/dev/null
     for g in "1 1" "2 1" "1 2" "1 4" "2 2"; do
@@ -40,6 +48,9 @@ for r in $(seq "$rounds"); do
             mpirun -np "$np" ./3d_parallel $common --pp 4 --grad-accum "$m" --schedule "$schedule" \
                 --json "$out/${tag}_bubble.json" >/dev/null
         done
+    done
+    for c in 1 2 4; do
+        mpirun -np "$np" ./3d_parallel $cp_common --cp "$c" --global-batch "$cp_global" --json "$out/${tag}_cp.json" >/dev/null
     done
 done
 python3 bench/summarize_3d.py "$out" "$tag" "$np" "$(nproc)"

@@ -32,7 +32,9 @@
 #   3d        3d_parallel on small at 8 ranks (oversubscribed on a small
 #             machine): every (tp, pp) grid against dp_baseline at the same
 #             ranks and global batch, memory per stage, the pipeline bubble
-#             for m = 1, 2, 4, 8 beside (P-1)/(m+P-1) (bench/3d.sh)
+#             for m = 1, 2, 4, 8 beside (P-1)/(m+P-1), and Ulysses' --cp 1, 2,
+#             4 at 1024-token sequences: tokens/s, activations, all-to-all
+#             bytes beside their formulas (bench/3d.sh)
 #   net       on the emulated cluster (scripts/cluster.sh: 2 hosts, 2 ranks
 #             each, root needed, else skipped saying why) at 10 and 200
 #             Mbit/s links (NET_RATES): point-to-point and all-reduce

@@ -2,8 +2,10 @@
 time pooled over rounds (tokens/s = tokens per step / that median) and its
 ratio to dp_baseline at the same ranks and global batch, the device peak per
 rank, each pipeline stage's model states and activations (measured, with the
-formula), the bubble measured beside (P-1)/(m+P-1); and the bubble of the
-m sweep. Usage: summarize_3d.py OUT_DIR TAG RANKS CORES."""
+formula), the bubble measured beside (P-1)/(m+P-1); the bubble of the m
+sweep; and per context-parallel size (Ulysses) tokens/s relative to cp 1,
+activations per rank and the cp group's bytes, each beside its formula.
+Usage: summarize_3d.py OUT_DIR TAG RANKS CORES."""
 import json
 import statistics
 import sys
@@ -86,4 +88,21 @@ result["bubble_sweep"] = [
      "peak_activations_bytes_per_rank": max(x["activations"] for x in runs[-1]["grid"]["ranks"])}
     for (tp, pp, dp, schedule, m), runs in sorted(grouped(records("bubble")).items(), key=lambda kv: (kv[0][4], kv[0][3]))
 ]
+cp_runs = {}
+for r in records("cp"):
+    cp_runs.setdefault(r["grid"].get("cp", 1), []).append(r)
+if 1 in cp_runs:
+    one = tokens_per_s(cp_runs[1])
+    result["context_parallel"] = []
+    for c, runs in sorted(cp_runs.items()):
+        last = runs[-1]["grid"]["ranks"]
+        result["context_parallel"].append({
+            "cp": c, "seq_len": runs[0]["seq_len"], "rounds": len(runs), "tokens_per_s": tokens_per_s(runs),
+            "relative_to_cp1": tokens_per_s(runs) / one,
+            "activations_bytes_per_rank": max(x["activations"] for x in last),
+            "activations_formula": max(x["activations_formula"] for x in last),
+            "all_to_all_bytes_per_step": max(x["comm"]["cp"][0] for x in last),
+            "all_to_all_formula": max(x["comm"]["cp"][1] for x in last),
+            "peak_device_bytes_per_rank": max(r["mem"]["device"]["peak_total"] for r in runs),
+        })
 print(json.dumps(result, indent=1))

@@ -190,19 +190,19 @@ static void test_resume(void **state) {
 // memory_math --longest-seq --cp 2: the T of 3d_parallel's row (a multiple
 // of 2) is where the trainer at --cp 2 passes its budget check, 90% of it
 // trains, and T + 2 is refused with the bytes it needs (tiny, B = 2, 2
-// ranks, 40 MB); and it is longer than zero1's, whose states are the same
+// ranks, 20 MB); and it is longer than zero1's, whose states are the same
 // but whose every rank keeps every position.
 static void test_longest_sequence(void **state) {
     Ctx *c = *state;
     char *out = NULL, cmd[CMD_LEN], json[PATH_LEN];
-    run_ok("./memory_math --model tiny --ranks 2 --batch 2 --hbm-gb 0.04 --longest-seq --cp 2 --json", &out);
+    run_ok("./memory_math --model tiny --ranks 2 --batch 2 --hbm-gb 0.02 --longest-seq --cp 2 --json", &out);
     const char *section = strstr(out, "\"longest_seq\"");
     const char *grid = section ? strstr(section, "{\"stage\":\"3d_parallel --tp 1 --cp 2\",") : NULL;
     const char *zero1 = section ? strstr(section, "{\"stage\":\"zero1\",") : NULL;
     if (!grid || !zero1) fail_msg("memory_math --longest-seq --cp 2: no zero1 or 3d_parallel row:\n%.600s", out);
     int T = (int)number_of(grid, "own"), T1 = (int)number_of(zero1, "own");
     if (T % 2 || T < 3 * T1 / 2) fail_msg("3d_parallel --cp 2: %d tokens, zero1 %d", T, T1);
-    const char *run_flags = "--model tiny --cp 2 --batch 2 --hbm-gb 0.04 --steps 1 --eval-every 0 --eval-batches 1";
+    const char *run_flags = "--model tiny --cp 2 --batch 2 --hbm-gb 0.02 --steps 1 --eval-every 0 --eval-batches 1";
     char *said = NULL;
     snprintf(cmd, sizeof cmd, "mpirun -np 2 ./3d_parallel %s --seq-len %d --quiet", run_flags, T);
     int rc = test_run(cmd, &said);
@@ -215,7 +215,7 @@ static void test_longest_sequence(void **state) {
     free(train(cmd, json));
     snprintf(cmd, sizeof cmd, "mpirun -np 2 ./3d_parallel %s --seq-len %d", run_flags, T + 2);
     free(expect_refusal(cmd, "of device memory per rank"));
-    print_message("3d_parallel --cp 2: %d tokens pass the budget check in 40 MB, zero1 %d\n", T, T1);
+    print_message("3d_parallel --cp 2: %d tokens pass the budget check in 20 MB, zero1 %d\n", T, T1);
     free(out);
 }
 
