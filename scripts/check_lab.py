@@ -20,7 +20,7 @@ recompute's work, and at a second setting of the lab's own knob; and to
 itself (resume reproduces the uninterrupted run). The checks are listed in
 lab_checks.py; --only KEYS (comma-separated: losses, states, peaks,
 device_peak, comm, xfer, overlap, eval, accum, resume, knob, recompute,
-in_flight, f_and_g, seq_par) runs just those.
+in_flight, f_and_g, seq_par, interleaved, zb_h1) runs just those.
 
 --record (used by make_lab.py in the reference tree) runs the reference,
 checks it passes, and prints the expected figures as JSON, with the time of
@@ -189,6 +189,23 @@ class Runner:
         if proc.returncode != 0 or not path.exists():
             return {"error": self.failure(binary, flags, proc.returncode, output)}
         return json.loads(path.read_text().splitlines()[-1])
+
+    def text(self, binary, flags):
+        """Runs a trainer as one process that prints and exits (--print-schedule); returns {"output": what it
+        printed}, or {"error": the line it refused or failed with}."""
+        argv = [f"./{binary}"] + flags.split()
+        if self.not_built:
+            return {"error": "not run: the stage does not build (above)"}
+        try:
+            done = subprocess.run(argv, env=dict(os.environ, **MPI_ENV), capture_output=True, text=True,
+                                  timeout=60)
+        except subprocess.TimeoutExpired:
+            return {"error": "timed out after 60 s"}
+        if done.returncode != 0:
+            lines = (done.stdout + done.stderr).strip().splitlines()
+            own = [l for l in lines if l.startswith(binary + ":")]
+            return {"error": f"exit {done.returncode}: " + ((own or lines or ["no output"])[0])}
+        return {"output": done.stdout}
 
     def failure(self, binary, flags, status, output):
         """What a failed run says: its own error line, or a crash, noted once with its stack."""

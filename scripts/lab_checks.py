@@ -11,7 +11,8 @@ overlap the technique promises; then with gradient accumulation, a resume,
 and a second setting of the lab's own knob (03 the bucket size, 04 the
 prefetch depth, 05 --dpu, 06 the sub-group size). Lab 04 adds the
 evaluation's traffic and the recompute in its three modes; 07 the
-micro-batches in flight and tensor parallelism on its own.
+micro-batches in flight, tensor parallelism on its own, and the interleaved
+and zero-bubble tables as --print-schedule draws them.
 
 A lab's checks are one fixed list (check_names): a run that fails or
 crashes fails every check made of it, each under its own name, so a score's
@@ -29,6 +30,13 @@ IN_FLIGHT = "1F1B with m = 4 > P = 2: micro-batches in flight per stage equal mi
 TP_ALONE = "--tp 2 --pp 1"
 F_AND_G = f"{TP_ALONE} (Megatron's f and g): losses equal the reference's to the bit"
 SEQ_PAR = "--sequence-parallel (f and g as all-gathers and reduce-scatters): losses equal the plain run's to the bit"
+# lab 07's schedule tables past 1F1B, drawn (3d_parallel --print-schedule builds and checks them)
+TABLES = {
+    "interleaved": ("--pp 4 --grad-accum 8 --schedule interleaved --virtual-stages 2 --model small --layers 8",
+                    "--schedule interleaved --virtual-stages 2 (P = 4, m = 8): the table is Megatron's"),
+    "zb_h1": ("--pp 4 --grad-accum 8 --schedule zb-h1",
+              "--schedule zb-h1 (P = 4, m = 8): every B before its W, no W left out, the reference's table"),
+}
 OVERLAP = {
     "03": "buckets leave during backward: per micro-batch all B = ceil(Ψ/cap) buckets but the last are left in "
           "flight while units still run backward",
@@ -43,7 +51,7 @@ RECOMPUTE = {  # mode: (flags, the losses it must equal: key of expected.json)
     "full": ("--recompute full", "losses"),
 }
 KEYS = ["losses", "states", "peaks", "device_peak", "comm", "xfer", "overlap", "eval", "accum", "resume", "knob",
-        "recompute", "in_flight", "f_and_g", "seq_par"]
+        "recompute", "in_flight", "f_and_g", "seq_par", "interleaved", "zb_h1"]
 MAIN_KEYS = {"losses", "states", "peaks", "device_peak", "comm", "xfer", "overlap", "eval", "resume"}
 
 # lab: (stage binary, the reference it must equal, extra flags of the main run, tiers holding states,
@@ -214,6 +222,7 @@ def check_names(lab, only=None):
         names += [recompute_name(mode) for mode in RECOMPUTE]
     if lab == "07":
         names += [n for k, n in (("in_flight", IN_FLIGHT), ("f_and_g", F_AND_G), ("seq_par", SEQ_PAR)) if k in only]
+        names += [TABLES[k][1] for k in TABLES if k in only]
     return names
 
 
@@ -226,6 +235,8 @@ def reference_figures(lab, r):
     expected["accum_losses"] = r.run(stage, f"{MODEL} {extra} {ACCUM}").get("losses")
     if lab == "07":
         expected["tp_losses"] = r.run(stage, f"{MODEL} {TP_ALONE}").get("losses")
+        for k, (flags, _) in TABLES.items():
+            expected[k] = r.text(stage, f"{flags} --print-schedule").get("output")
     if lab == "05":
         expected["dpu_losses"] = r.run(stage, f"{MODEL} {knob[0]}").get("losses")
     if lab == "04":  # the textbook attention sums in another order than flash: its own losses
@@ -332,7 +343,26 @@ def grid_checks(expected, r, extra, only):
     if "seq_par" in only:
         out.append(losses_check(SEQ_PAR, r.run("3d_parallel", f"{MODEL} {extra} --sequence-parallel"),
                                 expected.get("losses")))
+    for k, (flags, name) in TABLES.items():
+        if k in only:
+            out.append(table_check(name, r.text("3d_parallel", f"{flags} --print-schedule"), expected.get(k)))
     return out
+
+
+def table_check(name, got, want):
+    """A schedule's table as --print-schedule draws it, against the reference's: a table the check refuses
+    (a B before its F, a W before its B, one left out, a deadlock) says so; another valid table names its
+    first row that differs."""
+    if want is None:
+        return (name, False, f"no table in .lab/expected.json", "a copy made by this make lab-07")
+    if "error" in got:
+        return (name, False, got["error"], "the table drawn")
+    if got["output"] == want:
+        return (name, True, want.strip().splitlines()[-1], "the same table")
+    mine, theirs = got["output"].splitlines(), want.splitlines()
+    k = next(i for i in range(len(theirs)) if i >= len(mine) or mine[i] != theirs[i])
+    return (name, False, f"another table: {mine[k] if k < len(mine) else 'no line'}",
+            f"{theirs[k]} (and the reference's last line: {theirs[-1]})")
 
 
 def f_and_g_check(rec, want):

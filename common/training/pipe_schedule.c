@@ -59,6 +59,7 @@ static void build_1f1b(ScheduleTable *t, int s) {
     for (int j = m - w; j < m; j++) put(t, s, SCHED_B, j, 0);
 }
 
+// LAB 07: build_interleaved -- the interleaved 1F1B table of stage s
 // Megatron-LM's interleaved 1F1B: the k-th forward of a stage is
 // micro-batch (k / Pv)·P + k mod P on chunk (k / P) mod v, so the chunks
 // take turns by groups of P micro-batches; its k-th backward is the same
@@ -84,7 +85,9 @@ static void build_interleaved(ScheduleTable *t, int s) {
     }
     for (int j = total - warm; j < total; j++) put(t, s, SCHED_B, interleaved_micro(t, j), v - 1 - j / P % v);
 }
+// LAB END
 
+// LAB 07: build_zb_h1 -- the zero-bubble (ZB-H1) table of every stage
 // ZB-H1, built by playing the pipeline slot by slot: a stage that is free
 // runs, in this order of preference, its next B once its own F and the
 // next stage's B have ended; its next F once the previous stage's F has
@@ -138,6 +141,7 @@ static void build_zb_h1(ScheduleTable *t) {
     free(nw);
     free(free_at);
 }
+// LAB END
 
 void schedule_alloc(ScheduleTable *t, PipeSchedule schedule, int stages, int micro_batches, int chunks) {
     if (stages < 1 || micro_batches < 1 || chunks < 1)

@@ -238,6 +238,7 @@ LAB_06 = [
 ]
 
 PL = "07_3d_parallel/pipeline.c"
+SCHED = "common/training/pipe_schedule.c"
 TP = "common/model/gpt_tp.c"
 BL = "common/model/gpt_block.c"
 WARMUP = "    int warmup = p->stages - p->stage - 1 < m ? p->stages - p->stage - 1 : m, steady = m - warmup;"
@@ -270,6 +271,21 @@ LAB_07 = [
       [(BL, "    if (!g->plan.sequence_parallel) {\n        tp_sum(g, dc);\n        return dc;\n    }\n",
         "    if (1) {\n        tp_sum(g, dc);\n        return dc;\n    }\n")],
       "seq_par", ["FAIL  --sequence-parallel"]),
+    m("a W run before its B (the weights' gradient ahead of the input's)",
+      [(SCHED, "            if (nb[s] < nf[s] && ENDED(f_end[(size_t)s * m + nb[s]]) &&",
+        "            if (nw[s] < nf[s] && nw[s] == nb[s]) {\n                kind = SCHED_W, i = nw[s]++;\n"
+        "            } else if (nb[s] < nf[s] && ENDED(f_end[(size_t)s * m + nb[s]]) &&")],
+      "zb_h1", ["FAIL  --schedule zb-h1", "before its B"]),
+    m("the last micro-batch's W never run",
+      [(SCHED, "            } else if (nw[s] < nb[s]) {", "            } else if (nw[s] < nb[s] && nw[s] < m - 1) {"),
+       (SCHED, "    int left = 3 * m * P;", "    int left = (3 * m - 1) * P;")],
+      "zb_h1", ["FAIL  --schedule zb-h1", "left unfinished"]),
+    m("a chunk on the wrong stage (chunk k mod v, not (k / P) mod v)",
+      [(SCHED, "            put(t, s, SCHED_F, interleaved_micro(t, k), k / P % v);\n            put(t, s, SCHED_B",
+        "            put(t, s, SCHED_F, interleaved_micro(t, k), k % v);\n            put(t, s, SCHED_B"),
+       (SCHED, "            put(t, s, SCHED_F, interleaved_micro(t, k), k / P % v);\n        }",
+        "            put(t, s, SCHED_F, interleaved_micro(t, k), k % v);\n        }")],
+      "interleaved", ["FAIL  --schedule interleaved"]),
 ]
 
 MISTAKES = {"01": LAB_01, "02": LAB_02, "03": LAB_03, "04": LAB_04, "05": LAB_05, "06": LAB_06, "07": LAB_07}
