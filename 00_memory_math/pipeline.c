@@ -33,14 +33,6 @@ static const Col stage_cols[] = {
 };
 #define NCOLS (int)(sizeof stage_cols / sizeof stage_cols[0])
 
-static void units_text(int layers, int pp, int s, char *out, size_t n) {
-    int first, end;
-    grid_stage_blocks(layers, pp, s, &first, &end);
-    const char *pre = s == 0 ? "embed," : "", *post = s == pp - 1 ? ",head" : "";
-    if (end - first == 1) snprintf(out, n, "%sblock %d%s", pre, first, post);
-    else snprintf(out, n, "%sblocks %d-%d%s", pre, first, end - 1, post);
-}
-
 static int pipeline_in_flight(int afab, int stages, int s, int m) {
     int n = afab ? m : stages - s;
     if (n > m) n = m;
@@ -87,7 +79,7 @@ void section_pipeline(Printer *p, const Inputs *in) {
         StepMemory mem;
         step_memory(&spec, &mem);
         char units[64];
-        units_text(c->num_layers, P, s, units, sizeof units);
+        grid_units_text(c->num_layers, P, s, units, sizeof units);
         Cell row[NCOLS] = {cell_num(s), cell_str(units), cell_num((double)psi), cell_num(flight),
                            cell_num(sb.tier_total[TIER_DEVICE] / MB), cell_num(a.saved / MB),
                            cell_num(a.working / MB), cell_num(mem.peak / MB)};

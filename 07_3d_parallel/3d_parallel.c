@@ -20,9 +20,6 @@
 
 // ---- where this rank sits, and what its states hold ----
 
-// The grid, this rank's tp part of the layout, its stage's units with
-// min(P - s, m) micro-batches in flight (1F1B) or m (AFAB), and its states:
-// [wte copy (last stage of a pipeline) | the stage's units].
 // --schedule's table (pipe_schedule.h), with its refusals: an unknown
 // name, and under the interleaved schedule layers that do not split into
 // P·v chunks (the rest: schedule_build's).
@@ -53,6 +50,9 @@ static void print_schedule_and_exit(const Trainer *t, const Stage *z, const Trai
     exit(0);
 }
 
+// The grid, this rank's tp part of the layout, its stage's units with
+// min(P - s, m) micro-batches in flight (1F1B) or m (AFAB), and its states:
+// [wte copy (last stage of a pipeline) | the stage's units].
 static Placement configure(const Trainer *t, TrainConfig *cfg, const GPTConfig *mc, Placement p) {
     Stage *z = t->sctx;
     PipeSchedule table = schedule_table_of(z, mc);

@@ -110,13 +110,8 @@ static void print_stages(const Trainer *t, const Stage *z) {
     printf("  %-5s %-17s %10s %11s %11s %11s %11s %7s %7s %7s\n", "stage", "units", "Ψ_s", "states MB", "formula MB",
            "acts MB", "formula MB", "flight", "formula", "bubble");
     for (int s = 0; s < z->grid.pp; s++) {
-        int first, end;
         char units[48];
-        grid_stage_blocks(l->cfg.num_layers, z->grid.pp, s, &first, &end);
-        if (end - first == 1) snprintf(units, sizeof units, "%sblock %d%s", s == 0 ? "embed," : "", first,
-                                       s == z->grid.pp - 1 ? ",head" : "");
-        else snprintf(units, sizeof units, "%sblocks %d-%d%s", s == 0 ? "embed," : "", first, end - 1,
-                      s == z->grid.pp - 1 ? ",head" : "");
+        grid_units_text(l->cfg.num_layers, z->grid.pp, s, units, sizeof units);
         printf("  %-5d %-17s %10.0f %11.3f %11.3f %11.3f %11.3f %7.0f %7.0f %7.3f\n", s, units,
                STAGE_MAX(z, s, params), STAGE_MAX(z, s, states) / 1e6, STAGE_MAX(z, s, states_formula) / 1e6,
                STAGE_MAX(z, s, acts) / 1e6, STAGE_MAX(z, s, acts_formula) / 1e6, STAGE_MAX(z, s, peak_in_flight),

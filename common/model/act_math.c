@@ -21,6 +21,8 @@
 // keeps the core's output twice, on the heads' positions and on its own:
 // sbhe/t more. The backward scratch adds the all-to-alls' send and receive
 // buffers, 3sbhe/t each.
+
+// A tiled chunk's tokens (act_math.h).
 double act_tile_tokens(double sb, int K) {
     if (K <= 0) return 0;
     double n = 16 * ceil(ceil(sb / K) / 16);

@@ -241,13 +241,6 @@ void gpt_alloc(GPT *g, const GPTLayout *l, Device *dev, const GPTPlan *p, Comm *
     for (int k = 0; k < 2; k++) dev->ops->event_create(dev, &g->tokens_copied[k]);
 }
 
-void gpt_set_seq_group(GPT *g, Comm *cp) {
-    int n = gpt_plan_cp(&g->plan);
-    CHECK(n == 1 || (cp && cp->size == n && cp->rank == g->plan.cp_rank), "gpt_set_seq_group: a plan of %d sequence "
-          "parts (this rank's %d) needs its group of as many ranks, ordered by their parts", n, g->plan.cp_rank);
-    g->cp = n > 1 ? cp : NULL;
-}
-
 void gpt_free(GPT *g) {
     if (!g->slot) return;
     ckpt_store_free(g);
@@ -366,12 +359,6 @@ void *gpt_slot_output(GPT *g, int s) {
 void *gpt_slot_grad(GPT *g, int s) { return slot_of(g, s)->dres; }
 
 // ---- the embeddings and the head ----
-
-// wpe's row of this rank's first position: 0, or under Ulysses its part's
-// first (element offset of the row in wpe, and in wpe's gradient).
-size_t embed_position_offset(const GPT *g) {
-    return (size_t)(gpt_plan_cp(&g->plan) > 1 ? g->plan.cp_rank : 0) * g->plan.T * g->L.cfg.channels;
-}
 
 static void embed_forward(GPT *g, const bf16 *pe, int s) {
     Device *d = g->dev;

@@ -23,6 +23,14 @@ void grid_stage_units(int layers, int pp, int s, int *first_unit, int *last_unit
     *last_unit = s == pp - 1 ? layers + 1 : gpt_unit_block(end - 1);
 }
 
+void grid_units_text(int layers, int pp, int s, char *out, size_t n) {
+    int first, end;
+    grid_stage_blocks(layers, pp, s, &first, &end);
+    const char *pre = s == 0 ? "embed," : "", *post = s == pp - 1 ? ",head" : "";
+    if (end - first == 1) snprintf(out, n, "%sblock %d%s", pre, first, post);
+    else snprintf(out, n, "%sblocks %d-%d%s", pre, first, end - 1, post);
+}
+
 int grid_state_ranges(const GPTLayout *l, int pp, int stage, int first_unit, int last_unit, Range out[2]) {
     int n = 0;
     if (pp > 1 && stage == pp - 1)  // wte opens the embeddings' unit
@@ -88,22 +96,29 @@ size_t grid_part_whole_once(const GridPart *g, size_t i) {
     return grid_part_whole(g, i);
 }
 
-int grid_seq_parts(const char *name) {
-    int tp, cp, pp, dp;
-    return sscanf(name, "tp %d x cp %d x pp %d x dp %d", &tp, &cp, &pp, &dp) == 4 && cp > 0 ? cp : 1;
-}
-
-// Under Ulysses ("tp T x cp C x pp P x dp D") the model part's replicas are
-// C·D: the C ranks of a sequence group hold the same states.
-int grid_parse(const char *name, int *tp, int *pp, int *dp) {
-    const int most = 1 << 20;  // any real grid; keeps T·P·D well inside a long long
-    int cp = 1;
-    if (sscanf(name, "tp %d x cp %d x pp %d x dp %d", tp, &cp, pp, dp) != 4 &&
+// "tp T x cp C x pp P x dp D" (Ulysses) or "tp T x pp P x dp D" (C = 1):
+// 1 when it is neither, or a size is past 2^20 (any real grid; keeps
+// T·P·C·D well inside a long long).
+static int parse_sizes(const char *name, int *tp, int *cp, int *pp, int *dp) {
+    const int most = 1 << 20;
+    *cp = 1;
+    if (sscanf(name, "tp %d x cp %d x pp %d x dp %d", tp, cp, pp, dp) != 4 &&
         sscanf(name, "tp %d x pp %d x dp %d", tp, pp, dp) != 3)
         return 1;
-    if (*tp < 1 || *pp < 1 || *dp < 1 || cp < 1 || *tp > most || *pp > most || *dp > most || cp > most ||
-        (double)*dp * cp > most)
-        return 1;
+    return *tp < 1 || *pp < 1 || *dp < 1 || *cp < 1 || *tp > most || *pp > most || *dp > most || *cp > most ||
+           (double)*dp * *cp > most;
+}
+
+int grid_seq_parts(const char *name) {
+    int tp, cp, pp, dp;
+    return parse_sizes(name, &tp, &cp, &pp, &dp) ? 1 : cp;
+}
+
+// Under Ulysses the model part's replicas are C·D: the C ranks of a
+// sequence group hold the same states.
+int grid_parse(const char *name, int *tp, int *pp, int *dp) {
+    int cp;
+    if (parse_sizes(name, tp, &cp, pp, dp)) return 1;
     *dp *= cp;
     return 0;
 }

@@ -52,3 +52,5 @@ size_t grid_part_whole_once(const GridPart *g, size_t i);
 int grid_parse(const char *name, int *tp, int *pp, int *dp);
 // The ranks a grid splits each sequence over: C of "tp T x cp C x ...", else 1.
 int grid_seq_parts(const char *name);
+// "embed,blocks 0-3,head": the units of stage s of a pipeline of pp stages.
+void grid_units_text(int layers, int pp, int s, char *out, size_t n);

@@ -213,7 +213,6 @@ GPTActBytes gpt_activation_bytes(const GPTLayout *l, const GPTPlan *p, int act_b
     if (p->sequence_parallel) r.shared += BT * C * ab + R * C * ab;
     r.total_saved = r.per_slot * (size_t)p->slots + r.shared;
     // backward: the residual gradient per slot (R,C); one C-wide and two 4C-wide (F) temporaries
-    // (d4b one chunk's rows under the tiled MLP)
     // (d4b one chunk's rows under the tiled MLP); Ulysses' send and receive buffers, (BT,3Cp) each
     r.backward_scratch = R * C * ab * (size_t)p->slots + BT * (C + F) * ab + (size_t)gpt_mlp_tile_rows(p) * F * ab;
     if (gpt_plan_cp(p) > 1) r.backward_scratch += 2 * BT * 3 * Cp * ab;

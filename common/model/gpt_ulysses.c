@@ -13,7 +13,8 @@
 // Four all-to-alls of B·T·Cp elements a layer forward and four backward
 // (q, k and v count as three), each rank keeping 1/cp of what it packs.
 // The packing is a strided copy on the device (dev_copy_2d) into the work's
-// send buffer; what arrives is unpacked from its receive buffer.
+// send buffer; what arrives is unpacked from its receive buffer. Here too:
+// the model's sequence group, and the position rows of the rank's part.
 #include "check.h"
 #include "comm.h"
 #include "gpt_units.h"
@@ -90,4 +91,17 @@ void ulysses_attention_backward(GPT *g, const LayerActs *la, act *dout, act *dqk
     g->dev->k->flash_attention_backward(g->dev, dqkv, dout, la->qkv, la->atth, la->att, p.B, p.cp * p.T, (int)p.Cc,
                                         heads);
     to_positions(g, dqkv, dqkv, 3);
+}
+
+void gpt_set_seq_group(GPT *g, Comm *cp) {
+    int n = gpt_plan_cp(&g->plan);
+    CHECK(n == 1 || (cp && cp->size == n && cp->rank == g->plan.cp_rank), "gpt_set_seq_group: a plan of %d sequence "
+          "parts (this rank's %d) needs its group of as many ranks, ordered by their parts", n, g->plan.cp_rank);
+    g->cp = n > 1 ? cp : NULL;
+}
+
+// wpe's row of this rank's first position: 0, or under Ulysses its part's
+// first (element offset of the row in wpe, and in wpe's gradient).
+size_t embed_position_offset(const GPT *g) {
+    return (size_t)(gpt_plan_cp(&g->plan) > 1 ? g->plan.cp_rank : 0) * g->plan.T * g->L.cfg.channels;
 }

@@ -190,7 +190,7 @@ void ulysses_attention_forward(GPT *g, LayerActs *la);
 // (BT,3Cp).
 void ulysses_attention_backward(GPT *g, const LayerActs *la, act *dout, act *dqkv);
 
-// gpt.c: wpe's element offset of this rank's first position (Ulysses: its
+// gpt_ulysses.c: wpe's element offset of this rank's first position (Ulysses: its
 // part's), in wpe and in its gradient.
 size_t embed_position_offset(const GPT *g);
 
