@@ -310,7 +310,8 @@ $(BUILD)/tests/core/flash_plant_%.o: common/device/cpu/kernels_cpu_flash.c tests
 	@mkdir -p $(dir $@)
 	$(CC) $(CFLAGS) -include tests/core/flash_plants.h -DFLASH_PLANT_$* \
 		-Dflash_attention_forward_cpu=flash_forward_plant_$* -Dflash_attention_backward_cpu=flash_backward_plant_$* \
-		-Dflash_cpu_scratch_bytes=flash_scratch_plant_$* \
+		-Dflash_cpu_scratch_bytes=flash_scratch_plant_$* -Dflash_block_forward_cpu=flash_block_forward_plant_$* \
+		-Dflash_block_backward_cpu=flash_block_backward_plant_$* \
 		-c $< -o $@
 $(BUILD)/tests/core/test_flash: tests/core/test_flash.c $(FLASH_PLANTS:%=$(BUILD)/tests/core/flash_plant_%.o) $(LIB)
 	@mkdir -p $(dir $@)

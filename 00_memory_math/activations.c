@@ -51,8 +51,9 @@ void section_activations(Printer *p, const Inputs *in) {
     printer_str(p, "attention", "attention (the run's, in every row)", gpt_attention_name(in->attention));
     printer_num(p, "tp", "t (tensor-parallel ranks; per rank below)", t, "%.0f", NULL);
     if (in->cp > 1)
-        printer_num(p, "cp", "c (context-parallel ranks, Ulysses: s = T/c positions per rank below)", in->cp, "%.0f",
-                    NULL);
+        printer_num(p, "cp", in->cp_ring ? "c (context-parallel ranks, ring: s = T/c positions per rank below, two chunks)"
+                                         : "c (context-parallel ranks, Ulysses: s = T/c positions per rank below)",
+                    in->cp, "%.0f", NULL);
     if (in->tp > 1)
         printer_str(p, "tp_split", "between the tensor-parallel regions",
                     sp ? "split over the t ranks (--sequence-parallel)" : "whole on every rank");

@@ -121,8 +121,8 @@ void section_fit_run(Printer *p, const Inputs *in) {
     }
     if (in->tp > 1 || in->cp > 1) {
         RunDeviceBytes r = tp_run(in, threads);
-        char name[96], cp[24] = "";
-        if (in->cp > 1) snprintf(cp, sizeof cp, " --cp %d", in->cp);
+        char name[96], cp[40] = "";
+        if (in->cp > 1) snprintf(cp, sizeof cp, " --cp %d%s", in->cp, in->cp_ring ? " --cp-mode ring" : "");
         snprintf(name, sizeof name, "3d_parallel --tp %d%s%s%s", in->tp, cp, in->sequence_parallel ? " --sp" : "",
                  in->partition_activations ? " --pa" : "");
         add_row(p, name, &r, budget, fits, refused);

@@ -64,7 +64,7 @@ static int fits(StageId s, const Inputs *in, const Way *w, int T, double budget)
 // The longest T in [1, most] that fits (0: not even one token); the grid's
 // a multiple of its C (n·C, n searched).
 static int longest(StageId s, const Inputs *in, const Way *w, int most, double budget) {
-    int q = s == GRID_ROW && in->cp > 1 ? in->cp : 1;
+    int q = s == GRID_ROW && in->cp > 1 ? in->cp * (in->cp_ring ? 2 : 1) : 1;  // ring: 2·C chunks
     most /= q;
     if (most < 1 || !fits(s, in, w, q, budget)) return 0;
     int lo = 1, hi = 2;  // lo fits; find an hi that does not, or the most
@@ -104,8 +104,9 @@ void section_longest(Printer *p, const Inputs *in) {
         printer_row(p, row);
     }
     if (in->tp > 1 || in->cp > 1) {
-        char name[64];
-        snprintf(name, sizeof name, "3d_parallel --tp %d --cp %d", in->tp, in->cp);
+        char name[80];
+        snprintf(name, sizeof name, "3d_parallel --tp %d --cp %d%s", in->tp, in->cp,
+                 in->cp > 1 && in->cp_ring ? " --cp-mode ring" : "");
         Cell row[NWAYS + 1];
         row[0] = cell_str(name);
         for (int k = 0; k < NWAYS; k++) row[1 + k] = cell_num(longest(GRID_ROW, in, &ways[k], most, budget));

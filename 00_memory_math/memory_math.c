@@ -164,11 +164,12 @@ static void parse_flags(int argc, char **argv, Flags *f, FlagSpec *specs, Inputs
                   .min = 1, .max = GPT_MAX_HEADS},
         [F_CP] = {.name = "cp", .type = FLAG_INT, .dst = &f->cp, .meta = "C",
                   .help = "3d_parallel's context-parallel ranks (with --model): each sequence split over C ranks, "
-                          "S/C positions each (DeepSpeed-Ulysses); its activations, all-to-all buffers and fit row",
+                          "S/C positions each (--cp-mode); its activations, buffers and fit row",
                   .min = 1, .max = GPT_MAX_HEADS},
-        [F_CP_MODE] = {.name = "cp-mode", .type = FLAG_STRING, .dst = &f->cp_mode, .meta = "ulysses",
+        [F_CP_MODE] = {.name = "cp-mode", .type = FLAG_STRING, .dst = &f->cp_mode, .meta = "ulysses|ring",
                        .help = "with --cp: how the attention is split (ulysses: all-to-alls of q, k, v and the "
-                               "output around each block's attention)"},
+                               "output around each block's attention; ring: two zigzag chunks a rank, k and v "
+                               "passed around the cp ranks)"},
         [F_SEQUENCE_PARALLEL] = {.name = "sequence-parallel", .type = FLAG_BOOL, .dst = &f->sequence_parallel,
                                  .help = "with --tp > 1: the residual stream and layernorms split over the tp ranks"},
         [F_PARTITION_ACTIVATIONS] = {.name = "partition-activations", .type = FLAG_BOOL,
@@ -295,17 +296,22 @@ static void check_tp(Flags *f, Inputs *in) {
 // --cp and --cp-mode, refused as 3d_parallel refuses them (after check_tp).
 static void check_cp(const Flags *f, Inputs *in) {
     in->cp = f->cp;
-    if (strcmp(f->cp_mode, "ulysses") != 0)
-        fail_usage("--cp-mode %s: choose ulysses (ring attention is not built yet)", f->cp_mode);
+    if (strcmp(f->cp_mode, "ulysses") != 0 && strcmp(f->cp_mode, "ring") != 0)
+        fail_usage("--cp-mode %s: choose ulysses or ring", f->cp_mode);
+    in->cp_ring = strcmp(f->cp_mode, "ring") == 0;
     if (f->cp == 1) return;
     if (!in->have_model) fail_usage("--cp %d splits a model's sequences and heads: add --model NAME", f->cp);
     if (in->attention != GPT_ATTENTION_FLASH)
         fail_usage("--cp %d runs each block's attention core as flash attention over the whole sequence: give "
                    "--attention flash", f->cp);
     const GPTConfig *c = &in->layout.cfg;
-    if (c->num_heads % (f->tp * f->cp))
+    if (!in->cp_ring && c->num_heads % (f->tp * f->cp))
         fail_usage("--tp %d x --cp %d does not divide %s's %d heads: Ulysses gives each of the tp x cp ranks whole "
-                   "heads over the whole sequence", f->tp, f->cp, in->model, c->num_heads);
+                   "heads over the whole sequence (or --cp-mode ring, which splits no heads)", f->tp, f->cp,
+                   in->model, c->num_heads);
+    if (in->cp_ring && in->seq_len % (2 * f->cp))
+        fail_usage("--seq-len %d does not cut into 2 x --cp %d chunks (ring attention's zigzag): give a multiple "
+                   "of %d", in->seq_len, f->cp, 2 * f->cp);
     if (in->seq_len % f->cp)
         fail_usage("--seq-len %d does not split over --cp %d: give a multiple of %d", in->seq_len, f->cp, f->cp);
     if (in->ranks % (f->tp * f->cp))
@@ -318,6 +324,7 @@ GPTPlan act_plan(const Inputs *in, GPTRecompute r, int offload) {
     int cp = in->cp > 1 ? in->cp : 1;
     GPTPlan plan = gpt_plan_whole(act_layout(in), in->batch, in->seq_len / cp);
     plan.cp = cp > 1 ? cp : 0;
+    plan.cp_ring = in->cp_ring;
     plan.recompute = r;
     plan.attention = in->attention;
     plan.loss_tiles = in->tiled_loss;

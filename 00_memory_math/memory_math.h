@@ -49,7 +49,8 @@ typedef struct Inputs {
     int context_given;        // --context given: the longest sequence is at most it
     int longest_seq;          // --longest-seq: the longest sequence per stage in --hbm-gb (longest.c)
     int pp, schedule_afab;    // --pp P (1: none) and --schedule afab (else 1f1b): pipeline.c
-    int cp;                   // --cp C (1: none): 3d_parallel's Ulysses ranks per sequence
+    int cp;                   // --cp C (1: none): 3d_parallel's ranks per sequence
+    int cp_ring;              // --cp-mode ring (else Ulysses)
 } Inputs;
 
 // sections.c

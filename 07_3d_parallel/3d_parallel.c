@@ -70,7 +70,8 @@ static Placement configure(const Trainer *t, TrainConfig *cfg, const GPTConfig *
     Grid *g = &z->grid;
     grid_check_cp_flags(t, z, cfg);
     // the grid splits the world, the default's data-parallel group
-    grid_init(g, p.dp, z->tp, z->cp, z->pp, cfg->seq_len, mc);
+    int ring = strcmp(z->cp_mode, "ring") == 0;
+    grid_init(g, p.dp, z->tp, z->cp, ring, z->pp, cfg->seq_len, mc);
     gpt_layout_tp(&p.layout, mc, g->tp, g->tp_rank);
     p.dp = &g->dp_comm;  // every replica of the part, the cp ranks included (ZeRO-1, the gradients' sum)
     p.tp = g->tp > 1 ? &g->tp_comm : NULL;
@@ -80,7 +81,7 @@ static Placement configure(const Trainer *t, TrainConfig *cfg, const GPTConfig *
     int slots = pipeline_slots(z->schedule, g->pp, g->stage, cfg->grad_accum);
     p.plan = (GPTPlan){.B = cfg->batch, .T = cfg->seq_len / g->cp, .slots = slots, .first_unit = g->first_unit,
                        .last_unit = g->last_unit, .partition_activations = z->partition_activations,
-                       .sequence_parallel = z->sequence_parallel, .cp = g->cp, .cp_rank = g->cp_rank};
+                       .sequence_parallel = z->sequence_parallel, .cp = g->cp, .cp_rank = g->cp_rank, .cp_ring = ring};
     grid_check_activation_flags(t, z);
     const GPTLayout *l = &p.layout;
     CHECK(l->emb_off[EMB_WTE] == 0, "3d_parallel: wte must open the embeddings' unit (states keep it first)");

@@ -14,17 +14,17 @@ static void head_grids(int heads, char *out, size_t n) {
                 at += (size_t)snprintf(out + at, n - at, "%s--tp %d --cp %d", at ? ", " : "", tp, cp);
 }
 
-void grid_check(int ranks, int tp, int cp, int pp, int seq_len, const GPTConfig *cfg) {
+void grid_check(int ranks, int tp, int cp, int ring, int pp, int seq_len, const GPTConfig *cfg) {
     if (tp < 1 || pp < 1 || cp < 1) fail_usage("--tp %d --cp %d --pp %d: each must be at least 1", tp, cp, pp);
     if (cfg->num_heads % tp != 0)  // 4C = 4 x heads x head size divides too
         fail_usage("--tp %d does not divide the %d heads: tensor parallelism splits the heads (and the MLP's 4C "
                    "channels with them); pick a --tp that divides %d", tp, cfg->num_heads, cfg->num_heads);
-    if (cfg->num_heads % (tp * cp) != 0) {
+    if (!ring && cfg->num_heads % (tp * cp) != 0) {
         char grids[256];
         head_grids(cfg->num_heads, grids, sizeof grids);
         fail_usage("--tp %d x --cp %d does not divide the %d heads: Ulysses gives each of the tp x cp ranks of a "
-                   "stage whole heads over the whole sequence; grids that work: %s", tp, cp, cfg->num_heads,
-                   grids[0] ? grids : "none (one head)");
+                   "stage whole heads over the whole sequence; grids that work: %s (or --cp-mode ring, which splits no "
+                   "heads)", tp, cp, cfg->num_heads, grids[0] ? grids : "none (one head)");
     }
     int part = tp * cp * pp;
     char cps[32] = "";
@@ -33,6 +33,10 @@ void grid_check(int ranks, int tp, int cp, int pp, int seq_len, const GPTConfig 
         fail_usage("%d ranks do not divide into --tp %d%s x --pp %d = %d model parts; run a multiple of %d ranks "
                    "(mpirun -np %d gives dp %d)", ranks, tp, cps, pp, part, part, part * (ranks / part + 1),
                    ranks / part + 1);
+    if (ring && cp > 1 && seq_len % (2 * cp) != 0)
+        fail_usage("--seq-len %d does not cut into 2 x --cp %d chunks: ring attention gives each rank of a "
+                   "sequence group two chunks of S/(2 cp) positions (the zigzag, r and 2cp - 1 - r); give a "
+                   "--seq-len that is a multiple of %d", seq_len, cp, 2 * cp);
     if (seq_len % cp != 0)
         fail_usage("--seq-len %d does not split over --cp %d: each rank of a sequence group holds S/cp positions; "
                    "give a --seq-len that is a multiple of %d", seq_len, cp, cp);
@@ -41,8 +45,8 @@ void grid_check(int ranks, int tp, int cp, int pp, int seq_len, const GPTConfig 
                    pp, cfg->num_layers, cfg->num_layers);
 }
 
-void grid_init(Grid *g, Comm *world, int tp, int cp, int pp, int seq_len, const GPTConfig *cfg) {
-    grid_check(world->size, tp, cp, pp, seq_len, cfg);
+void grid_init(Grid *g, Comm *world, int tp, int cp, int ring, int pp, int seq_len, const GPTConfig *cfg) {
+    grid_check(world->size, tp, cp, ring, pp, seq_len, cfg);
     g->tp = tp;
     g->pp = pp;
     g->cp = cp;

@@ -39,9 +39,9 @@ typedef struct Grid {
 // The grid's refusals, each one line and exit 2: N not divisible by T·C·P,
 // heads (and so 4C) not divisible by T, nor by T·C under Ulysses, fewer
 // layers than stages, a sequence of S tokens that does not split over C.
-void grid_check(int ranks, int tp, int cp, int pp, int seq_len, const GPTConfig *cfg);
+void grid_check(int ranks, int tp, int cp, int ring, int pp, int seq_len, const GPTConfig *cfg);
 // Splits the world into the groups above (collective over the world).
-void grid_init(Grid *g, Comm *world, int tp, int cp, int pp, int seq_len, const GPTConfig *cfg);
+void grid_init(Grid *g, Comm *world, int tp, int cp, int ring, int pp, int seq_len, const GPTConfig *cfg);
 void grid_free(Grid *g);
 // "tp 2 x pp 2 x dp 2", "tp 2 x cp 2 x pp 1 x dp 2" (dp: the data replicas)
 void grid_name(const Grid *g, char *out, size_t n);

@@ -36,12 +36,15 @@ int grid_flags(void *ctx, FlagSpec *out) {
                                 "stage's micro-batches in flight and the bubble, then exit without training"};
     out[6] = (FlagSpec){.name = "cp", .type = FLAG_INT, .dst = &z->cp, .meta = "C",
                         .help = "context parallel: each sequence split over C ranks by its positions (adjacent "
-                                "replicas); an all-to-all gives each every position of 1/C of its heads for the "
-                                "attention; ZeRO-1 shards over dp x cp; dp = ranks / (T x C x P)",
+                                "replicas), the attention by --cp-mode; ZeRO-1 shards over dp x cp; "
+                                "dp = ranks / (T x C x P)",
                         .min = 1, .max = GPT_MAX_HEADS};  // T·C divides the heads
-    out[7] = (FlagSpec){.name = "cp-mode", .type = FLAG_STRING, .dst = &z->cp_mode, .meta = "ulysses",
+    out[7] = (FlagSpec){.name = "cp-mode", .type = FLAG_STRING, .dst = &z->cp_mode, .meta = "ulysses|ring",
                         .help = "how --cp splits the attention: ulysses (DeepSpeed-Ulysses, Jacobs et al. 2023: "
-                                "all-to-alls of q, k, v and the output around each block's attention)"};
+                                "all-to-alls of q, k, v and the output around each block's attention; T x C divides "
+                                "the heads) or ring (ring attention, Liu et al. 2023: each rank two zigzag chunks of "
+                                "the sequence, the keys and values passed around the cp ranks, the partial results "
+                                "merged by their log-sum-exp)"};
     out[8] = (FlagSpec){.name = "virtual-stages", .type = FLAG_INT, .dst = &z->virtual_stages, .meta = "V",
                         .help = "with --schedule interleaved: chunks of layers per stage, stage s holding chunks s, "
                                 "s + P, ... (Megatron-LM's virtual pipeline)",
@@ -50,8 +53,8 @@ int grid_flags(void *ctx, FlagSpec *out) {
 }
 
 void grid_check_cp_flags(const Trainer *t, const Stage *z, const TrainConfig *cfg) {
-    if (strcmp(z->cp_mode, "ulysses") != 0)
-        fail_usage("--cp-mode %s: choose ulysses (ring attention is not built yet)", z->cp_mode);
+    if (strcmp(z->cp_mode, "ulysses") != 0 && strcmp(z->cp_mode, "ring") != 0)
+        fail_usage("--cp-mode %s: choose ulysses or ring", z->cp_mode);
     if (z->cp > 1 && strcmp(cfg->attention, "flash") != 0)
         fail_usage("--cp %d runs each block's attention core as flash attention over the whole sequence; "
                    "--attention %s is not supported with it: give --attention flash", z->cp, cfg->attention);

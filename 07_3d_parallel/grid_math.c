@@ -30,10 +30,10 @@ void grid_state_bytes(const GridShape *g, int s, StateBytes *out) {
 }
 
 GridActs grid_act_bytes(const GridShape *g, int s, int slots) {
-    // S: the rank's positions of a sequence (Ulysses: S/C of them)
+    // S: the rank's positions of a sequence (context parallel: S/C of them)
     double C = g->cfg.channels, T = g->tp, a = g->act_bytes, B = g->batch, S = g->seq_len / g->cp, BS = B * S;
     double heads = g->cfg.num_heads / g->tp, blocks = stage_blocks(g, s), sp = g->sp ? T : 1;
-    double ulysses = g->cp > 1 ? 1 : 0;  // the core's output kept on the heads' positions too
+    double ulysses = g->cp > 1 && !g->cp_ring ? 1 : 0;  // the core's output kept on the heads' positions too
     double core = g->flash ? 4 * B * heads * S : 4 * B * heads * S * S, x3 = BS * C * a / sp;
     // a tile of BS tokens over K: ceil(BS/K) rounded up to 16 (the rows the cpu GEMM keeps together), at most BS
     double mlp_chunk = g->mlp_tiles ? fmin(BS, 16 * ceil(ceil(BS / g->mlp_tiles) / 16)) : 0;
@@ -95,7 +95,11 @@ void grid_comm_bytes(const GridShape *g, int s, double out[GROUP_COUNT][OP_COUNT
     if (g->sp) residual /= T;  // what crosses between stages: each tp rank's rows
     out[GROUP_PP][OP_SEND] = out[GROUP_PP][OP_RECV] = m * residual * ((first ? 0 : 1) + (last ? 0 : 1));
     if (g->pp > 1 && (first || last)) out[GROUP_EMB][OP_ALL_REDUCE] = grid_vocab_padded(g) * C / T * 2;
-    if (g->cp > 1)  // per block q, k, v and the output forward, their gradients backward, again under full
+    double kv = BS * 2 * C / T;  // a rank's k and v (elements)
+    if (g->cp > 1 && g->cp_ring)  // k, v forward (twice under full) and backward; their fp32 gradients backward
+        out[GROUP_CP][OP_SEND] = out[GROUP_CP][OP_RECV] =
+            m * blocks * ((2 + full) * (g->cp - 1.0) * kv * a + g->cp * kv * 4);
+    else if (g->cp > 1)  // per block q, k, v and the output forward, their gradients backward, again under full
         out[GROUP_CP][OP_ALL_TO_ALL] = m * blocks * (8 + 4 * full) * (g->cp - 1.0) / g->cp * BS * C / T * a;
     double padded = padded_params(grid_stage_params(g, s), g->dp);
     out[GROUP_DP][OP_REDUCE_SCATTER] = out[GROUP_DP][OP_ALL_GATHER] = padded * 2 * (D - 1) / D;

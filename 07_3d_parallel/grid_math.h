@@ -15,7 +15,8 @@ const char *grid_group_name(GridGroup g);  // "tp", "pp", "emb", "dp", "cp"
 typedef struct GridShape {
     GPTConfig cfg;
     int tp, pp, dp;         // T, P, D (D: the part's replicas, cp x the data replicas)
-    int cp;                 // C: Ulysses' ranks per sequence (1: none)
+    int cp;                 // C: ranks per sequence (1: none)
+    int cp_ring;            // --cp-mode ring (else Ulysses)
     int batch, seq_len;     // B, S of a micro-batch (S the whole sequence: a rank holds S/C of it)
     int micro_batches;      // m
     int act_bytes;          // a: 4 (cpu: fp32 activations) or 2 (cuda: bf16)
@@ -80,6 +81,10 @@ GridActs grid_act_bytes(const GridShape *g, int stage, int slots);
 //   dp:  ZeRO-1's reduce-scatter and all-gather of Ψ_s padded, bf16, (D-1)/D each;
 //   cp:  Ulysses' all-to-alls, each rank sending (C-1)/C of B·(S/C)·C/T
 //        activations four times per block forward (q, k, v, the output)
-//        and four backward, four more with full recompute, x m.
-// Every B·S above (tp, pp) is the rank's B·S/C under Ulysses.
+//        and four backward, four more with full recompute, x m; ring
+//        attention's shifts, each rank sending its k and v, B·(S/C)·2C/T
+//        activations, C-1 times per block forward (again under full
+//        recompute) and C-1 times backward, and their fp32 gradients C
+//        times backward (the last brings each home), x m, received alike.
+// Every B·S above (tp, pp) is the rank's B·S/C under context parallelism.
 void grid_comm_bytes(const GridShape *g, int stage, double out[GROUP_COUNT][OP_COUNT]);

@@ -25,7 +25,8 @@ typedef struct RankFigures {
 #define FIGURE_DOUBLES (int)(sizeof(RankFigures) / sizeof(double))
 
 GridShape grid_shape(const Trainer *t, const Stage *z) {
-    return (GridShape){t->layout.cfg, z->grid.tp, z->grid.pp, z->grid.dp, z->grid.cp, t->cfg.batch, t->cfg.seq_len,
+    return (GridShape){t->layout.cfg, z->grid.tp, z->grid.pp, z->grid.dp, z->grid.cp, t->plan.cp_ring, t->cfg.batch,
+                       t->cfg.seq_len,
                        t->cfg.grad_accum, t->dev.act_bytes, t->plan.recompute, t->plan.offload_activations,
                        t->plan.partition_activations, t->plan.sequence_parallel,
                        t->plan.attention == GPT_ATTENTION_FLASH, t->plan.loss_tiles, t->plan.mlp_tiles};

@@ -149,6 +149,11 @@ void comm_recv(Comm *c, void *buf, size_t count, DType t, int peer, int tag, Com
 // and a recv. hs and hr both NULL: blocking; both given: nonblocking.
 void comm_send_recv(Comm *c, const void *send, int send_tag, void *recv, int recv_tag, size_t count, DType t,
                     int peer, CommHandle *hs, CommHandle *hr);
+// The ring's step (ring attention): `send` goes to the next rank (rank + 1
+// mod size) and `recv` takes as many elements from the previous, issued
+// together as above. Counted as a send and a recv.
+void comm_shift(Comm *c, const void *send, void *recv, size_t count, DType t, int tag, CommHandle *hs,
+                CommHandle *hr);
 // The collectives issued on c after this call read their device buffers
 // only after event e, recorded where another stream than compute wrote them
 // (a copy up on the copy stream), and the compute stream does not wait for

@@ -72,8 +72,8 @@ void comm_nccl_send(Comm *c, const void *buf, size_t count, DType t, int peer, C
 void comm_nccl_recv(Comm *c, void *buf, size_t count, DType t, int peer, CommHandle *k);
 // A send and a receive with `peer` in one NCCL group: neither waits for the
 // other (ks and kr get their own events).
-void comm_nccl_send_recv(Comm *c, const void *send, void *recv, size_t count, DType t, int peer, CommHandle *ks,
-                         CommHandle *kr);
+void comm_nccl_send_recv(Comm *c, const void *send, int to, void *recv, int from, size_t count, DType t,
+                         CommHandle *ks, CommHandle *kr);
 
 // The communicator's stream waits for e (comm_after_event).
 void comm_nccl_after_event(Comm *c, Event *e);

@@ -369,13 +369,13 @@ void comm_nccl_recv(Comm *c, void *buf, size_t count, DType t, int peer, CommHan
     end_nccl(c, k);
 }
 
-void comm_nccl_send_recv(Comm *c, const void *send, void *recv, size_t count, DType t, int peer, CommHandle *ks,
-                         CommHandle *kr) {
+void comm_nccl_send_recv(Comm *c, const void *send, int to, void *recv, int from, size_t count, DType t,
+                         CommHandle *ks, CommHandle *kr) {
     cudaStream_t s = begin_nccl(c, ks);
     begin_nccl(c, kr);  // its start event at the same point of the comm stream
     ncclCheck(ncclGroupStart());
-    ncclCheck(ncclSend(send, count, nccl_type(c, t), peer, nccl_of(c), s));
-    ncclCheck(ncclRecv(recv, count, nccl_type(c, t), peer, nccl_of(c), s));
+    ncclCheck(ncclSend(send, count, nccl_type(c, t), to, nccl_of(c), s));
+    ncclCheck(ncclRecv(recv, count, nccl_type(c, t), from, nccl_of(c), s));
     ncclCheck(ncclGroupEnd());
     end_nccl(c, ks);
     end_nccl(c, kr);

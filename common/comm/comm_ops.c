@@ -194,17 +194,19 @@ void comm_recv(Comm *c, void *buf, size_t count, DType t, int peer, int tag, Com
     if (!h) finish_blocking(c, k);
 }
 
-void comm_send_recv(Comm *c, const void *send, int send_tag, void *recv, int recv_tag, size_t count, DType t,
-                    int peer, CommHandle *hs, CommHandle *hr) {
+// A send to `to` and a receive from `from`, issued together (see comm_send_recv).
+static void send_recv(Comm *c, const void *send, int send_tag, int to, void *recv, int recv_tag, int from,
+                      size_t count, DType t, CommHandle *hs, CommHandle *hr) {
     CHECK(!hs == !hr, "send_recv: give both handles (nonblocking) or neither (blocking)");
     CommHandle local_s = {0}, local_r = {0}, *ks = hs ? hs : &local_s, *kr = hr ? hr : &local_r;
 #ifdef WB_HAVE_NCCL
     if (comm_nccl_owns(c, send, recv)) {
-        CHECK(peer >= 0 && peer < c->size, "send_recv: peer %d is not a rank of a group of %d", peer, c->size);
+        CHECK(to >= 0 && to < c->size && from >= 0 && from < c->size, "send_recv: peers %d and %d are not both "
+              "ranks of a group of %d", to, from, c->size);
         size_t bytes = count * dtype_bytes(t);
-        ks = begin_p2p(c, hs, &local_s, OP_SEND, bytes, peer);
-        kr = begin_p2p(c, hr, &local_r, OP_RECV, bytes, peer);
-        comm_nccl_send_recv(c, send, recv, count, t, peer, ks, kr);
+        ks = begin_p2p(c, hs, &local_s, OP_SEND, bytes, to);
+        kr = begin_p2p(c, hr, &local_r, OP_RECV, bytes, from);
+        comm_nccl_send_recv(c, send, to, recv, from, count, t, ks, kr);
         if (!hs) {
             finish_on_gpu(c, ks);
             finish_on_gpu(c, kr);
@@ -213,11 +215,21 @@ void comm_send_recv(Comm *c, const void *send, int send_tag, void *recv, int rec
     }
 #endif
     // MPI: both nonblocking, so neither waits for the other to be posted
-    comm_recv(c, recv, count, t, peer, recv_tag, kr);
-    comm_send(c, send, count, t, peer, send_tag, ks);
+    comm_recv(c, recv, count, t, from, recv_tag, kr);
+    comm_send(c, send, count, t, to, send_tag, ks);
     if (!hs) {
         comm_wait(c, kr);
         comm_wait(c, ks);
     }
+}
+
+void comm_send_recv(Comm *c, const void *send, int send_tag, void *recv, int recv_tag, size_t count, DType t,
+                    int peer, CommHandle *hs, CommHandle *hr) {
+    send_recv(c, send, send_tag, peer, recv, recv_tag, peer, count, t, hs, hr);
+}
+
+void comm_shift(Comm *c, const void *send, void *recv, size_t count, DType t, int tag, CommHandle *hs,
+                CommHandle *hr) {
+    send_recv(c, send, tag, (c->rank + 1) % c->size, recv, tag, (c->rank + c->size - 1) % c->size, count, t, hs, hr);
 }
 

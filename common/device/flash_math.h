@@ -40,6 +40,17 @@ WB_HOSTDEV static inline float flash_rescale(float m_old, float m_new) {
     return m_old == -INFINITY ? 0.0f : expf(m_old - m_new);
 }
 
+// Ring attention (Liu et al. 2023) merges the partial results of key chunks
+// through their log-sum-exp: with y_a, lse_a over keys A and y_b, lse_b over
+// keys B, lse = log(e^lse_a + e^lse_b) and y = y_a e^(lse_a - lse) +
+// y_b e^(lse_b - lse). The online softmax above does exactly that if it
+// starts from what A left: a running maximum lse_a with the sum 1 (y_a is
+// normalized, so its weights sum to 1 at that maximum), the row's partial
+// output y_a. These are the starting maximum and sum of a row, from its
+// merged lse so far (or afresh: -inf and 0).
+WB_HOSTDEV static inline float flash_merge_start_max(int merge, float lse) { return merge ? lse : -INFINITY; }
+WB_HOSTDEV static inline float flash_merge_start_sum(int merge) { return merge ? 1.0f : 0.0f; }
+
 // log sum exp of a row from its running maximum and sum
 WB_HOSTDEV static inline float flash_lse(float m, float l) { return m + logf(l); }
 

@@ -18,6 +18,23 @@
 
 typedef void act;
 
+// One block of ring attention (gpt_ring.c): the query rows of one chunk of
+// each sequence against the key rows of another. Heads are NH columns of hs
+// elements (head h at column h*hs) in every tensor below; strides are in
+// elements: _ld between rows, _bs between sequences.
+//   - q (Tq rows), k and v (Tk rows), act; the key gradients dk, dv (fp32)
+//     have k's strides;
+//   - the output y and its gradient dy (act), and y's and dq's fp32
+//     accumulators, o_ld and o_bs;
+//   - lse (B,NH,...) fp32: head h of sequence b at (b*NH + h)*lse_bs.
+// causal: the diagonal chunk (Tq == Tk, the same positions): key s is seen
+// by query t when s <= t; else every key is seen (a chunk before the query's).
+typedef struct FlashBlock {
+    int B, NH, hs, Tq, Tk, causal;
+    const act *q, *k, *v;
+    size_t q_ld, q_bs, kv_ld, kv_bs, o_ld, o_bs, lse_bs;
+} FlashBlock;
+
 typedef struct KernelOps {
     // out (B,T,C) = wte[tokens] + wpe[t]; tokens (B,T) int32 in device memory
     void (*encoder_forward)(Device *d, act *out, const int32_t *tokens, const bf16 *wte,
@@ -59,6 +76,15 @@ typedef struct KernelOps {
     // probabilities recomputed a tile at a time)
     void (*flash_attention_backward)(Device *d, act *dqkv, const act *dout, const act *qkv,
                                      const act *out, const float *lse, int B, int T, int C, int NH);
+    // Ring attention's block (FlashBlock). Forward: y and lse (fp32) are
+    // the attention of the rows to the keys of the chunks seen so far, and
+    // this block's keys are merged into them through the log-sum-exp
+    // (flash_math.h's flash_merge_start); merge 0 starts them afresh.
+    void (*flash_block_forward)(Device *d, const FlashBlock *f, float *y, float *lse, int merge);
+    // Backward, from the whole attention's y, its gradient dy and its lse:
+    // dq (o strides), dk and dv (k's) += this block's part, in fp32.
+    void (*flash_block_backward)(Device *d, const FlashBlock *f, const act *y, const act *dy, const float *lse,
+                                 float *dq, float *dk, float *dv);
     // The MLP's linear and GELU as one op each way (on cuda, cuBLASLt epilogues):
     // pre (BT,OC) = inp (BT,C) @ w (OC,C)^T + bias (OC), kept for backward; out = gelu(pre).
     // Rows packed (ld = OC); bias may be NULL.

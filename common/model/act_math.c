@@ -36,7 +36,7 @@ ActFormula act_formula(const GPTLayout *l, const GPTPlan *p, int act_bytes) {
     double V = gpt_logits_stride(l);  // this rank's vocabulary, rows padded to a multiple of 64
     int flash = p->attention == GPT_ATTENTION_FLASH;
     // the tiled MLP: no fc or GELU output kept (8sbhe/t), one chunk of each shared
-    double ulysses = p->cp > 1 ? 1 : 0;
+    double ulysses = gpt_plan_ulysses(p) ? 1 : 0;
     double stats = 16 * s * b / sp, act = s * b * h * e * (4 / sp + ((p->mlp_tiles ? 4 : 12) + ulysses) / t);
     double core = flash ? 4 * a * s * b / t : 4 * a * s * s * b / t;  // the lse, or the probabilities
     double all = act + stats + core, input = s * b * h * e / sp;
@@ -111,8 +111,12 @@ double act_backward_scratch(const GPTLayout *l, const GPTPlan *p, int act_bytes)
     double sp = p->sequence_parallel ? t : 1;
     // the gradients of fc's output (one chunk's under the tiled MLP) and of qkv (4h/t wide)
     double d4b = (p->mlp_tiles ? act_tile_tokens(s * b, p->mlp_tiles) : s * b) * 4 * h * e / t;
-    double all_to_all = p->cp > 1 ? 2 * 3 * s * b * h * e / t : 0;
-    return p->slots * s * b * h * e / sp + s * b * h * e + 4 * s * b * h * e / t + d4b + all_to_all;
+    // Ulysses' all-to-all buffers, q, k, v twice; ring attention's k, v in
+    // e and their gradients in fp32, twice each, an fp32 y (or dq), and
+    // the positions' rows in fp32
+    double all_to_all = gpt_plan_ulysses(p) ? 2 * 3 * s * b * h * e / t : 0;
+    double ring = gpt_plan_ring(p) ? s * b * h / t * (4 * e + 20) + 4 * s * h : 0;
+    return p->slots * s * b * h * e / sp + s * b * h * e + 4 * s * b * h * e / t + d4b + all_to_all + ring;
 }
 
 // [flash][sp][recompute]

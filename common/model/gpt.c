@@ -62,11 +62,11 @@ static void check_plan(const GPTLayout *l, const GPTPlan *p, const Comm *tp) {
     CHECK(!(p->partition_activations && p->sequence_parallel), "gpt_alloc: sequence_parallel already splits the "
           "blocks' inputs over the tp group; hint: leave out partition_activations");
     int heads = l->cfg.num_heads / l->tp_size, cp = gpt_plan_cp(p);
-    CHECK(cp == 1 || (p->attention == GPT_ATTENTION_FLASH && heads % cp == 0 && p->cp_rank >= 0 && p->cp_rank < cp &&
-                      (double)p->T * cp <= l->cfg.max_seq_len),
-          "gpt_alloc: Ulysses over %d ranks needs flash attention, the rank's %d heads a multiple of it, a rank "
-          "below it (%d) and %d x %d positions in the context (%d)", cp, heads, p->cp_rank, cp, p->T,
-          l->cfg.max_seq_len);
+    CHECK(cp == 1 || (p->attention == GPT_ATTENTION_FLASH && (p->cp_ring || heads % cp == 0) && p->cp_rank >= 0 &&
+                      p->cp_rank < cp && (double)p->T * cp <= l->cfg.max_seq_len && (!p->cp_ring || p->T % 2 == 0)),
+          "gpt_alloc: %s over %d ranks needs flash attention, (Ulysses) the rank's %d heads a multiple of it, a "
+          "rank below it (%d), %d x %d positions in the context (%d) and (ring) two chunks of equal length",
+          p->cp_ring ? "ring attention" : "Ulysses", cp, heads, p->cp_rank, cp, p->T, l->cfg.max_seq_len);
     CHECK(l->tp_size == 1 || (tp && tp->size == l->tp_size && tp->rank == l->tp_rank),
           "gpt_alloc: a layout of tp rank %d of %d needs its tensor-parallel group (here %s); hint: comm_split "
           "the ranks of one tp group, ordered by tp rank", l->tp_rank, l->tp_size, tp ? "another size or rank" : "none");
@@ -90,7 +90,7 @@ void carve_block_acts(GPT *g, Carver *c, LayerActs *la) {
     la->ln1 = carve(c, R * C * ab);
     la->qkv = carve(c, BT * 3 * Cp * ab);
     la->atty = carve(c, BT * Cp * ab);
-    if (gpt_plan_cp(&g->plan) > 1) la->atth = carve(c, BT * Cp * ab);
+    if (gpt_plan_ulysses(&g->plan)) la->atth = carve(c, BT * Cp * ab);
     la->x2 = carve(c, R * C * ab);
     la->ln2 = carve(c, R * C * ab);
     if (g->plan.mlp_tiles) return;  // the MLP's chunk is the shared one (GPTWork.mlp_pre, mlp_gelu)
@@ -222,10 +222,16 @@ void gpt_alloc(GPT *g, const GPTLayout *l, Device *dev, const GPTPlan *p, Comm *
     g->work->dc = carve(&cs, BT * C * ab);
     g->work->d4a = carve(&cs, BT * F * ab);
     g->work->d4b = carve(&cs, (size_t)gpt_mlp_tile_rows(p) * F * ab);  // one chunk's under the tiled MLP
-    if (gpt_plan_cp(p) > 1) {
-        size_t Cp = C / l->tp_size;
+    size_t Cp = C / l->tp_size;
+    if (gpt_plan_ulysses(p)) {
         g->work->a2a_send = carve(&cs, BT * 3 * Cp * ab);
         g->work->a2a_recv = carve(&cs, BT * 3 * Cp * ab);
+    }
+    if (gpt_plan_ring(p)) {
+        for (int k = 0; k < 2; k++) g->work->ring_kv[k] = carve(&cs, BT * 2 * Cp * ab);
+        for (int k = 0; k < 2; k++) g->work->ring_dkv[k] = carve(&cs, BT * 2 * Cp * fb);
+        g->work->ring_acc = carve(&cs, BT * Cp * fb);
+        g->work->positions = carve(&cs, (size_t)p->T * C * fb);
     }
 
     size_t unit_max = 0;  // unit_grads: the largest unit of the range but the embeddings (embed_grads)
@@ -369,7 +375,7 @@ static void embed_forward(GPT *g, const bf16 *pe, int s) {
         return;
     }
     d->k->encoder_forward(d, sl->x_in, sl->inputs, pe + l->emb_off[EMB_WTE],
-                          pe + l->emb_off[EMB_WPE] + embed_position_offset(g), g->plan.B, g->plan.T, l->cfg.channels);
+                          embed_positions(g, pe + l->emb_off[EMB_WPE]), g->plan.B, g->plan.T, l->cfg.channels);
 }
 
 // The final layernorm's output, whole on every rank: under sequence
@@ -503,13 +509,14 @@ static void embed_backward(GPT *g, int s) {
     const act *dx = sl->dres;  // sequence parallel: every rank's rows of dL/dx0 gathered
     if (g->plan.sequence_parallel) tp_gather_rows(g, g->work->gathered, sl->dres), dx = g->work->gathered;
     TokenBuckets tb = {sl->bucket_order, sl->bucket_start, sl->buckets};
-    float *dwpe = eg + l->emb_off[EMB_WPE] + embed_position_offset(g);
+    float *dwpe = embed_position_grads(g, eg + l->emb_off[EMB_WPE]);
     if (l->tp_size > 1)  // every rank has the whole dL/dx0: its rows' part of dwte, and dwpe
         d->k->embedding_part_backward(d, eg + l->emb_off[EMB_WTE], dwpe, dx, sl->inputs, &tb, l->vocab_begin,
                                       l->vocab_part, g->plan.B, g->plan.T, l->cfg.channels);
     else
         d->k->encoder_backward(d, eg + l->emb_off[EMB_WTE], dwpe, sl->dres, sl->inputs, &tb, g->plan.B, g->plan.T,
                                l->cfg.channels);
+    embed_position_grads_done(g, eg + l->emb_off[EMB_WPE]);
 }
 
 // ---- one unit, one slot ----

@@ -221,7 +221,11 @@ typedef struct GPTPlan {
     // cp group (gpt_set_seq_group) gives each rank every position of 1/cp of
     // its heads, and another returns the output to position parts
     // (gpt_ulysses.c); backward the same in reverse. Flash attention only.
-    int cp, cp_rank;
+    // cp_ring: ring attention instead (Liu et al. 2023, gpt_ring.c): each
+    // sequence in 2·cp chunks, this rank holding chunks cp_rank and
+    // 2·cp - 1 - cp_rank (T above is their two lengths, in that order); the
+    // keys and values of every rank travel around the cp group.
+    int cp, cp_rank, cp_ring;
     // ZeRO-R's contiguous buffers (Rajbhandari et al. 2020, section 6;
     // DeepSpeed's contiguous_gradients and contiguous_memory_optimization):
     // the saved activations of every slot, the recompute's working set and
@@ -335,6 +339,17 @@ void gpt_free(GPT *g);
 void gpt_set_seq_group(GPT *g, struct Comm *cp);
 // Ranks a plan splits each sequence over: plan.cp, or 1.
 static inline int gpt_plan_cp(const GPTPlan *p) { return p->cp > 1 ? p->cp : 1; }
+static inline int gpt_plan_ulysses(const GPTPlan *p) { return p->cp > 1 && !p->cp_ring; }
+static inline int gpt_plan_ring(const GPTPlan *p) { return p->cp > 1 && p->cp_ring; }
+// The rank's runs of positions in each sequence: 1 (its part; everything
+// without cp), or 2 under ring attention (its two chunks); each of T/runs.
+static inline int gpt_plan_seq_runs(const GPTPlan *p) { return gpt_plan_ring(p) ? 2 : 1; }
+// The first position of the rank's run k in the whole sequence.
+static inline int gpt_plan_seq_start(const GPTPlan *p, int k) {
+    int n = p->T / gpt_plan_seq_runs(p), cp = gpt_plan_cp(p);
+    if (!gpt_plan_ring(p)) return cp > 1 ? p->cp_rank * n : 0;
+    return (k == 0 ? p->cp_rank : 2 * cp - 1 - p->cp_rank) * n;
+}
 
 // ---- one unit, one micro-batch ----
 // Copies the micro-batch's token ids (host, B*T each; through pinned

@@ -90,7 +90,8 @@ void block_forward_inner(GPT *g, const bf16 *p, LayerActs *la, const act *x) {
     int C = g->L.cfg.channels, Cp = C / tp, F = 4 * C / tp, NHp = g->L.cfg.num_heads / tp;
     k->layernorm_forward(d, la->ln1, la->ln1_mean, la->ln1_rstd, x, p + o[BLK_LN1W], p + o[BLK_LN1B], R, C);
     k->matmul_forward(d, la->qkv, column_input(g, la->ln1), p + o[BLK_QKVW], p + o[BLK_QKVB], BT, C, 3 * Cp, 3 * Cp);
-    if (gpt_plan_cp(&g->plan) > 1) ulysses_attention_forward(g, la);  // every position of 1/cp of the heads
+    if (gpt_plan_ring(&g->plan)) ring_attention_forward(g, la);  // every rank's keys around the ring
+    else if (gpt_plan_ulysses(&g->plan)) ulysses_attention_forward(g, la);  // every position of 1/cp of the heads
     else if (g->plan.attention == GPT_ATTENTION_FLASH) k->flash_attention_forward(d, la->atty, la->att, la->qkv, B, T, Cp, NHp);
     else k->attention_forward(d, la->atty, la->att, la->qkv, B, T, Cp, NHp);
     const act *y = row_parallel_forward(g, la->atty, p + o[BLK_ATTPROJW], p + o[BLK_ATTPROJB], Cp);
@@ -201,7 +202,9 @@ void block_backward(GPT *g, const bf16 *p, float *dp, int layer, int s) {
     k->matmul_backward(d, w->dc, dp + o[BLK_ATTPROJW], dp + o[BLK_ATTPROJB], row_output_grad(g, dres), la->atty,
                        p + o[BLK_ATTPROJW], BT, Cp, C, C);
     act *dqkv = w->d4a;
-    if (gpt_plan_cp(&g->plan) > 1)
+    if (gpt_plan_ring(&g->plan))
+        ring_attention_backward(g, la, w->dc, dqkv);
+    else if (gpt_plan_ulysses(&g->plan))
         ulysses_attention_backward(g, la, w->dc, dqkv);
     else if (g->plan.attention == GPT_ATTENTION_FLASH)
         k->flash_attention_backward(d, dqkv, w->dc, la->qkv, la->atty, la->att, B, T, Cp, NHp);

@@ -54,7 +54,7 @@ static size_t input_bytes(const GPT *g) {
 // (under the tiled MLP no fch or fch_gelu: one chunk of them, shared; under
 // Ulysses atth too)
 static size_t block_act_bytes(const GPT *g, Shapes z) {
-    size_t ulysses = gpt_plan_cp(&g->plan) > 1 ? z.Cp : 0;  // atth: the core's output on the heads' positions
+    size_t ulysses = gpt_plan_ulysses(&g->plan) ? z.Cp : 0;  // atth: the core's output on the heads' positions
     return 3 * z.R * z.C * z.ab + z.BT * (3 * z.Cp + z.Cp + ulysses + (g->plan.mlp_tiles ? 0 : 2 * z.F)) * z.ab;
 }
 

@@ -173,7 +173,7 @@ GPTActBytes gpt_activation_bytes(const GPTLayout *l, const GPTPlan *p, int act_b
     size_t mlp_rows = p->mlp_tiles ? (size_t)gpt_mlp_tile_rows(p) : 0;
     // (Ulysses keeps the attention core's output twice: on the heads'
     // positions for its backward, atth, and on the rank's, the projection's input)
-    size_t ulysses = gpt_plan_cp(p) > 1 ? Cp : 0;
+    size_t ulysses = gpt_plan_ulysses(p) ? Cp : 0;
     size_t layer = R * (4 * C * ab + 4 * fb) + BT * (3 * Cp + Cp + ulysses + (p->mlp_tiles ? 0 : 2 * F)) * ab + att;
     // what a block saves by the plan's recompute, and the working set that
     // holds what it does not (one block's worth, shared by all)
@@ -213,9 +213,12 @@ GPTActBytes gpt_activation_bytes(const GPTLayout *l, const GPTPlan *p, int act_b
     if (p->sequence_parallel) r.shared += BT * C * ab + R * C * ab;
     r.total_saved = r.per_slot * (size_t)p->slots + r.shared;
     // backward: the residual gradient per slot (R,C); one C-wide and two 4C-wide (F) temporaries
-    // (d4b one chunk's rows under the tiled MLP); Ulysses' send and receive buffers, (BT,3Cp) each
+    // (d4b one chunk's rows under the tiled MLP); Ulysses' send and receive buffers, (BT,3Cp) each;
+    // ring attention's two k, v (BT,2Cp), two of their fp32 gradients, an fp32 (BT,Cp) and the
+    // position rows of the rank's chunks (T,C) in fp32
     r.backward_scratch = R * C * ab * (size_t)p->slots + BT * (C + F) * ab + (size_t)gpt_mlp_tile_rows(p) * F * ab;
-    if (gpt_plan_cp(p) > 1) r.backward_scratch += 2 * BT * 3 * Cp * ab;
+    if (gpt_plan_ulysses(p)) r.backward_scratch += 2 * BT * 3 * Cp * ab;
+    if (gpt_plan_ring(p)) r.backward_scratch += 2 * BT * 2 * Cp * (ab + fb) + BT * Cp * fb + (size_t)p->T * C * fb;
     size_t unit_max = 0;  // the largest unit of the range but the embeddings
     for (int u = first_block; u <= p->last_unit; u++)
         if (l->unit[u].count > unit_max) unit_max = l->unit[u].count;

@@ -65,7 +65,7 @@ void tp_sum_grads(GPT *g, float *grads, size_t n) {
 void tp_embed_forward(GPT *g, const bf16 *pe, int s) {
     const GPTLayout *l = &g->L;
     GPTSlot *sl = &g->slot[s];
-    const bf16 *wpe = l->tp_rank == 0 ? pe + l->emb_off[EMB_WPE] + embed_position_offset(g) : NULL;
+    const bf16 *wpe = l->tp_rank == 0 ? embed_positions(g, pe + l->emb_off[EMB_WPE]) : NULL;
     act *out = g->plan.sequence_parallel ? g->work->tmp : sl->x_in;
     g->dev->k->embedding_part_forward(g->dev, out, sl->inputs, pe + l->emb_off[EMB_WTE], l->vocab_begin,
                                       l->vocab_part, wpe, g->plan.B, g->plan.T, l->cfg.channels);

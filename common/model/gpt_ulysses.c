@@ -14,12 +14,9 @@
 // (q, k and v count as three), each rank keeping 1/cp of what it packs.
 // The packing is a strided copy on the device (dev_copy_2d) into the work's
 // send buffer; what arrives is unpacked from its receive buffer. Here too:
-// the model's sequence group, and the position rows of the rank's part.
+// the model's sequence group (Ulysses' and ring attention's).
 #include "check.h"
-#include "comm.h"
 #include "gpt_units.h"
-
-static DType act_type(const GPT *g) { return g->dev->act_bytes == 4 ? DT_F32 : DT_HALF; }
 
 // The shapes of one exchange: `groups` tensors of Cp channels per position
 // (3 for q, k, v; 1 for the output), rows = B·T·groups rows of Cp.
@@ -40,7 +37,7 @@ static Parts parts_of(const GPT *g, int groups) {
 static void exchange(GPT *g, const Parts *p) {
     size_t counts[GPT_MAX_HEADS];
     for (int j = 0; j < p->cp; j++) counts[j] = p->rows * p->Cc;
-    comm_all_to_all(g->cp, g->work->a2a_send, counts, g->work->a2a_recv, counts, act_type(g), NULL);
+    comm_all_to_all(g->cp, g->work->a2a_send, counts, g->work->a2a_recv, counts, gpt_act_dtype(g), NULL);
 }
 
 // (B, T, groups, Cp) on this rank's positions -> (B, cp·T, groups, Cc) of
@@ -98,10 +95,4 @@ void gpt_set_seq_group(GPT *g, Comm *cp) {
     CHECK(n == 1 || (cp && cp->size == n && cp->rank == g->plan.cp_rank), "gpt_set_seq_group: a plan of %d sequence "
           "parts (this rank's %d) needs its group of as many ranks, ordered by their parts", n, g->plan.cp_rank);
     g->cp = n > 1 ? cp : NULL;
-}
-
-// wpe's row of this rank's first position: 0, or under Ulysses its part's
-// first (element offset of the row in wpe, and in wpe's gradient).
-size_t embed_position_offset(const GPT *g) {
-    return (size_t)(gpt_plan_cp(&g->plan) > 1 ? g->plan.cp_rank : 0) * g->plan.T * g->L.cfg.channels;
 }

@@ -5,6 +5,7 @@
 // gpt.h. Under tensor parallelism (tp ranks) a block's tensors hold this
 // rank's heads: Cp = C/tp channels of attention, F = 4C/tp of the MLP.
 #pragma once
+#include "comm.h"
 #include "gpt.h"
 #include "kernels.h"
 
@@ -51,6 +52,12 @@ typedef struct GPTWork {
     act *d4a, *d4b;               // (BT,F); d4b the gradient of fc's output (a chunk's rows under the tiled
                                   // MLP); d4a serves as dqkv (BT,3Cp), and holds the gathered output gradient there
     act *a2a_send, *a2a_recv;     // (BT,3Cp) each, Ulysses (plan.cp > 1): the all-to-alls' packed parts
+    // ring attention (gpt_ring.c): k and v (BT,2Cp) at hand and coming; their
+    // gradients likewise (fp32); y's or dq's fp32 accumulator (BT,Cp); the
+    // position rows of the rank's chunks (T,C), bf16 forward, fp32 backward
+    act *ring_kv[2];
+    float *ring_dkv[2], *ring_acc;
+    void *positions;
     int embed_grads_slot;         // slot whose head backward started embed_grads; -1 none
     LayerActs live;               // the recomputation's working set (x3 unused): see gpt_recompute.c
 } GPTWork;
@@ -190,9 +197,23 @@ void ulysses_attention_forward(GPT *g, LayerActs *la);
 // (BT,3Cp).
 void ulysses_attention_backward(GPT *g, const LayerActs *la, act *dout, act *dqkv);
 
-// gpt_ulysses.c: wpe's element offset of this rank's first position (Ulysses: its
-// part's), in wpe and in its gradient.
-size_t embed_position_offset(const GPT *g);
+// ---- ring attention (gpt_ring.c; plan.cp > 1, cp_ring) ----
+// The attention core of a block over the cp group, from la->qkv (this
+// rank's two chunks) into la->atty and la->att (the lse).
+void ring_attention_forward(GPT *g, LayerActs *la);
+// Its backward: dout (BT,Cp), the gradient of atty; the gradient of qkv into dqkv (BT,3Cp).
+void ring_attention_backward(GPT *g, const LayerActs *la, const act *dout, act *dqkv);
+
+// The position rows (wpe) of this rank's tokens: wpe itself, its part's
+// rows under Ulysses, or under ring attention its two chunks' rows copied
+// into the work's table (gpt_ring.c).
+const bf16 *embed_positions(GPT *g, const bf16 *wpe);
+// Where the embeddings' backward adds the positions' gradient, and after it,
+// that gradient into dwpe's rows (the table's, under ring attention).
+float *embed_position_grads(GPT *g, float *dwpe);
+void embed_position_grads_done(GPT *g, float *dwpe);
+// The activations' element type for collectives: fp32 on cpu, the 16-bit one on cuda.
+static inline DType gpt_act_dtype(const GPT *g) { return g->dev->act_bytes == 4 ? DT_F32 : DT_HALF; }
 
 // ---- tensor parallelism (gpt_tp.c) ----
 // x (BT,C) summed in place over the tp group (nothing to do with tp_size 1),

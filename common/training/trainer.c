@@ -214,12 +214,16 @@ static void setup(Trainer *t, int argc, char **argv, const Strategy *s) {
 
 // ---- the loop ----
 
-// Under Ulysses the rank keeps its part of each row, positions
-// [c·T/cp, (c + 1)·T/cp) for cp rank c, moved to the front (B rows of T/cp).
+// Under context parallelism the rank keeps its positions of each row,
+// moved to the front (B rows of T/cp): Ulysses' part, [c·T/cp, (c + 1)·T/cp)
+// for cp rank c; ring attention's two chunks of T/(2cp), c and 2cp - 1 - c
+// (gpt_plan_seq_start). Each run moves to a place at or before its own.
 static void keep_sequence_part(const Trainer *t, int32_t *ids) {
-    int cp = gpt_plan_cp(&t->plan), T = t->cfg.seq_len, n = T / cp;
+    int T = t->cfg.seq_len, part = t->plan.T, runs = gpt_plan_seq_runs(&t->plan), n = part / runs;
     for (int b = 0; b < t->cfg.batch; b++)
-        memmove(ids + (size_t)b * n, ids + (size_t)b * T + (size_t)t->plan.cp_rank * n, (size_t)n * sizeof *ids);
+        for (int k = 0; k < runs; k++)
+            memmove(ids + (size_t)b * part + (size_t)k * n, ids + (size_t)b * T + gpt_plan_seq_start(&t->plan, k),
+                    (size_t)n * sizeof *ids);
 }
 
 void trainer_load_micro_batch(Trainer *t, int split, uint64_t index, int32_t *in, int32_t *tgt) {

@@ -1,5 +1,5 @@
 // test_cuda_kernels.c: the model's kernels (encoder, layernorm, matmul, the
-// MLP's fused matmul + GELU, attention, GELU, residual, softmax +
+// MLP's fused matmul + GELU, attention and ring attention's blocks, GELU, residual, softmax +
 // cross-entropy) on the cuda device against the cpu device; tolerances and
 // their reasons in conformance.h.
 // Where no GPU is visible (or the binary has no CUDA) every test is skipped.
@@ -469,6 +469,66 @@ static void test_flash_attention(void **state) {
     check_flash(dv, (AttnCase){.B = 1, .T = 70, .C = 96, .NH = 2});   // hs 48, 32-key chunks across T
 }
 
+// Ring attention's blocks (FlashBlock) on one device: qkv (B,2Tc,3C) as two
+// chunks; chunk 0 against itself (causal), chunk 1 against chunk 0 (whole)
+// merged with chunk 1 against itself: the whole attention of 2Tc positions,
+// y and lse; then every block's backward summed into dq (B,2Tc,C) and dk,
+// dv (in dkv's k and v columns, fp32).
+static void ring_on(Device *d, AttnCase ac, const float *qkv, const float *g, float **y, float **lse, float **dq,
+                    float **dkv) {
+    int Tc = ac.T / 2;
+    size_t n = (size_t)ac.B * ac.T * ac.C, rows = (size_t)ac.B * ac.NH * ac.T, ld = 3 * (size_t)ac.C;
+    float *zeros = calloc(3 * n, sizeof(float));
+    TestBufs a = {.d = d};
+    act *q = put_act(&a, qkv, 3 * n), *gi = put_act(&a, g, n), *yo = alloc_act(&a, n);
+    float *yf = put_f32(&a, zeros, n), *l = put_f32(&a, zeros, rows), *dqf = put_f32(&a, zeros, n);
+    float *dkvf = put_f32(&a, zeros, 3 * n);
+    const int blocks[3][2] = {{0, 0}, {1, 0}, {1, 1}};  // (query chunk, key chunk), in the ring's order
+    for (int pass = 0; pass < 2; pass++)
+        for (int b = 0; b < 3; b++) {
+            int i = blocks[b][0], j = blocks[b][1];
+            size_t q0 = (size_t)i * Tc * ld, k0 = (size_t)j * Tc * ld, o = (size_t)i * Tc * ac.C;
+            FlashBlock f = {ac.B, ac.NH, ac.C / ac.NH, Tc, Tc, i == j, (char *)q + q0 * d->act_bytes,
+                            (char *)q + (k0 + ac.C) * d->act_bytes, (char *)q + (k0 + 2 * ac.C) * d->act_bytes,
+                            ld, ac.T * ld, ld, ac.T * ld, (size_t)ac.C, (size_t)ac.T * ac.C, (size_t)ac.T};
+            if (pass == 0) {
+                d->k->flash_block_forward(d, &f, yf + o, l + (size_t)i * Tc, b == 2);
+                continue;
+            }
+            if (b == 0) (d->act_bytes == 4 ? (void)memcpy(yo, yf, n * 4) : d->k->f32_to_half(d, yo, yf, n));
+            d->k->flash_block_backward(d, &f, (char *)yo + o * d->act_bytes, (char *)gi + o * d->act_bytes,
+                                       l + (size_t)i * Tc, dqf + o, dkvf + k0 + ac.C, dkvf + k0 + 2 * ac.C);
+        }
+    *y = get_f32(d, yf, n), *lse = get_f32(d, l, rows), *dq = get_f32(d, dqf, n), *dkv = get_f32(d, dkvf, 3 * n);
+    bufs_free(&a);
+    free(zeros);
+}
+
+// The cuda blocks against the cpu's, and their merged output against the
+// whole attention on the cpu (the same numbers: test_flash holds the cpu's
+// blocks to the whole attention's).
+static void check_ring_blocks(Devices *dv, AttnCase ac) {
+    size_t n = (size_t)ac.B * ac.T * ac.C, rows = (size_t)ac.B * ac.NH * ac.T;
+    float *qkv = rand_values(3 * n, 44, -2, 2), *g = rand_values(n, 45, -1, 1), *junk = rand_values(3 * n, 46, -9, 9);
+    float *y[2], *lse[2], *dq[2], *dkv[2], *out, *wlse, *wdqkv;
+    ring_on(&dv->cpu, ac, qkv, g, &y[0], &lse[0], &dq[0], &dkv[0]);
+    ring_on(&dv->gpu, ac, qkv, g, &y[1], &lse[1], &dq[1], &dkv[1]);
+    flash_on(&dv->cpu, ac, qkv, g, junk, &out, &wlse, &wdqkv);
+    expect_close("flash_block_forward lse", lse[1], lse[0], rows, (Tol){1e-4, 1e-4});
+    expect_close("flash_block_forward y", y[1], y[0], n, TOL_GEMM);
+    expect_close("flash_block_forward y against the whole attention", y[1], out, n, TOL_GEMM);
+    expect_close("flash_block_backward dq", dq[1], dq[0], n, TOL_ATTN_BWD);
+    expect_close("flash_block_backward dk, dv", dkv[1], dkv[0], 3 * n, TOL_ATTN_BWD);
+    free_pair(y), free_pair(lse), free_pair(dq), free_pair(dkv);
+    free(out), free(wlse), free(wdqkv), free(qkv), free(g), free(junk);
+}
+
+static void test_ring_attention_blocks(void **state) {
+    Devices *dv = devices_or_skip(state);
+    check_ring_blocks(dv, (AttnCase){.B = 2, .T = 48, .C = 64, .NH = 4});  // chunks of 24, hs 16
+    check_ring_blocks(dv, (AttnCase){.B = 1, .T = 74, .C = 96, .NH = 2});  // chunks of 37 across 32-key steps, hs 48
+}
+
 // ---- element-wise -----------------------------------------------------------------------------
 
 static void test_gelu(void **state) {
@@ -624,6 +684,7 @@ int main(void) {
         cmocka_unit_test(test_gelu_matmul_backward),
         cmocka_unit_test(test_attention),
         cmocka_unit_test(test_flash_attention),
+        cmocka_unit_test(test_ring_attention_blocks),
         cmocka_unit_test(test_gelu),
         cmocka_unit_test(test_residual),
         cmocka_unit_test(test_residual_layernorm),

@@ -7,6 +7,9 @@
 //   finite differences of the forward;
 // - causality, the same bits whatever the thread count, and no (T,T)
 //   scratch;
+// - ring attention's blocks (FlashBlock: one chunk's queries against
+//   another chunk's keys, merged through their log-sum-exp, the gradients
+//   summed over the blocks) give the whole attention and its gradients;
 // - a planted bug of each kind (a running maximum that forgets earlier
 //   tiles, a missing rescale of what a row summed, a causal mask off by one:
 //   tests/core/flash_plants.h, built into copies of the kernel) is caught by
@@ -136,6 +139,81 @@ static int backward_errors(Device *d, ForwardFn fwd, BackwardFn bwd, Case *c) {
             if (bad++ < 3) print_message("dqkv[%zu]: flash %.7g, materialized %.7g\n", i, c->dqkv[i], want[i]);
     free(att), free(y), free(want_f), free(want);
     return bad;
+}
+
+// ---- ring attention's blocks ----
+
+// Query chunk i against key chunk j of qkv (B,T,3C) cut into chunks of Tc:
+// the diagonal causal; y, dq (B,T,C) and lse (B,NH,T) of the whole sequence.
+static FlashBlock ring_block(const Case *c, int Tc, int i, int j) {
+    const Shape *s = &c->s;
+    size_t ld = 3 * (size_t)s->C, q0 = (size_t)i * Tc * ld, k0 = (size_t)j * Tc * ld;
+    FlashBlock f = {s->B, s->NH, s->C / s->NH, Tc, Tc, i == j, c->qkv + q0, c->qkv + k0 + s->C,
+                    c->qkv + k0 + 2 * s->C, ld, s->T * ld, ld, s->T * ld, (size_t)s->C, (size_t)s->T * s->C,
+                    (size_t)s->T};
+    return f;
+}
+
+// The key chunks query chunk i meets, in the order of the ring: over P
+// ranks (2P chunks), chunk i's rank r (i or 2P-1-i) holds at step s the
+// chunks of rank (r - s) mod P; those after i are skipped.
+static int ring_order(int P, int i, int *keys) {
+    int r = i < P ? i : 2 * P - 1 - i, n = 0;
+    for (int step = 0; step < P; step++) {
+        int src = (r - step + P) % P, pair[2] = {src, 2 * P - 1 - src};
+        for (int e = 0; e < 2; e++)
+            if (pair[e] <= i) keys[n++] = pair[e];
+    }
+    return n;
+}
+
+// Over P = 2 and 3 ranks: every query chunk's output and lse, merged over
+// its key chunks in the ring's order, equal the whole attention's (2e-5, as
+// the forward against the reference), and the gradients summed over the
+// blocks equal the whole backward's (1e-5 of the largest, as the backward
+// against the materialized kernel).
+static void test_ring_blocks_equal_whole(void **state) {
+    Device *d = *state;
+    const int P[2] = {2, 3}, Tc[2] = {FLASH_TILE + 3, 9};
+    for (int k = 0; k < 2; k++) {
+        Case c = case_new((Shape){2, 2 * P[k] * Tc[k], 48, 3, 2, 0}, 80 + k);
+        d->k->flash_attention_forward(d, c.out, c.lse, c.qkv, c.s.B, c.s.T, c.s.C, c.s.NH);
+        d->k->flash_attention_backward(d, c.dqkv, c.R, c.qkv, c.out, c.lse, c.s.B, c.s.T, c.s.C, c.s.NH);
+        float *y = calloc(c.n, sizeof(float)), *lse = calloc(c.nrows, sizeof(float));
+        float *dq = calloc(c.n, sizeof(float)), *dkv = calloc(c.nqkv, sizeof(float));
+        for (int i = 0; i < 2 * P[k]; i++) {
+            int keys[8], n = ring_order(P[k], i, keys);
+            size_t o = (size_t)i * Tc[k] * c.s.C;
+            for (int m = 0; m < n; m++) {
+                FlashBlock f = ring_block(&c, Tc[k], i, keys[m]);
+                d->k->flash_block_forward(d, &f, y + o, lse + (size_t)i * Tc[k], m > 0);
+            }
+        }
+        for (int i = 0; i < 2 * P[k]; i++) {
+            int keys[8], n = ring_order(P[k], i, keys);
+            size_t o = (size_t)i * Tc[k] * c.s.C;
+            for (int m = 0; m < n; m++) {
+                FlashBlock f = ring_block(&c, Tc[k], i, keys[m]);
+                size_t k0 = (size_t)keys[m] * Tc[k] * 3 * c.s.C;
+                d->k->flash_block_backward(d, &f, c.out + o, c.R + o, c.lse + (size_t)i * Tc[k], dq + o,
+                                           dkv + k0 + c.s.C, dkv + k0 + 2 * c.s.C);
+            }
+        }
+        double *want = malloc(c.nqkv * sizeof(double)), top = 0;
+        for (size_t x = 0; x < c.n; x++) want[x] = c.out[x];
+        int bad = count_far(y, want, c.n, 2e-5, "ring y");
+        for (size_t x = 0; x < c.nrows; x++) want[x] = c.lse[x];
+        bad += count_far(lse, want, c.nrows, 2e-5, "ring lse");
+        for (size_t x = 0; x < c.nqkv; x++) top = fmax(top, fabs(c.dqkv[x]));
+        for (size_t bt = 0; bt < (size_t)c.s.B * c.s.T; bt++)
+            for (int e = 0; e < c.s.C; e++) dkv[bt * 3 * c.s.C + e] = dq[bt * c.s.C + e];  // dq in q's columns
+        for (size_t x = 0; x < c.nqkv; x++)
+            if (!(fabs(dkv[x] - c.dqkv[x]) <= 1e-5 * top + 1e-5 * fabs(c.dqkv[x])))
+                if (bad++ < 3) print_message("dqkv[%zu]: ring %.7g, whole %.7g\n", x, dkv[x], c.dqkv[x]);
+        if (bad) fail_msg("ring over %d ranks (chunks of %d): %d elements off the whole attention's", P[k], Tc[k], bad);
+        free(y), free(lse), free(dq), free(dkv), free(want);
+        case_free(&c);
+    }
 }
 
 static void test_forward_against_reference(void **state) {
@@ -277,6 +355,7 @@ int main(void) {
         cmocka_unit_test(test_backward_against_materialized),
         cmocka_unit_test(test_backward_finite_differences),
         cmocka_unit_test(test_causal),
+        cmocka_unit_test(test_ring_blocks_equal_whole),
         cmocka_unit_test(test_same_bits_any_threads_no_tt_scratch),
         cmocka_unit_test(test_planted_bugs_are_caught),
     };

@@ -1,12 +1,15 @@
-// test_context_parallel.c: stage 07's fourth axis, DeepSpeed-Ulysses
-// (--cp): every sequence split over cp ranks by its positions, all-to-alls
-// around each block's attention. Against dp_baseline at the same global
-// batch on small (4 heads, 4 layers, 64 positions), the grids cp 2, cp 4
-// with full recompute and both tilings, cp 2 with tp 2 and sequence
-// parallelism, cp 2 with pp 2, cp 2 with dp 2; every rank's model states,
-// activations and bytes per group beside the grid's formulas, the cp
-// group's all-to-all bytes against this file's own closed form; the
-// refusals. Run from the repository root; files under one mkdtemp folder.
+// test_context_parallel.c: stage 07's fourth axis (--cp): every sequence
+// split over cp ranks by its positions, with DeepSpeed-Ulysses'
+// all-to-alls around each block's attention, or ring attention's shifts of
+// k and v (--cp-mode ring, two zigzag chunks a rank). Against dp_baseline
+// at the same global batch on small (4 heads, 4 layers, 64 positions), the
+// Ulysses grids cp 2, cp 4 with full recompute and both tilings, cp 2 with
+// tp 2 and sequence parallelism, cp 2 with pp 2, cp 2 with dp 2, and the
+// ring grids cp 2, cp 4, cp 2 with tp 2 and sequence parallelism, cp 2 with
+// pp 2 and full recompute; every rank's model states, activations and bytes
+// per group beside the grid's formulas, the cp group's bytes against this
+// file's own closed forms; the refusals. Run from the repository root;
+// files under one mkdtemp folder.
 #include "runs.h"
 
 #define PATH_LEN 512
@@ -32,7 +35,12 @@ static const Grid GRIDS[] = {
     {2, 2, 1, 1, "--sequence-parallel"},
     {1, 2, 2, 1, ""},
     {1, 2, 1, 2, ""},
+    {1, 2, 1, 1, "--cp-mode ring"},
+    {1, 4, 1, 1, "--cp-mode ring"},
+    {2, 2, 1, 1, "--cp-mode ring --sequence-parallel"},
+    {1, 2, 2, 1, "--cp-mode ring --recompute full"},
 };
+#define RING_CP2 5  // GRIDS' plain ring grid
 #define NGRIDS (int)(sizeof GRIDS / sizeof GRIDS[0])
 static const char *const GROUP[NGROUPS] = {"tp", "pp", "emb", "dp", "cp"};
 
@@ -104,17 +112,21 @@ static void test_losses_match_baseline(void **state) {
 
 // Every rank's states, activations and bytes per group as the grid's
 // formulas give them (to the byte; the bytes per group to the record's
-// 3 decimals), and the cp group's all-to-alls by this file's own count:
-// per block and micro-batch, 4 forward (q, k, v, the output) and 4
-// backward (4 more recomputed under full), each rank sending (cp-1)/cp of
-// B·(S/cp)·C/tp fp32 activations.
+// 3 decimals), and the cp group's bytes by this file's own count, per block
+// and micro-batch: Ulysses' all-to-alls, 4 forward (q, k, v, the output)
+// and 4 backward (4 more recomputed under full), each rank sending
+// (cp-1)/cp of B·(S/cp)·C/tp fp32 activations; ring attention's shifts of
+// a rank's k and v, B·(S/cp)·2C/tp fp32, cp-1 forward (again under full)
+// and cp-1 backward, and of their gradients cp times backward, each
+// counted as sent and as received.
 static void test_memory_and_comm_by_formula(void **state) {
     Ctx *c = *state;
     for (int k = 0; k < NGRIDS; k++) {
         const Grid *g = &GRIDS[k];
         const char *json = grid_run(c, k);
-        int full = strstr(g->extra, "--recompute full") != NULL;
+        int full = strstr(g->extra, "--recompute full") != NULL, ring = strstr(g->extra, "ring") != NULL;
         double per_block = (8 + 4 * full) * (g->cp - 1.0) / g->cp * BATCH * (SEQ / g->cp) * CHANNELS / g->tp * 4;
+        if (ring) per_block = 2 * ((2 + full) * (g->cp - 1.0) + g->cp) * BATCH * (SEQ / g->cp) * 2 * CHANNELS / g->tp * 4;
         for (int r = 0; r < ranks_of(g); r++) {
             const char *x = grid_rank_of(json, r);
             if (number_of(x, "states") != number_of(x, "states_formula") ||
@@ -142,7 +154,7 @@ static void test_memory_and_comm_by_formula(void **state) {
 // activations are those of a micro-batch of half the positions, plus the
 // attention core's output kept a second time (B·S/2·C fp32 per block): the
 // difference to a cp 1 run of the same micro-batch is counted here from
-// the records of both.
+// the records of both. Ring attention keeps exactly the half run's.
 static void test_activations_halve(void **state) {
     Ctx *c = *state;
     char flags[256];
@@ -154,6 +166,8 @@ static void test_activations_halve(void **state) {
     if (cp2 != at_half + atth)
         fail_msg("cp 2: %.0f B of activations; a run of half the positions keeps %.0f B, and the core's output on "
                  "the heads' positions %.0f B more", cp2, at_half, atth);
+    double ring = number_of(grid_rank_of(grid_run(c, RING_CP2), 0), "activations");
+    if (ring != at_half) fail_msg("ring cp 2: %.0f B of activations; a run of half the positions keeps %.0f B", ring, at_half);
     free(half);
 }
 
@@ -219,6 +233,32 @@ static void test_longest_sequence(void **state) {
     free(out);
 }
 
+// The same for ring attention's row (--cp-mode ring: T a multiple of 2·cp,
+// its own workspace): T passes 3d_parallel's budget check, T + 4 is refused.
+static void test_longest_sequence_ring(void **state) {
+    (void)state;
+    char *out = NULL, cmd[CMD_LEN];
+    run_ok("./memory_math --model tiny --ranks 2 --batch 2 --hbm-gb 0.02 --longest-seq --cp 2 --cp-mode ring --json",
+           &out);
+    const char *section = strstr(out, "\"longest_seq\"");
+    const char *grid = section ? strstr(section, "{\"stage\":\"3d_parallel --tp 1 --cp 2 --cp-mode ring\",") : NULL;
+    if (!grid) fail_msg("memory_math --longest-seq --cp 2 --cp-mode ring: no ring row:\n%.600s", out);
+    int T = (int)number_of(grid, "own");
+    if (T % 4 || T < 64) fail_msg("3d_parallel --cp 2 --cp-mode ring: %d tokens", T);
+    const char *run_flags = "--model tiny --cp 2 --cp-mode ring --batch 2 --hbm-gb 0.02 --steps 1 --eval-every 0 "
+                            "--eval-batches 1 --quiet";
+    char *said = NULL;
+    snprintf(cmd, sizeof cmd, "mpirun -np 2 ./3d_parallel %s --seq-len %d", run_flags, T);
+    int rc = test_run(cmd, &said);
+    if (rc != 0 && (strstr(said, "of device memory per rank") || !strstr(said, "no free block holds")))
+        fail_msg("%s: exit %d: refused by its budget check, or another failure:\n%s", cmd, rc, said);
+    free(said);
+    snprintf(cmd, sizeof cmd, "mpirun -np 2 ./3d_parallel %s --seq-len %d", run_flags, T + 4);
+    free(expect_refusal(cmd, "of device memory per rank"));
+    print_message("3d_parallel --cp 2 --cp-mode ring: %d tokens pass the budget check in 20 MB\n", T);
+    free(out);
+}
+
 static void test_refusals(void **state) {
     (void)state;
     const char *cases[][2] = {
@@ -229,7 +269,11 @@ static void test_refusals(void **state) {
         {"mpirun -np 2 ./3d_parallel --model tiny --cp 2 --seq-len 31 --steps 1",
          "--seq-len 31 does not split over --cp 2"},
         {"mpirun -np 3 ./3d_parallel --model tiny --cp 2 --steps 1", "3 ranks do not divide into --tp 1 x --cp 2 x --pp 1"},
-        {"mpirun -np 2 ./3d_parallel --model tiny --cp 2 --cp-mode ring --steps 1", "--cp-mode ring: choose ulysses"},
+        {"mpirun -np 2 ./3d_parallel --model tiny --cp 2 --cp-mode rings --steps 1", "--cp-mode rings: choose ulysses or ring"},
+        {"mpirun -np 2 ./3d_parallel --model tiny --cp 2 --cp-mode ring --seq-len 30 --steps 1",
+         "--seq-len 30 does not cut into 2 x --cp 2 chunks"},
+        {"mpirun -np 2 ./3d_parallel --model tiny --cp 2 --cp-mode ring --attention materialized --steps 1",
+         "give --attention flash"},
         {"mpirun -np 2 ./3d_parallel --model tiny --cp 2 --attention materialized --steps 1", "give --attention flash"},
         {"mpirun -np 2 ./3d_parallel --model tiny --cp 0 --steps 1", "--cp 0 is out of range"},
     };
@@ -259,6 +303,7 @@ int main(void) {
         cmocka_unit_test(test_activations_halve),
         cmocka_unit_test(test_resume),
         cmocka_unit_test(test_longest_sequence),
+        cmocka_unit_test(test_longest_sequence_ring),
         cmocka_unit_test(test_refusals),
     };
     return cmocka_run_group_tests(tests, setup, teardown);

@@ -95,12 +95,14 @@ static void test_stages_match_cpu_and_each_other(void **state) {
 // forward-only schedule queues every send of the first stage before the
 // host's next MPI call (the emulator once stalled there; a GPU runs on).
 // Ulysses over 2 ranks: its all-to-alls through NCCL, its packing as 2D
-// copies on the device.
+// copies on the device; ring attention over 2: its shifts through NCCL's
+// grouped send and receive, its blocks (kernels_cuda_flash.cu) in fp32.
 static void test_model_parallel_matches_cpu(void **state) {
     if (skip_without_cuda()) skip();
     const RunDir *c = *state;
-    const char *grids[] = {"tp2", "./3d_parallel --tp 2", "pp2", "./3d_parallel --pp 2", "cp2", "./3d_parallel --cp 2"};
-    for (int k = 0; k < 6; k += 2) {
+    const char *grids[] = {"tp2", "./3d_parallel --tp 2", "pp2", "./3d_parallel --pp 2", "cp2", "./3d_parallel --cp 2",
+                           "ring2", "./3d_parallel --cp 2 --cp-mode ring"};
+    for (int k = 0; k < 8; k += 2) {
         double cpu[STEPS], gpu[STEPS];
         losses(c, grids[k], "cpu", grids[k + 1], cpu);
         losses(c, grids[k], "cuda", grids[k + 1], gpu);

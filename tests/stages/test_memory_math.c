@@ -628,7 +628,7 @@ static void test_binary_bad_input(void **state) {
                           "./memory_math --model small --pp 5", "./memory_math --model small --ranks 6 --pp 4",
                           "./memory_math --model small --pp 2 --schedule zb",
                           "./memory_math --model small --schedule afab", "./memory_math --model tiny --cp 4",
-                          "./memory_math --model small --cp 2 --cp-mode ring",
+                          "./memory_math --model small --cp 2 --cp-mode ring --seq-len 30",
                           "./memory_math --model small --cp 2 --attention materialized",
                           "./memory_math --model small --cp 2 --seq-len 33", "./memory_math --cp 2"};
     for (int i = 0; i < 14; i++) {

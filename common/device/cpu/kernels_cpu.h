@@ -89,6 +89,9 @@ void flash_attention_backward_cpu(Device *d, act *dqkv, const act *dout, const a
                                   const float *lse, int B, int T, int C, int NH);
 // Scratch bytes of both: two tiles and a row of T per thread.
 size_t flash_cpu_scratch_bytes(int threads, int T);
+void flash_block_forward_cpu(Device *d, const FlashBlock *f, float *y, float *lse, int merge);
+void flash_block_backward_cpu(Device *d, const FlashBlock *f, const act *y, const act *dy, const float *lse,
+                              float *dq, float *dk, float *dv);
 
 // kernels_cpu_tp.c (tensor parallelism)
 void bias_add_cpu(Device *d, act *out, const bf16 *bias, int BT, int OC);

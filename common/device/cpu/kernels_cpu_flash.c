@@ -5,7 +5,11 @@
 // q, k, v read in place from qkv (B,T,3C) (head h of q at column h*hs, k at
 // C + h*hs, v at 2C + h*hs, rows 3C apart); key tiles above the diagonal are
 // skipped, half of the (T,T) products that the materialized kernel runs.
-// A thread's scratch is two tiles and a row of T: no (T,T) matrix.
+// A thread's scratch is two tiles and a row of T: no (T,T) matrix. The
+// same loops run ring attention's blocks (kernels.h's FlashBlock): one
+// chunk's query rows against another's keys, with their own strides, the
+// diagonal chunk causal and a chunk before it whole; the whole attention is
+// the block of qkv against itself.
 #include <cblas.h>
 #include <math.h>
 #include <omp.h>
@@ -23,23 +27,49 @@ size_t flash_cpu_scratch_bytes(int threads, int T) { return (size_t)threads * pe
 
 static int tile_len(int at, int T) { return T - at < FT ? T - at : FT; }
 
-// One query tile of one head: y rows [i0, i0 + rows) (stride C) and their lse.
-static void forward_query_tile(float *y, float *lse, const float *q, const float *k, const float *v, int i0, int T,
-                               int C, int hs, float *z, float *m, float *l) {
-    int ld = 3 * C, rows = tile_len(i0, T);
+// One head of one sequence in a FlashBlock: its q, k, v, and its rows of
+// the output (or its gradient) and of lse.
+typedef struct Head {
+    const float *q, *k, *v;
+    size_t q_ld, kv_ld, o_ld;
+    int Tq, Tk, causal;
+    size_t o, kv;  // element offsets of the head's output rows and key rows (y, dy; dk, dv)
+    size_t lse;    // of its lse row
+    size_t dq_ld;  // backward: dq's rows (o_ld in a block; q's own in qkv's gradient)
+} Head;
+
+static Head head_of(const FlashBlock *f, int bh) {
+    int b = bh / f->NH, h = bh % f->NH;
+    size_t col = (size_t)h * f->hs, kv = b * f->kv_bs + col;
+    Head x = {(const float *)f->q + b * f->q_bs + col, (const float *)f->k + kv, (const float *)f->v + kv,
+              f->q_ld, f->kv_ld, f->o_ld, f->Tq, f->Tk, f->causal, b * f->o_bs + col, kv, (size_t)bh * f->lse_bs,
+              f->o_ld};
+    return x;
+}
+
+// Keys of key tile j0 that row r of query tile i0 sees
+static int visible(const Head *x, int i0, int r, int j0, int cols) {
+    return x->causal ? flash_visible(i0, r, j0, cols) : cols;
+}
+
+// One query tile of one head: y rows [i0, i0 + rows) and their lse, merged
+// with what they hold (merge) or afresh.
+static void forward_query_tile(const Head *x, float *y, float *lse, int merge, int hs, int i0, float *z, float *m,
+                               float *l) {
+    int rows = tile_len(i0, x->Tq), last = x->causal ? i0 : x->Tk - 1;
     float scale = flash_scale(hs);
     for (int r = 0; r < rows; r++) {
-        m[r] = -INFINITY, l[r] = 0.0f;
-        memset(y + (size_t)(i0 + r) * C, 0, (size_t)hs * sizeof(float));
+        m[r] = flash_merge_start_max(merge, lse[i0 + r]), l[r] = flash_merge_start_sum(merge);
+        if (!merge) memset(y + (size_t)(i0 + r) * x->o_ld, 0, (size_t)hs * sizeof(float));
     }
-    for (int j0 = 0; j0 <= i0; j0 += FT) {
-        int cols = tile_len(j0, T);
+    for (int j0 = 0; j0 <= last; j0 += FT) {
+        int cols = tile_len(j0, x->Tk);
         // z (rows,cols) = scale q_i k_j^T
-        cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, rows, cols, hs, scale, q + (size_t)i0 * ld, ld,
-                    k + (size_t)j0 * ld, ld, 0.0f, z, FT);
+        cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, rows, cols, hs, scale, x->q + (size_t)i0 * x->q_ld,
+                    (int)x->q_ld, x->k + (size_t)j0 * x->kv_ld, (int)x->kv_ld, 0.0f, z, FT);
         for (int r = 0; r < rows; r++) {
-            float *zr = z + (size_t)r * FT, *yr = y + (size_t)(i0 + r) * C;
-            int n = flash_visible(i0, r, j0, cols);
+            float *zr = z + (size_t)r * FT, *yr = y + (size_t)(i0 + r) * x->o_ld;
+            int n = visible(x, i0, r, j0, cols);
             float tile_max = -INFINITY, sum = 0.0f;
             for (int c = 0; c < n; c++) tile_max = zr[c] > tile_max ? zr[c] : tile_max;
             float m_new = flash_running_max(m[r], tile_max), corr = flash_rescale(m[r], m_new);
@@ -53,52 +83,65 @@ static void forward_query_tile(float *y, float *lse, const float *q, const float
             for (int e = 0; e < hs; e++) yr[e] *= corr;
         }
         // y_i += p~ v_j
-        cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, rows, hs, cols, 1.0f, z, FT, v + (size_t)j0 * ld, ld,
-                    1.0f, y + (size_t)i0 * C, C);
+        cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, rows, hs, cols, 1.0f, z, FT,
+                    x->v + (size_t)j0 * x->kv_ld, (int)x->kv_ld, 1.0f, y + (size_t)i0 * x->o_ld, (int)x->o_ld);
     }
     for (int r = 0; r < rows; r++) {
-        float inv = 1.0f / l[r], *yr = y + (size_t)(i0 + r) * C;
+        float inv = 1.0f / l[r], *yr = y + (size_t)(i0 + r) * x->o_ld;
         for (int e = 0; e < hs; e++) yr[e] *= inv;
         lse[i0 + r] = flash_lse(m[r], l[r]);
     }
 }
 
-void flash_attention_forward_cpu(Device *d, act *out_, float *lse, const act *qkv_, int B, int T, int C, int NH) {
-    float *out = out_;        // (B,T,C)
-    const float *qkv = qkv_;  // (B,T,3C)
-    int hs = C / NH;
-    float *scratch = device_scratch(d, flash_cpu_scratch_bytes(omp_get_max_threads(), T));
+static void block_forward(Device *d, const FlashBlock *f, float *y, float *lse, int merge) {
+    float *scratch = device_scratch(d, flash_cpu_scratch_bytes(omp_get_max_threads(), f->Tq));
 #pragma omp parallel for schedule(static) if (blas_single_threaded())
-    for (int bh = 0; bh < B * NH; bh++) {
-        int b = bh / NH, h = bh % NH;
-        float *z = scratch + (size_t)omp_get_thread_num() * per_thread_floats(T), *m = z + 2 * FT * FT, *l = m + FT;
-        const float *q = qkv + (size_t)b * T * 3 * C + h * hs;
-        for (int i0 = 0; i0 < T; i0 += FT)
-            forward_query_tile(out + (size_t)b * T * C + h * hs, lse + (size_t)bh * T, q, q + C, q + 2 * C, i0, T, C,
-                               hs, z, m, l);
+    for (int bh = 0; bh < f->B * f->NH; bh++) {
+        float *z = scratch + (size_t)omp_get_thread_num() * per_thread_floats(f->Tq), *m = z + 2 * FT * FT, *l = m + FT;
+        Head x = head_of(f, bh);
+        for (int i0 = 0; i0 < f->Tq; i0 += FT)
+            forward_query_tile(&x, y + x.o, lse + x.lse, merge, f->hs, i0, z, m, l);
     }
 }
 
+// The whole causal attention of qkv (B,T,3C) as one block: q, k, v read in
+// place, rows 3C apart.
+static FlashBlock whole_block(const act *qkv, int B, int T, int C, int NH) {
+    size_t ld = 3 * (size_t)C;
+    FlashBlock f = {B, NH, C / NH, T, T, 1, qkv, (const float *)qkv + C, (const float *)qkv + 2 * C,
+                    ld, T * ld, ld, T * ld, (size_t)C, (size_t)T * C, (size_t)T};
+    return f;
+}
+
+void flash_attention_forward_cpu(Device *d, act *out, float *lse, const act *qkv, int B, int T, int C, int NH) {
+    FlashBlock f = whole_block(qkv, B, T, C, NH);
+    block_forward(d, &f, out, lse, 0);
+}
+
+void flash_block_forward_cpu(Device *d, const FlashBlock *f, float *y, float *lse, int merge) {
+    block_forward(d, f, y, lse, merge);
+}
+
 // One (key tile j0, query tile i0) pair of one head's backward: p and dz
-// recomputed in the two tiles, dq_i, dk_j and dv_j accumulated (stride 3C).
-static void backward_pair(float *dq, float *dk, float *dv, const float *dy, const float *q, const float *k,
-                          const float *v, const float *lse, const float *D, int i0, int j0, int T, int C, int hs,
-                          float *p, float *dz) {
-    int ld = 3 * C, rows = tile_len(i0, T), cols = tile_len(j0, T);
+// recomputed in the two tiles, dq_i (o strides), dk_j and dv_j (k's) accumulated.
+static void backward_pair(const Head *x, float *dq, float *dk, float *dv, const float *dy, const float *lse,
+                          const float *D, int hs, int i0, int j0, float *p, float *dz) {
+    int rows = tile_len(i0, x->Tq), cols = tile_len(j0, x->Tk), ld = (int)x->kv_ld, old = (int)x->o_ld;
     float scale = flash_scale(hs);
-    const float *qi = q + (size_t)i0 * ld, *kj = k + (size_t)j0 * ld, *vj = v + (size_t)j0 * ld;
-    const float *dyi = dy + (size_t)i0 * C;
-    cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, rows, cols, hs, scale, qi, ld, kj, ld, 0.0f, p, FT);
+    const float *qi = x->q + (size_t)i0 * x->q_ld, *kj = x->k + (size_t)j0 * ld, *vj = x->v + (size_t)j0 * ld;
+    const float *dyi = dy + (size_t)i0 * old;
+    cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, rows, cols, hs, scale, qi, (int)x->q_ld, kj, ld, 0.0f, p,
+                FT);
     for (int r = 0; r < rows; r++) {
         float *pr = p + (size_t)r * FT;
-        int n = flash_visible(i0, r, j0, cols);
+        int n = visible(x, i0, r, j0, cols);
         for (int c = 0; c < n; c++) pr[c] = flash_prob(pr[c], lse[i0 + r]);
         for (int c = n; c < cols; c++) pr[c] = 0.0f;
     }
     // dv_j += p^T dy_i;  dp (rows,cols) = dy_i v_j^T, then dz = p (dp - D)
-    cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, cols, hs, rows, 1.0f, p, FT, dyi, C, 1.0f,
+    cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, cols, hs, rows, 1.0f, p, FT, dyi, old, 1.0f,
                 dv + (size_t)j0 * ld, ld);
-    cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, rows, cols, hs, 1.0f, dyi, C, vj, ld, 0.0f, dz, FT);
+    cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, rows, cols, hs, 1.0f, dyi, old, vj, ld, 0.0f, dz, FT);
     for (int r = 0; r < rows; r++)
         for (int c = 0; c < cols; c++) {
             size_t i = (size_t)r * FT + c;
@@ -106,38 +149,55 @@ static void backward_pair(float *dq, float *dk, float *dv, const float *dy, cons
         }
     // dq_i += scale dz k_j;  dk_j += scale dz^T q_i
     cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, rows, hs, cols, scale, dz, FT, kj, ld, 1.0f,
-                dq + (size_t)i0 * ld, ld);
-    cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, cols, hs, rows, scale, dz, FT, qi, ld, 1.0f,
+                dq + (size_t)i0 * x->dq_ld, (int)x->dq_ld);
+    cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, cols, hs, rows, scale, dz, FT, qi, (int)x->q_ld, 1.0f,
                 dk + (size_t)j0 * ld, ld);
 }
-
-void flash_attention_backward_cpu(Device *d, act *dqkv_, const act *dout_, const act *qkv_, const act *out_,
-                                  const float *lse, int B, int T, int C, int NH) {
-    float *dqkv = dqkv_;                             // (B,T,3C)
-    const float *dout = dout_, *out = out_;          // (B,T,C)
-    const float *qkv = qkv_;                         // (B,T,3C)
-    int hs = C / NH;
-    float *scratch = device_scratch(d, flash_cpu_scratch_bytes(omp_get_max_threads(), T));
-#pragma omp parallel for schedule(static) if (blas_single_threaded())
-    for (int bh = 0; bh < B * NH; bh++) {
-        int b = bh / NH, h = bh % NH;
-        float *p = scratch + (size_t)omp_get_thread_num() * per_thread_floats(T), *dz = p + FT * FT;
-        float *D = dz + FT * FT + 2 * FT;
-        size_t off = (size_t)b * T * 3 * C + h * hs, row_off = (size_t)b * T * C + h * hs;
-        const float *dy = dout + row_off, *y = out + row_off, *q = qkv + off;
-        float *dq = dqkv + off;
-        // D_t = dy_t . y_t
-        for (int t = 0; t < T; t++) {
-            float s = 0.0f;
-            for (int e = 0; e < hs; e++) s += dy[(size_t)t * C + e] * y[(size_t)t * C + e];
-            D[t] = s;
-        }
-        for (int t = 0; t < T; t++)
-            for (int part = 0; part < 3; part++) memset(dq + (size_t)t * 3 * C + part * C, 0, hs * sizeof(float));
-        // key tiles outer, the query tiles that see them inner (i0 >= j0)
-        for (int j0 = 0; j0 < T; j0 += FT)
-            for (int i0 = j0; i0 < T; i0 += FT)
-                backward_pair(dq, dq + C, dq + 2 * C, dy, q, q + C, q + 2 * C, lse + (size_t)bh * T, D, i0, j0, T, C,
-                              hs, p, dz);
+// One head's rows of D_t = dy_t . y_t
+static void rows_d(float *D, const float *dy, const float *y, size_t ld, int T, int hs) {
+    for (int t = 0; t < T; t++) {
+        float s = 0.0f;
+        for (int e = 0; e < hs; e++) s += dy[(size_t)t * ld + e] * y[(size_t)t * ld + e];
+        D[t] = s;
     }
+}
+
+// The backward of a block: dq (its own strides, dq_ld and dq_bs), dk and dv
+// (k's) accumulated, or zeroed first (zero: the whole attention's gradient).
+static void block_backward(Device *d, const FlashBlock *f, const float *y, const float *dy, const float *lse,
+                           float *dq, size_t dq_ld, size_t dq_bs, float *dk, float *dv, int zero) {
+    int hs = f->hs;
+    float *scratch = device_scratch(d, flash_cpu_scratch_bytes(omp_get_max_threads(), f->Tq));
+#pragma omp parallel for schedule(static) if (blas_single_threaded())
+    for (int bh = 0; bh < f->B * f->NH; bh++) {
+        float *p = scratch + (size_t)omp_get_thread_num() * per_thread_floats(f->Tq), *dz = p + FT * FT;
+        float *D = dz + FT * FT + 2 * FT;
+        Head x = head_of(f, bh);
+        x.dq_ld = dq_ld;
+        float *dqh = dq + bh / f->NH * dq_bs + (size_t)(bh % f->NH) * hs, *dkh = dk + x.kv, *dvh = dv + x.kv;
+        rows_d(D, dy + x.o, y + x.o, x.o_ld, f->Tq, hs);
+        if (zero) {
+            for (int t = 0; t < f->Tq; t++) memset(dqh + (size_t)t * dq_ld, 0, (size_t)hs * sizeof(float));
+            for (int s = 0; s < f->Tk; s++) {
+                memset(dkh + (size_t)s * x.kv_ld, 0, (size_t)hs * sizeof(float));
+                memset(dvh + (size_t)s * x.kv_ld, 0, (size_t)hs * sizeof(float));
+            }
+        }
+        // key tiles outer, the query tiles that see them inner (causal: i0 >= j0)
+        for (int j0 = 0; j0 < f->Tk; j0 += FT)
+            for (int i0 = f->causal ? j0 : 0; i0 < f->Tq; i0 += FT)
+                backward_pair(&x, dqh, dkh, dvh, dy + x.o, lse + x.lse, D, hs, i0, j0, p, dz);
+    }
+}
+
+void flash_attention_backward_cpu(Device *d, act *dqkv, const act *dout, const act *qkv, const act *out,
+                                  const float *lse, int B, int T, int C, int NH) {
+    FlashBlock f = whole_block(qkv, B, T, C, NH);
+    float *dq = dqkv;
+    block_backward(d, &f, out, dout, lse, dq, f.q_ld, f.q_bs, dq + C, dq + 2 * C, 1);
+}
+
+void flash_block_backward_cpu(Device *d, const FlashBlock *f, const act *y, const act *dy, const float *lse,
+                              float *dq, float *dk, float *dv) {
+    block_backward(d, f, y, dy, lse, dq, f->o_ld, f->o_bs, dk, dv, 0);
 }

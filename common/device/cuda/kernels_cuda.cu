@@ -371,6 +371,8 @@ extern "C" const KernelOps KERNELS_TABLE = {
     attention_backward_cuda,          // attention_backward
     flash_attention_forward_cuda,     // flash_attention_forward
     flash_attention_backward_cuda,    // flash_attention_backward
+    flash_block_forward_cuda,         // flash_block_forward
+    flash_block_backward_cuda,        // flash_block_backward
     matmul_gelu_forward_cuda,         // matmul_gelu_forward
     gelu_matmul_backward_cuda,        // gelu_matmul_backward
     gelu_forward_cuda,                // gelu_forward

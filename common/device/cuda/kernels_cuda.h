@@ -210,6 +210,9 @@ void attention_backward_cuda(Device *d, act *dqkv, const act *dout, const act *q
 void flash_attention_forward_cuda(Device *d, act *out, float *lse, const act *qkv, int B, int T, int C, int NH);
 void flash_attention_backward_cuda(Device *d, act *dqkv, const act *dout, const act *qkv, const act *out,
                                    const float *lse, int B, int T, int C, int NH);
+void flash_block_forward_cuda(Device *d, const FlashBlock *f, float *y, float *lse, int merge);
+void flash_block_backward_cuda(Device *d, const FlashBlock *f, const act *y, const act *dy, const float *lse,
+                               float *dq, float *dk, float *dv);
 void layernorm_forward_cuda(Device *d, act *out, float *mean, float *rstd, const act *inp,
                             const bf16 *w, const bf16 *b, int BT, int C);
 void residual_layernorm_forward_cuda(Device *d, act *res, act *out, float *mean, float *rstd, const act *a,

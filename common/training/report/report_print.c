@@ -81,10 +81,15 @@ static void print_act_formulas(const GPTPlan *p, int act_bytes) {
     if (p->loss_tiles)
         printf("; --tiled-loss %d: the head's logits sbVe per slot become one chunk's, shared: ceil(sb/%d) tokens "
                "rounded up to 16, at most sb, x Ve", p->loss_tiles, p->loss_tiles);
-    if (gpt_plan_cp(p) > 1)
+    if (gpt_plan_ulysses(p))
         printf("; --cp %d (Ulysses): s is the rank's part of the sequence, T/%d, and a layer keeps the attention "
                "core's output on the heads' positions too, sbhe/t more (of the working set under full recompute); "
                "the all-to-alls' send and receive buffers, 3sbhe/t each, are workspace", p->cp, p->cp);
+    if (gpt_plan_ring(p))
+        printf("; --cp %d --cp-mode ring: s is the rank's two chunks of the sequence, T/%d, and a layer keeps "
+               "what one of s positions keeps; workspace holds the ring's k and v at hand and coming, 4sbhe/t, "
+               "their fp32 gradients likewise, 16sbh/t, an fp32 output (or dq) 4sbh/t and the chunks' position "
+               "rows 4sh", p->cp, p->cp);
     printf(" (s = %s, b = B, h = C, a = heads, t = tp, e = %d B; act_math.c)\n", gpt_plan_cp(p) > 1 ? "T/cp" : "T",
            act_bytes);
 }
