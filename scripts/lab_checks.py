@@ -30,6 +30,9 @@ IN_FLIGHT = "1F1B with m = 4 > P = 2: micro-batches in flight per stage equal mi
 TP_ALONE = "--tp 2 --pp 1"
 F_AND_G = f"{TP_ALONE} (Megatron's f and g): losses equal the reference's to the bit"
 SEQ_PAR = "--sequence-parallel (f and g as all-gathers and reduce-scatters): losses equal the plain run's to the bit"
+# lab 07's ring attention: every sequence over the 4 ranks, two zigzag chunks each
+RING_FLAGS = "--cp 4 --cp-mode ring"
+RING = f"{RING_FLAGS} (ring attention over 4 ranks): losses equal the reference's to the bit"
 # lab 07's schedule tables past 1F1B, drawn (3d_parallel --print-schedule builds and checks them)
 TABLES = {
     "interleaved": ("--pp 4 --grad-accum 8 --schedule interleaved --virtual-stages 2 --model small --layers 8",
@@ -51,7 +54,7 @@ RECOMPUTE = {  # mode: (flags, the losses it must equal: key of expected.json)
     "full": ("--recompute full", "losses"),
 }
 KEYS = ["losses", "states", "peaks", "device_peak", "comm", "xfer", "overlap", "eval", "accum", "resume", "knob",
-        "recompute", "in_flight", "f_and_g", "seq_par", "interleaved", "zb_h1"]
+        "recompute", "in_flight", "f_and_g", "seq_par", "ring", "interleaved", "zb_h1"]
 MAIN_KEYS = {"losses", "states", "peaks", "device_peak", "comm", "xfer", "overlap", "eval", "resume"}
 
 # lab: (stage binary, the reference it must equal, extra flags of the main run, tiers holding states,
@@ -221,7 +224,8 @@ def check_names(lab, only=None):
     if "recompute" in only and lab == "04":
         names += [recompute_name(mode) for mode in RECOMPUTE]
     if lab == "07":
-        names += [n for k, n in (("in_flight", IN_FLIGHT), ("f_and_g", F_AND_G), ("seq_par", SEQ_PAR)) if k in only]
+        names += [n for k, n in (("in_flight", IN_FLIGHT), ("f_and_g", F_AND_G), ("seq_par", SEQ_PAR), ("ring", RING))
+                  if k in only]
         names += [TABLES[k][1] for k in TABLES if k in only]
     return names
 
@@ -235,6 +239,7 @@ def reference_figures(lab, r):
     expected["accum_losses"] = r.run(stage, f"{MODEL} {extra} {ACCUM}").get("losses")
     if lab == "07":
         expected["tp_losses"] = r.run(stage, f"{MODEL} {TP_ALONE}").get("losses")
+        expected["ring_losses"] = r.run(stage, f"{MODEL} {RING_FLAGS}").get("losses")
         for k, (flags, _) in TABLES.items():
             expected[k] = r.text(stage, f"{flags} --print-schedule").get("output")
     if lab == "05":
@@ -343,6 +348,8 @@ def grid_checks(expected, r, extra, only):
     if "seq_par" in only:
         out.append(losses_check(SEQ_PAR, r.run("3d_parallel", f"{MODEL} {extra} --sequence-parallel"),
                                 expected.get("losses")))
+    if "ring" in only:
+        out.append(ring_check(r.run("3d_parallel", f"{MODEL} {RING_FLAGS}"), expected.get("ring_losses")))
     for k, (flags, name) in TABLES.items():
         if k in only:
             out.append(table_check(name, r.text("3d_parallel", f"{flags} --print-schedule"), expected.get(k)))
@@ -363,6 +370,19 @@ def table_check(name, got, want):
     k = next(i for i in range(len(theirs)) if i >= len(mine) or mine[i] != theirs[i])
     return (name, False, f"another table: {mine[k] if k < len(mine) else 'no line'}",
             f"{theirs[k]} (and the reference's last line: {theirs[-1]})")
+
+
+def ring_check(rec, want):
+    """Lab 07's ring attention: step 1's loss reads the forward alone (which key chunks each query chunk meets,
+    causally or whole, and how their results merge); a later step's also the backward's gradients."""
+    name, (_, passed, measured, expected) = RING, losses_check(RING, rec, want)
+    if passed or "error" in rec or want is None:
+        return (name, passed, measured, expected)
+    if rec["losses"][:1] != want[:1]:
+        measured = (f"step 1 differs ({rec['losses'][0]:.9g}): the forward's attention is wrong: which key chunks "
+                    "a query chunk meets (the zigzag: chunks r and 2·cp - 1 - r), which of them causally, or how "
+                    "their results merge")
+    return (name, False, measured, expected)
 
 
 def f_and_g_check(rec, want):

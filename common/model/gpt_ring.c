@@ -36,8 +36,23 @@ static Ring ring_of(const GPT *g) {
     return r;
 }
 
-// The chunk of the sequence that a rank's chunk c (0 or 1) is
-static int chunk_of(const Ring *r, int rank, int c) { return c == 0 ? rank : 2 * r->cp - 1 - rank; }
+enum { RING_SKIP, RING_WHOLE, RING_CAUSAL };
+
+// LAB 07: ring_block_kind -- what a query chunk does with a key chunk at hand
+// In a ring of r->cp ranks every sequence is cut into 2·cp chunks, and rank
+// `rank` holds two of them, the zigzag: its chunk c = 0 is chunk `rank` of
+// the sequence, its chunk c = 1 is chunk 2·cp - 1 - rank. At a step of the
+// ring the keys at hand are rank `src`'s (its chunk e, 0 or 1). Under the
+// causal mask a query sees only keys at or before its own position, so
+// rank's query chunk c against src's key chunk e is: RING_SKIP when the key
+// chunk comes after the query chunk (masked whole), RING_CAUSAL when it is
+// the same chunk (the diagonal: key s seen by query t when s <= t), and
+// RING_WHOLE when it comes before (every key seen).
+static int ring_block_kind(const Ring *r, int rank, int c, int src, int e) {
+    int q = c == 0 ? rank : 2 * r->cp - 1 - rank, k = e == 0 ? src : 2 * r->cp - 1 - src;
+    return k > q ? RING_SKIP : k == q ? RING_CAUSAL : RING_WHOLE;
+}
+// LAB END
 
 static void *at(const void *base, size_t bytes) { return (char *)base + bytes; }
 
@@ -77,12 +92,21 @@ typedef struct Pass {
     int started[2];   // forward: query chunk c holds a merged result already
 } Pass;
 
+// LAB 07: forward_block -- one block of ring attention's forward
+// Query chunk c (0 or 1) of this rank against the key chunk at hand, f
+// (kernels.h's FlashBlock). Its result goes into chunk c's rows of the fp32
+// output g->work->ring_acc (r->Tc rows of r->Cp per sequence, chunk c's
+// from row c·Tc: element offset c·Tc·Cp) and of the lse p->la->att (from
+// c·Tc), merged through their log-sum-exp with what the chunk's earlier
+// blocks left there (flash_block_forward's merge = 1), or afresh (merge =
+// 0) for the chunk's first block of the pass: p->started[c] says which.
 static void forward_block(GPT *g, const Ring *r, Pass *p, const FlashBlock *f, int c, int e, int cur) {
     (void)e, (void)cur;
     g->dev->k->flash_block_forward(g->dev, f, g->work->ring_acc + (size_t)c * r->Tc * r->Cp,
                                    p->la->att + (size_t)c * r->Tc, p->started[c]);
     p->started[c] = 1;
 }
+// LAB END
 
 static void backward_block(GPT *g, const Ring *r, Pass *p, const FlashBlock *f, int c, int e, int cur) {
     size_t o = (size_t)c * r->Tc * r->Cp, k0 = (size_t)e * r->Tc * 2 * r->Cp;
@@ -109,9 +133,9 @@ static void around_the_ring(GPT *g, const Ring *r, Pass *p,
             shift(g, w->ring_kv[cur], w->ring_kv[1 - cur], kv_count, gpt_act_dtype(g), TAG_KV, &hs, &hr);
         for (int c = 0; c < 2; c++)
             for (int e = 0; e < 2; e++) {
-                int q = chunk_of(r, r->rank, c), k = chunk_of(r, src, e);
-                if (k > q) continue;  // after the query chunk: masked whole
-                FlashBlock f = block_of(r, p->la->qkv, w->ring_kv[cur], c, e, k == q);
+                int kind = ring_block_kind(r, r->rank, c, src, e);
+                if (kind == RING_SKIP) continue;
+                FlashBlock f = block_of(r, p->la->qkv, w->ring_kv[cur], c, e, kind == RING_CAUSAL);
                 block(g, r, p, &f, c, e, cur);
             }
         comm_wait(g->cp, &hr);

@@ -36,21 +36,19 @@ void tp_sum(GPT *g, act *x) {
 }
 // LAB END
 
-static DType act_type(const GPT *g) { return g->dev->act_bytes == 4 ? DT_F32 : DT_HALF; }
-
 void tp_gather_rows(GPT *g, act *full, const act *part) {
     int n = g->L.tp_size, r = g->L.tp_rank;
     size_t rows = (size_t)res_rows(g), C = g->L.cfg.channels, ab = g->dev->act_bytes;
     size_t counts[GPT_MAX_TP], displs[GPT_MAX_TP];
     for (int q = 0; q < n; q++) counts[q] = rows * C, displs[q] = (size_t)q * rows * C;
     dev_copy(g->dev, (char *)full + displs[r] * ab, part, rows * C * ab, STREAM_COMPUTE);
-    comm_all_gather(g->tp, full, counts, displs, act_type(g), NULL);
+    comm_all_gather(g->tp, full, counts, displs, gpt_act_dtype(g), NULL);
 }
 
 void tp_scatter_sum_rows(GPT *g, act *part, const act *full) {
     size_t counts[GPT_MAX_TP], elems = (size_t)res_rows(g) * g->L.cfg.channels;
     for (int q = 0; q < g->L.tp_size; q++) counts[q] = elems;
-    comm_reduce_scatter_sum(g->tp, full, part, counts, act_type(g), NULL);
+    comm_reduce_scatter_sum(g->tp, full, part, counts, gpt_act_dtype(g), NULL);
 }
 
 void tp_sum_grads(GPT *g, float *grads, size_t n) {

@@ -288,4 +288,19 @@ LAB_07 = [
       "interleaved", ["FAIL  --schedule interleaved"]),
 ]
 
+RING = "common/model/gpt_ring.c"
+LAB_07 += [
+    m("the zigzag forgotten: rank r's chunks taken as 2r and 2r + 1, in order",
+      [(RING, "    int q = c == 0 ? rank : 2 * r->cp - 1 - rank, k = e == 0 ? src : 2 * r->cp - 1 - src;",
+        "    int q = 2 * rank + c, k = 2 * src + e;")],
+      "ring", ["FAIL  --cp 4 --cp-mode ring", "the forward's attention is wrong"]),
+    m("the diagonal chunk attended whole, the causal mask dropped inside it",
+      [(RING, "    return k > q ? RING_SKIP : k == q ? RING_CAUSAL : RING_WHOLE;", "    return k > q ? RING_SKIP : RING_WHOLE;")],
+      "ring", ["FAIL  --cp 4 --cp-mode ring", "the forward's attention is wrong"]),
+    m("every block's result written over the chunk's (no log-sum-exp merge)",
+      [(RING, "                                   p->la->att + (size_t)c * r->Tc, p->started[c]);",
+        "                                   p->la->att + (size_t)c * r->Tc, 0);")],
+      "ring", ["FAIL  --cp 4 --cp-mode ring", "the forward's attention is wrong"]),
+]
+
 MISTAKES = {"01": LAB_01, "02": LAB_02, "03": LAB_03, "04": LAB_04, "05": LAB_05, "06": LAB_06, "07": LAB_07}

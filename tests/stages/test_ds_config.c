@@ -588,6 +588,37 @@ static void test_activation_block_elsewhere(void **state) {
     }
 }
 
+// Issue 47: DeepSpeed-Ulysses' sequence_parallel_size sets 3d_parallel's
+// --cp with --cp-mode ulysses (the grid's cp in the record, the same losses
+// as the flags by hand); 1 is checked and splits nothing; more than 1 is
+// refused by a stage without --cp, naming 3d_parallel; a count below 1 is
+// refused naming the key.
+static void test_sequence_parallel_size(void **state) {
+    Ctx *c = *state;
+    char path[PATH_LEN], args[CMD_LEN];
+    write_config(c, "sp2-config.json", "{\"sequence_parallel_size\": 2}", path);
+    snprintf(args, sizeof args, "mpirun -np 2 ./3d_parallel --model tiny --steps 2 --quiet --deepspeed-config %s", path);
+    json_t *rec = run(c, "sp2", args, NULL);
+    assert_true(setting(rec, "cp", "config", "sequence_parallel_size") == 2);
+    assert_string_equal(setting_text(rec, "cp-mode"), "ulysses");
+    json_t *hand = run(c, "sp2-hand", "mpirun -np 2 ./3d_parallel --model tiny --steps 2 --quiet --cp 2", NULL);
+    assert_true(json_equal(json_object_get(rec, "losses"), json_object_get(hand, "losses")));
+    json_decref(rec), json_decref(hand);
+    snprintf(args, sizeof args, "mpirun -np 2 ./zero2 --model tiny --steps 1 --deepspeed-config %s", path);
+    free(expect_refusal(args, "sequence_parallel_size: 2: DeepSpeed-Ulysses' sequence split over 2 ranks is "
+                              "3d_parallel's --cp 2 --cp-mode ulysses; zero2 has no sequence split"));
+    write_config(c, "sp0-config.json", "{\"sequence_parallel_size\": 0}", path);
+    snprintf(args, sizeof args, "./zero2 --model tiny --steps 1 --deepspeed-config %s", path);
+    free(expect_refusal(args, "sequence_parallel_size: 0 is not a count of ranks"));
+    write_config(c, "sp1-config.json", "{\"sequence_parallel_size\": 1}", path);
+    snprintf(args, sizeof args, "./zero2 --model tiny --steps 1 --quiet --deepspeed-config %s", path);
+    rec = run(c, "sp1", args, NULL);
+    const char *effect = json_string_value(
+        json_object_get(json_object_get(json_object_get(rec, "deepspeed_config"), "keys"), "sequence_parallel_size"));
+    if (!effect || !strstr(effect, "no sequence split")) fail_msg("sequence_parallel_size 1: effect '%s'", effect);
+    json_decref(rec);
+}
+
 static int group_setup(void **state) {
     return run_dir_setup(state, "test_ds_config", (const char *const[]){"./zero2", CONFIGS, NULL});
 }
@@ -595,6 +626,7 @@ static int group_setup(void **state) {
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_keys_in_record),
+        cmocka_unit_test(test_sequence_parallel_size),
         cmocka_unit_test(test_command_line_overrides),
         cmocka_unit_test(test_many_unknown_keys),
         cmocka_unit_test(test_cosine_and_offload),

@@ -260,6 +260,7 @@ void ds_config_apply(const DsConfig *ds, FlagSpec *specs, int n, Settings *s, co
     ds_apply_checks(&a);
     ds_apply_zeropp(&a);
     ds_apply_activation_checkpointing(&a);
+    ds_apply_sequence_parallel(&a);
     ds_apply_precision(&a);
     ds_apply_grad_accum_dtype(&a);
     note_unused(ds, s, ds->root, "");

@@ -11,7 +11,9 @@
 //                            regions allocated once)
 // partition_activations or cpu_checkpointing, on, asks for --recompute full
 // too (what it moves is what full recompute keeps). The other keys are
-// checked or ignored, each with why.
+// checked or ignored, each with why. Here too, the top level's
+// sequence_parallel_size (DeepSpeed-Ulysses): 3d_parallel's --cp with
+// --cp-mode ulysses.
 #include <stdio.h>
 #include "ds_config_keys.h"
 
@@ -72,4 +74,28 @@ void ds_apply_activation_checkpointing(DsApply *a) {
             "synchronization");
     checked(a, BLOCK "profile", SWITCH,
             "always measured: hardware FLOPs (HFU) count the recomputation; --trace shows each block's (recompute)");
+}
+
+// sequence_parallel_size: 1 splits nothing; more than 1 is DeepSpeed-Ulysses
+// over that many ranks, 3d_parallel's --cp N --cp-mode ulysses, and is
+// refused by a trainer without --cp (every rank would keep every position,
+// a run other than the one the config describes).
+void ds_apply_sequence_parallel(DsApply *a) {
+    const char *key = "sequence_parallel_size";
+    json_t *v = ds_lookup(a->ds, key);
+    if (!v || ds_is_auto(v) || json_is_null(v)) return;
+    double n = ds_number(a->ds, key, v, 1);
+    if (n < 1) ds_fail(a->ds, key, "%g is not a count of ranks: give 1 or more", n);
+    if (n == 1) {
+        settings_key(a->s, key, "checked: 1, no sequence split, as without the config");
+        return;
+    }
+    char text[32];
+    snprintf(text, sizeof text, "%.0f", n);
+    if (!ds_set_flag(a, NULL, "cp", text, FROM_CONFIG, key))
+        ds_fail(a->ds, key, "%s: DeepSpeed-Ulysses' sequence split over %s ranks is 3d_parallel's --cp %s "
+                "--cp-mode ulysses; %s has no sequence split: run 3d_parallel, or give 1", text, text, text,
+                a->binary);
+    ds_set_flag(a, NULL, "cp-mode", "ulysses", FROM_CONFIG, key);
+    settings_key(a->s, key, "--cp %s --cp-mode ulysses", text);
 }

@@ -37,6 +37,7 @@ void ds_apply_scheduler(DsApply *a);  // scheduler.type; its defaults; warmup_mi
 void ds_apply_rules(DsApply *a);      // the keys that set one flag each
 void ds_apply_checks(DsApply *a);     // switches checked, keys known to have no knob here
 void ds_apply_activation_checkpointing(DsApply *a);  // ds_config_activations.c
+void ds_apply_sequence_parallel(DsApply *a);        // ds_config_activations.c
 void ds_apply_precision(DsApply *a);  // bf16 and fp16 blocks (ds_config_precision.c)
 void ds_apply_zeropp(DsApply *a);     // ZeRO++'s keys: zero3's --quantize-weights, --hpz-size, --quantize-grads
 void ds_apply_grad_accum_dtype(DsApply *a);  // data_types.grad_accum_dtype (ds_config_precision.c)
