@@ -185,9 +185,10 @@ static void report_json(Trainer *t, FILE *f) {
     Stage *z = t->sctx;
     const Grid *g = &z->grid;
     GridShape shape = grid_shape(t, z);
-    // dp: the part's replicas (Ulysses' cp ranks among them), cp: the ranks a sequence is split over
-    fprintf(f, ",\"grid\":{\"tp\":%d,\"pp\":%d,\"dp\":%d,\"cp\":%d,\"schedule\":\"%s\",\"micro_batches\":%d,"
-               "\"bubble_formula\":%.6f,", g->tp, g->pp, g->dp, g->cp, z->schedule_name, shape.micro_batches,
+    // dp: the part's replicas (the cp ranks among them), cp: the ranks a sequence is split over, and how
+    fprintf(f, ",\"grid\":{\"tp\":%d,\"pp\":%d,\"dp\":%d,\"cp\":%d,\"cp_mode\":\"%s\",\"schedule\":\"%s\","
+               "\"micro_batches\":%d,\"bubble_formula\":%.6f,", g->tp, g->pp, g->dp, g->cp,
+            g->cp > 1 ? (t->plan.cp_ring ? "ring" : "ulysses") : "none", z->schedule_name, shape.micro_batches,
             pipeline_bubble_formula(g->pp, shape.micro_batches));
     double b = mean_bubble(z);
     if (isnan(b)) fprintf(f, "\"bubble_measured\":null,\"ranks\":[");

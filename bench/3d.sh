@@ -8,11 +8,13 @@
 #     pipeline stage's model states and activations, the bubble;
 #   - the bubble of tp 1 x pp 4 for m = 1, 2, 4, 8 micro-batches, 1F1B and
 #     AFAB, measured from the timeline beside (P-1)/(m+P-1);
-#   - context parallelism (Ulysses, --cp 1, 2, 4) at sequences of
-#     BENCH_3D_CP_SEQ tokens (default 1024), micro-batch 1, the same global
-#     batch (BENCH_3D_CP_GLOBAL sequences, default 16): tokens/s relative to
-#     cp 1, activations per rank and the cp group's all-to-all bytes per
-#     step, each beside its formula.
+#   - context parallelism (--cp 1, 2, 4, Ulysses and ring attention) at
+#     sequences of BENCH_3D_CP_SEQ tokens (default 1024), micro-batch 1,
+#     the same global batch (BENCH_3D_CP_GLOBAL sequences, default 16):
+#     tokens/s relative to cp 1, activations per rank and the cp group's
+#     bytes per step (all-to-alls, or the ring's sends and receives), each
+#     beside its formula, and the ring's causal work per rank with and
+#     without the zigzag (formula).
 # On the cpu device the 8 ranks share this machine's cores (oversubscribed):
 # a rank waiting for its neighbour yields its core to one that computes, so
 # the figures say how the schedules behave there, not on 8 devices. With
@@ -49,8 +51,12 @@ for r in $(seq "$rounds"); do
                 --json "$out/${tag}_bubble.json" >/dev/null
         done
     done
-    for c in 1 2 4; do
-        mpirun -np "$np" ./3d_parallel $cp_common --cp "$c" --global-batch "$cp_global" --json "$out/${tag}_cp.json" >/dev/null
+    mpirun -np "$np" ./3d_parallel $cp_common --cp 1 --global-batch "$cp_global" --json "$out/${tag}_cp.json" >/dev/null
+    for c in 2 4; do
+        for mode in ulysses ring; do
+            mpirun -np "$np" ./3d_parallel $cp_common --cp "$c" --cp-mode "$mode" --global-batch "$cp_global" \
+                --json "$out/${tag}_cp.json" >/dev/null
+        done
     done
 done
 python3 bench/summarize_3d.py "$out" "$tag" "$np" "$(nproc)"

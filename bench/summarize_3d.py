@@ -3,8 +3,11 @@ time pooled over rounds (tokens/s = tokens per step / that median) and its
 ratio to dp_baseline at the same ranks and global batch, the device peak per
 rank, each pipeline stage's model states and activations (measured, with the
 formula), the bubble measured beside (P-1)/(m+P-1); the bubble of the m
-sweep; and per context-parallel size (Ulysses) tokens/s relative to cp 1,
-activations per rank and the cp group's bytes, each beside its formula.
+sweep; and per context-parallel size and mode (Ulysses, ring) tokens/s
+relative to cp 1, activations per rank and the cp group's bytes, each beside
+its formula, with the ring's causal work per rank (formula: query-key pairs
+of the causal mask a rank computes, its largest over the mean, with the
+zigzag and with chunks in order).
 Usage: summarize_3d.py OUT_DIR TAG RANKS CORES."""
 import json
 import statistics
@@ -88,21 +91,37 @@ result["bubble_sweep"] = [
      "peak_activations_bytes_per_rank": max(x["activations"] for x in runs[-1]["grid"]["ranks"])}
     for (tp, pp, dp, schedule, m), runs in sorted(grouped(records("bubble")).items(), key=lambda kv: (kv[0][4], kv[0][3]))
 ]
+
+
+def causal_work(cp):
+    """Query-key pairs of the causal mask per rank in units of a chunk's Tc^2 (the diagonal half): with
+    the zigzag rank r holds chunks r and 2cp-1-r, (r + 1/2) + (2cp-1-r + 1/2) = 2cp on every rank; in order
+    (one chunk of 2Tc, rank r) 4(r + 1/2). The largest over the mean."""
+    zigzag = [2 * cp for r in range(cp)]
+    in_order = [4 * (r + 0.5) for r in range(cp)]
+    return {"zigzag_max_over_mean": max(zigzag) / statistics.mean(zigzag),
+            "in_order_max_over_mean": max(in_order) / statistics.mean(in_order)}
+
+
 cp_runs = {}
 for r in records("cp"):
-    cp_runs.setdefault(r["grid"].get("cp", 1), []).append(r)
-if 1 in cp_runs:
-    one = tokens_per_s(cp_runs[1])
+    g = r["grid"]
+    cp_runs.setdefault((g.get("cp", 1), g.get("cp_mode", "ulysses") if g.get("cp", 1) > 1 else "none"), []).append(r)
+if (1, "none") in cp_runs:
+    one = tokens_per_s(cp_runs[(1, "none")])
     result["context_parallel"] = []
-    for c, runs in sorted(cp_runs.items()):
+    for (c, mode), runs in sorted(cp_runs.items()):
         last = runs[-1]["grid"]["ranks"]
-        result["context_parallel"].append({
-            "cp": c, "seq_len": runs[0]["seq_len"], "rounds": len(runs), "tokens_per_s": tokens_per_s(runs),
-            "relative_to_cp1": tokens_per_s(runs) / one,
+        row = {
+            "cp": c, "mode": mode, "seq_len": runs[0]["seq_len"], "rounds": len(runs),
+            "tokens_per_s": tokens_per_s(runs), "relative_to_cp1": tokens_per_s(runs) / one,
             "activations_bytes_per_rank": max(x["activations"] for x in last),
             "activations_formula": max(x["activations_formula"] for x in last),
-            "all_to_all_bytes_per_step": max(x["comm"]["cp"][0] for x in last),
-            "all_to_all_formula": max(x["comm"]["cp"][1] for x in last),
+            "cp_bytes_per_step": max(x["comm"]["cp"][0] for x in last),
+            "cp_bytes_formula": max(x["comm"]["cp"][1] for x in last),
             "peak_device_bytes_per_rank": max(r["mem"]["device"]["peak_total"] for r in runs),
-        })
+        }
+        if mode == "ring":
+            row["causal_work_formula"] = causal_work(c)
+        result["context_parallel"].append(row)
 print(json.dumps(result, indent=1))

@@ -259,6 +259,64 @@ static void test_longest_sequence_ring(void **state) {
     free(out);
 }
 
+// At T 2048 (small, batch 1, one step) --cp 4 in each mode keeps, on every
+// rank, the activations the grid's formula gives to the byte, and at most
+// 0.3 of --cp 1's: the ring exactly 1/4, Ulysses 1/4 and the core's output
+// a second time (0.264 here).
+static void test_long_sequence_memory(void **state) {
+    Ctx *c = *state;
+    const char *flags = "--model small --seq-len 2048 --batch 1 --steps 1 --eval-every 0 --eval-batches 1 --quiet";
+    char cmd[CMD_LEN], json[PATH_LEN];
+    snprintf(json, sizeof json, "%s/t2048-cp1.json", c->root);
+    snprintf(cmd, sizeof cmd, "mpirun -np 1 ./3d_parallel %s --json %s", flags, json);
+    char *one = train(cmd, json);
+    double whole = number_of(grid_rank_of(one, 0), "activations");
+    const char *modes[] = {"ulysses", "ring"};
+    for (int k = 0; k < 2; k++) {
+        snprintf(json, sizeof json, "%s/t2048-%s.json", c->root, modes[k]);
+        snprintf(cmd, sizeof cmd, "mpirun -np 4 ./3d_parallel %s --cp 4 --cp-mode %s --json %s", flags, modes[k], json);
+        char *rec = train(cmd, json);
+        for (int r = 0; r < 4; r++) {
+            const char *x = grid_rank_of(rec, r);
+            double a = number_of(x, "activations"), f = number_of(x, "activations_formula");
+            if (a != f || a > 0.3 * whole)
+                fail_msg("--cp 4 --cp-mode %s at T 2048, rank %d: activations %.0f B, formula %.0f B, --cp 1's %.0f B "
+                         "(%.3f of it; at most 0.3?)", modes[k], r, a, f, whole, a / whole);
+            if (r == 0) print_message("--cp 4 --cp-mode %s at T 2048: %.3f of --cp 1's activations\n", modes[k], a / whole);
+        }
+        free(rec);
+    }
+    free(one);
+}
+
+// GPT-2's own shapes (gpt2-124m cut to 2 layers: 12 heads of 64, its
+// vocabulary) at T 256: --cp 2 in each mode against dp_baseline at the same
+// global batch, held as the small grids are (the first loss 1e-6, then 1e-3).
+static void test_gpt2_shapes(void **state) {
+    Ctx *c = *state;
+    const char *flags = "--model gpt2-124m --layers 2 --seq-len 256 --batch 2 --steps 2 --eval-batches 1 --quiet";
+    char cmd[CMD_LEN], json[PATH_LEN];
+    snprintf(json, sizeof json, "%s/gpt2-base.json", c->root);
+    snprintf(cmd, sizeof cmd, "mpirun -np 1 ./dp_baseline %s --json %s", flags, json);
+    char *base = train(cmd, json);
+    const char *modes[] = {"ulysses", "ring"};
+    for (int k = 0; k < 2; k++) {
+        snprintf(json, sizeof json, "%s/gpt2-%s.json", c->root, modes[k]);
+        snprintf(cmd, sizeof cmd, "mpirun -np 2 ./3d_parallel %s --cp 2 --cp-mode %s --json %s", flags, modes[k], json);
+        char *rec = train(cmd, json);
+        double a[RUN_MAX_STEPS] = {0}, b[RUN_MAX_STEPS] = {0};
+        losses_of(base, a, 2);
+        losses_of(rec, b, 2);
+        if (fabs(a[0] - b[0]) > 1e-6 || fabs(a[1] - b[1]) > 1e-3)
+            fail_msg("gpt2-124m --layers 2, --cp 2 --cp-mode %s: losses %.6f %.6f, dp_baseline's %.6f %.6f", modes[k],
+                     b[0], b[1], a[0], a[1]);
+        print_message("gpt2-124m --layers 2 T 256, --cp 2 --cp-mode %s: |loss - dp_baseline's| %.3g, %.3g\n", modes[k],
+                      fabs(a[0] - b[0]), fabs(a[1] - b[1]));
+        free(rec);
+    }
+    free(base);
+}
+
 static void test_refusals(void **state) {
     (void)state;
     const char *cases[][2] = {
@@ -304,6 +362,8 @@ int main(void) {
         cmocka_unit_test(test_resume),
         cmocka_unit_test(test_longest_sequence),
         cmocka_unit_test(test_longest_sequence_ring),
+        cmocka_unit_test(test_long_sequence_memory),
+        cmocka_unit_test(test_gpt2_shapes),
         cmocka_unit_test(test_refusals),
     };
     return cmocka_run_group_tests(tests, setup, teardown);
