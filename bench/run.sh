@@ -100,6 +100,7 @@ section aio env AIO_BLOCKS_KB="${AIO_BLOCKS_KB:-128 1024 8192}" AIO_DEPTHS="${AI
     bash bench/aio.sh "${AIO_DIR:-build/bench/aio-files}"
 section infinity bash bench/infinity.sh "${AIO_DIR:-build/bench/aio-files}"
 section 3d bash bench/3d.sh "$out/3d" cpu
+section long bash bench/long.sh "$out/long"
 section net env NET_RATES="${NET_RATES:-10mbit 200mbit}" bash bench/net.sh
 # the planner's predicted step beside the measured one, with its command
 [ -f "$out/net.log" ] && sed -n '/^[0-9.]*[kmgt]*bit: \.\/memory_math/,/^  zero3 /p' "$out/net.log"
