@@ -47,8 +47,9 @@ WB_HOSTDEV static inline float flash_rescale(float m_old, float m_new) {
 // starts from what A left: a running maximum lse_a with the sum 1 (y_a is
 // normalized, so its weights sum to 1 at that maximum), the row's partial
 // output y_a. These are the starting maximum and sum of a row, from its
-// merged lse so far (or afresh: -inf and 0).
-WB_HOSTDEV static inline float flash_merge_start_max(int merge, float lse) { return merge ? lse : -INFINITY; }
+// merged lse so far (or afresh: -inf and 0; lse is not read then, as
+// nothing has written it yet).
+WB_HOSTDEV static inline float flash_merge_start_max(int merge, const float *lse) { return merge ? *lse : -INFINITY; }
 WB_HOSTDEV static inline float flash_merge_start_sum(int merge) { return merge ? 1.0f : 0.0f; }
 
 // log sum exp of a row from its running maximum and sum

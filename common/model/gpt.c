@@ -222,17 +222,7 @@ void gpt_alloc(GPT *g, const GPTLayout *l, Device *dev, const GPTPlan *p, Comm *
     g->work->dc = carve(&cs, BT * C * ab);
     g->work->d4a = carve(&cs, BT * F * ab);
     g->work->d4b = carve(&cs, (size_t)gpt_mlp_tile_rows(p) * F * ab);  // one chunk's under the tiled MLP
-    size_t Cp = C / l->tp_size;
-    if (gpt_plan_ulysses(p)) {
-        g->work->a2a_send = carve(&cs, BT * 3 * Cp * ab);
-        g->work->a2a_recv = carve(&cs, BT * 3 * Cp * ab);
-    }
-    if (gpt_plan_ring(p)) {
-        for (int k = 0; k < 2; k++) g->work->ring_kv[k] = carve(&cs, BT * 2 * Cp * ab);
-        for (int k = 0; k < 2; k++) g->work->ring_dkv[k] = carve(&cs, BT * 2 * Cp * fb);
-        g->work->ring_acc = carve(&cs, BT * Cp * fb);
-        g->work->positions = carve(&cs, (size_t)p->T * C * fb);
-    }
+    carve_seq_work(g, &cs);
 
     size_t unit_max = 0;  // unit_grads: the largest unit of the range but the embeddings (embed_grads)
     for (int u = p->first_unit > 1 ? p->first_unit : 1; u <= p->last_unit; u++)

@@ -79,11 +79,6 @@ static const act *as_act(GPT *g, act *out, const float *src, size_t n) {
     return out;
 }
 
-static void shift(GPT *g, const void *send, void *recv, size_t count, DType t, int tag, CommHandle *hs,
-                  CommHandle *hr) {
-    comm_shift(g->cp, send, recv, count, t, tag, hs, hr);
-}
-
 // What a pass does with one block: query chunk c against key chunk e of
 // the k and v at hand (ring_kv[cur]); `la` and `dout` are the layer's.
 typedef struct Pass {
@@ -130,7 +125,7 @@ static void around_the_ring(GPT *g, const Ring *r, Pass *p,
         int cur = step % 2, src = (r->rank - step + r->cp) % r->cp;
         CommHandle hs = {0}, hr = {0};
         if (step < r->cp - 1)
-            shift(g, w->ring_kv[cur], w->ring_kv[1 - cur], kv_count, gpt_act_dtype(g), TAG_KV, &hs, &hr);
+            comm_shift(g->cp, w->ring_kv[cur], w->ring_kv[1 - cur], kv_count, gpt_act_dtype(g), TAG_KV, &hs, &hr);
         for (int c = 0; c < 2; c++)
             for (int e = 0; e < 2; e++) {
                 int kind = ring_block_kind(r, r->rank, c, src, e);
@@ -140,7 +135,7 @@ static void around_the_ring(GPT *g, const Ring *r, Pass *p,
             }
         comm_wait(g->cp, &hr);
         comm_wait(g->cp, &hs);
-        if (p->dout) shift(g, w->ring_dkv[cur], w->ring_dkv[1 - cur], kv_count, DT_F32, TAG_DKV, NULL, NULL);
+        if (p->dout) comm_shift(g->cp, w->ring_dkv[cur], w->ring_dkv[1 - cur], kv_count, DT_F32, TAG_DKV, NULL, NULL);
     }
 }
 
@@ -167,6 +162,25 @@ void ring_attention_backward(GPT *g, const LayerActs *la, const act *dout, act *
     const act *dkv = as_act(g, w->ring_kv[1], w->ring_dkv[r.cp % 2], rows * 2 * r.Cp);
     dev_copy_2d(d, dqkv, 3 * r.Cp * ab, dq, r.Cp * ab, r.Cp * ab, rows, STREAM_COMPUTE);
     dev_copy_2d(d, at(dqkv, r.Cp * ab), 3 * r.Cp * ab, dkv, 2 * r.Cp * ab, 2 * r.Cp * ab, rows, STREAM_COMPUTE);
+}
+
+// Ulysses' send and receive buffers (BT,3Cp); the ring's k and v (BT,2Cp)
+// at hand and coming, their fp32 gradients likewise, the fp32 y or dq
+// (BT,Cp) and the position rows of the rank's chunks (T,C) in fp32
+// (gpt_layout.c's backward_scratch counts them).
+void carve_seq_work(GPT *g, Carver *c) {
+    const GPTPlan *p = &g->plan;
+    size_t BT = (size_t)p->B * p->T, C = (size_t)g->L.cfg.channels, Cp = C / (size_t)g->L.tp_size;
+    size_t ab = (size_t)g->dev->act_bytes, fb = sizeof(float);
+    if (gpt_plan_ulysses(p)) {
+        g->work->a2a_send = carve(c, BT * 3 * Cp * ab);
+        g->work->a2a_recv = carve(c, BT * 3 * Cp * ab);
+    }
+    if (!gpt_plan_ring(p)) return;
+    for (int k = 0; k < 2; k++) g->work->ring_kv[k] = carve(c, BT * 2 * Cp * ab);
+    for (int k = 0; k < 2; k++) g->work->ring_dkv[k] = carve(c, BT * 2 * Cp * fb);
+    g->work->ring_acc = carve(c, BT * Cp * fb);
+    g->work->positions = carve(c, (size_t)p->T * C * fb);
 }
 
 // ---- the position rows of the rank's tokens ----

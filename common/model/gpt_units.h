@@ -110,6 +110,8 @@ void *carve_words(Carver *c, size_t bytes);
 // attention core's unless att is 0), and its activation pieces but x3.
 void carve_block_words(Carver *c, LayerActs *la, size_t R, size_t att);
 void carve_block_acts(struct GPT *g, Carver *c, LayerActs *la);
+// The work's buffers of the sequence split, Ulysses' or the ring's (gpt_ring.c).
+void carve_seq_work(struct GPT *g, Carver *c);
 // Selective recompute with the materialized attention: the probabilities
 // live in the working set, not in the block's saved tensors.
 int drops_probabilities(const GPTPlan *p);

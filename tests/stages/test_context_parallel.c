@@ -259,6 +259,17 @@ static void test_longest_sequence_ring(void **state) {
     free(out);
 }
 
+// `binary` at `ranks` ranks with `flags` as given (a --cp and --cp-mode
+// appended when cp > 1), its record under the tag.
+static char *run_cp(Ctx *c, const char *tag, int ranks, const char *binary, const char *flags, int cp,
+                    const char *mode) {
+    char cmd[CMD_LEN], json[PATH_LEN], split[64] = "";
+    if (cp > 1) snprintf(split, sizeof split, " --cp %d --cp-mode %s", cp, mode);
+    snprintf(json, sizeof json, "%s/%s.json", c->root, tag);
+    snprintf(cmd, sizeof cmd, "mpirun -np %d ./%s %s%s --json %s", ranks, binary, flags, split, json);
+    return train(cmd, json);
+}
+
 // At T 2048 (small, batch 1, one step) --cp 4 in each mode keeps, on every
 // rank, the activations the grid's formula gives to the byte, and at most
 // 0.3 of --cp 1's: the ring exactly 1/4, Ulysses 1/4 and the core's output
@@ -266,16 +277,13 @@ static void test_longest_sequence_ring(void **state) {
 static void test_long_sequence_memory(void **state) {
     Ctx *c = *state;
     const char *flags = "--model small --seq-len 2048 --batch 1 --steps 1 --eval-every 0 --eval-batches 1 --quiet";
-    char cmd[CMD_LEN], json[PATH_LEN];
-    snprintf(json, sizeof json, "%s/t2048-cp1.json", c->root);
-    snprintf(cmd, sizeof cmd, "mpirun -np 1 ./3d_parallel %s --json %s", flags, json);
-    char *one = train(cmd, json);
+    char *one = run_cp(c, "t2048-cp1", 1, "3d_parallel", flags, 1, NULL);
     double whole = number_of(grid_rank_of(one, 0), "activations");
     const char *modes[] = {"ulysses", "ring"};
     for (int k = 0; k < 2; k++) {
-        snprintf(json, sizeof json, "%s/t2048-%s.json", c->root, modes[k]);
-        snprintf(cmd, sizeof cmd, "mpirun -np 4 ./3d_parallel %s --cp 4 --cp-mode %s --json %s", flags, modes[k], json);
-        char *rec = train(cmd, json);
+        char tag[32];
+        snprintf(tag, sizeof tag, "t2048-%s", modes[k]);
+        char *rec = run_cp(c, tag, 4, "3d_parallel", flags, 4, modes[k]);
         for (int r = 0; r < 4; r++) {
             const char *x = grid_rank_of(rec, r);
             double a = number_of(x, "activations"), f = number_of(x, "activations_formula");
@@ -295,15 +303,12 @@ static void test_long_sequence_memory(void **state) {
 static void test_gpt2_shapes(void **state) {
     Ctx *c = *state;
     const char *flags = "--model gpt2-124m --layers 2 --seq-len 256 --batch 2 --steps 2 --eval-batches 1 --quiet";
-    char cmd[CMD_LEN], json[PATH_LEN];
-    snprintf(json, sizeof json, "%s/gpt2-base.json", c->root);
-    snprintf(cmd, sizeof cmd, "mpirun -np 1 ./dp_baseline %s --json %s", flags, json);
-    char *base = train(cmd, json);
+    char *base = run_cp(c, "gpt2-base", 1, "dp_baseline", flags, 1, NULL);
     const char *modes[] = {"ulysses", "ring"};
     for (int k = 0; k < 2; k++) {
-        snprintf(json, sizeof json, "%s/gpt2-%s.json", c->root, modes[k]);
-        snprintf(cmd, sizeof cmd, "mpirun -np 2 ./3d_parallel %s --cp 2 --cp-mode %s --json %s", flags, modes[k], json);
-        char *rec = train(cmd, json);
+        char tag[32];
+        snprintf(tag, sizeof tag, "gpt2-%s", modes[k]);
+        char *rec = run_cp(c, tag, 2, "3d_parallel", flags, 2, modes[k]);
         double a[RUN_MAX_STEPS] = {0}, b[RUN_MAX_STEPS] = {0};
         losses_of(base, a, 2);
         losses_of(rec, b, 2);

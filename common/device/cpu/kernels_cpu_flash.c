@@ -59,7 +59,7 @@ static void forward_query_tile(const Head *x, float *y, float *lse, int merge, i
     int rows = tile_len(i0, x->Tq), last = x->causal ? i0 : x->Tk - 1;
     float scale = flash_scale(hs);
     for (int r = 0; r < rows; r++) {
-        m[r] = flash_merge_start_max(merge, lse[i0 + r]), l[r] = flash_merge_start_sum(merge);
+        m[r] = flash_merge_start_max(merge, lse + i0 + r), l[r] = flash_merge_start_sum(merge);
         if (!merge) memset(y + (size_t)(i0 + r) * x->o_ld, 0, (size_t)hs * sizeof(float));
     }
     for (int j0 = 0; j0 <= last; j0 += FT) {
@@ -93,7 +93,7 @@ static void forward_query_tile(const Head *x, float *y, float *lse, int merge, i
     }
 }
 
-static void block_forward(Device *d, const FlashBlock *f, float *y, float *lse, int merge) {
+void flash_block_forward_cpu(Device *d, const FlashBlock *f, float *y, float *lse, int merge) {
     float *scratch = device_scratch(d, flash_cpu_scratch_bytes(omp_get_max_threads(), f->Tq));
 #pragma omp parallel for schedule(static) if (blas_single_threaded())
     for (int bh = 0; bh < f->B * f->NH; bh++) {
@@ -115,11 +115,7 @@ static FlashBlock whole_block(const act *qkv, int B, int T, int C, int NH) {
 
 void flash_attention_forward_cpu(Device *d, act *out, float *lse, const act *qkv, int B, int T, int C, int NH) {
     FlashBlock f = whole_block(qkv, B, T, C, NH);
-    block_forward(d, &f, out, lse, 0);
-}
-
-void flash_block_forward_cpu(Device *d, const FlashBlock *f, float *y, float *lse, int merge) {
-    block_forward(d, f, y, lse, merge);
+    flash_block_forward_cpu(d, &f, out, lse, 0);
 }
 
 // One (key tile j0, query tile i0) pair of one head's backward: p and dz

@@ -232,7 +232,7 @@ __global__ void __launch_bounds__(FLASH_WARPS *WARP_SIZE)
     float scale = flash_scale(hs);
     for (int e = lane; e < hs; e += WARP_SIZE) q_s[warp][e] = to_f32(q[(size_t)r.t * f.q_ld + e]) * scale;
     __syncthreads();
-    float m = flash_merge_start_max(merge, *lse_t), l = flash_merge_start_sum(merge), acc[FLASH_PER_LANE] = {};
+    float m = flash_merge_start_max(merge, lse_t), l = flash_merge_start_sum(merge), acc[FLASH_PER_LANE] = {};
     for (int i = 0; i < FLASH_PER_LANE; i++)
         if (merge && lane + WARP_SIZE * i < hs) acc[i] = yr[lane + WARP_SIZE * i];
     int last = block_last_key(f, r.t);
