@@ -6,6 +6,7 @@
 #include "stop.h"
 #include <errno.h>
 #include <execinfo.h>
+#include <pthread.h>
 #include <signal.h>
 #include <stdatomic.h>
 #include <stdio.h>
@@ -120,6 +121,30 @@ void stop_release(void) {
     sigprocmask(SIG_UNBLOCK, &set, NULL);  // one that came to this thread is handled here
     int sig = atomic_exchange(&g_stop.pending, 0);
     if (sig) raise(sig);
+}
+
+typedef struct Flush {
+    int fd, rc, err;
+} Flush;
+
+static void *flush_thread(void *arg) {
+    Flush *f = arg;
+    f->rc = fsync(f->fd);
+    f->err = errno;
+    return NULL;
+}
+
+int stop_fsync(int fd) {
+    Flush f = {.fd = fd};
+    pthread_t thread;
+    sigset_t stops = stop_signals(), before;
+    pthread_sigmask(SIG_BLOCK, &stops, &before);  // the new thread starts with this mask
+    int started = pthread_create(&thread, NULL, flush_thread, &f) == 0;
+    pthread_sigmask(SIG_SETMASK, &before, NULL);
+    if (!started) return fsync(fd);  // no thread to be had: flushed here
+    pthread_join(thread, NULL);
+    errno = f.err;
+    return f.rc;
 }
 
 // ---- the signal's line, built without stdio ----

@@ -3,7 +3,10 @@
 // file of a write in progress) are removed on every exit path the process
 // controls: an error (exit_all, fail_rank, fail_at call stop_remove_files),
 // and SIGTERM or SIGINT, after which rank 0 prints one line with the step
-// reached and the checkpoint to resume from. Only SIGKILL leaves them.
+// reached and the checkpoint to resume from. Only SIGKILL leaves them, and
+// mpirun sends it 1 s after its SIGTERM (odls_base_sigkill_timeout): a rank
+// must act on the signal within that second, so it never waits on the disk
+// where a signal cannot reach it (stop_fsync).
 #pragma once
 
 #define STOP_MAX_PATHS 32
@@ -29,6 +32,12 @@ void stop_note_task(const char *what);
 // change together (ckpt_save's commit of `latest` and its note).
 void stop_hold(void);
 void stop_release(void);
+// fsync(fd), its result and errno. A flush can take seconds on a busy disk
+// (ext4 commits its journal, and with it other processes' writes), and a
+// thread inside fsync handles no signal until it returns: the flush runs on
+// a thread of its own that takes no SIGTERM or SIGINT, while the caller
+// waits in pthread_join, where the handler runs at once. Not while held.
+int stop_fsync(int fd);
 
 // Catches SIGTERM and SIGINT: removes the tracked files, rank 0 prints
 // "PROG: stopped by SIGTERM after step N; resume with --resume DIR (step M)"

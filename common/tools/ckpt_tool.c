@@ -214,7 +214,7 @@ static void create_folder(const char *path) {
 }
 
 static void close_file(int fd, const char *path) {
-    if (fsync(fd) || close(fd)) fail_tool("cannot write %s: %s; check free space and the file size limit", path,
+    if (stop_fsync(fd) || close(fd)) fail_tool("cannot write %s: %s; check free space and the file size limit", path,
                                           strerror(errno));
 }
 

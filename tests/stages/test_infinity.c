@@ -566,8 +566,11 @@ static void test_stops_remove_swap_files(void **state) {
         if (rc == 0 || !line || !strstr(line, want) || strstr(line + 1, senders[i][1]))
             fail_msg("%s: exit %d; expected one line '%s...%s':\n%s", cmd, rc, senders[i][1], want, out);
         free(out);
-        snprintf(cmd, sizeof cmd, "test -z \"$(ls -A %s)\" && test -z \"$(find %s -name '*.tmp')\"", c->nvme, ck);
-        if (test_run(cmd, NULL) != 0) fail_msg("the stopped run left files in %s or %s", c->nvme, ck);
+        snprintf(cmd, sizeof cmd, "test -z \"$(ls -A %s)\" && test -z \"$(find %s -name '*.tmp')\" || "
+                 "{ find %s; find %s -name '*.tmp'; exit 1; }", c->nvme, ck, c->nvme, ck);
+        char *left = NULL;
+        if (test_run(cmd, &left) != 0) fail_msg("the stopped run left files in %s or %s:\n%s", c->nvme, ck, left);
+        free(left);
     }
     // a diverged run ends through exit_all: the swap files go too
     snprintf(cmd, sizeof cmd, "mpirun -np 2 ./infinity --model tiny --steps 20 --lr 1e6 --quiet --nvme-path %s",

@@ -48,7 +48,7 @@ static int mkdir_p(const char *path, char *msg) {
 }
 
 static int fsync_dir(const char *dir, char *msg) {
-    int fd = open(dir, O_RDONLY | O_DIRECTORY), bad = fd < 0 || fsync(fd) != 0;
+    int fd = open(dir, O_RDONLY | O_DIRECTORY), bad = fd < 0 || stop_fsync(fd) != 0;
     if (bad) ckpt_msgf(msg, "cannot sync checkpoint folder %s: %s", dir, strerror(errno));
     if (fd >= 0) close(fd);
     return bad;
@@ -69,29 +69,37 @@ static int write_all(int fd, const void *data, size_t bytes) {
 // dir/name written as dir/name.tmp, fsynced, renamed over dir/name, and the
 // rename made durable by fsyncing dir: a crash leaves the old file or the new.
 // A failure names `shown`, the file as the finished checkpoint holds it.
+// `held`: SIGTERM and SIGINT wait from the rename until the caller, which
+// notes what the rename did, releases them and flushes dir itself; the
+// flushes, which can take seconds, are never held (stop_fsync).
 static int write_atomic(const char *dir, const char *name, const char *shown, const void *const *chunk,
-                        const size_t *bytes, int nchunks, char *msg) {
+                        const size_t *bytes, int nchunks, int held, char *msg) {
     char tmp[PATH_BYTES], final[PATH_BYTES];
     ckpt_pathf(tmp, "%s/%s.tmp", dir, name);
     ckpt_pathf(final, "%s/%s", dir, name);
     // a temporary file left by a killed run is removed (a link, not its
-    // target), and the new one is created: never a file someone put there
+    // target), and the new one is created: never a file someone put there;
+    // the signals wait from its creation to its tracking
+    stop_hold();
     unlink(tmp);
     int fd = open(tmp, O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0644), bad = fd < 0;
     if (!bad) stop_track(tmp, 0);  // a signal mid-write leaves no temporary file
+    stop_release();
     for (int i = 0; i < nchunks && !bad; i++) bad = write_all(fd, chunk[i], bytes[i]);
-    if (!bad) bad = fsync(fd) != 0;
+    if (!bad) bad = stop_fsync(fd) != 0;
     if (fd >= 0 && close(fd) != 0) bad = 1;
+    if (held) stop_hold();
     if (!bad) bad = rename(tmp, final) != 0;
     if (bad) {
         int why = errno;
         unlink(tmp);  // a failed save leaves no temporary file behind
         stop_forget(tmp);
+        if (held) stop_release();
         return ckpt_msgf(msg, "cannot write checkpoint %s: %s; check the folder, free space and file size limit",
                     shown, strerror(why));
     }
     stop_forget(tmp);
-    return fsync_dir(dir, msg);
+    return held ? 0 : fsync_dir(dir, msg);  // held: the caller notes, releases, then flushes the folder
 }
 
 // This rank's part into the partial folder; `step_dir` is where it will lie.
@@ -125,7 +133,7 @@ static int write_part(Comm *world, const char *partial, const char *step_dir, lo
     char name[32], shown[PATH_BYTES];
     snprintf(name, sizeof name, "rank-%05d.bin", world->rank);
     ckpt_pathf(shown, "%s/%s", step_dir, name);
-    int rc = write_atomic(partial, name, shown, chunk, bytes, n + 1, msg);
+    int rc = write_atomic(partial, name, shown, chunk, bytes, n + 1, 0, msg);
     free(chunk);
     free(bytes);
     free(ph);
@@ -196,7 +204,7 @@ static int commit(const char *dir, const char *partial, const char *step_dir, co
     char *text = manifest_text(m, ranks, parts, &len), shown[PATH_BYTES], latest[32];
     ckpt_pathf(shown, "%s/manifest.txt", step_dir);
     snprintf(latest, sizeof latest, "step-%08ld\n", m->step);
-    int rc = write_atomic(partial, "manifest.txt", shown, (const void *[]){text}, &len, 1, msg);
+    int rc = write_atomic(partial, "manifest.txt", shown, (const void *[]){text}, &len, 1, 0, msg);
     free(text);
     if (rc) return rc;
     // rename does not replace a folder that holds files: step-N appearing
@@ -210,12 +218,13 @@ static int commit(const char *dir, const char *partial, const char *step_dir, co
     if (fsync_dir(dir, msg)) return 1;
     // the checkpoint a SIGTERM's line names moves with `latest`: noted after
     // the save returned, a signal in between named the step before, which
-    // `latest` no longer was (issue 39 item 22's test met it)
-    stop_hold();
-    rc = write_atomic(dir, "latest", path, (const void *[]){latest}, (size_t[]){strlen(latest)}, 1, msg);
-    if (!rc) stop_note_checkpoint(dir, m->step);
+    // `latest` no longer was (issue 39 item 22's test met it). Held from
+    // the rename to the note; the folder's flush comes after the release.
+    rc = write_atomic(dir, "latest", path, (const void *[]){latest}, (size_t[]){strlen(latest)}, 1, 1, msg);
+    if (rc) return rc;
+    stop_note_checkpoint(dir, m->step);
     stop_release();
-    return rc;
+    return fsync_dir(dir, msg);
 }
 
 // Rank 0, after a failed save: its folder goes (the parts the ranks did

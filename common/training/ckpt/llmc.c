@@ -12,6 +12,7 @@
 #include <unistd.h>
 #include "check.h"
 #include "out_file.h"
+#include "stop.h"
 
 #define HEADER_BYTES ((long long)LLMC_HEADER_INTS * 4)
 #define SHARD_MAGIC 20240520           // data.h: a token shard, not a model
@@ -198,7 +199,7 @@ int llmc_write_from(const char *path, const char *what, const GPTLayout *l, Llmc
     int32_t hd[LLMC_HEADER_INTS] = {LLMC_MAGIC, LLMC_VERSION_FP32, c->max_seq_len, c->vocab_size,
                                     c->num_layers, c->num_heads, c->channels, llmc_padded_vocab(c->vocab_size)};
     Source src = {read, ctx, xmalloc(COPY_ELEMS * sizeof(float))};
-    int bad = fwrite(hd, sizeof hd, 1, f) != 1 || write_params(f, l, &src) || fflush(f) || fsync(fileno(f));
+    int bad = fwrite(hd, sizeof hd, 1, f) != 1 || write_params(f, l, &src) || fflush(f) || stop_fsync(fileno(f));
     free(src.buf);
     int write_errno = errno;
     if (fclose(f) != 0 && !bad) {
