@@ -7,8 +7,9 @@
 // whose peak is within the budget is found by bisection (the peak grows with
 // T). Three ways of running each stage: the run's own flags, --recompute
 // full, and --recompute full with the loss and the MLPs in tiles (ALST).
-// With --tp or --cp, 3d_parallel's grid (pp 1) has a row too, its T a
-// multiple of C. The count is of bytes: the device's arena rounds each
+// 3d_parallel's grid (pp 1, --tp as given) has a row for each sequence
+// split that N allows: cp 2, 4 and 8 (and a --cp given) in each mode, its T
+// a multiple of cp (of 2·cp for the ring); and one at --tp alone. The count is of bytes: the device's arena rounds each
 // block up to 4 kB (arena.h), which a run at the very limit may not have
 // room for.
 #include <stdio.h>
@@ -81,6 +82,20 @@ static int longest(StageId s, const Inputs *in, const Way *w, int most, double b
     return lo * q;
 }
 
+// A row of 3d_parallel at tp·cp (Ulysses, or the ring), the rest as given.
+static void grid_row(Printer *p, const Inputs *in, int tp, int cp, int ring, int most, double budget) {
+    Inputs grid = *in;
+    grid.tp = tp;
+    grid.cp = cp;
+    grid.cp_ring = ring;
+    char name[80];
+    snprintf(name, sizeof name, "3d_parallel --tp %d --cp %d%s", tp, cp, cp > 1 && ring ? " --cp-mode ring" : "");
+    Cell row[NWAYS + 1];
+    row[0] = cell_str(name);
+    for (int k = 0; k < NWAYS; k++) row[1 + k] = cell_num(longest(GRID_ROW, &grid, &ways[k], most, budget));
+    printer_row(p, row);
+}
+
 void section_longest(Printer *p, const Inputs *in) {
     double budget = in->hbm_gb * 1e9;
     // the longest a flag allows: the context given, else the build's; a micro-batch of at most GPT_MAX_TOKENS
@@ -92,7 +107,7 @@ void section_longest(Printer *p, const Inputs *in) {
              "(the formula's timeline of a step, on the cpu device), by bisection over T", in->hbm_gb, in->ranks,
              in->model, in->batch, in->model, in->layout.cfg.max_seq_len, in->context_given ? " (--context: at most it)" : "");
     printer_section(p, "longest_seq", title);
-    Col cols[NWAYS + 1] = {{"stage", "stage", 30, NULL}};
+    Col cols[NWAYS + 1] = {{"stage", "stage", 44, NULL}};
     for (int k = 0; k < NWAYS; k++)
         cols[1 + k] = (Col){ways[k].key, ways[k].name, (int)strlen(ways[k].name), "%.0f"};
     printer_table(p, "stages", cols, NWAYS + 1);
@@ -103,19 +118,23 @@ void section_longest(Printer *p, const Inputs *in) {
         for (int k = 0; k < NWAYS; k++) row[1 + k] = cell_num(longest(s, in, &ways[k], most, budget));
         printer_row(p, row);
     }
-    if (in->tp > 1 || in->cp > 1) {
-        char name[80];
-        snprintf(name, sizeof name, "3d_parallel --tp %d --cp %d%s", in->tp, in->cp,
-                 in->cp > 1 && in->cp_ring ? " --cp-mode ring" : "");
-        Cell row[NWAYS + 1];
-        row[0] = cell_str(name);
-        for (int k = 0; k < NWAYS; k++) row[1 + k] = cell_num(longest(GRID_ROW, in, &ways[k], most, budget));
-        printer_row(p, row);
+    // 3d_parallel's grid (pp 1): at --tp alone, and with the sequence over
+    // cp 2, 4 and 8 (and the --cp given) in each mode, where tp·cp divides N
+    // (and, for Ulysses, the heads)
+    if (in->tp > 1 && in->cp == 1) grid_row(p, in, in->tp, 1, 0, most, budget);
+    int cps[4] = {2, 4, 8, in->cp};
+    for (int k = 0; k < 4; k++) {
+        if (cps[k] < 2 || (k == 3 && (cps[k] == 2 || cps[k] == 4 || cps[k] == 8))) continue;
+        for (int ring = 0; ring < 2; ring++) {
+            int split = in->tp * cps[k];
+            if (in->ranks % split || (!ring && in->layout.cfg.num_heads % split)) continue;
+            grid_row(p, in, in->tp, cps[k], ring, most, budget);
+        }
     }
     printer_table_end(p);
     printer_note(p, "the run's flags: --recompute %s%s, --tiled-loss %d, --tiled-mlp %d; 0: not one token fits. A "
                  "trainer given --seq-len T and this budget passes its budget check at the T above and is refused "
-                 "at T + 1 (test_context); it counts bytes, and the device's arena rounds each block up to 4 kB and "
+                 "at T + 1 (3d_parallel at T + cp, or 2·cp for the ring; test_context, test_context_parallel); it counts bytes, and the device's arena rounds each block up to 4 kB and "
                  "may leave the free bytes in holes, so at the very limit a run may stop at an allocation instead "
                  "(the error names the block): give it a margin.",
                  gpt_recompute_name(in->recompute),

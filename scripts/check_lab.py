@@ -20,7 +20,8 @@ recompute's work, and at a second setting of the lab's own knob; and to
 itself (resume reproduces the uninterrupted run). The checks are listed in
 lab_checks.py; --only KEYS (comma-separated: losses, states, peaks,
 device_peak, comm, xfer, overlap, eval, accum, resume, knob, recompute,
-in_flight, f_and_g, seq_par, ring, interleaved, zb_h1) runs just those.
+in_flight, f_and_g, seq_par, ring, ulysses, interleaved, zb_h1) runs just
+those.
 
 --record (used by make_lab.py in the reference tree) runs the reference,
 checks it passes, and prints the expected figures as JSON, with the time of

@@ -33,6 +33,9 @@ SEQ_PAR = "--sequence-parallel (f and g as all-gathers and reduce-scatters): los
 # lab 07's ring attention: every sequence over the 4 ranks, two zigzag chunks each
 RING_FLAGS = "--cp 4 --cp-mode ring"
 RING = f"{RING_FLAGS} (ring attention over 4 ranks): losses equal the reference's to the bit"
+# lab 07's Ulysses: the same 4 ranks, each with every position of one head between the all-to-alls
+ULYSSES_FLAGS = "--cp 4 --cp-mode ulysses"
+ULYSSES = f"{ULYSSES_FLAGS} (DeepSpeed-Ulysses over 4 ranks): losses equal the reference's to the bit"
 # lab 07's schedule tables past 1F1B, drawn (3d_parallel --print-schedule builds and checks them)
 TABLES = {
     "interleaved": ("--pp 4 --grad-accum 8 --schedule interleaved --virtual-stages 2 --model small --layers 8",
@@ -54,7 +57,8 @@ RECOMPUTE = {  # mode: (flags, the losses it must equal: key of expected.json)
     "full": ("--recompute full", "losses"),
 }
 KEYS = ["losses", "states", "peaks", "device_peak", "comm", "xfer", "overlap", "eval", "accum", "resume", "knob",
-        "recompute", "in_flight", "f_and_g", "seq_par", "ring", "interleaved", "zb_h1"]
+        "recompute", "in_flight", "f_and_g", "seq_par", "ring", "ulysses", "interleaved",
+        "zb_h1"]
 MAIN_KEYS = {"losses", "states", "peaks", "device_peak", "comm", "xfer", "overlap", "eval", "resume"}
 
 # lab: (stage binary, the reference it must equal, extra flags of the main run, tiers holding states,
@@ -224,8 +228,8 @@ def check_names(lab, only=None):
     if "recompute" in only and lab == "04":
         names += [recompute_name(mode) for mode in RECOMPUTE]
     if lab == "07":
-        names += [n for k, n in (("in_flight", IN_FLIGHT), ("f_and_g", F_AND_G), ("seq_par", SEQ_PAR), ("ring", RING))
-                  if k in only]
+        names += [n for k, n in (("in_flight", IN_FLIGHT), ("f_and_g", F_AND_G), ("seq_par", SEQ_PAR), ("ring", RING),
+                                           ("ulysses", ULYSSES)) if k in only]
         names += [TABLES[k][1] for k in TABLES if k in only]
     return names
 
@@ -240,6 +244,7 @@ def reference_figures(lab, r):
     if lab == "07":
         expected["tp_losses"] = r.run(stage, f"{MODEL} {TP_ALONE}").get("losses")
         expected["ring_losses"] = r.run(stage, f"{MODEL} {RING_FLAGS}").get("losses")
+        expected["ulysses_losses"] = r.run(stage, f"{MODEL} {ULYSSES_FLAGS}").get("losses")
         for k, (flags, _) in TABLES.items():
             expected[k] = r.text(stage, f"{flags} --print-schedule").get("output")
     if lab == "05":
@@ -350,6 +355,8 @@ def grid_checks(expected, r, extra, only):
                                 expected.get("losses")))
     if "ring" in only:
         out.append(ring_check(r.run("3d_parallel", f"{MODEL} {RING_FLAGS}"), expected.get("ring_losses")))
+    if "ulysses" in only:
+        out.append(ulysses_check(r.run("3d_parallel", f"{MODEL} {ULYSSES_FLAGS}"), expected.get("ulysses_losses")))
     for k, (flags, name) in TABLES.items():
         if k in only:
             out.append(table_check(name, r.text("3d_parallel", f"{flags} --print-schedule"), expected.get(k)))
@@ -382,6 +389,19 @@ def ring_check(rec, want):
         measured = (f"step 1 differs ({rec['losses'][0]:.9g}): the forward's attention is wrong: which key chunks "
                     "a query chunk meets (the zigzag: chunks r and 2·cp - 1 - r), which of them causally, or how "
                     "their results merge")
+    return (name, False, measured, expected)
+
+
+def ulysses_check(rec, want):
+    """Lab 07's Ulysses: step 1's loss reads the forward alone, where the first all-to-all gives each rank every
+    position of its heads; a later step's also the backward, which takes the output's gradient the same way."""
+    name, (_, passed, measured, expected) = ULYSSES, losses_check(ULYSSES, rec, want)
+    if passed or "error" in rec or want is None:
+        return (name, passed, measured, expected)
+    if rec["losses"][:1] != want[:1]:
+        measured = (f"step 1 differs ({rec['losses'][0]:.9g}): the forward's attention is wrong: the all-to-all "
+                    "from positions to heads (rank j takes the j-th Cp/cp channels of every row, and what comes "
+                    "from rank j is rank j's positions, j·T onwards of each sequence)")
     return (name, False, measured, expected)
 
 

@@ -40,9 +40,17 @@ static void exchange(GPT *g, const Parts *p) {
     comm_all_to_all(g->cp, g->work->a2a_send, counts, g->work->a2a_recv, counts, gpt_act_dtype(g), NULL);
 }
 
-// (B, T, groups, Cp) on this rank's positions -> (B, cp·T, groups, Cc) of
-// this rank's Cc channels, every position. In place is fine: the input is
-// packed whole before anything is written.
+// LAB 07: to_heads -- Ulysses' first all-to-all: from positions to heads
+// (B, T, groups, Cp) on this rank's T positions -> (B, cp·T, groups, Cc) of
+// this rank's Cc = Cp/cp channels (its heads), every position. Rank j takes
+// the j-th Cc channels of every row: pack them, part j after part j - 1,
+// into g->work->a2a_send (dev_copy_2d on STREAM_COMPUTE: a part is p.rows
+// rows of Cc of the row's Cp); exchange(g, &p) sends part j to rank j and
+// leaves rank j's part j-th in g->work->a2a_recv; rank j's part holds
+// rank j's positions of each of the B sequences, which go to positions
+// j·T onwards of each sequence of `heads`. Sizes in bytes (p.ab an
+// element). In place is fine: the input is packed whole before anything
+// is written.
 static void to_heads(GPT *g, act *heads, const act *local, int groups) {
     Parts p = parts_of(g, groups);
     Device *d = g->dev;
@@ -56,6 +64,7 @@ static void to_heads(GPT *g, act *heads, const act *local, int groups) {
         dev_copy_2d(d, (char *)heads + j * span, (size_t)p.cp * span, recv + j * part, span, span, (size_t)p.B,
                     STREAM_COMPUTE);
 }
+// LAB END
 
 // The way back: (B, cp·T, groups, Cc) -> (B, T, groups, Cp), rank j's
 // channels from rank j.

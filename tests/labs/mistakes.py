@@ -303,4 +303,16 @@ LAB_07 += [
       "ring", ["FAIL  --cp 4 --cp-mode ring", "the forward's attention is wrong"]),
 ]
 
+ULYSSES = "common/model/gpt_ulysses.c"
+LAB_07 += [
+    # each rank sent a quarter of its positions with every channel, where it owes rank j the j-th
+    # quarter of the channels at every position: as many bytes, in the place of heads
+    m("the all-to-all swapping heads and positions (parts cut by position, not by channel)",
+      [(ULYSSES, "        dev_copy_2d(d, send + j * part, p.Cc * p.ab, (const char *)local + j * p.Cc * p.ab, p.Cp * p.ab,\n"
+                 "                    p.Cc * p.ab, p.rows, STREAM_COMPUTE);",
+        "        dev_copy_2d(d, send + j * part, part / (size_t)p.B, (const char *)local + j * (part / (size_t)p.B),\n"
+        "                    (size_t)p.cp * (part / (size_t)p.B), part / (size_t)p.B, (size_t)p.B, STREAM_COMPUTE);")],
+      "ulysses", ["FAIL  --cp 4 --cp-mode ulysses", "the all-to-all from positions to heads"]),
+]
+
 MISTAKES = {"01": LAB_01, "02": LAB_02, "03": LAB_03, "04": LAB_04, "05": LAB_05, "06": LAB_06, "07": LAB_07}

@@ -259,6 +259,39 @@ static void test_longest_sequence_ring(void **state) {
     free(out);
 }
 
+// Without --cp, memory_math --longest-seq lists 3d_parallel at every
+// sequence split N allows (issue 47): gpt2-124m at N = 8 has cp 2, 4 and 8
+// for the ring, each T a multiple of 2·cp and longer at each step, and cp 2
+// and 4 for Ulysses, whose 12 heads cp 8 does not divide (no row).
+static void test_longest_sequence_every_split(void **state) {
+    (void)state;
+    char *out = NULL;
+    const char *cmd = "./memory_math --model gpt2-124m --ranks 8 --batch 1 --hbm-gb 24 --longest-seq --json";
+    int rc = test_run(cmd, &out);
+    const char *section = rc == 0 ? strstr(out, "\"longest_seq\"") : NULL;
+    if (!section) fail_msg("%s: exit %d, no longest_seq section:\n%.600s", cmd, rc, out);
+    const char *modes[2] = {"", " --cp-mode ring"};
+    for (int ring = 0; ring < 2; ring++) {
+        int before = 0;
+        for (int cp = 2; cp <= 8; cp *= 2) {
+            char name[96];
+            snprintf(name, sizeof name, "{\"stage\":\"3d_parallel --tp 1 --cp %d%s\",", cp, modes[ring]);
+            const char *row = strstr(section, name);
+            if (!ring && cp == 8) {
+                if (row) fail_msg("%s: a Ulysses row at cp 8, which does not divide gpt2-124m's 12 heads", name);
+                continue;
+            }
+            if (!row) fail_msg("memory_math --longest-seq: no row %s:\n%.2000s", name, section);
+            int T = (int)number_of(row, "own");
+            if (T % (ring ? 2 * cp : cp) || T <= before)
+                fail_msg("%s: %d tokens (at half the ranks per sequence: %d)", name, T, before);
+            print_message("3d_parallel --cp %d%s: %d tokens in 24 GB\n", cp, modes[ring], T);
+            before = T;
+        }
+    }
+    free(out);
+}
+
 // `binary` at `ranks` ranks with `flags` as given (a --cp and --cp-mode
 // appended when cp > 1), its record under the tag.
 static char *run_cp(Ctx *c, const char *tag, int ranks, const char *binary, const char *flags, int cp,
@@ -367,6 +400,7 @@ int main(void) {
         cmocka_unit_test(test_resume),
         cmocka_unit_test(test_longest_sequence),
         cmocka_unit_test(test_longest_sequence_ring),
+        cmocka_unit_test(test_longest_sequence_every_split),
         cmocka_unit_test(test_long_sequence_memory),
         cmocka_unit_test(test_gpt2_shapes),
         cmocka_unit_test(test_refusals),
