@@ -104,3 +104,9 @@ void grid_comm_bytes(const GridShape *g, int s, double out[GROUP_COUNT][OP_COUNT
     double padded = padded_params(grid_stage_params(g, s), g->dp);
     out[GROUP_DP][OP_REDUCE_SCATTER] = out[GROUP_DP][OP_ALL_GATHER] = padded * 2 * (D - 1) / D;
 }
+
+double grid_ring_pairs(const GridShape *g, int cp_rank, int zigzag) {
+    if (g->cp < 2 || !g->cp_ring) return 0;
+    double Tc = (double)g->seq_len / (2.0 * g->cp), before = zigzag ? 2.0 * g->cp - 1 : 4.0 * cp_rank + 1;
+    return (double)g->batch * (g->cfg.num_heads / g->tp) * (before * Tc * Tc + Tc * (Tc + 1));
+}

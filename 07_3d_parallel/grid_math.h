@@ -88,3 +88,11 @@ GridActs grid_act_bytes(const GridShape *g, int stage, int slots);
 //        times backward (the last brings each home), x m, received alike.
 // Every B·S above (tp, pp) is the rank's B·S/C under context parallelism.
 void grid_comm_bytes(const GridShape *g, int stage, double out[GROUP_COUNT][OP_COUNT]);
+// Ring attention's causal work on cp rank r, per layer and micro-batch: the
+// query-key pairs under the mask of the rank's two chunks of Tc = S/(2C)
+// positions, for its B sequences and NH/T heads. A chunk at position i of
+// the 2C sees i chunks before it whole (Tc² each) and its own causally
+// (Tc(Tc + 1)/2). Zigzag (rank r: chunks r and 2C - 1 - r): (2C - 1)Tc² +
+// Tc(Tc + 1), the same on every rank; chunks in order (2r and 2r + 1):
+// (4r + 1)Tc² + Tc(Tc + 1), growing with r.
+double grid_ring_pairs(const GridShape *g, int cp_rank, int zigzag);

@@ -20,6 +20,7 @@ typedef struct RankFigures {
     double acts_host, acts_host_formula;  // checkpoints offloaded to pinned host memory
     double slots, peak_in_flight, in_flight_formula;
     double bubble;                        // mean over the steps
+    double ring_pairs, ring_pairs_formula;  // ring attention's causal work per layer and micro-batch
     double comm[GROUP_COUNT][OP_COUNT], comm_formula[GROUP_COUNT][OP_COUNT];  // per step
 } RankFigures;
 #define FIGURE_DOUBLES (int)(sizeof(RankFigures) / sizeof(double))
@@ -69,6 +70,8 @@ static RankFigures my_figures(Trainer *t, Stage *z) {
     f.working_formula = ga.working;
     f.acts_host = (double)t->dev.mem.peak[TIER_PINNED][CAT_ACTIVATIONS];
     f.acts_host_formula = ga.host;
+    f.ring_pairs = t->model.ring_pairs;
+    f.ring_pairs_formula = grid_ring_pairs(&shape, g->cp_rank, 1);
     pipeline_settle(&z->pipe);  // the last step's bubble
     f.bubble = z->pipe.bubble_steps ? z->pipe.bubble_sum / z->pipe.bubble_steps : NAN;
     grid_comm_bytes(&shape, g->stage, f.comm_formula);
@@ -151,6 +154,23 @@ static void print_comm(const Stage *z, int act_bytes) {
            "of reduce-scatter and all-gather (a = %d B per activation)\n", act_bytes);
 }
 
+// Ring attention's causal work: the pairs each rank's blocks attended,
+// beside the zigzag's formula, and what chunks in order would give.
+static void print_ring_work(const Stage *z, const GridShape *shape) {
+    int N = z->grid.tp * z->grid.pp * z->grid.dp;
+    double lo = INFINITY, hi = 0, in_order_hi = 0, in_order_sum = 0;
+    for (int r = 0; r < N; r++) lo = fmin(lo, z->figures[r].ring_pairs), hi = fmax(hi, z->figures[r].ring_pairs);
+    for (int r = 0; r < shape->cp; r++) {
+        double w = grid_ring_pairs(shape, r, 0);
+        in_order_hi = fmax(in_order_hi, w);
+        in_order_sum += w;
+    }
+    printf("ring attention's causal work per layer and micro-batch: %.0f to %.0f query-key pairs per rank (counted "
+           "from the blocks run), formula %.0f on every rank = B·heads·((2C-1)·Tc² + Tc(Tc+1)), Tc = S/(2C), the "
+           "zigzag; chunks in order would give rank r B·heads·((4r+1)·Tc² + Tc(Tc+1)): the busiest %.2f x the mean "
+           "(formula)\n", lo, hi, grid_ring_pairs(shape, 0, 1), in_order_hi / (in_order_sum / shape->cp));
+}
+
 static void report_json(Trainer *t, FILE *f);
 
 void grid_report(Trainer *t, FILE *json) {
@@ -176,6 +196,7 @@ void grid_report(Trainer *t, FILE *json) {
            t->plan.partition_activations ? ", checkpoints partitioned over tp" : "");
     if (t->plan.recompute != GPT_RECOMPUTE_NONE || t->plan.offload_activations) print_act_extra(t, z);
     print_comm(z, t->dev.act_bytes);
+    if (g->cp > 1 && t->plan.cp_ring) print_ring_work(z, &shape);
     printf("pipeline bubble: %.3f measured (idle share of each rank's compute row in the pipeline's window, mean "
            "over steps and ranks), formula (P-1)/(m+P-1) = %.3f\n", mean_bubble(z),
            pipeline_bubble_formula(g->pp, shape.micro_batches));
@@ -198,10 +219,11 @@ static void report_json(Trainer *t, FILE *f) {
         fprintf(f, "%s{\"rank\":%d,\"stage\":%.0f,\"tp_rank\":%.0f,\"replica\":%.0f,\"params\":%.0f,"
                    "\"states\":%.0f,\"states_formula\":%.0f,\"activations\":%.0f,\"activations_formula\":%.0f,"
                    "\"act_working\":%.0f,\"act_working_formula\":%.0f,\"act_host\":%.0f,\"act_host_formula\":%.0f,"
-                   "\"slots\":%.0f,\"peak_in_flight\":%.0f,\"in_flight_formula\":%.0f,\"comm\":{",
+                   "\"slots\":%.0f,\"peak_in_flight\":%.0f,\"in_flight_formula\":%.0f,\"ring_pairs\":%.0f,"
+                   "\"ring_pairs_formula\":%.0f,\"comm\":{",
                 r ? "," : "", r, x->stage, x->tp_rank, x->replica, x->params, x->states, x->states_formula, x->acts,
                 x->acts_formula, x->working, x->working_formula, x->acts_host, x->acts_host_formula, x->slots,
-                x->peak_in_flight, x->in_flight_formula);
+                x->peak_in_flight, x->in_flight_formula, x->ring_pairs, x->ring_pairs_formula);
         for (int k = 0; k < GROUP_COUNT; k++) {
             double got = 0, want = 0;
             for (int op = 0; op < OP_COUNT; op++) got += x->comm[k][op], want += x->comm_formula[k][op];

@@ -5,9 +5,10 @@ rank, each pipeline stage's model states and activations (measured, with the
 formula), the bubble measured beside (P-1)/(m+P-1); the bubble of the m
 sweep; and per context-parallel size and mode (Ulysses, ring) tokens/s
 relative to cp 1, activations per rank and the cp group's bytes, each beside
-its formula, with the ring's causal work per rank (formula: query-key pairs
-of the causal mask a rank computes, its largest over the mean, with the
-zigzag and with chunks in order).
+its formula, with the ring's causal work per rank: the query-key pairs of
+the causal mask each rank's blocks attended, counted by the trainer (the
+zigzag as it runs: its largest over the mean), beside the formula's with
+the zigzag and with chunks in order.
 Usage: summarize_3d.py OUT_DIR TAG RANKS CORES."""
 import json
 import statistics
@@ -123,5 +124,9 @@ if (1, "none") in cp_runs:
         }
         if mode == "ring":
             row["causal_work_formula"] = causal_work(c)
+            # what each rank's blocks attended, counted by the trainer (query-key pairs per layer)
+            pairs = [x["ring_pairs"] for x in last]
+            row["causal_work_measured"] = {"pairs_per_rank_min": min(pairs), "pairs_per_rank_max": max(pairs),
+                                           "zigzag_max_over_mean": max(pairs) / statistics.mean(pairs)}
         result["context_parallel"].append(row)
 print(json.dumps(result, indent=1))

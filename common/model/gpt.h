@@ -315,6 +315,7 @@ typedef struct GPT {
     Buf losses;        // per-token losses of the micro-batches queued since the last take (pinned)
     int losses_queued;
     RecomputeWork recompute_work;
+    double ring_pairs;  // ring attention: query-key pairs its forward's blocks attended, the last layer's pass (gpt_ring.c)
     long units_run;    // units computed, forward or backward: the schedule's clock (zero3 counts its gathers by it)
     long backwards_run;  // of them, backwards (the trainer holds each pass to its micro-batches)
     Buf tokens;        // pinned: two staging areas for token ids (and their buckets) on their way up (gpt_slot_tokens)

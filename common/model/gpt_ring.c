@@ -115,12 +115,15 @@ static void backward_block(GPT *g, const Ring *r, Pass *p, const FlashBlock *f, 
 // them), and `block` runs every block of the rank's query chunks against
 // the key chunks at hand that they see. Backward (p->dout), the gradients
 // of those keys follow them after each step, the last shift bringing each
-// rank's own home.
+// rank's own home. Forward, the query-key pairs of the blocks run (Tc² a
+// whole one, Tc(Tc + 1)/2 the diagonal, per sequence and head) go to
+// g->ring_pairs: the causal mask's work on this rank, counted.
 static void around_the_ring(GPT *g, const Ring *r, Pass *p,
                             void (*block)(GPT *, const Ring *, Pass *, const FlashBlock *, int, int, int)) {
     GPTWork *w = g->work;
     size_t kv_count = (size_t)r->B * r->T * 2 * r->Cp;
     pack_kv(g, r, w->ring_kv[0], p->la->qkv);
+    double pairs = 0, Tc = r->Tc;
     for (int step = 0; step < r->cp; step++) {
         int cur = step % 2, src = (r->rank - step + r->cp) % r->cp;
         CommHandle hs = {0}, hr = {0};
@@ -132,11 +135,13 @@ static void around_the_ring(GPT *g, const Ring *r, Pass *p,
                 if (kind == RING_SKIP) continue;
                 FlashBlock f = block_of(r, p->la->qkv, w->ring_kv[cur], c, e, kind == RING_CAUSAL);
                 block(g, r, p, &f, c, e, cur);
+                pairs += (double)r->B * r->NH * (kind == RING_CAUSAL ? Tc * (Tc + 1) / 2 : Tc * Tc);
             }
         comm_wait(g->cp, &hr);
         comm_wait(g->cp, &hs);
         if (p->dout) comm_shift(g->cp, w->ring_dkv[cur], w->ring_dkv[1 - cur], kv_count, DT_F32, TAG_DKV, NULL, NULL);
     }
+    if (!p->dout) g->ring_pairs = pairs;
 }
 
 void ring_attention_forward(GPT *g, LayerActs *la) {

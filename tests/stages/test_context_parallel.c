@@ -22,6 +22,7 @@
 // small: 4 layers, 4 heads, 128 channels, 64 positions
 #define LAYERS 4
 #define CHANNELS 128
+#define HEADS 4
 #define SEQ 64
 
 typedef struct Grid {
@@ -118,7 +119,9 @@ static void test_losses_match_baseline(void **state) {
 // (cp-1)/cp of B·(S/cp)·C/tp fp32 activations; ring attention's shifts of
 // a rank's k and v, B·(S/cp)·2C/tp fp32, cp-1 forward (again under full)
 // and cp-1 backward, and of their gradients cp times backward, each
-// counted as sent and as received.
+// counted as sent and as received. The ring's causal work per layer, the
+// query-key pairs each rank's blocks attended, the same on every rank
+// (the zigzag), by this file's own count and the grid's formula.
 static void test_memory_and_comm_by_formula(void **state) {
     Ctx *c = *state;
     for (int k = 0; k < NGRIDS; k++) {
@@ -146,6 +149,12 @@ static void test_memory_and_comm_by_formula(void **state) {
             double blocks = LAYERS / g->pp + (stage < LAYERS % g->pp);
             double want = micro_of(g) * blocks * per_block;
             if (fabs(cp[0] - want) > 1e-3) fail_msg("grid %d rank %d: cp bytes %.3f per step, want %.3f", k, r, cp[0], want);
+            // the ring's causal work, counted from the blocks each rank ran: under the zigzag every rank's
+            // two chunks see 2cp - 1 chunks whole and two diagonals, Tc = S/(2cp) positions each
+            double Tc = SEQ / (2.0 * g->cp), pairs = ring ? BATCH * HEADS / g->tp * ((2 * g->cp - 1) * Tc * Tc + Tc * (Tc + 1)) : 0;
+            if (number_of(x, "ring_pairs") != pairs || number_of(x, "ring_pairs_formula") != pairs)
+                fail_msg("grid %d rank %d: the ring's query-key pairs %.0f counted, %.0f by the grid's formula, want %.0f",
+                         k, r, number_of(x, "ring_pairs"), number_of(x, "ring_pairs_formula"), pairs);
         }
     }
 }
