@@ -6,7 +6,10 @@
 # attention. Per (T, configuration): tokens/s, and relative to --cp 1 at the
 # same T; the device peak per rank and the activations beside their
 # formulas; the cp group's bytes per step beside theirs; each moved per
-# layer (the bytes over micro-batches x layers). One JSON object on stdout.
+# layer (the bytes over micro-batches x layers); for the ring, the causal
+# work per rank per layer (query-key pairs its blocks attended, counted; the
+# busiest rank over the mean) beside the formula's with chunks in order.
+# One JSON object on stdout.
 set -euo pipefail
 here=$(cd "$(dirname "$0")/.." && pwd)
 cd "$here"
@@ -54,6 +57,14 @@ for t in seqs:
                      "activations_formula": max(x["activations_formula"] for x in last),
                      "cp_bytes_per_step": cp_bytes, "cp_bytes_formula": max(x["comm"]["cp"][1] for x in last),
                      "cp_bytes_per_layer": cp_bytes / (m * layers)})
+        if mode == "ring":  # the causal work each rank's blocks attended (counted), and chunks in order (formula)
+            pairs = [x["ring_pairs"] for x in last]
+            tc = t / (2 * cp)
+            in_order = [4 * r + 1 + (tc + 1) / tc for r in range(cp)]  # per B·heads·Tc², rank r holding 2r, 2r+1
+            rows[-1].update({"causal_pairs_per_layer_counted": [min(pairs), max(pairs)],
+                             "causal_pairs_formula": max(x["ring_pairs_formula"] for x in last),
+                             "causal_work_max_over_mean_zigzag": max(pairs) / statistics.mean(pairs),
+                             "causal_work_max_over_mean_in_order_formula": max(in_order) / statistics.mean(in_order)})
 print(json.dumps({"what": f"3d_parallel on small at {ranks} ranks, micro-batch 1: --cp 1, 2, 4 in each mode at "
                           "each T; tokens/s relative to --cp 1 at the same T; bytes measured beside formulas",
                   "rows": rows}, indent=1))
