@@ -35,6 +35,11 @@
 #             for m = 1, 2, 4, 8 beside (P-1)/(m+P-1), and Ulysses' --cp 1, 2,
 #             4 at 1024-token sequences: tokens/s, activations, all-to-all
 #             bytes beside their formulas (bench/3d.sh)
+#   long      3d_parallel on small at 4 ranks, T = 512 to 8192: --cp 1, 2
+#             and 4 in each mode, tokens/s, memory and the cp group's bytes
+#             beside their formulas, the ring's causal work (bench/long.sh)
+#   longest   memory_math --longest-seq's rows run at their T and one step
+#             above, on small at 4 ranks in 0.1 GB (bench/longest.sh)
 #   net       on the emulated cluster (scripts/cluster.sh: 2 hosts, 2 ranks
 #             each, root needed, else skipped saying why) at 10 and 200
 #             Mbit/s links (NET_RATES): point-to-point and all-reduce
@@ -101,6 +106,7 @@ section aio env AIO_BLOCKS_KB="${AIO_BLOCKS_KB:-128 1024 8192}" AIO_DEPTHS="${AI
 section infinity bash bench/infinity.sh "${AIO_DIR:-build/bench/aio-files}"
 section 3d bash bench/3d.sh "$out/3d" cpu
 section long bash bench/long.sh "$out/long"
+section longest bash bench/longest.sh
 section net env NET_RATES="${NET_RATES:-10mbit 200mbit}" bash bench/net.sh
 # the planner's predicted step beside the measured one, with its command
 [ -f "$out/net.log" ] && sed -n '/^[0-9.]*[kmgt]*bit: \.\/memory_math/,/^  zero3 /p' "$out/net.log"
