@@ -9,9 +9,9 @@
 // full, and --recompute full with the loss and the MLPs in tiles (ALST).
 // 3d_parallel's grid (pp 1, --tp as given) has a row for each sequence
 // split that N allows: cp 2, 4 and 8 (and a --cp given) in each mode, its T
-// a multiple of cp (of 2·cp for the ring); and one at --tp alone. The count is of bytes: the device's arena rounds each
-// block up to 4 kB (arena.h), which a run at the very limit may not have
-// room for.
+// a multiple of cp (of 2·cp for the ring); and one at --tp alone. The count
+// is of bytes: the device's arena rounds each block up to 4 kB (arena.h),
+// which a run at the very limit may not have room for.
 #include <stdio.h>
 #include <string.h>
 #include "memory_math.h"
@@ -122,9 +122,9 @@ void section_longest(Printer *p, const Inputs *in) {
     // cp 2, 4 and 8 (and the --cp given) in each mode, where tp·cp divides N
     // (and, for Ulysses, the heads)
     if (in->tp > 1 && in->cp == 1) grid_row(p, in, in->tp, 1, 0, most, budget);
-    int cps[4] = {2, 4, 8, in->cp};
-    for (int k = 0; k < 4; k++) {
-        if (cps[k] < 2 || (k == 3 && (cps[k] == 2 || cps[k] == 4 || cps[k] == 8))) continue;
+    int cps[4] = {2, 4, 8, in->cp}, n = in->cp == 2 || in->cp == 4 || in->cp == 8 ? 3 : 4;
+    for (int k = 0; k < n; k++) {
+        if (cps[k] < 2) continue;
         for (int ring = 0; ring < 2; ring++) {
             int split = in->tp * cps[k];
             if (in->ranks % split || (!ring && in->layout.cfg.num_heads % split)) continue;
@@ -134,7 +134,8 @@ void section_longest(Printer *p, const Inputs *in) {
     printer_table_end(p);
     printer_note(p, "the run's flags: --recompute %s%s, --tiled-loss %d, --tiled-mlp %d; 0: not one token fits. A "
                  "trainer given --seq-len T and this budget passes its budget check at the T above and is refused "
-                 "at T + 1 (3d_parallel at T + cp, or 2·cp for the ring; test_context, test_context_parallel); it counts bytes, and the device's arena rounds each block up to 4 kB and "
+                 "at T + 1 (3d_parallel at T + cp, or 2·cp for the ring; test_context, test_context_parallel, make "
+                 "bench's section longest); it counts bytes, and the device's arena rounds each block up to 4 kB and "
                  "may leave the free bytes in holes, so at the very limit a run may stop at an allocation instead "
                  "(the error names the block): give it a margin.",
                  gpt_recompute_name(in->recompute),

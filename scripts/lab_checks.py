@@ -379,30 +379,28 @@ def table_check(name, got, want):
             f"{theirs[k]} (and the reference's last line: {theirs[-1]})")
 
 
+def forward_named_check(name, rec, want, forward):
+    """losses_check, and where step 1 already differs (its loss reads the forward alone), what of the forward
+    to look at: `forward`."""
+    _, passed, measured, expected = losses_check(name, rec, want)
+    if not passed and "error" not in rec and want is not None and rec["losses"][:1] != want[:1]:
+        measured = f"step 1 differs ({rec['losses'][0]:.9g}): the forward's attention is wrong: {forward}"
+    return (name, passed, measured, expected)
+
+
 def ring_check(rec, want):
     """Lab 07's ring attention: step 1's loss reads the forward alone (which key chunks each query chunk meets,
     causally or whole, and how their results merge); a later step's also the backward's gradients."""
-    name, (_, passed, measured, expected) = RING, losses_check(RING, rec, want)
-    if passed or "error" in rec or want is None:
-        return (name, passed, measured, expected)
-    if rec["losses"][:1] != want[:1]:
-        measured = (f"step 1 differs ({rec['losses'][0]:.9g}): the forward's attention is wrong: which key chunks "
-                    "a query chunk meets (the zigzag: chunks r and 2·cp - 1 - r), which of them causally, or how "
-                    "their results merge")
-    return (name, False, measured, expected)
+    return forward_named_check(RING, rec, want, "which key chunks a query chunk meets (the zigzag: chunks r and "
+                               "2·cp - 1 - r), which of them causally, or how their results merge")
 
 
 def ulysses_check(rec, want):
     """Lab 07's Ulysses: step 1's loss reads the forward alone, where the first all-to-all gives each rank every
     position of its heads; a later step's also the backward, which takes the output's gradient the same way."""
-    name, (_, passed, measured, expected) = ULYSSES, losses_check(ULYSSES, rec, want)
-    if passed or "error" in rec or want is None:
-        return (name, passed, measured, expected)
-    if rec["losses"][:1] != want[:1]:
-        measured = (f"step 1 differs ({rec['losses'][0]:.9g}): the forward's attention is wrong: the all-to-all "
-                    "from positions to heads (rank j takes the j-th Cp/cp channels of every row, and what comes "
-                    "from rank j is rank j's positions, j·T onwards of each sequence)")
-    return (name, False, measured, expected)
+    return forward_named_check(ULYSSES, rec, want, "the all-to-all from positions to heads (rank j takes the j-th "
+                               "Cp/cp channels of every row, and what comes from rank j is rank j's positions, j·T "
+                               "onwards of each sequence)")
 
 
 def f_and_g_check(rec, want):

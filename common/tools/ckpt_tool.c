@@ -214,8 +214,8 @@ static void create_folder(const char *path) {
 }
 
 static void close_file(int fd, const char *path) {
-    if (stop_fsync(fd) || close(fd)) fail_tool("cannot write %s: %s; check free space and the file size limit", path,
-                                          strerror(errno));
+    if (stop_fsync(fd) || close(fd))
+        fail_tool("cannot write %s: %s; check free space and the file size limit", path, strerror(errno));
 }
 
 static void write_text(const char *path, const char *text, size_t len) {

@@ -6,13 +6,17 @@
 // written into (issue 39 item 1: a failed save into it replaced one rank's
 // part, and a run of fewer ranks replaced the manifest and left the other
 // parts behind). The checkpoint a SIGTERM's line names is the one `latest`
-// names, from the moment of the commit. Every assertion is on values reduced
-// over the ranks.
+// names, from the moment of the commit, and a SIGTERM during a flush that
+// outlasts mpirun's second before SIGKILL is acted on at once. Every
+// assertion is on values reduced over the ranks.
 #define TEST_WITH_MPI
+#include <fcntl.h>
 #include <pthread.h>
 #include <signal.h>
 #include <sys/resource.h>
 #include <sys/stat.h>
+#include <sys/syscall.h>
+#include <time.h>
 #include <sys/wait.h>
 #include <unistd.h>
 #include "testutil.h"
@@ -220,6 +224,76 @@ static void test_sigterm_line_names_the_commit(void **state) {
     tensors_free(&a);
 }
 
+// A flush on a busy disk: this binary's fsync, while slow_flush is set,
+// keeps its thread 3 s where no SIGTERM or SIGINT is handled, as a thread
+// inside the kernel's fsync is (ext4's journal commit took more than a
+// second beside other tests' writes), then flushes.
+static volatile sig_atomic_t slow_flush;
+
+int fsync(int fd) {
+    if (slow_flush) {
+        sigset_t stops, before;
+        sigemptyset(&stops);
+        sigaddset(&stops, SIGTERM);
+        sigaddset(&stops, SIGINT);
+        pthread_sigmask(SIG_BLOCK, &stops, &before);
+        sleep(3);
+        pthread_sigmask(SIG_SETMASK, &before, NULL);
+    }
+    return (int)syscall(SYS_fsync, fd);
+}
+
+static double now_s(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
+}
+
+// The CI failure of stop 52: mpirun sends SIGKILL 1 s after its SIGTERM,
+// and a rank whose main thread was inside a checkpoint's fsync handled the
+// SIGTERM only after it, so it was killed without its line and left its
+// temporary files. stop_fsync flushes on a thread of its own: a child that
+// catches the signals as a trainer does, sent SIGTERM 0.2 s into a 3 s
+// flush, ends by it (its handler ran) within the second.
+static void test_sigterm_during_a_slow_flush(void **state) {
+    Ctx *c = *state;
+    int ok = 1;
+    if (c->world.rank == 0) {
+        char path[PATH_LEN];
+        snprintf(path, sizeof path, "%s/slow-flush", c->root);
+        int ready[2];
+        assert_int_equal(pipe(ready), 0);
+        fflush(NULL);
+        pid_t pid = fork();
+        if (pid == 0) {
+            stop_catch_signals(1);  // not rank 0: no line, the process ends by the signal
+            int fd = open(path, O_WRONLY | O_CREAT | O_TRUNC, 0644);
+            if (fd < 0) _exit(4);
+            slow_flush = 1;
+            if (write(ready[1], "x", 1) != 1) _exit(5);
+            stop_fsync(fd);
+            _exit(3);  // the flush returned before the signal was acted on
+        }
+        close(ready[1]);
+        char byte;
+        assert_int_equal(read(ready[0], &byte, 1), 1);
+        close(ready[0]);
+        usleep(200 * 1000);  // inside the flush by now
+        double t0 = now_s();
+        kill(pid, SIGTERM);
+        int status = 0;
+        waitpid(pid, &status, 0);
+        double took = now_s() - t0;
+        ok = WIFSIGNALED(status) && WTERMSIG(status) == SIGTERM && took < 1.0;
+        if (!ok)
+            print_message("a SIGTERM 0.2 s into a 3 s flush: the child ended %s %d after %.2f s (want SIGTERM, "
+                          "within mpirun's 1 s)\n", WIFSIGNALED(status) ? "by signal" : "with exit status",
+                          WIFSIGNALED(status) ? WTERMSIG(status) : WEXITSTATUS(status), took);
+        unlink(path);
+    }
+    assert_true(all_ranks(c, ok));
+}
+
 int main(int argc, char **argv) {
     MPI_Init(&argc, &argv);
     Ctx c;
@@ -233,6 +307,7 @@ int main(int argc, char **argv) {
         cmocka_unit_test_prestate(test_existing_step_never_written, &c),
         cmocka_unit_test_prestate(test_killed_save_leftover_cleared, &c),
         cmocka_unit_test_prestate(test_sigterm_line_names_the_commit, &c),
+        cmocka_unit_test_prestate(test_sigterm_during_a_slow_flush, &c),
     };
     int failed = run_mpi_tests(tests);
     if (c.world.rank == 0) test_remove_dir(c.root);

@@ -151,10 +151,11 @@ static void test_memory_and_comm_by_formula(void **state) {
             if (fabs(cp[0] - want) > 1e-3) fail_msg("grid %d rank %d: cp bytes %.3f per step, want %.3f", k, r, cp[0], want);
             // the ring's causal work, counted from the blocks each rank ran: under the zigzag every rank's
             // two chunks see 2cp - 1 chunks whole and two diagonals, Tc = S/(2cp) positions each
-            double Tc = SEQ / (2.0 * g->cp), pairs = ring ? BATCH * HEADS / g->tp * ((2 * g->cp - 1) * Tc * Tc + Tc * (Tc + 1)) : 0;
+            double Tc = SEQ / (2.0 * g->cp);
+            double pairs = ring ? BATCH * HEADS / g->tp * ((2 * g->cp - 1) * Tc * Tc + Tc * (Tc + 1)) : 0;
             if (number_of(x, "ring_pairs") != pairs || number_of(x, "ring_pairs_formula") != pairs)
-                fail_msg("grid %d rank %d: the ring's query-key pairs %.0f counted, %.0f by the grid's formula, want %.0f",
-                         k, r, number_of(x, "ring_pairs"), number_of(x, "ring_pairs_formula"), pairs);
+                fail_msg("grid %d rank %d: the ring's query-key pairs %.0f counted, %.0f by the grid's formula, "
+                         "want %.0f", k, r, number_of(x, "ring_pairs"), number_of(x, "ring_pairs_formula"), pairs);
         }
     }
 }
