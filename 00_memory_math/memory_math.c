@@ -24,7 +24,7 @@ static const char *usage =
     "                   [--ranks-per-host P] [--quantize-weights] [--hpz-size K] [--quantize-grads]\n"
     "                   [--timeline STAGE [--contiguous-buffers]]\n"
     "                   [--context N] [--tiled-loss K] [--tiled-mlp K] [--longest-seq]\n"
-    "                   [--pp P [--schedule 1f1b|afab]]\n"
+    "                   [--pp P [--schedule 1f1b|afab|zb-h1]]\n"
     "                   [--measure] [--json] [--deepspeed-config FILE]\n"
     "\n"
     "Per-rank memory of the ZeRO stages, computed from the formulas: model states\n"
@@ -45,7 +45,8 @@ static const char *usage =
     "count the loss and the MLPs in K chunks of tokens; --longest-seq (with --model and\n"
     "--hbm-gb) gives the longest --seq-len each stage's budget check admits. --pp P (with\n"
     "--model) gives each pipeline stage's units, micro-batches in flight, activations and\n"
-    "device peak under --schedule: the staircase down the pipeline.";
+    "device peak under --schedule: the staircase down the pipeline (zb-h1: with the\n"
+    "micro-batches waiting for their W).";
 
 typedef struct Flags {
     double params, hbm_gb;
@@ -127,9 +128,9 @@ static void parse_flags(int argc, char **argv, Flags *f, FlagSpec *specs, Inputs
                    .help = "3d_parallel's pipeline stages (with --model): each stage's units, micro-batches in flight "
                            "(m = --grad-accum), activations and device peak, the schedule's staircase",
                    .min = 1, .max = GPT_MAX_UNITS - 2},
-        [F_SCHEDULE] = {.name = "schedule", .type = FLAG_STRING, .dst = &f->schedule, .meta = "1f1b|afab",
-                        .help = "with --pp: the pipeline schedule, one forward one backward or all forwards then all "
-                                "backwards"},
+        [F_SCHEDULE] = {.name = "schedule", .type = FLAG_STRING, .dst = &f->schedule, .meta = "1f1b|afab|zb-h1",
+                        .help = "with --pp: the pipeline schedule, one forward one backward, all forwards then all "
+                                "backwards, or zero bubble (1F1B with each backward split into B and W)"},
         [F_LONGEST_SEQ] = {.name = "longest-seq", .type = FLAG_BOOL, .dst = &f->longest_seq,
                            .help = "with --model and --hbm-gb: the longest --seq-len each stage's budget check admits "
                                    "at --batch and --ranks (the context grown to it), with the run's flags, with "
@@ -474,10 +475,16 @@ static void replicas_text(const Flags *f, char *out, size_t n) {
 // --pp P and --schedule: a model's pipeline (3d_parallel's grid).
 static void check_pp(const Flags *f, const FlagSpec *specs, Inputs *in) {
     in->pp = f->pp;
-    if (strcmp(f->schedule, "1f1b") && strcmp(f->schedule, "afab"))
-        fail_usage("--schedule %s: choose 1f1b (one forward one backward) or afab (all forwards, then all backwards)",
-                   f->schedule);
+    if (strcmp(f->schedule, "1f1b") && strcmp(f->schedule, "afab") && strcmp(f->schedule, "zb-h1"))
+        fail_usage("--schedule %s: choose 1f1b (one forward one backward), afab (all forwards, then all backwards) "
+                   "or zb-h1 (zero bubble)", f->schedule);
     in->schedule_afab = strcmp(f->schedule, "afab") == 0;
+    in->schedule_zb = strcmp(f->schedule, "zb-h1") == 0;
+    if (in->schedule_zb && f->pp == 1)
+        fail_usage("--schedule zb-h1 fills a pipeline's bubble with the weights' gradients: add --pp 2 or more");
+    if (in->schedule_zb && in->tiled_mlp)
+        fail_usage("--schedule zb-h1 with --tiled-mlp %d: W reads each block's whole GELU output; leave out "
+                   "--tiled-mlp", in->tiled_mlp);
     if (specs[F_SCHEDULE].seen && f->pp == 1)
         fail_usage("--schedule %s orders a pipeline's micro-batches: add --pp 2 or more", f->schedule);
     if (f->pp == 1) return;

@@ -16,6 +16,7 @@
 #include "gpt_grid.h"
 #include "kernels.h"
 #include "memory_math.h"
+#include "pipe_schedule.h"
 #include "step_memory.h"
 
 #define CPU_ACT_BYTES 4  // fp32 activations on the cpu device
@@ -30,6 +31,7 @@ static const Col stage_cols[] = {
     {"activations_mb", "activations MB", 14, "%.3f"},
     {"act_working_mb", "working MB", 10, "%.3f"},
     {"peak_mb", "peak MB", 10, "%.3f"},
+    {"w_waiting", "W wait", 6, "%.0f"},  // zb-h1 only
 };
 #define NCOLS (int)(sizeof stage_cols / sizeof stage_cols[0])
 
@@ -46,10 +48,13 @@ void section_pipeline(Printer *p, const Inputs *in) {
     char title[320];
     snprintf(title, sizeof title, "Each pipeline stage of 3d_parallel --tp %d --pp %d (dp %d) --schedule %s, m = %d "
              "micro-batches of B = %d, T = %d, --recompute %s: %s, from the formulas, on the cpu device (per tp "
-             "rank 0)", in->tp, P, dp, in->schedule_afab ? "afab" : "1f1b", m, in->batch, in->seq_len,
+             "rank 0)", in->tp, P, dp, in->schedule_afab ? "afab" : in->schedule_zb ? "zb-h1" : "1f1b", m, in->batch, in->seq_len,
              gpt_recompute_name(in->recompute), in->model);
     printer_section(p, "pipeline", title);
-    printer_table(p, "stages", stage_cols, NCOLS);
+    int zb = in->schedule_zb, ncols = zb ? NCOLS : NCOLS - 1;
+    printer_table(p, "stages", stage_cols, ncols);
+    ScheduleTable table = {0};  // zb-h1: the stages' operations, which the walk plays
+    if (zb) schedule_build(&table, PIPE_ZB_H1, P, m, 1);
     double scratch = (double)kernels_cpu.scratch_bytes(device_cpu_threads(in->ranks), in->batch, in->seq_len,
                                                        c->channels, c->num_heads, l->vocab_part, l->tp_size,
                                                        in->attention == GPT_ATTENTION_FLASH);
@@ -63,6 +68,8 @@ void section_pipeline(Printer *p, const Inputs *in) {
         int flight = pipeline_in_flight(in->schedule_afab, P, s, m);
         GPTPlan plan = act_plan(in, in->recompute, in->offload_activations);
         plan.first_unit = first, plan.last_unit = last, plan.slots = flight;
+        int waiting = zb ? (s + 1 < m ? s + 1 : m) : 0;  // micro-batches through B, not yet through W
+        plan.w_slots = waiting;
         ActFormula a = act_formula(l, &plan, CPU_ACT_BYTES);
         StateBytes sb;
         stage_state_bytes(STAGE_ZERO1, psi, dp, &sb);
@@ -72,21 +79,31 @@ void section_pipeline(Printer *p, const Inputs *in) {
         StepMemorySpec spec;
         step_memory_base(&spec, STAGE_ZERO1, l, &plan, CPU_ACT_BYTES, psi, dp, 0, m, scratch, 0);
         spec.shape = STEP_PIPELINE;
-        spec.schedule = in->schedule_afab ? PIPE_AFAB : PIPE_1F1B;
+        spec.schedule = in->schedule_afab ? PIPE_AFAB : zb ? PIPE_ZB_H1 : PIPE_1F1B;
         spec.stages = P;
         spec.stage = s;
+        if (zb) spec.ops = table.ops + (size_t)s * (size_t)table.per_stage, spec.nops = table.count[s];
         spec.fixed[CAT_COMM] += (double)part.shard * sizeof(bf16);
         StepMemory mem;
         step_memory(&spec, &mem);
         char units[64];
         grid_units_text(c->num_layers, P, s, units, sizeof units);
+        // zb-h1: the activations and the W stashes peak apart: the timeline's largest (contiguous: all of them)
+        double acts = zb ? mem.cat_peak[CAT_ACTIVATIONS] : a.saved;
         Cell row[NCOLS] = {cell_num(s), cell_str(units), cell_num((double)psi), cell_num(flight),
-                           cell_num(sb.tier_total[TIER_DEVICE] / MB), cell_num(a.saved / MB),
-                           cell_num(a.working / MB), cell_num(mem.peak / MB)};
+                           cell_num(sb.tier_total[TIER_DEVICE] / MB), cell_num(acts / MB),
+                           cell_num(a.working / MB), cell_num(mem.peak / MB), cell_num(waiting)};
         printer_row(p, row);
         step_memory_free(&mem);
     }
     printer_table_end(p);
+    schedule_free(&table);
+    if (zb)
+        printer_note(p, "zb-h1: 1f1b's F and B order, each backward split in B (the input's gradient) and W (the "
+                        "weights'), each W in a slot 1f1b leaves idle; W wait: min(s + 1, m) micro-batches through "
+                        "B and not yet through W, each block of theirs keeping a W stash, 16h + sbh(4 + 12/t)e "
+                        "(the linears' inputs and output gradients, the layernorms' gradients); activations: the "
+                        "largest of the stage's timeline, the in-flight micro-batches and the stashes together.");
     printer_note(p, "in flight: min(P - s, m) under 1f1b, m under afab: a staircase down the pipeline, the first "
                     "stage the highest; activations = in flight x one micro-batch through the stage's units + what "
                     "the slots share (act_math.c); states: ZeRO-1 over the dp replicas, 4Ψ_s + 12Ψ_s/D with Ψ_s "

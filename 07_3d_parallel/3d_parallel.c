@@ -5,7 +5,7 @@
 //     the embedding and cross-entropy vocabulary-parallel;
 //   - pipeline parallel: P stages of contiguous blocks (grid.c), the
 //     embeddings on the first and the head on the last, micro-batches in a
-//     1F1B or AFAB schedule (pipeline.c); the tied wte's gradient summed
+//     1F1B, AFAB or ZB-H1 schedule (pipeline.c); the tied wte's gradient summed
 //     between the first stage and the last, which keeps a copy of wte;
 //   - data parallel over the D = N/(T·P) replicas of each model part with
 //     ZeRO-1: the gradient reduce-scattered, stage 02's sharded AdamW
@@ -57,13 +57,14 @@ static Placement configure(const Trainer *t, TrainConfig *cfg, const GPTConfig *
     Stage *z = t->sctx;
     PipeSchedule table = schedule_table_of(z, mc);
     if (z->print_schedule) print_schedule_and_exit(t, z, cfg, table);
-    if (table == PIPE_INTERLEAVED || table == PIPE_ZB_H1) {
-        ScheduleTable check;  // its own refusals first
-        schedule_build(&check, table, z->pp, cfg->grad_accum, z->virtual_stages);
-        schedule_free(&check);
-        fail_usage("--schedule %s: this build draws its table (--print-schedule) but runs 1f1b and afab only; "
-                   "give --schedule 1f1b", z->schedule_name);
-    }
+    if (table == PIPE_INTERLEAVED || table == PIPE_ZB_H1)  // its own refusals first (zb-h1 at --pp 1)
+        schedule_build(&z->table, table, z->pp, cfg->grad_accum, z->virtual_stages);
+    if (table == PIPE_INTERLEAVED)
+        fail_usage("--schedule interleaved: this build draws its table (--print-schedule) but runs 1f1b, afab and "
+                   "zb-h1; give --schedule 1f1b");
+    if (table == PIPE_ZB_H1 && cfg->tiled_mlp)
+        fail_usage("--schedule zb-h1 with --tiled-mlp %d: W reads each block's whole GELU output, which the tiled "
+                   "MLP keeps a chunk at a time; leave out --tiled-mlp, or give --schedule 1f1b", cfg->tiled_mlp);
     if (z->virtual_stages != 1)
         fail_usage("--virtual-stages %d: only --schedule interleaved cuts a stage into chunks", z->virtual_stages);
     z->schedule = grid_schedule_of(z->schedule_name);
@@ -79,7 +80,9 @@ static Placement configure(const Trainer *t, TrainConfig *cfg, const GPTConfig *
     // the micro-batches, m, set the slots
     train_config_resolve_batch(cfg, g->dp / g->cp, "data-parallel replicas");
     int slots = pipeline_slots(z->schedule, g->pp, g->stage, cfg->grad_accum);
-    p.plan = (GPTPlan){.B = cfg->batch, .T = cfg->seq_len / g->cp, .slots = slots, .first_unit = g->first_unit,
+    p.plan = (GPTPlan){.B = cfg->batch, .T = cfg->seq_len / g->cp, .slots = slots,
+                       .w_slots = table == PIPE_ZB_H1 ? schedule_pending_w(&z->table, g->stage) : 0,
+                       .first_unit = g->first_unit,
                        .last_unit = g->last_unit, .partition_activations = z->partition_activations,
                        .sequence_parallel = z->sequence_parallel, .cp = g->cp, .cp_rank = g->cp_rank, .cp_ring = ring};
     grid_check_activation_flags(t, z);
@@ -156,7 +159,8 @@ static void setup(Trainer *t) {
     count_once(t, z);
     grid_comm_formula(t);
     int max_micro = t->cfg.grad_accum * t->cfg.eval_batches;  // an evaluation's, the most in one pass
-    pipeline_init(&z->pipe, t, &z->grid.pp_comm, z->grid.stage, z->grid.pp, z->schedule, t->plan.slots, max_micro);
+    pipeline_init(&z->pipe, t, &z->grid.pp_comm, z->grid.stage, z->grid.pp, z->schedule, t->plan.slots, &z->table,
+                  max_micro);
 }
 
 // The reduced gradient shard of ZeRO-1 over the replicas (setup); the
@@ -169,9 +173,13 @@ static double device_buffer_bytes(const void *ctx, const GPTLayout *l, const Par
 static void step_shape(const void *ctx, const Trainer *t, StepMemorySpec *s) {
     const Stage *z = ctx;
     s->shape = STEP_PIPELINE;
-    s->schedule = z->schedule == SCHEDULE_AFAB ? PIPE_AFAB : PIPE_1F1B;
+    s->schedule = z->schedule == SCHEDULE_AFAB ? PIPE_AFAB : z->schedule == SCHEDULE_ZB_H1 ? PIPE_ZB_H1 : PIPE_1F1B;
     s->stages = z->grid.pp;
     s->stage = z->grid.stage;
+    if (s->schedule == PIPE_ZB_H1) {  // the walk plays the stage's row of the table
+        s->ops = z->table.ops + (size_t)s->stage * (size_t)z->table.per_stage;
+        s->nops = z->table.count[s->stage];
+    }
     s->fixed[CAT_COMM] += device_buffer_bytes(ctx, &t->layout, &t->part);
 }
 
@@ -228,6 +236,7 @@ static void teardown(Trainer *t) {
     Stage *z = t->sctx;
     buf_free(&t->dev, &z->reduced);
     pipeline_free(&z->pipe);
+    schedule_free(&z->table);
     free(z->counted);
     free(z->figures);
     grid_free(&z->grid);
@@ -236,7 +245,7 @@ static void teardown(Trainer *t) {
 const Strategy strategy_3d_parallel = {
     .name = "3d_parallel",
     .summary = "3D parallelism: tensor parallel (Megatron-LM's column/row split, --tp) x pipeline parallel\n"
-               "(1F1B or AFAB over --grad-accum micro-batches, --pp) x data parallel (ZeRO-1 over the\n"
+               "(1F1B, AFAB or ZB-H1 over --grad-accum micro-batches, --pp) x data parallel (ZeRO-1 over the\n"
                "ranks / (tp x pp) replicas). Each rank keeps its stage's part of the model.",
     .formula = STAGE_ZERO1,
     // ZeRO-1 over the replicas of this rank's part: params and grads whole, the optimizer sharded

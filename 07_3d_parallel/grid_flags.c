@@ -20,10 +20,10 @@ int grid_flags(void *ctx, FlagSpec *out) {
                         .min = 1, .max = GPT_MAX_UNITS - 2};  // at most a block per stage
     out[2] = (FlagSpec){.name = "schedule", .type = FLAG_STRING, .dst = &z->schedule_name,
                         .meta = "1f1b|afab|interleaved|zb-h1",
-                        .help = "pipeline schedule: one forward one backward, or all forwards then all backwards; "
-                                "micro-batches = --grad-accum. interleaved (--virtual-stages chunks per stage) and "
-                                "zb-h1 (zero bubble: the backward split into B and W) are drawn by --print-schedule, "
-                                "not run yet"};
+                        .help = "pipeline schedule: one forward one backward, all forwards then all backwards, or "
+                                "zero bubble (1F1B with the backward split into B and W, the Ws in 1F1B's idle "
+                                "slots); micro-batches = --grad-accum. interleaved (--virtual-stages chunks per "
+                                "stage) is drawn by --print-schedule, not run yet"};
     out[3] = (FlagSpec){.name = "partition-activations", .type = FLAG_BOOL, .dst = &z->partition_activations,
                         .help = "with --recompute full and --tp > 1: each tp rank keeps 1/T of every block's saved "
                                 "input, all-gathered before the block recomputes (DeepSpeed's partition_activations)"};
@@ -93,5 +93,6 @@ void grid_check_activation_flags(const Trainer *t, const Stage *z) {
 Schedule grid_schedule_of(const char *name) {
     if (strcmp(name, "1f1b") == 0) return SCHEDULE_1F1B;
     if (strcmp(name, "afab") == 0) return SCHEDULE_AFAB;
-    fail_usage("--schedule %s: choose 1f1b or afab", name);
+    if (strcmp(name, "zb-h1") == 0) return SCHEDULE_ZB_H1;
+    fail_usage("--schedule %s: choose 1f1b, afab or zb-h1", name);
 }

@@ -19,6 +19,8 @@ typedef struct RankFigures {
     double working, working_formula;      // the recompute's working set
     double acts_host, acts_host_formula;  // checkpoints offloaded to pinned host memory
     double slots, peak_in_flight, in_flight_formula;
+    double w_pending, w_pending_formula;  // zb-h1: micro-batches through B and not yet through W, the most
+    double device_peak, device_peak_formula;  // the device's peak (all categories), and the formula's timeline's
     double bubble;                        // mean over the steps
     double ring_pairs, ring_pairs_formula;  // ring attention's causal work per layer and micro-batch
     double comm[GROUP_COUNT][OP_COUNT], comm_formula[GROUP_COUNT][OP_COUNT];  // per step
@@ -66,10 +68,20 @@ static RankFigures my_figures(Trainer *t, Stage *z) {
                         : fmin(g->pp - g->stage, shape.micro_batches);
     GridActs ga = grid_act_bytes(&shape, g->stage, (int)f.in_flight_formula);
     f.acts_formula = ga.device;
+    if (z->schedule == SCHEDULE_ZB_H1) {
+        // the activations and the W stashes rise and fall at different
+        // times: their peak is the formula's timeline's (act_math.c's
+        // closed forms played over the stage's row of the table)
+        f.acts_formula = t->step_formula.cat_peak[CAT_ACTIVATIONS];
+        f.w_pending = z->pipe.peak_pending_w;
+        f.w_pending_formula = fmin(g->stage + 1, shape.micro_batches);
+    }
     f.working = (double)t->dev.mem.peak[TIER_DEVICE][CAT_ACT_WORKING];
     f.working_formula = ga.working;
     f.acts_host = (double)t->dev.mem.peak[TIER_PINNED][CAT_ACTIVATIONS];
     f.acts_host_formula = ga.host;
+    f.device_peak = (double)t->dev.mem.tier_peak[TIER_DEVICE];
+    f.device_peak_formula = t->step_formula.peak;
     f.ring_pairs = t->model.ring_pairs;
     f.ring_pairs_formula = grid_ring_pairs(&shape, g->cp_rank, 1);
     pipeline_settle(&z->pipe);  // the last step's bubble
@@ -111,16 +123,27 @@ static double mean_bubble(const Stage *z) {
 
 static void print_stages(const Trainer *t, const Stage *z) {
     const GPTLayout *l = &t->layout;
-    printf("  %-5s %-17s %10s %11s %11s %11s %11s %7s %7s %7s\n", "stage", "units", "Ψ_s", "states MB", "formula MB",
-           "acts MB", "formula MB", "flight", "formula", "bubble");
+    int zb = z->schedule == SCHEDULE_ZB_H1;
+    printf("  %-5s %-17s %10s %11s %11s %11s %11s %7s %7s", "stage", "units", "Ψ_s", "states MB", "formula MB",
+           "acts MB", "formula MB", "flight", "formula");
+    if (zb) printf(" %7s %7s", "W wait", "formula");
+    printf(" %7s\n", "bubble");
     for (int s = 0; s < z->grid.pp; s++) {
         char units[48];
         grid_units_text(l->cfg.num_layers, z->grid.pp, s, units, sizeof units);
-        printf("  %-5d %-17s %10.0f %11.3f %11.3f %11.3f %11.3f %7.0f %7.0f %7.3f\n", s, units,
-               STAGE_MAX(z, s, params), STAGE_MAX(z, s, states) / 1e6, STAGE_MAX(z, s, states_formula) / 1e6,
-               STAGE_MAX(z, s, acts) / 1e6, STAGE_MAX(z, s, acts_formula) / 1e6, STAGE_MAX(z, s, peak_in_flight),
-               STAGE_MAX(z, s, in_flight_formula), stage_mean_bubble(z, s));
+        printf("  %-5d %-17s %10.0f %11.3f %11.3f %11.3f %11.3f %7.0f %7.0f", s, units, STAGE_MAX(z, s, params),
+               STAGE_MAX(z, s, states) / 1e6, STAGE_MAX(z, s, states_formula) / 1e6, STAGE_MAX(z, s, acts) / 1e6,
+               STAGE_MAX(z, s, acts_formula) / 1e6, STAGE_MAX(z, s, peak_in_flight), STAGE_MAX(z, s, in_flight_formula));
+        if (zb) printf(" %7.0f %7.0f", STAGE_MAX(z, s, w_pending), STAGE_MAX(z, s, w_pending_formula));
+        printf(" %7.3f\n", stage_mean_bubble(z, s));
     }
+}
+
+// The bubble's closed form on a clock where F, B and W take a slot each
+// (zb-h1), or where a backward takes two (the others: the same fraction).
+static double bubble_formula(const Stage *z, int m) {
+    double P = z->grid.pp;
+    return z->schedule == SCHEDULE_ZB_H1 ? (P - 1) / (3 * m + P - 1) : pipeline_bubble_formula(z->grid.pp, m);
 }
 
 // The recompute's working set and the checkpoints on the host, per stage.
@@ -191,15 +214,22 @@ void grid_report(Trainer *t, FILE *json) {
     print_stages(t, z);
     printf("  states: ZeRO-1 over dp of the stage's part, 4Ψ_s + 12Ψ_s/D (Ψ_s padded to 64·D); the even split "
            "Ψ/(T·P) = %.0f of Ψ = %.0f\n", psi / (g->tp * g->pp), psi);
-    printf("  acts: slots x one micro-batch through the stage + shared (device; --recompute %s%s); in flight: "
-           "min(P - stage, m) for 1f1b, m for afab (peak counted by the schedule)\n", gpt_recompute_name(t->plan.recompute),
-           t->plan.partition_activations ? ", checkpoints partitioned over tp" : "");
+    if (z->schedule == SCHEDULE_ZB_H1)
+        printf("  acts: the largest of the formula's timeline (step_memory.c): in flight x one micro-batch through "
+               "the stage as 1f1b, and each block's W stash, sbh(4 + 12/t)e + 16h, from its B to its W (device; "
+               "--recompute %s); in flight: min(P - stage, m); W wait: micro-batches through B, not yet through "
+               "W, formula min(stage + 1, m) (peaks counted by the schedule)\n", gpt_recompute_name(t->plan.recompute));
+    else
+        printf("  acts: slots x one micro-batch through the stage + shared (device; --recompute %s%s); in flight: "
+               "min(P - stage, m) for 1f1b, m for afab (peak counted by the schedule)\n",
+               gpt_recompute_name(t->plan.recompute),
+               t->plan.partition_activations ? ", checkpoints partitioned over tp" : "");
     if (t->plan.recompute != GPT_RECOMPUTE_NONE || t->plan.offload_activations) print_act_extra(t, z);
     print_comm(z, t->dev.act_bytes);
     if (g->cp > 1 && t->plan.cp_ring) print_ring_work(z, &shape);
     printf("pipeline bubble: %.3f measured (idle share of each rank's compute row in the pipeline's window, mean "
-           "over steps and ranks), formula (P-1)/(m+P-1) = %.3f\n", mean_bubble(z),
-           pipeline_bubble_formula(g->pp, shape.micro_batches));
+           "over steps and ranks), formula %s = %.3f\n", mean_bubble(z),
+           z->schedule == SCHEDULE_ZB_H1 ? "(P-1)/(3m+P-1)" : "(P-1)/(m+P-1)", bubble_formula(z, shape.micro_batches));
 }
 
 static void report_json(Trainer *t, FILE *f) {
@@ -210,7 +240,7 @@ static void report_json(Trainer *t, FILE *f) {
     fprintf(f, ",\"grid\":{\"tp\":%d,\"pp\":%d,\"dp\":%d,\"cp\":%d,\"cp_mode\":\"%s\",\"schedule\":\"%s\","
                "\"micro_batches\":%d,\"bubble_formula\":%.6f,", g->tp, g->pp, g->dp, g->cp,
             g->cp > 1 ? (t->plan.cp_ring ? "ring" : "ulysses") : "none", z->schedule_name, shape.micro_batches,
-            pipeline_bubble_formula(g->pp, shape.micro_batches));
+            bubble_formula(z, shape.micro_batches));
     double b = mean_bubble(z);
     if (isnan(b)) fprintf(f, "\"bubble_measured\":null,\"ranks\":[");
     else fprintf(f, "\"bubble_measured\":%.6f,\"ranks\":[", b);
@@ -220,10 +250,12 @@ static void report_json(Trainer *t, FILE *f) {
                    "\"states\":%.0f,\"states_formula\":%.0f,\"activations\":%.0f,\"activations_formula\":%.0f,"
                    "\"act_working\":%.0f,\"act_working_formula\":%.0f,\"act_host\":%.0f,\"act_host_formula\":%.0f,"
                    "\"slots\":%.0f,\"peak_in_flight\":%.0f,\"in_flight_formula\":%.0f,\"ring_pairs\":%.0f,"
-                   "\"ring_pairs_formula\":%.0f,\"comm\":{",
+                   "\"ring_pairs_formula\":%.0f,\"w_pending\":%.0f,\"w_pending_formula\":%.0f,"
+                   "\"device_peak\":%.0f,\"device_peak_formula\":%.0f,\"comm\":{",
                 r ? "," : "", r, x->stage, x->tp_rank, x->replica, x->params, x->states, x->states_formula, x->acts,
                 x->acts_formula, x->working, x->working_formula, x->acts_host, x->acts_host_formula, x->slots,
-                x->peak_in_flight, x->in_flight_formula, x->ring_pairs, x->ring_pairs_formula);
+                x->peak_in_flight, x->in_flight_formula, x->ring_pairs, x->ring_pairs_formula, x->w_pending,
+                x->w_pending_formula, x->device_peak, x->device_peak_formula);
         for (int k = 0; k < GROUP_COUNT; k++) {
             double got = 0, want = 0;
             for (int op = 0; op < OP_COUNT; op++) got += x->comm[k][op], want += x->comm_formula[k][op];

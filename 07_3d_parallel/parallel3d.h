@@ -17,6 +17,7 @@ typedef struct Stage {
     int sequence_parallel;       // --sequence-parallel
     int print_schedule;          // --print-schedule: draw the schedule's table and exit (schedule.c)
     Schedule schedule;
+    ScheduleTable table;         // zb-h1: every stage's operations for --grad-accum micro-batches (else empty)
     Grid grid;
     Pipeline pipe;
     Buf reduced;                 // this rank's shard of the gradient summed over the replicas (ZeRO-1)

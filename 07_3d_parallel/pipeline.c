@@ -11,7 +11,7 @@
 // a stream of its own that MPI keeps in order (NCCL matches in issue order).
 enum { TAG_FORWARD = 0, TAG_BACKWARD = 1 };
 
-int pipeline_slots(Schedule s, int stages, int stage, int micro_batches) {
+int pipeline_slots(Schedule s, int stages, int stage, int micro_batches) {  // ZB-H1: 1F1B's
     int in_flight = s == SCHEDULE_AFAB ? micro_batches : stages - stage;
     if (in_flight > micro_batches) in_flight = micro_batches;
     return in_flight > 0 ? in_flight : 1;
@@ -21,17 +21,24 @@ double pipeline_bubble_formula(int stages, int micro_batches) {
     return (double)(stages - 1) / (micro_batches + stages - 1);
 }
 
-void pipeline_init(Pipeline *p, Trainer *t, Comm *pp, int stage, int stages, Schedule s, int slots, int max_micro) {
+void pipeline_init(Pipeline *p, Trainer *t, Comm *pp, int stage, int stages, Schedule s, int slots,
+                   const ScheduleTable *table, int max_micro) {
     *p = (Pipeline){.t = t, .pp = pp, .stage = stage, .stages = stages, .schedule = s, .slots = slots,
                     .max_micro = max_micro};
+    if (s == SCHEDULE_ZB_H1) {
+        CHECK(table && table->schedule == PIPE_ZB_H1 && table->stages == stages, "pipeline: zb-h1 without its table");
+        p->table = table;
+        p->w_slots = schedule_pending_w(table, stage);
+    }
     p->slot_micro = xmalloc((size_t)slots * sizeof(int));
     for (int i = 0; i < slots; i++) p->slot_micro[i] = -1;
     p->sent_fwd = xcalloc((size_t)slots, sizeof(CommHandle));
     p->sent_bwd = xcalloc((size_t)slots, sizeof(CommHandle));
-    p->names = xcalloc(2 * (size_t)max_micro, sizeof *p->names);
+    p->names = xcalloc(3 * (size_t)max_micro, sizeof *p->names);
     for (int i = 0; i < max_micro; i++) {
         snprintf(p->names[i], sizeof p->names[i], "F%d", i);
         snprintf(p->names[max_micro + i], sizeof p->names[i], "B%d", i);
+        snprintf(p->names[2 * max_micro + i], sizeof p->names[i], "W%d", i);
     }
 }
 
@@ -155,23 +162,44 @@ static void forward(Pipeline *p, int i) {
     if (++p->in_flight > p->peak_in_flight && mb->backward) p->peak_in_flight = p->in_flight;
 }
 
+// Micro-batch j's backward; under ZB-H1 its B alone: the blocks' weights'
+// gradients wait in W slot j mod w_slots for its W (the head's and the
+// embeddings' are whole here).
 static void backward(Pipeline *p, int j) {
     Trainer *t = p->t;
     GPT *g = model(p);
-    int s = slot_of(p, j);
+    int s = slot_of(p, j), split = p->schedule == SCHEDULE_ZB_H1;
     comm_wait(p->pp, &p->sent_bwd[s]);  // the backward rewrites the gradient an earlier send carries
     comm_wait(p->pp, &p->sent_fwd[s]);  // and lets go of the output that micro-batch's forward sent
     GradTurn turn = micro_turn(p->mb, j);  // the first micro-batch writes the gradients, the others add to them
     const bf16 *wte = is_last(p) ? part_unit_params(t, GPT_UNIT_EMBED) : NULL;
     DevSpan sp = dev_span_begin(&t->dev, STREAM_COMPUTE);
     for (int u = g->plan.last_unit; u >= g->plan.first_unit; u--) {
-        part_add_grads(t, u, gpt_unit_backward(g, u, s, part_unit_params(t, u), wte), turn);
+        const bf16 *params = part_unit_params(t, u);
+        const float *grads = split ? gpt_unit_backward_input(g, u, s, j % p->w_slots, params, wte)
+                                   : gpt_unit_backward(g, u, s, params, wte);
+        if (grads) part_add_grads(t, u, grads, turn);
         // the last stage keeps a copy of wte: the head's part of its tied gradient goes there
         if (u == gpt_unit_head(&g->L) && !is_first(p))
             part_add_grads(t, GPT_UNIT_EMBED, gpt_tied_wte_grads(g, s), turn);
     }
     dev_span_end(&t->dev, &sp, TRACE_TID_COMPUTE, p->names[p->max_micro + j], 0);
     release_slot(p, s);
+    if (split && ++p->pending_w > p->peak_pending_w) p->peak_pending_w = p->pending_w;
+}
+
+// ZB-H1's W of micro-batch j: the blocks' weights' gradients from its W
+// slot, in the order 1F1B's backward adds them.
+static void weights(Pipeline *p, int j) {
+    Trainer *t = p->t;
+    GPT *g = model(p);
+    GradTurn turn = micro_turn(p->mb, j);
+    DevSpan sp = dev_span_begin(&t->dev, STREAM_COMPUTE);
+    for (int u = g->plan.last_unit; u >= g->plan.first_unit; u--)
+        if (u != GPT_UNIT_EMBED && u != gpt_unit_head(&g->L))
+            part_add_grads(t, u, gpt_unit_backward_weights(g, u, j % p->w_slots), turn);
+    dev_span_end(&t->dev, &sp, TRACE_TID_COMPUTE, p->names[2 * p->max_micro + j], 0);
+    p->pending_w--;
 }
 
 // ---- the schedules ----
@@ -239,6 +267,57 @@ static void one_forward_one_backward(Pipeline *p, int m) {
 }
 // LAB END
 
+// ZB-H1: the table's operations of this stage in order. Its F's and B's
+// come in 1F1B's order, and so do the transfers: a send is paired with the
+// receive the next F or B needs from the same neighbour (after a forward,
+// the gradient for the next backward; after a backward, the input of the
+// next forward), as one_forward_one_backward pairs them, so two neighbours
+// that both send first go on; the receive is waited for only by the
+// operation it feeds, so the Ws the table puts between run meanwhile.
+static int next_compute(const ScheduleTable *tb, int stage, int k) {
+    while (k < tb->count[stage] && schedule_op(tb, stage, k).kind == SCHED_W) k++;
+    return k;
+}
+
+static void zero_bubble(Pipeline *p, int m) {
+    const ScheduleTable *tb = p->table;
+    CHECK(m == tb->micro_batches, "pipeline: a step of %d micro-batches on a zb-h1 table of %d", m, tb->micro_batches);
+    int received = -1;  // the micro-batch whose input or gradient `got` brings (ahead of its operation)
+    for (int k = 0; k < tb->count[p->stage]; k++) {
+        SchedOp op = schedule_op(tb, p->stage, k);
+        if (op.kind == SCHED_W) {
+            weights(p, op.micro);
+            continue;
+        }
+        if (received == op.micro) comm_wait(p->pp, &p->got), received = -1;
+        else if (op.kind == SCHED_F) recv_forward(p, op.micro);
+        else recv_backward(p, op.micro);
+        if (op.kind == SCHED_F) forward(p, op.micro);
+        else backward(p, op.micro);
+        int n = next_compute(tb, p->stage, k + 1);
+        SchedOp next = n < tb->count[p->stage] ? schedule_op(tb, p->stage, n) : (SchedOp){SCHED_W, -1, 0};
+        int paired = next.micro >= 0 && next.kind != op.kind &&
+                     (op.kind == SCHED_F ? !is_last(p) : !is_first(p));  // the same neighbour, both ways
+        if (!paired) {
+            if (op.kind == SCHED_F) send_forward(p, op.micro);
+            else send_backward(p, op.micro);
+            continue;
+        }
+        if (op.kind == SCHED_F) {  // i's output forward, the gradient of the next B's back
+            int si = slot_of(p, op.micro), sj = slot_of(p, next.micro);
+            comm_wait(p->pp, &p->sent_bwd[sj]);
+            comm_send_recv(p->pp, gpt_slot_output(model(p), si), TAG_FORWARD, gpt_slot_grad(model(p), sj),
+                           TAG_BACKWARD, act_count(p), act_type(p), p->stage + 1, &p->sent_fwd[si], &p->got);
+        } else {  // j's input gradient back, the next F's input in
+            int sj = op.micro % p->slots, si = claim_slot(p, next.micro);
+            comm_send_recv(p->pp, gpt_slot_grad(model(p), sj), TAG_BACKWARD, gpt_slot_input(model(p), si),
+                           TAG_FORWARD, act_count(p), act_type(p), p->stage - 1, &p->sent_bwd[sj], &p->got);
+        }
+        received = next.micro;
+    }
+    CHECK(received < 0, "pipeline: micro-batch %d's transfer was never waited for", received);
+}
+
 // The pipeline's window: from the first stage's start to the last stage's
 // end (a clock every rank shares, as the trace assumes); idle = the window
 // less this rank's compute in it, read at pipeline_settle. The stage's
@@ -265,9 +344,11 @@ double pipeline_run(Pipeline *p, const MicroBatches *mb) {
     double t0 = now_us();
     if (!training) forwards_only(p, mb->count);
     else if (p->schedule == SCHEDULE_AFAB) all_forward_all_backward(p, mb->count);
+    else if (p->schedule == SCHEDULE_ZB_H1) zero_bubble(p, mb->count);
     else one_forward_one_backward(p, mb->count);
     wait_sends(p);
-    CHECK(p->in_flight == 0, "pipeline: %d micro-batches still in flight after the schedule", p->in_flight);
+    CHECK(p->in_flight == 0 && p->pending_w == 0, "pipeline: %d micro-batches still in flight and %d waiting for "
+          "their W after the schedule", p->in_flight, p->pending_w);
     if (training) {
         dev_sync(&p->t->dev, STREAM_COMPUTE);  // the window ends with this stage's last backward
         measure_window(p, t0, now_us());

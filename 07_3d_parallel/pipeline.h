@@ -9,10 +9,17 @@
 // Both compute the same thing in the same order per micro-batch, and both
 // run the backwards in micro-batch order, so the gradients they accumulate
 // are the same to the bit. Idle time per stage, the bubble: (P-1)/(m+P-1).
+//   ZB-H1 (zero bubble, Qi et al. 2024): 1F1B's forwards and backwards, each
+//        backward split in B (the input's gradient, what the previous stage
+//        waits for) and W (the weights'), each W where the table
+//        (pipe_schedule.c) puts it, in a slot 1F1B leaves idle; the same
+//        gradients to the bit (gpt.h's GPTPlan.w_slots). Bubble (P-1)/(3m+P-1)
+//        on a clock where F, B and W take one slot each.
 #pragma once
+#include "pipe_schedule.h"
 #include "trainer.h"
 
-typedef enum { SCHEDULE_1F1B, SCHEDULE_AFAB } Schedule;
+typedef enum { SCHEDULE_1F1B, SCHEDULE_AFAB, SCHEDULE_ZB_H1 } Schedule;
 
 typedef struct Pipeline {
     Trainer *t;
@@ -25,8 +32,13 @@ typedef struct Pipeline {
     CommHandle *sent_bwd;      // per slot: the send of its input gradient
     const MicroBatches *mb;    // the pass being run
     int in_flight, peak_in_flight;  // forwarded and not yet backwarded: now, and the most in any step
+    // ZB-H1: the stages' table for the step's micro-batches, this stage's W
+    // slots, and its micro-batches through B and not yet through W (now, the most)
+    const ScheduleTable *table;
+    int w_slots, pending_w, peak_pending_w;
+    CommHandle got;            // ZB-H1: a receive paired with a send, waited for by the operation it feeds
     int max_micro;             // micro-batches a pass may have (the trace's names)
-    char (*names)[12];         // "F3", "B3": each micro-batch's span on the trace (2 x max_micro)
+    char (*names)[12];         // "F3", "B3", "W3": each micro-batch's spans on the trace (3 x max_micro)
     // the bubble of each step: 1 - busy / window, window from the pipeline's
     // first start to its last end, busy = the union of this rank's compute spans in it
     double bubble_sum;
@@ -35,10 +47,14 @@ typedef struct Pipeline {
 } Pipeline;
 
 // Micro-batches stage `stage` of `stages` keeps at once: min(P - s, m) for
-// 1F1B, m for AFAB (and 1 when m is 0).
+// 1F1B and ZB-H1, m for AFAB (and 1 when m is 0).
 int pipeline_slots(Schedule s, int stages, int stage, int micro_batches);
-// The model (t->model, allocated after) has `slots` slots; max_micro bounds a pass.
-void pipeline_init(Pipeline *p, Trainer *t, Comm *pp, int stage, int stages, Schedule s, int slots, int max_micro);
+// The model (t->model, allocated after) has `slots` slots, and under ZB-H1
+// the plan's W slots, the most micro-batches `table` (every stage's,
+// kept by the caller) has waiting for their W on this stage; max_micro
+// bounds a pass.
+void pipeline_init(Pipeline *p, Trainer *t, Comm *pp, int stage, int stages, Schedule s, int slots,
+                   const ScheduleTable *table, int max_micro);
 void pipeline_free(Pipeline *p);
 // One pass: the step's schedule over mb's micro-batches (forwards only when
 // mb->dloss_scale is 0). Returns the sum of their mean losses, on every stage.

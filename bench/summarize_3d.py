@@ -3,7 +3,9 @@ time pooled over rounds (tokens/s = tokens per step / that median) and its
 ratio to dp_baseline at the same ranks and global batch, the device peak per
 rank, each pipeline stage's model states and activations (measured, with the
 formula), the bubble measured beside (P-1)/(m+P-1); the bubble of the m
-sweep; and per context-parallel size and mode (Ulysses, ring) tokens/s
+sweep; zb-h1 beside 1f1b at pp 2 and 4, m 4 and 8 (the bubble beside its
+formula, each stage's device peak beside the formula's timeline, tokens/s
+relative to 1f1b); and per context-parallel size and mode (Ulysses, ring) tokens/s
 relative to cp 1, activations per rank and the cp group's bytes, each beside
 its formula, with the ring's causal work per rank: the query-key pairs of
 the causal mask each rank's blocks attended, counted by the trainer (the
@@ -92,6 +94,26 @@ result["bubble_sweep"] = [
      "peak_activations_bytes_per_rank": max(x["activations"] for x in runs[-1]["grid"]["ranks"])}
     for (tp, pp, dp, schedule, m), runs in sorted(grouped(records("bubble")).items(), key=lambda kv: (kv[0][4], kv[0][3]))
 ]
+
+# the schedules past 1F1B beside it, at the same (pp, m): the bubble, each stage's device peak (measured and the
+# formula's timeline, the largest over the stage's ranks), tokens/s relative to 1f1b
+sched = grouped(records("schedules"))
+result["schedules"] = []
+for (tp, pp, dp, schedule, m), runs in sorted(sched.items(), key=lambda kv: (kv[0][1], kv[0][4], kv[0][3])):
+    one = sched.get((tp, pp, dp, "1f1b", m))
+    stages = {}
+    for x in runs[-1]["grid"]["ranks"]:
+        st = stages.setdefault(int(x["stage"]), {"stage": int(x["stage"]), "device_peak": 0, "device_peak_formula": 0,
+                                                 "w_pending": 0, "w_pending_formula": 0})
+        for k in ("device_peak", "device_peak_formula", "w_pending", "w_pending_formula"):
+            st[k] = max(st[k], x[k])
+    result["schedules"].append({
+        "pp": pp, "dp": dp, "micro_batches": m, "schedule": schedule, "rounds": len(runs),
+        "bubble_measured": bubble(runs), "bubble_formula": runs[0]["grid"]["bubble_formula"],
+        "tokens_per_s": tokens_per_s(runs),
+        "relative_to_1f1b": tokens_per_s(runs) / tokens_per_s(one) if one else None,
+        "per_stage": [stages[k] for k in sorted(stages)],
+    })
 
 
 def causal_work(cp):

@@ -371,7 +371,7 @@ plot {", ".join(items)}
 
 
 TIMELINE_MAX_PANELS = 8  # a taller picture than this says which it left out
-PHASE_LETTER = {"forward": "F", "backward": "B", "recompute": "R", "optimizer": "opt", "eval": "eval", "setup": "end"}
+PHASE_LETTER = {"forward": "F", "backward": "B", "weights": "W", "recompute": "R", "optimizer": "opt", "eval": "eval", "setup": "end"}
 
 
 def phase_text(p):

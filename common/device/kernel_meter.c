@@ -19,7 +19,7 @@ static const KernelOps *count(Device *d, double flops, const void *w1, const voi
     return m->inner;
 }
 
-static double mm(int M, int K, int N) { return 2.0 * M * K * N; }
+static double mm(int M, int K, int N) { return 2.0 * M * K * N; }  // a backward: one per gradient it forms
 // act_math.c's attention count: QK^T and PV, 2·T·C each per token
 static double attn(int B, int T, int C) { return 4.0 * B * T * (double)T * C; }
 
@@ -40,7 +40,7 @@ static void matmul_forward(Device *d, act *out, const act *inp, const bf16 *w, c
 
 static void matmul_backward(Device *d, act *dinp, float *dw, float *dbias, const act *dout, const act *inp,
                             const bf16 *w, int BT, int C, int OC, int ldo) {
-    count(d, 2 * mm(BT, C, OC), dinp, NULL, NULL)->matmul_backward(d, dinp, dw, dbias, dout, inp, w, BT, C, OC, ldo);
+    count(d, ((dinp != NULL) + (dw != NULL)) * mm(BT, C, OC), dinp, NULL, NULL)->matmul_backward(d, dinp, dw, dbias, dout, inp, w, BT, C, OC, ldo);
 }
 
 static void attention_forward(Device *d, act *out, float *att, const act *qkv, int B, int T, int C, int NH) {
@@ -68,7 +68,7 @@ static void matmul_gelu_forward(Device *d, act *out, act *pre, const act *inp, c
 
 static void gelu_matmul_backward(Device *d, act *dpre, float *dw, float *dbias, const act *dout, const act *inp,
                                  const act *pre, const bf16 *w, int BT, int C, int OC) {
-    count(d, 2 * mm(BT, C, OC), dpre, NULL, NULL)->gelu_matmul_backward(d, dpre, dw, dbias, dout, inp, pre, w, BT, C,
+    count(d, (1 + (dw != NULL)) * mm(BT, C, OC), dpre, NULL, NULL)->gelu_matmul_backward(d, dpre, dw, dbias, dout, inp, pre, w, BT, C,
                                                                          OC);
 }
 

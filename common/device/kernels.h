@@ -57,7 +57,8 @@ typedef struct KernelOps {
     void (*matmul_forward)(Device *d, act *out, const act *inp, const bf16 *w, const bf16 *bias,
                            int BT, int C, int OC, int ldo);
     // dinp (BT,C) = dout @ w (overwritten; skipped when dinp is NULL);
-    // dw (OC,C) += dout^T @ inp; dbias (OC) += column sums of dout (skipped when NULL)
+    // dw (OC,C) += dout^T @ inp; dbias (OC) += column sums of dout (skipped when NULL);
+    // with dw NULL neither (zero bubble splits the two: B, then W with dinp NULL)
     void (*matmul_backward)(Device *d, act *dinp, float *dw, float *dbias, const act *dout,
                             const act *inp, const bf16 *w, int BT, int C, int OC, int ldo);
     // causal self-attention. qkv (B,T,3C) holds q,k,v each (B,T,NH,hs) with hs = C/NH;
@@ -91,7 +92,8 @@ typedef struct KernelOps {
     void (*matmul_gelu_forward)(Device *d, act *out, act *pre, const act *inp, const bf16 *w,
                                 const bf16 *bias, int BT, int C, int OC);
     // The backward of a linear whose input is a GELU's output, inp = gelu(pre) (BT,C):
-    // dpre (BT,C) = (dout @ w) * gelu'(pre) (overwritten); dw, dbias as matmul_backward.
+    // dpre (BT,C) = (dout @ w) * gelu'(pre) (overwritten); dw, dbias as matmul_backward
+    // (dw NULL: neither; the weights' part is matmul_backward's with dinp NULL, the same bits).
     // The same numbers as matmul_backward and gelu_backward, up to rounding.
     void (*gelu_matmul_backward)(Device *d, act *dpre, float *dw, float *dbias, const act *dout,
                                  const act *inp, const act *pre, const bf16 *w, int BT, int C, int OC);

@@ -78,8 +78,20 @@ ActFormula act_formula(const GPTLayout *l, const GPTPlan *p, int act_bytes) {
         else slot += kept;
         shared += 2 * input;
     }
-    f.saved = p->slots * slot + shared;
+    // zero bubble's W stashes (w_slots of them per block): act_w_stash
+    f.w_stash = blocks > 0 ? act_w_stash(l, p, act_bytes) : 0;
+    f.saved = p->slots * slot + shared + (p->w_slots > 0 ? p->w_slots * blocks * f.w_stash : 0);
     return f;
+}
+
+// What zero bubble's B keeps of a block for its W: the layernorms'
+// gradients, 4h in fp32 (16h); the four linears' inputs on all sb tokens
+// (ln1 and ln2 sbh, the attention output sbh/t, the GELU output 4sbh/t)
+// and their outputs' gradients (qkv's 3sbh/t, the projections' sbh each,
+// fc's 4sbh/t): sbh(4 + 12/t)e, gathered whole under sequence parallelism.
+double act_w_stash(const GPTLayout *l, const GPTPlan *p, int act_bytes) {
+    double s = p->T, b = p->B, h = l->cfg.channels, t = l->tp_size, e = act_bytes;
+    return 16 * h + s * b * h * (4 + 12 / t) * e;
 }
 
 ActUnits act_units(const GPTLayout *l, const GPTPlan *p, int act_bytes) {
@@ -103,6 +115,7 @@ ActUnits act_units(const GPTLayout *l, const GPTPlan *p, int act_bytes) {
     if (stored) u.shared += 2 * input;
     if (stored && !p->offload_activations) u.store = p->slots * stored * input / t;  // 1/t of each, partitioned
     u.working = f.working;
+    u.w_stash = f.w_stash;
     return u;
 }
 

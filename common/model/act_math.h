@@ -18,6 +18,8 @@ typedef struct ActFormula {
     double offloaded;  // pinned host: the blocks' saved inputs under offload_activations (out of `saved`;
                        // partitioned, 1/t of each)
     double offload_per_micro;  // what one micro-batch takes down in forward and back in backward
+    double w_stash;    // zero bubble (plan.w_slots > 0): one block's W stash (act_w_stash); `saved` holds
+                       // w_slots per block of them
 } ActFormula;
 ActFormula act_formula(const GPTLayout *l, const GPTPlan *p, int act_bytes);
 
@@ -31,11 +33,16 @@ ActFormula act_formula(const GPTLayout *l, const GPTPlan *p, int act_bytes);
 // temporaries the slots share, and the recompute's working set.
 typedef struct ActUnits {
     double input, head, shared, working;
+    double w_stash;  // zero bubble: what a block's B keeps until its W (act_w_stash), 0 without blocks
     double store;  // the checkpoints' store where it is on the device (partitioned, not offloaded): every slot's
     double block[GPT_MAX_UNITS];  // by the block's place in the plan's range
     int blocks;
 } ActUnits;
 ActUnits act_units(const GPTLayout *l, const GPTPlan *p, int act_bytes);
+// Zero bubble's W stash of one block (GPTPlan.w_slots): the layernorms'
+// gradients (16h) and the four linears' inputs and output gradients,
+// sbh(4 + 12/t)e.
+double act_w_stash(const GPTLayout *l, const GPTPlan *p, int act_bytes);
 // The backward's temporaries, in closed form: the residual stream's
 // gradient per slot (sbhe/sp) and three (BT, C or 4C/t) tensors: sbhe + 2 x 4sbhe/t.
 // A tiled chunk of sb tokens over K (--tiled-loss, --tiled-mlp):

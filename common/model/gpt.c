@@ -67,6 +67,8 @@ static void check_plan(const GPTLayout *l, const GPTPlan *p, const Comm *tp) {
           "gpt_alloc: %s over %d ranks needs flash attention, (Ulysses) the rank's %d heads a multiple of it, a "
           "rank below it (%d), %d x %d positions in the context (%d) and (ring) two chunks of equal length",
           p->cp_ring ? "ring attention" : "Ulysses", cp, heads, p->cp_rank, cp, p->T, l->cfg.max_seq_len);
+    CHECK(p->w_slots >= 0 && !(p->w_slots && p->mlp_tiles), "gpt_alloc: %d W slots: zero bubble's W reads each "
+          "block's GELU output, which the tiled MLP keeps a chunk at a time; hint: no mlp_tiles", p->w_slots);
     CHECK(l->tp_size == 1 || (tp && tp->size == l->tp_size && tp->rank == l->tp_rank),
           "gpt_alloc: a layout of tp rank %d of %d needs its tensor-parallel group (here %s); hint: comm_split "
           "the ranks of one tp group, ordered by tp rank", l->tp_rank, l->tp_size, tp ? "another size or rank" : "none");
@@ -114,6 +116,31 @@ void carve_working(GPT *g, Carver *cw, size_t att) {
     carve_block_acts(g, cw, live);
 }
 
+// Zero bubble's W stash of a block (gpt_units.h's WStash): the layernorms'
+// gradients (fp32) apart, before any odd-sized piece; then the linears'
+// inputs and output gradients, each on all B·T rows.
+void carve_w_stash_words(GPT *g, Carver *c, WStash *w) {
+    const size_t *o = g->L.blk_off;
+    w->ln = carve_words(c, (o[BLK_LN1B + 1] - o[BLK_LN1W] + o[BLK_LN2B + 1] - o[BLK_LN2W]) * sizeof(float));
+}
+
+void carve_w_stash_acts(GPT *g, Carver *c, WStash *w) {
+    size_t BT = (size_t)g->plan.B * g->plan.T, ab = g->dev->act_bytes;
+    size_t C = g->L.cfg.channels, Cp = C / g->L.tp_size, F = 4 * C / g->L.tp_size;
+    w->in_qkv = carve(c, BT * C * ab);
+    w->in_att = carve(c, BT * Cp * ab);
+    w->in_fc = carve(c, BT * C * ab);
+    w->in_proj = carve(c, BT * F * ab);
+    w->d_qkv = carve(c, BT * 3 * Cp * ab);
+    w->d_att = carve(c, BT * C * ab);
+    w->d_fc = carve(c, BT * F * ab);
+    w->d_proj = carve(c, BT * C * ab);
+}
+
+static int w_stashes(const GPT *g) {
+    return g->plan.w_slots > 0 ? g->plan.w_slots * plan_range_blocks(&g->plan, g->L.cfg.num_layers) : 0;
+}
+
 // Every slot's fp32 and int32 pieces first, then the shared fp32 pieces,
 // then every slot's activation pieces (in bf16 on cuda one may be 2 mod 4
 // bytes long), then the shared temporary. A block saves what the plan's
@@ -152,6 +179,7 @@ static void carve_activations(GPT *g, Carver *ca, Carver *cw) {
         g->work->ce_max = carve_words(ca, BT * fb);
         g->work->ce_sums = carve_words(ca, 2 * BT * fb);
     }
+    for (int k = 0; k < w_stashes(g); k++) carve_w_stash_words(g, ca, &g->wstash[k]);
     // inputs kept in the checkpoint store: x3 of every block but the last is one of the ring's two
     act *ring[2] = {NULL, NULL};
     int stored = (p->offload_activations || p->partition_activations) && nl > 1 ? nl - 1 : 0;
@@ -182,6 +210,7 @@ static void carve_activations(GPT *g, Carver *ca, Carver *cw) {
         g->work->gathered = carve(ca, BT * C * ab);
         g->work->part = carve(ca, R * C * ab);
     }
+    for (int k = 0; k < w_stashes(g); k++) carve_w_stash_acts(g, ca, &g->wstash[k]);
     if (stored) ckpt_store_init(g, ring[0], ring[1], (size_t)stored * (size_t)p->slots * part);
 }
 
@@ -204,6 +233,11 @@ void gpt_alloc(GPT *g, const GPTLayout *l, Device *dev, const GPTPlan *p, Comm *
     }
     g->work = xcalloc(1, sizeof(GPTWork));
     g->work->embed_grads_slot = -1;
+    if (w_stashes(g)) {
+        g->wstash = xcalloc((size_t)w_stashes(g), sizeof(WStash));
+        g->w_micro = xmalloc((size_t)w_stashes(g) * sizeof(int));
+        for (int k = 0; k < w_stashes(g); k++) g->w_micro[k] = -1;
+    }
     if (p->contiguous) {  // ZeRO-R's contiguous buffers: every slot's, carved once
         g->acts = buf_alloc(dev, TIER_DEVICE, CAT_ACTIVATIONS, sizes.total_saved, "activations");
         if (sizes.working)
@@ -251,6 +285,8 @@ void gpt_free(GPT *g) {
     buf_free(g->dev, &g->tokens);
     for (int k = 0; k < 2; k++) g->dev->ops->event_destroy(g->dev, &g->tokens_copied[k]);
     for (int s = 0; s < g->plan.slots; s++) free(g->slot[s].layer);
+    free(g->wstash);
+    free(g->w_micro);
     free(g->slot);
     free(g->work);
     g->slot = NULL;
@@ -553,14 +589,24 @@ void gpt_unit_forward(GPT *g, int u, int s, const bf16 *p, const bf16 *embed) {
     held_after_forward(g, u, s);
 }
 
-const float *gpt_unit_backward(GPT *g, int u, int s, const bf16 *p, const bf16 *embed) {
+// A unit's backward; w >= 0: zero bubble's B of a block, into W slot w.
+static const float *unit_backward(GPT *g, int u, int s, const bf16 *p, const bf16 *embed, int w) {
     check_unit(g, u, s, p, embed, 1);
+    int block = u != GPT_UNIT_EMBED && u != gpt_unit_head(&g->L), i = u - 1 - plan_first_layer(&g->plan);
+    WStash *ws = NULL;
+    if (block && w >= 0) {
+        int *held = &g->w_micro[w_index(g, w, i)];
+        CHECK(*held < 0, "B of unit %d, micro-batch %d, into W slot %d, which still holds micro-batch %d's: its W has "
+              "not run", u, g->slot[s].micro, w, *held);
+        *held = g->slot[s].micro;
+        ws = w_stash(g, w, i);
+    }
     set_phase(g, PHASE_BACKWARD, u, s);
     g->units_run++;
     g->backwards_run++;
-    held_before_backward(g, u, s);
+    held_before_backward(g, u, s, ws ? w : -1);
     if (u == gpt_unit_head(&g->L)) ckpt_before_head_backward(g, s);  // the last block's input starts back
-    else if (u != GPT_UNIT_EMBED) ckpt_before_backward(g, u - 1 - plan_first_layer(&g->plan), s);  // and ahead
+    else if (u != GPT_UNIT_EMBED) ckpt_before_backward(g, i, s);    // and ahead
     DevSpan sp = dev_span_begin(g->dev, STREAM_COMPUTE);
     const float *grads;
     if (u == gpt_unit_head(&g->L)) {
@@ -570,8 +616,8 @@ const float *gpt_unit_backward(GPT *g, int u, int s, const bf16 *p, const bf16 *
         embed_backward(g, s);
         grads = g->embed_grads.ptr;
     } else {
-        float *ug = g->unit_grads.ptr;
-        dev_memset0(g->dev, ug, g->L.unit[u].count * sizeof(float), STREAM_COMPUTE);
+        float *ug = ws ? NULL : g->unit_grads.ptr;  // B leaves the unit's gradients to W
+        if (ug) dev_memset0(g->dev, ug, g->L.unit[u].count * sizeof(float), STREAM_COMPUTE);
         if (g->plan.recompute != GPT_RECOMPUTE_NONE) {
             // the recompute on its own span, then the backward's after it
             dev_span_end(g->dev, &sp, TRACE_TID_COMPUTE, "backward", 0);
@@ -583,10 +629,39 @@ const float *gpt_unit_backward(GPT *g, int u, int s, const bf16 *p, const bf16 *
             set_phase(g, PHASE_BACKWARD, u, s);
             sp = dev_span_begin(g->dev, STREAM_COMPUTE);
         }
-        block_backward(g, p, ug, u - 1, s);
+        block_backward(g, p, ug, u - 1, s, ws);
         grads = ug;
     }
     dev_span_end(g->dev, &sp, TRACE_TID_COMPUTE, "backward", 0);
     held_after_backward(g, u, s);
     return grads;
+}
+
+const float *gpt_unit_backward(GPT *g, int u, int s, const bf16 *p, const bf16 *embed) {
+    return unit_backward(g, u, s, p, embed, -1);
+}
+
+const float *gpt_unit_backward_input(GPT *g, int u, int s, int w, const bf16 *p, const bf16 *embed) {
+    CHECK(w >= 0 && w < g->plan.w_slots, "B of unit %d into W slot %d: the plan has %d (zero bubble's w_slots)", u, w,
+          g->plan.w_slots);
+    return unit_backward(g, u, s, p, embed, w);
+}
+
+const float *gpt_unit_backward_weights(GPT *g, int u, int w) {
+    int i = u - 1 - plan_first_layer(&g->plan);
+    CHECK(plan_has_unit(&g->plan, u) && u != GPT_UNIT_EMBED && u != gpt_unit_head(&g->L) && w >= 0 &&
+          w < g->plan.w_slots, "W of unit %d from W slot %d: zero bubble splits the blocks %d..%d, over %d W slots", u,
+          w, plan_first_layer(&g->plan) + 1, plan_end_layer(&g->plan, g->L.cfg.num_layers), g->plan.w_slots);
+    int *held = &g->w_micro[w_index(g, w, i)];
+    CHECK(*held >= 0, "W of unit %d from W slot %d before a B left it anything; hint: each W after its B", u, w);
+    mem_set_phase(&g->dev->mem, PHASE_WEIGHTS, u, *held);
+    held_before_weights(g, u, w);
+    float *ug = g->unit_grads.ptr;
+    DevSpan sp = dev_span_begin(g->dev, STREAM_COMPUTE);
+    dev_memset0(g->dev, ug, g->L.unit[u].count * sizeof(float), STREAM_COMPUTE);
+    block_backward_weights(g, ug, w_stash(g, w, i));
+    dev_span_end(g->dev, &sp, TRACE_TID_COMPUTE, "weights", 0);
+    held_after_weights(g, u, w);
+    *held = -1;
+    return ug;
 }

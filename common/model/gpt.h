@@ -249,6 +249,17 @@ typedef struct GPTPlan {
     // buffer the blocks and slots share; no block keeps fc's or the GELU's
     // output: its backward computes each chunk's again from ln2's output.
     int mlp_tiles;
+    // Zero bubble (Qi et al. 2024; 0: off): a block's backward runs in two
+    // parts. B (gpt_unit_backward_input) computes the input's gradient, which
+    // the previous pipeline stage waits for, and copies into one of w_slots
+    // W stashes what the weights' gradients read: its four linears' inputs
+    // and output gradients, and its layernorms' gradients (computed in B, as
+    // they come with the input's). W (gpt_unit_backward_weights) later forms
+    // the linears' gradients from the stash alone, the same products in the
+    // same order: the unit's gradients are 1F1B's to the bit. The embeddings
+    // and the head run whole in B. Not with mlp_tiles (each chunk's GELU
+    // output is gone by W).
+    int w_slots;
 } GPTPlan;
 
 // Tokens in a chunk of the tiled loss: ceil(B·T / loss_tiles) rounded up to
@@ -275,7 +286,9 @@ typedef struct GPTActBytes {
     size_t per_layer;         // what one block saves for one micro-batch (by the plan's recompute)
     size_t per_slot;          // one micro-batch through the plan's units
     size_t shared;            // temporaries every slot shares
-    size_t total_saved;       // per_slot * slots + shared: the activations buffer
+    size_t total_saved;       // per_slot * slots + shared + w_stashes: the activations buffer
+    size_t w_stash;           // zero bubble: one block's W stash (plan.w_slots > 0), else 0
+    size_t w_stashes;         // every one: w_stash * w_slots * the range's blocks
     size_t working;           // one block's tensors that are not saved (recomputed): the working set, 0 without recompute
     // the checkpoint store of offload_activations / partition_activations
     // (apart from total_saved): in pinned host memory with offload, else on
@@ -328,6 +341,12 @@ typedef struct GPT {
     // the slots share (acts and working stay empty; gpt_held.c)
     struct SlotHeld *held;  // [plan.slots]
     Buf shared;
+    // zero bubble (plan.w_slots > 0): each W slot's stash of each block of
+    // the range, [w_slots][blocks] (gpt_units.h); without plan.contiguous
+    // each held in w_held from its B to its W
+    struct WStash *wstash;
+    Buf *w_held;
+    int *w_micro;  // [w_slots][blocks] the micro-batch whose B filled the stash, -1: none (its W has run)
 } GPT;
 
 // Allocates activations and workspaces for the plan on dev. tp is the tensor-
@@ -383,6 +402,15 @@ void gpt_unit_forward(GPT *g, int u, int s, const bf16 *p, const bf16 *embed);
 // Under tensor parallelism every rank of the group runs the same units in the
 // same order: the all-reduces inside are collective (gpt_tp.c lists them).
 const float *gpt_unit_backward(GPT *g, int u, int s, const bf16 *p, const bf16 *embed);
+// Zero bubble (plan.w_slots > 0): a block's backward in two parts. B is
+// gpt_unit_backward but for the weights' gradients: the input's gradient
+// (the slot's gradient, as above) and what W needs kept in W slot w (free:
+// its last W has run); it returns NULL for a block (the embeddings and the
+// head run whole and return theirs). W, later, from that stash alone:
+// returns the block's gradients as gpt_unit_backward would have (the same
+// bits), valid until the next backward or W.
+const float *gpt_unit_backward_input(GPT *g, int u, int s, int w, const bf16 *p, const bf16 *embed);
+const float *gpt_unit_backward_weights(GPT *g, int u, int w);
 // After the head's backward of slot s on a range without the embeddings: the
 // embeddings' unit gradient from the tied output projection (wte's part; wpe's
 // is zero), for the copy of wte this range keeps.

@@ -172,12 +172,19 @@ void block_forward(GPT *g, const bf16 *p, int layer, int s) {
     g->dev->k->residual_forward(g->dev, la->x3, la->x2, y, (size_t)res_rows(g) * C);
 }
 
+// Zero bubble's B copies what W will read into the stash (nothing without one).
+static void keep(GPT *g, const WStash *ws, act *dst, const act *src, size_t elems) {
+    if (ws) dev_copy(g->dev, dst, src, elems * g->dev->act_bytes, STREAM_COMPUTE);
+}
+
 // Backward through the same operators: g's backward gathers (or passes) the
 // output gradient, f's backward sums the column-parallel linears' partial
 // input gradients before the layernorms. The weight gradient of a
 // column-parallel linear reads its whole input: under sequence parallelism
 // the layernorm's rows are all-gathered again (Megatron keeps them split).
-void block_backward(GPT *g, const bf16 *p, float *dp, int layer, int s) {
+// With a W stash (zero bubble's B) each linear forms its input's gradient
+// only (dw NULL), and its input and output gradient are copied for W.
+void block_backward(GPT *g, const bf16 *p, float *dp, int layer, int s, WStash *ws) {
     Device *d = g->dev;
     const KernelOps *k = d->k;
     const size_t *o = g->L.blk_off;
@@ -187,20 +194,33 @@ void block_backward(GPT *g, const bf16 *p, float *dp, int layer, int s) {
     act *dres = g->slot[s].dres;
     int tp = g->L.tp_size, B = g->plan.B, T = g->plan.T, BT = B * T, R = res_rows(g);
     int C = g->L.cfg.channels, Cp = C / tp, F = 4 * C / tp, NHp = g->L.cfg.num_heads / tp;
+    size_t ln1 = o[BLK_LN1B + 1] - o[BLK_LN1W];  // ln1's weights and biases, then ln2's: the stash's ln
+    float *g_ln1 = ws ? ws->ln : dp + o[BLK_LN1W], *g_ln2 = ws ? ws->ln + ln1 : dp + o[BLK_LN2W];
+    size_t n_ln1b = o[BLK_LN1B] - o[BLK_LN1W], n_ln2b = o[BLK_LN2B] - o[BLK_LN2W];
+    if (ws) dev_memset0(d, ws->ln, (ln1 + o[BLK_LN2B + 1] - o[BLK_LN2W]) * sizeof(float), STREAM_COMPUTE);
+#define DW(piece) (ws ? NULL : dp + o[piece])
     // x3 = x2 + fcproj(gelu(fc(ln2(x2)))); d4b is the gradient of fc's output, before the GELU
     if (g->plan.mlp_tiles) {
         mlp_tiled_backward(g, p, dp, la, dres);
     } else {
-        k->gelu_matmul_backward(d, w->d4b, dp + o[BLK_FCPROJW], dp + o[BLK_FCPROJB], row_output_grad(g, dres),
-                                la->fch_gelu, la->fch, p + o[BLK_FCPROJW], BT, F, C);
-        k->matmul_backward(d, w->dc, dp + o[BLK_FCW], dp + o[BLK_FCB], w->d4b, column_input(g, la->ln2),
-                           p + o[BLK_FCW], BT, C, F, F);
+        const act *dproj = row_output_grad(g, dres);  // (gathered under sequence parallelism, as in_fc after it)
+        keep(g, ws, ws ? ws->d_proj : NULL, dproj, (size_t)BT * C);
+        keep(g, ws, ws ? ws->in_proj : NULL, la->fch_gelu, (size_t)BT * F);
+        k->gelu_matmul_backward(d, w->d4b, DW(BLK_FCPROJW), DW(BLK_FCPROJB), dproj, la->fch_gelu, la->fch,
+                                p + o[BLK_FCPROJW], BT, F, C);
+        const act *in_fc = column_input(g, la->ln2);
+        keep(g, ws, ws ? ws->d_fc : NULL, w->d4b, (size_t)BT * F);
+        keep(g, ws, ws ? ws->in_fc : NULL, in_fc, (size_t)BT * C);
+        k->matmul_backward(d, w->dc, DW(BLK_FCW), DW(BLK_FCB), w->d4b, in_fc, p + o[BLK_FCW], BT, C, F, F);
     }
-    k->layernorm_backward(d, dres, dp + o[BLK_LN2W], dp + o[BLK_LN2B], column_input_grad(g, w->dc), la->x2,
-                          p + o[BLK_LN2W], la->ln2_mean, la->ln2_rstd, R, C);
+    k->layernorm_backward(d, dres, g_ln2, g_ln2 + n_ln2b, column_input_grad(g, w->dc), la->x2, p + o[BLK_LN2W],
+                          la->ln2_mean, la->ln2_rstd, R, C);
     // x2 = x + attproj(attention(qkv(ln1(x))))
-    k->matmul_backward(d, w->dc, dp + o[BLK_ATTPROJW], dp + o[BLK_ATTPROJB], row_output_grad(g, dres), la->atty,
-                       p + o[BLK_ATTPROJW], BT, Cp, C, C);
+    const act *datt = row_output_grad(g, dres);
+    keep(g, ws, ws ? ws->d_att : NULL, datt, (size_t)BT * C);
+    keep(g, ws, ws ? ws->in_att : NULL, la->atty, (size_t)BT * Cp);
+    k->matmul_backward(d, w->dc, DW(BLK_ATTPROJW), DW(BLK_ATTPROJB), datt, la->atty, p + o[BLK_ATTPROJW], BT, Cp,
+                       C, C);
     act *dqkv = w->d4a;
     if (gpt_plan_ring(&g->plan))
         ring_attention_backward(g, la, w->dc, dqkv);
@@ -210,11 +230,34 @@ void block_backward(GPT *g, const bf16 *p, float *dp, int layer, int s) {
         k->flash_attention_backward(d, dqkv, w->dc, la->qkv, la->atty, la->att, B, T, Cp, NHp);
     else
         k->attention_backward(d, dqkv, w->dc, la->qkv, la->att, B, T, Cp, NHp);
-    k->matmul_backward(d, w->dc, dp + o[BLK_QKVW], dp + o[BLK_QKVB], dqkv, column_input(g, la->ln1),
-                       p + o[BLK_QKVW], BT, C, 3 * Cp, 3 * Cp);
-    k->layernorm_backward(d, dres, dp + o[BLK_LN1W], dp + o[BLK_LN1B], column_input_grad(g, w->dc), x,
-                          p + o[BLK_LN1W], la->ln1_mean, la->ln1_rstd, R, C);
+    const act *in_qkv = column_input(g, la->ln1);
+    keep(g, ws, ws ? ws->d_qkv : NULL, dqkv, (size_t)BT * 3 * Cp);
+    keep(g, ws, ws ? ws->in_qkv : NULL, in_qkv, (size_t)BT * C);
+    k->matmul_backward(d, w->dc, DW(BLK_QKVW), DW(BLK_QKVB), dqkv, in_qkv, p + o[BLK_QKVW], BT, C, 3 * Cp, 3 * Cp);
+    k->layernorm_backward(d, dres, g_ln1, g_ln1 + n_ln1b, column_input_grad(g, w->dc), x, p + o[BLK_LN1W],
+                          la->ln1_mean, la->ln1_rstd, R, C);
+#undef DW
     // the layernorms' gradients, each rank's from its rows: summed over the group
-    tp_sum_grads(g, dp + o[BLK_LN1W], o[BLK_LN1B + 1] - o[BLK_LN1W]);
-    tp_sum_grads(g, dp + o[BLK_LN2W], o[BLK_LN2B + 1] - o[BLK_LN2W]);
+    tp_sum_grads(g, g_ln1, ln1);
+    tp_sum_grads(g, g_ln2, o[BLK_LN2B + 1] - o[BLK_LN2W]);
+}
+
+// Zero bubble's W: the linears' gradients from what B kept, each the same
+// call 1F1B's backward makes for it but with no input gradient (dinp NULL:
+// the weights' and bias's GEMMs alone, the same bits), onto dp zeroed, and
+// the layernorms' from the stash.
+void block_backward_weights(GPT *g, float *dp, const WStash *ws) {
+    Device *d = g->dev;
+    const KernelOps *k = d->k;
+    const size_t *o = g->L.blk_off;
+    int BT = g->plan.B * g->plan.T, C = g->L.cfg.channels, Cp = C / g->L.tp_size, F = 4 * C / g->L.tp_size;
+    size_t ln1 = o[BLK_LN1B + 1] - o[BLK_LN1W], ln2 = o[BLK_LN2B + 1] - o[BLK_LN2W];
+    dev_copy(d, dp + o[BLK_LN1W], ws->ln, ln1 * sizeof(float), STREAM_COMPUTE);
+    dev_copy(d, dp + o[BLK_LN2W], ws->ln + ln1, ln2 * sizeof(float), STREAM_COMPUTE);
+    k->matmul_backward(d, NULL, dp + o[BLK_FCPROJW], dp + o[BLK_FCPROJB], ws->d_proj, ws->in_proj, NULL, BT, F, C, C);
+    k->matmul_backward(d, NULL, dp + o[BLK_FCW], dp + o[BLK_FCB], ws->d_fc, ws->in_fc, NULL, BT, C, F, F);
+    k->matmul_backward(d, NULL, dp + o[BLK_ATTPROJW], dp + o[BLK_ATTPROJB], ws->d_att, ws->in_att, NULL, BT, Cp, C,
+                       C);
+    k->matmul_backward(d, NULL, dp + o[BLK_QKVW], dp + o[BLK_QKVB], ws->d_qkv, ws->in_qkv, NULL, BT, C, 3 * Cp,
+                       3 * Cp);
 }

@@ -7,7 +7,8 @@
 // working set around each block's forward and again around its recompute
 // and backward; a unit's fp32 gradients at its backward, until the next
 // backward (the caller reads them between), the embeddings' (the tied wte)
-// from the head's backward to the embeddings'. So the saved activations rise
+// from the head's backward to the embeddings'; under zero bubble a block's W
+// stash from its B to its W, and its fp32 gradients at its W. So the saved activations rise
 // unit by unit in forward and fall in backward, as a framework's allocator
 // sees them, interleaved with the short-lived buffers around them (zero3's
 // gathered units, the scratch): what fragments a GPU's memory. The pieces
@@ -108,11 +109,17 @@ static void carved_whole(const Carver *c, const char *what) {
 
 // ---- set-up ----
 
+// Zero bubble's W stashes: each held from its block's B to its W.
+static size_t w_stash_count(const GPT *g) {
+    return g->plan.w_slots > 0 ? (size_t)g->plan.w_slots * (size_t)range_blocks(g) : 0;
+}
+
 void held_alloc(GPT *g) {
     if (!dynamic(g)) return;
     Shapes z = shapes_of(g);
     int nl = range_blocks(g);
     g->held = xcalloc((size_t)g->plan.slots, sizeof(SlotHeld));
+    if (w_stash_count(g)) g->w_held = xcalloc(w_stash_count(g), sizeof(Buf));
     for (int s = 0; s < g->plan.slots; s++) g->held[s].block = xcalloc(nl > 0 ? (size_t)nl : 1, sizeof(Buf));
     g->shared = buf_alloc(g->dev, TIER_DEVICE, CAT_ACTIVATIONS, shared_bytes(g), "activation temporaries");
     Carver c = {g->shared.ptr, g->shared.bytes};
@@ -164,6 +171,9 @@ static void let_go_grads(GPT *g) {
 
 void held_free(GPT *g) {
     if (!g->held) return;
+    for (size_t k = 0; k < w_stash_count(g); k++) buf_free(g->dev, &g->w_held[k]);
+    free(g->w_held);
+    g->w_held = NULL;
     for (int s = 0; s < g->plan.slots; s++) {
         let_go_slot(g, s);
         free(g->held[s].block);
@@ -272,10 +282,29 @@ void held_after_forward(GPT *g, int u, int s) {
     if (dynamic(g)) buf_free(g->dev, &g->working);
 }
 
-void held_before_backward(GPT *g, int u, int s) {
+// W slot w's stash of block i (0-based in the range), as its B begins.
+static void take_w_stash(GPT *g, int w, int i) {
+    Buf *b = &g->w_held[w_index(g, w, i)];
+    char what[BUF_NAME_BYTES];
+    snprintf(what, sizeof what, "block %d's W stash", plan_first_layer(&g->plan) + i);
+    *b = buf_alloc(g->dev, TIER_DEVICE, CAT_ACTIVATIONS, gpt_activation_bytes(&g->L, &g->plan, g->dev->act_bytes).w_stash,
+                   what);
+    Carver c = {b->ptr, b->bytes};
+    WStash *ws = w_stash(g, w, i);
+    carve_w_stash_words(g, &c, ws);
+    carve_w_stash_acts(g, &c, ws);
+    carved_whole(&c, what);
+}
+
+void held_before_backward(GPT *g, int u, int s, int w) {
     if (!dynamic(g)) return;
     let_go_grads(g);  // the last backward's, read by now (in stream order)
     const GPTLayout *l = &g->L;
+    int i = block_of(g, u);
+    if (i >= 0 && w >= 0) {  // zero bubble's B: no gradients of the block's weights here
+        take_w_stash(g, w, i);
+        return;
+    }
     if (u != GPT_UNIT_EMBED) {
         char what[BUF_NAME_BYTES];
         snprintf(what, sizeof what, "unit %d's fp32 gradients", u);
@@ -284,6 +313,18 @@ void held_before_backward(GPT *g, int u, int s) {
     if (u == gpt_unit_head(l) || (u == GPT_UNIT_EMBED && !g->embed_grads.ptr))
         g->embed_grads = buf_alloc(g->dev, TIER_DEVICE, CAT_WORKSPACE, l->unit[GPT_UNIT_EMBED].count * sizeof(float),
                                    "fp32 embedding gradients");
+}
+
+void held_before_weights(GPT *g, int u, int w) {
+    if (!dynamic(g)) return;
+    let_go_grads(g);
+    char what[BUF_NAME_BYTES];
+    snprintf(what, sizeof what, "unit %d's fp32 gradients", u);
+    g->unit_grads = buf_alloc(g->dev, TIER_DEVICE, CAT_WORKSPACE, g->L.unit[u].count * sizeof(float), what);
+}
+
+void held_after_weights(GPT *g, int u, int w) {
+    if (dynamic(g)) buf_free(g->dev, &g->w_held[w_index(g, w, block_of(g, u))]);
 }
 
 void held_before_recompute(GPT *g, int u, int s) {

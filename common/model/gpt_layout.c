@@ -211,7 +211,13 @@ GPTActBytes gpt_activation_bytes(const GPTLayout *l, const GPTPlan *p, int act_b
     if (has_head) r.shared += tile_rows * Vp * ab;
     if (blocks) r.shared += 2 * mlp_rows * F * ab;
     if (p->sequence_parallel) r.shared += BT * C * ab + R * C * ab;
-    r.total_saved = r.per_slot * (size_t)p->slots + r.shared;
+    // zero bubble's W stash of a block: its layernorms' gradients (4C, fp32),
+    // its linears' inputs ln1 (C), atty (Cp), ln2 (C), fch_gelu (F) and
+    // output gradients (3Cp, C, F, C) on all B·T rows (gathered under
+    // sequence parallelism, as the weights' gradients read them)
+    r.w_stash = p->w_slots > 0 && blocks ? 4 * C * fb + BT * (4 * C + 4 * Cp + 2 * F) * ab : 0;
+    r.w_stashes = r.w_stash * (size_t)(p->w_slots > 0 ? p->w_slots : 0) * blocks;
+    r.total_saved = r.per_slot * (size_t)p->slots + r.shared + r.w_stashes;
     // backward: the residual gradient per slot (R,C); one C-wide and two 4C-wide (F) temporaries
     // (d4b one chunk's rows under the tiled MLP); Ulysses' send and receive buffers, (BT,3Cp) each;
     // ring attention's two k, v (BT,2Cp), two of their fp32 gradients, an fp32 (BT,Cp) and the

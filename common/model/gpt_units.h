@@ -9,6 +9,14 @@
 #include "gpt.h"
 #include "kernels.h"
 
+// gpt.c: consecutive pieces of one allocation (a slot's, a block's, the
+// shared temporaries'); fp32 and int32 pieces (carve_words) are checked to
+// be 4-aligned, so they come before any bf16 piece of odd length.
+typedef struct Carver {
+    char *at;
+    size_t left;
+} Carver;
+
 // Activations of one transformer block that its backward reads; its input is
 // the previous block's x3, or the slot's x_in for the range's first block.
 // Under recompute the pieces a block does not save point into the working
@@ -39,6 +47,16 @@ typedef struct GPTSlot {
     float dloss_scale;
     int micro;                    // the micro-batch of the step it holds (gpt_slot_micro_batch), -1 unknown
 } GPTSlot;
+
+// Zero bubble (plan.w_slots > 0): what a block's B leaves for its W (gpt.h's
+// GPTPlan.w_slots), one per W slot and block of the range.
+typedef struct WStash {
+    float *ln;                            // the layernorms' gradients: ln1's w and b, then ln2's (fp32, 4C)
+    act *in_qkv, *in_att, *in_fc, *in_proj;  // the linears' inputs: ln1 (BT,C), atty (BT,Cp), ln2 (BT,C), fch_gelu (BT,F)
+    act *d_qkv, *d_att, *d_fc, *d_proj;      // their outputs' gradients: (BT,3Cp), (BT,C), (BT,F), (BT,C)
+} WStash;
+void carve_w_stash_words(struct GPT *g, Carver *c, WStash *w);
+void carve_w_stash_acts(struct GPT *g, Carver *c, WStash *w);
 
 // Temporaries the slots share: live within one unit's forward or backward.
 typedef struct GPTWork {
@@ -97,13 +115,7 @@ void ckpt_after_forward(GPT *g, int i, int s);
 void ckpt_before_backward(GPT *g, int i, int s);
 void ckpt_before_head_backward(GPT *g, int s);
 
-// gpt.c: consecutive pieces of one allocation (a slot's, a block's, the
-// shared temporaries'); fp32 and int32 pieces (carve_words) are checked to
-// be 4-aligned, so they come before any bf16 piece of odd length.
-typedef struct Carver {
-    char *at;
-    size_t left;
-} Carver;
+// gpt.c: a Carver's pieces (see above).
 void *carve(Carver *c, size_t bytes);
 void *carve_words(Carver *c, size_t bytes);
 // A block's fp32 pieces (the layernorms' statistics of its R rows, then the
@@ -138,9 +150,13 @@ void held_slot_input(struct GPT *g, int s);
 void held_before_forward(struct GPT *g, int u, int s);
 void held_after_forward(struct GPT *g, int u, int s);
 // Before unit u's backward: the last backward's gradients let go, this
-// unit's allocated (and the tied wte's at the head); before its recompute:
-// the working set again.
-void held_before_backward(struct GPT *g, int u, int s);
+// unit's allocated (and the tied wte's at the head), or under zero bubble's
+// B (w >= 0) none but W slot w's stash of the block; before its recompute:
+// the working set again. Around a W: the last gradients let go and the
+// unit's allocated, then the stash let go.
+void held_before_backward(struct GPT *g, int u, int s, int w);
+void held_before_weights(struct GPT *g, int u, int w);
+void held_after_weights(struct GPT *g, int u, int w);
 void held_before_recompute(struct GPT *g, int u, int s);
 void held_after_backward(struct GPT *g, int u, int s);
 // The pass is over: the gradients and what a forward-only pass left, let go.
@@ -172,11 +188,24 @@ static inline LayerActs *layer_acts(const GPT *g, int layer, int s) {
     return &g->slot[s].layer[layer - plan_first_layer(&g->plan)];
 }
 
+// Zero bubble: W slot w's stash of the range's block i (0-based).
+static inline int plan_range_blocks(const GPTPlan *p, int num_layers) {
+    return plan_end_layer(p, num_layers) - plan_first_layer(p);
+}
+static inline size_t w_index(const GPT *g, int w, int i) {
+    return (size_t)w * (size_t)plan_range_blocks(&g->plan, g->L.cfg.num_layers) + (size_t)i;
+}
+static inline WStash *w_stash(const GPT *g, int w, int i) { return &g->wstash[w_index(g, w, i)]; }
+
 // gpt_block.c. Forward: block `layer` of slot s from params p. Backward:
 // the slot's dres holds dL/dx3 on entry and dL/dx_in on exit; parameter
-// gradients accumulate into dp (fp32, the unit's layout).
+// gradients accumulate into dp (fp32, the unit's layout). With a W stash
+// ws (zero bubble's B) dp is unused: the layernorms' gradients go to the
+// stash with what block_backward_weights reads, which then forms the
+// linears' into dp (ws's layernorms' copied there first).
 void block_forward(GPT *g, const bf16 *p, int layer, int s);
-void block_backward(GPT *g, const bf16 *p, float *dp, int layer, int s);
+void block_backward(GPT *g, const bf16 *p, float *dp, int layer, int s, WStash *ws);
+void block_backward_weights(GPT *g, float *dp, const WStash *ws);
 // gpt_block.c: everything of block_forward that its backward reads, from the
 // block's input x into la (all but the MLP projection and x3): what full
 // recompute runs again.

@@ -12,7 +12,9 @@
 //     backward to the backward after the embeddings' (or, on a pipeline's
 //     last stage, after the head's);
 //   - zero3's gathered units: the window W(e) while entry e computes, what
-//     its release keeps after it (buffer_math.c).
+//     its release keeps after it (buffer_math.c);
+//   - zero bubble's W stash of a block from its B to its W, and the block's
+//     fp32 gradients at its W instead of its B.
 // With ZeRO-R's contiguous buffers (plan.contiguous) the activations, the
 // working set and the gradients are in `fixed` and only the gathers move.
 // A boundary is taken as each phase begins, as mem.c keeps them.
@@ -37,6 +39,7 @@ typedef struct Walk {
 
 static void add(Walk *w, MemCategory c, double bytes) {
     w->cur[c] += bytes;
+    if (w->cur[c] > w->out->cat_peak[c]) w->out->cat_peak[c] = w->cur[c];
     double total = 0;
     for (int k = 0; k < CAT_COUNT; k++) total += w->cur[k];
     if (total > w->out->peak) {
@@ -83,14 +86,25 @@ static void unit_forward(Walk *w, int u, int micro) {
     }
 }
 
+// The last backward's (or W's) gradients, read by now.
+static void let_go_grads(Walk *w) {
+    add(w, CAT_WORKSPACE, -w->unit_grads);
+    w->unit_grads = 0;
+    if (!w->embed_pending) add(w, CAT_WORKSPACE, -w->embed_grads), w->embed_grads = 0;
+}
+
+// Zero bubble splits a block's backward (gpt.h's GPTPlan.w_slots).
+static int split(const Walk *w, int u) { return w->s->plan.w_slots > 0 && block_index(w, u) >= 0; }
+
 static void unit_backward(Walk *w, int u, int micro) {
     const GPTLayout *l = w->s->layout;
     enter(w, PHASE_BACKWARD, u, micro);
     int i = block_index(w, u);
-    if (w->dynamic) {
-        add(w, CAT_WORKSPACE, -w->unit_grads);  // the last backward's, read by now
-        w->unit_grads = 0;
-        if (!w->embed_pending) add(w, CAT_WORKSPACE, -w->embed_grads), w->embed_grads = 0;
+    if (w->dynamic && split(w, u)) {  // B: no weights' gradients, the W stash instead
+        let_go_grads(w);
+        add(w, CAT_ACTIVATIONS, w->acts.w_stash);
+    } else if (w->dynamic) {
+        let_go_grads(w);
         if (u != GPT_UNIT_EMBED) add(w, CAT_WORKSPACE, w->unit_grads = (double)l->unit[u].count * sizeof(float));
         if (u == head_unit(w) || (u == GPT_UNIT_EMBED && w->embed_grads == 0))
             add(w, CAT_WORKSPACE, w->embed_grads = (double)l->unit[GPT_UNIT_EMBED].count * sizeof(float));
@@ -161,6 +175,45 @@ static void pipe_backward(Walk *w, int j) {
     for (int u = p->last_unit; u >= p->first_unit; u--) unit_backward(w, u, j);
 }
 
+// Zero bubble's W of micro-batch j: each block's gradients from its stash,
+// in the order of the backward, the stash let go after.
+static void pipe_weights(Walk *w, int j) {
+    const GPTPlan *p = &w->s->plan;
+    for (int u = p->last_unit; u >= p->first_unit; u--) {
+        if (!split(w, u)) continue;
+        enter(w, PHASE_WEIGHTS, u, j);
+        if (!w->dynamic) continue;
+        let_go_grads(w);
+        add(w, CAT_WORKSPACE, w->unit_grads = (double)w->s->layout->unit[u].count * sizeof(float));
+        add(w, CAT_ACTIVATIONS, -w->acts.w_stash);
+    }
+}
+
+// ZB-H1 from the stage's row of the table, with pipeline.c's transfers: a
+// forward's input arrives as it begins, or right after the backward before
+// it when the two are paired (a B whose next F or B is an F, not on the
+// first stage).
+static void zero_bubble_step(Walk *w) {
+    const StepMemorySpec *s = w->s;
+    int received = -1;
+    for (int k = 0; k < s->nops; k++) {
+        SchedOp op = s->ops[k];
+        if (op.kind == SCHED_W) {
+            pipe_weights(w, op.micro);
+            continue;
+        }
+        if (op.kind == SCHED_F) {
+            if (received != op.micro) pipe_receive(w);
+            pipe_forward(w, op.micro);
+            continue;
+        }
+        pipe_backward(w, op.micro);
+        int n = k + 1;
+        while (n < s->nops && s->ops[n].kind == SCHED_W) n++;
+        if (n < s->nops && s->ops[n].kind == SCHED_F && s->stage > 0) pipe_receive(w), received = s->ops[n].micro;
+    }
+}
+
 // The schedules as pipeline.c's comments state them (PipeDream-Flush for
 // 1F1B: w = min(P - s - 1, m) warm-up forwards, the rest paired with a
 // backward, each next input received after that backward; GPipe's AFAB:
@@ -168,8 +221,12 @@ static void pipe_backward(Walk *w, int j) {
 static void pipeline_step(Walk *w) {
     const StepMemorySpec *s = w->s;
     int m = s->micro_batches;
-    CHECK(s->schedule == PIPE_AFAB || s->schedule == PIPE_1F1B, "step_memory: schedule %d is not one a trainer runs",
-          (int)s->schedule);
+    CHECK(s->schedule == PIPE_AFAB || s->schedule == PIPE_1F1B || (s->schedule == PIPE_ZB_H1 && s->ops),
+          "step_memory: schedule %d is not one a trainer runs (zb-h1: from its table)", (int)s->schedule);
+    if (s->schedule == PIPE_ZB_H1) {
+        zero_bubble_step(w);
+        return;
+    }
     if (s->schedule == PIPE_AFAB) {
         for (int i = 0; i < m; i++) pipe_receive(w), pipe_forward(w, i);
         for (int j = 0; j < m; j++) pipe_backward(w, j);

@@ -21,9 +21,20 @@ typedef enum {
     STEP_PIPELINE,  // 07: the rank's units of a pipeline stage, micro-batches in flight by the schedule
 } StepShape;
 
-// (the trainer runs AFAB and 1F1B; interleaved and zero bubble are tables
-// so far: common/training/pipe_schedule.h)
+// (the trainer runs AFAB, 1F1B and ZB-H1; interleaved is a table so far:
+// common/training/pipe_schedule.h)
 typedef enum { PIPE_AFAB, PIPE_1F1B, PIPE_INTERLEAVED, PIPE_ZB_H1 } PipeSchedule;
+
+// An operation of a pipeline stage's schedule (pipe_schedule.h's tables):
+// a forward F, a backward B (under zero bubble the input's gradient alone)
+// or zero bubble's W (the weights'), of a micro-batch on one of the stage's chunks.
+typedef enum { SCHED_F, SCHED_B, SCHED_W } SchedKind;
+
+typedef struct SchedOp {
+    SchedKind kind;
+    int micro;
+    int chunk;  // the stage's chunk (0 unless interleaved)
+} SchedOp;
 
 typedef struct StepMemorySpec {
     const GPTLayout *layout;  // the rank's part of the model (tp)
@@ -38,6 +49,8 @@ typedef struct StepMemorySpec {
     // STEP_PIPELINE: the schedule, the stages and this rank's
     PipeSchedule schedule;
     int stages, stage;
+    const SchedOp *ops;  // PIPE_ZB_H1: this stage's row of the table, nops operations (its W slots: plan.w_slots)
+    int nops;
     const char *not_modelled;  // why this run's step is not modelled (ZeRO++'s buffers), or NULL
 } StepMemorySpec;
 
@@ -47,6 +60,7 @@ typedef struct StepMemory {
     double peak;     // the largest total at any moment of the step
     MemPhase peak_phase;
     double peak_bytes[CAT_COUNT];  // by category at that moment
+    double cat_peak[CAT_COUNT];    // each category's own largest at any moment (a pipeline stage's activations)
 } StepMemory;
 
 // The parts every stage has, into s (zeroed first): the model states by

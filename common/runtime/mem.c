@@ -26,7 +26,7 @@ void mem_init(MemCtx *m) {
 }
 
 static const char *const phase_names[PHASE_COUNT] = {"setup", "forward", "backward", "recompute", "optimizer",
-                                                     "eval"};
+                                                     "eval", "weights"};
 
 const char *mem_phase_kind_name(int kind) { return kind >= 0 && kind < PHASE_COUNT ? phase_names[kind] : "?"; }
 

@@ -41,6 +41,7 @@ typedef enum {
     PHASE_RECOMPUTE,  // a block's forward again before its backward (--recompute)
     PHASE_OPTIMIZER,  // the step's reduction and update
     PHASE_EVAL,       // a validation's forward
+    PHASE_WEIGHTS,    // zero bubble's W: a block's weights' gradients, after its B (the backward phase)
     PHASE_COUNT
 } MemPhaseKind;
 
@@ -52,7 +53,7 @@ typedef struct MemPhase {
 
 // "forward of unit 3, micro-batch 0", "the optimizer step", ...
 const char *mem_phase_text(MemPhase p, char *out, size_t n);
-const char *mem_phase_kind_name(int kind);  // "setup", "forward", "backward", "recompute", "optimizer", "eval"
+const char *mem_phase_kind_name(int kind);  // "setup", "forward", "backward", "recompute", "optimizer", "eval", "weights"
 
 // The device tier's bytes by category as a phase begins (the memory's
 // timeline at its boundaries; step_memory.h computes the formula's).

@@ -88,16 +88,18 @@ static void build_interleaved(ScheduleTable *t, int s) {
 // LAB END
 
 // LAB 07: build_zb_h1 -- the zero-bubble (ZB-H1) table of every stage
-// ZB-H1, built by playing the pipeline slot by slot: a stage that is free
-// runs, in this order of preference, its next B once its own F and the
-// next stage's B have ended; its next F once the previous stage's F has
-// ended, while it holds fewer than 1F1B's min(P - s, m) micro-batches
-// forwarded and not yet through B, and at most P + 1 not yet through W
-// (1F1B's first stage holds P: one more whose B has run may wait for its W
-// past the next F); its oldest pending W. A W so fills
-// a slot 1F1B leaves idle, and B goes back down the pipeline sooner than
-// 1F1B's whole backward does. At P = 2 and 4 with m >= 2P the chart's
-// bubble is the formula's (P-1)/(3m+P-1) (test_pipe_schedule).
+// ZB-H1 (Qi et al. 2024), built by playing the pipeline slot by slot. Each
+// stage runs its F's and B's in 1F1B's order (the next is an F while fewer
+// than min(P - s, m) micro-batches are forwarded and not yet through B,
+// else a B), so the transfers between neighbours are 1F1B's; a stage that
+// is free runs that next F or B once its input has ended (an F: the
+// previous stage's F of it; a B: its own F and the next stage's B) and
+// fewer than s + 1 micro-batches wait for their W; otherwise its oldest
+// pending W (a slot 1F1B leaves idle); otherwise it idles. B, a slot
+// where 1F1B's backward takes two, goes back down the pipeline sooner; the
+// last stage, whose Bs come first, defers the most Ws. At most P - s
+// micro-batches in flight (1F1B's) and s + 1 W stashes on stage s; the
+// chart's bubble is the formula's (P-1)/(3m+P-1) (test_pipe_schedule).
 static void build_zb_h1(ScheduleTable *t) {
     int P = t->stages, m = t->micro_batches;
     size_t cells = (size_t)P * (size_t)m;
@@ -112,17 +114,19 @@ static void build_zb_h1(ScheduleTable *t) {
         CHECK(now <= 3 * m * P, "zb-h1: the pipeline stalled at slot %d", now);
         for (int s = 0; s < P; s++) {
             if (free_at[s] > now) continue;
-            int limit = P - s < m ? P - s : m, held = P + 1;
+            int limit = P - s < m ? P - s : m;
+            int forward = nf[s] < m && nf[s] - nb[s] < limit;  // 1F1B's next operation
+            int ready = forward ? s == 0 || ENDED(f_end[(size_t)(s - 1) * m + nf[s]])
+                                : nb[s] < nf[s] && ENDED(f_end[(size_t)s * m + nb[s]]) &&
+                                      (s == P - 1 || ENDED(b_end[(size_t)(s + 1) * m + nb[s]]));
             SchedKind kind;
             int i;
-            if (nb[s] < nf[s] && ENDED(f_end[(size_t)s * m + nb[s]]) &&
-                (s == P - 1 || ENDED(b_end[(size_t)(s + 1) * m + nb[s]]))) {
-                kind = SCHED_B, i = nb[s]++;
-                b_end[(size_t)s * m + i] = now + 1;
-            } else if (nf[s] < m && nf[s] - nb[s] < limit && nf[s] - nw[s] < held &&
-                       (s == 0 || ENDED(f_end[(size_t)(s - 1) * m + nf[s]]))) {
+            if (ready && nb[s] - nw[s] < s + 1 && forward) {
                 kind = SCHED_F, i = nf[s]++;
                 f_end[(size_t)s * m + i] = now + 1;
+            } else if (ready && nb[s] - nw[s] < s + 1) {
+                kind = SCHED_B, i = nb[s]++;
+                b_end[(size_t)s * m + i] = now + 1;
             } else if (nw[s] < nb[s]) {
                 kind = SCHED_W, i = nw[s]++;
             } else {

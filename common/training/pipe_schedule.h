@@ -23,20 +23,15 @@
 // each W in a slot that would otherwise be idle; a micro-batch between its
 // B and its W keeps what W reads.
 //
-// 07's pipeline.c runs AFAB and 1F1B as the lab's functions write them;
-// test_pipe_schedule holds their order to these tables, from a run's trace.
+// 07's pipeline.c runs AFAB and 1F1B as the lab's functions write them,
+// and ZB-H1 from its table; test_pipe_schedule holds their order to these
+// tables, from a run's trace.
 #pragma once
 #include <stddef.h>
 #include <stdio.h>
 #include "step_memory.h"  // PipeSchedule
 
-typedef enum { SCHED_F, SCHED_B, SCHED_W } SchedKind;
-
-typedef struct SchedOp {
-    SchedKind kind;
-    int micro;
-    int chunk;  // the stage's chunk (0 unless interleaved)
-} SchedOp;
+// (SchedKind and SchedOp, an operation of the table: step_memory.h)
 
 typedef struct ScheduleTable {
     PipeSchedule schedule;

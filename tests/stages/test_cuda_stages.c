@@ -107,6 +107,7 @@ static void test_stages_match_cpu_and_each_other(void **state) {
 // Ulysses over 2 ranks: its all-to-alls through NCCL, its packing as 2D
 // copies on the device; ring attention over 2: its shifts through NCCL's
 // grouped send and receive, its blocks (kernels_cuda_flash.cu) in fp32.
+// Zero bubble's B and W on two stages.
 static void test_model_parallel_matches_cpu(void **state) {
     if (skip_without_cuda()) skip();
     const RunDir *c = *state;
@@ -120,6 +121,18 @@ static void test_model_parallel_matches_cpu(void **state) {
             print_message("%s step %d: cpu %.6f cuda %.6f\n", grids[k], i + 1, cpu[i], gpu[i]);
             assert_true(fabs(gpu[i] - cpu[i]) <= TOL_LOSS);
         }
+    }
+    // zero bubble: B and W apart (the GEMMs of the input's and the weights'
+    // gradients in two calls, the W stashes copied on the device), within
+    // the tolerance of its cpu run and 1F1B's cuda losses to the bit
+    double cpu[STEPS], zb[STEPS], one[STEPS];
+    losses(c, "zb2", "cpu", "./3d_parallel --pp 2 --grad-accum 2 --schedule zb-h1", cpu);
+    losses(c, "zb2", "cuda", "./3d_parallel --pp 2 --grad-accum 2 --schedule zb-h1", zb);
+    losses(c, "1f1b2", "cuda", "./3d_parallel --pp 2 --grad-accum 2", one);
+    for (int i = 0; i < STEPS; i++) {
+        print_message("zb-h1 step %d: cpu %.6f cuda %.6f (1f1b %.6f)\n", i + 1, cpu[i], zb[i], one[i]);
+        assert_true(fabs(zb[i] - cpu[i]) <= TOL_LOSS);
+        if (zb[i] != one[i]) fail_msg("zb-h1 on cuda, step %d: %.9g where 1f1b has %.9g", i + 1, zb[i], one[i]);
     }
 }
 

@@ -469,16 +469,16 @@ static double stage_total(const char *json, const char *stage) {
 }
 
 // memory_math --pp 4 with m = 8 (issue 48's staircase): each pipeline
-// stage's micro-batches in flight are 4, 3, 2, 1 under 1F1B and 8 under
-// AFAB, and its activations and device peak are what 3d_parallel measures
+// stage's micro-batches in flight are 4, 3, 2, 1 under 1F1B and ZB-H1 and 8
+// under AFAB (ZB-H1's waiting for their W 1, 2, 3, 4), and its activations and device peak are what 3d_parallel measures
 // for that stage's rank (its activations, and the peak of the formula's
 // timeline that every measured boundary equals), to the byte.
 static void test_binary_pipeline_staircase(void **state) {
     (void)state;
     char root[64];
     assert_int_equal(test_make_dir(root, sizeof root, "mm-pipe"), 0);
-    const char *schedules[] = {"1f1b", "afab"};
-    for (int k = 0; k < 2; k++) {
+    const char *schedules[] = {"1f1b", "afab", "zb-h1"};
+    for (int k = 0; k < 3; k++) {
         char cmd[1024], json[256], *mm = NULL, *run = NULL;
         snprintf(cmd, sizeof cmd, "./memory_math --model small --ranks 4 --pp 4 --grad-accum 8 --batch 2 --seq-len 64 "
                  "--schedule %s --json", schedules[k]);
@@ -508,7 +508,7 @@ static void test_binary_pipeline_staircase(void **state) {
             }
             if (!rank || !panel) fail_msg("--schedule %s: no rank or panel of stage %d in the run", schedules[k], s);
             int flight = (int)json_number_value(json_object_get(row, "in_flight"));
-            int want = k == 0 ? 4 - s : 8;
+            int want = k == 1 ? 8 : 4 - s;
             double acts = json_number_value(json_object_get(row, "activations_mb")) * 1e6;
             double peak = json_number_value(json_object_get(row, "peak_mb")) * 1e6;
             double measured = json_number_value(json_object_get(rank, "activations"));
@@ -516,6 +516,11 @@ static void test_binary_pipeline_staircase(void **state) {
             if (flight != want || json_integer_value(json_object_get(rank, "peak_in_flight")) != want)
                 fail_msg("--schedule %s stage %d: %d in flight by memory_math, %lld in the run; %d by the schedule",
                          schedules[k], s, flight, json_integer_value(json_object_get(rank, "peak_in_flight")), want);
+            // zb-h1: s + 1 micro-batches waiting for their W (stage s), by memory_math and in the run
+            int waiting = (int)json_number_value(json_object_get(row, "w_waiting"));
+            if (k == 2 && (waiting != s + 1 || json_integer_value(json_object_get(rank, "w_pending")) != s + 1))
+                fail_msg("zb-h1 stage %d: %d waiting for W by memory_math, %lld in the run; want %d", s, waiting,
+                         json_integer_value(json_object_get(rank, "w_pending")), s + 1);
             if (fabs(acts - measured) > 0.5 || fabs(peak - formula_peak) > 0.5)
                 fail_msg("--schedule %s stage %d: activations %.0f and peak %.0f by memory_math; the run %.0f and %.0f",
                          schedules[k], s, acts, peak, measured, formula_peak);
@@ -627,11 +632,13 @@ static void test_binary_bad_input(void **state) {
                           "./memory_math --model nope", "./memory_math --pp 2",
                           "./memory_math --model small --pp 5", "./memory_math --model small --ranks 6 --pp 4",
                           "./memory_math --model small --pp 2 --schedule zb",
+                          "./memory_math --model small --schedule zb-h1",
+                          "./memory_math --model small --pp 2 --schedule zb-h1 --tiled-mlp 2",
                           "./memory_math --model small --schedule afab", "./memory_math --model tiny --cp 4",
                           "./memory_math --model small --cp 2 --cp-mode ring --seq-len 30",
                           "./memory_math --model small --cp 2 --attention materialized",
                           "./memory_math --model small --cp 2 --seq-len 33", "./memory_math --cp 2"};
-    for (int i = 0; i < 14; i++) {
+    for (int i = 0; i < 16; i++) {
         char *out = NULL;
         int rc = test_run(cmds[i], &out);
         int lines = 0;

@@ -4,9 +4,10 @@
 // bubble of their chart beside (P-1)/(m+P-1)); a table that deadlocks, runs
 // a backward before its forward or leaves a micro-batch unfinished is
 // refused with the fault named; and 3d_parallel runs each stage's forwards
-// and backwards in the order of its table (read from a run's --trace), its
-// --print-schedule draws that table, and its measured micro-batches in
-// flight are the table's. Run from the repository root.
+// and backwards (under zb-h1 its F, B and W) in the order of its table
+// (read from a run's --trace), its --print-schedule draws that table, and
+// its measured micro-batches in flight (and waiting for W) are the table's.
+// Run from the repository root.
 #include <ctype.h>
 #include <jansson.h>
 #include <math.h>
@@ -99,15 +100,23 @@ static void test_interleaved_and_zero_bubble(void **state) {
                 fail_msg("P %d m %d: bubbles interleaved %.4f (formula %.4f), zb-h1 %.4f (formula %.4f)", P, m, bi,
                          schedule_bubble_formula(&inter), bz, schedule_bubble_formula(&zb));
             if (!(bz < bi && bi < b1)) fail_msg("P %d m %d: bubbles 1f1b %.4f, interleaved %.4f, zb-h1 %.4f", P, m, b1, bi, bz);
+            // ZB-H1's other staircase: stage s keeps s + 1 micro-batches' W stashes (1F1B's P - s in flight)
             int pending = 0;
-            for (int s = 0; s < P; s++) pending = schedule_pending_w(&zb, s) > pending ? schedule_pending_w(&zb, s) : pending;
+            for (int s = 0; s < P; s++) {
+                int want = s + 1 < m ? s + 1 : m;
+                if (schedule_pending_w(&zb, s) != want)
+                    fail_msg("P %d m %d stage %d: %d waiting for W, want min(s + 1, m) = %d", P, m, s,
+                             schedule_pending_w(&zb, s), want);
+                pending = schedule_pending_w(&zb, s) > pending ? schedule_pending_w(&zb, s) : pending;
+            }
             print_message("P %d m %d: bubble 1f1b %.3f, interleaved v 2 %.3f, zb-h1 %.3f (W pending at most %d)\n", P,
                           m, b1, bi, bz, pending);
             schedule_free(&one);
             schedule_free(&inter);
             schedule_free(&zb);
         }
-    // --print-schedule draws them; a run of them is refused, as are the shapes they cannot take
+    // --print-schedule draws them; a run of interleaved is refused (zb-h1 runs: test_zero_bubble), as are
+    // the shapes they cannot take
     char *out = NULL;
     run_ok("./3d_parallel --model small --layers 8 --pp 4 --grad-accum 8 --schedule interleaved --virtual-stages 2 "
            "--print-schedule", &out);
@@ -115,7 +124,8 @@ static void test_interleaved_and_zero_bubble(void **state) {
         fail_msg("--print-schedule interleaved:\n%s", out);
     free(out);
     run_ok("./3d_parallel --pp 4 --grad-accum 8 --schedule zb-h1 --print-schedule", &out);
-    if (!strstr(out, "stage 3 | .  .  .  F0 B0 F1 B1") || !strstr(out, "formula (P-1)/(3m+P-1) = 0.111"))
+    if (!strstr(out, "stage 0 | F0 F1 F2 F3 .  .  .  B0 W0 F4 B1 W1") || !strstr(out, "stage 3 | .  .  .  F0 B0 F1 B1") ||
+        !strstr(out, "formula (P-1)/(3m+P-1) = 0.111"))
         fail_msg("--print-schedule zb-h1:\n%s", out);
     free(out);
     const char *cases[][2] = {
@@ -127,8 +137,10 @@ static void test_interleaved_and_zero_bubble(void **state) {
          "3 micro-batches are not a multiple of it"},
         {"./3d_parallel --pp 2 --schedule interleaved --print-schedule", "give --virtual-stages 2 or more"},
         {"./3d_parallel --pp 2 --virtual-stages 2 --print-schedule", "only the interleaved schedule cuts a stage"},
-        {"mpirun -np 2 ./3d_parallel --model tiny --pp 2 --grad-accum 2 --schedule zb-h1 --steps 1",
-         "runs 1f1b and afab only"},
+        {"mpirun -np 2 ./3d_parallel --model tiny --pp 2 --grad-accum 2 --schedule interleaved --virtual-stages 2 "
+         "--layers 4 --steps 1", "runs 1f1b, afab and zb-h1"},
+        {"mpirun -np 2 ./3d_parallel --model tiny --pp 2 --grad-accum 2 --schedule zb-h1 --tiled-mlp 2 --steps 1",
+         "W reads each block's whole GELU output"},
     };
     for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) free(expect_refusal(cases[i][0], cases[i][1]));
 }
@@ -170,16 +182,17 @@ static void test_bad_tables_are_refused(void **state) {
     }
 }
 
-// Each rank's first step in a --trace: the names of its compute spans F i
-// and B i (every span of a pipeline stage's rank is one of them or another
-// kind of span; the evaluation's forwards come after the step's 2m).
-static int step_ops(json_t *events, int pid, int m, char out[][8]) {
+// Each rank's first step in a --trace: the names of its compute spans F i,
+// B i and (zb-h1) W i, the first `ops` of them (every span of a pipeline
+// stage's rank is one of them or another kind of span; the evaluation's
+// forwards come after the step's).
+static int step_ops(json_t *events, int pid, int ops, char out[][8]) {
     int n = 0;
     double last = -1;
-    for (size_t k = 0; k < json_array_size(events) && n < 2 * m; k++) {
+    for (size_t k = 0; k < json_array_size(events) && n < ops; k++) {
         json_t *e = json_array_get(events, k);
         const char *name = json_string_value(json_object_get(e, "name"));
-        if (json_integer_value(json_object_get(e, "pid")) != pid || !name || (name[0] != 'F' && name[0] != 'B') ||
+        if (json_integer_value(json_object_get(e, "pid")) != pid || !name || !strchr("FBW", name[0]) ||
             !isdigit((unsigned char)name[1]))
             continue;
         double ts = json_number_value(json_object_get(e, "ts"));
@@ -193,10 +206,11 @@ static int step_ops(json_t *events, int pid, int m, char out[][8]) {
 static void test_runs_follow_their_tables(void **state) {
     RunDir *c = *state;
     const int shapes[][2] = {{2, 4}, {4, 8}, {4, 2}};
-    for (int k = 0; k < 2; k++)
+    const PipeSchedule kinds[3] = {PIPE_1F1B, PIPE_AFAB, PIPE_ZB_H1};
+    for (int k = 0; k < 3; k++)
         for (size_t h = 0; h < sizeof shapes / sizeof shapes[0]; h++) {
-            int P = shapes[h][0], m = shapes[h][1];
-            const char *name = k ? "afab" : "1f1b";
+            int P = shapes[h][0], m = shapes[h][1], zb = kinds[k] == PIPE_ZB_H1, ops_per_stage = (zb ? 3 : 2) * m;
+            const char *name = schedule_name(kinds[k]);
             char cmd[CMD_LEN], trace[256], json[256], *printed = NULL;
             snprintf(cmd, sizeof cmd, "./3d_parallel --pp %d --grad-accum %d --schedule %s --print-schedule", P, m, name);
             run_ok(cmd, &printed);
@@ -211,11 +225,12 @@ static void test_runs_follow_their_tables(void **state) {
             json_t *events = json_is_array(tr) ? tr : json_object_get(tr, "traceEvents");
             json_t *ranks = json_object_get(json_object_get(r, "grid"), "ranks");
             ScheduleTable t;
-            schedule_build(&t, k ? PIPE_AFAB : PIPE_1F1B, P, m, 1);
+            schedule_build(&t, kinds[k], P, m, 1);
             for (int s = 0; s < P; s++) {  // tp 1, dp 1: rank s is stage s
                 char ops[64][8], want[8];
-                int n = step_ops(events, s, m, ops);
-                if (n != 2 * m) fail_msg("%s: rank %d ran %d forwards and backwards in its step, not %d", cmd, s, n, 2 * m);
+                int n = step_ops(events, s, ops_per_stage, ops);
+                if (n != ops_per_stage)
+                    fail_msg("%s: rank %d ran %d operations in its step, not %d", cmd, s, n, ops_per_stage);
                 // the printed row: stage s's operations in the same order
                 char label[32];
                 snprintf(label, sizeof label, "stage %d | ", s);
@@ -224,7 +239,7 @@ static void test_runs_follow_their_tables(void **state) {
                 line += strlen(label);
                 for (int i = 0; i < n; i++) {
                     SchedOp o = schedule_op(&t, s, i);
-                    snprintf(want, sizeof want, "%c%d", o.kind == SCHED_F ? 'F' : 'B', o.micro);
+                    snprintf(want, sizeof want, "%c%d", "FBW"[o.kind], o.micro);
                     if (strcmp(ops[i], want))
                         fail_msg("%s: rank %d's operation %d is %s, its table's %s", cmd, s, i + 1, ops[i], want);
                     char tok[8];
@@ -234,13 +249,15 @@ static void test_runs_follow_their_tables(void **state) {
                         fail_msg("--print-schedule row %d: %s where the table has %s:\n%s", s, tok, want, printed);
                     line += used;
                 }
-                long measured = json_integer_value(json_object_get(json_array_get(ranks, (size_t)s), "peak_in_flight"));
-                if (measured != schedule_in_flight(&t, s))
-                    fail_msg("%s: stage %d held %ld micro-batches, its table %d", cmd, s, measured,
-                             schedule_in_flight(&t, s));
+                json_t *x = json_array_get(ranks, (size_t)s);
+                long measured = json_integer_value(json_object_get(x, "peak_in_flight"));
+                long waited = json_integer_value(json_object_get(x, "w_pending"));
+                if (measured != schedule_in_flight(&t, s) || waited != (zb ? schedule_pending_w(&t, s) : 0))
+                    fail_msg("%s: stage %d held %ld micro-batches and %ld waiting for W, its table %d and %d", cmd, s,
+                             measured, waited, schedule_in_flight(&t, s), zb ? schedule_pending_w(&t, s) : 0);
             }
-            print_message("%s P %d m %d: every rank ran its table's %d operations in order; in flight as the table\n",
-                          name, P, m, 2 * m);
+            print_message("%s P %d m %d: every rank ran its table's %d operations in order; in flight%s as the "
+                          "table\n", name, P, m, ops_per_stage, zb ? " and W waiting" : "");
             schedule_free(&t);
             json_decref(tr);
             json_decref(r);

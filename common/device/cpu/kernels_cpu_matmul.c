@@ -81,6 +81,7 @@ void matmul_backward_cpu(Device *d, act *dinp_, float *dw, float *dbias, const a
         // dinp (BT,C) = dout (BT,OC) @ w (OC,C)
         sgemm_rows(0, 0, BT, C, OC, 1.0f, dout, ldo, wf, C, 0.0f, dinp, C);
     }
+    if (!dw) return;  // zero bubble's B: the weights' gradients are its W's
     // dw (OC,C) += dout^T (OC,BT) @ inp (BT,C)
     sgemm_rows(1, 0, OC, C, BT, 1.0f, dout, ldo, inp, C, 1.0f, dw, C);
     if (dbias) bias_grad(dbias, dout, BT, OC, ldo);

@@ -316,6 +316,7 @@ static GemmArgs input_grad_gemm(act *dinp, const act *dout, const bf16 *w, int B
 // dbias (OC) += column sums of dout, unless NULL
 static void weight_and_bias_grad(Device *d, float *dw, float *dbias, const act *dout, const act *inp, int BT,
                                  int C, int OC, int ldo) {
+    if (!dw) return;  // zero bubble's B: the weights' gradients are its W's
     GemmArgs g = {};
     g.M = OC, g.N = C, g.K = BT, g.lda = ldo;  // dout stored (BT,OC): (K,M) with rows ldo apart
     g.A = dout, g.transA = 1;
