@@ -24,7 +24,7 @@ static const char *usage =
     "                   [--ranks-per-host P] [--quantize-weights] [--hpz-size K] [--quantize-grads]\n"
     "                   [--timeline STAGE [--contiguous-buffers]]\n"
     "                   [--context N] [--tiled-loss K] [--tiled-mlp K] [--longest-seq]\n"
-    "                   [--pp P [--schedule 1f1b|afab|zb-h1]]\n"
+    "                   [--pp P [--schedule 1f1b|afab|zb-h1|interleaved [--virtual-stages V]]]\n"
     "                   [--measure] [--json] [--deepspeed-config FILE]\n"
     "\n"
     "Per-rank memory of the ZeRO stages, computed from the formulas: model states\n"
@@ -53,7 +53,7 @@ typedef struct Flags {
     const char *model, *deepspeed_config, *recompute, *attention;
     int ranks, batch, seq_len, context, grad_accum, global_batch, measure, json, offload_activations;
     int tp, sequence_parallel, partition_activations, contiguous_buffers, tiled_loss, tiled_mlp, longest_seq, pp;
-    int cp;
+    int cp, virtual_stages;
     const char *schedule, *cp_mode;
     const char *timeline;
     double link_gbps, latency_us, gflops, intra_gbps;
@@ -66,7 +66,7 @@ enum {
     F_DEEPSPEED_CONFIG, F_RECOMPUTE, F_OFFLOAD_ACTIVATIONS, F_TP, F_SEQUENCE_PARALLEL, F_PARTITION_ACTIVATIONS,
     F_LINK_GBPS, F_LATENCY_US, F_GFLOPS, F_ATTENTION, F_QUANTIZE_WEIGHTS, F_HPZ_SIZE, F_QUANTIZE_GRADS,
     F_GRAD_QUANT_BITS, F_QUANT_BLOCK, F_RANKS_PER_HOST, F_INTRA_GBPS, F_TIMELINE, F_CONTIGUOUS_BUFFERS, F_CONTEXT,
-    F_TILED_LOSS, F_TILED_MLP, F_LONGEST_SEQ, F_PP, F_SCHEDULE, F_CP, F_CP_MODE,
+    F_TILED_LOSS, F_TILED_MLP, F_LONGEST_SEQ, F_PP, F_SCHEDULE, F_VIRTUAL_STAGES, F_CP, F_CP_MODE,
     F_COUNT
 };
 
@@ -128,9 +128,14 @@ static void parse_flags(int argc, char **argv, Flags *f, FlagSpec *specs, Inputs
                    .help = "3d_parallel's pipeline stages (with --model): each stage's units, micro-batches in flight "
                            "(m = --grad-accum), activations and device peak, the schedule's staircase",
                    .min = 1, .max = GPT_MAX_UNITS - 2},
-        [F_SCHEDULE] = {.name = "schedule", .type = FLAG_STRING, .dst = &f->schedule, .meta = "1f1b|afab|zb-h1",
+        [F_SCHEDULE] = {.name = "schedule", .type = FLAG_STRING, .dst = &f->schedule,
+                        .meta = "1f1b|afab|zb-h1|interleaved",
                         .help = "with --pp: the pipeline schedule, one forward one backward, all forwards then all "
-                                "backwards, or zero bubble (1F1B with each backward split into B and W)"},
+                                "backwards, zero bubble (1F1B with each backward split into B and W), or "
+                                "interleaved (--virtual-stages chunks per stage)"},
+        [F_VIRTUAL_STAGES] = {.name = "virtual-stages", .type = FLAG_INT, .dst = &f->virtual_stages, .meta = "V",
+                              .help = "with --schedule interleaved: chunks of layers per stage, stage s holding "
+                                      "chunks s, s + P, ...", .min = 1, .max = GPT_MAX_CHUNKS},
         [F_LONGEST_SEQ] = {.name = "longest-seq", .type = FLAG_BOOL, .dst = &f->longest_seq,
                            .help = "with --model and --hbm-gb: the longest --seq-len each stage's budget check admits "
                                    "at --batch and --ranks (the context grown to it), with the run's flags, with "
@@ -475,11 +480,19 @@ static void replicas_text(const Flags *f, char *out, size_t n) {
 // --pp P and --schedule: a model's pipeline (3d_parallel's grid).
 static void check_pp(const Flags *f, const FlagSpec *specs, Inputs *in) {
     in->pp = f->pp;
-    if (strcmp(f->schedule, "1f1b") && strcmp(f->schedule, "afab") && strcmp(f->schedule, "zb-h1"))
-        fail_usage("--schedule %s: choose 1f1b (one forward one backward), afab (all forwards, then all backwards) "
-                   "or zb-h1 (zero bubble)", f->schedule);
+    if (strcmp(f->schedule, "1f1b") && strcmp(f->schedule, "afab") && strcmp(f->schedule, "zb-h1") &&
+        strcmp(f->schedule, "interleaved"))
+        fail_usage("--schedule %s: choose 1f1b (one forward one backward), afab (all forwards, then all backwards), "
+                   "zb-h1 (zero bubble) or interleaved (with --virtual-stages V)", f->schedule);
     in->schedule_afab = strcmp(f->schedule, "afab") == 0;
     in->schedule_zb = strcmp(f->schedule, "zb-h1") == 0;
+    in->virtual_stages = strcmp(f->schedule, "interleaved") == 0 ? f->virtual_stages : 1;
+    if (specs[F_VIRTUAL_STAGES].seen && strcmp(f->schedule, "interleaved"))
+        fail_usage("--virtual-stages %d: only --schedule interleaved cuts a stage into chunks", f->virtual_stages);
+    if (in->virtual_stages > 1 && in->have_model && in->layout.cfg.num_layers % (f->pp * in->virtual_stages))
+        fail_usage("--virtual-stages %d with --pp %d cuts %s's %d layers into %d chunks of equal size: give a "
+                   "--virtual-stages whose product with --pp divides %d", in->virtual_stages, f->pp, in->model,
+                   in->layout.cfg.num_layers, f->pp * in->virtual_stages, in->layout.cfg.num_layers);
     if (in->schedule_zb && f->pp == 1)
         fail_usage("--schedule zb-h1 fills a pipeline's bubble with the weights' gradients: add --pp 2 or more");
     if (in->schedule_zb && in->tiled_mlp)
@@ -502,7 +515,7 @@ int main(int argc, char **argv) {
     in.world = world.size;
     in.rank = world.rank;
 
-    Flags f = {.params = 0, .hbm_gb = 0, .model = NULL, .ranks = 8, .pp = 1, .schedule = "1f1b", .batch = 8, .seq_len = 0,
+    Flags f = {.params = 0, .hbm_gb = 0, .model = NULL, .ranks = 8, .pp = 1, .schedule = "1f1b", .virtual_stages = 1, .batch = 8, .seq_len = 0,
                .grad_accum = 1, .global_batch = 0, .measure = 0, .json = 0, .recompute = "none", .attention = "flash", .tp = 1, .cp = 1, .cp_mode = "ulysses",
                .zeropp = {.hpz = 1, .grad_bits = 8, .block = QUANT_BLOCK_DEFAULT}, .ranks_per_host = 1};
     FlagSpec specs[F_COUNT];

@@ -49,6 +49,7 @@ typedef struct Inputs {
     int context_given;        // --context given: the longest sequence is at most it
     int longest_seq;          // --longest-seq: the longest sequence per stage in --hbm-gb (longest.c)
     int pp, schedule_afab, schedule_zb;  // --pp P (1: none) and --schedule afab or zb-h1 (else 1f1b): pipeline.c
+    int virtual_stages;                  // --schedule interleaved's chunks per stage (1: not interleaved)
     int cp;                   // --cp C (1: none): 3d_parallel's ranks per sequence
     int cp_ring;              // --cp-mode ring (else Ulysses)
 } Inputs;

@@ -48,13 +48,16 @@ void section_pipeline(Printer *p, const Inputs *in) {
     char title[320];
     snprintf(title, sizeof title, "Each pipeline stage of 3d_parallel --tp %d --pp %d (dp %d) --schedule %s, m = %d "
              "micro-batches of B = %d, T = %d, --recompute %s: %s, from the formulas, on the cpu device (per tp "
-             "rank 0)", in->tp, P, dp, in->schedule_afab ? "afab" : in->schedule_zb ? "zb-h1" : "1f1b", m, in->batch, in->seq_len,
+             "rank 0)", in->tp, P, dp,
+             in->schedule_afab ? "afab" : in->schedule_zb ? "zb-h1" : in->virtual_stages > 1 ? "interleaved" : "1f1b", m, in->batch, in->seq_len,
              gpt_recompute_name(in->recompute), in->model);
     printer_section(p, "pipeline", title);
     int zb = in->schedule_zb, ncols = zb ? NCOLS : NCOLS - 1;
     printer_table(p, "stages", stage_cols, ncols);
-    ScheduleTable table = {0};  // zb-h1: the stages' operations, which the walk plays
+    int v = in->virtual_stages;
+    ScheduleTable table = {0};  // zb-h1, interleaved: the stages' operations, which the walk plays
     if (zb) schedule_build(&table, PIPE_ZB_H1, P, m, 1);
+    if (v > 1) schedule_build(&table, PIPE_INTERLEAVED, P, m, v);
     double scratch = (double)kernels_cpu.scratch_bytes(device_cpu_threads(in->ranks), in->batch, in->seq_len,
                                                        c->channels, c->num_heads, l->vocab_part, l->tp_size,
                                                        in->attention == GPT_ATTENTION_FLASH);
@@ -68,6 +71,15 @@ void section_pipeline(Printer *p, const Inputs *in) {
         int flight = pipeline_in_flight(in->schedule_afab, P, s, m);
         GPTPlan plan = act_plan(in, in->recompute, in->offload_activations);
         plan.first_unit = first, plan.last_unit = last, plan.slots = flight;
+        if (v > 1) {  // chunk micro-batches in flight; slots: micro-batches between chunk 0's forward and backward
+            grid_plan_chunks(c->num_layers, P, v, s, &plan);
+            plan.slots = schedule_slots(&table, s);
+            flight = schedule_in_flight(&table, s);
+            for (int k = 0; k < nr; k++) psi -= r[k].count;
+            Range rv[GPT_MAX_CHUNKS + 1];
+            int nv = grid_chunk_state_ranges(l, P, v, s, rv);
+            for (int k = 0; k < nv; k++) psi += rv[k].count;
+        }
         int waiting = zb ? (s + 1 < m ? s + 1 : m) : 0;  // micro-batches through B, not yet through W
         plan.w_slots = waiting;
         ActFormula a = act_formula(l, &plan, CPU_ACT_BYTES);
@@ -79,17 +91,19 @@ void section_pipeline(Printer *p, const Inputs *in) {
         StepMemorySpec spec;
         step_memory_base(&spec, STAGE_ZERO1, l, &plan, CPU_ACT_BYTES, psi, dp, 0, m, scratch, 0);
         spec.shape = STEP_PIPELINE;
-        spec.schedule = in->schedule_afab ? PIPE_AFAB : zb ? PIPE_ZB_H1 : PIPE_1F1B;
+        spec.schedule = in->schedule_afab ? PIPE_AFAB : zb ? PIPE_ZB_H1 : v > 1 ? PIPE_INTERLEAVED : PIPE_1F1B;
         spec.stages = P;
         spec.stage = s;
-        if (zb) spec.ops = table.ops + (size_t)s * (size_t)table.per_stage, spec.nops = table.count[s];
+        if (zb || v > 1) spec.ops = table.ops + (size_t)s * (size_t)table.per_stage, spec.nops = table.count[s];
         spec.fixed[CAT_COMM] += (double)part.shard * sizeof(bf16);
         StepMemory mem;
         step_memory(&spec, &mem);
-        char units[64];
-        grid_units_text(c->num_layers, P, s, units, sizeof units);
-        // zb-h1: the activations and the W stashes peak apart: the timeline's largest (contiguous: all of them)
-        double acts = zb ? mem.cat_peak[CAT_ACTIVATIONS] : a.saved;
+        char units[96];
+        if (v > 1) grid_chunk_units_text(c->num_layers, P, v, s, units, sizeof units);
+        else grid_units_text(c->num_layers, P, s, units, sizeof units);
+        // zb-h1, interleaved: the activations and the W stashes (the chunks) peak apart: the timeline's
+        // largest (contiguous: all of them)
+        double acts = zb || v > 1 ? mem.cat_peak[CAT_ACTIVATIONS] : a.saved;
         Cell row[NCOLS] = {cell_num(s), cell_str(units), cell_num((double)psi), cell_num(flight),
                            cell_num(sb.tier_total[TIER_DEVICE] / MB), cell_num(acts / MB),
                            cell_num(a.working / MB), cell_num(mem.peak / MB), cell_num(waiting)};
@@ -98,6 +112,11 @@ void section_pipeline(Printer *p, const Inputs *in) {
     }
     printer_table_end(p);
     schedule_free(&table);
+    if (v > 1)
+        printer_note(p, "interleaved: each stage's v chunks, stage s's chunk j the (jP + s)-th of Pv; in flight: chunk "
+                        "micro-batches forwarded and not yet backward, min(2(P - s - 1) + (v - 1)P + 1, m·v); "
+                        "activations: the largest of the stage's timeline (each chunk's blocks and its input, from "
+                        "its arrival to its backward).");
     if (zb)
         printer_note(p, "zb-h1: 1f1b's F and B order, each backward split in B (the input's gradient) and W (the "
                         "weights'), each W in a slot 1f1b leaves idle; W wait: min(s + 1, m) micro-batches through "

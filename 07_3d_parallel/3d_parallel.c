@@ -59,13 +59,16 @@ static Placement configure(const Trainer *t, TrainConfig *cfg, const GPTConfig *
     if (z->print_schedule) print_schedule_and_exit(t, z, cfg, table);
     if (table == PIPE_INTERLEAVED || table == PIPE_ZB_H1)  // its own refusals first (zb-h1 at --pp 1)
         schedule_build(&z->table, table, z->pp, cfg->grad_accum, z->virtual_stages);
-    if (table == PIPE_INTERLEAVED)
-        fail_usage("--schedule interleaved: this build draws its table (--print-schedule) but runs 1f1b, afab and "
-                   "zb-h1; give --schedule 1f1b");
+    if (table == PIPE_INTERLEAVED && z->pp < 2 && !z->print_schedule)
+        fail_usage("--schedule interleaved passes each micro-batch through the stages v times: it needs --pp 2 or "
+                   "more (here --pp %d)", z->pp);
+    if (table == PIPE_INTERLEAVED && z->partition_activations)
+        fail_usage("--schedule interleaved with --partition-activations: the checkpoints' store keeps one contiguous "
+                   "range's blocks; leave it out, or give --schedule 1f1b");
     if (table == PIPE_ZB_H1 && cfg->tiled_mlp)
         fail_usage("--schedule zb-h1 with --tiled-mlp %d: W reads each block's whole GELU output, which the tiled "
                    "MLP keeps a chunk at a time; leave out --tiled-mlp, or give --schedule 1f1b", cfg->tiled_mlp);
-    if (z->virtual_stages != 1)
+    if (z->virtual_stages != 1 && table != PIPE_INTERLEAVED)
         fail_usage("--virtual-stages %d: only --schedule interleaved cuts a stage into chunks", z->virtual_stages);
     z->schedule = grid_schedule_of(z->schedule_name);
     Grid *g = &z->grid;
@@ -79,46 +82,59 @@ static Placement configure(const Trainer *t, TrainConfig *cfg, const GPTConfig *
     p.cp = g->cp > 1 ? &g->cp_comm : NULL;
     // the micro-batches, m, set the slots
     train_config_resolve_batch(cfg, g->dp / g->cp, "data-parallel replicas");
-    int slots = pipeline_slots(z->schedule, g->pp, g->stage, cfg->grad_accum);
+    int slots = table == PIPE_INTERLEAVED ? schedule_slots(&z->table, g->stage)
+                                          : pipeline_slots(z->schedule, g->pp, g->stage, cfg->grad_accum);
     p.plan = (GPTPlan){.B = cfg->batch, .T = cfg->seq_len / g->cp, .slots = slots,
                        .w_slots = table == PIPE_ZB_H1 ? schedule_pending_w(&z->table, g->stage) : 0,
                        .first_unit = g->first_unit,
                        .last_unit = g->last_unit, .partition_activations = z->partition_activations,
                        .sequence_parallel = z->sequence_parallel, .cp = g->cp, .cp_rank = g->cp_rank, .cp_ring = ring};
+    if (table == PIPE_INTERLEAVED) grid_plan_chunks(mc->num_layers, g->pp, z->virtual_stages, g->stage, &p.plan);
     grid_check_activation_flags(t, z);
     const GPTLayout *l = &p.layout;
     CHECK(l->emb_off[EMB_WTE] == 0, "3d_parallel: wte must open the embeddings' unit (states keep it first)");
-    z->units_offset = l->unit[g->first_unit].offset;
-    size_t units_end = l->unit[g->last_unit].offset + l->unit[g->last_unit].count;
-    p.nstate_ranges = grid_state_ranges(l, g->pp, g->stage, g->first_unit, g->last_unit, p.state_ranges);
-    if (p.nstate_ranges == 2) z->wte_copy = p.state_ranges[0].count;
-    CHECK(p.state_ranges[p.nstate_ranges - 1].offset + p.state_ranges[p.nstate_ranges - 1].count == units_end,
-          "3d_parallel: the states end where the stage's units do");
+    // the states: [wte copy (the last stage of a pipeline) | the stage's units], each interleaved chunk's apart
+    if (table == PIPE_INTERLEAVED)
+        p.nstate_ranges = grid_chunk_state_ranges(l, g->pp, z->virtual_stages, g->stage, p.state_ranges);
+    else
+        p.nstate_ranges = grid_state_ranges(l, g->pp, g->stage, g->first_unit, g->last_unit, p.state_ranges);
+    if (g->pp > 1 && g->stage == g->pp - 1) z->wte_copy = p.state_ranges[0].count;
     Comm *groups[GROUP_COUNT] = {&g->tp_comm, &g->pp_comm, &g->emb_comm, &g->dp_comm, &g->cp_comm};
     for (int k = 0; k < GROUP_COUNT; k++) p.groups[k] = groups[k];
     p.ngroups = GROUP_COUNT;
-    grid_name(g, p.grid, sizeof p.grid);
+    grid_name(g, gpt_plan_chunks(&p.plan), p.grid, sizeof p.grid);
     return p;
 }
 
+// The ranges of the states after the wte copy: the stage's units (each
+// interleaved chunk's in a range of its own).
+static int first_units_range(const Stage *z) { return z->wte_copy ? 1 : 0; }
+
 // Where unit u starts in the states, and how much of it they hold: the
-// last stage's wte copy is unit 0 without wpe, which only the first stage reads.
-static size_t state_offset(const Trainer *t, const Stage *z, int u) {
+// last stage's wte copy is unit 0 without wpe, which only the first stage
+// reads; -1 where the stage does not hold it.
+static long state_offset_of(const Trainer *t, const Stage *z, int u) {
     if (u == GPT_UNIT_EMBED && z->wte_copy) return 0;
-    return z->wte_copy + t->layout.unit[u].offset - z->units_offset;
+    size_t at = 0, off = t->layout.unit[u].offset;
+    for (int k = 0; k < t->nstate_ranges; at += t->state_ranges[k].count, k++) {
+        const Range *r = &t->state_ranges[k];
+        if (k >= first_units_range(z) && off >= r->offset && off < r->offset + r->count)
+            return (long)(at + off - r->offset);
+    }
+    return -1;
 }
 static size_t state_count(const Trainer *t, const Stage *z, int u) {
     return u == GPT_UNIT_EMBED && z->wte_copy ? z->wte_copy : t->layout.unit[u].count;
 }
-static void check_held(const Trainer *t, const Stage *z, int u) {
-    CHECK((u >= z->grid.first_unit && u <= z->grid.last_unit) || (u == GPT_UNIT_EMBED && z->wte_copy),
-          "3d_parallel: unit %d is not held by stage %d (units %d..%d)", u, z->grid.stage, z->grid.first_unit,
-          z->grid.last_unit);
+static size_t state_offset(const Trainer *t, const Stage *z, int u) {
+    long at = state_offset_of(t, z, u);
+    CHECK(at >= 0, "3d_parallel: unit %d is not held by stage %d (units %d..%d%s)", u, z->grid.stage,
+          t->plan.first_unit, t->plan.last_unit, t->plan.chunks > 1 ? ", in interleaved chunks" : "");
+    return (size_t)at;
 }
 
 const bf16 *part_unit_params(Trainer *t, int u) {
     Stage *z = t->sctx;
-    check_held(t, z, u);
     return (const bf16 *)t->st.params.ptr + state_offset(t, z, u);
 }
 
@@ -126,7 +142,6 @@ const bf16 *part_unit_params(Trainer *t, int u) {
 // On the last stage unit 0 is the wte copy (the head's part of the tied gradient).
 void part_add_grads(Trainer *t, int u, const float *g, GradTurn turn) {
     Stage *z = t->sctx;
-    check_held(t, z, u);
     grads_add_f32(t, t->dev.k, state_offset(t, z, u), g, state_count(t, z, u), turn);
 }
 
@@ -138,18 +153,24 @@ static void count_once(Trainer *t, Stage *z) {
     int n = gpt_replicated_ranges(l, NULL, 0);
     Range *rep = xmalloc((size_t)(n > 0 ? n : 1) * sizeof(Range));
     gpt_replicated_ranges(l, rep, n);
-    z->counted = xmalloc((size_t)(n + 1) * sizeof(Range));
+    z->counted = xmalloc((size_t)(t->nstate_ranges * (n + 1) + 1) * sizeof(Range));
     z->ncounted = 0;
-    size_t at = z->wte_copy, units_end = z->units_offset + (t->state_params - z->wte_copy);
-    for (int k = 0; k < n && z->grid.tp_rank > 0; k++) {
-        size_t lo = rep[k].offset > z->units_offset ? rep[k].offset : z->units_offset;
-        size_t hi = rep[k].offset + rep[k].count < units_end ? rep[k].offset + rep[k].count : units_end;
-        if (lo >= hi) continue;
-        size_t from = z->wte_copy + lo - z->units_offset;  // in the states
-        if (from > at) z->counted[z->ncounted++] = (Range){at, from - at};
-        at = from + (hi - lo);
+    size_t base = 0;  // where state range r starts in the states
+    for (int r = 0; r < t->nstate_ranges; base += t->state_ranges[r].count, r++) {
+        if (r < first_units_range(z)) continue;  // the wte copy: counted on the first stage
+        const Range *s = &t->state_ranges[r];
+        size_t at = base, end = base + s->count;
+        for (int k = 0; k < n && z->grid.tp_rank > 0; k++) {
+            size_t lo = rep[k].offset > s->offset ? rep[k].offset : s->offset;
+            size_t hi = rep[k].offset + rep[k].count < s->offset + s->count ? rep[k].offset + rep[k].count
+                                                                            : s->offset + s->count;
+            if (lo >= hi) continue;
+            size_t from = base + lo - s->offset;  // in the states
+            if (from > at) z->counted[z->ncounted++] = (Range){at, from - at};
+            at = from + (hi - lo);
+        }
+        if (end > at) z->counted[z->ncounted++] = (Range){at, end - at};
     }
-    if (t->state_params > at) z->counted[z->ncounted++] = (Range){at, t->state_params - at};
     free(rep);
 }
 
@@ -173,10 +194,10 @@ static double device_buffer_bytes(const void *ctx, const GPTLayout *l, const Par
 static void step_shape(const void *ctx, const Trainer *t, StepMemorySpec *s) {
     const Stage *z = ctx;
     s->shape = STEP_PIPELINE;
-    s->schedule = z->schedule == SCHEDULE_AFAB ? PIPE_AFAB : z->schedule == SCHEDULE_ZB_H1 ? PIPE_ZB_H1 : PIPE_1F1B;
+    s->schedule = z->table.ops ? z->table.schedule : z->schedule == SCHEDULE_AFAB ? PIPE_AFAB : PIPE_1F1B;
     s->stages = z->grid.pp;
     s->stage = z->grid.stage;
-    if (s->schedule == PIPE_ZB_H1) {  // the walk plays the stage's row of the table
+    if (z->table.ops) {  // zb-h1, interleaved: the walk plays the stage's row of the table
         s->ops = z->table.ops + (size_t)s->stage * (size_t)z->table.per_stage;
         s->nops = z->table.count[s->stage];
     }

@@ -71,7 +71,9 @@ void grid_free(Grid *g) {
     comm_free(&g->emb_comm);
 }
 
-void grid_name(const Grid *g, char *out, size_t n) {
-    if (g->cp > 1) snprintf(out, n, "tp %d x cp %d x pp %d x dp %d", g->tp, g->cp, g->pp, g->dp / g->cp);
-    else snprintf(out, n, "tp %d x pp %d x dp %d", g->tp, g->pp, g->dp);
+void grid_name(const Grid *g, int chunks, char *out, size_t n) {
+    char cp[32] = "", vp[32] = "";
+    if (g->cp > 1) snprintf(cp, sizeof cp, "cp %d x ", g->cp);
+    if (chunks > 1) snprintf(vp, sizeof vp, "vp %d x ", chunks);
+    snprintf(out, n, "tp %d x %spp %d x %sdp %d", g->tp, cp, g->pp, vp, g->dp / g->cp);
 }

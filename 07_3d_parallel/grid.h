@@ -43,5 +43,6 @@ void grid_check(int ranks, int tp, int cp, int ring, int pp, int seq_len, const 
 // Splits the world into the groups above (collective over the world).
 void grid_init(Grid *g, Comm *world, int tp, int cp, int ring, int pp, int seq_len, const GPTConfig *cfg);
 void grid_free(Grid *g);
-// "tp 2 x pp 2 x dp 2", "tp 2 x cp 2 x pp 1 x dp 2" (dp: the data replicas)
-void grid_name(const Grid *g, char *out, size_t n);
+// "tp 2 x pp 2 x dp 2", "tp 2 x cp 2 x pp 1 x dp 2" (dp: the data replicas),
+// "tp 1 x pp 2 x vp 2 x dp 1" (interleaved, 2 chunks per stage)
+void grid_name(const Grid *g, int chunks, char *out, size_t n);

@@ -20,10 +20,10 @@ int grid_flags(void *ctx, FlagSpec *out) {
                         .min = 1, .max = GPT_MAX_UNITS - 2};  // at most a block per stage
     out[2] = (FlagSpec){.name = "schedule", .type = FLAG_STRING, .dst = &z->schedule_name,
                         .meta = "1f1b|afab|interleaved|zb-h1",
-                        .help = "pipeline schedule: one forward one backward, all forwards then all backwards, or "
+                        .help = "pipeline schedule: one forward one backward, all forwards then all backwards, "
+                                "interleaved (--virtual-stages chunks per stage, Megatron-LM's virtual pipeline), or "
                                 "zero bubble (1F1B with the backward split into B and W, the Ws in 1F1B's idle "
-                                "slots); micro-batches = --grad-accum. interleaved (--virtual-stages chunks per "
-                                "stage) is drawn by --print-schedule, not run yet"};
+                                "slots); micro-batches = --grad-accum"};
     out[3] = (FlagSpec){.name = "partition-activations", .type = FLAG_BOOL, .dst = &z->partition_activations,
                         .help = "with --recompute full and --tp > 1: each tp rank keeps 1/T of every block's saved "
                                 "input, all-gathered before the block recomputes (DeepSpeed's partition_activations)"};
@@ -48,7 +48,7 @@ int grid_flags(void *ctx, FlagSpec *out) {
     out[8] = (FlagSpec){.name = "virtual-stages", .type = FLAG_INT, .dst = &z->virtual_stages, .meta = "V",
                         .help = "with --schedule interleaved: chunks of layers per stage, stage s holding chunks s, "
                                 "s + P, ... (Megatron-LM's virtual pipeline)",
-                        .min = 1, .max = GPT_MAX_UNITS - 2};
+                        .min = 1, .max = GPT_MAX_CHUNKS};
     return 9;
 }
 
@@ -94,5 +94,6 @@ Schedule grid_schedule_of(const char *name) {
     if (strcmp(name, "1f1b") == 0) return SCHEDULE_1F1B;
     if (strcmp(name, "afab") == 0) return SCHEDULE_AFAB;
     if (strcmp(name, "zb-h1") == 0) return SCHEDULE_ZB_H1;
-    fail_usage("--schedule %s: choose 1f1b, afab or zb-h1", name);
+    if (strcmp(name, "interleaved") == 0) return SCHEDULE_INTERLEAVED;
+    fail_usage("--schedule %s: choose 1f1b, afab, zb-h1 or interleaved", name);
 }

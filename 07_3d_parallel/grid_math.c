@@ -93,7 +93,9 @@ void grid_comm_bytes(const GridShape *g, int s, double out[GROUP_COUNT][OP_COUNT
     }
     if (g->partition && blocks > 1) out[GROUP_TP][OP_ALL_GATHER] = (T - 1) / T * m * (blocks - 1) * residual;
     if (g->sp) residual /= T;  // what crosses between stages: each tp rank's rows
-    out[GROUP_PP][OP_SEND] = out[GROUP_PP][OP_RECV] = m * residual * ((first ? 0 : 1) + (last ? 0 : 1));
+    double v = g->chunks > 1 ? g->chunks : 1;  // interleaved: each chunk a virtual stage, c = jP + s of Pv
+    double forward_sends = v - (last ? 1 : 0), backward_sends = v - (first ? 1 : 0);
+    out[GROUP_PP][OP_SEND] = out[GROUP_PP][OP_RECV] = m * residual * (forward_sends + backward_sends);
     if (g->pp > 1 && (first || last)) out[GROUP_EMB][OP_ALL_REDUCE] = grid_vocab_padded(g) * C / T * 2;
     double kv = BS * 2 * C / T;  // a rank's k and v (elements)
     if (g->cp > 1 && g->cp_ring)  // k, v forward (twice under full) and backward; their fp32 gradients backward

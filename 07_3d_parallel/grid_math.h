@@ -26,6 +26,7 @@ typedef struct GridShape {
     int flash;              // --attention flash (else materialized)
     int loss_tiles;         // --tiled-loss K (0: the logits whole)
     int mlp_tiles;          // --tiled-mlp K (0: each MLP whole)
+    int chunks;             // v: interleaved chunks per stage (1: a contiguous stage)
 } GridShape;
 
 // Vocabulary rows of wte over the tp group: V rounded up to a multiple of
@@ -75,7 +76,10 @@ GridActs grid_act_bytes(const GridShape *g, int stage, int slots);
 //        and the layernorms' fp32 gradients all-reduced (4C per block, 2C
 //        the head's);
 //   pp:  m micro-batches' (BS,C) to each neighbour and from it (1 each way;
-//        sequence parallel: each tp rank its (BS/T,C));
+//        sequence parallel: each tp rank its (BS/T,C)); interleaved, once
+//        per chunk boundary a stage's chunks meet: each of its v chunks c =
+//        jP + s sends its output on but the last (c = Pv - 1) and its input's
+//        gradient back but the first (c = 0), and receives as many;
 //   emb: the tied wte gradient between the first and last stage, V_pad·C/T
 //        bf16 all-reduced over 2 ranks (2(2-1)/2 = 1 of it);
 //   dp:  ZeRO-1's reduce-scatter and all-gather of Ψ_s padded, bf16, (D-1)/D each;

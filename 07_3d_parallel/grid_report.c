@@ -32,7 +32,8 @@ GridShape grid_shape(const Trainer *t, const Stage *z) {
                        t->cfg.seq_len,
                        t->cfg.grad_accum, t->dev.act_bytes, t->plan.recompute, t->plan.offload_activations,
                        t->plan.partition_activations, t->plan.sequence_parallel,
-                       t->plan.attention == GPT_ATTENTION_FLASH, t->plan.loss_tiles, t->plan.mlp_tiles};
+                       t->plan.attention == GPT_ATTENTION_FLASH, t->plan.loss_tiles, t->plan.mlp_tiles,
+                       gpt_plan_chunks(&t->plan)};
 }
 
 void grid_comm_formula(Trainer *t) {
@@ -66,13 +67,17 @@ static RankFigures my_figures(Trainer *t, Stage *z) {
     f.peak_in_flight = z->pipe.peak_in_flight;
     f.in_flight_formula = z->schedule == SCHEDULE_AFAB ? shape.micro_batches
                         : fmin(g->pp - g->stage, shape.micro_batches);
+    if (z->schedule == SCHEDULE_INTERLEAVED)  // chunk micro-batches: Megatron's warm-up and the one in hand
+        f.in_flight_formula = fmin(2 * (g->pp - g->stage - 1) + (shape.chunks - 1) * g->pp + 1,
+                                   shape.micro_batches * shape.chunks);
     GridActs ga = grid_act_bytes(&shape, g->stage, (int)f.in_flight_formula);
     f.acts_formula = ga.device;
-    if (z->schedule == SCHEDULE_ZB_H1) {
-        // the activations and the W stashes rise and fall at different
-        // times: their peak is the formula's timeline's (act_math.c's
-        // closed forms played over the stage's row of the table)
+    if (z->schedule == SCHEDULE_ZB_H1 || z->schedule == SCHEDULE_INTERLEAVED)
+        // the activations of the micro-batches in flight rise and fall by
+        // chunk, the W stashes apart: their peak is the formula's
+        // timeline's (act_math.c's closed forms played over the stage's row of the table)
         f.acts_formula = t->step_formula.cat_peak[CAT_ACTIVATIONS];
+    if (z->schedule == SCHEDULE_ZB_H1) {
         f.w_pending = z->pipe.peak_pending_w;
         f.w_pending_formula = fmin(g->stage + 1, shape.micro_batches);
     }
@@ -129,8 +134,11 @@ static void print_stages(const Trainer *t, const Stage *z) {
     if (zb) printf(" %7s %7s", "W wait", "formula");
     printf(" %7s\n", "bubble");
     for (int s = 0; s < z->grid.pp; s++) {
-        char units[48];
-        grid_units_text(l->cfg.num_layers, z->grid.pp, s, units, sizeof units);
+        char units[96];
+        if (z->schedule == SCHEDULE_INTERLEAVED)
+            grid_chunk_units_text(l->cfg.num_layers, z->grid.pp, gpt_plan_chunks(&t->plan), s, units, sizeof units);
+        else
+            grid_units_text(l->cfg.num_layers, z->grid.pp, s, units, sizeof units);
         printf("  %-5d %-17s %10.0f %11.3f %11.3f %11.3f %11.3f %7.0f %7.0f", s, units, STAGE_MAX(z, s, params),
                STAGE_MAX(z, s, states) / 1e6, STAGE_MAX(z, s, states_formula) / 1e6, STAGE_MAX(z, s, acts) / 1e6,
                STAGE_MAX(z, s, acts_formula) / 1e6, STAGE_MAX(z, s, peak_in_flight), STAGE_MAX(z, s, in_flight_formula));
@@ -142,8 +150,13 @@ static void print_stages(const Trainer *t, const Stage *z) {
 // The bubble's closed form on a clock where F, B and W take a slot each
 // (zb-h1), or where a backward takes two (the others: the same fraction).
 static double bubble_formula(const Stage *z, int m) {
-    double P = z->grid.pp;
+    double P = z->grid.pp, v = z->table.chunks > 1 ? z->table.chunks : 1;
+    if (z->schedule == SCHEDULE_INTERLEAVED) return (P - 1) / (v * m + P - 1);
     return z->schedule == SCHEDULE_ZB_H1 ? (P - 1) / (3 * m + P - 1) : pipeline_bubble_formula(z->grid.pp, m);
+}
+static const char *bubble_formula_text(const Stage *z) {
+    return z->schedule == SCHEDULE_ZB_H1 ? "(P-1)/(3m+P-1)"
+         : z->schedule == SCHEDULE_INTERLEAVED ? "(P-1)/(v·m+P-1)" : "(P-1)/(m+P-1)";
 }
 
 // The recompute's working set and the checkpoints on the host, per stage.
@@ -214,7 +227,12 @@ void grid_report(Trainer *t, FILE *json) {
     print_stages(t, z);
     printf("  states: ZeRO-1 over dp of the stage's part, 4Ψ_s + 12Ψ_s/D (Ψ_s padded to 64·D); the even split "
            "Ψ/(T·P) = %.0f of Ψ = %.0f\n", psi / (g->tp * g->pp), psi);
-    if (z->schedule == SCHEDULE_ZB_H1)
+    if (z->schedule == SCHEDULE_INTERLEAVED)
+        printf("  acts: the largest of the formula's timeline (step_memory.c): the chunk micro-batches in flight, "
+               "each through its chunk's blocks, and each chunk's input (device; --recompute %s); in flight: chunk "
+               "micro-batches forwarded and not yet backward, min(2(P - stage - 1) + (v - 1)P + 1, m·v) (peak "
+               "counted by the schedule)\n", gpt_recompute_name(t->plan.recompute));
+    else if (z->schedule == SCHEDULE_ZB_H1)
         printf("  acts: the largest of the formula's timeline (step_memory.c): in flight x one micro-batch through "
                "the stage as 1f1b, and each block's W stash, sbh(4 + 12/t)e + 16h, from its B to its W (device; "
                "--recompute %s); in flight: min(P - stage, m); W wait: micro-batches through B, not yet through "
@@ -229,7 +247,7 @@ void grid_report(Trainer *t, FILE *json) {
     if (g->cp > 1 && t->plan.cp_ring) print_ring_work(z, &shape);
     printf("pipeline bubble: %.3f measured (idle share of each rank's compute row in the pipeline's window, mean "
            "over steps and ranks), formula %s = %.3f\n", mean_bubble(z),
-           z->schedule == SCHEDULE_ZB_H1 ? "(P-1)/(3m+P-1)" : "(P-1)/(m+P-1)", bubble_formula(z, shape.micro_batches));
+           bubble_formula_text(z), bubble_formula(z, shape.micro_batches));
 }
 
 static void report_json(Trainer *t, FILE *f) {

@@ -24,7 +24,6 @@ typedef struct Stage {
     // The rank's states hold [wte copy | its stage's units]: the last stage
     // of a pipeline keeps a copy of wte (wte_copy elements) for the tied head.
     size_t wte_copy;
-    size_t units_offset;         // the layout offset of the stage's first unit
     // Ranges of the states the global gradient norm counts on this rank:
     // replicated tensors on tp rank 0 only, the wte copy never.
     Range *counted;

@@ -25,17 +25,28 @@ void pipeline_init(Pipeline *p, Trainer *t, Comm *pp, int stage, int stages, Sch
                    const ScheduleTable *table, int max_micro) {
     *p = (Pipeline){.t = t, .pp = pp, .stage = stage, .stages = stages, .schedule = s, .slots = slots,
                     .max_micro = max_micro};
-    if (s == SCHEDULE_ZB_H1) {
-        CHECK(table && table->schedule == PIPE_ZB_H1 && table->stages == stages, "pipeline: zb-h1 without its table");
+    p->chunks = 1;
+    if (s == SCHEDULE_ZB_H1 || s == SCHEDULE_INTERLEAVED) {
+        CHECK(table && table->stages == stages && (table->schedule == PIPE_ZB_H1) == (s == SCHEDULE_ZB_H1),
+              "pipeline: %s without its table", s == SCHEDULE_ZB_H1 ? "zb-h1" : "interleaved");
         p->table = table;
-        p->w_slots = schedule_pending_w(table, stage);
+        p->chunks = table->chunks;
+        if (s == SCHEDULE_ZB_H1) p->w_slots = schedule_pending_w(table, stage);
     }
     p->slot_micro = xmalloc((size_t)slots * sizeof(int));
     for (int i = 0; i < slots; i++) p->slot_micro[i] = -1;
-    p->sent_fwd = xcalloc((size_t)slots, sizeof(CommHandle));
-    p->sent_bwd = xcalloc((size_t)slots, sizeof(CommHandle));
-    p->names = xcalloc(3 * (size_t)max_micro, sizeof *p->names);
+    p->sent_fwd = xcalloc((size_t)slots * (size_t)p->chunks, sizeof(CommHandle));
+    p->sent_bwd = xcalloc((size_t)slots * (size_t)p->chunks, sizeof(CommHandle));
+    int v = p->chunks;
+    p->names = xcalloc((v > 1 ? 2 * (size_t)v : 3) * (size_t)max_micro, sizeof *p->names);
     for (int i = 0; i < max_micro; i++) {
+        if (v > 1) {
+            for (int j = 0; j < v; j++) {
+                snprintf(p->names[(size_t)i * v + j], sizeof p->names[i], "F%d.%d", i, j);
+                snprintf(p->names[((size_t)max_micro + i) * v + j], sizeof p->names[i], "B%d.%d", i, j);
+            }
+            continue;
+        }
         snprintf(p->names[i], sizeof p->names[i], "F%d", i);
         snprintf(p->names[max_micro + i], sizeof p->names[i], "B%d", i);
         snprintf(p->names[2 * max_micro + i], sizeof p->names[i], "W%d", i);
@@ -64,16 +75,18 @@ static DType act_type(Pipeline *p) { return model(p)->dev->act_bytes == 4 ? DT_F
 // backward. Claiming the slot finds it free (a schedule that keeps more in
 // flight than there are slots stops here) and waits for the sends that still
 // read it: the forward overwrites the output they carry.
-static int claim_slot(Pipeline *p, int i) {
-    int s = i % p->slots;
+static int claim_slot_at(Pipeline *p, int i, int s) {
     if (p->slot_micro[s] == i) return s;  // claimed when its input was received
     CHECK(p->slot_micro[s] < 0, "pipeline: micro-batch %d needs slot %d, which still holds micro-batch %d; hint: "
           "the schedule keeps more micro-batches in flight than the plan's %d slots", i, s, p->slot_micro[s], p->slots);
-    comm_wait(p->pp, &p->sent_fwd[s]);
-    comm_wait(p->pp, &p->sent_bwd[s]);
+    for (int j = 0; j < p->chunks; j++) {  // (each interleaved chunk's)
+        comm_wait(p->pp, &p->sent_fwd[s * p->chunks + j]);
+        comm_wait(p->pp, &p->sent_bwd[s * p->chunks + j]);
+    }
     p->slot_micro[s] = i;
     return s;
 }
+static int claim_slot(Pipeline *p, int i) { return claim_slot_at(p, i, i % p->slots); }
 
 static int slot_of(Pipeline *p, int i) {
     int s = i % p->slots;
@@ -139,7 +152,7 @@ static void send_backward_recv_forward(Pipeline *p, int j, int i) {
 }
 
 static void wait_sends(Pipeline *p) {
-    for (int s = 0; s < p->slots; s++) {
+    for (int s = 0; s < p->slots * p->chunks; s++) {
         comm_wait(p->pp, &p->sent_fwd[s]);
         comm_wait(p->pp, &p->sent_bwd[s]);
     }
@@ -318,6 +331,161 @@ static void zero_bubble(Pipeline *p, int m) {
     CHECK(received < 0, "pipeline: micro-batch %d's transfer was never waited for", received);
 }
 
+// ---- interleaved: v chunks per stage ----
+
+// Virtual stage c = j·P + s runs chunk j of stage s; a micro-batch goes
+// through c = 0, 1, ..., P·v - 1: the next of stage s's chunk j is stage
+// s + 1's chunk j, or after the last stage the first stage's chunk j + 1.
+// Each transfer carries its receiving chunk in its tag (MPI keeps each
+// tag's messages in order; every stage runs its chunks in the table's order).
+static int virtual_stage(const Pipeline *p, int j) { return j * p->stages + p->stage; }
+static int last_virtual(const Pipeline *p) { return p->stages * p->chunks - 1; }
+static int tag_of(int direction, int chunk) { return direction + 2 * chunk; }
+
+// The transfer before operation op (F i.j: chunk j's input, but the first
+// virtual stage's, whose tokens come with it; B i.j: the gradient of its
+// output, but the last virtual stage's): 0 where none, else its buffer,
+// peer and tag. Finding F i.0's buffer claims micro-batch i's slot (an
+// evaluation's: slot 0, one micro-batch at a time), and B's waits for the
+// slot's gradient to have left.
+static int recv_of(Pipeline *p, SchedOp op, void **buf, int *from, int *tag) {
+    GPT *g = model(p);
+    int c = virtual_stage(p, op.chunk), j = op.chunk;
+    if (op.kind == SCHED_F) {
+        if (c == 0) return 0;
+        int s = j > 0 ? (p->mb->backward ? slot_of(p, op.micro) : 0)
+                      : (p->mb->backward ? claim_slot(p, op.micro) : claim_slot_at(p, op.micro, 0));
+        *buf = j == 0 ? gpt_slot_input(g, s) : gpt_slot_chunk_input(g, s, j);
+        *from = (p->stage + p->stages - 1) % p->stages;
+        *tag = tag_of(TAG_FORWARD, j);
+        return 1;
+    }
+    if (c == last_virtual(p)) return 0;
+    int s = slot_of(p, op.micro);
+    for (int k = 0; k < p->chunks; k++) comm_wait(p->pp, &p->sent_bwd[s * p->chunks + k]);
+    *buf = gpt_slot_grad(g, s);
+    *from = (p->stage + 1) % p->stages;
+    *tag = tag_of(TAG_BACKWARD, j);
+    return 1;
+}
+
+// The transfer after it: F's output on (but the last virtual stage's), B's
+// input gradient back (but the first virtual stage's), and its handle.
+static int send_of(Pipeline *p, SchedOp op, int s, const void **buf, int *to, int *tag, CommHandle **h) {
+    GPT *g = model(p);
+    int c = virtual_stage(p, op.chunk), j = op.chunk;
+    if (op.kind == SCHED_F) {
+        if (c == last_virtual(p)) return 0;
+        *buf = gpt_slot_chunk_output(g, s, j);
+        *to = (p->stage + 1) % p->stages;
+        *tag = tag_of(TAG_FORWARD, is_last(p) ? j + 1 : j);
+        *h = &p->sent_fwd[s * p->chunks + j];
+        return 1;
+    }
+    if (c == 0) return 0;
+    *buf = gpt_slot_grad(g, s);
+    *to = (p->stage + p->stages - 1) % p->stages;
+    *tag = tag_of(TAG_BACKWARD, is_first(p) ? j - 1 : j);
+    *h = &p->sent_bwd[s * p->chunks + j];
+    return 1;
+}
+
+// F i.j's compute: chunk j's units (the slot claimed, the tokens in, for chunk 0).
+static int forward_chunk(Pipeline *p, int i, int j) {
+    Trainer *t = p->t;
+    GPT *g = model(p);
+    int s;
+    if (j == 0) {
+        s = p->mb->backward ? claim_slot(p, i) : claim_slot_at(p, i, 0);
+        trainer_micro_batch_to_slot(t, p->mb, i, s);
+    } else {
+        s = p->mb->backward ? slot_of(p, i) : 0;
+    }
+    const bf16 *wte = is_last(p) ? part_unit_params(t, GPT_UNIT_EMBED) : NULL;  // the head's tied projection
+    DevSpan sp = dev_span_begin(&t->dev, STREAM_COMPUTE);
+    int first = gpt_plan_chunk_first_unit(&g->plan, j), last = gpt_plan_chunk_last_unit(&g->plan, j);
+    for (int u = first; u <= last; u++) gpt_unit_forward(g, u, s, part_unit_params(t, u), wte);
+    dev_span_end(&t->dev, &sp, TRACE_TID_COMPUTE, p->names[(size_t)i * p->chunks + j], 0);
+    if (virtual_stage(p, j) == last_virtual(p)) gpt_slot_loss_queue(g, s);
+    if (++p->in_flight > p->peak_in_flight && p->mb->backward) p->peak_in_flight = p->in_flight;
+    return s;
+}
+
+// B i.j's compute: chunk j's units backward, their gradients added; the
+// micro-batch's slot free after chunk 0's.
+static int backward_chunk(Pipeline *p, int i, int j) {
+    Trainer *t = p->t;
+    GPT *g = model(p);
+    int s = slot_of(p, i);
+    comm_wait(p->pp, &p->sent_fwd[s * p->chunks + j]);  // the chunk's output is let go in its backward
+    GradTurn turn = micro_turn(p->mb, i);
+    const bf16 *wte = is_last(p) ? part_unit_params(t, GPT_UNIT_EMBED) : NULL;
+    DevSpan sp = dev_span_begin(&t->dev, STREAM_COMPUTE);
+    int first = gpt_plan_chunk_first_unit(&g->plan, j), last = gpt_plan_chunk_last_unit(&g->plan, j);
+    for (int u = last; u >= first; u--) {
+        part_add_grads(t, u, gpt_unit_backward(g, u, s, part_unit_params(t, u), wte), turn);
+        if (u == gpt_unit_head(&g->L) && !is_first(p))
+            part_add_grads(t, GPT_UNIT_EMBED, gpt_tied_wte_grads(g, s), turn);
+    }
+    dev_span_end(&t->dev, &sp, TRACE_TID_COMPUTE, p->names[((size_t)p->max_micro + i) * p->chunks + j], 0);
+    p->in_flight--;
+    if (j == 0) p->slot_micro[s] = -1;  // the micro-batch is done with
+    return s;
+}
+
+// A list of operations (the table's row of a step, or an evaluation's
+// forwards): each one's receive, its compute, its send. A send goes out
+// together with the receive of the operation after it, whichever
+// neighbour each is with (Megatron's batched send-and-receive), and that
+// receive is waited for by the operation it feeds: on NCCL, where a send
+// holds its stream until its peer receives, two stages that both send
+// first would otherwise wait on each other (the last stage's chunk and the
+// first's are neighbours too).
+static void run_ops(Pipeline *p, const SchedOp *ops, int n) {
+    int posted = -1;  // the operation whose receive `got` carries
+    for (int k = 0; k < n; k++) {
+        SchedOp op = ops[k];
+        void *rbuf;
+        int from, rtag;
+        if (posted == k) comm_wait(p->pp, &p->got);
+        else if (recv_of(p, op, &rbuf, &from, &rtag))
+            comm_recv(p->pp, rbuf, act_count(p), act_type(p), from, rtag, NULL);
+        int s = op.kind == SCHED_F ? forward_chunk(p, op.micro, op.chunk) : backward_chunk(p, op.micro, op.chunk);
+        const void *sbuf;
+        int to, stag;
+        CommHandle *h;
+        if (!send_of(p, op, s, &sbuf, &to, &stag, &h)) continue;
+        if (k + 1 < n && recv_of(p, ops[k + 1], &rbuf, &from, &rtag)) {
+            comm_send_recv_peers(p->pp, sbuf, stag, to, rbuf, rtag, from, act_count(p), act_type(p), h, &p->got);
+            posted = k + 1;
+        } else {
+            comm_send(p->pp, sbuf, act_count(p), act_type(p), to, stag, h);
+        }
+    }
+}
+
+// A step: the table's operations of this stage in order.
+static void interleaved(Pipeline *p, int m) {
+    const ScheduleTable *tb = p->table;
+    CHECK(m == tb->micro_batches, "pipeline: a step of %d micro-batches on an interleaved table of %d", m,
+          tb->micro_batches);
+    run_ops(p, tb->ops + (size_t)p->stage * (size_t)tb->per_stage, tb->count[p->stage]);
+}
+
+// An evaluation: each micro-batch through the virtual stages in turn, in
+// slot 0 (what the last one left there goes when the next arrives).
+static void interleaved_forwards_only(Pipeline *p, int m) {
+    SchedOp *ops = xmalloc((size_t)m * (size_t)p->chunks * sizeof *ops);
+    for (int i = 0; i < m; i++)
+        for (int j = 0; j < p->chunks; j++) ops[i * p->chunks + j] = (SchedOp){SCHED_F, i, j};
+    for (int i = 0; i < m; i++) {  // one micro-batch at a time: its chunks' forwards, then the slot free
+        run_ops(p, ops + (size_t)i * p->chunks, p->chunks);
+        p->in_flight -= p->chunks;
+        p->slot_micro[0] = -1;
+    }
+    free(ops);
+}
+
 // The pipeline's window: from the first stage's start to the last stage's
 // end (a clock every rank shares, as the trace assumes); idle = the window
 // less this rank's compute in it, read at pipeline_settle. The stage's
@@ -342,7 +510,9 @@ double pipeline_run(Pipeline *p, const MicroBatches *mb) {
     int training = mb->backward;
     pipeline_settle(p);  // the step before's, its spans on the trace by now
     double t0 = now_us();
-    if (!training) forwards_only(p, mb->count);
+    if (p->schedule == SCHEDULE_INTERLEAVED && training) interleaved(p, mb->count);
+    else if (p->schedule == SCHEDULE_INTERLEAVED) interleaved_forwards_only(p, mb->count);
+    else if (!training) forwards_only(p, mb->count);
     else if (p->schedule == SCHEDULE_AFAB) all_forward_all_backward(p, mb->count);
     else if (p->schedule == SCHEDULE_ZB_H1) zero_bubble(p, mb->count);
     else one_forward_one_backward(p, mb->count);

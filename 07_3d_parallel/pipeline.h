@@ -19,7 +19,14 @@
 #include "pipe_schedule.h"
 #include "trainer.h"
 
-typedef enum { SCHEDULE_1F1B, SCHEDULE_AFAB, SCHEDULE_ZB_H1 } Schedule;
+//   Interleaved (Narayanan et al. 2021, Megatron-LM's virtual pipeline): v
+//        chunks of L/(P·v) blocks per stage, chunk j of stage s the
+//        (j·P + s)-th, so each micro-batch passes every stage v times (the
+//        last stage's chunk j hands on to the first stage's chunk j + 1);
+//        Megatron's order from the table, each chunk's micro-batches
+//        backward in order: the same gradients to the bit. Bubble
+//        (P-1)/(v·m+P-1) on a clock of one chunk's forward.
+typedef enum { SCHEDULE_1F1B, SCHEDULE_AFAB, SCHEDULE_ZB_H1, SCHEDULE_INTERLEAVED } Schedule;
 
 typedef struct Pipeline {
     Trainer *t;
@@ -28,8 +35,9 @@ typedef struct Pipeline {
     Schedule schedule;
     int slots;                 // micro-batches whose activations fit (the plan's slots)
     int *slot_micro;           // the micro-batch each slot holds, -1: free
-    CommHandle *sent_fwd;      // per slot: the send of its output, until it completes
-    CommHandle *sent_bwd;      // per slot: the send of its input gradient
+    int chunks;                // v: interleaved chunks of the stage (1 for the others)
+    CommHandle *sent_fwd;      // per slot (and chunk): the send of its output, until it completes
+    CommHandle *sent_bwd;      // per slot (and chunk): the send of its input gradient
     const MicroBatches *mb;    // the pass being run
     int in_flight, peak_in_flight;  // forwarded and not yet backwarded: now, and the most in any step
     // ZB-H1: the stages' table for the step's micro-batches, this stage's W
@@ -38,7 +46,8 @@ typedef struct Pipeline {
     int w_slots, pending_w, peak_pending_w;
     CommHandle got;            // ZB-H1: a receive paired with a send, waited for by the operation it feeds
     int max_micro;             // micro-batches a pass may have (the trace's names)
-    char (*names)[12];         // "F3", "B3", "W3": each micro-batch's spans on the trace (3 x max_micro)
+    char (*names)[24];         // "F3", "B3", "W3": each micro-batch's spans on the trace (3 x max_micro);
+                               // interleaved: "F3.1", "B3.1", each chunk's (2 x max_micro x v)
     // the bubble of each step: 1 - busy / window, window from the pipeline's
     // first start to its last end, busy = the union of this rank's compute spans in it
     double bubble_sum;

@@ -8,10 +8,11 @@
 #     pipeline stage's model states and activations, the bubble;
 #   - the bubble of tp 1 x pp 4 for m = 1, 2, 4, 8 micro-batches, 1F1B and
 #     AFAB, measured from the timeline beside (P-1)/(m+P-1);
-#   - the schedules past 1F1B: zb-h1 beside 1f1b at pp 2 and 4, m = 4 and 8
-#     (dp = ranks/pp): the bubble measured beside its formula, each stage's
-#     device peak beside the formula's timeline, tokens/s relative to 1f1b
-#     (interleaved is a table so far: --print-schedule);
+#   - the schedules past 1F1B: interleaved (v = 2) and zb-h1 beside 1f1b at
+#     pp 2 and 4, m = 4 and 8 (dp = ranks/pp), on small with 8 layers (4
+#     stages of 2 chunks): the bubble measured beside its formula, each
+#     stage's device peak beside the formula's timeline, tokens/s relative
+#     to 1f1b;
 #   - context parallelism (--cp 1, 2, 4, Ulysses and ring attention) at
 #     sequences of BENCH_3D_CP_SEQ tokens (default 1024), micro-batch 1,
 #     the same global batch (BENCH_3D_CP_GLOBAL sequences, default 16):
@@ -57,8 +58,8 @@ for r in $(seq "$rounds"); do
     done
     for P in 2 4; do
         for m in 4 8; do
-            for schedule in 1f1b zb-h1; do
-                mpirun -np "$np" ./3d_parallel $common --pp "$P" --grad-accum "$m" --schedule "$schedule" \
+            for schedule in 1f1b "interleaved --virtual-stages 2" zb-h1; do
+                mpirun -np "$np" ./3d_parallel $common --layers 8 --pp "$P" --grad-accum "$m" --schedule $schedule \
                     --json "$out/${tag}_schedules.json" >/dev/null
             done
         done

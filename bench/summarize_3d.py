@@ -3,9 +3,9 @@ time pooled over rounds (tokens/s = tokens per step / that median) and its
 ratio to dp_baseline at the same ranks and global batch, the device peak per
 rank, each pipeline stage's model states and activations (measured, with the
 formula), the bubble measured beside (P-1)/(m+P-1); the bubble of the m
-sweep; zb-h1 beside 1f1b at pp 2 and 4, m 4 and 8 (the bubble beside its
-formula, each stage's device peak beside the formula's timeline, tokens/s
-relative to 1f1b); and per context-parallel size and mode (Ulysses, ring) tokens/s
+sweep; interleaved and zb-h1 beside 1f1b at pp 2 and 4, m 4 and 8 (the
+bubble beside its formula, each stage's device peak beside the formula's
+timeline, tokens/s relative to 1f1b); and per context-parallel size and mode (Ulysses, ring) tokens/s
 relative to cp 1, activations per rank and the cp group's bytes, each beside
 its formula, with the ring's causal work per rank: the query-key pairs of
 the causal mask each rank's blocks attended, counted by the trainer (the

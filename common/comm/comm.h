@@ -149,6 +149,10 @@ void comm_recv(Comm *c, void *buf, size_t count, DType t, int peer, int tag, Com
 // and a recv. hs and hr both NULL: blocking; both given: nonblocking.
 void comm_send_recv(Comm *c, const void *send, int send_tag, void *recv, int recv_tag, size_t count, DType t,
                     int peer, CommHandle *hs, CommHandle *hr);
+// The same with the send to `to` and the receive from `from` (an interleaved
+// pipeline's "send this chunk's output on, receive the next chunk's input").
+void comm_send_recv_peers(Comm *c, const void *send, int send_tag, int to, void *recv, int recv_tag, int from,
+                          size_t count, DType t, CommHandle *hs, CommHandle *hr);
 // The ring's step (ring attention): `send` goes to the next rank (rank + 1
 // mod size) and `recv` takes as many elements from the previous, issued
 // together as above. Counted as a send and a recv.

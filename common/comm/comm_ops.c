@@ -228,6 +228,11 @@ void comm_send_recv(Comm *c, const void *send, int send_tag, void *recv, int rec
     send_recv(c, send, send_tag, peer, recv, recv_tag, peer, count, t, hs, hr);
 }
 
+void comm_send_recv_peers(Comm *c, const void *send, int send_tag, int to, void *recv, int recv_tag, int from,
+                          size_t count, DType t, CommHandle *hs, CommHandle *hr) {
+    send_recv(c, send, send_tag, to, recv, recv_tag, from, count, t, hs, hr);
+}
+
 void comm_shift(Comm *c, const void *send, void *recv, size_t count, DType t, int tag, CommHandle *hs,
                 CommHandle *hr) {
     send_recv(c, send, tag, (c->rank + 1) % c->size, recv, tag, (c->rank + c->size - 1) % c->size, count, t, hs, hr);

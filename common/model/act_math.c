@@ -52,12 +52,14 @@ ActFormula act_formula(const GPTLayout *l, const GPTPlan *p, int act_bytes) {
     int hu = gpt_unit_head(l);
     int first = p->first_unit > 1 ? p->first_unit : 1, last = p->last_unit < hu ? p->last_unit : hu - 1;
     double blocks = last >= first ? last - first + 1 : 0;
+    double chunk_inputs = 0;  // interleaved: the stage's chunks of blocks, each chunk but the first its own input
+    if (p->chunks > 1) blocks = (double)p->chunks * p->chunk_blocks, chunk_inputs = p->chunks - 1;
     if (blocks == 0) f.working = 0;
     // a slot: its blocks and its input x_in (sbh e); the embeddings' token
     // ids and their buckets, the positions sorted by token and where each
     // token's begin (3 x 4sb); the head's lnf (sbh e), logits (sb V e), lnf
     // mean, rstd and losses (12sb) and target ids (4sb)
-    double slot = blocks * f.per_layer + input;
+    double slot = blocks * f.per_layer + input + chunk_inputs * input;
     if (p->first_unit == GPT_UNIT_EMBED) slot += 12 * s * b;
     // (the tiled loss: no logits in the slot, one chunk of ceil(sb/K) tokens' shared)
     double tile = act_tile_tokens(s * b, p->loss_tiles) * V * e, logits = p->loss_tiles ? 0 : s * b * V * e;
@@ -116,6 +118,7 @@ ActUnits act_units(const GPTLayout *l, const GPTPlan *p, int act_bytes) {
     if (stored && !p->offload_activations) u.store = p->slots * stored * input / t;  // 1/t of each, partitioned
     u.working = f.working;
     u.w_stash = f.w_stash;
+    u.chunk_input = p->chunks > 1 ? input : 0;
     return u;
 }
 

@@ -34,6 +34,7 @@ ActFormula act_formula(const GPTLayout *l, const GPTPlan *p, int act_bytes);
 typedef struct ActUnits {
     double input, head, shared, working;
     double w_stash;  // zero bubble: what a block's B keeps until its W (act_w_stash), 0 without blocks
+    double chunk_input;  // interleaved: a chunk's input (sbhe/sp) from its arrival to its first block's backward
     double store;  // the checkpoints' store where it is on the device (partitioned, not offloaded): every slot's
     double block[GPT_MAX_UNITS];  // by the block's place in the plan's range
     int blocks;

@@ -67,6 +67,13 @@ static void check_plan(const GPTLayout *l, const GPTPlan *p, const Comm *tp) {
           "gpt_alloc: %s over %d ranks needs flash attention, (Ulysses) the rank's %d heads a multiple of it, a "
           "rank below it (%d), %d x %d positions in the context (%d) and (ring) two chunks of equal length",
           p->cp_ring ? "ring attention" : "Ulysses", cp, heads, p->cp_rank, cp, p->T, l->cfg.max_seq_len);
+    int v = gpt_plan_chunks(p), first = (p->first_unit > 1 ? p->first_unit : 1) - 1;
+    int end = p->last_unit < gpt_unit_head(l) ? p->last_unit : gpt_unit_head(l) - 1;
+    CHECK(v == 1 || (v <= GPT_MAX_CHUNKS && p->chunk_blocks > 0 && p->chunk_stride > p->chunk_blocks &&
+                     first + (v - 1) * p->chunk_stride + p->chunk_blocks == end && !p->w_slots &&
+                     !p->offload_activations && !p->partition_activations),
+          "gpt_alloc: %d chunks of %d blocks %d apart do not end the range's blocks %d..%d (or come with W slots, "
+          "offloaded or partitioned checkpoints)", v, p->chunk_blocks, p->chunk_stride, first, end - 1);
     CHECK(p->w_slots >= 0 && !(p->w_slots && p->mlp_tiles), "gpt_alloc: %d W slots: zero bubble's W reads each "
           "block's GELU output, which the tiled MLP keeps a chunk at a time; hint: no mlp_tiles", p->w_slots);
     CHECK(l->tp_size == 1 || (tp && tp->size == l->tp_size && tp->rank == l->tp_rank),
@@ -159,6 +166,7 @@ static void carve_activations(GPT *g, Carver *ca, Carver *cw) {
         GPTSlot *sl = &g->slot[s];
         for (int i = 0; i < nl; i++) {
             LayerActs *la = &sl->layer[i];
+            if (!plan_owns_block(p, i)) continue;  // another stage's, between two chunks
             if (rc == GPT_RECOMPUTE_FULL) *la = g->work->live;
             else carve_block_words(ca, la, R, drops_probabilities(p) ? 0 : att);
             if (drops_probabilities(p)) la->att = g->work->live.att;
@@ -190,10 +198,12 @@ static void carve_activations(GPT *g, Carver *ca, Carver *cw) {
         GPTSlot *sl = &g->slot[s];
         for (int i = 0; i < nl; i++) {
             LayerActs *la = &sl->layer[i];
+            if (!plan_owns_block(p, i)) continue;
             if (rc != GPT_RECOMPUTE_FULL) carve_block_acts(g, ca, la);
             la->x3 = i < stored ? ring[i % 2] : carve(ca, R * C * ab);
         }
         sl->x_in = carve(ca, R * C * ab);
+        for (int j = 1; j < gpt_plan_chunks(p); j++) sl->chunk_in[j] = carve(ca, R * C * ab);
         if (head) {
             sl->lnf = carve(ca, R * C * ab);
             if (!p->loss_tiles) sl->logits = carve(ca, BT * Vp * ab);
@@ -387,6 +397,28 @@ void gpt_pass_end(GPT *g) { held_pass_end(g); }
 void *gpt_slot_output(GPT *g, int s) {
     slot_of(g, s);
     return block_input(g, plan_end_layer(&g->plan, g->L.cfg.num_layers), s);
+}
+
+void *gpt_slot_chunk_input(GPT *g, int s, int j) {
+    CHECK(j >= 0 && j < gpt_plan_chunks(&g->plan), "chunk %d of a plan of %d", j, gpt_plan_chunks(&g->plan));
+    if (j == 0) return gpt_slot_input(g, s);
+    GPTSlot *sl = slot_of(g, s);
+    held_chunk_input(g, s, j);
+    return sl->chunk_in[j];
+}
+
+// chunk j's last block's output: what the block after it would read
+void *gpt_slot_chunk_output(GPT *g, int s, int j) {
+    CHECK(j >= 0 && j < gpt_plan_chunks(&g->plan), "chunk %d of a plan of %d", j, gpt_plan_chunks(&g->plan));
+    if (j == gpt_plan_chunks(&g->plan) - 1) return gpt_slot_output(g, s);
+    slot_of(g, s);
+    return g->slot[s].layer[j * g->plan.chunk_stride + g->plan.chunk_blocks - 1].x3;
+}
+
+int gpt_plan_units(const GPTPlan *p) {
+    int n = 0;
+    for (int u = p->first_unit; u <= p->last_unit; u++) n += plan_has_unit(p, u);
+    return n;
 }
 void *gpt_slot_grad(GPT *g, int s) { return slot_of(g, s)->dres; }
 

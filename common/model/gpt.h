@@ -260,7 +260,30 @@ typedef struct GPTPlan {
     // and the head run whole in B. Not with mlp_tiles (each chunk's GELU
     // output is gone by W).
     int w_slots;
+    // Interleaved pipeline stages (Narayanan et al. 2021; chunks > 1): the
+    // plan's blocks are `chunks` runs of chunk_blocks blocks, chunk_stride
+    // blocks apart, the first at the range's first block; first_unit and
+    // last_unit span them, and the blocks between are other stages', never
+    // computed or held here. The first block of chunk j > 0 reads that
+    // chunk's own input (gpt_slot_chunk_input), received for it. 0 or 1:
+    // one contiguous range.
+    int chunks, chunk_blocks, chunk_stride;
 } GPTPlan;
+
+#define GPT_MAX_CHUNKS 16
+static inline int gpt_plan_chunks(const GPTPlan *p) { return p->chunks > 1 ? p->chunks : 1; }
+// Unit ranges of chunk j of a plan (the whole range when it has one chunk):
+// the embeddings open chunk 0 where the plan has them, the head closes the last.
+static inline int gpt_plan_chunk_first_unit(const GPTPlan *p, int j) {
+    if (j == 0) return p->first_unit;
+    return (p->first_unit > 1 ? p->first_unit : 1) + j * p->chunk_stride;
+}
+static inline int gpt_plan_chunk_last_unit(const GPTPlan *p, int j) {
+    if (j == gpt_plan_chunks(p) - 1) return p->last_unit;
+    return (p->first_unit > 1 ? p->first_unit : 1) + j * p->chunk_stride + p->chunk_blocks - 1;
+}
+// Units the plan computes (the blocks between chunks left out).
+int gpt_plan_units(const GPTPlan *p);
 
 // Tokens in a chunk of the tiled loss: ceil(B·T / loss_tiles) rounded up to
 // a multiple of 16, at most B·T; B·T untiled. 16: the cpu device's GEMMs
@@ -435,6 +458,10 @@ size_t gpt_residual_elems(const GPT *g);
 void *gpt_slot_input(GPT *g, int s);
 // (BT,C) residual stream leaving the range's last block: what a pipeline stage sends on.
 void *gpt_slot_output(GPT *g, int s);
+// Interleaved (plan.chunks > 1): chunk j's input (j = 0: gpt_slot_input),
+// allocated as it arrives, and its last block's output.
+void *gpt_slot_chunk_input(GPT *g, int s, int j);
+void *gpt_slot_chunk_output(GPT *g, int s, int j);
 // Activation bytes offload_activations moved since the last call (device to
 // host in forward, host to device in backward), then zeroes them.
 void gpt_take_offload_bytes(GPT *g, double *to_host, double *to_device);

@@ -158,6 +158,10 @@ static void let_go_slot(GPT *g, int s) {
     }
     buf_free(g->dev, &h->head);
     buf_free(g->dev, &h->input);
+    for (int j = 1; j < gpt_plan_chunks(&g->plan); j++) {
+        buf_free(g->dev, &h->chunk_in[j]);
+        sl->chunk_in[j] = NULL;
+    }
     sl->x_in = sl->lnf = sl->logits = NULL;
     sl->lnf_mean = sl->lnf_rstd = sl->losses = NULL;
     sl->inputs = sl->targets = sl->bucket_order = sl->bucket_start = NULL;
@@ -207,6 +211,15 @@ void held_slot_input(GPT *g, int s) {
     if (has_head(g)) sl->targets = carve_words(&c, z.BT * sizeof(int32_t));
     sl->x_in = carve(&c, z.R * z.C * z.ab);
     carved_whole(&c, what);
+}
+
+void held_chunk_input(GPT *g, int s, int j) {
+    if (!dynamic(g) || g->held[s].chunk_in[j].ptr) return;  // arrived already
+    Shapes z = shapes_of(g);
+    char what[BUF_NAME_BYTES];
+    snprintf(what, sizeof what, "slot %d's chunk %d input", s, j);
+    g->held[s].chunk_in[j] = buf_alloc(g->dev, TIER_DEVICE, CAT_ACTIVATIONS, z.R * z.C * z.ab, what);
+    g->slot[s].chunk_in[j] = g->held[s].chunk_in[j].ptr;
 }
 
 // The working set carved, and the pointers of block i of slot s that
@@ -338,6 +351,11 @@ void held_after_backward(GPT *g, int u, int s) {
     int i = block_of(g, u);
     if (i >= 0) buf_free(g->dev, &h->block[i]);
     else if (u == gpt_unit_head(&g->L)) buf_free(g->dev, &h->head);
+    int stride = g->plan.chunk_stride, j = i >= 0 && g->plan.chunks > 1 && i % stride == 0 ? i / stride : 0;
+    if (j > 0) {  // an interleaved chunk's first block: its input is read
+        buf_free(g->dev, &h->chunk_in[j]);
+        g->slot[s].chunk_in[j] = NULL;
+    }
     if (u == g->plan.first_unit) let_go_slot(g, s);  // the micro-batch is done with
 }
 

@@ -157,6 +157,9 @@ GPTActBytes gpt_activation_bytes(const GPTLayout *l, const GPTPlan *p, int act_b
     int has_embed = p->first_unit == GPT_UNIT_EMBED, has_head = p->last_unit == hu;
     int first_block = p->first_unit > 1 ? p->first_unit : 1, last_block = p->last_unit < hu ? p->last_unit : hu - 1;
     size_t blocks = last_block >= first_block ? (size_t)(last_block - first_block + 1) : 0;
+    // interleaved: the range's chunks of blocks alone, each with its own input
+    size_t chunk_inputs = 0;
+    if (p->chunks > 1) blocks = (size_t)p->chunks * (size_t)p->chunk_blocks, chunk_inputs = (size_t)p->chunks - 1;
     GPTActBytes r;
     // per layer: ln1 C, qkv 3C, atty C, x2 C, ln2 C, fch 4C, fch_gelu 4C, x3 C = 16C
     // activations; fp32 mean and rstd of both layernorms; what the attention
@@ -185,7 +188,7 @@ GPTActBytes gpt_activation_bytes(const GPTLayout *l, const GPTPlan *p, int act_b
     // the input token ids and their buckets (order and starts, token_buckets.h);
     // the head lnf (C), the logits (Vp: this rank's
     // vocabulary, padded), lnf mean/rstd and losses in fp32, and the target ids
-    r.per_slot = blocks * r.per_layer + x3;
+    r.per_slot = blocks * r.per_layer + x3 + chunk_inputs * x3;
     // stored: the inputs of the range's blocks but the first (the slot's
     // x_in), that is every block's x3 but the last one's (the head's input,
     // what a pipeline stage sends on), go to pinned host memory (offloaded)

@@ -35,6 +35,7 @@ typedef struct LayerActs {
 // One micro-batch in flight: what its backward needs from its forward.
 typedef struct GPTSlot {
     act *x_in;                    // (R,C) residual stream entering the range's first block (R: res_rows)
+    act *chunk_in[GPT_MAX_CHUNKS];  // interleaved: [j > 0] chunk j's input (R,C), received for it
     LayerActs *layer;             // the range's blocks, [layer - first layer]
     act *lnf;                     // (BT,C) head only, like the three below
     float *lnf_mean, *lnf_rstd;   // (BT)
@@ -140,6 +141,7 @@ typedef struct SlotHeld {
     Buf input;      // token ids and buckets (embeddings), target ids (head), x_in: until the range's first backward
     Buf *block;     // [range blocks] each block's saved tensors, from its forward to its backward
     Buf head;       // the head's: lnf, its statistics, the logits, the losses
+    Buf chunk_in[GPT_MAX_CHUNKS];  // interleaved: chunk j's input, from its arrival to its first block's backward
     int forwarded;  // a unit's forward ran since the input came (a forward-only pass leaves it so)
 } SlotHeld;
 void held_alloc(struct GPT *g);
@@ -147,6 +149,8 @@ void held_free(struct GPT *g);
 // Slot s takes a micro-batch: its input (what a forward-only pass left
 // there is let go first).
 void held_slot_input(struct GPT *g, int s);
+// Interleaved: chunk j's input of slot s, as it arrives (j > 0).
+void held_chunk_input(struct GPT *g, int s, int j);
 void held_before_forward(struct GPT *g, int u, int s);
 void held_after_forward(struct GPT *g, int u, int s);
 // Before unit u's backward: the last backward's gradients let go, this
@@ -174,14 +178,26 @@ static inline int plan_first_layer(const GPTPlan *p) { return (p->first_unit > 1
 static inline int plan_end_layer(const GPTPlan *p, int num_layers) {
     return p->last_unit < num_layers ? p->last_unit : num_layers;
 }
-static inline int plan_has_unit(const GPTPlan *p, int u) { return u >= p->first_unit && u <= p->last_unit; }
+// Block i of the range (0-based from its first block) is one this plan
+// computes: every block of a contiguous range, a chunk's under interleaving.
+static inline int plan_owns_block(const GPTPlan *p, int i) {
+    return p->chunks <= 1 || (i % p->chunk_stride < p->chunk_blocks && i / p->chunk_stride < p->chunks);
+}
+static inline int plan_has_unit(const GPTPlan *p, int u) {
+    if (u < p->first_unit || u > p->last_unit) return 0;
+    return u == GPT_UNIT_EMBED || u == p->last_unit || plan_owns_block(p, u - 1 - plan_first_layer(p));
+}
 
 // Input of block `layer` in slot s: the previous block's output, or x_in for
-// the range's first block. layer = end layer gives the range's output.
+// the range's first block (and under interleaving a chunk's own input for
+// its first block). layer = end layer gives the range's output.
 static inline act *block_input(const GPT *g, int layer, int s) {
     const GPTSlot *sl = &g->slot[s];
-    int first = plan_first_layer(&g->plan);
-    return layer == first ? sl->x_in : sl->layer[layer - 1 - first].x3;
+    int first = plan_first_layer(&g->plan), i = layer - first;
+    if (layer == first) return sl->x_in;
+    if (g->plan.chunks > 1 && i % g->plan.chunk_stride == 0 && i / g->plan.chunk_stride < g->plan.chunks)
+        return sl->chunk_in[i / g->plan.chunk_stride];
+    return sl->layer[i - 1].x3;
 }
 
 static inline LayerActs *layer_acts(const GPT *g, int layer, int s) {

@@ -124,6 +124,9 @@ static void unit_backward(Walk *w, int u, int micro) {
         add(w, CAT_ACTIVATIONS, -w->acts.head);
     }
     if (u == w->s->plan.first_unit) add(w, CAT_ACTIVATIONS, -w->acts.input);  // the micro-batch is done with
+    const GPTPlan *p = &w->s->plan;
+    if (p->chunks > 1 && i > 0 && i % p->chunk_stride == 0)  // an interleaved chunk's first block: its input read
+        add(w, CAT_ACTIVATIONS, -w->acts.chunk_input);
 }
 
 // ---- the step ----
@@ -189,6 +192,31 @@ static void pipe_weights(Walk *w, int j) {
     }
 }
 
+// Interleaved from the stage's row of the table: F i.j receives chunk j's
+// input as it begins (the range's input for chunk 0, but on the first
+// stage, whose tokens arrive with the forward), then runs chunk j's units;
+// B i.j runs them backward.
+static void interleaved_step(Walk *w) {
+    const StepMemorySpec *s = w->s;
+    const GPTPlan *p = &s->plan;
+    for (int k = 0; k < s->nops; k++) {
+        SchedOp op = s->ops[k];
+        int first = gpt_plan_chunk_first_unit(p, op.chunk), last = gpt_plan_chunk_last_unit(p, op.chunk);
+        if (op.kind == SCHED_B) {
+            for (int u = last; u >= first; u--) unit_backward(w, u, op.micro);
+            continue;
+        }
+        if (op.chunk > 0) {
+            if (w->dynamic) add(w, CAT_ACTIVATIONS, w->acts.chunk_input);
+        } else {
+            pipe_receive(w);
+            enter(w, PHASE_FORWARD, -1, op.micro);
+            if (w->dynamic && s->stage == 0) add(w, CAT_ACTIVATIONS, w->acts.input);
+        }
+        for (int u = first; u <= last; u++) unit_forward(w, u, op.micro);
+    }
+}
+
 // ZB-H1 from the stage's row of the table, with pipeline.c's transfers: a
 // forward's input arrives as it begins, or right after the backward before
 // it when the two are paired (a B whose next F or B is an F, not on the
@@ -221,10 +249,14 @@ static void zero_bubble_step(Walk *w) {
 static void pipeline_step(Walk *w) {
     const StepMemorySpec *s = w->s;
     int m = s->micro_batches;
-    CHECK(s->schedule == PIPE_AFAB || s->schedule == PIPE_1F1B || (s->schedule == PIPE_ZB_H1 && s->ops),
-          "step_memory: schedule %d is not one a trainer runs (zb-h1: from its table)", (int)s->schedule);
+    CHECK(s->schedule == PIPE_AFAB || s->schedule == PIPE_1F1B || s->ops,
+          "step_memory: schedule %d without its table", (int)s->schedule);
     if (s->schedule == PIPE_ZB_H1) {
         zero_bubble_step(w);
+        return;
+    }
+    if (s->schedule == PIPE_INTERLEAVED) {
+        interleaved_step(w);
         return;
     }
     if (s->schedule == PIPE_AFAB) {

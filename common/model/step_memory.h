@@ -21,8 +21,8 @@ typedef enum {
     STEP_PIPELINE,  // 07: the rank's units of a pipeline stage, micro-batches in flight by the schedule
 } StepShape;
 
-// (the trainer runs AFAB, 1F1B and ZB-H1; interleaved is a table so far:
-// common/training/pipe_schedule.h)
+// (AFAB and 1F1B as pipeline.c's functions run them; interleaved and ZB-H1
+// from their tables, common/training/pipe_schedule.h)
 typedef enum { PIPE_AFAB, PIPE_1F1B, PIPE_INTERLEAVED, PIPE_ZB_H1 } PipeSchedule;
 
 // An operation of a pipeline stage's schedule (pipe_schedule.h's tables):

@@ -113,7 +113,7 @@ static void grid_info(const Ckpt *c) {
     grid_parse(c->m.grid, &T, &P, &D);
     GridPart *g = xmalloc(sizeof *g);
     for (int q = 0; q < c->m.ranks; q++) {
-        grid_part_init(g, &c->m.cfg, T, P, D, q);
+        grid_part_init(g, &c->m.cfg, T, P, D, grid_chunks(c->m.grid), q);
         printf("  part %d: tp rank %d, stage %d, replica %d: state elements [%zu, %zu) of %zu\n", q, g->tp_rank,
                g->stage, g->replica, g->shard.begin, g->shard.end, g->shard.num_params);
         grid_part_free(g);

@@ -336,6 +336,17 @@ static int most_between(const ScheduleTable *t, int s, SchedKind up, SchedKind d
 
 int schedule_in_flight(const ScheduleTable *t, int s) { return most_between(t, s, SCHED_F, SCHED_B); }
 
+int schedule_slots(const ScheduleTable *t, int s) {
+    int now = 0, most = 0;
+    for (int k = 0; k < t->count[s]; k++) {
+        SchedOp o = schedule_op(t, s, k);
+        if (o.chunk != 0 || o.kind == SCHED_W) continue;
+        now += o.kind == SCHED_F ? 1 : -1;
+        if (now > most) most = now;
+    }
+    return most > 0 ? most : 1;
+}
+
 int schedule_pending_w(const ScheduleTable *t, int s) { return split(t) ? most_between(t, s, SCHED_B, SCHED_W) : 0; }
 
 double schedule_bubble(const ScheduleTable *t) {

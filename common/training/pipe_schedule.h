@@ -24,8 +24,8 @@
 // B and its W keeps what W reads.
 //
 // 07's pipeline.c runs AFAB and 1F1B as the lab's functions write them,
-// and ZB-H1 from its table; test_pipe_schedule holds their order to these
-// tables, from a run's trace.
+// interleaved and ZB-H1 from their tables; test_pipe_schedule holds every
+// run's order to these tables, from its trace.
 #pragma once
 #include <stddef.h>
 #include <stdio.h>
@@ -69,6 +69,10 @@ int schedule_check(const ScheduleTable *t, char *err, size_t n);
 // whose B has run and W not yet (each keeps what its W reads: the linears'
 // inputs and output gradients).
 int schedule_in_flight(const ScheduleTable *t, int s);
+// The most micro-batches stage s holds between a micro-batch's first
+// forward and its last backward (its chunk 0's): the slots it needs; under
+// interleaving fewer than its chunk micro-batches in flight.
+int schedule_slots(const ScheduleTable *t, int s);
 int schedule_pending_w(const ScheduleTable *t, int s);
 // The chart's bubble: idle slots over all slots, every stage from the first
 // start to the last end; the table must pass schedule_check.

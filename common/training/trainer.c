@@ -257,7 +257,7 @@ void trainer_micro_batch_to_slot(Trainer *t, const MicroBatches *mb, int i, int 
 // than it was given stops the run here, naming what it ran.
 static double run_pass(Trainer *t, const MicroBatches *mb) {
     const GPT *g = &t->model;
-    long units = (long)(t->plan.last_unit - t->plan.first_unit + 1) * mb->count;
+    long units = (long)gpt_plan_units(&t->plan) * mb->count;
     long runs = g->units_run, backwards = g->backwards_run;
     double loss = t->strategy->forward_backward(t, mb);
     gpt_pass_end(&t->model);  // what the pass left (the last unit's gradients, an evaluation's slots) goes

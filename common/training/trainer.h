@@ -77,7 +77,7 @@ struct Trainer;
 #define STRATEGY_MAX_CKPT 4
 // Most layout ranges a rank's model states hold, and sub-groups whose bytes
 // a step counts beside the world's.
-#define TRAINER_MAX_STATE_RANGES 2
+#define TRAINER_MAX_STATE_RANGES (GPT_MAX_CHUNKS + 1)  // a wte copy, and each interleaved chunk's units
 #define TRAINER_MAX_GROUPS (STEP_METER_MAX_COMMS - 1)  // beside the world
 
 // A checkpoint's tensors of this rank: host copies of the fp32 master, m and

@@ -57,6 +57,7 @@ void trainer_step_memory_init(Trainer *t, double held) {
     step_memory(&spec, &t->step_formula);
     c->boundaries = t->step_formula.n;
     c->formula_peak = t->step_formula.peak;
+    c->act_peak = t->step_formula.cat_peak[CAT_ACTIVATIONS];
     c->peak_phase = t->step_formula.peak_phase;
 }
 

@@ -107,32 +107,41 @@ static void test_stages_match_cpu_and_each_other(void **state) {
 // Ulysses over 2 ranks: its all-to-alls through NCCL, its packing as 2D
 // copies on the device; ring attention over 2: its shifts through NCCL's
 // grouped send and receive, its blocks (kernels_cuda_flash.cu) in fp32.
-// Zero bubble's B and W on two stages.
+// Zero bubble's B and W on two stages, and interleaved chunks.
 static void test_model_parallel_matches_cpu(void **state) {
     if (skip_without_cuda()) skip();
     const RunDir *c = *state;
-    const char *grids[] = {"tp2", "./3d_parallel --tp 2", "pp2", "./3d_parallel --pp 2", "cp2", "./3d_parallel --cp 2",
+    const char *grids[] = {"tp2", "./3d_parallel --tp 2", "pp2", "./3d_parallel --pp 2 --grad-accum 2", "cp2",
+                           "./3d_parallel --cp 2",
                            "ring2", "./3d_parallel --cp 2 --cp-mode ring"};
+    double one[STEPS];  // the pipeline's cuda losses (1F1B), beside which the schedules past it are held
     for (int k = 0; k < 8; k += 2) {
         double cpu[STEPS], gpu[STEPS];
         losses(c, grids[k], "cpu", grids[k + 1], cpu);
         losses(c, grids[k], "cuda", grids[k + 1], gpu);
+        if (k == 2) memcpy(one, gpu, sizeof one);
         for (int i = 0; i < STEPS; i++) {
             print_message("%s step %d: cpu %.6f cuda %.6f\n", grids[k], i + 1, cpu[i], gpu[i]);
             assert_true(fabs(gpu[i] - cpu[i]) <= TOL_LOSS);
         }
     }
     // zero bubble: B and W apart (the GEMMs of the input's and the weights'
-    // gradients in two calls, the W stashes copied on the device), within
-    // the tolerance of its cpu run and 1F1B's cuda losses to the bit
-    double cpu[STEPS], zb[STEPS], one[STEPS];
-    losses(c, "zb2", "cpu", "./3d_parallel --pp 2 --grad-accum 2 --schedule zb-h1", cpu);
-    losses(c, "zb2", "cuda", "./3d_parallel --pp 2 --grad-accum 2 --schedule zb-h1", zb);
-    losses(c, "1f1b2", "cuda", "./3d_parallel --pp 2 --grad-accum 2", one);
-    for (int i = 0; i < STEPS; i++) {
-        print_message("zb-h1 step %d: cpu %.6f cuda %.6f (1f1b %.6f)\n", i + 1, cpu[i], zb[i], one[i]);
-        assert_true(fabs(zb[i] - cpu[i]) <= TOL_LOSS);
-        if (zb[i] != one[i]) fail_msg("zb-h1 on cuda, step %d: %.9g where 1f1b has %.9g", i + 1, zb[i], one[i]);
+    // gradients in two calls, the W stashes copied on the device), and
+    // interleaved chunks (each stage's sends and receives through NCCL in
+    // Megatron's order, the last stage handing on to the first): 1F1B's
+    // cuda losses to the bit, so within the tolerance of the cpu run above
+    // (whose losses each schedule gives to the bit on the cpu device:
+    // test_zero_bubble, test_interleaved)
+    const char *schedules[][2] = {{"zb2", "./3d_parallel --pp 2 --grad-accum 2 --schedule zb-h1"},
+                                  {"il2", "./3d_parallel --pp 2 --grad-accum 2 --schedule interleaved --virtual-stages 2"}};
+    for (int k = 0; k < 2; k++) {
+        double gpu[STEPS];
+        losses(c, schedules[k][0], "cuda", schedules[k][1], gpu);
+        for (int i = 0; i < STEPS; i++) {
+            print_message("%s step %d: cuda %.6f (1f1b %.6f)\n", schedules[k][1], i + 1, gpu[i], one[i]);
+            if (gpu[i] != one[i])
+                fail_msg("%s on cuda, step %d: %.9g where 1f1b has %.9g", schedules[k][1], i + 1, gpu[i], one[i]);
+        }
     }
 }
 

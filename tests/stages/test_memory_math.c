@@ -470,23 +470,26 @@ static double stage_total(const char *json, const char *stage) {
 
 // memory_math --pp 4 with m = 8 (issue 48's staircase): each pipeline
 // stage's micro-batches in flight are 4, 3, 2, 1 under 1F1B and ZB-H1 and 8
-// under AFAB (ZB-H1's waiting for their W 1, 2, 3, 4), and its activations and device peak are what 3d_parallel measures
+// under AFAB (ZB-H1's waiting for their W 1, 2, 3, 4), interleaved's chunk
+// micro-batches at --pp 2, m = 4 and 2 chunks 5 and 3, and its activations and device peak are what 3d_parallel measures
 // for that stage's rank (its activations, and the peak of the formula's
 // timeline that every measured boundary equals), to the byte.
 static void test_binary_pipeline_staircase(void **state) {
     (void)state;
     char root[64];
     assert_int_equal(test_make_dir(root, sizeof root, "mm-pipe"), 0);
-    const char *schedules[] = {"1f1b", "afab", "zb-h1"};
-    for (int k = 0; k < 3; k++) {
+    // small has 4 layers: interleaved's 2 chunks per stage at --pp 2 (m = 4)
+    const char *schedules[] = {"1f1b", "afab", "zb-h1", "interleaved --virtual-stages 2"};
+    for (int k = 0; k < 4; k++) {
         char cmd[1024], json[256], *mm = NULL, *run = NULL;
-        snprintf(cmd, sizeof cmd, "./memory_math --model small --ranks 4 --pp 4 --grad-accum 8 --batch 2 --seq-len 64 "
-                 "--schedule %s --json", schedules[k]);
+        int P = k == 3 ? 2 : 4, micro = k == 3 ? 4 : 8;
+        snprintf(cmd, sizeof cmd, "./memory_math --model small --ranks %d --pp %d --grad-accum %d --batch 2 --seq-len "
+                 "64 --schedule %s --json", P, P, micro, schedules[k]);
         assert_int_equal(test_run(cmd, &mm), 0);
-        snprintf(json, sizeof json, "%s/%s.json", root, schedules[k]);
-        snprintf(cmd, sizeof cmd, "mpirun -np 4 ./3d_parallel --model small --pp 4 --grad-accum 8 --batch 2 --seq-len 64 "
-                 "--schedule %s --steps 2 --eval-every 0 --quiet --json %s > /dev/null && tail -1 %s", schedules[k],
-                 json, json);
+        snprintf(json, sizeof json, "%s/%d.json", root, k);
+        snprintf(cmd, sizeof cmd, "mpirun -np %d ./3d_parallel --model small --pp %d --grad-accum %d --batch 2 "
+                 "--seq-len 64 --schedule %s --steps 2 --eval-every 0 --quiet --json %s > /dev/null && tail -1 %s", P, P,
+                 micro, schedules[k], json, json);
         assert_int_equal(test_run(cmd, &run), 0);
         json_error_t e;
         json_t *m = json_loads(mm, 0, &e), *r = json_loads(run, 0, &e);
@@ -494,21 +497,23 @@ static void test_binary_pipeline_staircase(void **state) {
         json_t *rows = json_object_get(json_object_get(m, "pipeline"), "stages");
         json_t *ranks = json_object_get(json_object_get(r, "grid"), "ranks");
         json_t *panels = json_object_get(json_object_get(r, "memory_timeline"), "panels");
-        if (json_array_size(rows) != 4 || json_array_size(ranks) != 4 || json_array_size(panels) != 4)
+        if (json_array_size(rows) != (size_t)P || json_array_size(ranks) != (size_t)P ||
+            json_array_size(panels) != (size_t)P)
             fail_msg("--schedule %s: %zu stages in memory_math, %zu ranks and %zu panels in the run", schedules[k],
                      json_array_size(rows), json_array_size(ranks), json_array_size(panels));
         if (!json_is_true(json_object_get(json_object_get(r, "memory_timeline"), "equal_on_every_rank")))
             fail_msg("--schedule %s: a rank's measured timeline differs from its formula's", schedules[k]);
-        for (int s = 0; s < 4; s++) {
+        for (int s = 0; s < P; s++) {
             json_t *row = json_array_get(rows, (size_t)s), *rank = NULL, *panel = NULL;
-            for (size_t q = 0; q < 4; q++) {
+            for (size_t q = 0; q < (size_t)P; q++) {
                 json_t *a = json_array_get(ranks, q), *b = json_array_get(panels, q);
                 if (json_integer_value(json_object_get(a, "stage")) == s) rank = a;
                 if (json_integer_value(json_object_get(b, "of_rank")) == s) panel = b;  // tp 1, dp 1: rank = stage
             }
             if (!rank || !panel) fail_msg("--schedule %s: no rank or panel of stage %d in the run", schedules[k], s);
             int flight = (int)json_number_value(json_object_get(row, "in_flight"));
-            int want = k == 1 ? 8 : 4 - s;
+            // AFAB: all m; interleaved: chunk micro-batches, 2(P - s - 1) + (v - 1)P + 1; else P - s
+            int want = k == 1 ? 8 : k == 3 ? 2 * (P - s - 1) + P + 1 : 4 - s;
             double acts = json_number_value(json_object_get(row, "activations_mb")) * 1e6;
             double peak = json_number_value(json_object_get(row, "peak_mb")) * 1e6;
             double measured = json_number_value(json_object_get(rank, "activations"));
@@ -634,11 +639,13 @@ static void test_binary_bad_input(void **state) {
                           "./memory_math --model small --pp 2 --schedule zb",
                           "./memory_math --model small --schedule zb-h1",
                           "./memory_math --model small --pp 2 --schedule zb-h1 --tiled-mlp 2",
+                          "./memory_math --model small --pp 2 --virtual-stages 2",
+                          "./memory_math --model small --pp 2 --schedule interleaved --virtual-stages 3",
                           "./memory_math --model small --schedule afab", "./memory_math --model tiny --cp 4",
                           "./memory_math --model small --cp 2 --cp-mode ring --seq-len 30",
                           "./memory_math --model small --cp 2 --attention materialized",
                           "./memory_math --model small --cp 2 --seq-len 33", "./memory_math --cp 2"};
-    for (int i = 0; i < 16; i++) {
+    for (int i = 0; i < 18; i++) {
         char *out = NULL;
         int rc = test_run(cmds[i], &out);
         int lines = 0;

@@ -115,8 +115,8 @@ static void test_interleaved_and_zero_bubble(void **state) {
             schedule_free(&inter);
             schedule_free(&zb);
         }
-    // --print-schedule draws them; a run of interleaved is refused (zb-h1 runs: test_zero_bubble), as are
-    // the shapes they cannot take
+    // --print-schedule draws them (runs of them: test_zero_bubble, test_interleaved), and refuses the shapes
+    // they cannot take
     char *out = NULL;
     run_ok("./3d_parallel --model small --layers 8 --pp 4 --grad-accum 8 --schedule interleaved --virtual-stages 2 "
            "--print-schedule", &out);
@@ -137,8 +137,6 @@ static void test_interleaved_and_zero_bubble(void **state) {
          "3 micro-batches are not a multiple of it"},
         {"./3d_parallel --pp 2 --schedule interleaved --print-schedule", "give --virtual-stages 2 or more"},
         {"./3d_parallel --pp 2 --virtual-stages 2 --print-schedule", "only the interleaved schedule cuts a stage"},
-        {"mpirun -np 2 ./3d_parallel --model tiny --pp 2 --grad-accum 2 --schedule interleaved --virtual-stages 2 "
-         "--layers 4 --steps 1", "runs 1f1b, afab and zb-h1"},
         {"mpirun -np 2 ./3d_parallel --model tiny --pp 2 --grad-accum 2 --schedule zb-h1 --tiled-mlp 2 --steps 1",
          "W reads each block's whole GELU output"},
     };
@@ -206,16 +204,20 @@ static int step_ops(json_t *events, int pid, int ops, char out[][8]) {
 static void test_runs_follow_their_tables(void **state) {
     RunDir *c = *state;
     const int shapes[][2] = {{2, 4}, {4, 8}, {4, 2}};
-    const PipeSchedule kinds[3] = {PIPE_1F1B, PIPE_AFAB, PIPE_ZB_H1};
-    for (int k = 0; k < 3; k++)
+    const PipeSchedule kinds[4] = {PIPE_1F1B, PIPE_AFAB, PIPE_ZB_H1, PIPE_INTERLEAVED};
+    for (int k = 0; k < 4; k++)
         for (size_t h = 0; h < sizeof shapes / sizeof shapes[0]; h++) {
-            int P = shapes[h][0], m = shapes[h][1], zb = kinds[k] == PIPE_ZB_H1, ops_per_stage = (zb ? 3 : 2) * m;
-            const char *name = schedule_name(kinds[k]);
+            int P = shapes[h][0], m = shapes[h][1], zb = kinds[k] == PIPE_ZB_H1, v = kinds[k] == PIPE_INTERLEAVED ? 2 : 1;
+            if (v > 1 && m % P) continue;  // interleaved takes the micro-batches by groups of P
+            int ops_per_stage = (zb ? 3 : 2) * m * v;
+            char name[64];  // (small has 4 layers: 8 for 4 stages of 2 chunks)
+            snprintf(name, sizeof name, v > 1 ? "%s --virtual-stages 2 --layers 8" : "%s", schedule_name(kinds[k]));
             char cmd[CMD_LEN], trace[256], json[256], *printed = NULL;
-            snprintf(cmd, sizeof cmd, "./3d_parallel --pp %d --grad-accum %d --schedule %s --print-schedule", P, m, name);
+            snprintf(cmd, sizeof cmd, "./3d_parallel --model small --pp %d --grad-accum %d --schedule %s "
+                     "--print-schedule", P, m, name);
             run_ok(cmd, &printed);
-            snprintf(trace, sizeof trace, "%s/%s-%d-%d.trace.json", c->root, name, P, m);
-            snprintf(json, sizeof json, "%s/%s-%d-%d.json", c->root, name, P, m);
+            snprintf(trace, sizeof trace, "%s/%d-%d-%d.trace.json", c->root, k, P, m);
+            snprintf(json, sizeof json, "%s/%d-%d-%d.json", c->root, k, P, m);
             snprintf(cmd, sizeof cmd, "mpirun -np %d ./3d_parallel --model small --pp %d --grad-accum %d --schedule %s "
                      "--steps 1 --eval-every 0 --eval-batches 1 --quiet --trace %s --json %s", P, P, m, name, trace, json);
             char *rec = train(cmd, json);
@@ -225,9 +227,9 @@ static void test_runs_follow_their_tables(void **state) {
             json_t *events = json_is_array(tr) ? tr : json_object_get(tr, "traceEvents");
             json_t *ranks = json_object_get(json_object_get(r, "grid"), "ranks");
             ScheduleTable t;
-            schedule_build(&t, kinds[k], P, m, 1);
+            schedule_build(&t, kinds[k], P, m, v);
             for (int s = 0; s < P; s++) {  // tp 1, dp 1: rank s is stage s
-                char ops[64][8], want[8];
+                char ops[64][8], want[16];
                 int n = step_ops(events, s, ops_per_stage, ops);
                 if (n != ops_per_stage)
                     fail_msg("%s: rank %d ran %d operations in its step, not %d", cmd, s, n, ops_per_stage);
@@ -239,13 +241,14 @@ static void test_runs_follow_their_tables(void **state) {
                 line += strlen(label);
                 for (int i = 0; i < n; i++) {
                     SchedOp o = schedule_op(&t, s, i);
-                    snprintf(want, sizeof want, "%c%d", "FBW"[o.kind], o.micro);
+                    if (v > 1) snprintf(want, sizeof want, "%c%d.%d", "FBW"[o.kind], o.micro, o.chunk);
+                    else snprintf(want, sizeof want, "%c%d", "FBW"[o.kind], o.micro);
                     if (strcmp(ops[i], want))
                         fail_msg("%s: rank %d's operation %d is %s, its table's %s", cmd, s, i + 1, ops[i], want);
-                    char tok[8];
+                    char tok[16];
                     int used;
-                    while (sscanf(line, " %7s%n", tok, &used) == 1 && (tok[0] == '.' || tok[0] == '-')) line += used;
-                    if (sscanf(line, " %7s%n", tok, &used) != 1 || strcmp(tok, want))
+                    while (sscanf(line, " %15s%n", tok, &used) == 1 && (tok[0] == '.' || tok[0] == '-')) line += used;
+                    if (sscanf(line, " %15s%n", tok, &used) != 1 || strcmp(tok, want))
                         fail_msg("--print-schedule row %d: %s where the table has %s:\n%s", s, tok, want, printed);
                     line += used;
                 }

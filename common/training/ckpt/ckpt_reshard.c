@@ -89,7 +89,7 @@ static void part_map(const CkptManifest *m, int q, PartMap *pm) {
     int T, P, D;
     if (m->grid[0] && !grid_parse(m->grid, &T, &P, &D)) {
         GridPart *gp = xmalloc(sizeof *gp);
-        grid_part_init(gp, &m->cfg, T, P, D, q);
+        grid_part_init(gp, &m->cfg, T, P, D, grid_chunks(m->grid), q);
         pm->count = gp->shard.shard;
         pm->runs = ckpt_runs_of(grid_part_at, gp, 0, pm->count, &pm->nruns);
         grid_part_free(gp);

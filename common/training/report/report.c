@@ -311,6 +311,12 @@ static void summarize_memory(const Report *r, Summary *s) {
     s->state_params = comm_max_f64(world, (double)run->state_params);
     for (int c = 0; c < CAT_COUNT; c++) s->buffer_formula[c] = comm_max_f64(world, run->buffer_formula_bytes[c]);
     s->acts = act_formula(run->layout, &run->plan, r->taps.dev->act_bytes);
+    // a pipeline's interleaved chunks or zero bubble's W stashes rise and
+    // fall apart: without contiguous buffers, where the stage's step is
+    // modelled, its activations' peak is the formula's timeline's, not every slot and stash at once
+    const TimelineCheck *tc = r->taps.timeline;  // this rank's
+    if ((run->plan.chunks > 1 || run->plan.w_slots > 0) && !run->plan.contiguous && tc && !tc->not_modelled)
+        s->acts.saved = tc->act_peak;
     s->acts.saved = comm_max_f64(world, s->acts.saved);
     s->acts.working = comm_max_f64(world, s->acts.working);
     s->acts.offloaded = comm_max_f64(world, s->acts.offloaded);

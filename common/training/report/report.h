@@ -56,6 +56,7 @@ typedef struct TimelineCheck {
     int boundaries;            // a step's, by the formula
     double formula_peak;       // its largest total, and where
     MemPhase peak_phase;
+    double act_peak;           // the activations' own largest (the formula's timeline)
     long steps_checked, steps_equal;
     // the first difference: the step, the boundary and its phase, the category (-1: the phases differ)
     long bad_step;
