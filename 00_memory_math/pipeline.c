@@ -64,8 +64,8 @@ void section_pipeline(Printer *p, const Inputs *in) {
     for (int s = 0; s < P; s++) {
         int first, last;
         grid_stage_units(c->num_layers, P, s, &first, &last);
-        Range r[2];
-        int nr = grid_state_ranges(l, P, s, first, last, r);
+        Range r[GPT_MAX_CHUNKS + 1];  // the stage's states: its units (each interleaved chunk's), a wte copy
+        int nr = v > 1 ? grid_chunk_state_ranges(l, P, v, s, r) : grid_state_ranges(l, P, s, first, last, r);
         size_t psi = 0;
         for (int k = 0; k < nr; k++) psi += r[k].count;
         int flight = pipeline_in_flight(in->schedule_afab, P, s, m);
@@ -75,10 +75,6 @@ void section_pipeline(Printer *p, const Inputs *in) {
             grid_plan_chunks(c->num_layers, P, v, s, &plan);
             plan.slots = schedule_slots(&table, s);
             flight = schedule_in_flight(&table, s);
-            for (int k = 0; k < nr; k++) psi -= r[k].count;
-            Range rv[GPT_MAX_CHUNKS + 1];
-            int nv = grid_chunk_state_ranges(l, P, v, s, rv);
-            for (int k = 0; k < nv; k++) psi += rv[k].count;
         }
         int waiting = zb ? (s + 1 < m ? s + 1 : m) : 0;  // micro-batches through B, not yet through W
         plan.w_slots = waiting;

@@ -59,7 +59,7 @@ static Placement configure(const Trainer *t, TrainConfig *cfg, const GPTConfig *
     if (z->print_schedule) print_schedule_and_exit(t, z, cfg, table);
     if (table == PIPE_INTERLEAVED || table == PIPE_ZB_H1)  // its own refusals first (zb-h1 at --pp 1)
         schedule_build(&z->table, table, z->pp, cfg->grad_accum, z->virtual_stages);
-    if (table == PIPE_INTERLEAVED && z->pp < 2 && !z->print_schedule)
+    if (table == PIPE_INTERLEAVED && z->pp < 2)
         fail_usage("--schedule interleaved passes each micro-batch through the stages v times: it needs --pp 2 or "
                    "more (here --pp %d)", z->pp);
     if (table == PIPE_INTERLEAVED && z->partition_activations)

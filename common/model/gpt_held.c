@@ -20,9 +20,7 @@
 #include "gpt_units.h"
 
 static int dynamic(const GPT *g) { return !g->plan.contiguous; }
-static int range_blocks(const GPT *g) {
-    return plan_end_layer(&g->plan, g->L.cfg.num_layers) - plan_first_layer(&g->plan);
-}
+static int range_blocks(const GPT *g) { return plan_range_blocks(&g->plan, g->L.cfg.num_layers); }
 static int has_embed(const GPT *g) { return plan_has_unit(&g->plan, GPT_UNIT_EMBED); }
 static int has_head(const GPT *g) { return plan_has_unit(&g->plan, gpt_unit_head(&g->L)); }
 static int tiled_loss(const GPT *g) { return g->plan.loss_tiles > 0; }
@@ -77,6 +75,15 @@ static size_t block_bytes(const GPT *g, int i) {
 static size_t head_bytes(const GPT *g) {
     Shapes z = shapes_of(g);
     return 2 * z.R * sizeof(float) + z.BT * sizeof(float) + z.R * z.C * z.ab + (tiled_loss(g) ? 0 : z.BT * z.Vp * z.ab);
+}
+
+// zero bubble's W stash of a block: the layernorms' gradients (fp32), the
+// linears' inputs ln1, atty, ln2, fch_gelu and their outputs' gradients
+static size_t w_stash_bytes(const GPT *g) {
+    Shapes z = shapes_of(g);
+    const size_t *o = g->L.blk_off;
+    size_t ln = o[BLK_LN1B + 1] - o[BLK_LN1W] + o[BLK_LN2B + 1] - o[BLK_LN2W];
+    return ln * sizeof(float) + z.BT * (z.C + z.Cp + z.C + z.F + 3 * z.Cp + z.C + z.F + z.C) * z.ab;
 }
 
 // one chunk's logits under the tiled loss (gpt.h's loss_tiles)
@@ -300,8 +307,7 @@ static void take_w_stash(GPT *g, int w, int i) {
     Buf *b = &g->w_held[w_index(g, w, i)];
     char what[BUF_NAME_BYTES];
     snprintf(what, sizeof what, "block %d's W stash", plan_first_layer(&g->plan) + i);
-    *b = buf_alloc(g->dev, TIER_DEVICE, CAT_ACTIVATIONS, gpt_activation_bytes(&g->L, &g->plan, g->dev->act_bytes).w_stash,
-                   what);
+    *b = buf_alloc(g->dev, TIER_DEVICE, CAT_ACTIVATIONS, w_stash_bytes(g), what);
     Carver c = {b->ptr, b->bytes};
     WStash *ws = w_stash(g, w, i);
     carve_w_stash_words(g, &c, ws);

@@ -1,4 +1,4 @@
-// gpt_units.h: what the model's compute files share (gpt.c, gpt_block.c,
+// gpt_units.h: what the model's compute files share (gpt.c, gpt_ends.c, gpt_block.c,
 // gpt_tp.c): the activations one micro-batch keeps (a slot), the temporaries
 // the slots share, the forward and backward of one block, and the pieces of
 // tensor parallelism. Internal to common/model; everything else goes through
@@ -212,6 +212,13 @@ static inline size_t w_index(const GPT *g, int w, int i) {
     return (size_t)w * (size_t)plan_range_blocks(&g->plan, g->L.cfg.num_layers) + (size_t)i;
 }
 static inline WStash *w_stash(const GPT *g, int w, int i) { return &g->wstash[w_index(g, w, i)]; }
+
+// gpt_ends.c: the embeddings' and the head's forward and backward for slot
+// s (pe: the embeddings' parameters, wte opening them; ph: the head's).
+void embed_forward(GPT *g, const bf16 *pe, int s);
+void embed_backward(GPT *g, int s);
+void head_forward(GPT *g, const bf16 *ph, const bf16 *pe, int s);
+void head_backward(GPT *g, const bf16 *ph, const bf16 *pe, int s);
 
 // gpt_block.c. Forward: block `layer` of slot s from params p. Backward:
 // the slot's dres holds dL/dx3 on entry and dL/dx_in on exit; parameter

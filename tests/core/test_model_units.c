@@ -426,19 +426,21 @@ static void tied_wte_grads_not_taken(void) {
     gpt_unit_backward(&g, hu, 1, ph, c.params);
 }
 
-static void expect_failure(ChildFn fn, const char *message) {
+// The model's own check stops the child: exit 1, naming `file` (the unit's
+// checks are gpt.c's, the two ends' gpt_ends.c's) and `message`.
+static void expect_failure(ChildFn fn, const char *file, const char *message) {
     char *err = NULL;
     int status = run_child(fn, &err);
-    if (status != 1 || !strstr(err, message) || !strstr(err, "gpt.c:"))
-        fail_msg("expected exit 1 naming gpt.c and \"%s\"; got %d:\n%s", message, status, err);
+    if (status != 1 || !strstr(err, message) || !strstr(err, file))
+        fail_msg("expected exit 1 naming %s and \"%s\"; got %d:\n%s", file, message, status, err);
     free(err);
 }
 
 static void test_misuse_fails(void **state) {
-    expect_failure(forward_outside_range, "forward of unit 2: this rank computes units 0..1");
-    expect_failure(backwards_interleaved, "finish one slot's backward before the next slot's head");
-    expect_failure(head_without_wte, "the head reads the embeddings' too");
-    expect_failure(tied_wte_grads_not_taken, "slot 0's tied wte gradient was not taken");
+    expect_failure(forward_outside_range, "/gpt.c:", "forward of unit 2: this rank computes units 0..1");
+    expect_failure(backwards_interleaved, "/gpt_ends.c:", "finish one slot's backward before the next slot's head");
+    expect_failure(head_without_wte, "/gpt.c:", "the head reads the embeddings' too");
+    expect_failure(tied_wte_grads_not_taken, "/gpt_ends.c:", "slot 0's tied wte gradient was not taken");
 }
 
 int main(void) {

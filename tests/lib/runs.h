@@ -62,6 +62,32 @@ static __attribute__((unused)) double steps_max_diff(const char *json_a, const c
     return worst;
 }
 
+// Two files hold the same bytes (both readable).
+static __attribute__((unused)) int files_equal(const char *a, const char *b) {
+    size_t na = 0, nb = 0;
+    char *x = read_file(a, &na), *y = read_file(b, &nb);
+    int same = x && y && na == nb && memcmp(x, y, na) == 0;
+    free(x);
+    free(y);
+    return same;
+}
+
+// Two records' losses, gradient norms (`steps` of each) and validation loss
+// are the same bits; else fails naming `what` and the first step's figures.
+static __attribute__((unused)) void expect_records_same_bits(const char *a_json, const char *b_json, int steps,
+                                                      const char *what) {
+    double a[RUN_MAX_STEPS] = {0}, b[RUN_MAX_STEPS] = {0}, na[RUN_MAX_STEPS] = {0}, nb[RUN_MAX_STEPS] = {0};
+    losses_of(a_json, a, steps);
+    losses_of(b_json, b, steps);
+    if (json_numbers(a_json, "grad_norms", na, RUN_MAX_STEPS) != steps ||
+        json_numbers(b_json, "grad_norms", nb, RUN_MAX_STEPS) != steps)
+        fail_msg("%s: %d gradient norms expected in each record", what, steps);
+    double va = number_of(a_json, "val_loss"), vb = number_of(b_json, "val_loss");
+    if (memcmp(a, b, sizeof a) || memcmp(na, nb, sizeof na) || va != vb)
+        fail_msg("%s: not the same bits (step 1 loss %.9g and %.9g, norm %.9g and %.9g; val %.9g and %.9g)", what,
+                 a[0], b[0], na[0], nb[0], va, vb);
+}
+
 // A command that must be refused: exit status 2 and exactly one line of
 // output containing "error" (and `also`, when given). Returns the output (malloc'd).
 static __attribute__((unused, noinline)) char *expect_refusal(const char *cmd, const char *also) {

@@ -53,27 +53,6 @@ static char *run_case(const RunDir *c, int k, const Case *x, int v, const char *
     return rec;
 }
 
-static int same_file(const char *a, const char *b) {
-    size_t na = 0, nb = 0;
-    char *x = read_file(a, &na), *y = read_file(b, &nb);
-    int same = x && y && na == nb && memcmp(x, y, na) == 0;
-    free(x);
-    free(y);
-    return same;
-}
-
-static void same_bits(const char *one, const char *il, const char *what) {
-    double a[RUN_MAX_STEPS] = {0}, b[RUN_MAX_STEPS] = {0}, na[RUN_MAX_STEPS] = {0}, nb[RUN_MAX_STEPS] = {0};
-    losses_of(one, a, STEPS);
-    losses_of(il, b, STEPS);
-    if (json_numbers(one, "grad_norms", na, RUN_MAX_STEPS) != STEPS ||
-        json_numbers(il, "grad_norms", nb, RUN_MAX_STEPS) != STEPS)
-        fail_msg("%s: %d gradient norms expected", what, STEPS);
-    if (memcmp(a, b, sizeof a) || memcmp(na, nb, sizeof na) || number_of(one, "val_loss") != number_of(il, "val_loss"))
-        fail_msg("%s: interleaved is not 1f1b to the bit (step 1 loss %.9g and %.9g, norm %.9g and %.9g; val %.9g "
-                 "and %.9g)", what, a[0], b[0], na[0], nb[0], number_of(one, "val_loss"), number_of(il, "val_loss"));
-}
-
 // Every stage of an interleaved record on its formulas.
 static void check_stages(const char *rec, const Case *x, const char *what) {
     for (int r = 0; r < x->ranks; r++) {
@@ -118,8 +97,8 @@ static void test_same_bits_as_1f1b(void **state) {
         int exported = k == 0;
         char *one = run_case(c, (int)k, x, 1, "", exported ? w1 : NULL, sizeof w1),
              *il = run_case(c, (int)k, x, x->v, "", exported ? wi : NULL, sizeof wi);
-        same_bits(one, il, what);
-        if (exported && !same_file(w1, wi))
+        expect_records_same_bits(one, il, STEPS, what);
+        if (exported && !files_equal(w1, wi))
             fail_msg("%s: the weights after step 1 differ between 1f1b and interleaved", what);
         check_stages(il, x, what);
         print_message("%s: losses, norms, val loss%s 1f1b's to the bit; in flight, activations, device peak, "
@@ -136,8 +115,9 @@ static void test_staircase_p4_m8(void **state) {
     const Case x = {4, 4, 8, 2, 8, ""};
     char w1[256], wi[256];
     char *one = run_case(c, 100, &x, 1, "", w1, sizeof w1), *il = run_case(c, 100, &x, 2, "", wi, sizeof wi);
-    same_bits(one, il, "--pp 4 m 8 v 2");
-    if (!same_file(w1, wi)) fail_msg("--pp 4 m 8 v 2: the weights after step 1 differ between 1f1b and interleaved");
+    expect_records_same_bits(one, il, STEPS, "--pp 4 m 8 v 2");
+    if (!files_equal(w1, wi))
+        fail_msg("--pp 4 m 8 v 2: the weights after step 1 differ between 1f1b and interleaved");
     check_stages(il, &x, "--pp 4 m 8 v 2");
     for (int s = 0; s < 4; s++)
         print_message("stage %d: 1f1b %.0f micro-batches, activations %.0f B; interleaved %.0f chunk micro-batches, "

@@ -45,15 +45,6 @@ static char *run_case(const RunDir *c, int k, const Case *x, const char *schedul
     return rec;
 }
 
-static int same_file(const char *a, const char *b) {
-    size_t na = 0, nb = 0;
-    char *x = read_file(a, &na), *y = read_file(b, &nb);
-    int same = x && y && na == nb && memcmp(x, y, na) == 0;
-    free(x);
-    free(y);
-    return same;
-}
-
 // Every stage of a zb-h1 record on its formulas: in flight, W waiting,
 // activations, and the memory timeline on every rank.
 static void check_staircase(const char *rec, const Case *x, const char *what) {
@@ -72,19 +63,6 @@ static void check_staircase(const char *rec, const Case *x, const char *what) {
     }
     if (!strstr(rec, "\"equal_on_every_rank\":true"))
         fail_msg("%s: the memory timeline differs from the formula's:\n%s", what, strstr(rec, "\"memory_timeline\""));
-}
-
-// Losses, gradient norms and the validation loss of two records, to the bit.
-static void same_bits(const char *one, const char *zb, const char *what) {
-    double a[RUN_MAX_STEPS] = {0}, b[RUN_MAX_STEPS] = {0}, na[RUN_MAX_STEPS] = {0}, nb[RUN_MAX_STEPS] = {0};
-    losses_of(one, a, STEPS);
-    losses_of(zb, b, STEPS);
-    if (json_numbers(one, "grad_norms", na, RUN_MAX_STEPS) != STEPS ||
-        json_numbers(zb, "grad_norms", nb, RUN_MAX_STEPS) != STEPS)
-        fail_msg("%s: %d gradient norms expected", what, STEPS);
-    if (memcmp(a, b, sizeof a) || memcmp(na, nb, sizeof na) || number_of(one, "val_loss") != number_of(zb, "val_loss"))
-        fail_msg("%s: zb-h1 is not 1f1b to the bit (step 1 loss %.9g and %.9g, norm %.9g and %.9g; val %.9g and "
-                 "%.9g)", what, a[0], b[0], na[0], nb[0], number_of(one, "val_loss"), number_of(zb, "val_loss"));
 }
 
 static void test_same_bits_as_1f1b(void **state) {
@@ -106,8 +84,9 @@ static void test_same_bits_as_1f1b(void **state) {
         int exported = k == 0;
         char *one = run_case(c, (int)k, x, "1f1b", exported ? w1 : NULL, sizeof w1),
              *zb = run_case(c, (int)k, x, "zb-h1", exported ? wz : NULL, sizeof wz);
-        same_bits(one, zb, what);
-        if (exported && !same_file(w1, wz)) fail_msg("%s: the weights after step 1 differ between 1f1b and zb-h1", what);
+        expect_records_same_bits(one, zb, STEPS, what);
+        if (exported && !files_equal(w1, wz))
+            fail_msg("%s: the weights after step 1 differ between 1f1b and zb-h1", what);
         check_staircase(zb, x, what);
         print_message("%s: losses, norms, val loss%s 1f1b's to the bit; staircase and timeline on their formulas\n",
                       what, exported ? " and step 1's weights" : "");
@@ -124,8 +103,8 @@ static void test_staircase_p4_m8(void **state) {
     const Case x = {4, 4, 8, ""};
     char w1[256], wz[256];
     char *one = run_case(c, 100, &x, "1f1b", w1, sizeof w1), *zb = run_case(c, 100, &x, "zb-h1", wz, sizeof wz);
-    same_bits(one, zb, "--pp 4 m 8");
-    if (!same_file(w1, wz)) fail_msg("--pp 4 m 8: the weights after step 1 differ between 1f1b and zb-h1");
+    expect_records_same_bits(one, zb, STEPS, "--pp 4 m 8");
+    if (!files_equal(w1, wz)) fail_msg("--pp 4 m 8: the weights after step 1 differ between 1f1b and zb-h1");
     check_staircase(zb, &x, "--pp 4 m 8");
     double stash = 16.0 * 32 + 2 * 32 * 32 * (4 + 12) * 4.0;  // act_w_stash: 16h + sbh(4 + 12/t)e, tiny at B 2
     double d0 = number_of(grid_rank_of(zb, 0), "activations") - number_of(grid_rank_of(one, 0), "activations");
