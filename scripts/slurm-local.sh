@@ -77,12 +77,19 @@ check_machine() {
 # A pid from one of the folder's pid files, if that process is alive and is
 # the daemon named (a pid may have been reused since); else nothing.
 live_pid() {
-    local name=$1 file=$STATE/$1.pid pid
-    [ "$name" = munged ] && file=$STATE/munge/munged.pid   # written as the user munge
-    [ -f "$file" ] || return 0
-    pid=$(tr -dc 0-9 < "$file")
+    local name=$1 pid
+    pid=$(pid_written "$name")
     [ -n "$pid" ] && [ "$(cat /proc/"$pid"/comm 2>/dev/null)" = "$name" ] && ! is_zombie "$pid" && echo "$pid"
     return 0
+}
+
+# The pid a daemon wrote in its pid file; nothing while there is no file or
+# the daemon has made it and not yet written its number in it.
+pid_written() {
+    local file=$STATE/$1.pid
+    [ "$1" = munged ] && file=$STATE/munge/munged.pid   # written as the user munge
+    [ -f "$file" ] || return 0
+    tr -dc 0-9 < "$file"
 }
 
 # A daemon that exited and is not reaped yet (PID 1 may be slow to) still has /proc/PID.
@@ -157,7 +164,10 @@ start_munged() {
 last_error() {
     local line
     line=$(grep -E 'error|fatal' "$STATE/log/$1.log" 2>/dev/null | tail -1 || true)
-    echo "${line:-no error in $STATE/log/$1.log; its own lines above say why}"
+    if [ -n "$line" ]; then echo "$line"; return 0; fi
+    # the folder goes when up fails: its last lines are printed here
+    echo "no error in $STATE/log/$1.log; its own lines above say why; the log ended:"
+    tail -5 "$STATE/log/$1.log" 2>/dev/null | sed 's/^/    /'
 }
 
 # slurm.conf's values end at a space and its comments start at '#': a
@@ -190,9 +200,10 @@ cmd_up() {
     local node state="" deadline=$((SECONDS + UP_WAIT_S)) name
     node=$(hostname -s)
     while [ "$SECONDS" -lt "$deadline" ]; do
-        # a daemon that wrote its pid and is gone failed after forking (a port in use, ...)
+        # a daemon that wrote its pid and is gone failed after forking (a port
+        # in use, ...); one whose file is still empty is writing it
         for name in slurmctld slurmd; do
-            [ -f "$STATE/$name.pid" ] && [ -z "$(live_pid $name)" ] && die "$name stopped: $(last_error $name)" 1
+            [ -n "$(pid_written $name)" ] && [ -z "$(live_pid $name)" ] && die "$name stopped: $(last_error $name)" 1
         done
         # a client waits for an absent slurmctld far longer than this
         state=$(timeout 3 sinfo -h -n "$node" -o %t 2>/dev/null || true)

@@ -7,7 +7,8 @@
 // bit (the same ranks and collectives; only the launcher differs). A rank's
 // exit status passes through srun; a second `up` is refused in one line;
 // `down` stops the daemons and leaves no file, also after slurmd was killed
-// under a running job (its slurmstepd, tasks and PMIx folder go too); a
+// under a running job (its slurmstepd, tasks and PMIx folder go too); `up`
+// waits for a daemon still writing its pid file; a
 // folder that `up` did not make is neither used nor removed. Not tested
 // here: several nodes. Needs root and slurm-wlm: without them every test skips and says
 // why. Run from the repository root after make; records go under one
@@ -225,6 +226,31 @@ static void test_down_after_slurmd_lost(void **state) {
     free(out);
 }
 
+// A daemon makes its pid file before it writes its number in it: `up` once
+// took a slurmd that had done the first and not yet the second for one that
+// had stopped, and failed. Here a slurmd that leaves its file empty for 1 s
+// (a wrapper first on PATH, then the real one) comes up.
+static void test_up_waits_for_a_pid_being_written(void **state) {
+    Ctx *c = *state;
+    NEED_SLURM(c);
+    char cmd[CMD_LEN], *out = NULL;
+    assert_int_equal(test_run(SLURM " down", &out), 0);
+    free(out);
+    c->up = 0;
+    snprintf(c->why_not, sizeof c->why_not, "Slurm was taken down");
+    snprintf(cmd, sizeof cmd, "w=%s/slow-pid && mkdir -p $w && real=$(command -v slurmd) && "
+             "printf '#!/bin/sh\n: > %%s/slurmd.pid\n(sleep 1; exec %%s \"$@\") > /dev/null 2>&1 &\n' "
+             "%s \"$real\" > $w/slurmd && chmod +x $w/slurmd && PATH=$w:$PATH " SLURM " up",
+             c->root, STATE_DIR);
+    int rc = test_run(cmd, &out);
+    if (rc != 0) fail_msg("up with a slurmd that writes its pid 1 s after making the file: exit %d\n%s", rc, out);
+    c->up = 1;
+    free(out);
+    assert_int_equal(test_run(SLURM " status", &out), 0);
+    if (!strstr(out, "slurmd: pid")) fail_msg("up passed and slurmd is not running:\n%s", out);
+    free(out);
+}
+
 static void test_srun_passes_exit_status(void **state) {
     Ctx *c = *state;
     NEED_SLURM(c);
@@ -278,6 +304,7 @@ int main(void) {
         cmocka_unit_test(test_folder_not_made_by_up_left_alone),
         cmocka_unit_test(test_folder_name_slurm_conf_cannot_hold),
         cmocka_unit_test(test_down_after_slurmd_lost),
+        cmocka_unit_test(test_up_waits_for_a_pid_being_written),
         cmocka_unit_test(test_down_leaves_nothing),
     };
     return cmocka_run_group_tests(tests, setup, teardown);
