@@ -333,15 +333,18 @@ $(BUILD)/tests/stages/test_protocol: $(PASS_PLANTS:%=$(BUILD)/tests/stages/plant
 
 # test_step_memory runs zero3 planted with a mistake about when memory is
 # held (tests/stages/timeline_plants.c), one binary per mistake: the model's
-# holding (gpt_held.c) or the formula's timeline (step_memory.c) built again
-# with one call standing for the planted one
-TIMELINE_PLANTS := late label window
+# holding (gpt_held.c), the formula's timeline (step_memory.c) or the budget
+# check (trainer_budget.c) built again with one call standing for the
+# planted one
+TIMELINE_PLANTS := late label window bytes
 PLANT_SRC_late := common/model/gpt_held.c
 PLANT_SRC_label := common/model/gpt_held.c
 PLANT_SRC_window := common/model/step_memory.c
+PLANT_SRC_bytes := common/training/trainer_budget.c
 PLANT_CALL_late := -Dbuf_free=planted_buf_free
 PLANT_CALL_label := -Dbuf_alloc=planted_buf_alloc
 PLANT_CALL_window := -Dzero_live_bytes=planted_zero_live_bytes
+PLANT_CALL_bytes := -Drun_fits=planted_run_fits
 $(foreach p,$(TIMELINE_PLANTS),$(eval $(BUILD)/tests/plants/held_$(p).o: $(PLANT_SRC_$(p)) ; \
     @mkdir -p $$(dir $$@) && $$(CC) $$(CFLAGS) $(PLANT_CALL_$(p)) -c $$< -o $$@))
 $(BUILD)/tests/plants/timeline_%.o: tests/stages/timeline_plants.c
@@ -351,6 +354,7 @@ $(BUILD)/tests/stages/planted_timeline_%: $(BUILD)/tests/plants/held_%.o $(BUILD
         $(call MAIN_OBJ,zero3) $(SRC_04:%.c=$(BUILD)/%.o) $(LIB)
 	$(CC) $(OPT) $^ -o $@ $(LDLIBS)
 $(BUILD)/tests/stages/test_step_memory: $(TIMELINE_PLANTS:%=$(BUILD)/tests/stages/planted_timeline_%)
+$(BUILD)/tests/stages/test_budget: $(BUILD)/tests/stages/planted_timeline_bytes
 .SECONDARY: $(TIMELINE_PLANTS:%=$(BUILD)/tests/plants/held_%.o) $(TIMELINE_PLANTS:%=$(BUILD)/tests/plants/timeline_%.o)
 
 # test_blas_core preloads a shim between the trainers and OpenBLAS (built

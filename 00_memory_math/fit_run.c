@@ -23,6 +23,7 @@ static const Col run_cols[] = {
     {"activations_workspace_gb", "activations+workspace GB", 24, "%.3f"},
     {"buffers_scratch_gb", "buffers+scratch GB", 18, "%.3f"},
     {"total_gb", "total GB", 9, "%.3f"},
+    {"arena_gb", "arena GB", 9, "%.3f"},
     {"fits", "fits", 5, NULL},
 };
 
@@ -41,7 +42,7 @@ static RunDeviceBytes stage_run(StageId formula, const Inputs *in, int threads, 
     plan.T = in->seq_len;  // every position
     *name = stage_name(formula);
     RunDeviceBytes r = run_device_bytes(formula, l, &plan, l->num_params, in->ranks, CPU_ACT_BYTES, scratch, buffers, 0);
-    if (!summed) r.total = step_peak_bytes(formula, 0, in);  // the parts at once, as the step runs (timeline.c)
+    if (!summed) step_peaks(formula, 0, in, &r);  // the parts at once, as the step runs (timeline.c)
     return r;
 }
 
@@ -59,15 +60,19 @@ static RunDeviceBytes tp_run(const Inputs *in, int threads) {
     GPTPlan plan = act_plan(in, in->recompute, in->offload_activations);
     RunDeviceBytes r = run_device_bytes(STAGE_ZERO1, l, &plan, l->num_params, in->ranks / in->tp, CPU_ACT_BYTES,
                                         scratch, (double)part.shard * sizeof(bf16), 0);
-    r.total = step_peak_bytes(STAGE_ZERO1, 1, in);
+    step_peaks(STAGE_ZERO1, 1, in, &r);
     return r;
 }
 
-double run_grid_total_bytes(const Inputs *in) { return tp_run(in, device_cpu_threads(in->ranks)).total; }
+RunDeviceBytes run_grid_bytes(const Inputs *in) { return tp_run(in, device_cpu_threads(in->ranks)); }
 
-double run_total_bytes(StageId s, const Inputs *in) {
+RunDeviceBytes run_stage_bytes(StageId s, const Inputs *in) {
     const char *name;
-    return stage_run(s, in, device_cpu_threads(in->ranks), 0, &name).total;
+    return stage_run(s, in, device_cpu_threads(in->ranks), 0, &name);
+}
+
+int run_fits_budget(const RunDeviceBytes *r, double budget) {
+    return run_fits(r, budget, cpu_region_bytes_for(budget));
 }
 
 double zeropp_run_total_bytes(const Inputs *in, const ZeroPPConfig *c) {
@@ -77,10 +82,10 @@ double zeropp_run_total_bytes(const Inputs *in, const ZeroPPConfig *c) {
 
 // A row of the table, and the stage named in the list it falls in.
 static void add_row(Printer *p, const char *name, const RunDeviceBytes *r, double budget, char *fits, char *refused) {
-    int ok = r->total <= budget;
-    Cell row[6] = {cell_str(name), cell_num(r->states / GB), cell_num((r->activations + r->workspace) / GB),
+    int ok = run_fits_budget(r, budget);
+    Cell row[7] = {cell_str(name), cell_num(r->states / GB), cell_num((r->activations + r->workspace) / GB),
                    cell_num((r->stage_buffers + r->kernel_scratch) / GB), cell_num(r->total / GB),
-                   cell_str(ok ? "yes" : "no")};
+                   cell_num(r->high_water / GB), cell_str(ok ? "yes" : "no")};
     printer_row(p, row);
     char *list = ok ? fits : refused;
     size_t len = strlen(list);
@@ -102,7 +107,7 @@ void section_fit_run(Printer *p, const Inputs *in) {
         snprintf(title + len, sizeof title - len, " (its saved inputs offloaded to the host)");
     }
     printer_section(p, "fit_run", title);
-    printer_table(p, "stages", run_cols, 6);
+    printer_table(p, "stages", run_cols, 7);
     char fits[400] = "", refused[400] = "";
     for (int i = 0; i < measured_stage_count(); i++) {
         const char *name;
@@ -115,6 +120,7 @@ void section_fit_run(Printer *p, const Inputs *in) {
         double extra = zeropp_cost(in, &in->zeropp).device_extra;
         r.stage_buffers += extra;
         r.total += extra;
+        r.arena = r.high_water = r.total;  // not modelled: no blocks to place
         ZeroPPMode modes[4];
         zeropp_modes(in, modes);  // with switches given, theirs alone
         add_row(p, modes[0].name, &r, budget, fits, refused);
@@ -134,6 +140,11 @@ void section_fit_run(Printer *p, const Inputs *in) {
                     "fp32 as the cpu device keeps them (saved by --recompute, and the recomputed block's working "
                     "set), with backward's scratch and the fp32 gradients of one unit; buffers+scratch: the stage's comm buffers at its defaults (buckets, gathered units) "
                     "and the largest kernel scratch for %d thread%s per rank. A trainer adds what its device "
-                    "holds before the check (none on the cpu device).", threads, threads == 1 ? "" : "s");
+                    "holds before the check (none on the cpu device). total: the largest sum at one moment of the "
+                    "step; arena: the region its blocks need where the device's arena places them, each rounded up "
+                    "to 4 kB pages, the free bytes left in holes between them included (the step's pieces replayed "
+                    "through the arena in the order the trainers allocate them); fits: the total within the budget "
+                    "and the arena within the budget in whole pages, as the budget check decides.", threads,
+                    threads == 1 ? "" : "s");
     printer_section_end(p);
 }

@@ -10,8 +10,11 @@
 // 3d_parallel's grid (pp 1, --tp as given) has a row for each sequence
 // split that N allows: cp 2, 4 and 8 (and a --cp given) in each mode, its T
 // a multiple of cp (of 2·cp for the ring); and one at --tp alone. The count
-// is of bytes: the device's arena rounds each block up to 4 kB (arena.h),
-// which a run at the very limit may not have room for.
+// is the budget check's: the bytes within the budget, and the region the
+// step's blocks need where the device's arena places them (each rounded up
+// to 4 kB pages, the holes between them included) within the cpu device's
+// region (run_fits). Where holes make that region grow unevenly with T,
+// the T found passes and T + 1 does not, but a longer T may pass again.
 #include <stdio.h>
 #include <string.h>
 #include "memory_math.h"
@@ -54,12 +57,43 @@ static Inputs at_length(const Inputs *in, const Way *w, int T) {
 
 #define GRID_ROW ((StageId)-1)  // 3d_parallel's --tp/--cp grid
 
-static int fits(StageId s, const Inputs *in, const Way *w, int T, double budget) {
+// ... and for the stage s (the grid: at --tp as given)
+static Inputs probe_of(StageId s, const Inputs *in, const Way *w, int T) {
     Inputs probe = at_length(in, w, T);
-    if (s != GRID_ROW) return run_total_bytes(s, &probe) <= budget;
-    probe.tp = in->tp;
-    gpt_layout_tp(&probe.tp_layout, &probe.layout.cfg, in->tp, 0);
-    return run_grid_total_bytes(&probe) <= budget;
+    if (s == GRID_ROW) {
+        probe.tp = in->tp;
+        gpt_layout_tp(&probe.tp_layout, &probe.layout.cfg, in->tp, 0);
+    }
+    return probe;
+}
+
+static int fits(StageId s, const Inputs *in, const Way *w, int T, double budget) {
+    Inputs probe = probe_of(s, in, w, T);
+    RunDeviceBytes r = s == GRID_ROW ? run_grid_bytes(&probe) : run_stage_bytes(s, &probe);
+    return run_fits_budget(&r, budget);
+}
+
+// What fills the memory at T the way w: the two largest categories at the
+// step's peak, of the peak's total, and the phase it falls in.
+static void filled_by(StageId s, const Inputs *in, const Way *w, int T, char *out, size_t n) {
+    if (T < 1) {
+        snprintf(out, n, "-");
+        return;
+    }
+    Inputs probe = probe_of(s, in, w, T);
+    MemPhase at;
+    double bytes[CAT_COUNT], total = 0;
+    step_peak_parts(s == GRID_ROW ? STAGE_ZERO1 : s, s == GRID_ROW, &probe, &at, bytes);
+    int top[2] = {-1, -1};
+    for (int c = 0; c < CAT_COUNT; c++) {
+        total += bytes[c];
+        if (top[0] < 0 || bytes[c] > bytes[top[0]]) top[1] = top[0], top[0] = c;
+        else if (top[1] < 0 || bytes[c] > bytes[top[1]]) top[1] = c;
+    }
+    char where[96];
+    snprintf(out, n, "%s %.1f + %s %.1f of %.1f MB, %s", mem_category_name((MemCategory)top[0]), bytes[top[0]] / 1e6,
+             mem_category_name((MemCategory)top[1]), bytes[top[1]] / 1e6, total / 1e6,
+             mem_phase_text(at, where, sizeof where));
 }
 
 // The longest T in [1, most] that fits (0: not even one token); the grid's
@@ -90,9 +124,12 @@ static void grid_row(Printer *p, const Inputs *in, int tp, int cp, int ring, int
     grid.cp_ring = ring;
     char name[80];
     snprintf(name, sizeof name, "3d_parallel --tp %d --cp %d%s", tp, cp, cp > 1 && ring ? " --cp-mode ring" : "");
-    Cell row[NWAYS + 1];
+    Cell row[NWAYS + 2];
     row[0] = cell_str(name);
     for (int k = 0; k < NWAYS; k++) row[1 + k] = cell_num(longest(GRID_ROW, &grid, &ways[k], most, budget));
+    char fill[160];
+    filled_by(GRID_ROW, &grid, &ways[0], (int)row[1].v, fill, sizeof fill);
+    row[1 + NWAYS] = cell_str(fill);
     printer_row(p, row);
 }
 
@@ -107,15 +144,19 @@ void section_longest(Printer *p, const Inputs *in) {
              "(the formula's timeline of a step, on the cpu device), by bisection over T", in->hbm_gb, in->ranks,
              in->model, in->batch, in->model, in->layout.cfg.max_seq_len, in->context_given ? " (--context: at most it)" : "");
     printer_section(p, "longest_seq", title);
-    Col cols[NWAYS + 1] = {{"stage", "stage", 44, NULL}};
+    Col cols[NWAYS + 2] = {{"stage", "stage", 44, NULL}};
     for (int k = 0; k < NWAYS; k++)
         cols[1 + k] = (Col){ways[k].key, ways[k].name, (int)strlen(ways[k].name), "%.0f"};
-    printer_table(p, "stages", cols, NWAYS + 1);
+    cols[1 + NWAYS] = (Col){"filled_by", "what fills it at the run's T", 27, NULL};
+    printer_table(p, "stages", cols, NWAYS + 2);
     for (int i = 0; i < measured_stage_count(); i++) {
         StageId s = measured_stage(i);
-        Cell row[NWAYS + 1];
+        Cell row[NWAYS + 2];
         row[0] = cell_str(stage_name(s));
         for (int k = 0; k < NWAYS; k++) row[1 + k] = cell_num(longest(s, in, &ways[k], most, budget));
+        char fill[160];
+        filled_by(s, in, &ways[0], (int)row[1].v, fill, sizeof fill);
+        row[1 + NWAYS] = cell_str(fill);
         printer_row(p, row);
     }
     // 3d_parallel's grid (pp 1): at --tp alone, and with the sequence over
@@ -135,9 +176,9 @@ void section_longest(Printer *p, const Inputs *in) {
     printer_note(p, "the run's flags: --recompute %s%s, --tiled-loss %d, --tiled-mlp %d; 0: not one token fits. A "
                  "trainer given --seq-len T and this budget passes its budget check at the T above and is refused "
                  "at T + 1 (3d_parallel at T + cp, or 2·cp for the ring; test_context, test_context_parallel, make "
-                 "bench's section longest); it counts bytes, and the device's arena rounds each block up to 4 kB and "
-                 "may leave the free bytes in holes, so at the very limit a run may stop at an allocation instead "
-                 "(the error names the block): give it a margin.",
+                 "bench's section longest); it counts the bytes and the region the step's blocks need where the "
+                 "device's arena places them: each rounded up to 4 kB pages, the free bytes left in holes between "
+                 "them included (the step replayed through the arena, step_memory.c), so a run at T trains.",
                  gpt_recompute_name(in->recompute),
                  in->offload_activations ? " --offload-activations" : "", in->tiled_loss, in->tiled_mlp);
     printer_section_end(p);

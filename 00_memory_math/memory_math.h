@@ -80,9 +80,13 @@ const GPTLayout *act_layout(const Inputs *in);
 // counts it) and whether it fits in --hbm-gb.
 void section_fit_run(Printer *p, const Inputs *in);
 // The device bytes a stage's run needs with these inputs (the same count).
-double run_total_bytes(StageId s, const Inputs *in);
+RunDeviceBytes run_stage_bytes(StageId s, const Inputs *in);
 // 3d_parallel's (--tp, --cp; pp 1) as its budget check counts it: fit_run.c's row.
-double run_grid_total_bytes(const Inputs *in);
+RunDeviceBytes run_grid_bytes(const Inputs *in);
+// Does the run fit in `budget` bytes per rank, as the trainers' budget
+// check decides on the cpu device: its bytes, and its blocks rounded up to
+// the arena's pages in the region the cpu device reserves (run_fits).
+int run_fits_budget(const RunDeviceBytes *r, double budget);
 // longest.c: with --model and --hbm-gb, the longest --seq-len each stage's
 // budget check admits, three ways (the run's flags, full recompute, and
 // with tiles).
@@ -96,7 +100,10 @@ double zeropp_run_total_bytes(const Inputs *in, const ZeroPPConfig *c);
 // (step_memory.c) as a table; and a stage's peak by it, as the trainers'
 // budget check counts it (tp3d: 3d_parallel --tp with these inputs).
 void section_timeline(Printer *p, const Inputs *in);
-double step_peak_bytes(StageId formula, int tp3d, const Inputs *in);
+// r's total and arena from the timeline's peaks
+void step_peaks(StageId formula, int tp3d, const Inputs *in, RunDeviceBytes *r);
+// where its peak falls, and each category's bytes there
+void step_peak_parts(StageId formula, int tp3d, const Inputs *in, MemPhase *phase, double bytes[CAT_COUNT]);
 // step_time.c: with a link and a compute rate, the step time of each stage
 // predicted from the ring formulas, and the fastest that fits.
 void section_step_time(Printer *p, const Inputs *in);

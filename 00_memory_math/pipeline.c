@@ -91,7 +91,7 @@ void section_pipeline(Printer *p, const Inputs *in) {
         spec.stages = P;
         spec.stage = s;
         if (zb || v > 1) spec.ops = table.ops + (size_t)s * (size_t)table.per_stage, spec.nops = table.count[s];
-        spec.fixed[CAT_COMM] += (double)part.shard * sizeof(bf16);
+        step_memory_fixed(&spec, CAT_COMM, (double)part.shard * sizeof(bf16));
         StepMemory mem;
         step_memory(&spec, &mem);
         char units[96];

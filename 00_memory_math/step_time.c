@@ -134,19 +134,20 @@ void section_step_time(Printer *p, const Inputs *in) {
     int fits[MAX_ROWS], n = 0;
     double serial[MAX_ROWS], overlap[MAX_ROWS];
     for (int i = 0; i < NPLANNED + nmodes; i++, n++) {
-        double need;
+        RunDeviceBytes need = {0};
         Plan plan;
         if (i < NPLANNED) {
             plan = plan_stage(planned[i], in);
-            need = run_total_bytes(planned[i], in);
+            need = run_stage_bytes(planned[i], in);
             names[i] = stage_name(planned[i]);
         } else {
-            plan = plan_zeropp(&modes[i - NPLANNED].c, in, &need);
+            plan = plan_zeropp(&modes[i - NPLANNED].c, in, &need.total);
+            need.arena = need.high_water = need.total;  // not modelled: no blocks to place
             names[i] = modes[i - NPLANNED].name;
         }
         serial[i] = plan.serial_ms;
         overlap[i] = plan.overlap_ms;
-        fits[i] = in->hbm_gb <= 0 || need <= in->hbm_gb * 1e9;
+        fits[i] = in->hbm_gb <= 0 || run_fits_budget(&need, in->hbm_gb * 1e9);
         Cell row[8] = {cell_str(names[i]), cell_num(plan.compute_ms), cell_num(plan.comm_bytes),
                        cell_num(plan.collectives), cell_num(plan.comm_ms), cell_num(plan.serial_ms),
                        cell_num(plan.overlap_ms), cell_str(in->hbm_gb <= 0 ? "-" : fits[i] ? "yes" : "no")};

@@ -35,15 +35,27 @@ static void stage_spec(StepMemorySpec *s, StageId formula, int tp3d, const Input
     if (tp3d) s->shape = STEP_PIPELINE, s->schedule = PIPE_1F1B, s->stages = 1, s->stage = 0;
 }
 
-double step_peak_bytes(StageId formula, int tp3d, const Inputs *in) {
+void step_peaks(StageId formula, int tp3d, const Inputs *in, RunDeviceBytes *r) {
     StepMemorySpec s;
     Partition part;
     stage_spec(&s, formula, tp3d, in, &part);
     StepMemory m;
     step_memory(&s, &m);
-    double peak = m.peak;
+    r->total = m.peak;
+    r->arena = m.arena_peak;
+    r->high_water = m.high_water;
     step_memory_free(&m);
-    return peak;
+}
+
+void step_peak_parts(StageId formula, int tp3d, const Inputs *in, MemPhase *phase, double bytes[CAT_COUNT]) {
+    StepMemorySpec s;
+    Partition part;
+    stage_spec(&s, formula, tp3d, in, &part);
+    StepMemory m;
+    step_memory(&s, &m);
+    *phase = m.peak_phase;
+    memcpy(bytes, m.peak_bytes, sizeof m.peak_bytes);
+    step_memory_free(&m);
 }
 
 static const MemCategory shown[] = {CAT_PARAMS, CAT_GRADS, CAT_MASTER, CAT_ADAM_M, CAT_ADAM_V, CAT_GRAD_ACCUM,
@@ -89,6 +101,10 @@ void section_timeline(Printer *p, const Inputs *in) {
     printer_num(p, "peak_mb", "peak MB (the largest total at any moment, inside a phase too)", m.peak / 1e6, "%.3f",
                 NULL);
     printer_str(p, "peak_phase", "during", where);
+    printer_num(p, "arena_peak_mb", "in the arena's pages MB (each block rounded up to 4096 bytes, at their largest)",
+                m.arena_peak / 1e6, "%.3f", NULL);
+    printer_num(p, "high_water_mb", "region MB (the end of the highest block where the arena places them, holes "
+                "included)", m.high_water / 1e6, "%.3f", NULL);
     printer_note(p, "every allocation in order: the parts that live through the step (states, the stage's buffers, "
                     "the scratch), then each micro-batch's input, each unit's saved tensors from its forward to its "
                     "backward, the recompute's working set, a unit's fp32 gradients from its backward to the next%s. "

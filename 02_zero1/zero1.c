@@ -21,6 +21,11 @@ static double device_buffer_bytes(const void *ctx, const GPTLayout *l, const Par
     return (double)p->shard * sizeof(bf16);
 }
 
+// That shard, one block through the step.
+static void step_shape(const void *ctx, const Trainer *t, StepMemorySpec *s) {
+    step_memory_fixed(s, CAT_COMM, device_buffer_bytes(ctx, &t->layout, &t->part));
+}
+
 // LAB 02: zero1_step -- reduce-scatter the gradients, update the own shard, all-gather
 // After the last micro-batch every rank holds the whole bf16 gradient
 // (t->st.grads, Ψ_pad elements). Reduce-scatter it so that rank r receives
@@ -87,6 +92,7 @@ const Strategy strategy_zero1 = {
     .context_bytes = sizeof(Stage),
     .setup = setup,
     .device_buffer_bytes = device_buffer_bytes,
+    .step_shape = step_shape,
     .forward_backward = forward_backward,
     .grad_norm_sq = grad_norm_sq,
     .update = update,

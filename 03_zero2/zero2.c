@@ -30,6 +30,12 @@ static double device_buffer_bytes(const void *ctx, const GPTLayout *l, const Par
     return zero_bucket_bytes(z->bucket_mb, p);
 }
 
+// The buckets' four blocks, through the step.
+static void step_shape(const void *ctx, const Trainer *t, StepMemorySpec *s) {
+    const Stage *z = ctx;
+    step_memory_buckets(s, z->bucket_mb, &t->part);
+}
+
 // The micro-batch step. bf16 params stay whole, as in ZeRO-1; the gradients
 // never are: as each unit's come out of backward they go into a bucket, and a
 // full bucket is reduce-scattered while backward goes on with the units
@@ -86,6 +92,7 @@ const Strategy strategy_zero2 = {
     .flags = flags,
     .setup = setup,
     .device_buffer_bytes = device_buffer_bytes,
+    .step_shape = step_shape,
     .forward_backward = forward_backward,
     .grad_norm_sq = grad_norm_sq,
     .update = update,

@@ -143,7 +143,7 @@ void param_shard_release_all(ParamShard *ps, Trainer *t) {
 }
 
 void param_shard_step_shape(int prefetch, double bucket_mb, const Trainer *t, StepMemorySpec *s) {
-    step_memory_gathered(s, prefetch, zero_bucket_bytes(bucket_mb, &t->part));
+    step_memory_gathered(s, prefetch, bucket_mb, &t->part);
 }
 
 int param_shard_upcoming(const ParamShard *ps, const Trainer *t, int u, int backward, int ahead, int out[2]) {

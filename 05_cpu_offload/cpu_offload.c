@@ -318,6 +318,12 @@ static double device_buffer_bytes(const void *ctx, const GPTLayout *l, const Par
     return zero_bucket_bytes(z->bucket_mb, p);
 }
 
+// The buckets' four blocks, through the step.
+static void step_shape(const void *ctx, const Trainer *t, StepMemorySpec *s) {
+    const Stage *z = ctx;
+    step_memory_buckets(s, z->bucket_mb, &t->part);
+}
+
 static void teardown(Trainer *t) {
     Stage *z = t->sctx;
     if (!z->dpu) {
@@ -351,6 +357,7 @@ const Strategy strategy_cpu_offload = {
     .flags = cpu_offload_flags,
     .setup = setup,
     .device_buffer_bytes = device_buffer_bytes,
+    .step_shape = step_shape,
     .forward_backward = forward_backward,
     .grad_norm_sq = host_grads_norm_sq,
     .update = update,

@@ -201,7 +201,7 @@ static void step_shape(const void *ctx, const Trainer *t, StepMemorySpec *s) {
         s->ops = z->table.ops + (size_t)s->stage * (size_t)z->table.per_stage;
         s->nops = z->table.count[s->stage];
     }
-    s->fixed[CAT_COMM] += device_buffer_bytes(ctx, &t->layout, &t->part);
+    step_memory_fixed(s, CAT_COMM, device_buffer_bytes(ctx, &t->layout, &t->part));  // one block
 }
 
 // ---- the step ----

@@ -5,11 +5,12 @@
 # configuration (each stage; 3d_parallel at each cp in each mode) and each
 # way of running it (the run's flags; --recompute full; full with
 # --tiled-loss 8 --tiled-mlp 8), the trainer runs one step at the T the
-# table gives, which must pass its budget check (it trains, or stops at an
-# arena allocation: the table counts bytes, not the arena's 4 kB blocks and
-# holes), and at one step of T above (T + cp, T + 2·cp for the ring, else
-# T + 1), which its budget check must refuse. One JSON object on stdout:
-# each row's T, what the run at T did and whether T + step was refused.
+# table gives, which must train (the table counts what the budget check
+# counts: the bytes, and the region the step's blocks need where the
+# device's arena places them, pages and holes included), and at one step of
+# T above (T + cp, T + 2·cp for the ring, else T + 1), which its budget
+# check must refuse. One JSON object on stdout: each row's T, what the run
+# at T did and whether T + step was refused.
 set -euo pipefail
 here=$(cd "$(dirname "$0")/.." && pwd)
 cd "$here"
@@ -60,10 +61,10 @@ for row in table:
         flags = words + extra.split()
         at, above = run(flags, T), run(flags, T + step)
         rows.append({"configuration": row["stage"], "way": way, "seq_len": T, "at_T": at, "above": above,
-                     "step": step, "held": at in ("trained", "arena") and above == "refused"})
+                     "step": step, "held": at == "trained" and above == "refused"})
         print(f"longest: {row['stage']} ({way}): T {T} {at}, T + {step} {above}", file=sys.stderr, flush=True)
 print(json.dumps({"what": f"memory_math --longest-seq on small at {ranks} ranks, batch 1, --hbm-gb {gb}: each row "
-                          "run at its T (passes the budget check: trained, or stopped at an arena allocation) and "
+                          "run at its T (trains) and "
                           "one step above (refused by the budget check)",
                   "held": sum(r["held"] for r in rows), "rows_run": len(rows), "rows": rows}, indent=1))
 EOF

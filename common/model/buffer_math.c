@@ -90,6 +90,23 @@ double zero_live_bytes(const GPTLayout *l, int prefetch, const double bytes[2][G
     return live;
 }
 
+int zero_live_units(const GPTLayout *l, int prefetch, int e, int released, int out[GPT_MAX_UNITS]) {
+    int entries = 2 * l->num_units, keep = prefetch > 0 ? prefetch : 1, n = 0, key[GPT_MAX_UNITS];
+    for (int u = 0; u < l->num_units; u++) {
+        int f = e;  // as zero_live_bytes
+        while (f <= e + prefetch && f < entries && !read_in(l, entries, f, f, u)) f++;
+        if (f > e + prefetch || f >= entries) continue;
+        if (released && !read_in(l, entries, e + 1, e + keep, u)) continue;
+        int g = gather_entry(l, entries, prefetch, f, u), reads[2], k = 0, m = reads_of(l, g, reads);
+        while (k < m && reads[k] != u) k++;
+        // in start order: by the entry gathered for, then the order it reads them in
+        int at = n++, order = 2 * g + k;
+        while (at > 0 && key[at - 1] > order) out[at] = out[at - 1], key[at] = key[at - 1], at--;
+        out[at] = u, key[at] = order;
+    }
+    return n;
+}
+
 double zero_gathered_peak_bytes(const GPTLayout *l, int prefetch) {
     double bytes[2][GPT_MAX_UNITS];
     for (int u = 0; u < l->num_units; u++) bytes[0][u] = bytes[1][u] = (double)l->unit[u].count * sizeof(bf16);

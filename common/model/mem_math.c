@@ -9,6 +9,7 @@
 #include <stdarg.h>
 #include <stdio.h>
 #include <string.h>
+#include "arena.h"
 #include "check.h"
 
 static const char *const names[STAGE_COUNT] = {
@@ -252,7 +253,17 @@ RunDeviceBytes run_device_bytes(StageId s, const GPTLayout *l, const GPTPlan *p,
                         .workspace = (double)ab.backward_scratch + (double)ab.grad_workspace,
                         .kernel_scratch = kernel_scratch, .stage_buffers = stage_buffers, .held = held};
     r.total = r.states + r.activations + r.workspace + r.kernel_scratch + r.stage_buffers + r.held;
+    r.arena = r.high_water = r.total;
     return r;
+}
+
+int run_fits(const RunDeviceBytes *r, double budget, double region) {
+    return r->total <= budget && r->arena <= region && r->high_water <= region;
+}
+
+double cpu_region_bytes_for(double budget) {
+    double page = (double)ARENA_ALIGN;
+    return ceil(budget / page) * page;
 }
 
 // Model states are linear in Ψ (unpadded), so the device bytes per parameter

@@ -104,7 +104,22 @@ const char *stage_transfer_formula(StageId s, Transfer x);  // "2kΨ/N", or "0"
 typedef struct RunDeviceBytes {
     double states, activations, workspace, kernel_scratch, stage_buffers, held;
     double total;
+    // The total with every block rounded up to the device arena's pages, as
+    // the formula's timeline counts them at its own largest (step_memory.h's
+    // arena_peak), and the region those blocks need where the arena places
+    // them, holes included (its high_water); here, before a caller sets them
+    // from the timeline, the total.
+    double arena, high_water;
 } RunDeviceBytes;
+// Does a run of r fit the device budget: its bytes within `budget`, and its
+// blocks, placed as the arena places them, within the region the device
+// reserves for it, `region` (the cpu device's: the budget rounded up to
+// whole pages): each block rounded up to its pages, and the free bytes left
+// in holes between blocks (fragmentation, ZeRO-R's, which
+// --contiguous-buffers answers) counted.
+int run_fits(const RunDeviceBytes *r, double budget, double region);
+// The cpu device's region for a budget (device_cpu.c): whole arena pages.
+double cpu_region_bytes_for(double budget);
 RunDeviceBytes run_device_bytes(StageId s, const GPTLayout *l, const GPTPlan *p, size_t state_params, int dp_ranks,
                                 int act_bytes, double kernel_scratch, double stage_buffers, double held);
 
@@ -142,6 +157,10 @@ double zero_gathered_peak_bytes(const GPTLayout *l, int prefetch);
 // `released`, once entry e's release has dropped what no entry of the next
 // max(p, 1) reads.
 double zero_live_bytes(const GPTLayout *l, int prefetch, const double bytes[2][GPT_MAX_UNITS], int e, int released);
+// The same units, into out in the order their gathers start (by the entry
+// each was gathered for, then the order that entry reads them in); returns
+// how many.
+int zero_live_units(const GPTLayout *l, int prefetch, int e, int released, int out[GPT_MAX_UNITS]);
 // The same replay where a unit gathered for an entry of pass p (0 forward,
 // 1 backward) holds bytes[p][u] while live (ZeRO++'s quantized gathers keep
 // their int8 parts beside the unit).

@@ -17,11 +17,21 @@
 //     fp32 gradients at its W instead of its B.
 // With ZeRO-R's contiguous buffers (plan.contiguous) the activations, the
 // working set and the gradients are in `fixed` and only the gathers move.
-// A boundary is taken as each phase begins, as mem.c keeps them.
+// A boundary is taken as each phase begins, as mem.c keeps them. Each piece
+// is one block of the device's arena, and the walk keeps beside the bytes
+// what the arena adds to the blocks alive (each rounded up to its pages),
+// and places them by the arena's own rules (arena.c) in an endless region,
+// in the order the trainers take and give them back, the blocks that live
+// through the step first: its high-water mark is the region a run needs,
+// the holes between blocks included. The placing is the allocator's own
+// code; what the walk states apart from the trainers is which block lives
+// when, and how large it is.
 #include "step_memory.h"
+#include <math.h>
 #include <stdlib.h>
 #include <string.h>
 #include "act_math.h"
+#include "arena.h"
 #include "check.h"
 #include "mem_math.h"
 
@@ -35,10 +45,67 @@ typedef struct Walk {
     double unit_grads, embed_grads;  // held now
     int embed_pending;             // the head's backward started the embeddings' gradients
     double gathered_now;           // zero3's units gathered now
+    double gathered_pad_now;       // and what the arena adds to their blocks
+    double gathered_pages[2][GPT_MAX_UNITS];  // a gathered unit's block as the arena rounds it
+    double pad;                    // what the arena adds to the blocks alive now
+    // the blocks alive, placed by the arena's own rules in an endless region
+    Arena arena;
+    struct Placed {
+        long long key;
+        size_t offset;
+    } *placed;
+    int nplaced, capplaced;
+    int gathered_live[GPT_MAX_UNITS];  // zero3's units placed now
 } Walk;
 
-static void add(Walk *w, MemCategory c, double bytes) {
+// What a piece is, for the arena's replay: its kind, micro-batch and index
+// (a block, a chunk, a unit); a release names the block it takes back.
+typedef enum { PIECE_INPUT, PIECE_CHUNK_INPUT, PIECE_BLOCK, PIECE_HEAD, PIECE_WORKING, PIECE_UNIT_GRADS,
+               PIECE_EMBED_GRADS, PIECE_W_STASH, PIECE_GATHERED, PIECE_SHARED, PIECE_FIXED } PieceKind;
+
+static long long key_of(PieceKind kind, int micro, int index) {
+    return ((long long)kind << 42) | ((long long)(micro + 1) << 21) | (long long)(index + 1);
+}
+
+static void place(Walk *w, long long key, double bytes) {
+    if (bytes <= 0) return;
+    size_t offset = arena_alloc(&w->arena, (size_t)bytes);
+    CHECK(offset != ARENA_NONE, "step_memory: the replay's endless region is full");
+    if (w->nplaced == w->capplaced) {
+        w->capplaced = w->capplaced ? 2 * w->capplaced : 64;
+        w->placed = xrealloc(w->placed, (size_t)w->capplaced * sizeof *w->placed);
+    }
+    w->placed[w->nplaced++] = (struct Placed){key, offset};
+}
+
+static void unplace(Walk *w, long long key) {
+    for (int k = w->nplaced - 1; k >= 0; k--)
+        if (w->placed[k].key == key) {
+            arena_free(&w->arena, w->placed[k].offset);
+            w->placed[k] = w->placed[--w->nplaced];
+            return;
+        }
+    CHECK(0, "step_memory: a release of piece %llx that the walk never placed", key);
+}
+
+double step_memory_pad(double bytes) {
+    if (bytes <= 0) return 0;
+    double pages = (double)ARENA_ALIGN;
+    return ceil(bytes / pages) * pages - bytes + (double)ARENA_GUARD;
+}
+
+void step_memory_fixed(StepMemorySpec *s, MemCategory c, double bytes) {
+    if (bytes <= 0) return;
+    s->fixed[c] += bytes;
+    s->fixed_pad += step_memory_pad(bytes);
+    CHECK(s->nfixed < STEP_MAX_FIXED, "step_memory_fixed: more than %d blocks through the step", STEP_MAX_FIXED);
+    s->fixed_blocks[s->nfixed++] = bytes;
+}
+
+// bytes under c, of which the arena's blocks add pad more
+static void add_padded(Walk *w, MemCategory c, double bytes, double pad) {
     w->cur[c] += bytes;
+    w->pad += pad;
     if (w->cur[c] > w->out->cat_peak[c]) w->out->cat_peak[c] = w->cur[c];
     double total = 0;
     for (int k = 0; k < CAT_COUNT; k++) total += w->cur[k];
@@ -47,6 +114,14 @@ static void add(Walk *w, MemCategory c, double bytes) {
         w->out->peak_phase = w->phase;
         memcpy(w->out->peak_bytes, w->cur, sizeof w->cur);
     }
+    if (total + w->pad > w->out->arena_peak) w->out->arena_peak = total + w->pad;
+}
+
+// One block allocated (bytes > 0) or released (bytes < 0), the piece `key`.
+static void add(Walk *w, MemCategory c, double bytes, long long key) {
+    add_padded(w, c, bytes, bytes < 0 ? -step_memory_pad(-bytes) : step_memory_pad(bytes));
+    if (bytes > 0) place(w, key, bytes);
+    else if (bytes < 0) unplace(w, key);
 }
 
 // The phase begins: a boundary, unless it is the phase already running.
@@ -78,19 +153,19 @@ static void unit_forward(Walk *w, int u, int micro) {
     if (!w->dynamic) return;
     int i = block_index(w, u);
     if (i >= 0) {
-        add(w, CAT_ACTIVATIONS, w->acts.block[i]);
-        add(w, CAT_ACT_WORKING, w->acts.working);  // what the block does not keep, while it runs
-        add(w, CAT_ACT_WORKING, -w->acts.working);
+        add(w, CAT_ACTIVATIONS, w->acts.block[i], key_of(PIECE_BLOCK, micro, i));
+        add(w, CAT_ACT_WORKING, w->acts.working, key_of(PIECE_WORKING, 0, 0));  // what the block does not keep
+        add(w, CAT_ACT_WORKING, -w->acts.working, key_of(PIECE_WORKING, 0, 0));
     } else if (u == head_unit(w)) {
-        add(w, CAT_ACTIVATIONS, w->acts.head);
+        add(w, CAT_ACTIVATIONS, w->acts.head, key_of(PIECE_HEAD, micro, 0));
     }
 }
 
 // The last backward's (or W's) gradients, read by now.
 static void let_go_grads(Walk *w) {
-    add(w, CAT_WORKSPACE, -w->unit_grads);
+    add(w, CAT_WORKSPACE, -w->unit_grads, key_of(PIECE_UNIT_GRADS, 0, 0));
     w->unit_grads = 0;
-    if (!w->embed_pending) add(w, CAT_WORKSPACE, -w->embed_grads), w->embed_grads = 0;
+    if (!w->embed_pending) add(w, CAT_WORKSPACE, -w->embed_grads, key_of(PIECE_EMBED_GRADS, 0, 0)), w->embed_grads = 0;
 }
 
 // Zero bubble splits a block's backward (gpt.h's GPTPlan.w_slots).
@@ -102,31 +177,36 @@ static void unit_backward(Walk *w, int u, int micro) {
     int i = block_index(w, u);
     if (w->dynamic && split(w, u)) {  // B: no weights' gradients, the W stash instead
         let_go_grads(w);
-        add(w, CAT_ACTIVATIONS, w->acts.w_stash);
+        add(w, CAT_ACTIVATIONS, w->acts.w_stash, key_of(PIECE_W_STASH, micro, i));
     } else if (w->dynamic) {
         let_go_grads(w);
-        if (u != GPT_UNIT_EMBED) add(w, CAT_WORKSPACE, w->unit_grads = (double)l->unit[u].count * sizeof(float));
+        if (u != GPT_UNIT_EMBED)
+            add(w, CAT_WORKSPACE, w->unit_grads = (double)l->unit[u].count * sizeof(float),
+                key_of(PIECE_UNIT_GRADS, 0, 0));
         if (u == head_unit(w) || (u == GPT_UNIT_EMBED && w->embed_grads == 0))
-            add(w, CAT_WORKSPACE, w->embed_grads = (double)l->unit[GPT_UNIT_EMBED].count * sizeof(float));
+            add(w, CAT_WORKSPACE, w->embed_grads = (double)l->unit[GPT_UNIT_EMBED].count * sizeof(float),
+                key_of(PIECE_EMBED_GRADS, 0, 0));
     }
     if (u == head_unit(w)) w->embed_pending = plan_has(w->s, GPT_UNIT_EMBED);
     if (u == GPT_UNIT_EMBED) w->embed_pending = 0;
     if (i >= 0 && w->s->plan.recompute != GPT_RECOMPUTE_NONE) {
         enter(w, PHASE_RECOMPUTE, u, micro);
-        if (w->dynamic) add(w, CAT_ACT_WORKING, w->acts.working);
+        if (w->dynamic) add(w, CAT_ACT_WORKING, w->acts.working, key_of(PIECE_WORKING, 0, 0));
         enter(w, PHASE_BACKWARD, u, micro);
     }
     if (!w->dynamic) return;
     if (i >= 0) {
-        if (w->s->plan.recompute != GPT_RECOMPUTE_NONE) add(w, CAT_ACT_WORKING, -w->acts.working);
-        add(w, CAT_ACTIVATIONS, -w->acts.block[i]);
+        if (w->s->plan.recompute != GPT_RECOMPUTE_NONE)
+            add(w, CAT_ACT_WORKING, -w->acts.working, key_of(PIECE_WORKING, 0, 0));
+        add(w, CAT_ACTIVATIONS, -w->acts.block[i], key_of(PIECE_BLOCK, micro, i));
     } else if (u == head_unit(w)) {
-        add(w, CAT_ACTIVATIONS, -w->acts.head);
+        add(w, CAT_ACTIVATIONS, -w->acts.head, key_of(PIECE_HEAD, micro, 0));
     }
-    if (u == w->s->plan.first_unit) add(w, CAT_ACTIVATIONS, -w->acts.input);  // the micro-batch is done with
+    if (u == w->s->plan.first_unit)  // the micro-batch is done with
+        add(w, CAT_ACTIVATIONS, -w->acts.input, key_of(PIECE_INPUT, micro, 0));
     const GPTPlan *p = &w->s->plan;
     if (p->chunks > 1 && i > 0 && i % p->chunk_stride == 0)  // an interleaved chunk's first block: its input read
-        add(w, CAT_ACTIVATIONS, -w->acts.chunk_input);
+        add(w, CAT_ACTIVATIONS, -w->acts.chunk_input, key_of(PIECE_CHUNK_INPUT, micro, i / p->chunk_stride));
 }
 
 // ---- the step ----
@@ -136,8 +216,21 @@ static void unit_backward(Walk *w, int u, int micro) {
 static void gathered_to(Walk *w, int e, int released) {
     const StepMemorySpec *s = w->s;
     if (s->shape != STEP_GATHERED) return;
-    add(w, CAT_PARAMS, zero_live_bytes(s->layout, s->prefetch, s->gathered, e, released) - w->gathered_now);
-    w->gathered_now = zero_live_bytes(s->layout, s->prefetch, s->gathered, e, released);
+    double live = zero_live_bytes(s->layout, s->prefetch, s->gathered, e, released);
+    double pad = zero_live_bytes(s->layout, s->prefetch, w->gathered_pages, e, released) - live;
+    add_padded(w, CAT_PARAMS, live - w->gathered_now, pad - w->gathered_pad_now);
+    w->gathered_now = live;
+    w->gathered_pad_now = pad;
+    // in the arena: the units dropped, then the new ones in the order their gathers start
+    int units[GPT_MAX_UNITS], n = zero_live_units(s->layout, s->prefetch, e, released, units), now[GPT_MAX_UNITS] = {0};
+    for (int k = 0; k < n; k++) now[units[k]] = 1;
+    for (int u = 0; u < s->layout->num_units; u++)
+        if (w->gathered_live[u] && !now[u]) unplace(w, key_of(PIECE_GATHERED, 0, u)), w->gathered_live[u] = 0;
+    for (int k = 0; k < n; k++)
+        if (!w->gathered_live[units[k]]) {  // (both passes gather a unit whole: step_memory_gathered)
+            place(w, key_of(PIECE_GATHERED, 0, units[k]), s->gathered[0][units[k]]);
+            w->gathered_live[units[k]] = 1;
+        }
 }
 
 // Stages 01-06: a micro-batch through every unit, forward then backward.
@@ -147,7 +240,7 @@ static void gathered_to(Walk *w, int e, int released) {
 static void whole_micro_batch(Walk *w, int i) {
     int U = w->s->layout->num_units;
     enter(w, PHASE_FORWARD, -1, i);  // its tokens arrive
-    if (w->dynamic) add(w, CAT_ACTIVATIONS, w->acts.input);
+    if (w->dynamic) add(w, CAT_ACTIVATIONS, w->acts.input, key_of(PIECE_INPUT, i, 0));
     for (int u = 0; u < U; u++) {
         gathered_to(w, u, 0);
         unit_forward(w, u, i);
@@ -165,12 +258,13 @@ static void whole_micro_batch(Walk *w, int i) {
 static void pipe_forward(Walk *w, int i) {
     const GPTPlan *p = &w->s->plan;
     enter(w, PHASE_FORWARD, -1, i);
-    if (w->dynamic && w->s->stage == 0) add(w, CAT_ACTIVATIONS, w->acts.input);
+    if (w->dynamic && w->s->stage == 0) add(w, CAT_ACTIVATIONS, w->acts.input, key_of(PIECE_INPUT, i, 0));
     for (int u = p->first_unit; u <= p->last_unit; u++) unit_forward(w, u, i);
 }
 
-static void pipe_receive(Walk *w) {
-    if (w->dynamic && w->s->stage > 0) add(w, CAT_ACTIVATIONS, w->acts.input);
+// micro-batch i's input arrives
+static void pipe_receive(Walk *w, int i) {
+    if (w->dynamic && w->s->stage > 0) add(w, CAT_ACTIVATIONS, w->acts.input, key_of(PIECE_INPUT, i, 0));
 }
 
 static void pipe_backward(Walk *w, int j) {
@@ -187,8 +281,9 @@ static void pipe_weights(Walk *w, int j) {
         enter(w, PHASE_WEIGHTS, u, j);
         if (!w->dynamic) continue;
         let_go_grads(w);
-        add(w, CAT_WORKSPACE, w->unit_grads = (double)w->s->layout->unit[u].count * sizeof(float));
-        add(w, CAT_ACTIVATIONS, -w->acts.w_stash);
+        add(w, CAT_WORKSPACE, w->unit_grads = (double)w->s->layout->unit[u].count * sizeof(float),
+            key_of(PIECE_UNIT_GRADS, 0, 0));
+        add(w, CAT_ACTIVATIONS, -w->acts.w_stash, key_of(PIECE_W_STASH, j, block_index(w, u)));
     }
 }
 
@@ -207,11 +302,11 @@ static void interleaved_step(Walk *w) {
             continue;
         }
         if (op.chunk > 0) {
-            if (w->dynamic) add(w, CAT_ACTIVATIONS, w->acts.chunk_input);
+            if (w->dynamic) add(w, CAT_ACTIVATIONS, w->acts.chunk_input, key_of(PIECE_CHUNK_INPUT, op.micro, op.chunk));
         } else {
-            pipe_receive(w);
+            pipe_receive(w, op.micro);
             enter(w, PHASE_FORWARD, -1, op.micro);
-            if (w->dynamic && s->stage == 0) add(w, CAT_ACTIVATIONS, w->acts.input);
+            if (w->dynamic && s->stage == 0) add(w, CAT_ACTIVATIONS, w->acts.input, key_of(PIECE_INPUT, op.micro, 0));
         }
         for (int u = first; u <= last; u++) unit_forward(w, u, op.micro);
     }
@@ -231,14 +326,15 @@ static void zero_bubble_step(Walk *w) {
             continue;
         }
         if (op.kind == SCHED_F) {
-            if (received != op.micro) pipe_receive(w);
+            if (received != op.micro) pipe_receive(w, op.micro);
             pipe_forward(w, op.micro);
             continue;
         }
         pipe_backward(w, op.micro);
         int n = k + 1;
         while (n < s->nops && s->ops[n].kind == SCHED_W) n++;
-        if (n < s->nops && s->ops[n].kind == SCHED_F && s->stage > 0) pipe_receive(w), received = s->ops[n].micro;
+        if (n < s->nops && s->ops[n].kind == SCHED_F && s->stage > 0)
+            pipe_receive(w, s->ops[n].micro), received = s->ops[n].micro;
     }
 }
 
@@ -260,17 +356,17 @@ static void pipeline_step(Walk *w) {
         return;
     }
     if (s->schedule == PIPE_AFAB) {
-        for (int i = 0; i < m; i++) pipe_receive(w), pipe_forward(w, i);
+        for (int i = 0; i < m; i++) pipe_receive(w, i), pipe_forward(w, i);
         for (int j = 0; j < m; j++) pipe_backward(w, j);
         return;
     }
     int warmup = s->stages - s->stage - 1 < m ? s->stages - s->stage - 1 : m, steady = m - warmup;
-    for (int i = 0; i < warmup; i++) pipe_receive(w), pipe_forward(w, i);
-    if (steady > 0) pipe_receive(w);
+    for (int i = 0; i < warmup; i++) pipe_receive(w, i), pipe_forward(w, i);
+    if (steady > 0) pipe_receive(w, warmup);
     for (int j = 0; j < steady; j++) {
         pipe_forward(w, warmup + j);
         pipe_backward(w, j);
-        if (j < steady - 1) pipe_receive(w);
+        if (j < steady - 1) pipe_receive(w, warmup + j + 1);
     }
     for (int j = steady; j < m; j++) pipe_backward(w, j);
 }
@@ -279,26 +375,43 @@ void step_memory(const StepMemorySpec *s, StepMemory *out) {
     memset(out, 0, sizeof *out);
     Walk w = {.s = s, .acts = act_units(s->layout, &s->plan, s->act_bytes), .out = out,
               .dynamic = !s->plan.contiguous, .phase = {PHASE_SETUP, -1, -1}};
-    for (int c = 0; c < CAT_COUNT; c++) add(&w, (MemCategory)c, s->fixed[c]);
-    if (w.dynamic) add(&w, CAT_ACTIVATIONS, w.acts.shared);
+    for (int k = 0; k < 2; k++)
+        for (int u = 0; u < s->layout->num_units; u++)
+            w.gathered_pages[k][u] = s->gathered[k][u] + step_memory_pad(s->gathered[k][u]);
+    arena_init(&w.arena, (size_t)1 << 52);  // endless: its high-water mark is the region a run needs
+    for (int c = 0; c < CAT_COUNT; c++) add_padded(&w, (MemCategory)c, s->fixed[c], c ? 0 : s->fixed_pad);
+    for (int k = 0; k < s->nfixed; k++) place(&w, key_of(PIECE_FIXED, 0, k), s->fixed_blocks[k]);
+    if (w.dynamic) add(&w, CAT_ACTIVATIONS, w.acts.shared, key_of(PIECE_SHARED, 0, 0));
     if (s->shape == STEP_PIPELINE) pipeline_step(&w);
     else
         for (int i = 0; i < s->micro_batches; i++) whole_micro_batch(&w, i);
     // the pass is over: its last gradients go (gpt_pass_end), then the update, then the step's end
-    if (w.dynamic) add(&w, CAT_WORKSPACE, -w.unit_grads - (w.embed_pending ? 0 : w.embed_grads));
+    if (w.dynamic) {
+        add(&w, CAT_WORKSPACE, -w.unit_grads, key_of(PIECE_UNIT_GRADS, 0, 0));
+        add(&w, CAT_WORKSPACE, -(w.embed_pending ? 0 : w.embed_grads), key_of(PIECE_EMBED_GRADS, 0, 0));
+    }
     enter(&w, PHASE_OPTIMIZER, -1, -1);
     enter(&w, PHASE_SETUP, -1, -1);
+    out->high_water = (double)arena_stats(&w.arena).high_water;
+    arena_destroy(&w.arena);
+    free(w.placed);
 }
 
-// The fp32 unit gradients with contiguous buffers: the largest unit of the
-// range but the embeddings, and the embeddings' (tied wte) where the range
-// has them or the head.
-static double contiguous_grad_bytes(const GPTLayout *l, const GPTPlan *p) {
+// The fp32 unit gradients with contiguous buffers, two blocks: the largest
+// unit of the range but the embeddings, and the embeddings' (tied wte)
+// where the range has them or the head.
+static void contiguous_grads(StepMemorySpec *s, const GPTLayout *l, const GPTPlan *p) {
     double largest = 0;
     for (int u = p->first_unit > 1 ? p->first_unit : 1; u <= p->last_unit; u++)
         if ((double)l->unit[u].count > largest) largest = (double)l->unit[u].count;
     int embed = p->first_unit == GPT_UNIT_EMBED || p->last_unit == gpt_unit_head(l);
-    return 4.0 * (largest + (embed ? (double)l->unit[GPT_UNIT_EMBED].count : 0));
+    step_memory_fixed(s, CAT_WORKSPACE, 4.0 * largest);
+    step_memory_fixed(s, CAT_WORKSPACE, embed ? 4.0 * (double)l->unit[GPT_UNIT_EMBED].count : 0);
+}
+
+// Each device category's states (one block each), so many bytes more
+static void states_fixed(StepMemorySpec *s, const StateBytes *sb) {
+    for (int c = 0; c <= CAT_LAST_STATE; c++) step_memory_fixed(s, (MemCategory)c, sb->bytes[TIER_DEVICE][c]);
 }
 
 void step_memory_base(StepMemorySpec *s, StageId formula, const GPTLayout *l, const GPTPlan *p, int act_bytes,
@@ -310,29 +423,50 @@ void step_memory_base(StepMemorySpec *s, StageId formula, const GPTLayout *l, co
     s->act_bytes = act_bytes;
     s->micro_batches = micro_batches;
     s->shape = STEP_WHOLE;
-    StateBytes sb;
+    StateBytes sb, acc = {0};
     stage_state_bytes(formula, state_params, dp_ranks, &sb);
-    if (grad_accum_fp32) stage_add_grad_accum(formula, state_params, dp_ranks, &sb);
-    for (int c = 0; c <= CAT_LAST_STATE; c++) s->fixed[c] = sb.bytes[TIER_DEVICE][c];
+    states_fixed(s, &sb);
+    if (grad_accum_fp32) stage_add_grad_accum(formula, state_params, dp_ranks, &acc);  // a block of its own
+    states_fixed(s, &acc);
     ActFormula f = act_formula(l, p, act_bytes);
     ActUnits a = act_units(l, p, act_bytes);
-    s->fixed[CAT_ACTIVATIONS] += p->contiguous ? f.saved : a.store;
-    if (p->contiguous) s->fixed[CAT_ACT_WORKING] += f.working;
-    s->fixed[CAT_WORKSPACE] += act_backward_scratch(l, p, act_bytes) + kernel_scratch + held +
-                               (p->contiguous ? contiguous_grad_bytes(l, p) : 0);
+    step_memory_fixed(s, CAT_ACTIVATIONS, p->contiguous ? f.saved : a.store);
+    if (p->contiguous) step_memory_fixed(s, CAT_ACT_WORKING, f.working);
+    step_memory_fixed(s, CAT_WORKSPACE, act_backward_scratch(l, p, act_bytes));
+    step_memory_fixed(s, CAT_WORKSPACE, kernel_scratch);
+    step_memory_fixed(s, CAT_WORKSPACE, held);  // the device's own (cuBLASLt's workspace): one block
+    if (p->contiguous) contiguous_grads(s, l, p);
 }
 
-void step_memory_gathered(StepMemorySpec *s, int prefetch, double bucket_bytes) {
+void step_memory_buckets(StepMemorySpec *s, double bucket_mb, const Partition *part) {
+    double cap = (double)zero_bucket_elems(bucket_mb, part), recv = cap < (double)part->shard ? cap : (double)part->shard;
+    for (int k = 0; k < 2; k++) {
+        step_memory_fixed(s, CAT_COMM, cap * sizeof(bf16));
+        step_memory_fixed(s, CAT_COMM, recv * sizeof(bf16));
+    }
+}
+
+void step_memory_gathered(StepMemorySpec *s, int prefetch, double bucket_mb, const Partition *part) {
     s->shape = STEP_GATHERED;
     s->prefetch = prefetch;
     for (int u = 0; u < s->layout->num_units; u++)
         s->gathered[0][u] = s->gathered[1][u] = (double)s->layout->unit[u].count * sizeof(bf16);
-    s->fixed[CAT_COMM] += bucket_bytes;
+    step_memory_buckets(s, bucket_mb, part);
 }
 
+// The buffers stage_buffer_bytes counts, as the blocks the stages allocate
 void step_memory_stage_defaults(StepMemorySpec *s, StageId formula, const Partition *part) {
-    if (stage_gathers_params(formula)) step_memory_gathered(s, ZERO_PREFETCH_DEFAULT, zero_bucket_bytes(0, part));
-    else s->fixed[CAT_COMM] += stage_buffer_bytes(formula, s->layout, part);  // they live through the step
+    if (stage_gathers_params(formula)) {
+        step_memory_gathered(s, ZERO_PREFETCH_DEFAULT, 0, part);
+        return;
+    }
+    switch (formula) {
+    case STAGE_ZERO1: step_memory_fixed(s, CAT_COMM, (double)part->shard * sizeof(bf16)); break;  // the reduced shard
+    case STAGE_ZERO2:
+    case STAGE_OFFLOAD:
+    case STAGE_OFFLOAD_DPU: step_memory_buckets(s, 0, part); break;
+    default: break;
+    }
 }
 
 void step_memory_free(StepMemory *m) {

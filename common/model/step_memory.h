@@ -36,6 +36,8 @@ typedef struct SchedOp {
     int chunk;  // the stage's chunk (0 unless interleaved)
 } SchedOp;
 
+#define STEP_MAX_FIXED 32  // blocks living through a step: the states, the scratch, a stage's buffers
+
 typedef struct StepMemorySpec {
     const GPTLayout *layout;  // the rank's part of the model (tp)
     GPTPlan plan;             // its units, slots, recompute, contiguous buffers
@@ -43,6 +45,9 @@ typedef struct StepMemorySpec {
     int micro_batches;        // the step's (--grad-accum)
     StepShape shape;
     double fixed[CAT_COUNT];  // what lives through the step: the states, the stage's buffers, the scratch
+    double fixed_pad;         // what the device's arena adds to those blocks: each rounded up to its pages
+    double fixed_blocks[STEP_MAX_FIXED];  // and each block's bytes (step_memory_fixed)
+    int nfixed;
     // STEP_GATHERED: units gathered ahead, and what a unit gathered holds by pass ([1]: for a backward)
     int prefetch;
     double gathered[2][GPT_MAX_UNITS];
@@ -61,7 +66,23 @@ typedef struct StepMemory {
     MemPhase peak_phase;
     double peak_bytes[CAT_COUNT];  // by category at that moment
     double cat_peak[CAT_COUNT];    // each category's own largest at any moment (a pipeline stage's activations)
+    // The largest total at any moment with every block rounded up as the
+    // arena places it (arena.h: ARENA_ALIGN's pages, the emulator's guard
+    // page): what the region must hold when no free bytes are left in holes.
+    double arena_peak;
+    // Those blocks placed as the arena places them (arena.h: best fit,
+    // split, coalesce), the step's pieces allocated and released in the
+    // order the trainers do, from an empty region with the blocks that live
+    // through the step first: the end of the highest block, the region a
+    // run needs, holes between blocks included (fragmentation).
+    double high_water;
 } StepMemory;
+
+// What the device's arena adds to a block of `bytes`: the rest of its last
+// page, and the emulator's guard page (0 for none).
+double step_memory_pad(double bytes);
+// One block that lives through the step: its bytes under c, its pad.
+void step_memory_fixed(StepMemorySpec *s, MemCategory c, double bytes);
 
 // The parts every stage has, into s (zeroed first): the model states by
 // the stage's formula (with --grad-accum-dtype fp32's accumulator), what
@@ -76,9 +97,13 @@ void step_memory_base(StepMemorySpec *s, StageId formula, const GPTLayout *l, co
 // which runs no stage): zero1's and 3d_parallel's reduced shard, zero2's
 // buckets, zero3's gathers at --prefetch's default, a pipeline of one stage.
 void step_memory_stage_defaults(StepMemorySpec *s, StageId formula, const Partition *part);
+// zero2's two gradient buckets at --bucket-mb (0: the default), each sent
+// whole and received in part: four blocks living through the step
+// (zero_bucket_bytes in all)
+void step_memory_buckets(StepMemorySpec *s, double bucket_mb, const Partition *part);
 // zero3's step: each unit's bf16 parameters gathered by --prefetch's
 // windows (forward and backward alike), its buckets living through the step
-void step_memory_gathered(StepMemorySpec *s, int prefetch, double bucket_bytes);
+void step_memory_gathered(StepMemorySpec *s, int prefetch, double bucket_mb, const Partition *part);
 void step_memory(const StepMemorySpec *s, StepMemory *out);
 void step_memory_free(StepMemory *m);
 // The first boundary where `measured` (n of them) and the formula's differ

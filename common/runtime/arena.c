@@ -54,6 +54,7 @@ size_t arena_alloc(Arena *a, size_t bytes) {
     if (b->bytes > need) insert_at(a, best + 1, (ArenaBlock){offset + need, b->bytes - need, 1});
     a->block[best] = (ArenaBlock){offset, need, 0};
     a->allocated += need;
+    if (a->allocated > a->peak_allocated) a->peak_allocated = a->allocated;
     if (offset + need > a->high_water) a->high_water = offset + need;
     return offset;
 }
@@ -87,7 +88,8 @@ size_t arena_free(Arena *a, size_t offset) {
 
 ArenaStats arena_stats(const Arena *a) {
     ArenaStats s = {.reserved = a->capacity, .allocated = a->allocated, .free_bytes = a->capacity - a->allocated,
-                    .blocks = a->count, .high_water = a->high_water};
+                    .blocks = a->count, .high_water = a->high_water,
+                    .peak_allocated = a->peak_allocated};
     for (int i = 0; i < a->count; i++) {
         if (!a->block[i].free) continue;
         s.free_blocks++;

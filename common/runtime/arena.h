@@ -47,13 +47,14 @@ typedef struct ArenaStats {
     size_t largest_free;  // the largest request that would succeed now
     int blocks, free_blocks;
     size_t high_water;    // the end of the highest block handed out so far: a region this large holds the run, the same way
+    size_t peak_allocated;  // the most `allocated` has been: the blocks' bytes at their largest, holes apart
 } ArenaStats;
 
 typedef struct Arena {
     size_t capacity;
     ArenaBlock *block;  // every block, in address order, back to back over [0, capacity)
     int count, cap;
-    size_t allocated, high_water;
+    size_t allocated, high_water, peak_allocated;
 } Arena;
 
 void arena_init(Arena *a, size_t capacity);  // capacity rounded down to ARENA_ALIGN

@@ -180,10 +180,11 @@ typedef struct Strategy {
     // its step allocates and frees), for this model and partition, with the
     // options in ctx; the budget check counts them before anything is allocated.
     double (*device_buffer_bytes)(const void *ctx, const GPTLayout *l, const Partition *p);
-    // Where its step allocates otherwise than every unit's at once with its
-    // buffers living through the step (the default): zero3's gathered units
-    // and their prefetch, a pipeline stage's schedule. Sets the spec's shape
-    // and its part of `fixed` (step_memory.h; trainer_step_memory.c).
+    // Its buffers' blocks in the formula's timeline, and where its step
+    // allocates otherwise than every unit's at once (the default): zero3's
+    // gathered units and their prefetch, a pipeline stage's schedule. Sets
+    // the spec's shape and its part of `fixed` (step_memory_fixed,
+    // step_memory_buckets; trainer_step_memory.c).
     void (*step_shape)(const void *ctx, const struct Trainer *t, StepMemorySpec *s);
     // Squared global gradient norm over all ranks (for clipping).
     double (*grad_norm_sq)(struct Trainer *t);

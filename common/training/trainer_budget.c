@@ -27,6 +27,8 @@ static RunDeviceBytes device_need(Trainer *t) {
     }
     trainer_step_memory_init(t, held);
     if (!t->timeline_check.not_modelled) r.total = t->timeline_check.formula_peak;
+    r.arena = t->timeline_check.not_modelled ? r.total : t->timeline_check.arena_peak;
+    r.high_water = t->timeline_check.not_modelled ? r.total : t->timeline_check.high_water;
     return r;
 }
 
@@ -111,12 +113,41 @@ static void peak_and_changes(const Trainer *t, double limit, char *out, size_t n
     if (fits[0] && len < n) snprintf(out + len, n - len, "; each change alone, by the formula's peak: %s", fits);
 }
 
+static void peak_and_changes(const Trainer *t, double limit, char *out, size_t n);
+
+// The bytes fit and the arena's blocks do not: rounded up to its pages, or
+// where it places them, with the free bytes left in holes between them.
+// The refusal says which, and by how much.
+static void refuse_arena(const Trainer *t, double limit, double region) {
+    const RunDeviceBytes *r = &t->device_need;
+    char need[32], pages[32], reg[32], high[32], more[32], when[2048] = "";
+    peak_and_changes(t, limit, when, sizeof when);
+    mem_format_bytes(r->total, need, sizeof need);
+    mem_format_bytes(r->arena - r->total, pages, sizeof pages);
+    snprintf(reg, sizeof reg, "%.3f MB", region / 1e6);  // the two differ by pages: MB to 3 decimals
+    snprintf(high, sizeof high, "%.3f MB", r->high_water / 1e6);
+    mem_format_bytes(r->high_water - region, more, sizeof more);
+    if (r->arena > region)
+        fail_usage("%s needs %s of device memory per rank, within its budget, but its blocks rounded up to the "
+                   "arena's %zu-byte pages take %s more at the step's peak (the formula's timeline, step_memory.c), "
+                   "past the device's region of %s%s; hint: give --hbm-gb that much more, or lower --batch or "
+                   "--seq-len", t->strategy->name, need, ARENA_ALIGN, pages, reg, when);
+    fail_usage("%s needs %s of device memory per rank, within its budget, and %s more in the arena's %zu-byte "
+               "pages, within the device's region of %s, but the arena places its blocks up to %s: the buffers "
+               "that come and go between longer-lived ones leave the free bytes in holes (fragmentation; the "
+               "formula's timeline replayed through the arena, step_memory.c)%s; hint: --contiguous-buffers keeps "
+               "the activations and the gradients in regions of their own (ZeRO-R), or give --hbm-gb %s more",
+               t->strategy->name, need, pages, ARENA_ALIGN, reg, high, when, more);
+}
+
 void trainer_check_budget(Trainer *t, int local_size) {
     t->device_need = largest_over_ranks(t, device_need(t));
     double budget = (double)t->dev.mem.budget[TIER_DEVICE];
     double limit = budget > 0 ? budget : host_bytes_per_rank(local_size);
+    double region = (double)t->dev.mem.arena.capacity;
     const RunDeviceBytes *r = &t->device_need;
-    if (r->total <= limit) return;
+    if (run_fits(r, limit, region)) return;
+    if (r->total <= limit) refuse_arena(t, limit, region);
     char need[32], st[32], act[32], ws[32], sc[32], buf[32], lim[200], hint[1280];
     mem_format_bytes(r->total, need, sizeof need);
     mem_format_bytes(r->states, st, sizeof st);

@@ -26,11 +26,9 @@ double trainer_kernel_scratch(const Trainer *t) {
 static void spec_of_plan(const Trainer *t, const GPTPlan *p, double scratch, double held, StepMemorySpec *s) {
     step_memory_base(s, t->formula, &t->layout, p, t->dev.act_bytes, t->state_params, t->dp->size,
                      t->cfg.grad_accum_fp32, t->cfg.grad_accum, scratch, held);
-    // the stage's buffers: its own shape where its step differs (zero3's
-    // gathers, a pipeline), else they live through the step as comm buffers
+    // the stage's buffers (its blocks) and the shape of its step (zero3's
+    // gathers, a pipeline)
     if (t->strategy->step_shape) t->strategy->step_shape(t->sctx, t, s);
-    else if (t->strategy->device_buffer_bytes)
-        s->fixed[CAT_COMM] += t->strategy->device_buffer_bytes(t->sctx, &t->layout, &t->part);
 }
 
 void trainer_step_memory_spec(const Trainer *t, StepMemorySpec *s, double held) {
@@ -57,6 +55,8 @@ void trainer_step_memory_init(Trainer *t, double held) {
     step_memory(&spec, &t->step_formula);
     c->boundaries = t->step_formula.n;
     c->formula_peak = t->step_formula.peak;
+    c->arena_peak = t->step_formula.arena_peak;
+    c->high_water = t->step_formula.high_water;
     c->act_peak = t->step_formula.cat_peak[CAT_ACTIVATIONS];
     c->peak_phase = t->step_formula.peak_phase;
 }
@@ -108,7 +108,8 @@ static double total_at(const StepMemory *m, MemPhase at) {
 // attention, contiguous buffers, micro-batch), or another stage's formula
 // at its flags' defaults over dp ranks (formula != t->formula or dp !=
 // the run's: zero1 over 2N, the next stage).
-static double changed_peak(const Trainer *t, GPTPlan plan, StageId formula, int dp, MemPhase at, double *there) {
+static RunDeviceBytes changed_peak(const Trainer *t, GPTPlan plan, StageId formula, int dp, MemPhase at,
+                                   double *there) {
     double scratch = kernel_scratch(t, plan.B, plan.T, plan.attention == GPT_ATTENTION_FLASH);
     StepMemorySpec s;
     if (formula == t->formula && dp == t->dp->size) {
@@ -122,10 +123,10 @@ static double changed_peak(const Trainer *t, GPTPlan plan, StageId formula, int 
     }
     StepMemory out;
     step_memory(&s, &out);
-    double peak = out.peak;
+    RunDeviceBytes r = {.total = out.peak, .arena = out.arena_peak};
     *there = total_at(&out, at);
     step_memory_free(&out);
-    return peak;
+    return r;
 }
 
 static StageId next_stage(StageId s) {
@@ -178,13 +179,14 @@ void trainer_what_fits(const Trainer *t, MemPhase at, double limit, char *out, s
     double now = total_at(&t->step_formula, at);
     size_t len = 0;
     for (int i = 0; i < k && len < n; i++) {
-        double there, peak = changed_peak(t, ch[i].plan, ch[i].formula, ch[i].dp, at, &there);
+        double there;
+        RunDeviceBytes r = changed_peak(t, ch[i].plan, ch[i].formula, ch[i].dp, at, &there);
         char pk[32], fr[32] = "";
-        snprintf(pk, sizeof pk, "%.3f MB", peak / 1e6);
+        snprintf(pk, sizeof pk, "%.3f MB", r.total / 1e6);
         if (there >= 0 && now > there) mem_format_bytes(now - there, fr, sizeof fr);
         len += (size_t)snprintf(out + len, n - len, "%s%s: peak %s%s%s%s, %s", len ? "; " : "", ch[i].flag, pk,
                                 fr[0] ? " (frees " : "", fr, fr[0] ? " there)" : "",
-                                peak <= limit ? "fits" : "does not fit");
+                                run_fits(&r, limit, (double)t->dev.mem.arena.capacity) ? "fits" : "does not fit");
     }
 }
 
@@ -211,6 +213,6 @@ void trainer_explain_oom(void *arg, MemPhase at, double limit, FILE *f) {
     char fits[1536], lim[32];
     trainer_what_fits(t, at, limit, fits, sizeof fits);
     mem_format_bytes(limit, lim, sizeof lim);
-    if (fits[0]) fprintf(f, "  each change alone, by the formula's peak against %s (the arena's pages and holes come on "
-                         "top): %s\n", lim, fits);
+    if (fits[0]) fprintf(f, "  each change alone, by the formula's peak against %s (its blocks in the arena's pages "
+                         "too; the holes an arena may leave between them come on top): %s\n", lim, fits);
 }

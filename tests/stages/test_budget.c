@@ -3,8 +3,10 @@
 // the count (run_device_bytes with the kernels' scratch and the stage's
 // buffers: zero1's reduced shard, the buckets, zero3's gathered units at its
 // prefetch depth); a budget one byte short is refused up front in one line,
-// and one at the count runs. Without a budget the cpu device's limit is the
-// host's memory, and --batch is named when activations alone exceed it.
+// as are one short of the blocks in pages and one short of the region the
+// arena's placing needs, holes included; one at that region runs. Without a
+// budget the cpu device's limit is the host's memory, and --batch is named
+// when activations alone exceed it.
 // Run from the repository root after make.
 #include "runs.h"
 
@@ -78,32 +80,46 @@ static void test_count_equals_measured_peak(void **state) {
 
 // A byte under the count, one line before anything runs. At the count the
 // bytes fit, but the device is an arena (issue 46): its blocks are whole
-// pages, and the buffers that come and go between longer-lived ones leave
-// holes, so the run stops in its first step with one line saying that no
-// free block holds unit 4's gradients, the blocks' pages having taken the
-// bytes that were left; a region as large as the arena's high-water mark
-// holds it, the same way. (test_step_memory has a case where the free bytes
-// suffice and only their scattering fails.)
+// pages, which the check counts too, so a byte over the count is refused
+// as well, saying what the pages add. At the count in pages the blocks fit
+// in bytes, but where the arena places them the buffers that come and go
+// between longer-lived ones leave holes: the check replays the step
+// through the arena and refuses that too, saying so, as it does a page
+// below the arena's high-water mark; at the mark the run trains, with the
+// same mark. A check blind to the arena (planted) lets the run at the
+// count in pages start, and it stops in its first step with one line
+// saying that no free block holds unit 4's gradients, naming the largest.
 static void test_budget_at_the_count(void **state) {
     Ctx *c = *state;
     const char *run = "mpirun -np 2 ./zero3 --model small --prefetch 2";
-    double peak, need;
-    peak_and_need(c, run, &peak, &need);
     char cmd[CMD_LEN], json_path[256], *out = NULL;
-    snprintf(cmd, sizeof cmd, "%s --steps 2 --quiet --hbm-gb %.12g", run, (need - 2) / 1e9);
-    free(expect_refusal(cmd, "zero3 needs"));
-    snprintf(cmd, sizeof cmd, "%s --steps 2 --quiet --hbm-gb %.12g", run, (need + 1) / 1e9);
-    int rc = test_run(cmd, &out);
-    if (rc != 2 || !strstr(out, "error: device memory: no free block holds 793.1 kB for 'unit 4's fp32 gradients'") ||
-        !strstr(out, "the blocks, each rounded up to 4096 bytes, leave 778.2 kB of the 19.9 MB reserved"))
-        fail_msg("%s: exit %d, expected no free block:\n%s", cmd, rc, out);
-    free(out);
     snprintf(json_path, sizeof json_path, "%s/high-water.json", c->root);
     snprintf(cmd, sizeof cmd, "%s --steps 2 --quiet --json %s", run, json_path);
     char *rec = train(cmd, json_path);
-    double high_water = number_of(rec, "high_water");
+    double high_water = number_of(rec, "high_water"), need = field_in(rec, "\"device_need\":{", "total");
+    double pages = field_in(rec, "\"memory_timeline\":{", "formula_arena_peak");
+    double replayed = field_in(rec, "\"memory_timeline\":{", "formula_high_water");
     free(rec);
-    assert_true(high_water > need);
+    if (!(need < pages && pages < high_water && replayed == high_water))
+        fail_msg("%s: counted %.0f B, in pages %.0f B, the arena's high-water mark %.0f B, replayed %.0f B", cmd, need,
+                 pages, high_water, replayed);
+    snprintf(cmd, sizeof cmd, "%s --steps 2 --quiet --hbm-gb %.12g", run, (need - 2) / 1e9);
+    free(expect_refusal(cmd, "zero3 needs"));
+    snprintf(cmd, sizeof cmd, "%s --steps 2 --quiet --hbm-gb %.12g", run, (need + 1) / 1e9);
+    free(expect_refusal(cmd, "within its budget, but its blocks rounded up to the arena's 4096-byte pages take "
+                             "17.4 kB more"));
+    snprintf(cmd, sizeof cmd, "%s --steps 2 --quiet --hbm-gb %.12g", run, pages / 1e9);
+    free(expect_refusal(cmd, "but the arena places its blocks up to 20.251 MB: the buffers that come and go between "
+                             "longer-lived ones leave the free bytes in holes"));
+    snprintf(cmd, sizeof cmd, "%s --steps 2 --quiet --hbm-gb %.12g", run, (high_water - 4096) / 1e9);
+    free(expect_refusal(cmd, "but the arena places its blocks up to 20.251 MB"));
+    snprintf(cmd, sizeof cmd, "mpirun -np 2 build/tests/stages/planted_timeline_bytes --model small --prefetch 2 "
+             "--steps 2 --quiet --hbm-gb %.12g", pages / 1e9);
+    int rc = test_run(cmd, &out);
+    if (rc != 2 || !strstr(out, "error: device memory fragmented: no free block holds 793.1 kB for 'unit 4's fp32 "
+                                "gradients'") || !strstr(out, "the largest"))
+        fail_msg("%s: exit %d, expected no free block:\n%s", cmd, rc, out);
+    free(out);
     snprintf(json_path, sizeof json_path, "%s/fits.json", c->root);
     snprintf(cmd, sizeof cmd, "%s --steps 2 --quiet --hbm-gb %.12g --json %s", run, high_water / 1e9, json_path);
     rec = train(cmd, json_path);
@@ -159,7 +175,8 @@ static void test_no_budget_blames_batch(void **state) {
 }
 
 static int group_setup(void **state) {
-    return run_dir_setup(state, "test_budget", (const char *const[]){"./zero3", "./cpu_offload", NULL});
+    return run_dir_setup(state, "test_budget", (const char *const[]){"./zero3", "./cpu_offload",
+                                                          "build/tests/stages/planted_timeline_bytes", NULL});
 }
 
 int main(void) {

@@ -10,8 +10,13 @@
 //   - three planted mistakes are named at the first boundary they change:
 //     a block's activations released one unit late, the head's counted as
 //     the working set, the formula's prefetch window one unit too long;
-//   - a run whose bytes fit but whose free bytes are scattered fails with
-//     the line naming the largest block, and runs with --contiguous-buffers;
+//   - the arena's blocks at their largest, each rounded up to its pages,
+//     equal the formula's, and its high-water mark the formula's replay of
+//     the step through the arena; a run whose bytes fit and pages do not is
+//     refused before step 1;
+//   - a run whose bytes fit but whose free bytes would be scattered is
+//     refused before step 1 naming the holes, and runs with
+//     --contiguous-buffers;
 //   - a run over --hbm-gb is refused naming the phase of its peak, what it
 //     holds there and a change that fits, and with that change it trains;
 //   - --contiguous-buffers where it changes nothing says so.
@@ -53,6 +58,18 @@ static void expect_equal(Ctx *c, const char *run) {
     json_numbers(tl, "formula_peak", &formula, 1);
     if (!(peak == need && need == formula))
         fail_msg("%s: measured peak %.0f B, counted %.0f B, the timeline's %.0f B", run, peak, need, formula);
+    // and its blocks, each rounded up to the arena's pages, at their largest
+    double pages = NAN, allocated = NAN;
+    json_numbers(tl, "formula_arena_peak", &pages, 1);
+    json_numbers(tl, "arena_peak_allocated", &allocated, 1);
+    if (!strstr(tl, "\"arena_peak_equal_on_every_rank\":true") || !(pages == allocated) || !(pages > formula))
+        fail_msg("%s: the arena's blocks at their largest %.0f B, the formula's in pages %.0f B (its bytes %.0f B)",
+                 run, allocated, pages, formula);
+    // and where the arena placed them: its high-water mark, the step replayed through it
+    double replayed = NAN, high = number_of(strstr(rec, "\"arena\":{"), "high_water");
+    json_numbers(tl, "formula_high_water", &replayed, 1);
+    if (!strstr(tl, "\"high_water_equal_on_every_rank\":true") || !(replayed == high) || !(high >= pages))
+        fail_msg("%s: the arena's high-water mark %.0f B, the formula's replay %.0f B", run, high, replayed);
     free(rec), free(out);
 }
 
@@ -125,21 +142,47 @@ static void test_planted_mistakes_are_named(void **state) {
                            "by the formula");
 }
 
+// The budget check counts each block rounded up to the arena's 4 kB pages:
+// at the longest T memory_math --longest-seq gives dp_baseline in 0.1 GB
+// (2000 at 2 ranks) the run trains; at T + 1 its bytes still fit the
+// budget, its pages do not, and it is refused before step 1 saying so. (It
+// passed the check and stopped at an allocation when only bytes counted.)
+static void test_pages_counted_before_step_1(void **state) {
+    (void)state;
+    char *mm = NULL, cmd[CMD_LEN];
+    assert_int_equal(test_run("./memory_math --model small --ranks 2 --batch 1 --hbm-gb 0.1 --longest-seq --json",
+                              &mm), 0);
+    double T = NAN;
+    json_numbers(strstr(mm, "\"stage\":\"dp_baseline\""), "own", &T, 1);
+    free(mm);
+    if (!(T > 64)) fail_msg("memory_math --longest-seq: no T for dp_baseline");
+    const char *run = "mpirun -np 2 ./dp_baseline --model small --batch 1 --hbm-gb 0.1 --steps 1 --eval-every 0 "
+                      "--eval-batches 1 --quiet";
+    char *out = NULL;
+    snprintf(cmd, sizeof cmd, "%s --seq-len %.0f", run, T);
+    run_ok(cmd, &out);
+    free(out);
+    snprintf(cmd, sizeof cmd, "%s --seq-len %.0f", run, T + 1);
+    free(expect_refusal(cmd, "within its budget, but its blocks rounded up to the arena's 4096-byte pages take"));
+}
+
 // ZeRO-R's defragmentation: zero2 small --grad-accum 2 needs 19,562,496 B
 // at its peak, less than 20 MB, but the short-lived buffers between the
-// activations leave the free bytes in pieces: 19,976,192 B (the contiguous
-// layout's high-water mark) fails in the first backward, and the same run
-// with --contiguous-buffers, whose peak is higher (19,958,784 B), trains.
+// activations leave the free bytes in pieces: in 19,976,192 B (the
+// contiguous layout's high-water mark) the budget check's replay of the
+// step through the arena finds no room and refuses it before step 1 (it
+// stopped in the first backward before the check replayed it), naming the
+// holes and --contiguous-buffers, which fits; and the same run with
+// --contiguous-buffers, whose peak is higher (19,958,784 B), trains. (The
+// arena's own error for a block no hole holds: test_budget.)
 static void test_fragmentation_and_contiguous_buffers(void **state) {
     (void)state;
     const char *run = "mpirun -np 2 ./zero2 --model small --grad-accum 2 --steps 2 --quiet --hbm-gb 0.019976192";
-    char cmd[CMD_LEN], *out = NULL;
-    int rc = test_run(run, &out);
-    if (rc != 2 || !strstr(out, "error: device memory fragmented: no free block holds") ||
-        !strstr(out, "the largest") || !strstr(out, "--contiguous-buffers keeps") ||
-        !strstr(out, "during backward of unit 4, micro-batch 0") ||
+    char cmd[CMD_LEN], *out = expect_refusal(run, "zero2 needs 19.6 MB of device memory per rank, within its budget");
+    if (!strstr(out, "but the arena places its blocks up to") || !strstr(out, "leave the free bytes in holes") ||
+        !strstr(out, "during backward of unit 4, micro-batch 0") || !strstr(out, "--contiguous-buffers keeps") ||
         !strstr(out, "--contiguous-buffers: peak 19.959 MB, fits"))
-        fail_msg("%s: exit %d, expected the fragmentation error:\n%s", run, rc, out);
+        fail_msg("%s: expected the refusal for holes:\n%s", run, out);
     free(out);
     snprintf(cmd, sizeof cmd, "%s --contiguous-buffers", run);
     run_ok(cmd, &out);
@@ -199,6 +242,7 @@ int main(void) {
         cmocka_unit_test(test_every_stage_equals_the_formula),
         cmocka_unit_test(test_memory_math_prints_the_peak),
         cmocka_unit_test(test_planted_mistakes_are_named),
+        cmocka_unit_test(test_pages_counted_before_step_1),
         cmocka_unit_test(test_fragmentation_and_contiguous_buffers),
         cmocka_unit_test(test_refusal_names_a_change_that_fits),
         cmocka_unit_test(test_contiguous_where_it_changes_nothing),

@@ -205,6 +205,18 @@ static void summarize_timeline(const Report *r, Summary *s) {
     // the message's text is a program constant, the same on every rank: it travels as a pointer
     mpiCheck(MPI_Bcast(&s->timeline, sizeof s->timeline, MPI_BYTE, lowest < world->size ? lowest : 0, world->mpi));
     s->timeline_peak = comm_max_f64(world, c->not_modelled ? 0 : c->formula_peak);
+    const MemCtx *m = &r->taps.dev->mem;
+    double allocated = m->arena_reserved ? (double)m->arena.peak_allocated : 0;
+    int equal = !c->not_modelled && allocated == c->arena_peak, all;
+    mpiCheck(MPI_Allreduce(&equal, &all, 1, MPI_INT, MPI_MIN, world->mpi));
+    s->arena_peak_equal = all;
+    s->arena_peak_allocated = comm_max_f64(world, allocated);
+    s->formula_arena_peak = comm_max_f64(world, c->not_modelled ? 0 : c->arena_peak);
+    double high = m->arena_reserved ? (double)arena_stats(&m->arena).high_water : 0;
+    equal = !c->not_modelled && high == c->high_water;
+    mpiCheck(MPI_Allreduce(&equal, &all, 1, MPI_INT, MPI_MIN, world->mpi));
+    s->high_water_equal = all;
+    s->formula_high_water = comm_max_f64(world, c->not_modelled ? 0 : c->high_water);
 }
 
 // The same phases and bytes at every boundary (field by field: a

@@ -56,6 +56,8 @@ typedef struct TimelineCheck {
     int boundaries;            // a step's, by the formula
     double formula_peak;       // its largest total, and where
     MemPhase peak_phase;
+    double arena_peak;         // its largest with each block rounded up to the arena's pages
+    double high_water;         // the region its blocks need where the arena places them
     double act_peak;           // the activations' own largest (the formula's timeline)
     long steps_checked, steps_equal;
     // the first difference: the step, the boundary and its phase, the category (-1: the phases differ)

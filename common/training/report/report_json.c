@@ -25,8 +25,11 @@ static void json_timeline(FILE *f, const Summary *s) {
         return;
     }
     fprintf(f, ",\"boundaries\":%d,\"steps_checked\":%ld,\"equal_on_every_rank\":%s,\"formula_peak\":%.0f,"
+               "\"formula_arena_peak\":%.0f,\"arena_peak_allocated\":%.0f,\"arena_peak_equal_on_every_rank\":%s,"
+               "\"formula_high_water\":%.0f,\"high_water_equal_on_every_rank\":%s,"
                "\"formula_peak_phase\":", c->boundaries, c->steps_checked, s->timeline_rank < 0 ? "true" : "false",
-            s->timeline_peak);
+            s->timeline_peak, s->formula_arena_peak, s->arena_peak_allocated, s->arena_peak_equal ? "true" : "false",
+            s->formula_high_water, s->high_water_equal ? "true" : "false");
     json_phase(f, c->peak_phase);
     if (s->timeline_rank >= 0) {
         fprintf(f, ",\"first_difference\":{\"rank\":%d,\"step\":%ld,\"boundary\":%d,\"phase\":", s->timeline_rank,

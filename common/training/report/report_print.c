@@ -44,6 +44,12 @@ static void print_timeline_check(const Summary *s) {
         printf("\n  memory timeline: each step's %d phase boundaries beside the formula's (step_memory.c): equal to "
                "the byte in all %ld steps on every rank; the formula's peak %.3f MB, during %s", c->boundaries,
                c->steps_checked, s->timeline_peak / 1e6, where);
+        printf("\n  the arena's blocks at their largest (each rounded up to its pages): %.3f MB measured, %.3f MB by "
+               "the formula's timeline (%s on every rank); its high-water mark (holes included) %.3f MB measured, "
+               "%.3f MB by the timeline replayed through the arena (%s on every rank); the budget check counts the "
+               "formula's", s->arena_peak_allocated / 1e6, s->formula_arena_peak / 1e6,
+               s->arena_peak_equal ? "equal" : "NOT equal", s->arena_high_water / 1e6, s->formula_high_water / 1e6,
+               s->high_water_equal ? "equal" : "NOT equal");
         return;
     }
     mem_phase_text(c->bad_phase, where, sizeof where);

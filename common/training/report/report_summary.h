@@ -37,6 +37,15 @@ typedef struct Summary {
     TimelineCheck timeline;
     int timeline_rank;
     double timeline_peak;
+    // the arena's blocks at their largest (ArenaStats.peak_allocated) beside
+    // the formula's (its arena_peak), the largest over ranks of each, and
+    // whether the two are equal on every rank
+    double arena_peak_allocated, formula_arena_peak;
+    int arena_peak_equal;
+    // the arena's high-water mark beside the formula's replay of the step's
+    // blocks (StepMemory.high_water): the largest over ranks, equal on every rank?
+    double formula_high_water;
+    int high_water_equal;
     // rank 0: the last step's boundaries, measured and the formula's, of
     // each rank whose measured ones differ from a lower rank's (a pipeline's
     // stages), for the record's pictures (plot_runs.py's timeline)
