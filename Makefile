@@ -354,7 +354,8 @@ $(BUILD)/tests/stages/planted_timeline_%: $(BUILD)/tests/plants/held_%.o $(BUILD
         $(call MAIN_OBJ,zero3) $(SRC_04:%.c=$(BUILD)/%.o) $(LIB)
 	$(CC) $(OPT) $^ -o $@ $(LDLIBS)
 $(BUILD)/tests/stages/test_step_memory: $(TIMELINE_PLANTS:%=$(BUILD)/tests/stages/planted_timeline_%)
-$(BUILD)/tests/stages/test_budget: $(BUILD)/tests/stages/planted_timeline_bytes
+$(BUILD)/tests/stages/test_budget $(BUILD)/tests/stages/test_memory_timeline: \
+        $(BUILD)/tests/stages/planted_timeline_bytes
 .SECONDARY: $(TIMELINE_PLANTS:%=$(BUILD)/tests/plants/held_%.o) $(TIMELINE_PLANTS:%=$(BUILD)/tests/plants/timeline_%.o)
 
 # test_blas_core preloads a shim between the trainers and OpenBLAS (built

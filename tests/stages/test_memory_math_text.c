@@ -55,7 +55,8 @@ static void test_notes_are_whole(void **state) {
     }
     char *out = NULL;
     run_ok("./memory_math --model tiny --ranks 4 --hbm-gb 1", &out);
-    if (!strstr(out, "A trainer adds what its device holds before the check (none on the cpu device).\n"))
+    if (!strstr(out, "A trainer adds what its device holds before the check (none on the cpu device). total: ") ||
+        !strstr(out, "the arena within the budget in whole pages, as the budget check decides.\n"))
         fail_msg("the run-fit note is not whole:\n%s", out);
     free(out);
 }

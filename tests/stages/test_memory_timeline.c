@@ -202,8 +202,10 @@ static void test_step_flag_and_trace(void **state) {
     json_decref(t);
 }
 
-// A run that runs out of memory (test_budget's run at its byte count, whose
-// blocks do not fit) writes what it recorded up to there and says where.
+// A run that runs out of memory writes what it recorded up to there and
+// says where: test_budget's run at its byte count, whose blocks do not fit
+// (its budget check refuses it before step 1 now; a check counting bytes
+// alone, planted, lets it start).
 static void test_out_of_memory_writes_the_timeline(void **state) {
     Ctx *c = *state;
     char cmd[CMD_LEN], path[PATH_LEN], json[PATH_LEN], *out = NULL;
@@ -213,8 +215,8 @@ static void test_out_of_memory_writes_the_timeline(void **state) {
     double need = number_of(strstr(rec, "\"device_need\""), "total");
     free(rec);
     snprintf(path, sizeof path, "%s/oom.json", c->root);
-    snprintf(cmd, sizeof cmd, "mpirun -np 2 ./zero3 --model small --prefetch 2 --steps 2 --quiet --hbm-gb %.12g "
-             "--memory-timeline %s", (need + 1) / 1e9, path);
+    snprintf(cmd, sizeof cmd, "mpirun -np 2 build/tests/stages/planted_timeline_bytes --model small --prefetch 2 "
+             "--steps 2 --quiet --hbm-gb %.12g --memory-timeline %s", (need + 1) / 1e9, path);
     int rc = test_run(cmd, &out);
     if (rc != 2 || !strstr(out, "the memory timeline up to here") || !strstr(out, "during "))
         fail_msg("%s: exit %d:\n%s", cmd, rc, out);
@@ -241,8 +243,9 @@ static void test_bad_input(void **state) {
 }
 
 static int group_setup(void **state) {
-    return run_dir_setup(state, "test_memory_timeline", (const char *const[]){"./dp_baseline", "./zero1", "./zero2",
-                         "./zero3", "./cpu_offload", "./3d_parallel", NULL});
+    return run_dir_setup(state, "test_memory_timeline",
+                         (const char *const[]){"./dp_baseline", "./zero1", "./zero2", "./zero3", "./cpu_offload",
+                                               "./3d_parallel", "build/tests/stages/planted_timeline_bytes", NULL});
 }
 
 int main(void) {
