@@ -72,7 +72,7 @@ RunDeviceBytes run_stage_bytes(StageId s, const Inputs *in) {
 }
 
 int run_fits_budget(const RunDeviceBytes *r, double budget) {
-    return run_fits(r, budget, cpu_region_bytes_for(budget));
+    return run_fits(r, budget, (double)arena_rounded((size_t)budget));  // the cpu device's region (device_cpu.c)
 }
 
 double zeropp_run_total_bytes(const Inputs *in, const ZeroPPConfig *c) {

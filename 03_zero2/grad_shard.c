@@ -13,9 +13,6 @@ FlagSpec grad_shard_flag(double *bucket_mb) {
                       .min = 0, .max = 1e6};
 }
 
-// A bucket's received part is at most the rank's shard.
-static size_t recv_elems(size_t cap, const Partition *p) { return cap < p->shard ? cap : p->shard; }
-
 void grad_shard_init(GradShard *gs, Trainer *t, double bucket_mb) {
     memset(gs, 0, sizeof *gs);
     // elements per bucket (mem_math.h): by default an eighth of the gradients,
@@ -23,7 +20,7 @@ void grad_shard_init(GradShard *gs, Trainer *t, double bucket_mb) {
     // 25 MB, so large models still send several buckets while backward runs
     size_t cap = zero_bucket_elems(bucket_mb, &t->part);
     gs->cap = cap;
-    size_t recv_cap = recv_elems(cap, &t->part);
+    size_t recv_cap = zero_bucket_recv_elems(cap, &t->part);
     for (int i = 0; i < 2; i++) {
         gs->bucket[i].send = buf_alloc(&t->dev, TIER_DEVICE, CAT_COMM, cap * sizeof(bf16), "gradient bucket");
         gs->bucket[i].recv = buf_alloc(&t->dev, TIER_DEVICE, CAT_COMM, recv_cap * sizeof(bf16), "reduced bucket part");

@@ -14,10 +14,12 @@ size_t zero_bucket_elems(double bucket_mb, const Partition *p) {
     return cap < 1 ? 1 : cap;
 }
 
-// Two buckets, each sent whole and received in part: at most the rank's shard.
+size_t zero_bucket_recv_elems(size_t cap, const Partition *p) { return cap < p->shard ? cap : p->shard; }
+
+// Two buckets, each sent whole and received in part.
 double zero_bucket_bytes(double bucket_mb, const Partition *p) {
-    size_t cap = zero_bucket_elems(bucket_mb, p), recv = cap < p->shard ? cap : p->shard;
-    return 2.0 * (double)(cap + recv) * sizeof(bf16);
+    size_t cap = zero_bucket_elems(bucket_mb, p);
+    return 2.0 * (double)(cap + zero_bucket_recv_elems(cap, p)) * sizeof(bf16);
 }
 
 // The schedule of one micro-batch: entry e < U is unit e's forward, the rest

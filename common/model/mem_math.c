@@ -9,7 +9,6 @@
 #include <stdarg.h>
 #include <stdio.h>
 #include <string.h>
-#include "arena.h"
 #include "check.h"
 
 static const char *const names[STAGE_COUNT] = {
@@ -257,13 +256,9 @@ RunDeviceBytes run_device_bytes(StageId s, const GPTLayout *l, const GPTPlan *p,
     return r;
 }
 
+// (the high-water mark holds the blocks in pages at their largest: arena <= high_water)
 int run_fits(const RunDeviceBytes *r, double budget, double region) {
-    return r->total <= budget && r->arena <= region && r->high_water <= region;
-}
-
-double cpu_region_bytes_for(double budget) {
-    double page = (double)ARENA_ALIGN;
-    return ceil(budget / page) * page;
+    return r->total <= budget && r->high_water <= region;
 }
 
 // Model states are linear in Ψ (unpadded), so the device bytes per parameter

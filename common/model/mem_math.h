@@ -118,8 +118,6 @@ typedef struct RunDeviceBytes {
 // in holes between blocks (fragmentation, ZeRO-R's, which
 // --contiguous-buffers answers) counted.
 int run_fits(const RunDeviceBytes *r, double budget, double region);
-// The cpu device's region for a budget (device_cpu.c): whole arena pages.
-double cpu_region_bytes_for(double budget);
 RunDeviceBytes run_device_bytes(StageId s, const GPTLayout *l, const GPTPlan *p, size_t state_params, int dp_ranks,
                                 int act_bytes, double kernel_scratch, double stage_buffers, double held);
 
@@ -143,6 +141,8 @@ StatesLayout stage_states(StageId s);
 #define ZERO_BUCKET_MAX_BYTES ((size_t)25 * 1000 * 1000)
 #define ZERO_PREFETCH_DEFAULT 1  // zero3's --prefetch
 size_t zero_bucket_elems(double bucket_mb, const Partition *p);
+// A bucket of cap elements is received in part: at most the rank's shard.
+size_t zero_bucket_recv_elems(size_t cap, const Partition *p);
 // Two buckets, each bucket_elems sent and its part (at most the shard) received, bf16.
 double zero_bucket_bytes(double bucket_mb, const Partition *p);
 // ZeRO-3's gathered units at prefetch depth p, over one training

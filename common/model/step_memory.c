@@ -18,14 +18,13 @@
 // With ZeRO-R's contiguous buffers (plan.contiguous) the activations, the
 // working set and the gradients are in `fixed` and only the gathers move.
 // A boundary is taken as each phase begins, as mem.c keeps them. Each piece
-// is one block of the device's arena, and the walk keeps beside the bytes
-// what the arena adds to the blocks alive (each rounded up to its pages),
-// and places them by the arena's own rules (arena.c) in an endless region,
-// in the order the trainers take and give them back, the blocks that live
-// through the step first: its high-water mark is the region a run needs,
-// the holes between blocks included. The placing is the allocator's own
-// code; what the walk states apart from the trainers is which block lives
-// when, and how large it is.
+// is one block of the device's arena, and the walk places it by the arena's
+// own rules (arena.c) in an endless region, in the order the trainers take
+// and give them back, the blocks that live through the step first: the
+// region's most allocated is the blocks' peak in whole pages, its
+// high-water mark the region a run needs, the holes between blocks
+// included. The placing is the allocator's own code; what the walk states
+// apart from the trainers is which block lives when, and how large it is.
 #include "step_memory.h"
 #include <stdlib.h>
 #include <string.h>
@@ -44,9 +43,6 @@ typedef struct Walk {
     double unit_grads, embed_grads;  // held now
     int embed_pending;             // the head's backward started the embeddings' gradients
     double gathered_now;           // zero3's units gathered now
-    double gathered_pad_now;       // and what the arena adds to their blocks
-    double gathered_pages[2][GPT_MAX_UNITS];  // a gathered unit's block as the arena rounds it
-    double pad;                    // what the arena adds to the blocks alive now
     // the blocks alive, placed by the arena's own rules in an endless region
     Arena arena;
     struct Placed {
@@ -87,10 +83,9 @@ static void unplace(Walk *w, long long key) {
     CHECK(0, "step_memory: a release of piece %llx that the walk never placed", key);
 }
 
-// bytes under c, of which the arena's blocks add pad more
-static void add_padded(Walk *w, MemCategory c, double bytes, double pad) {
+// bytes more (or fewer) under c
+static void count(Walk *w, MemCategory c, double bytes) {
     w->cur[c] += bytes;
-    w->pad += pad;
     if (w->cur[c] > w->out->cat_peak[c]) w->out->cat_peak[c] = w->cur[c];
     double total = 0;
     for (int k = 0; k < CAT_COUNT; k++) total += w->cur[k];
@@ -99,12 +94,11 @@ static void add_padded(Walk *w, MemCategory c, double bytes, double pad) {
         w->out->peak_phase = w->phase;
         memcpy(w->out->peak_bytes, w->cur, sizeof w->cur);
     }
-    if (total + w->pad > w->out->arena_peak) w->out->arena_peak = total + w->pad;
 }
 
 // One block allocated (bytes > 0) or released (bytes < 0), the piece `key`.
 static void add(Walk *w, MemCategory c, double bytes, long long key) {
-    add_padded(w, c, bytes, bytes < 0 ? -step_memory_pad(-bytes) : step_memory_pad(bytes));
+    count(w, c, bytes);
     if (bytes > 0) place(w, key, bytes);
     else if (bytes < 0) unplace(w, key);
 }
@@ -202,10 +196,8 @@ static void gathered_to(Walk *w, int e, int released) {
     const StepMemorySpec *s = w->s;
     if (s->shape != STEP_GATHERED) return;
     double live = zero_live_bytes(s->layout, s->prefetch, s->gathered, e, released);
-    double pad = zero_live_bytes(s->layout, s->prefetch, w->gathered_pages, e, released) - live;
-    add_padded(w, CAT_PARAMS, live - w->gathered_now, pad - w->gathered_pad_now);
+    count(w, CAT_PARAMS, live - w->gathered_now);
     w->gathered_now = live;
-    w->gathered_pad_now = pad;
     // in the arena: the units dropped, then the new ones in the order their gathers start
     int units[GPT_MAX_UNITS], n = zero_live_units(s->layout, s->prefetch, e, released, units), now[GPT_MAX_UNITS] = {0};
     for (int k = 0; k < n; k++) now[units[k]] = 1;
@@ -360,12 +352,8 @@ void step_memory(const StepMemorySpec *s, StepMemory *out) {
     memset(out, 0, sizeof *out);
     Walk w = {.s = s, .acts = act_units(s->layout, &s->plan, s->act_bytes), .out = out,
               .dynamic = !s->plan.contiguous, .phase = {PHASE_SETUP, -1, -1}};
-    for (int k = 0; k < 2; k++)
-        for (int u = 0; u < s->layout->num_units; u++)
-            w.gathered_pages[k][u] = s->gathered[k][u] + step_memory_pad(s->gathered[k][u]);
     arena_init(&w.arena, (size_t)1 << 52);  // endless: its high-water mark is the region a run needs
-    for (int c = 0; c < CAT_COUNT; c++) add_padded(&w, (MemCategory)c, s->fixed[c], c ? 0 : s->fixed_pad);
-    for (int k = 0; k < s->nfixed; k++) place(&w, key_of(PIECE_FIXED, 0, k), s->fixed_blocks[k]);
+    for (int k = 0; k < s->nfixed; k++) add(&w, s->fixed[k].cat, s->fixed[k].bytes, key_of(PIECE_FIXED, 0, k));
     if (w.dynamic) add(&w, CAT_ACTIVATIONS, w.acts.shared, key_of(PIECE_SHARED, 0, 0));
     if (s->shape == STEP_PIPELINE) pipeline_step(&w);
     else
@@ -377,7 +365,9 @@ void step_memory(const StepMemorySpec *s, StepMemory *out) {
     }
     enter(&w, PHASE_OPTIMIZER, -1, -1);
     enter(&w, PHASE_SETUP, -1, -1);
-    out->high_water = (double)arena_stats(&w.arena).high_water;
+    ArenaStats placed = arena_stats(&w.arena);
+    out->arena_peak = (double)placed.peak_allocated;
+    out->high_water = (double)placed.high_water;
     arena_destroy(&w.arena);
     free(w.placed);
 }

@@ -44,9 +44,11 @@ typedef struct StepMemorySpec {
     int act_bytes;            // 4 on the cpu device, 2 on cuda
     int micro_batches;        // the step's (--grad-accum)
     StepShape shape;
-    double fixed[CAT_COUNT];  // what lives through the step: the states, the stage's buffers, the scratch
-    double fixed_pad;         // what the device's arena adds to those blocks: each rounded up to its pages
-    double fixed_blocks[STEP_MAX_FIXED];  // and each block's bytes (step_memory_fixed)
+    // what lives through the step, block by block: the states, the stage's buffers, the scratch
+    struct {
+        MemCategory cat;
+        double bytes;
+    } fixed[STEP_MAX_FIXED];
     int nfixed;
     // STEP_GATHERED: units gathered ahead, and what a unit gathered holds by pass ([1]: for a backward)
     int prefetch;
@@ -66,9 +68,9 @@ typedef struct StepMemory {
     MemPhase peak_phase;
     double peak_bytes[CAT_COUNT];  // by category at that moment
     double cat_peak[CAT_COUNT];    // each category's own largest at any moment (a pipeline stage's activations)
-    // The largest total at any moment with every block rounded up as the
-    // arena places it (arena.h: ARENA_ALIGN's pages, the emulator's guard
-    // page): what the region must hold when no free bytes are left in holes.
+    // The blocks' largest total at any moment, each rounded up as the arena
+    // places it (arena.h: ARENA_ALIGN's pages, the emulator's guard page):
+    // what the region must hold when no free bytes are left in holes.
     double arena_peak;
     // Those blocks placed as the arena places them (arena.h: best fit,
     // split, coalesce), the step's pieces allocated and released in the
@@ -78,10 +80,7 @@ typedef struct StepMemory {
     double high_water;
 } StepMemory;
 
-// What the device's arena adds to a block of `bytes`: the rest of its last
-// page, and the emulator's guard page (0 for none).
-double step_memory_pad(double bytes);
-// One block that lives through the step: its bytes under c, its pad.
+// One block of `bytes` under c that lives through the step (none for 0).
 void step_memory_fixed(StepMemorySpec *s, MemCategory c, double bytes);
 
 // The parts every stage has, into s (zeroed first): the model states by

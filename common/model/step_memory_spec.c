@@ -3,27 +3,18 @@
 // each stated as the code that allocates it takes it (one per state, the
 // fp32 accumulator, the checkpoint store or the contiguous regions, the
 // backward's and the kernels' scratch, what the device held, a stage's
-// buffers), with what the device's arena adds to each (its pages); and the
-// shape of zero3's step. step_memory.c walks the step from here.
-#include <math.h>
+// buffers); and the shape of zero3's step. step_memory.c walks the step
+// from here.
 #include "act_math.h"
-#include "arena.h"
 #include "check.h"
 #include "mem_math.h"
 #include "step_memory.h"
 
-double step_memory_pad(double bytes) {
-    if (bytes <= 0) return 0;
-    double pages = (double)ARENA_ALIGN;
-    return ceil(bytes / pages) * pages - bytes + (double)ARENA_GUARD;
-}
-
 void step_memory_fixed(StepMemorySpec *s, MemCategory c, double bytes) {
     if (bytes <= 0) return;
-    s->fixed[c] += bytes;
-    s->fixed_pad += step_memory_pad(bytes);
     CHECK(s->nfixed < STEP_MAX_FIXED, "step_memory_fixed: more than %d blocks through the step", STEP_MAX_FIXED);
-    s->fixed_blocks[s->nfixed++] = bytes;
+    s->fixed[s->nfixed].cat = c;
+    s->fixed[s->nfixed++].bytes = bytes;
 }
 
 // The fp32 unit gradients with contiguous buffers, two blocks: the largest
@@ -68,11 +59,10 @@ void step_memory_base(StepMemorySpec *s, StageId formula, const GPTLayout *l, co
 }
 
 void step_memory_buckets(StepMemorySpec *s, double bucket_mb, const Partition *part) {
-    double cap = (double)zero_bucket_elems(bucket_mb, part), shard = (double)part->shard;
-    double recv = cap < shard ? cap : shard;
+    size_t cap = zero_bucket_elems(bucket_mb, part), recv = zero_bucket_recv_elems(cap, part);
     for (int k = 0; k < 2; k++) {
-        step_memory_fixed(s, CAT_COMM, cap * sizeof(bf16));
-        step_memory_fixed(s, CAT_COMM, recv * sizeof(bf16));
+        step_memory_fixed(s, CAT_COMM, (double)cap * sizeof(bf16));
+        step_memory_fixed(s, CAT_COMM, (double)recv * sizeof(bf16));
     }
 }
 

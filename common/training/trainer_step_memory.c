@@ -123,7 +123,7 @@ static RunDeviceBytes changed_peak(const Trainer *t, GPTPlan plan, StageId formu
     }
     StepMemory out;
     step_memory(&s, &out);
-    RunDeviceBytes r = {.total = out.peak, .arena = out.arena_peak};
+    RunDeviceBytes r = {.total = out.peak, .arena = out.arena_peak, .high_water = out.high_water};
     *there = total_at(&out, at);
     step_memory_free(&out);
     return r;

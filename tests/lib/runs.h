@@ -72,6 +72,22 @@ static __attribute__((unused)) int files_equal(const char *a, const char *b) {
     return same;
 }
 
+// `run` (a launcher, a trainer and its flags) for `steps` steps, its record
+// written to json and returned (malloc'd); with `weights`, run again for
+// its first step alone, the weights exported there (--export-llmc).
+static __attribute__((unused)) char *train_and_export_step_1(const char *run, int steps, const char *json,
+                                                             const char *weights) {
+    char cmd[4096];
+    snprintf(cmd, sizeof cmd, "%s --steps %d --eval-batches 1 --quiet --json %s", run, steps, json);
+    char *rec = train(cmd, json);
+    if (!weights) return rec;
+    snprintf(cmd, sizeof cmd, "%s --steps 1 --eval-every 0 --quiet --export-llmc %s", run, weights);
+    char *out = NULL;
+    if (test_run(cmd, &out) != 0) fail_msg("%s:\n%s", cmd, out);
+    free(out);
+    return rec;
+}
+
 // Two records' losses, gradient norms (`steps` of each) and validation loss
 // are the same bits; else fails naming `what` and the first step's figures.
 static __attribute__((unused)) void expect_records_same_bits(const char *a_json, const char *b_json, int steps,

@@ -34,23 +34,14 @@ static const char *what_of(const Case *x, char *out, size_t n) {
 
 // One run of a case, interleaved (v > 1) or 1F1B (v = 1): its record
 // (malloc'd), and the weights it exported after its first step.
-static char *run_case(const RunDir *c, int k, const Case *x, int v, const char *extra, char *weights, size_t n) {
+static char *run_case(const RunDir *c, int k, const Case *x, int v, char *weights, size_t n) {
     char cmd[CMD_LEN], json[256], sched[64];
     snprintf(sched, sizeof sched, v > 1 ? "interleaved --virtual-stages %d" : "1f1b", v);
     snprintf(json, sizeof json, "%s/%d-%d.json", c->root, k, v);
     if (weights) snprintf(weights, n, "%s/%d-%d.bin", c->root, k, v);
-    const char *base = "mpirun -np %d ./3d_parallel --model tiny --layers %d --batch 2 --pp %d --grad-accum %d "
-                       "--schedule %s %s %s";
-    char head[1024];
-    snprintf(head, sizeof head, base, x->ranks, x->layers, x->P, x->m, sched, x->flags, extra);
-    snprintf(cmd, sizeof cmd, "%s --steps %d --eval-batches 1 --quiet --json %s", head, STEPS, json);
-    char *rec = train(cmd, json);
-    if (!weights) return rec;
-    snprintf(cmd, sizeof cmd, "%s --steps 1 --eval-every 0 --quiet --export-llmc %s", head, weights);
-    char *out = NULL;
-    if (test_run(cmd, &out) != 0) fail_msg("%s:\n%s", cmd, out);
-    free(out);
-    return rec;
+    snprintf(cmd, sizeof cmd, "mpirun -np %d ./3d_parallel --model tiny --layers %d --batch 2 --pp %d --grad-accum %d "
+             "--schedule %s %s", x->ranks, x->layers, x->P, x->m, sched, x->flags);
+    return train_and_export_step_1(cmd, STEPS, json, weights);
 }
 
 // Every stage of an interleaved record on its formulas.
@@ -95,8 +86,8 @@ static void test_same_bits_as_1f1b(void **state) {
         what_of(x, what, sizeof what);
         // step 1's weights: the first case's and the staircase's (the others' losses read them from step 2 on)
         int exported = k == 0;
-        char *one = run_case(c, (int)k, x, 1, "", exported ? w1 : NULL, sizeof w1),
-             *il = run_case(c, (int)k, x, x->v, "", exported ? wi : NULL, sizeof wi);
+        char *one = run_case(c, (int)k, x, 1, exported ? w1 : NULL, sizeof w1),
+             *il = run_case(c, (int)k, x, x->v, exported ? wi : NULL, sizeof wi);
         expect_records_same_bits(one, il, STEPS, what);
         if (exported && !files_equal(w1, wi))
             fail_msg("%s: the weights after step 1 differ between 1f1b and interleaved", what);
@@ -114,7 +105,7 @@ static void test_staircase_p4_m8(void **state) {
     RunDir *c = *state;
     const Case x = {4, 4, 8, 2, 8, ""};
     char w1[256], wi[256];
-    char *one = run_case(c, 100, &x, 1, "", w1, sizeof w1), *il = run_case(c, 100, &x, 2, "", wi, sizeof wi);
+    char *one = run_case(c, 100, &x, 1, w1, sizeof w1), *il = run_case(c, 100, &x, 2, wi, sizeof wi);
     expect_records_same_bits(one, il, STEPS, "--pp 4 m 8 v 2");
     if (!files_equal(w1, wi))
         fail_msg("--pp 4 m 8 v 2: the weights after step 1 differ between 1f1b and interleaved");

@@ -173,20 +173,25 @@ static void test_pages_counted_before_step_1(void **state) {
 // step through the arena finds no room and refuses it before step 1 (it
 // stopped in the first backward before the check replayed it), naming the
 // holes and --contiguous-buffers, which fits; and the same run with
-// --contiguous-buffers, whose peak is higher (19,958,784 B), trains. (The
-// arena's own error for a block no hole holds: test_budget.)
+// --contiguous-buffers, whose peak is higher (19,958,784 B), trains. A
+// change's "fits" counts its holes too: zero3, whose bytes fit, is said not
+// to, and its own check refuses it there. (The arena's own error for a
+// block no hole holds: test_budget.)
 static void test_fragmentation_and_contiguous_buffers(void **state) {
     (void)state;
     const char *run = "mpirun -np 2 ./zero2 --model small --grad-accum 2 --steps 2 --quiet --hbm-gb 0.019976192";
     char cmd[CMD_LEN], *out = expect_refusal(run, "zero2 needs 19.6 MB of device memory per rank, within its budget");
     if (!strstr(out, "but the arena places its blocks up to") || !strstr(out, "leave the free bytes in holes") ||
         !strstr(out, "during backward of unit 4, micro-batch 0") || !strstr(out, "--contiguous-buffers keeps") ||
-        !strstr(out, "--contiguous-buffers: peak 19.959 MB, fits"))
+        !strstr(out, "--contiguous-buffers: peak 19.959 MB, fits") ||
+        !strstr(out, "zero3 (the next stage): peak 19.521 MB (frees 41.2 kB there), does not fit"))
         fail_msg("%s: expected the refusal for holes:\n%s", run, out);
     free(out);
     snprintf(cmd, sizeof cmd, "%s --contiguous-buffers", run);
     run_ok(cmd, &out);
     free(out);
+    free(expect_refusal("mpirun -np 2 ./zero3 --model small --grad-accum 2 --steps 2 --quiet --hbm-gb 0.019976192",
+                        "but the arena places its blocks up to 20.017 MB"));
 }
 
 // Over --hbm-gb: one line naming the peak's phase, what it holds there and

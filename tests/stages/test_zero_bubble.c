@@ -31,18 +31,8 @@ static char *run_case(const RunDir *c, int k, const Case *x, const char *schedul
     snprintf(json, sizeof json, "%s/%d-%s.json", c->root, k, schedule);
     if (weights) snprintf(weights, n, "%s/%d-%s.bin", c->root, k, schedule);
     snprintf(cmd, sizeof cmd, "mpirun -np %d ./3d_parallel --model tiny --layers 4 --batch 2 --pp %d --grad-accum %d "
-             "--schedule %s %s --steps %d --eval-batches 1 --quiet --json %s", x->ranks, x->P, x->m, schedule,
-             x->flags, STEPS, json);
-    char *rec = train(cmd, json);
-    if (!weights) return rec;
-    // the first step alone again, its weights exported
-    snprintf(cmd, sizeof cmd, "mpirun -np %d ./3d_parallel --model tiny --layers 4 --batch 2 --pp %d --grad-accum %d "
-             "--schedule %s %s --steps 1 --eval-every 0 --quiet --export-llmc %s", x->ranks, x->P, x->m, schedule,
-             x->flags, weights);
-    char *out = NULL;
-    if (test_run(cmd, &out) != 0) fail_msg("%s:\n%s", cmd, out);
-    free(out);
-    return rec;
+             "--schedule %s %s", x->ranks, x->P, x->m, schedule, x->flags);
+    return train_and_export_step_1(cmd, STEPS, json, weights);
 }
 
 // Every stage of a zb-h1 record on its formulas: in flight, W waiting,
