@@ -12,7 +12,10 @@
 #     pp 2 and 4, m = 4 and 8 (dp = ranks/pp), on small with 8 layers (4
 #     stages of 2 chunks): the bubble measured beside its formula, each
 #     stage's device peak beside the formula's timeline, tokens/s relative
-#     to 1f1b;
+#     to 1f1b, each round's bubble and their spread (the noise), and
+#     whether interleaved's is below 1f1b's and zb-h1's below interleaved's;
+#     the same again with one pipeline alone (ranks = pp, dp 1), the fewest
+#     ranks per core;
 #   - context parallelism (--cp 1, 2, 4, Ulysses and ring attention) at
 #     sequences of BENCH_3D_CP_SEQ tokens (default 1024), micro-batch 1,
 #     the same global batch (BENCH_3D_CP_GLOBAL sequences, default 16):
@@ -61,6 +64,8 @@ for r in $(seq "$rounds"); do
             for schedule in 1f1b "interleaved --virtual-stages 2" zb-h1; do
                 mpirun -np "$np" ./3d_parallel $common --layers 8 --pp "$P" --grad-accum "$m" --schedule $schedule \
                     --json "$out/${tag}_schedules.json" >/dev/null
+                mpirun -np "$P" ./3d_parallel $common --layers 8 --pp "$P" --grad-accum "$m" --schedule $schedule \
+                    --json "$out/${tag}_schedules_one.json" >/dev/null
             done
         done
     done

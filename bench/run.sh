@@ -34,7 +34,9 @@
 #             ranks and global batch, memory per stage, the pipeline bubble
 #             for m = 1, 2, 4, 8 beside (P-1)/(m+P-1), interleaved and zb-h1
 #             beside 1f1b at pp 2 and 4, m = 4 and 8 (bubble, each stage's
-#             device peak, tokens/s), and Ulysses' --cp 1, 2, 4 at 1024-token sequences:
+#             device peak, tokens/s; again with one pipeline, ranks = pp; each
+#             round's bubble, the noise, whether each schedule's is below
+#             the one before), and Ulysses' --cp 1, 2, 4 at 1024-token sequences:
 #             tokens/s, activations, all-to-all bytes beside their formulas
 #             (bench/3d.sh)
 #   long      3d_parallel on small at 4 ranks, T = 512 to 8192: --cp 1, 2

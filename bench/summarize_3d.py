@@ -5,7 +5,10 @@ rank, each pipeline stage's model states and activations (measured, with the
 formula), the bubble measured beside (P-1)/(m+P-1); the bubble of the m
 sweep; interleaved and zb-h1 beside 1f1b at pp 2 and 4, m 4 and 8 (the
 bubble beside its formula, each stage's device peak beside the formula's
-timeline, tokens/s relative to 1f1b); and per context-parallel size and mode (Ulysses, ring) tokens/s
+timeline, tokens/s relative to 1f1b, each round's bubble and their spread,
+the noise) and the order of their bubbles at each (pp, m): interleaved's
+median against 1f1b's, zb-h1's against interleaved's, the gap beside the
+noise; the same for one pipeline alone (ranks = pp); and per context-parallel size and mode (Ulysses, ring) tokens/s
 relative to cp 1, activations per rank and the cp group's bytes, each beside
 its formula, with the ring's causal work per rank: the query-key pairs of
 the causal mask each rank's blocks attended, counted by the trainer (the
@@ -55,6 +58,11 @@ def grouped(recs):
     return by
 
 
+def spread(runs):
+    measured = [r["grid"]["bubble_measured"] for r in runs if r["grid"]["bubble_measured"] is not None]
+    return max(measured) - min(measured) if measured else None
+
+
 def bubble(runs):
     measured = [r["grid"]["bubble_measured"] for r in runs if r["grid"]["bubble_measured"] is not None]
     return statistics.median(measured) if measured else None
@@ -64,8 +72,10 @@ result = {
     "what": f"3d_parallel on small at {ranks} ranks, micro-batch 2; tokens/s relative to dp_baseline at the same "
             f"ranks and global batch; the pipeline bubble against (P-1)/(m+P-1)",
     "oversubscribed": ranks > cores,
-    "note": f"{ranks} ranks on {cores} cores: ranks share cores, a rank waiting in MPI yields its core, so these "
-            f"are schedules on one machine, not on {ranks} devices" if ranks > cores else "one core per rank or more",
+    "note": (f"{ranks} ranks on {cores} cores: ranks share cores, a rank waiting in MPI yields its core, so these "
+             f"are schedules on one machine, not on {ranks} devices" if ranks > cores else "one core per rank or more")
+            + "; with mpi_single_copy none a stage's activations leave only at its next MPI call, with cma as soon as "
+              "they are sent",
 }
 base = records("dp_baseline")
 grids = records("grids")
@@ -75,6 +85,7 @@ if not base or not grids:
     sys.exit(0)
 base_tps = tokens_per_s(base)
 result["device"] = base[0]["device"]
+result["mpi_single_copy"] = base[0].get("mpi_single_copy")
 result["global_batch_sequences"] = base[0]["global_batch_tokens"] / base[0]["seq_len"]
 result["dp_baseline"] = {"rounds": len(base), "tokens_per_s": base_tps,
                          "peak_device_bytes_per_rank": max(r["mem"]["device"]["peak_total"] for r in base)}
@@ -97,23 +108,53 @@ result["bubble_sweep"] = [
 
 # the schedules past 1F1B beside it, at the same (pp, m): the bubble, each stage's device peak (measured and the
 # formula's timeline, the largest over the stage's ranks), tokens/s relative to 1f1b
-sched = grouped(records("schedules"))
-result["schedules"] = []
-for (tp, pp, dp, schedule, m), runs in sorted(sched.items(), key=lambda kv: (kv[0][1], kv[0][4], kv[0][3])):
-    one = sched.get((tp, pp, dp, "1f1b", m))
-    stages = {}
-    for x in runs[-1]["grid"]["ranks"]:
-        st = stages.setdefault(int(x["stage"]), {"stage": int(x["stage"]), "device_peak": 0, "device_peak_formula": 0,
-                                                 "w_pending": 0, "w_pending_formula": 0})
-        for k in ("device_peak", "device_peak_formula", "w_pending", "w_pending_formula"):
-            st[k] = max(st[k], x[k])
-    result["schedules"].append({
-        "pp": pp, "dp": dp, "micro_batches": m, "schedule": schedule, "rounds": len(runs),
-        "bubble_measured": bubble(runs), "bubble_formula": runs[0]["grid"]["bubble_formula"],
-        "tokens_per_s": tokens_per_s(runs),
-        "relative_to_1f1b": tokens_per_s(runs) / tokens_per_s(one) if one else None,
-        "per_stage": [stages[k] for k in sorted(stages)],
-    })
+def schedule_rows(recs):
+    sched = grouped(recs)
+    rows = []
+    for (tp, pp, dp, schedule, m), runs in sorted(sched.items(), key=lambda kv: (kv[0][1], kv[0][4], kv[0][3])):
+        one = sched.get((tp, pp, dp, "1f1b", m))
+        stages = {}
+        for x in runs[-1]["grid"]["ranks"]:
+            st = stages.setdefault(int(x["stage"]), {"stage": int(x["stage"]), "device_peak": 0,
+                                                     "device_peak_formula": 0, "w_pending": 0, "w_pending_formula": 0})
+            for k in ("device_peak", "device_peak_formula", "w_pending", "w_pending_formula"):
+                st[k] = max(st[k], x[k])
+        rows.append({
+            "pp": pp, "dp": dp, "micro_batches": m, "schedule": schedule, "rounds": len(runs),
+            "bubble_measured": bubble(runs), "bubble_formula": runs[0]["grid"]["bubble_formula"],
+            "bubble_rounds": [r["grid"]["bubble_measured"] for r in runs], "bubble_spread": spread(runs),
+            "tokens_per_s": tokens_per_s(runs),
+            "relative_to_1f1b": tokens_per_s(runs) / tokens_per_s(one) if one else None,
+            "per_stage": [stages[k] for k in sorted(stages)],
+        })
+    return rows
+
+
+def order(rows, a, b, pp, m):
+    """Schedule a's measured bubble against b's at (pp, m): the medians over rounds, their gap, and the noise
+    (the larger of the two spreads over rounds, max - min): "below" when a's median is lower, "by more than
+    the noise" when the gap is wider than that."""
+    ra = next((x for x in rows if (x["pp"], x["micro_batches"], x["schedule"]) == (pp, m, a)), None)
+    rb = next((x for x in rows if (x["pp"], x["micro_batches"], x["schedule"]) == (pp, m, b)), None)
+    if not ra or not rb or ra["bubble_measured"] is None or rb["bubble_measured"] is None:
+        return None
+    gap = rb["bubble_measured"] - ra["bubble_measured"]
+    noise = max(ra["bubble_spread"], rb["bubble_spread"])
+    return {"pp": pp, "micro_batches": m, "schedule": a, "against": b, "bubble": ra["bubble_measured"],
+            "against_bubble": rb["bubble_measured"], "gap": gap, "noise": noise, "below": gap > 0,
+            "below_by_more_than_noise": gap > noise}
+
+
+def orders(rows):
+    return [o for pp in (2, 4) for m in (4, 8)
+            for o in (order(rows, "interleaved", "1f1b", pp, m), order(rows, "zb-h1", "interleaved", pp, m)) if o]
+
+
+# at the bench's ranks (dp = ranks / pp), and one pipeline alone (ranks = pp, dp 1: the fewest ranks per core)
+result["schedules"] = schedule_rows(records("schedules"))
+result["schedule_order"] = orders(result["schedules"])
+result["schedules_one_pipeline"] = schedule_rows(records("schedules_one"))
+result["schedule_order_one_pipeline"] = orders(result["schedules_one_pipeline"])
 
 
 def causal_work(cp):

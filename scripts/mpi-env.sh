@@ -9,7 +9,11 @@ export OMPI_MCA_rmaps_base_oversubscribe=1 OMPI_MCA_orte_execute_quiet=1
 # InfiniBand or RoCE, unset OMPI_MCA_btl and OMPI_MCA_pml: Open MPI then
 # picks UCX. Those transports go through the ob1 layer, named so that MPI_Init
 # does not first start UCX to find no use for it (0.32 s to 0.12 s a launch).
-export OMPI_MCA_btl=self,vader,tcp OMPI_MCA_btl_vader_single_copy_mechanism=none OMPI_MCA_pml=ob1
+# Shared memory's single copy (btl_vader_single_copy_mechanism) is left to
+# the programs: each tries it before MPI_Init and takes cma where the
+# container lets one process read another's memory, none where it does not
+# (comm_world.c says why); set the variable to choose for yourself.
+export OMPI_MCA_btl=self,vader,tcp OMPI_MCA_pml=ob1
 # more ranks than cores: a rank waiting in MPI yields its core to one computing
 export OMPI_MCA_mpi_yield_when_idle=1
 

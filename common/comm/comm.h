@@ -92,6 +92,10 @@ typedef struct CommHandle {
 // threads compute, the main thread calls MPI), or MULTIPLE when
 // `progress_thread` says a progress thread will call MPI too.
 void comm_world_init(Comm *world, int *argc, char ***argv, int *local_rank, int *local_size, int progress_thread);
+// Open MPI's single copy on shared memory (btl_vader_single_copy_mechanism)
+// this run uses: "cma" or "none" as comm_world_init found the container
+// allows, or whatever was set before it ran.
+const char *comm_single_copy(void);
 // A thread that enters MPI's progress engine every interval_us, so
 // nonblocking collectives advance while the main thread computes
 // (comm_progress.c); stop it before comm_world_finalize.

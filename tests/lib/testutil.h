@@ -39,7 +39,7 @@ static inline int test_run(const char *cmd, char **out) {
     snprintf(full, sizeof full,
              "export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 "
              "OMPI_MCA_rmaps_base_oversubscribe=1 OMPI_MCA_orte_execute_quiet=1 "
-             "OMPI_MCA_btl=self,vader,tcp OMPI_MCA_btl_vader_single_copy_mechanism=none "
+             "OMPI_MCA_btl=self,vader,tcp "
              "OMPI_MCA_mpi_yield_when_idle=1; %s 2>&1", cmd);
     FILE *p = popen(full, "r");
     if (!p) return -1;

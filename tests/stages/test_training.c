@@ -404,6 +404,32 @@ static void test_progress_thread(void **state) {
     free(expect_refusal("mpirun -np 2 ./zero2 --progress-thread -5 --steps 1 --quiet", "--progress-thread"));
 }
 
+// Shared memory's single copy (comm_world.c): a run left to choose takes
+// cma exactly where a run with cma forced works (its gradients' messages
+// are far above the eager limit, so it copies through it), else none; a
+// value set before the run is kept. Before the choice every run used none,
+// and a pipeline stage's activations left only at its next MPI call.
+static void test_single_copy_chosen(void **state) {
+    Ctx *c = *state;
+    const char *run = "mpirun -np 2 ./zero2 --model small --batch 1 --steps 1 --eval-batches 1 --quiet";
+    char cmd[CMD_LEN], json[PATH_LEN], *out = NULL;
+    snprintf(cmd, sizeof cmd, "OMPI_MCA_btl_vader_single_copy_mechanism=cma %s", run);
+    int cma_works = test_run(cmd, &out) == 0;
+    free(out);
+    snprintf(json, sizeof json, "%s/copy-chosen.json", c->root);
+    snprintf(cmd, sizeof cmd, "unset OMPI_MCA_btl_vader_single_copy_mechanism; %s --json %s", run, json);
+    char *chosen = train(cmd, json);
+    const char *want = cma_works ? "\"mpi_single_copy\":\"cma\"" : "\"mpi_single_copy\":\"none\"";
+    if (!strstr(chosen, want))
+        fail_msg("cma forced %s, but the run that chose does not say %s", cma_works ? "works" : "fails", want);
+    free(chosen);
+    snprintf(json, sizeof json, "%s/copy-kept.json", c->root);
+    snprintf(cmd, sizeof cmd, "OMPI_MCA_btl_vader_single_copy_mechanism=none %s --json %s", run, json);
+    char *kept = train(cmd, json);
+    assert_non_null(strstr(kept, "\"mpi_single_copy\":\"none\""));
+    free(kept);
+}
+
 static void test_global_batch(void **state) {
     Ctx *c = *state;
     char cmd[CMD_LEN], p1[PATH_LEN], p2[PATH_LEN];
@@ -473,6 +499,7 @@ int main(void) {
         cmocka_unit_test(test_trace),
         cmocka_unit_test(test_global_batch),
         cmocka_unit_test(test_progress_thread),
+        cmocka_unit_test(test_single_copy_chosen),
         cmocka_unit_test(test_eval_repeats_noted),
     };
     return cmocka_run_group_tests(tests, group_setup, group_teardown);

@@ -146,8 +146,9 @@ static void json_run(FILE *f, const Summary *s) {
     json_write_string(f, run->stage);
     fprintf(f, ",\"ranks\":%d,\"device\":", run->ranks);
     json_write_string(f, dev->name);
-    fprintf(f, ",\"comm\":\"%s\",\"gpu_sharers\":%d,\"model\":",
-            r->taps.world->backend == COMM_NCCL ? "nccl" : "mpi", dev->sharers);
+    fprintf(f, ",\"comm\":\"%s\",\"mpi_single_copy\":", r->taps.world->backend == COMM_NCCL ? "nccl" : "mpi");
+    json_write_string(f, comm_single_copy());
+    fprintf(f, ",\"gpu_sharers\":%d,\"model\":", dev->sharers);
     json_write_string(f, run->model);
     fprintf(f, ",\"layers\":%d,\"d_model\":%d,\"heads\":%d,\"vocab\":%d,\"vocab_padded\":%d,\"context\":%d,\"params\":%zu,"
                "\"batch\":%d,\"seq_len\":%d,\"grad_accum\":%d,\"global_batch_tokens\":%.0f,\"first_step\":%ld,"
