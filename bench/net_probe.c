@@ -19,6 +19,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include "comm.h"
 
 typedef struct Probe {
     int rank, ranks, peer;  // peer: first rank on another host, -1 if none
@@ -154,6 +155,7 @@ static void parse(Probe *p, int argc, char **argv) {
 }
 
 int main(int argc, char **argv) {
+    comm_single_copy_choose();  // as the trainers do (comm.h)
     MPI_Init(&argc, &argv);
     Probe p = {0};
     MPI_Comm_rank(MPI_COMM_WORLD, &p.rank);

@@ -92,9 +92,12 @@ typedef struct CommHandle {
 // threads compute, the main thread calls MPI), or MULTIPLE when
 // `progress_thread` says a progress thread will call MPI too.
 void comm_world_init(Comm *world, int *argc, char ***argv, int *local_rank, int *local_size, int progress_thread);
-// Open MPI's single copy on shared memory (btl_vader_single_copy_mechanism)
-// this run uses: "cma" or "none" as comm_world_init found the container
-// allows, or whatever was set before it ran.
+// Open MPI's single copy on shared memory (btl_vader_single_copy_mechanism):
+// unless set already, cma where a process may read a sibling's memory,
+// else none (comm_world.c says why). comm_world_init calls it; a program
+// that calls MPI_Init itself calls it first. comm_single_copy: the one this
+// run uses.
+void comm_single_copy_choose(void);
 const char *comm_single_copy(void);
 // A thread that enters MPI's progress engine every interval_us, so
 // nonblocking collectives advance while the main thread computes

@@ -116,7 +116,7 @@ static int sibling_can_read(void) {
 
 static const char *const single_copy_var = "OMPI_MCA_btl_vader_single_copy_mechanism";
 
-static void choose_single_copy(void) {
+void comm_single_copy_choose(void) {
     if (!getenv(single_copy_var)) setenv(single_copy_var, sibling_can_read() ? "cma" : "none", 1);
 }
 
@@ -127,7 +127,7 @@ const char *comm_single_copy(void) {
 
 void comm_world_init(Comm *world, int *argc, char ***argv, int *local_rank, int *local_size, int progress_thread) {
     check_file_size_limit();
-    choose_single_copy();
+    comm_single_copy_choose();
     // FUNNELED: OpenMP threads run kernels, only the main thread calls MPI;
     // MULTIPLE when a progress thread calls it too
     int want = progress_thread ? MPI_THREAD_MULTIPLE : MPI_THREAD_FUNNELED, provided = 0;

@@ -10,6 +10,7 @@
 #include <unistd.h>
 #include "testutil.h"
 #include "ckpt.h"
+#include "comm.h"
 #include "ckpt_fixture.h"
 
 // FNV-1a 64 test vectors (offset basis 0xcbf29ce484222325 = 14695981039346656037)
@@ -298,6 +299,7 @@ static void test_rank_without_tensors(void **state) {
 }
 
 int main(int argc, char **argv) {
+    comm_single_copy_choose();  // as the trainers do (comm.h)
     MPI_Init(&argc, &argv);
     Ctx c;
     if (ckpt_fixture_init(&c, "test-ckpt")) {

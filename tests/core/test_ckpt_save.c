@@ -21,6 +21,7 @@
 #include <unistd.h>
 #include "testutil.h"
 #include "ckpt.h"
+#include "comm.h"
 #include "stop.h"
 #include "ckpt_fixture.h"
 
@@ -295,6 +296,7 @@ static void test_sigterm_during_a_slow_flush(void **state) {
 }
 
 int main(int argc, char **argv) {
+    comm_single_copy_choose();  // as the trainers do (comm.h)
     MPI_Init(&argc, &argv);
     Ctx c;
     if (ckpt_fixture_init(&c, "test-ckpt-save")) {
