@@ -358,6 +358,20 @@ $(BUILD)/tests/stages/test_budget $(BUILD)/tests/stages/test_memory_timeline: \
         $(BUILD)/tests/stages/planted_timeline_bytes
 .SECONDARY: $(TIMELINE_PLANTS:%=$(BUILD)/tests/plants/held_%.o) $(TIMELINE_PLANTS:%=$(BUILD)/tests/plants/timeline_%.o)
 
+# test_training runs dp_baseline built with comm_world.c's read of a
+# sibling's memory refused, as in a container that forbids it
+# (tests/stages/copy_plant.c)
+$(BUILD)/tests/plants/comm_world_denied.o: common/comm/comm_world.c
+	@mkdir -p $(dir $@)
+	$(CC) $(CFLAGS) -Dprocess_vm_readv=planted_process_vm_readv -c $< -o $@
+$(BUILD)/tests/plants/copy_plant.o: tests/stages/copy_plant.c
+	@mkdir -p $(dir $@)
+	$(CC) $(CFLAGS) -c $< -o $@
+$(BUILD)/tests/stages/planted_copy_denied: $(BUILD)/tests/plants/comm_world_denied.o $(BUILD)/tests/plants/copy_plant.o \
+        $(call MAIN_OBJ,dp_baseline) $(SRC_01:%.c=$(BUILD)/%.o) $(LIB)
+	$(CC) $(OPT) $^ -o $@ $(LDLIBS)
+$(BUILD)/tests/stages/test_training: $(BUILD)/tests/stages/planted_copy_denied
+
 # test_blas_core preloads a shim between the trainers and OpenBLAS (built
 # without OPT's sanitizers: it is loaded into every process of the run)
 $(BUILD)/tests/stages/test_blas_core: $(BUILD)/tests/lib/blas_shim.so

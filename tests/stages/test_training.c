@@ -407,8 +407,10 @@ static void test_progress_thread(void **state) {
 // Shared memory's single copy (comm_world.c): a run left to choose takes
 // cma exactly where a run with cma forced works (its gradients' messages
 // are far above the eager limit, so it copies through it), else none; a
-// value set before the run is kept. Before the choice every run used none,
-// and a pipeline stage's activations left only at its next MPI call.
+// value set before the run is kept; where reading a sibling's memory is
+// refused (a dp_baseline planted so, tests/stages/copy_plant.c) the run
+// takes none and trains. Before the choice every run used none, and a
+// pipeline stage's activations left only at its next MPI call.
 static void test_single_copy_chosen(void **state) {
     Ctx *c = *state;
     const char *run = "mpirun -np 2 ./zero2 --model small --batch 1 --steps 1 --eval-batches 1 --quiet";
@@ -428,6 +430,13 @@ static void test_single_copy_chosen(void **state) {
     char *kept = train(cmd, json);
     assert_non_null(strstr(kept, "\"mpi_single_copy\":\"none\""));
     free(kept);
+    snprintf(json, sizeof json, "%s/copy-denied.json", c->root);
+    snprintf(cmd, sizeof cmd, "unset OMPI_MCA_btl_vader_single_copy_mechanism; mpirun -np 2 "
+             "build/tests/stages/planted_copy_denied --model small --batch 1 --steps 1 --eval-batches 1 --quiet "
+             "--json %s", json);
+    char *denied = train(cmd, json);
+    assert_non_null(strstr(denied, "\"mpi_single_copy\":\"none\""));
+    free(denied);
 }
 
 static void test_global_batch(void **state) {
@@ -468,7 +477,9 @@ static void test_eval_repeats_noted(void **state) {
 }
 
 static int group_setup(void **state) {
-    if (need_paths("test_training", (const char *const[]){"./dp_baseline", "./zero1", "./zero2", "./zero3", "./cpu_offload", NULL})) return 1;
+    if (need_paths("test_training", (const char *const[]){"./dp_baseline", "./zero1", "./zero2", "./zero3", "./cpu_offload",
+                                                         "build/tests/stages/planted_copy_denied", NULL}))
+        return 1;
     Ctx *c = calloc(1, sizeof *c);
     if (test_make_dir(c->root, sizeof c->root, "test-training")) return 1;
     *state = c;
