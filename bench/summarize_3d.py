@@ -58,13 +58,17 @@ def grouped(recs):
     return by
 
 
+def bubbles(runs):
+    return [r["grid"]["bubble_measured"] for r in runs if r["grid"]["bubble_measured"] is not None]
+
+
 def spread(runs):
-    measured = [r["grid"]["bubble_measured"] for r in runs if r["grid"]["bubble_measured"] is not None]
+    measured = bubbles(runs)
     return max(measured) - min(measured) if measured else None
 
 
 def bubble(runs):
-    measured = [r["grid"]["bubble_measured"] for r in runs if r["grid"]["bubble_measured"] is not None]
+    measured = bubbles(runs)
     return statistics.median(measured) if measured else None
 
 
@@ -122,7 +126,7 @@ def schedule_rows(recs):
         rows.append({
             "pp": pp, "dp": dp, "micro_batches": m, "schedule": schedule, "rounds": len(runs),
             "bubble_measured": bubble(runs), "bubble_formula": runs[0]["grid"]["bubble_formula"],
-            "bubble_rounds": [r["grid"]["bubble_measured"] for r in runs], "bubble_spread": spread(runs),
+            "bubble_rounds": bubbles(runs), "bubble_spread": spread(runs),
             "tokens_per_s": tokens_per_s(runs),
             "relative_to_1f1b": tokens_per_s(runs) / tokens_per_s(one) if one else None,
             "per_stage": [stages[k] for k in sorted(stages)],

@@ -340,7 +340,8 @@ void trainer_step_memory_end(Trainer *t, long step);
 // What would fit in `limit` bytes, each change alone (--recompute full,
 // --attention flash, --contiguous-buffers, --tiled-loss 8, half the --batch, the next
 // stage, twice the ranks, those that apply): the formula's peak with it,
-// what it frees at phase `at`, and whether the peak is within the limit.
+// what it frees at phase `at`, and whether it fits (run_fits: the bytes
+// within the limit, its blocks as the arena places them within the region).
 void trainer_what_fits(const Trainer *t, MemPhase at, double limit, char *out, size_t n);
 // mem.h's MemExplain for the trainer's device: see trainer_step_memory.c.
 void trainer_explain_oom(void *arg, MemPhase at, double limit, FILE *f);

@@ -113,8 +113,6 @@ static void peak_and_changes(const Trainer *t, double limit, char *out, size_t n
     if (fits[0] && len < n) snprintf(out + len, n - len, "; each change alone, by the formula's peak: %s", fits);
 }
 
-static void peak_and_changes(const Trainer *t, double limit, char *out, size_t n);
-
 // The bytes fit and the arena's blocks do not: rounded up to its pages, or
 // where it places them, with the free bytes left in holes between them.
 // The refusal says which, and by how much.

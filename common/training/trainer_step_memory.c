@@ -213,6 +213,6 @@ void trainer_explain_oom(void *arg, MemPhase at, double limit, FILE *f) {
     char fits[1536], lim[32];
     trainer_what_fits(t, at, limit, fits, sizeof fits);
     mem_format_bytes(limit, lim, sizeof lim);
-    if (fits[0]) fprintf(f, "  each change alone, by the formula's peak against %s (its blocks in the arena's pages "
-                         "too; the holes an arena may leave between them come on top): %s\n", lim, fits);
+    if (fits[0]) fprintf(f, "  each change alone, by the formula's peak against %s (its blocks placed as the arena "
+                         "places them, pages and holes counted): %s\n", lim, fits);
 }
